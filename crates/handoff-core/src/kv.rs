@@ -1,0 +1,128 @@
+//! What a worker reports about its KV memory: a capacity snapshot for load
+//! balancers and KV events for prefix-aware routers.
+
+#[cfg(feature = "serde")]
+use serde::{Deserialize, Serialize};
+
+/// Physical KV occupancy and admission quantities of one worker.
+///
+/// The three physical categories are mutually exclusive: a block moves from
+/// active to pinned when a prefill completes into a handoff, and from reserved
+/// to active when a destination activates; it is never counted twice. Request
+/// slots and decode headroom are admission quantities and never physical
+/// blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub struct KvCapacitySnapshot {
+    /// All blocks in the pool.
+    pub total_blocks: u64,
+    /// Blocks referenced by running or waiting-with-KV requests.
+    pub active_blocks: u64,
+    /// Blocks held by completed prefills waiting for their reader.
+    pub pinned_source_blocks: u64,
+    /// Blocks allocated for incoming KV that is not yet valid.
+    pub reserved_destination_blocks: u64,
+    /// Unreferenced blocks that still hold reusable prefix cache (evictable,
+    /// therefore free for admission).
+    pub cached_blocks: u64,
+    /// Request slots in the pool (SGLang's req_to_token pool, vLLM's
+    /// `max_num_seqs`).
+    pub total_request_slots: u64,
+    /// Request slots not taken by a running request or a reservation.
+    pub free_request_slots: u64,
+    /// Decode headroom promised to reserved and running requests (SGLang's
+    /// `num_reserved_decode_tokens`); zero for backends without it.
+    pub decode_headroom_tokens: u64,
+    /// Requests in the running batch.
+    pub running_requests: u64,
+    /// Requests queued for admission.
+    pub waiting_requests: u64,
+}
+
+impl KvCapacitySnapshot {
+    /// Physically unavailable blocks, as a router must see them.
+    pub fn kv_used_blocks(&self) -> u64 {
+        self.active_blocks + self.pinned_source_blocks + self.reserved_destination_blocks
+    }
+
+    /// Blocks neither used nor cached.
+    pub fn free_blocks(&self) -> u64 {
+        self.total_blocks
+            .saturating_sub(self.kv_used_blocks())
+            .saturating_sub(self.cached_blocks)
+    }
+
+    /// `kv_used_blocks / total_blocks`, zero for an empty pool.
+    pub fn usage(&self) -> f64 {
+        if self.total_blocks == 0 {
+            0.0
+        } else {
+            self.kv_used_blocks() as f64 / self.total_blocks as f64
+        }
+    }
+}
+
+/// A KV cache event, shaped like Dynamo's `KvCacheEvent`: a monotonic id and
+/// its data. Block hashes are the engine's chained block hashes, so a router
+/// can rebuild the prefix tree from a stream of these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub struct KvEvent {
+    /// Strictly increasing per worker.
+    pub event_id: u64,
+    /// What happened.
+    pub data: KvEventData,
+}
+
+/// The body of a [`KvEvent`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum KvEventData {
+    /// Blocks became valid, reusable cache, chained after `parent_hash`.
+    Stored {
+        /// The block these extend, `None` at the root.
+        parent_hash: Option<u64>,
+        /// Chained hashes, in prefix order.
+        block_hashes: Vec<u64>,
+    },
+    /// Cached blocks were evicted.
+    Removed {
+        /// Hashes no longer cached.
+        block_hashes: Vec<u64>,
+    },
+    /// The whole cache was dropped (restart).
+    Cleared,
+}
+
+/// Hands out monotonic KV event ids; one per worker.
+#[derive(Clone, Debug, Default)]
+pub struct KvEventIds(u64);
+
+impl KvEventIds {
+    /// The next id.
+    pub fn next_id(&mut self) -> u64 {
+        let id = self.0;
+        self.0 += 1;
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn used_is_sum_of_exclusive_categories() {
+        let s = KvCapacitySnapshot {
+            total_blocks: 100,
+            active_blocks: 10,
+            pinned_source_blocks: 5,
+            reserved_destination_blocks: 7,
+            cached_blocks: 3,
+            decode_headroom_tokens: 512,
+            ..Default::default()
+        };
+        assert_eq!(s.kv_used_blocks(), 22);
+        assert_eq!(s.free_blocks(), 75);
+    }
+}

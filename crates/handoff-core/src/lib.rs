@@ -1,0 +1,33 @@
+//! # handoff-core
+//!
+//! The engine-neutral prefill→decode KV handoff lifecycle, sans-IO: ids,
+//! role state machines ([`source::SourceHandoff`],
+//! [`destination::DestinationHandoff`]), the facts that cross roles
+//! ([`msg::HandoffMsg`]), the [`scheduler::SchedulerCore`] trait backends
+//! implement, and the [`worker::Worker`] that replay and live both drive.
+//!
+//! Nothing here reads a clock, sleeps or does I/O; time is an argument and
+//! work comes out of `poll_*` methods, in the style of quinn-proto.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod accounting;
+pub mod ids;
+pub mod kv;
+pub mod policy;
+pub mod request;
+pub mod scheduler;
+pub mod time;
+
+pub use ids::{
+    DestinationReservationId, Generation, HandoffId, HandoffIdGen, RequestId, SessionId,
+    SourceLeaseId, WorkerId,
+};
+pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds};
+pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
+pub use request::Request;
+pub use scheduler::{
+    CommandOutcome, PrefillPinned, ReservationSummary, SchedulerCommand, SchedulerCore, StepOutput,
+    TokenEmission,
+};
+pub use time::{Duration, Instant};

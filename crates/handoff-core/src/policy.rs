@@ -1,0 +1,106 @@
+//! Which ordering a handoff follows, and what a backend can do.
+
+use crate::time::Duration;
+
+#[cfg(feature = "serde")]
+use serde::{Deserialize, Serialize};
+
+/// The prefill→decode handoff ordering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum HandoffPolicy {
+    /// No handoff ownership: prefill completes and frees as an ordinary
+    /// request, decode is submitted afterwards as an ordinary request. Kept so
+    /// reports with and without the lifecycle can be compared (DEP inv. 11).
+    Disabled,
+    /// vLLM: prefill runs first and its KV stays pinned until a destination
+    /// reserves and reads it.
+    SourceFirst,
+    /// SGLang: decode reserves a slot, pages, headroom and a locked prefix
+    /// before prefill is dispatched.
+    DestinationFirst,
+}
+
+impl HandoffPolicy {
+    /// Stable lower-case name used in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            HandoffPolicy::Disabled => "disabled",
+            HandoffPolicy::SourceFirst => "source-first",
+            HandoffPolicy::DestinationFirst => "destination-first",
+        }
+    }
+}
+
+/// The engine a scheduler core imitates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum Backend {
+    /// vLLM v1.
+    Vllm,
+    /// SGLang.
+    Sglang,
+    /// TensorRT-LLM: has no destination reservation; refuses it.
+    TrtLlm,
+}
+
+impl Backend {
+    /// The ordering the real engine uses.
+    pub fn native_policy(self) -> HandoffPolicy {
+        match self {
+            Backend::Vllm => HandoffPolicy::SourceFirst,
+            Backend::Sglang => HandoffPolicy::DestinationFirst,
+            Backend::TrtLlm => HandoffPolicy::Disabled,
+        }
+    }
+
+    /// Stable lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Vllm => "vllm",
+            Backend::Sglang => "sglang",
+            Backend::TrtLlm => "trtllm",
+        }
+    }
+}
+
+/// What a scheduler core supports, and its lifecycle constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The engine imitated.
+    pub backend: Backend,
+    /// Whether `ReserveDestination` can ever succeed. `false` makes every
+    /// reservation a terminal `Unsupported`, never retried.
+    pub destination_reservation: bool,
+    /// How long a pinned source is held without a reader before it expires.
+    pub source_lease_ttl: Duration,
+    /// Tokens per KV block (vLLM block) or page (SGLang page).
+    pub block_size: u32,
+}
+
+/// Lifecycle timing knobs shared by both roles of a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandoffConfig {
+    /// A destination reservation not activated within this time expires and
+    /// is cancelled locally (the owner guard of DEP "Failure and cleanup").
+    pub reservation_ttl: Duration,
+    /// When set, each failed reservation attempt renews the source lease by
+    /// this much; vLLM has no renewal, so the default is `None`.
+    pub renew_source_lease: Option<Duration>,
+    /// Facts for ids this worker has not seen yet (a peer's message raced the
+    /// request) are buffered this long before being dropped as stale.
+    pub early_fact_ttl: Duration,
+    /// How many released ids are remembered to classify late facts as stale.
+    pub tombstones: usize,
+}
+
+impl Default for HandoffConfig {
+    fn default() -> Self {
+        HandoffConfig {
+            reservation_ttl: Duration::from_secs(300),
+            renew_source_lease: None,
+            early_fact_ttl: Duration::from_secs(30),
+            tombstones: 1 << 16,
+        }
+    }
+}

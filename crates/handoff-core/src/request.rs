@@ -1,0 +1,133 @@
+//! The request a scheduler core admits, and how its prompt maps to KV blocks.
+
+use crate::ids::{RequestId, SessionId};
+use crate::time::Instant;
+
+#[cfg(feature = "serde")]
+use serde::{Deserialize, Serialize};
+
+/// Tokens covered by one trace hash id (Mooncake traces use 512).
+pub const TRACE_HASH_BLOCK_TOKENS: u32 = 512;
+
+/// One inference request as an engine sees it.
+///
+/// The prompt's content is known only through `prefix_hashes`: one content
+/// hash per `hash_block_tokens`-token chunk, where equal leading hashes mean a
+/// shared prefix. Engines expand these to their own block size with
+/// [`Request::block_hashes`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub struct Request {
+    /// Unique id within the run.
+    pub id: RequestId,
+    /// Prompt length in tokens.
+    pub prompt_tokens: u32,
+    /// Output tokens to generate (the trace's output length).
+    pub max_output_tokens: u32,
+    /// Content hash of each `hash_block_tokens`-token prompt chunk.
+    pub prefix_hashes: Vec<u64>,
+    /// Tokens each entry of `prefix_hashes` covers.
+    pub hash_block_tokens: u32,
+    /// The session this request is a turn of, if any.
+    pub session: Option<SessionId>,
+    /// When the client sent it.
+    pub arrival: Instant,
+}
+
+/// splitmix64's finaliser: cheap, well mixed, stable across platforms.
+pub fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Request {
+    /// Number of full `block_size`-token blocks in the prompt.
+    pub fn full_blocks(&self, block_size: u32) -> u32 {
+        self.prompt_tokens / block_size.max(1)
+    }
+
+    /// Blocks needed to hold `tokens` tokens.
+    pub fn blocks_for(tokens: u64, block_size: u32) -> u64 {
+        tokens.div_ceil(u64::from(block_size.max(1)))
+    }
+
+    /// Chained hashes of the prompt's full `block_size`-token blocks, written
+    /// into `out` (cleared first). Block `i`'s hash covers its parent's, as
+    /// vLLM's `hash_block_tokens` chain does, so equal hashes mean equal
+    /// prefixes. Blocks past the trace's known chunks get hashes salted with
+    /// the request id, so unknown content never shares.
+    pub fn block_hashes(&self, block_size: u32, out: &mut Vec<u64>) {
+        out.clear();
+        let bs = u64::from(block_size.max(1));
+        let hbt = u64::from(self.hash_block_tokens.max(1));
+        let mut parent = 0u64;
+        for i in 0..u64::from(self.full_blocks(block_size)) {
+            let start = i * bs;
+            let end = start + bs; // exclusive
+            let first_chunk = start / hbt;
+            let last_chunk = (end - 1) / hbt;
+            let mut h = mix64(parent ^ 0x5eed);
+            for c in first_chunk..=last_chunk {
+                let content = match self.prefix_hashes.get(c as usize) {
+                    Some(&x) => x,
+                    None => mix64(self.id.0 ^ 0xdead_beef) ^ c,
+                };
+                h = mix64(h ^ content);
+            }
+            h = mix64(h ^ (start % hbt));
+            out.push(h);
+            parent = h;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(id: u64, prompt: u32, hashes: &[u64]) -> Request {
+        Request {
+            id: RequestId(id),
+            prompt_tokens: prompt,
+            max_output_tokens: 1,
+            prefix_hashes: hashes.to_vec(),
+            hash_block_tokens: 512,
+            session: None,
+            arrival: Instant::ZERO,
+        }
+    }
+
+    #[test]
+    fn shared_prefix_shares_block_hashes() {
+        let a = req(1, 1024, &[7, 8]);
+        let b = req(2, 1024, &[7, 9]);
+        let (mut ha, mut hb) = (Vec::new(), Vec::new());
+        a.block_hashes(16, &mut ha);
+        b.block_hashes(16, &mut hb);
+        assert_eq!(ha.len(), 64);
+        assert_eq!(ha[..32], hb[..32]);
+        assert!(ha[32..].iter().zip(&hb[32..]).all(|(x, y)| x != y));
+    }
+
+    #[test]
+    fn unknown_tail_never_shares() {
+        let a = req(1, 1024, &[7]);
+        let b = req(2, 1024, &[7]);
+        let (mut ha, mut hb) = (Vec::new(), Vec::new());
+        a.block_hashes(512, &mut ha);
+        b.block_hashes(512, &mut hb);
+        assert_eq!(ha[0], hb[0]);
+        assert_ne!(ha[1], hb[1]);
+    }
+
+    #[test]
+    fn large_blocks_fold_chunks() {
+        let a = req(1, 2048, &[1, 2, 3, 4]);
+        let mut h = Vec::new();
+        a.block_hashes(1024, &mut h);
+        assert_eq!(h.len(), 2);
+        assert_ne!(h[0], h[1]);
+    }
+}

@@ -1,0 +1,193 @@
+//! The contract between the lifecycle and a backend scheduler core.
+//!
+//! A core owns every physical page of one worker. The lifecycle never touches
+//! pages: it applies [`SchedulerCommand`]s and reads back outcomes, step
+//! output, capacity snapshots and KV events.
+
+use crate::ids::{DestinationReservationId, HandoffId, RequestId, SourceLeaseId};
+use crate::kv::{KvCapacitySnapshot, KvEvent};
+use crate::policy::Capabilities;
+use crate::request::Request;
+use crate::time::{Duration, Instant};
+
+#[cfg(feature = "serde")]
+use serde::{Deserialize, Serialize};
+
+/// A command to a scheduler core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SchedulerCommand {
+    /// An ordinary request: prefill then decode on this worker.
+    Submit(Request),
+    /// Prefill only; at its terminal step the request moves atomically into
+    /// held-prefill ownership keyed by `id` and a [`PrefillPinned`] is
+    /// reported (DEP invariant 6).
+    SubmitHandoffPrefill {
+        /// The handoff attempt.
+        id: HandoffId,
+        /// The request to prefill.
+        request: Request,
+    },
+    /// Reserve destination capacity for `request`, all or nothing.
+    ReserveDestination {
+        /// The handoff attempt.
+        id: HandoffId,
+        /// The request whose KV will arrive. On `Unavailable`/`Unsupported`
+        /// it is handed back in the outcome.
+        request: Request,
+    },
+    /// Incoming KV is valid: publish it and queue the request to decode.
+    ActivateDestination {
+        /// The handoff attempt.
+        id: HandoffId,
+    },
+    /// The reader finished (or the lease expired): do the deferred free.
+    ReleaseSource {
+        /// The handoff attempt.
+        id: HandoffId,
+    },
+    /// Abandon a handoff prefill, computing or held; frees exactly once.
+    CancelSource {
+        /// The handoff attempt.
+        id: HandoffId,
+    },
+    /// Abandon a reservation: unpublished pages are freed without Removed
+    /// events and any locked prefix is unlocked.
+    CancelDestination {
+        /// The handoff attempt.
+        id: HandoffId,
+    },
+}
+
+/// What a reservation took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub struct ReservationSummary {
+    /// The core's handle for the reservation.
+    pub reservation: Option<DestinationReservationId>,
+    /// Fresh physical blocks allocated for incoming KV (counted as reserved).
+    pub physical_blocks: u64,
+    /// Prompt tokens already cached on the destination (reused prefix).
+    pub matched_prefix_tokens: u64,
+    /// Tokens whose KV must be transferred (page-aligned delta).
+    pub transfer_tokens: u64,
+    /// Blocks whose KV must be transferred.
+    pub transfer_blocks: u64,
+    /// Whether a request slot was taken (SGLang).
+    pub request_slot: bool,
+    /// Admission-only decode headroom promised (SGLang), not physical.
+    pub decode_headroom_tokens: u64,
+}
+
+/// The result of applying a [`SchedulerCommand`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommandOutcome {
+    /// The request was queued.
+    Submitted,
+    /// The reservation holds.
+    Reserved(ReservationSummary),
+    /// Not enough capacity now; nothing was held. The request comes back so
+    /// the caller can retry without cloning it.
+    Unavailable(Option<Request>),
+    /// The backend cannot do this at all; retrying is pointless.
+    Unsupported(Option<Request>),
+    /// The command took effect.
+    Applied,
+    /// Nothing to do (unknown or already-ended id): idempotent cleanup.
+    Noop,
+}
+
+/// A completed prefill moved into held ownership (one atomic transition).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefillPinned {
+    /// The handoff attempt.
+    pub id: HandoffId,
+    /// The request.
+    pub request: RequestId,
+    /// The core's handle for the held blocks.
+    pub lease: SourceLeaseId,
+    /// Blocks now counted as pinned.
+    pub blocks: u64,
+    /// Prompt tokens whose KV is held.
+    pub tokens: u64,
+}
+
+/// Tokens a request emitted in a step call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenEmission {
+    /// The request.
+    pub request: RequestId,
+    /// Tokens emitted, one per step the call covered.
+    pub tokens: u32,
+    /// Whether the first of them is the request's first output token.
+    pub first: bool,
+}
+
+/// What one `step` call did. Buffers are reused across calls, so a steady
+/// decode step allocates nothing.
+#[derive(Clone, Debug, Default)]
+pub struct StepOutput {
+    /// Forward passes the call covered (0 when there was nothing to run).
+    pub steps: u64,
+    /// Modelled time of all passes together.
+    pub duration: Duration,
+    /// Modelled time of the first pass.
+    pub first_step: Duration,
+    /// Modelled time of the last pass; passes in between grow linearly.
+    pub last_step: Duration,
+    /// Prefill tokens computed (after prefix-cache hits).
+    pub prefill_tokens: u64,
+    /// Tokens emitted per request.
+    pub tokens: Vec<TokenEmission>,
+    /// Requests that finished (output complete) and freed their KV.
+    pub finished: Vec<RequestId>,
+    /// Handoff prefills that completed into held ownership.
+    pub pinned: Vec<PrefillPinned>,
+    /// Requests preempted (vLLM recompute) or retracted (SGLang).
+    pub preempted: Vec<RequestId>,
+}
+
+impl StepOutput {
+    /// Empties the buffers, keeping their capacity.
+    pub fn clear(&mut self) {
+        self.steps = 0;
+        self.duration = Duration::ZERO;
+        self.first_step = Duration::ZERO;
+        self.last_step = Duration::ZERO;
+        self.prefill_tokens = 0;
+        self.tokens.clear();
+        self.finished.clear();
+        self.pinned.clear();
+        self.preempted.clear();
+    }
+}
+
+/// A backend scheduler core: one worker's physical KV and batch.
+///
+/// Sans-IO: `now` is an argument and nothing reads a clock or sleeps.
+pub trait SchedulerCore {
+    /// What the backend supports and its lifecycle constants.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Applies a command at `now`. Never panics on a bad id: unknown or ended
+    /// ids answer [`CommandOutcome::Noop`].
+    fn apply(&mut self, cmd: SchedulerCommand, now: Instant) -> CommandOutcome;
+
+    /// Runs one forward pass starting at `now` and then, while the batch's
+    /// composition cannot change (no request finishes, no block allocation
+    /// can fail, no waiting request could be admitted), further passes whose
+    /// start time is before `horizon`. Pass `horizon <= now` for exactly one
+    /// pass. `out` is cleared first. With no runnable work, `out.steps == 0`.
+    fn step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput);
+
+    /// Physical occupancy and admission quantities now.
+    fn capacity(&self) -> KvCapacitySnapshot;
+
+    /// Moves pending KV events into `out` (appending).
+    fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>);
+
+    /// No runnable work (nothing running or waiting to run).
+    fn is_empty(&self) -> bool;
+
+    /// Empty and no retained ownership: no held source, no reservation.
+    fn is_drained(&self) -> bool;
+}
