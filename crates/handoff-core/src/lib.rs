@@ -14,6 +14,7 @@
 pub mod accounting;
 pub mod ids;
 pub mod kv;
+pub mod perf;
 pub mod policy;
 pub mod request;
 pub mod scheduler;
@@ -24,6 +25,7 @@ pub use ids::{
     SourceLeaseId, WorkerId,
 };
 pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds};
+pub use perf::{FixedPerf, PerfModel, PolynomialPerf};
 pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
 pub use request::Request;
 pub use scheduler::{
