@@ -17,6 +17,7 @@ pub mod kv;
 pub mod perf;
 pub mod policy;
 pub mod request;
+pub mod rng;
 pub mod scheduler;
 pub mod time;
 
@@ -28,6 +29,7 @@ pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds};
 pub use perf::{FixedPerf, PerfModel, PolynomialPerf};
 pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
 pub use request::Request;
+pub use rng::Rng;
 pub use scheduler::{
     CommandOutcome, PrefillPinned, ReservationSummary, SchedulerCommand, SchedulerCore, StepOutput,
     TokenEmission,
