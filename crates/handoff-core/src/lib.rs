@@ -12,20 +12,32 @@
 #![warn(missing_docs)]
 
 pub mod accounting;
+pub mod destination;
 pub mod ids;
 pub mod kv;
+pub mod msg;
 pub mod perf;
 pub mod policy;
 pub mod request;
 pub mod rng;
 pub mod scheduler;
+pub mod source;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod time;
+pub mod transcript;
+pub mod transition;
+pub mod worker;
 
+pub use destination::{
+    DestinationAction, DestinationEvent, DestinationHandoff, DestinationState, SourceReady,
+};
 pub use ids::{
     DestinationReservationId, Generation, HandoffId, HandoffIdGen, RequestId, SessionId,
     SourceLeaseId, WorkerId,
 };
 pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds};
+pub use msg::{HandoffMsg, MsgBody, Role};
 pub use perf::{FixedPerf, PerfModel, PolynomialPerf};
 pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
 pub use request::Request;
@@ -34,4 +46,10 @@ pub use scheduler::{
     CommandOutcome, PrefillPinned, ReservationSummary, SchedulerCommand, SchedulerCore, StepOutput,
     TokenEmission,
 };
+pub use source::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
 pub use time::{Duration, Instant};
+pub use transcript::Transcript;
+pub use transition::{ActionList, CancelReason, OwnershipDelta, TransitionError, Verdict};
+pub use worker::{
+    DropReason, RequestError, Transition, Transmit, Worker, WorkerEvent, WorkerRequest, WorkerStats,
+};

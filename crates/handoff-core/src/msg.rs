@@ -1,0 +1,102 @@
+//! The facts that cross roles. Every message names its attempt and carries
+//! the sender's generation, so a restarted peer's old facts are recognised.
+
+use crate::ids::{Generation, HandoffId};
+use crate::scheduler::ReservationSummary;
+use crate::transition::CancelReason;
+
+#[cfg(feature = "serde")]
+use serde::{Deserialize, Serialize};
+
+/// Which role a message is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum Role {
+    /// The prefill side, holding the KV.
+    Source,
+    /// The decode side, receiving the KV.
+    Destination,
+}
+
+impl Role {
+    /// Stable name for transcripts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Source => "source",
+            Role::Destination => "destination",
+        }
+    }
+}
+
+/// One fact from one role to its peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub struct HandoffMsg {
+    /// The attempt.
+    pub id: HandoffId,
+    /// The sender's incarnation.
+    pub generation: Generation,
+    /// The fact.
+    pub body: MsgBody,
+}
+
+/// The fact a [`HandoffMsg`] carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum MsgBody {
+    /// Source → destination: the prefill KV is pinned.
+    SourceReady {
+        /// Blocks held.
+        blocks: u64,
+        /// Tokens held.
+        tokens: u64,
+    },
+    /// Destination → source: a reservation holds; with what must move.
+    DestinationReserved {
+        /// The reservation.
+        summary: ReservationSummary,
+    },
+    /// Source → destination (destination-first): the sender's writes are
+    /// complete, the destination KV is valid.
+    ReceiveCompleted,
+    /// Destination → source (source-first): the reader is done.
+    ReaderCompleted,
+    /// Destination → source: still trying, keep the KV this much longer.
+    LeaseRenewal {
+        /// Extension from the moment the source handles it, in nanoseconds
+        /// (clocks are not shared across processes, durations are).
+        extend_nanos: u64,
+    },
+    /// Either way: the sender abandoned the attempt.
+    Abort {
+        /// Why.
+        reason: CancelReason,
+        /// The role the abort is for.
+        to: Role,
+    },
+}
+
+impl MsgBody {
+    /// The role that consumes this fact.
+    pub fn target(&self) -> Role {
+        match self {
+            MsgBody::SourceReady { .. } | MsgBody::ReceiveCompleted => Role::Destination,
+            MsgBody::DestinationReserved { .. }
+            | MsgBody::ReaderCompleted
+            | MsgBody::LeaseRenewal { .. } => Role::Source,
+            MsgBody::Abort { to, .. } => *to,
+        }
+    }
+
+    /// Stable name for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MsgBody::SourceReady { .. } => "SourceReady",
+            MsgBody::DestinationReserved { .. } => "DestinationReserved",
+            MsgBody::ReceiveCompleted => "ReceiveCompleted",
+            MsgBody::ReaderCompleted => "ReaderCompleted",
+            MsgBody::LeaseRenewal { .. } => "LeaseRenewal",
+            MsgBody::Abort { .. } => "Abort",
+        }
+    }
+}

@@ -1,0 +1,1240 @@
+//! One worker: a scheduler core plus the source and destination roles of the
+//! handoffs it takes part in. Replay and live both drive this type, which is
+//! why their transcripts agree by construction.
+//!
+//! Inputs are `handle_*` calls and [`Worker::step`], each with `now`; outputs
+//! are polled: [`Worker::poll_transmit`] (facts for peers),
+//! [`Worker::poll_timeout`] (the next deadline) and [`Worker::poll_event`]
+//! (tokens, lifecycle transitions, KV events, transfer requests). Only the
+//! worker executes role actions against its core, and only it turns core
+//! outcomes back into role events.
+
+use crate::destination::{
+    DestinationAction, DestinationEvent, DestinationHandoff, DestinationState, SourceReady,
+};
+use crate::ids::{Generation, HandoffId, RequestId, WorkerId};
+use crate::kv::{KvCapacitySnapshot, KvEvent};
+use crate::msg::{HandoffMsg, MsgBody, Role};
+use crate::policy::{Capabilities, HandoffConfig, HandoffPolicy};
+use crate::request::Request;
+use crate::scheduler::{CommandOutcome, SchedulerCommand, SchedulerCore, StepOutput};
+use crate::source::{SourceAction, SourceEvent, SourceHandoff, SourceLease};
+use crate::time::{Duration, Instant};
+use crate::transition::{CancelReason, OwnershipDelta, TransitionError, Verdict};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashSet, VecDeque};
+use std::fmt;
+
+/// Work handed to a worker by the frontend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkerRequest {
+    /// Prefill and decode here, no handoff.
+    Ordinary(Request),
+    /// Be the source of handoff `id`.
+    HandoffSource {
+        /// The attempt.
+        id: HandoffId,
+        /// The request.
+        request: Request,
+    },
+    /// Be the destination of handoff `id`, reading from `source`.
+    HandoffDestination {
+        /// The attempt.
+        id: HandoffId,
+        /// The request.
+        request: Request,
+        /// The prefill worker.
+        source: WorkerId,
+        /// The source's announcement when routing happens after the prefill
+        /// pinned (source-first).
+        ready: Option<SourceReady>,
+    },
+}
+
+/// A request the worker refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestError {
+    /// A role for this attempt already exists here or ended here.
+    DuplicateHandoff(HandoffId),
+    /// Handoff requests need a handoff policy.
+    HandoffDisabled(HandoffId),
+    /// The core refused the submission.
+    Refused(RequestId),
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::DuplicateHandoff(id) => {
+                write!(f, "handoff {id} already known to this worker")
+            }
+            RequestError::HandoffDisabled(id) => {
+                write!(f, "handoff {id} sent to a worker whose policy is disabled")
+            }
+            RequestError::Refused(r) => write!(f, "scheduler refused request {r}"),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// A fact for a peer, stamped with when it left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// The peer.
+    pub to: WorkerId,
+    /// The fact.
+    pub msg: HandoffMsg,
+    /// When it was sent.
+    pub at: Instant,
+}
+
+/// One role transition, the unit of the lifecycle transcript.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// The attempt.
+    pub id: HandoffId,
+    /// The request.
+    pub request: RequestId,
+    /// The worker the role lives on.
+    pub worker: WorkerId,
+    /// Which role.
+    pub role: Role,
+    /// The fact that caused it.
+    pub event: &'static str,
+    /// State before.
+    pub from: &'static str,
+    /// State after.
+    pub to: &'static str,
+    /// Ownership moved on this worker.
+    pub delta: OwnershipDelta,
+    /// When.
+    pub at: Instant,
+}
+
+/// Why an incoming fact was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// It came from an older incarnation of the peer.
+    OldGeneration,
+    /// The role refused it.
+    Rejected(TransitionError),
+    /// Its attempt is unknown and did not show up in time.
+    Unknown,
+    /// It came from a worker that is not this attempt's peer.
+    WrongPeer,
+}
+
+/// What a worker reports. Times are when the thing happened in the model
+/// (a step's outputs happen at the step's end).
+#[derive(Clone, Debug, PartialEq)]
+pub enum WorkerEvent {
+    /// A role moved.
+    Transition(Transition),
+    /// A step ran from `start`: `steps` passes, the first lasting `first_step`,
+    /// the last `last_step`, in between linear. Token events that follow
+    /// belong to it.
+    Step {
+        /// Start of the first pass.
+        start: Instant,
+        /// Passes covered.
+        steps: u64,
+        /// Total time.
+        duration: Duration,
+        /// First pass.
+        first_step: Duration,
+        /// Last pass.
+        last_step: Duration,
+        /// Prefill tokens computed.
+        prefill_tokens: u64,
+    },
+    /// Output tokens of the step just reported.
+    Tokens {
+        /// The request.
+        request: RequestId,
+        /// How many (one per pass).
+        tokens: u32,
+        /// Whether the first is the request's first output token.
+        first: bool,
+    },
+    /// A request finished decoding and freed its KV.
+    RequestFinished {
+        /// The request.
+        request: RequestId,
+        /// When.
+        at: Instant,
+    },
+    /// A request lost its KV and will recompute (vLLM) / was retracted (SGLang).
+    Preempted {
+        /// The request.
+        request: RequestId,
+        /// When.
+        at: Instant,
+    },
+    /// A handoff prefill completed and pinned: prefill compute load may drop
+    /// (the router's `active_prefill_tokens`), ownership stays.
+    PrefillPinned {
+        /// The attempt.
+        id: HandoffId,
+        /// The request.
+        request: RequestId,
+        /// Blocks held.
+        blocks: u64,
+        /// Tokens held.
+        tokens: u64,
+        /// When.
+        at: Instant,
+    },
+    /// Move KV for `id`; the driver calls `handle_transfer_done` on *this*
+    /// worker when it is finished.
+    StartTransfer {
+        /// The attempt.
+        id: HandoffId,
+        /// The request.
+        request: RequestId,
+        /// Prefill worker.
+        source: WorkerId,
+        /// Decode worker.
+        destination: WorkerId,
+        /// Tokens whose KV moves (destination-prefix reuse and page alignment
+        /// already applied).
+        tokens: u64,
+        /// Blocks that move.
+        blocks: u64,
+        /// When.
+        at: Instant,
+    },
+    /// A role ended. `reason` is `None` on success. The router's request guard
+    /// keys its cleanup on these.
+    RoleEnded {
+        /// The attempt.
+        id: HandoffId,
+        /// The request.
+        request: RequestId,
+        /// Which role.
+        role: Role,
+        /// Why it ended early, if it did.
+        reason: Option<CancelReason>,
+        /// When.
+        at: Instant,
+    },
+    /// A KV cache event.
+    Kv {
+        /// The event.
+        event: KvEvent,
+        /// When.
+        at: Instant,
+    },
+    /// An incoming fact was dropped.
+    Dropped {
+        /// Sender.
+        from: WorkerId,
+        /// Its attempt.
+        id: HandoffId,
+        /// Its name.
+        fact: &'static str,
+        /// Why.
+        reason: DropReason,
+        /// When.
+        at: Instant,
+    },
+}
+
+/// Counters a driver can report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Facts applied.
+    pub applied: u64,
+    /// Exact duplicates ignored.
+    pub duplicates: u64,
+    /// Facts for released attempts.
+    pub stale: u64,
+    /// Facts from an older peer generation.
+    pub old_generation: u64,
+    /// Facts refused as invalid or conflicting.
+    pub rejected: u64,
+    /// Facts that arrived before their request and were held back.
+    pub early: u64,
+    /// Early facts dropped because their request never came.
+    pub early_dropped: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKind {
+    Lease,
+    Reservation,
+    EarlyFacts,
+}
+
+#[derive(Debug)]
+struct SourceEntry {
+    role: SourceHandoff,
+    request_id: RequestId,
+    request: Option<Request>,
+    peer: Option<WorkerId>,
+}
+
+#[derive(Debug)]
+struct DestEntry {
+    role: DestinationHandoff,
+    request_id: RequestId,
+    request: Option<Request>,
+}
+
+#[derive(Debug)]
+struct EarlyFact {
+    from: WorkerId,
+    msg: HandoffMsg,
+}
+
+/// A worker; see the module docs.
+#[derive(Debug)]
+pub struct Worker<S: SchedulerCore> {
+    id: WorkerId,
+    generation: Generation,
+    policy: HandoffPolicy,
+    config: HandoffConfig,
+    caps: Capabilities,
+    core: S,
+    sources: BTreeMap<HandoffId, SourceEntry>,
+    dests: BTreeMap<HandoffId, DestEntry>,
+    active_dest: BTreeMap<RequestId, HandoffId>,
+    reserve_queue: VecDeque<HandoffId>,
+    timers: BinaryHeap<Reverse<(Instant, HandoffId, TimerKind)>>,
+    tombstones: VecDeque<HandoffId>,
+    tombstone_set: HashSet<HandoffId>,
+    early: BTreeMap<HandoffId, (Instant, Vec<EarlyFact>)>,
+    peers: BTreeMap<WorkerId, Generation>,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<WorkerEvent>,
+    step_out: StepOutput,
+    kv_buf: Vec<KvEvent>,
+    stats: WorkerStats,
+}
+
+/// How many early facts one attempt may buffer; more is a misbehaving peer.
+const EARLY_FACTS_PER_ID: usize = 8;
+/// How many attempts may have early facts at once.
+const EARLY_IDS: usize = 4096;
+
+impl<S: SchedulerCore> Worker<S> {
+    /// A worker `id` of incarnation `generation` using `policy` for its
+    /// handoffs.
+    pub fn new(
+        id: WorkerId,
+        generation: Generation,
+        policy: HandoffPolicy,
+        config: HandoffConfig,
+        core: S,
+    ) -> Self {
+        let caps = core.capabilities();
+        Worker {
+            id,
+            generation,
+            policy,
+            config,
+            caps,
+            core,
+            sources: BTreeMap::new(),
+            dests: BTreeMap::new(),
+            active_dest: BTreeMap::new(),
+            reserve_queue: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            tombstones: VecDeque::new(),
+            tombstone_set: HashSet::new(),
+            early: BTreeMap::new(),
+            peers: BTreeMap::new(),
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            step_out: StepOutput::default(),
+            kv_buf: Vec::new(),
+            stats: WorkerStats::default(),
+        }
+    }
+
+    /// This worker's id.
+    pub fn id(&self) -> WorkerId {
+        self.id
+    }
+
+    /// This worker's incarnation.
+    pub fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    /// The handoff policy its roles follow.
+    pub fn policy(&self) -> HandoffPolicy {
+        self.policy
+    }
+
+    /// The core's capabilities.
+    pub fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    /// The scheduler core (read-only; physical state changes only through
+    /// the lifecycle).
+    pub fn core(&self) -> &S {
+        &self.core
+    }
+
+    /// Physical occupancy now.
+    pub fn capacity(&self) -> KvCapacitySnapshot {
+        self.core.capacity()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> WorkerStats {
+        self.stats
+    }
+
+    /// Live roles on this worker.
+    pub fn live_handoffs(&self) -> usize {
+        self.sources.len() + self.dests.len()
+    }
+
+    /// No runnable work in the core (retained ownership may remain).
+    pub fn is_empty(&self) -> bool {
+        self.core.is_empty()
+    }
+
+    /// Nothing runnable, nothing retained, no live role, nothing queued.
+    pub fn is_drained(&self) -> bool {
+        self.core.is_drained()
+            && self.sources.is_empty()
+            && self.dests.is_empty()
+            && self.reserve_queue.is_empty()
+    }
+
+    /// Takes a request from the frontend.
+    pub fn handle_request(&mut self, req: WorkerRequest, now: Instant) -> Result<(), RequestError> {
+        let result = self.accept_request(req, now);
+        self.pump_reservations(now);
+        self.flush_kv(now);
+        result
+    }
+
+    fn accept_request(&mut self, req: WorkerRequest, now: Instant) -> Result<(), RequestError> {
+        match req {
+            WorkerRequest::Ordinary(request) => {
+                let rid = request.id;
+                match self.core.apply(SchedulerCommand::Submit(request), now) {
+                    CommandOutcome::Submitted => Ok(()),
+                    _ => Err(RequestError::Refused(rid)),
+                }
+            }
+            WorkerRequest::HandoffSource { id, request } => {
+                self.check_new(id)?;
+                let request_id = request.id;
+                self.sources.insert(
+                    id,
+                    SourceEntry {
+                        role: SourceHandoff::new(id, self.policy, self.caps.source_lease_ttl),
+                        request_id,
+                        request: Some(request),
+                        peer: None,
+                    },
+                );
+                self.source_event(id, SourceEvent::Start, now);
+                self.replay_early(id, now);
+                Ok(())
+            }
+            WorkerRequest::HandoffDestination {
+                id,
+                request,
+                source,
+                ready,
+            } => {
+                self.check_new(id)?;
+                let request_id = request.id;
+                self.dests.insert(
+                    id,
+                    DestEntry {
+                        role: DestinationHandoff::new(id, self.policy, self.config.reservation_ttl),
+                        request_id,
+                        request: Some(request),
+                    },
+                );
+                self.dest_event(id, DestinationEvent::Routed { source, ready }, now);
+                self.replay_early(id, now);
+                Ok(())
+            }
+        }
+    }
+
+    fn check_new(&self, id: HandoffId) -> Result<(), RequestError> {
+        if self.policy == HandoffPolicy::Disabled {
+            return Err(RequestError::HandoffDisabled(id));
+        }
+        if self.sources.contains_key(&id)
+            || self.dests.contains_key(&id)
+            || self.tombstone_set.contains(&id)
+        {
+            return Err(RequestError::DuplicateHandoff(id));
+        }
+        Ok(())
+    }
+
+    /// Takes a fact from peer `from`.
+    pub fn handle_message(&mut self, from: WorkerId, msg: HandoffMsg, now: Instant) {
+        self.deliver(from, msg, now, true);
+        self.pump_reservations(now);
+        self.flush_kv(now);
+    }
+
+    fn deliver(&mut self, from: WorkerId, msg: HandoffMsg, now: Instant, may_buffer: bool) {
+        let known = self.peers.get(&from).copied();
+        match known {
+            Some(g) if msg.generation < g => {
+                self.stats.old_generation += 1;
+                self.drop_fact(from, &msg, DropReason::OldGeneration, now);
+                return;
+            }
+            Some(g) if msg.generation > g => self.peer_restarted(from, msg.generation, now),
+            None => {
+                self.peers.insert(from, msg.generation);
+            }
+            _ => {}
+        }
+        let id = msg.id;
+        let exists = match msg.body.target() {
+            Role::Source => self.sources.contains_key(&id),
+            Role::Destination => self.dests.contains_key(&id),
+        };
+        if !exists {
+            if self.tombstone_set.contains(&id) {
+                self.stats.stale += 1;
+                let e = TransitionError::Stale {
+                    id,
+                    event: msg.body.name(),
+                };
+                self.drop_fact(from, &msg, DropReason::Rejected(e), now);
+            } else if may_buffer {
+                self.buffer_early(from, msg, now);
+            } else {
+                self.drop_fact(from, &msg, DropReason::Unknown, now);
+            }
+            return;
+        }
+        match msg.body.target() {
+            Role::Source => {
+                let Some(entry) = self.sources.get_mut(&id) else {
+                    return;
+                };
+                match entry.peer {
+                    Some(p) if p != from => {
+                        self.stats.rejected += 1;
+                        self.drop_fact(from, &msg, DropReason::WrongPeer, now);
+                        return;
+                    }
+                    _ => entry.peer = Some(from),
+                }
+                let ev = match msg.body {
+                    MsgBody::DestinationReserved { summary } => {
+                        SourceEvent::DestinationReserved { summary }
+                    }
+                    MsgBody::ReaderCompleted => SourceEvent::ReaderCompleted,
+                    MsgBody::LeaseRenewal { extend_nanos } => SourceEvent::LeaseRenewed {
+                        deadline: now + Duration::from_nanos(extend_nanos),
+                    },
+                    MsgBody::Abort { .. } => SourceEvent::Cancelled {
+                        reason: CancelReason::PeerAborted,
+                    },
+                    MsgBody::SourceReady { .. } | MsgBody::ReceiveCompleted => return,
+                };
+                self.source_event_from(id, ev, now, Some((from, msg.body.name())));
+            }
+            Role::Destination => {
+                let Some(entry) = self.dests.get(&id) else {
+                    return;
+                };
+                if entry.role.source() != Some(from) {
+                    self.stats.rejected += 1;
+                    self.drop_fact(from, &msg, DropReason::WrongPeer, now);
+                    return;
+                }
+                let ev = match msg.body {
+                    MsgBody::SourceReady { blocks, tokens } => {
+                        DestinationEvent::SourceReady(SourceReady { blocks, tokens })
+                    }
+                    MsgBody::ReceiveCompleted => DestinationEvent::ReceiveCompleted,
+                    MsgBody::Abort { .. } => DestinationEvent::Cancelled {
+                        reason: CancelReason::PeerAborted,
+                    },
+                    _ => return,
+                };
+                self.dest_event_from(id, ev, now, Some((from, msg.body.name())));
+            }
+        }
+    }
+
+    fn buffer_early(&mut self, from: WorkerId, msg: HandoffMsg, now: Instant) {
+        let id = msg.id;
+        if !self.early.contains_key(&id) && self.early.len() >= EARLY_IDS {
+            self.stats.early_dropped += 1;
+            self.drop_fact(from, &msg, DropReason::Unknown, now);
+            return;
+        }
+        let deadline = now + self.config.early_fact_ttl;
+        let entry = self
+            .early
+            .entry(id)
+            .or_insert_with(|| (deadline, Vec::new()));
+        if entry.1.len() >= EARLY_FACTS_PER_ID {
+            self.stats.early_dropped += 1;
+            self.drop_fact(from, &msg, DropReason::Unknown, now);
+            return;
+        }
+        if entry.1.is_empty() {
+            self.timers
+                .push(Reverse((deadline, id, TimerKind::EarlyFacts)));
+        }
+        entry.1.push(EarlyFact { from, msg });
+        self.stats.early += 1;
+    }
+
+    fn replay_early(&mut self, id: HandoffId, now: Instant) {
+        if let Some((_, facts)) = self.early.remove(&id) {
+            for f in facts {
+                self.deliver(f.from, f.msg, now, false);
+            }
+        }
+    }
+
+    fn drop_fact(&mut self, from: WorkerId, msg: &HandoffMsg, reason: DropReason, now: Instant) {
+        self.events.push_back(WorkerEvent::Dropped {
+            from,
+            id: msg.id,
+            fact: msg.body.name(),
+            reason,
+            at: now,
+        });
+    }
+
+    /// The transfer this worker started for `id` finished (`ok`) or failed.
+    pub fn handle_transfer_done(&mut self, id: HandoffId, ok: bool, now: Instant) {
+        if self.dests.contains_key(&id) {
+            let ev = if ok {
+                DestinationEvent::ReceiveCompleted
+            } else {
+                DestinationEvent::Cancelled {
+                    reason: CancelReason::TransferFailed,
+                }
+            };
+            self.dest_event(id, ev, now);
+        } else if self.sources.contains_key(&id) {
+            let ev = if ok {
+                SourceEvent::ReaderCompleted
+            } else {
+                SourceEvent::Cancelled {
+                    reason: CancelReason::TransferFailed,
+                }
+            };
+            self.source_event(id, ev, now);
+        } else {
+            self.stats.stale += 1;
+        }
+        self.pump_reservations(now);
+        self.flush_kv(now);
+    }
+
+    /// Abandons attempt `id` on this worker (client abort, frontend guard).
+    pub fn cancel(&mut self, id: HandoffId, reason: CancelReason, now: Instant) {
+        if self.sources.contains_key(&id) {
+            self.source_event(id, SourceEvent::Cancelled { reason }, now);
+        }
+        if self.dests.contains_key(&id) {
+            self.dest_event(id, DestinationEvent::Cancelled { reason }, now);
+        }
+        self.pump_reservations(now);
+        self.flush_kv(now);
+    }
+
+    /// The transport to `peer` is gone: every attempt with it ends locally,
+    /// without waiting for a final message.
+    pub fn handle_peer_lost(&mut self, peer: WorkerId, now: Instant) {
+        self.cancel_peer(peer, CancelReason::PeerLost, now);
+        self.pump_reservations(now);
+        self.flush_kv(now);
+    }
+
+    /// `peer` announced (e.g. in a transport hello) that it is now
+    /// `generation`. A newer generation voids every attempt with it.
+    pub fn handle_peer_generation(&mut self, peer: WorkerId, generation: Generation, now: Instant) {
+        match self.peers.get(&peer) {
+            Some(g) if generation > *g => self.peer_restarted(peer, generation, now),
+            None => {
+                self.peers.insert(peer, generation);
+            }
+            _ => {}
+        }
+        self.pump_reservations(now);
+        self.flush_kv(now);
+    }
+
+    fn peer_restarted(&mut self, peer: WorkerId, generation: Generation, now: Instant) {
+        self.peers.insert(peer, generation);
+        self.cancel_peer(peer, CancelReason::PeerRestarted, now);
+    }
+
+    fn cancel_peer(&mut self, peer: WorkerId, reason: CancelReason, now: Instant) {
+        let src: Vec<HandoffId> = self
+            .sources
+            .iter()
+            .filter(|(_, e)| e.peer == Some(peer))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in src {
+            self.source_event(id, SourceEvent::Cancelled { reason }, now);
+        }
+        let dst: Vec<HandoffId> = self
+            .dests
+            .iter()
+            .filter(|(_, e)| e.role.source() == Some(peer))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in dst {
+            self.dest_event(id, DestinationEvent::Cancelled { reason }, now);
+        }
+    }
+
+    /// Ends every role here, releasing all local ownership (shutdown, or
+    /// replay teardown with unresolved handoffs).
+    pub fn teardown(&mut self, now: Instant) {
+        let src: Vec<HandoffId> = self.sources.keys().copied().collect();
+        for id in src {
+            self.source_event(
+                id,
+                SourceEvent::Cancelled {
+                    reason: CancelReason::Teardown,
+                },
+                now,
+            );
+        }
+        let dst: Vec<HandoffId> = self.dests.keys().copied().collect();
+        for id in dst {
+            self.dest_event(
+                id,
+                DestinationEvent::Cancelled {
+                    reason: CancelReason::Teardown,
+                },
+                now,
+            );
+        }
+        self.flush_kv(now);
+    }
+
+    /// Restarts as the next generation with a fresh core: every role ends
+    /// locally first (peers learn from the new generation, not from us).
+    pub fn restart(&mut self, core: S, now: Instant) {
+        self.teardown(now);
+        self.core = core;
+        self.caps = self.core.capabilities();
+        self.generation = self.generation.next();
+        self.active_dest.clear();
+        self.reserve_queue.clear();
+        self.early.clear();
+        self.events.push_back(WorkerEvent::Kv {
+            event: KvEvent {
+                event_id: u64::MAX,
+                data: crate::kv::KvEventData::Cleared,
+            },
+            at: now,
+        });
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(Reverse((deadline, id, kind))) = self.timers.peek().copied() {
+            if deadline > now {
+                break;
+            }
+            self.timers.pop();
+            match kind {
+                TimerKind::Lease => {
+                    let due = self
+                        .sources
+                        .get(&id)
+                        .is_some_and(|e| e.role.deadline() <= now);
+                    if due {
+                        self.source_event(id, SourceEvent::LeaseExpired, now);
+                    }
+                }
+                TimerKind::Reservation => {
+                    let due = self
+                        .dests
+                        .get(&id)
+                        .is_some_and(|e| e.role.deadline() <= now);
+                    if due {
+                        self.dest_event(id, DestinationEvent::ReservationExpired, now);
+                    }
+                }
+                TimerKind::EarlyFacts => {
+                    if let Some((exp, facts)) = self.early.remove(&id) {
+                        if exp <= now {
+                            self.stats.early_dropped += facts.len() as u64;
+                            for f in &facts {
+                                self.drop_fact(f.from, &f.msg, DropReason::Unknown, now);
+                            }
+                        } else {
+                            self.early.insert(id, (exp, facts));
+                        }
+                    }
+                }
+            }
+        }
+        self.pump_reservations(now);
+        self.flush_kv(now);
+    }
+
+    /// The earliest pending deadline, if any. Timers are lazily cancelled, so
+    /// a deadline may fire and find nothing to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Runs the core from `now`: one pass, plus further passes that start
+    /// before `horizon` while nothing can change (see
+    /// [`SchedulerCore::step`]). Returns when the step ends, or `None` when
+    /// there was nothing to run.
+    pub fn step(&mut self, now: Instant, horizon: Instant) -> Option<Instant> {
+        let mut out = std::mem::take(&mut self.step_out);
+        self.core.step(now, horizon, &mut out);
+        let result = if out.steps == 0 {
+            None
+        } else {
+            let end = now + out.duration;
+            self.events.push_back(WorkerEvent::Step {
+                start: now,
+                steps: out.steps,
+                duration: out.duration,
+                first_step: out.first_step,
+                last_step: out.last_step,
+                prefill_tokens: out.prefill_tokens,
+            });
+            for t in &out.tokens {
+                self.events.push_back(WorkerEvent::Tokens {
+                    request: t.request,
+                    tokens: t.tokens,
+                    first: t.first,
+                });
+            }
+            for &request in &out.preempted {
+                self.events
+                    .push_back(WorkerEvent::Preempted { request, at: end });
+            }
+            for p in &out.pinned {
+                let lease = SourceLease {
+                    id: p.lease,
+                    blocks: p.blocks,
+                    tokens: p.tokens,
+                    deadline: end + self.caps.source_lease_ttl,
+                };
+                self.source_event(p.id, SourceEvent::PrefillPinned { lease }, end);
+            }
+            for &request in &out.finished {
+                self.events
+                    .push_back(WorkerEvent::RequestFinished { request, at: end });
+                if let Some(id) = self.active_dest.remove(&request) {
+                    self.dest_event(id, DestinationEvent::Finished, end);
+                }
+            }
+            Some(end)
+        };
+        self.step_out = out;
+        let at = result.unwrap_or(now);
+        self.pump_reservations(at);
+        self.flush_kv(at);
+        result
+    }
+
+    /// The next fact for a peer.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<WorkerEvent> {
+        self.events.pop_front()
+    }
+
+    fn flush_kv(&mut self, now: Instant) {
+        self.core.drain_kv_events(&mut self.kv_buf);
+        for event in self.kv_buf.drain(..) {
+            self.events.push_back(WorkerEvent::Kv { event, at: now });
+        }
+    }
+
+    fn send(&mut self, to: WorkerId, id: HandoffId, body: MsgBody, now: Instant) {
+        let msg = HandoffMsg {
+            id,
+            generation: self.generation,
+            body,
+        };
+        self.transmits.push_back(Transmit { to, msg, at: now });
+    }
+
+    fn tombstone(&mut self, id: HandoffId) {
+        if self.config.tombstones == 0 {
+            return;
+        }
+        if self.tombstones.len() >= self.config.tombstones {
+            if let Some(old) = self.tombstones.pop_front() {
+                self.tombstone_set.remove(&old);
+            }
+        }
+        self.tombstones.push_back(id);
+        self.tombstone_set.insert(id);
+    }
+
+    fn reject(
+        &mut self,
+        err: TransitionError,
+        origin: Option<(WorkerId, &'static str)>,
+        id: HandoffId,
+        now: Instant,
+    ) {
+        match err {
+            TransitionError::Stale { .. } => self.stats.stale += 1,
+            TransitionError::Premature { .. } => return,
+            _ => self.stats.rejected += 1,
+        }
+        if let Some((from, fact)) = origin {
+            self.events.push_back(WorkerEvent::Dropped {
+                from,
+                id,
+                fact,
+                reason: DropReason::Rejected(err),
+                at: now,
+            });
+        }
+    }
+
+    fn source_event(&mut self, id: HandoffId, ev: SourceEvent, now: Instant) {
+        self.source_event_from(id, ev, now, None);
+    }
+
+    fn source_event_from(
+        &mut self,
+        id: HandoffId,
+        ev: SourceEvent,
+        now: Instant,
+        origin: Option<(WorkerId, &'static str)>,
+    ) {
+        let Some(entry) = self.sources.get_mut(&id) else {
+            self.stats.stale += 1;
+            return;
+        };
+        let verdict = match entry.role.handle(ev, now) {
+            Ok(v) => v,
+            Err(e) => return self.reject(e, origin, id, now),
+        };
+        let Verdict::Applied {
+            from,
+            to,
+            actions,
+            delta,
+        } = verdict
+        else {
+            self.stats.duplicates += 1;
+            return;
+        };
+        self.stats.applied += 1;
+        let request_id = entry.request_id;
+        self.events.push_back(WorkerEvent::Transition(Transition {
+            id,
+            request: request_id,
+            worker: self.id,
+            role: Role::Source,
+            event: ev.name(),
+            from: from.name(),
+            to: to.name(),
+            delta,
+            at: now,
+        }));
+        for action in actions.iter() {
+            self.run_source_action(id, request_id, action, now);
+        }
+        if to == crate::source::SourceState::Released {
+            self.sources.remove(&id);
+            self.tombstone(id);
+            let reason = match ev {
+                SourceEvent::Cancelled { reason } => Some(reason),
+                SourceEvent::LeaseExpired => Some(CancelReason::LeaseExpired),
+                _ => None,
+            };
+            self.events.push_back(WorkerEvent::RoleEnded {
+                id,
+                request: request_id,
+                role: Role::Source,
+                reason,
+                at: now,
+            });
+        }
+    }
+
+    fn run_source_action(
+        &mut self,
+        id: HandoffId,
+        request_id: RequestId,
+        action: SourceAction,
+        now: Instant,
+    ) {
+        let peer = self.sources.get(&id).and_then(|e| e.peer);
+        match action {
+            SourceAction::DispatchPrefill => {
+                let Some(request) = self.sources.get_mut(&id).and_then(|e| e.request.take()) else {
+                    return;
+                };
+                match self
+                    .core
+                    .apply(SchedulerCommand::SubmitHandoffPrefill { id, request }, now)
+                {
+                    CommandOutcome::Submitted => {}
+                    _ => self.source_event(
+                        id,
+                        SourceEvent::Cancelled {
+                            reason: CancelReason::Unsupported,
+                        },
+                        now,
+                    ),
+                }
+            }
+            SourceAction::AnnounceReady { blocks, tokens } => {
+                self.events.push_back(WorkerEvent::PrefillPinned {
+                    id,
+                    request: request_id,
+                    blocks,
+                    tokens,
+                    at: now,
+                });
+                if let Some(p) = peer {
+                    self.send(p, id, MsgBody::SourceReady { blocks, tokens }, now);
+                }
+            }
+            SourceAction::ArmLease { deadline } => {
+                self.timers.push(Reverse((deadline, id, TimerKind::Lease)))
+            }
+            SourceAction::StartTransfer => {
+                let summary = self
+                    .sources
+                    .get(&id)
+                    .and_then(|e| e.role.reservation())
+                    .unwrap_or_default();
+                if let Some(destination) = peer {
+                    self.events.push_back(WorkerEvent::StartTransfer {
+                        id,
+                        request: request_id,
+                        source: self.id,
+                        destination,
+                        tokens: summary.transfer_tokens,
+                        blocks: summary.transfer_blocks,
+                        at: now,
+                    });
+                }
+            }
+            SourceAction::ReleaseSource => {
+                self.core.apply(SchedulerCommand::ReleaseSource { id }, now);
+            }
+            SourceAction::CancelSource => {
+                self.core.apply(SchedulerCommand::CancelSource { id }, now);
+            }
+            SourceAction::SendReceiveCompleted => {
+                if let Some(p) = peer {
+                    self.send(p, id, MsgBody::ReceiveCompleted, now);
+                }
+            }
+            SourceAction::SendAbort { reason } => {
+                if let Some(p) = peer {
+                    self.send(
+                        p,
+                        id,
+                        MsgBody::Abort {
+                            reason,
+                            to: Role::Destination,
+                        },
+                        now,
+                    );
+                }
+            }
+        }
+    }
+
+    fn dest_event(&mut self, id: HandoffId, ev: DestinationEvent, now: Instant) {
+        self.dest_event_from(id, ev, now, None);
+    }
+
+    fn dest_event_from(
+        &mut self,
+        id: HandoffId,
+        ev: DestinationEvent,
+        now: Instant,
+        origin: Option<(WorkerId, &'static str)>,
+    ) {
+        let Some(entry) = self.dests.get_mut(&id) else {
+            self.stats.stale += 1;
+            return;
+        };
+        let verdict = match entry.role.handle(ev, now) {
+            Ok(v) => v,
+            Err(e) => return self.reject(e, origin, id, now),
+        };
+        let Verdict::Applied {
+            from,
+            to,
+            actions,
+            delta,
+        } = verdict
+        else {
+            self.stats.duplicates += 1;
+            return;
+        };
+        self.stats.applied += 1;
+        let request_id = entry.request_id;
+        self.events.push_back(WorkerEvent::Transition(Transition {
+            id,
+            request: request_id,
+            worker: self.id,
+            role: Role::Destination,
+            event: ev.name(),
+            from: from.name(),
+            to: to.name(),
+            delta,
+            at: now,
+        }));
+        for action in actions.iter() {
+            self.run_dest_action(id, request_id, action, now);
+        }
+        if to == DestinationState::Released {
+            self.dests.remove(&id);
+            self.active_dest.remove(&request_id);
+            self.tombstone(id);
+            let reason = match ev {
+                DestinationEvent::Cancelled { reason } if from != DestinationState::Active => {
+                    Some(reason)
+                }
+                DestinationEvent::ReservationExpired => Some(CancelReason::ReservationExpired),
+                DestinationEvent::Unsupported => Some(CancelReason::Unsupported),
+                _ => None,
+            };
+            self.events.push_back(WorkerEvent::RoleEnded {
+                id,
+                request: request_id,
+                role: Role::Destination,
+                reason,
+                at: now,
+            });
+        }
+    }
+
+    fn run_dest_action(
+        &mut self,
+        id: HandoffId,
+        request_id: RequestId,
+        action: DestinationAction,
+        now: Instant,
+    ) {
+        let source = self.dests.get(&id).and_then(|e| e.role.source());
+        match action {
+            DestinationAction::QueueReservation => self.reserve_queue.push_back(id),
+            DestinationAction::DequeueReservation => self.reserve_queue.retain(|x| *x != id),
+            DestinationAction::SendDestinationReserved { summary } => {
+                if let Some(s) = source {
+                    self.send(s, id, MsgBody::DestinationReserved { summary }, now);
+                }
+            }
+            DestinationAction::ArmReservation { deadline } => {
+                self.timers
+                    .push(Reverse((deadline, id, TimerKind::Reservation)))
+            }
+            DestinationAction::StartTransfer => {
+                let summary = self
+                    .dests
+                    .get(&id)
+                    .and_then(|e| e.role.reservation())
+                    .unwrap_or_default();
+                if let Some(s) = source {
+                    self.events.push_back(WorkerEvent::StartTransfer {
+                        id,
+                        request: request_id,
+                        source: s,
+                        destination: self.id,
+                        tokens: summary.transfer_tokens,
+                        blocks: summary.transfer_blocks,
+                        at: now,
+                    });
+                }
+            }
+            DestinationAction::ActivateDestination => {
+                if self
+                    .core
+                    .apply(SchedulerCommand::ActivateDestination { id }, now)
+                    == CommandOutcome::Applied
+                {
+                    self.active_dest.insert(request_id, id);
+                }
+            }
+            DestinationAction::SendReaderCompleted => {
+                if let Some(s) = source {
+                    self.send(s, id, MsgBody::ReaderCompleted, now);
+                }
+            }
+            DestinationAction::CancelDestination => {
+                self.core
+                    .apply(SchedulerCommand::CancelDestination { id }, now);
+            }
+            DestinationAction::SendLeaseRenewal => {
+                if let (Some(s), Some(extend)) = (source, self.config.renew_source_lease) {
+                    let extend_nanos = u64::try_from(extend.as_nanos()).unwrap_or(u64::MAX);
+                    self.send(s, id, MsgBody::LeaseRenewal { extend_nanos }, now);
+                }
+            }
+            DestinationAction::SendAbort { reason } => {
+                if let Some(s) = source {
+                    self.send(
+                        s,
+                        id,
+                        MsgBody::Abort {
+                            reason,
+                            to: Role::Source,
+                        },
+                        now,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Tries the reservation queue in FIFO order, stopping at the first
+    /// attempt that does not fit (head-of-line blocking, as SGLang's
+    /// `DecodePreallocQueue` and vLLM's waiting queue both do).
+    fn pump_reservations(&mut self, now: Instant) {
+        while let Some(&id) = self.reserve_queue.front() {
+            let Some(request) = self.dests.get_mut(&id).and_then(|e| e.request.take()) else {
+                // Its role ended or already reserved: nothing to try.
+                self.reserve_queue.pop_front();
+                continue;
+            };
+            match self
+                .core
+                .apply(SchedulerCommand::ReserveDestination { id, request }, now)
+            {
+                CommandOutcome::Reserved(summary) => {
+                    self.reserve_queue.pop_front();
+                    self.dest_event(id, DestinationEvent::Reserved { summary }, now);
+                }
+                CommandOutcome::Unavailable(back) => {
+                    if let Some(e) = self.dests.get_mut(&id) {
+                        e.request = back;
+                    }
+                    self.dest_event(id, DestinationEvent::Unavailable, now);
+                    break;
+                }
+                _ => {
+                    self.reserve_queue.pop_front();
+                    self.dest_event(id, DestinationEvent::Unsupported, now);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Every (state, event) pair of both role machines, for both orderings: the
+//! verdict class, the next state and the actions. The expected table lives in
+//! `tests/role_table.txt`; a change to the machines must change that file in
+//! the same commit, where a reviewer reads it line by line.
+
+use handoff_core::{
+    CancelReason, DestinationEvent, DestinationHandoff, DestinationReservationId, Duration,
+    HandoffId, HandoffPolicy, Instant, ReservationSummary, SourceEvent, SourceHandoff, SourceLease,
+    SourceLeaseId, SourceReady, TransitionError, Verdict, WorkerId,
+};
+use std::fmt::Write as _;
+
+const TTL: Duration = Duration::from_secs(100);
+const T0: Instant = Instant(1_000);
+
+fn summary(n: u64) -> ReservationSummary {
+    ReservationSummary {
+        reservation: Some(DestinationReservationId(n)),
+        physical_blocks: 4 * n,
+        transfer_tokens: 64,
+        transfer_blocks: 4,
+        ..Default::default()
+    }
+}
+
+fn lease(n: u64) -> SourceLease {
+    SourceLease {
+        id: SourceLeaseId(n),
+        blocks: 8,
+        tokens: 128,
+        deadline: Instant(T0.0 + 50_000),
+    }
+}
+
+fn classify<S: Copy + std::fmt::Debug, A: Copy + std::fmt::Debug>(
+    r: Result<Verdict<S, A>, TransitionError>,
+) -> String {
+    match r {
+        Ok(Verdict::Applied {
+            to, actions, delta, ..
+        }) => {
+            let acts: Vec<String> = actions.iter().map(|a| format!("{a:?}")).collect();
+            format!("-> {to:?} [{}] {delta}", acts.join(", "))
+        }
+        Ok(Verdict::Duplicate) => "duplicate".into(),
+        Err(TransitionError::Stale { .. }) => "stale".into(),
+        Err(TransitionError::Invalid { .. }) => "invalid".into(),
+        Err(TransitionError::Conflict { .. }) => "conflict".into(),
+        Err(TransitionError::Premature { .. }) => "premature".into(),
+    }
+}
+
+fn source_paths(policy: HandoffPolicy) -> Vec<(&'static str, Vec<SourceEvent>)> {
+    let start = SourceEvent::Start;
+    let reserved = SourceEvent::DestinationReserved {
+        summary: summary(1),
+    };
+    let pinned = SourceEvent::PrefillPinned { lease: lease(1) };
+    let done = SourceEvent::ReaderCompleted;
+    match policy {
+        HandoffPolicy::SourceFirst => vec![
+            ("NotStarted", vec![]),
+            ("Computing", vec![start]),
+            ("Pinned", vec![start, pinned]),
+            ("AwaitingReaderCompletion", vec![start, pinned, reserved]),
+            ("Released", vec![start, pinned, reserved, done]),
+        ],
+        _ => vec![
+            ("NotStarted", vec![start]),
+            ("Computing", vec![start, reserved]),
+            ("AwaitingReaderCompletion", vec![start, reserved, pinned]),
+            ("Released", vec![start, reserved, pinned, done]),
+        ],
+    }
+}
+
+fn source_events() -> Vec<(&'static str, SourceEvent, Instant)> {
+    let late = Instant(T0.0 + 10_000_000_000_000);
+    vec![
+        ("Start", SourceEvent::Start, T0),
+        (
+            "DestinationReserved(same)",
+            SourceEvent::DestinationReserved {
+                summary: summary(1),
+            },
+            T0,
+        ),
+        (
+            "DestinationReserved(other)",
+            SourceEvent::DestinationReserved {
+                summary: summary(2),
+            },
+            T0,
+        ),
+        (
+            "PrefillPinned(same)",
+            SourceEvent::PrefillPinned { lease: lease(1) },
+            T0,
+        ),
+        (
+            "PrefillPinned(other)",
+            SourceEvent::PrefillPinned { lease: lease(2) },
+            T0,
+        ),
+        ("ReaderCompleted", SourceEvent::ReaderCompleted, T0),
+        (
+            "LeaseRenewed(later)",
+            SourceEvent::LeaseRenewed {
+                deadline: Instant(T0.0 + 90_000),
+            },
+            T0,
+        ),
+        (
+            "LeaseRenewed(earlier)",
+            SourceEvent::LeaseRenewed {
+                deadline: Instant(T0.0 + 10),
+            },
+            T0,
+        ),
+        ("LeaseExpired(due)", SourceEvent::LeaseExpired, late),
+        ("LeaseExpired(early)", SourceEvent::LeaseExpired, T0),
+        (
+            "Cancelled(client)",
+            SourceEvent::Cancelled {
+                reason: CancelReason::Client,
+            },
+            T0,
+        ),
+        (
+            "Cancelled(peer)",
+            SourceEvent::Cancelled {
+                reason: CancelReason::PeerAborted,
+            },
+            T0,
+        ),
+    ]
+}
+
+fn dest_paths(policy: HandoffPolicy) -> Vec<(&'static str, Vec<DestinationEvent>)> {
+    let ready = SourceReady {
+        blocks: 8,
+        tokens: 128,
+    };
+    let reserved = DestinationEvent::Reserved {
+        summary: summary(1),
+    };
+    let recv = DestinationEvent::ReceiveCompleted;
+    let fin = DestinationEvent::Finished;
+    match policy {
+        HandoffPolicy::SourceFirst => {
+            let routed_ready = DestinationEvent::Routed {
+                source: WorkerId(1),
+                ready: Some(ready),
+            };
+            vec![
+                ("NotRouted", vec![]),
+                (
+                    "Routed",
+                    vec![DestinationEvent::Routed {
+                        source: WorkerId(1),
+                        ready: None,
+                    }],
+                ),
+                ("Reserving", vec![routed_ready]),
+                ("Receiving", vec![routed_ready, reserved]),
+                ("Active", vec![routed_ready, reserved, recv]),
+                ("Released", vec![routed_ready, reserved, recv, fin]),
+            ]
+        }
+        _ => {
+            let routed = DestinationEvent::Routed {
+                source: WorkerId(1),
+                ready: None,
+            };
+            let sr = DestinationEvent::SourceReady(ready);
+            vec![
+                ("NotRouted", vec![]),
+                ("Reserving", vec![routed]),
+                ("Reserved", vec![routed, reserved]),
+                ("Receiving", vec![routed, reserved, sr]),
+                ("Active", vec![routed, reserved, sr, recv]),
+                ("Released", vec![routed, reserved, sr, recv, fin]),
+            ]
+        }
+    }
+}
+
+fn dest_events() -> Vec<(&'static str, DestinationEvent, Instant)> {
+    let late = Instant(T0.0 + 10_000_000_000_000);
+    vec![
+        (
+            "Routed(same)",
+            DestinationEvent::Routed {
+                source: WorkerId(1),
+                ready: None,
+            },
+            T0,
+        ),
+        (
+            "Routed(other)",
+            DestinationEvent::Routed {
+                source: WorkerId(2),
+                ready: None,
+            },
+            T0,
+        ),
+        (
+            "SourceReady",
+            DestinationEvent::SourceReady(SourceReady {
+                blocks: 8,
+                tokens: 128,
+            }),
+            T0,
+        ),
+        (
+            "Reserved(same)",
+            DestinationEvent::Reserved {
+                summary: summary(1),
+            },
+            T0,
+        ),
+        (
+            "Reserved(other)",
+            DestinationEvent::Reserved {
+                summary: summary(2),
+            },
+            T0,
+        ),
+        ("Unavailable", DestinationEvent::Unavailable, T0),
+        ("Unsupported", DestinationEvent::Unsupported, T0),
+        ("ReceiveCompleted", DestinationEvent::ReceiveCompleted, T0),
+        (
+            "ReservationExpired(due)",
+            DestinationEvent::ReservationExpired,
+            late,
+        ),
+        (
+            "ReservationExpired(early)",
+            DestinationEvent::ReservationExpired,
+            T0,
+        ),
+        (
+            "Cancelled(client)",
+            DestinationEvent::Cancelled {
+                reason: CancelReason::Client,
+            },
+            T0,
+        ),
+        (
+            "Cancelled(peer)",
+            DestinationEvent::Cancelled {
+                reason: CancelReason::PeerLost,
+            },
+            T0,
+        ),
+        ("Finished", DestinationEvent::Finished, T0),
+    ]
+}
+
+fn build_table() -> String {
+    let mut out = String::new();
+    for policy in [HandoffPolicy::SourceFirst, HandoffPolicy::DestinationFirst] {
+        let _ = writeln!(out, "## source, {}", policy.name());
+        for (state, path) in source_paths(policy) {
+            for (ename, ev, at) in source_events() {
+                let mut m = SourceHandoff::new(HandoffId(9), policy, TTL);
+                for p in &path {
+                    m.handle(*p, T0).expect("path to state must be legal");
+                }
+                assert_eq!(format!("{:?}", m.state()), state);
+                let _ = writeln!(
+                    out,
+                    "{state:<25} {ename:<27} {}",
+                    classify(m.handle(ev, at))
+                );
+            }
+        }
+        let _ = writeln!(out, "## destination, {}", policy.name());
+        for (state, path) in dest_paths(policy) {
+            for (ename, ev, at) in dest_events() {
+                let mut m = DestinationHandoff::new(HandoffId(9), policy, TTL);
+                for p in &path {
+                    m.handle(*p, T0).expect("path to state must be legal");
+                }
+                assert_eq!(format!("{:?}", m.state()), state);
+                let _ = writeln!(
+                    out,
+                    "{state:<25} {ename:<27} {}",
+                    classify(m.handle(ev, at))
+                );
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn transition_table_is_as_reviewed() {
+    let actual = build_table();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/role_table.txt");
+    if std::env::var_os("UPDATE_ROLE_TABLE").is_some() {
+        std::fs::write(path, &actual).expect("write table");
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_default();
+    if actual != expected {
+        for (i, (a, e)) in actual.lines().zip(expected.lines()).enumerate() {
+            if a != e {
+                panic!(
+                    "role table differs at line {}:\n  actual:   {a}\n  expected: {e}",
+                    i + 1
+                );
+            }
+        }
+        panic!(
+            "role table length differs ({} vs {} lines)",
+            actual.lines().count(),
+            expected.lines().count()
+        );
+    }
+}
+
+#[test]
+fn nothing_but_stale_after_release() {
+    for line in build_table().lines().filter(|l| l.starts_with("Released")) {
+        assert!(line.ends_with("stale"), "{line}");
+    }
+}
