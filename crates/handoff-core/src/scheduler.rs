@@ -191,3 +191,28 @@ pub trait SchedulerCore {
     /// Empty and no retained ownership: no held source, no reservation.
     fn is_drained(&self) -> bool;
 }
+
+/// Lets drivers hold cores of different backends behind one type.
+impl<T: SchedulerCore + ?Sized> SchedulerCore for Box<T> {
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+    fn apply(&mut self, cmd: SchedulerCommand, now: Instant) -> CommandOutcome {
+        (**self).apply(cmd, now)
+    }
+    fn step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput) {
+        (**self).step(now, horizon, out)
+    }
+    fn capacity(&self) -> KvCapacitySnapshot {
+        (**self).capacity()
+    }
+    fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
+        (**self).drain_kv_events(out)
+    }
+    fn is_empty(&self) -> bool {
+        (**self).is_empty()
+    }
+    fn is_drained(&self) -> bool {
+        (**self).is_drained()
+    }
+}
