@@ -1,0 +1,126 @@
+//! What a router routes and how.
+
+/// Which pool a router serves; decides what a booking holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolRole {
+    /// Prefill workers: a booking holds the prompt's blocks (request
+    /// ownership, until the source is released) and its uncached prefill
+    /// tokens (compute load, until prefill completes).
+    Prefill,
+    /// Decode workers: a booking holds prompt + output blocks until the
+    /// request completes or fails terminally.
+    Decode,
+}
+
+/// How a router picks a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RouterMode {
+    /// Lowest cost, where cost is booked load in blocks minus the prefix
+    /// overlap (from published KV events) weighted by
+    /// [`RouterConfig::overlap_score_weight`]; after Dynamo's
+    /// `DefaultWorkerScorer::worker_logit`
+    /// (`lib/kv-router/src/scheduling/selector/default.rs`). See
+    /// [`crate::Router::select`] for the formula per pool.
+    KvAware,
+    /// The next worker in id order, cycling.
+    RoundRobin,
+    /// A uniformly random worker from the seeded generator.
+    Random,
+    /// The worker with the least booked blocks plus last reported
+    /// `kv_used_blocks`.
+    LeastLoaded,
+    /// Two distinct random workers (seeded); the less loaded of them, load
+    /// as in `LeastLoaded`.
+    PowerOfTwo,
+}
+
+impl RouterMode {
+    /// Stable lower-case name for reports and the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            RouterMode::KvAware => "kv",
+            RouterMode::RoundRobin => "round-robin",
+            RouterMode::Random => "random",
+            RouterMode::LeastLoaded => "least-loaded",
+            RouterMode::PowerOfTwo => "power-of-two",
+        }
+    }
+
+    /// Parses [`RouterMode::name`] (and a few common aliases).
+    pub fn from_name(s: &str) -> Option<RouterMode> {
+        Some(match s {
+            "kv" | "kv-aware" => RouterMode::KvAware,
+            "round-robin" | "rr" => RouterMode::RoundRobin,
+            "random" => RouterMode::Random,
+            "least-loaded" => RouterMode::LeastLoaded,
+            "power-of-two" | "p2c" => RouterMode::PowerOfTwo,
+            _ => return None,
+        })
+    }
+
+    /// Every mode, in a fixed order.
+    pub const ALL: [RouterMode; 5] = [
+        RouterMode::KvAware,
+        RouterMode::RoundRobin,
+        RouterMode::Random,
+        RouterMode::LeastLoaded,
+        RouterMode::PowerOfTwo,
+    ];
+}
+
+/// A router's parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RouterConfig {
+    /// The pool served.
+    pub role: PoolRole,
+    /// The selection rule.
+    pub mode: RouterMode,
+    /// The engines' KV block size in tokens; requests are hashed with it so
+    /// their hashes match the workers' KV events.
+    pub block_size: u32,
+    /// Blocks of cost one overlapping block saves (Dynamo's
+    /// `overlap_score_weight`, default 1.0). 0 makes `KvAware` pure load
+    /// balancing.
+    pub overlap_score_weight: f64,
+    /// Seed of `Random` and `PowerOfTwo`.
+    pub seed: u64,
+}
+
+impl RouterConfig {
+    /// A config with overlap weight 1.0 and seed 0.
+    pub fn new(role: PoolRole, mode: RouterMode, block_size: u32) -> Self {
+        RouterConfig {
+            role,
+            mode,
+            block_size,
+            overlap_score_weight: 1.0,
+            seed: 0,
+        }
+    }
+
+    /// The same config with another seed.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The same config with another overlap weight.
+    pub fn with_overlap_weight(mut self, weight: f64) -> Self {
+        self.overlap_score_weight = weight;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for m in RouterMode::ALL {
+            assert_eq!(RouterMode::from_name(m.name()), Some(m));
+        }
+        assert_eq!(RouterMode::from_name("p2c"), Some(RouterMode::PowerOfTwo));
+        assert_eq!(RouterMode::from_name("nope"), None);
+    }
+}

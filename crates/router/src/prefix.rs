@@ -1,0 +1,155 @@
+//! Which prompt blocks each worker has published as reusable cache.
+//!
+//! After Dynamo's `KvIndexer` / `RadixTree::apply_event` and `find_matches`
+//! (ai-dynamo/dynamo `lib/kv-router/src/radix_tree.rs`), simplified by the
+//! fact that our block hashes are already chained (each covers its parent,
+//! see `handoff_core::Request::block_hashes`): a worker's prefix tree is just
+//! the set of hashes it has stored, and a request's overlap is the number of
+//! its leading block hashes in that set.
+//!
+//! Rules taken from Dynamo:
+//! - `Stored` whose `parent_hash` this worker never stored (or has since
+//!   removed) is skipped whole, as Dynamo skips it with
+//!   `ParentBlockNotFound`; so stored blocks always hang off stored parents.
+//! - `Removed` of an unknown hash is skipped and counted (`BlockNotFound`),
+//!   the rest of the batch still applies.
+//! - `Cleared` drops everything the worker had.
+//!
+//! One deliberate difference: overlap counts *consecutive* leading blocks.
+//! Dynamo's tree walk can keep crediting a worker below a parent it no longer
+//! holds; an engine's own prefix match (vLLM `find_longest_cache_hit`, SGLang
+//! `match_prefix`) stops at the first missing block, and so do we.
+//!
+//! Only blocks a worker *published* are here. A destination reservation
+//! publishes nothing until activation (DEP invariant 4), so it can never
+//! attract traffic.
+
+use handoff_core::{KvEvent, KvEventData};
+use std::collections::HashSet;
+
+/// What applying one event did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// A `Stored` was skipped because its parent is not held.
+    pub orphan_store: bool,
+    /// Hashes in a `Removed` that were not held.
+    pub unknown_removals: u64,
+}
+
+/// One worker's published cache blocks. Lookups only, so its `HashSet`
+/// iteration order never matters.
+#[derive(Clone, Debug, Default)]
+pub struct PrefixIndex {
+    blocks: HashSet<u64>,
+}
+
+impl PrefixIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        PrefixIndex::default()
+    }
+
+    /// Applies a KV event.
+    pub fn apply(&mut self, event: &KvEvent) -> Applied {
+        let mut applied = Applied::default();
+        match &event.data {
+            KvEventData::Stored {
+                parent_hash,
+                block_hashes,
+            } => {
+                if let Some(p) = parent_hash {
+                    if !self.blocks.contains(p) {
+                        applied.orphan_store = true;
+                        return applied;
+                    }
+                }
+                self.blocks.extend(block_hashes.iter().copied());
+            }
+            KvEventData::Removed { block_hashes } => {
+                for h in block_hashes {
+                    if !self.blocks.remove(h) {
+                        applied.unknown_removals += 1;
+                    }
+                }
+            }
+            KvEventData::Cleared => self.blocks.clear(),
+        }
+        applied
+    }
+
+    /// How many of `hashes`, from the first, are held.
+    pub fn overlap(&self, hashes: &[u64]) -> u32 {
+        let n = hashes
+            .iter()
+            .take_while(|h| self.blocks.contains(h))
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// Blocks held.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Nothing held.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// Forgets everything.
+    pub fn clear(&mut self) {
+        self.blocks.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(parent: Option<u64>, hashes: &[u64]) -> KvEvent {
+        KvEvent {
+            event_id: 0,
+            data: KvEventData::Stored {
+                parent_hash: parent,
+                block_hashes: hashes.to_vec(),
+            },
+        }
+    }
+
+    fn removed(hashes: &[u64]) -> KvEvent {
+        KvEvent {
+            event_id: 0,
+            data: KvEventData::Removed {
+                block_hashes: hashes.to_vec(),
+            },
+        }
+    }
+
+    #[test]
+    fn overlap_is_consecutive_from_the_start() {
+        let mut p = PrefixIndex::new();
+        p.apply(&stored(None, &[1, 2, 3]));
+        assert_eq!(p.overlap(&[1, 2, 3, 4]), 3);
+        assert_eq!(p.overlap(&[2, 3]), 2);
+        assert_eq!(p.overlap(&[9, 1, 2]), 0);
+        p.apply(&removed(&[2]));
+        assert_eq!(p.overlap(&[1, 2, 3]), 1, "a hole stops the match");
+    }
+
+    #[test]
+    fn orphans_are_skipped_and_unknown_removals_counted() {
+        let mut p = PrefixIndex::new();
+        assert!(p.apply(&stored(Some(7), &[8])).orphan_store);
+        assert!(p.is_empty());
+        p.apply(&stored(None, &[7]));
+        assert!(!p.apply(&stored(Some(7), &[8])).orphan_store);
+        assert_eq!(p.overlap(&[7, 8]), 2);
+        assert_eq!(p.apply(&removed(&[8, 99, 98])).unknown_removals, 2);
+        assert_eq!(p.len(), 1);
+        p.apply(&KvEvent {
+            event_id: 1,
+            data: KvEventData::Cleared,
+        });
+        assert!(p.is_empty());
+    }
+}

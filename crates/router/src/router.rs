@@ -1,0 +1,981 @@
+//! The router: worker selection plus selection-time booking.
+
+use crate::config::{PoolRole, RouterConfig, RouterMode};
+use crate::load::{Booking, Release, RouterStats, Selection, WorkerLoad};
+use crate::prefix::PrefixIndex;
+use handoff_core::{Instant, KvCapacitySnapshot, KvEvent, Request, RequestId, Rng, WorkerId};
+use std::collections::HashMap;
+
+#[derive(Clone, Debug)]
+struct WorkerState {
+    id: WorkerId,
+    available: bool,
+    booked_blocks: u64,
+    booked_prefill_tokens: u64,
+    booked_requests: u64,
+    selected: u64,
+    capacity: Option<KvCapacitySnapshot>,
+    prefix: PrefixIndex,
+    last_event_id: Option<u64>,
+}
+
+impl WorkerState {
+    fn new(id: WorkerId) -> Self {
+        WorkerState {
+            id,
+            available: true,
+            booked_blocks: 0,
+            booked_prefill_tokens: 0,
+            booked_requests: 0,
+            selected: 0,
+            capacity: None,
+            prefix: PrefixIndex::new(),
+            last_event_id: None,
+        }
+    }
+
+    /// Booked blocks plus physically used blocks: what `LeastLoaded` and
+    /// `PowerOfTwo` compare.
+    fn load(&self) -> u64 {
+        self.booked_blocks
+            .saturating_add(self.capacity.map_or(0, |c| c.kv_used_blocks()))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    booking: Booking,
+    /// Prefill compute load still counted (prefill pool, until
+    /// `prefill_completed`).
+    prefill_open: bool,
+}
+
+/// Selects workers of one pool and books load on them; see the crate docs.
+#[derive(Clone, Debug)]
+pub struct Router {
+    config: RouterConfig,
+    /// Sorted by id; never shrinks, so a booking's worker is always found.
+    workers: Vec<WorkerState>,
+    /// Lookups only: no decision depends on its iteration order.
+    bookings: HashMap<RequestId, Entry>,
+    rng: Rng,
+    round_robin: u64,
+    /// Reused for each request's block hashes.
+    hashes: Vec<u64>,
+    stats: RouterStats,
+}
+
+impl Router {
+    /// A router over `workers` (duplicates ignored).
+    pub fn new(config: RouterConfig, workers: impl IntoIterator<Item = WorkerId>) -> Self {
+        let mut r = Router {
+            rng: Rng::seeded(config.seed),
+            config,
+            workers: Vec::new(),
+            bookings: HashMap::new(),
+            round_robin: 0,
+            hashes: Vec::new(),
+            stats: RouterStats::default(),
+        };
+        for w in workers {
+            r.add_worker(w);
+        }
+        r
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> RouterStats {
+        self.stats
+    }
+
+    fn index(&self, worker: WorkerId) -> Option<usize> {
+        self.workers.binary_search_by_key(&worker, |w| w.id).ok()
+    }
+
+    /// Makes `worker` selectable (again). Returns whether anything changed.
+    pub fn add_worker(&mut self, worker: WorkerId) -> bool {
+        match self.workers.binary_search_by_key(&worker, |w| w.id) {
+            Ok(i) => {
+                let was = self.workers[i].available;
+                self.workers[i].available = true;
+                !was
+            }
+            Err(i) => {
+                self.workers.insert(i, WorkerState::new(worker));
+                true
+            }
+        }
+    }
+
+    /// Stops selecting `worker` and forgets its published cache and capacity
+    /// report (it left or is restarting). Its live bookings stay releasable.
+    /// Returns whether it was selectable.
+    pub fn remove_worker(&mut self, worker: WorkerId) -> bool {
+        match self.index(worker) {
+            Some(i) => {
+                let w = &mut self.workers[i];
+                let was = w.available;
+                w.available = false;
+                w.prefix.clear();
+                w.capacity = None;
+                w.last_event_id = None;
+                was
+            }
+            None => false,
+        }
+    }
+
+    /// Selectable workers, in id order.
+    pub fn workers(&self) -> impl Iterator<Item = WorkerId> + '_ {
+        self.workers.iter().filter(|w| w.available).map(|w| w.id)
+    }
+
+    fn available_count(&self) -> u64 {
+        self.workers.iter().filter(|w| w.available).count() as u64
+    }
+
+    fn nth_available(&self, n: u64) -> Option<usize> {
+        self.workers
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.available)
+            .nth(usize::try_from(n).ok()?)
+            .map(|(i, _)| i)
+    }
+
+    fn request_blocks(&self, request: &Request) -> u64 {
+        let bs = self.config.block_size;
+        match self.config.role {
+            PoolRole::Prefill => Request::blocks_for(u64::from(request.prompt_tokens), bs),
+            PoolRole::Decode => Request::blocks_for(
+                u64::from(request.prompt_tokens) + u64::from(request.max_output_tokens),
+                bs,
+            ),
+        }
+    }
+
+    fn weight(&self) -> f64 {
+        let w = self.config.overlap_score_weight;
+        if w.is_finite() && w > 0.0 {
+            w
+        } else {
+            0.0
+        }
+    }
+
+    /// KV-aware cost of placing `request` on `w`, in blocks (lower wins).
+    ///
+    /// Prefill pool, after Dynamo's prefill formula:
+    /// `max(0, (booked_prefill_tokens + prompt_tokens) / block_size
+    ///  - weight * overlap) + booked_blocks + request_blocks`.
+    ///
+    /// Decode pool, after Dynamo's decode formula with a positive overlap
+    /// credit: `max(0, booked_blocks + request_blocks - weight * overlap)`.
+    fn kv_cost(
+        &self,
+        w: &WorkerState,
+        request: &Request,
+        request_blocks: u64,
+        overlap: u32,
+    ) -> f64 {
+        let credit = self.weight() * f64::from(overlap);
+        let decode_blocks = w.booked_blocks.saturating_add(request_blocks) as f64;
+        match self.config.role {
+            PoolRole::Prefill => {
+                let tokens = w
+                    .booked_prefill_tokens
+                    .saturating_add(u64::from(request.prompt_tokens));
+                let raw = tokens as f64 / f64::from(self.config.block_size.max(1));
+                (raw - credit).max(0.0) + decode_blocks
+            }
+            PoolRole::Decode => (decode_blocks - credit).max(0.0),
+        }
+    }
+
+    /// Hashes `request` into the scratch buffer if any candidate has
+    /// published blocks; otherwise every overlap is 0 and hashing is waste.
+    fn hash_if_useful(&mut self, request: &Request, only: Option<usize>) {
+        let useful = match only {
+            Some(i) => !self.workers[i].prefix.is_empty(),
+            None => self
+                .workers
+                .iter()
+                .any(|w| w.available && !w.prefix.is_empty()),
+        };
+        if useful {
+            request.block_hashes(self.config.block_size, &mut self.hashes);
+        } else {
+            self.hashes.clear();
+        }
+    }
+
+    fn pick_kv_aware(&mut self, request: &Request) -> Option<usize> {
+        self.hash_if_useful(request, None);
+        let request_blocks = self.request_blocks(request);
+        let mut best: Option<(usize, f64)> = None;
+        for (i, w) in self.workers.iter().enumerate() {
+            if !w.available {
+                continue;
+            }
+            let overlap = w.prefix.overlap(&self.hashes);
+            let cost = self.kv_cost(w, request, request_blocks, overlap);
+            // Strictly less: on a tie the earlier (lower) id stays.
+            if best.is_none_or(|(_, c)| cost < c) {
+                best = Some((i, cost));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+
+    fn pick_least_loaded(&self) -> Option<usize> {
+        let mut best: Option<(usize, u64)> = None;
+        for (i, w) in self.workers.iter().enumerate() {
+            if w.available && best.is_none_or(|(_, l)| w.load() < l) {
+                best = Some((i, w.load()));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+
+    fn pick(&mut self, request: &Request, n: u64) -> Option<usize> {
+        match self.config.mode {
+            RouterMode::KvAware => self.pick_kv_aware(request),
+            RouterMode::RoundRobin => {
+                let k = self.round_robin % n;
+                self.round_robin = self.round_robin.wrapping_add(1);
+                self.nth_available(k)
+            }
+            RouterMode::Random => {
+                let k = self.rng.below(n);
+                self.nth_available(k)
+            }
+            RouterMode::LeastLoaded => self.pick_least_loaded(),
+            RouterMode::PowerOfTwo => {
+                if n == 1 {
+                    return self.nth_available(0);
+                }
+                let a = self.rng.below(n);
+                let mut b = self.rng.below(n - 1);
+                if b >= a {
+                    b += 1;
+                }
+                let (lo, hi) = (a.min(b), a.max(b));
+                let (lo, hi) = (self.nth_available(lo)?, self.nth_available(hi)?);
+                // `lo` has the lower id, so it wins ties.
+                if self.workers[hi].load() < self.workers[lo].load() {
+                    Some(hi)
+                } else {
+                    Some(lo)
+                }
+            }
+        }
+    }
+
+    /// Chooses a worker for `request` by the configured mode and books the
+    /// request on it (see [`PoolRole`] for what a booking holds). A request
+    /// that is already booked is moved: its old booking is released first
+    /// (counted as a rebooking). `None` when no worker is selectable; any
+    /// earlier booking is then left in place.
+    ///
+    /// Hashes the prompt at most once; allocates only when the booking table
+    /// or the hash scratch buffer grows.
+    pub fn select(&mut self, request: &Request, now: Instant) -> Option<Selection> {
+        let n = self.available_count();
+        if n == 0 {
+            self.stats.no_worker += 1;
+            return None;
+        }
+        self.drop_existing(request.id);
+        let i = self.pick(request, n)?;
+        let hashed = self.config.mode == RouterMode::KvAware;
+        Some(self.book_at(i, request, hashed, now))
+    }
+
+    /// Books `request` on `worker` without choosing (e.g. a session pinned
+    /// to the worker that holds its KV). `None` when `worker` is not
+    /// selectable. Rebooking works as in [`Router::select`].
+    pub fn book(&mut self, worker: WorkerId, request: &Request, now: Instant) -> Option<Selection> {
+        let i = match self.index(worker) {
+            Some(i) if self.workers[i].available => i,
+            _ => {
+                self.stats.no_worker += 1;
+                return None;
+            }
+        };
+        self.drop_existing(request.id);
+        Some(self.book_at(i, request, false, now))
+    }
+
+    fn drop_existing(&mut self, id: RequestId) {
+        if self.bookings.contains_key(&id) {
+            self.stats.rebookings += 1;
+            self.release_entry(id);
+        }
+    }
+
+    /// `hashed`: the scratch buffer already holds this request's hashes
+    /// (the kv-aware pick leaves them there). Otherwise hash only when the
+    /// chosen worker has published blocks.
+    fn book_at(&mut self, i: usize, request: &Request, hashed: bool, now: Instant) -> Selection {
+        if !hashed {
+            self.hash_if_useful(request, Some(i));
+        }
+        let overlap = self.workers[i].prefix.overlap(&self.hashes);
+        let blocks = self.request_blocks(request);
+        let prefill_tokens = match self.config.role {
+            PoolRole::Prefill => u64::from(request.prompt_tokens)
+                .saturating_sub(u64::from(overlap) * u64::from(self.config.block_size)),
+            PoolRole::Decode => 0,
+        };
+        let w = &mut self.workers[i];
+        w.booked_blocks = w.booked_blocks.saturating_add(blocks);
+        w.booked_prefill_tokens = w.booked_prefill_tokens.saturating_add(prefill_tokens);
+        w.booked_requests += 1;
+        w.selected += 1;
+        let booking = Booking {
+            worker: w.id,
+            blocks,
+            prefill_tokens,
+            booked_at: now,
+        };
+        self.bookings.insert(
+            request.id,
+            Entry {
+                booking,
+                prefill_open: self.config.role == PoolRole::Prefill,
+            },
+        );
+        self.stats.selections += 1;
+        Selection {
+            worker: booking.worker,
+            overlap_blocks: overlap,
+            blocks,
+            prefill_tokens,
+        }
+    }
+
+    /// Prefill of `request` finished: its prefill compute load comes off
+    /// (Dynamo `mark_prefill_completed`). Its blocks stay booked until
+    /// [`Router::request_released`]: a completed prefill still owns its KV
+    /// until the source is released. A repeat, an unknown request or a
+    /// decode-pool booking is a counted no-op.
+    pub fn prefill_completed(&mut self, request: RequestId) -> Release {
+        let Some(entry) = self.bookings.get_mut(&request) else {
+            self.stats.noop_prefill_completions += 1;
+            return Release::Noop;
+        };
+        if !entry.prefill_open {
+            self.stats.noop_prefill_completions += 1;
+            return Release::Noop;
+        }
+        entry.prefill_open = false;
+        let tokens = entry.booking.prefill_tokens;
+        entry.booking.prefill_tokens = 0;
+        let worker = entry.booking.worker;
+        if let Some(i) = self.index(worker) {
+            let w = &mut self.workers[i];
+            w.booked_prefill_tokens = w.booked_prefill_tokens.saturating_sub(tokens);
+        }
+        Release::Released {
+            worker,
+            blocks: 0,
+            prefill_tokens: tokens,
+        }
+    }
+
+    /// The request no longer belongs to its worker: prefill pool at source
+    /// release, decode pool at completion or terminal failure (Dynamo
+    /// `free`). Everything still booked for it comes off. A repeat or an
+    /// unknown request is a counted no-op.
+    pub fn request_released(&mut self, request: RequestId) -> Release {
+        match self.release_entry(request) {
+            Some(r) => r,
+            None => {
+                self.stats.noop_releases += 1;
+                Release::Noop
+            }
+        }
+    }
+
+    fn release_entry(&mut self, request: RequestId) -> Option<Release> {
+        let entry = self.bookings.remove(&request)?;
+        let b = entry.booking;
+        if let Some(i) = self.index(b.worker) {
+            let w = &mut self.workers[i];
+            w.booked_blocks = w.booked_blocks.saturating_sub(b.blocks);
+            w.booked_prefill_tokens = w.booked_prefill_tokens.saturating_sub(b.prefill_tokens);
+            w.booked_requests = w.booked_requests.saturating_sub(1);
+        }
+        Some(Release::Released {
+            worker: b.worker,
+            blocks: b.blocks,
+            prefill_tokens: b.prefill_tokens,
+        })
+    }
+
+    /// Applies a KV event `worker` published. Events of a worker this
+    /// router does not serve are ignored and counted; an event id that does
+    /// not increase is applied anyway (applying is idempotent) and counted.
+    pub fn on_kv_event(&mut self, worker: WorkerId, event: &KvEvent) {
+        let Some(i) = self.index(worker).filter(|&i| self.workers[i].available) else {
+            self.stats.unknown_worker_events += 1;
+            return;
+        };
+        let w = &mut self.workers[i];
+        if w.last_event_id.is_some_and(|last| event.event_id <= last) {
+            self.stats.out_of_order_events += 1;
+        }
+        w.last_event_id = Some(event.event_id);
+        let applied = w.prefix.apply(event);
+        self.stats.kv_events += 1;
+        self.stats.orphan_stores += u64::from(applied.orphan_store);
+        self.stats.unknown_removals += applied.unknown_removals;
+    }
+
+    /// Records `worker`'s latest capacity report (used by `LeastLoaded` and
+    /// `PowerOfTwo`). Reports of unknown workers are ignored and counted.
+    pub fn on_capacity(&mut self, worker: WorkerId, snapshot: KvCapacitySnapshot) {
+        match self.index(worker).filter(|&i| self.workers[i].available) {
+            Some(i) => self.workers[i].capacity = Some(snapshot),
+            None => self.stats.unknown_worker_capacities += 1,
+        }
+    }
+
+    /// Leading blocks of `request` that `worker` has published (0 for an
+    /// unknown worker).
+    pub fn overlap_blocks(&mut self, worker: WorkerId, request: &Request) -> u32 {
+        match self.index(worker) {
+            Some(i) => {
+                request.block_hashes(self.config.block_size, &mut self.hashes);
+                self.workers[i].prefix.overlap(&self.hashes)
+            }
+            None => 0,
+        }
+    }
+
+    /// `worker`'s load, or `None` if the router never served it.
+    pub fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
+        self.index(worker).map(|i| self.worker_load(i))
+    }
+
+    fn worker_load(&self, i: usize) -> WorkerLoad {
+        let w = &self.workers[i];
+        WorkerLoad {
+            booked_blocks: w.booked_blocks,
+            booked_prefill_tokens: w.booked_prefill_tokens,
+            booked_requests: w.booked_requests,
+            published_blocks: w.prefix.len() as u64,
+            capacity: w.capacity,
+            selected: w.selected,
+            available: w.available,
+        }
+    }
+
+    /// Every worker ever served, with its load, in id order.
+    pub fn loads(&self) -> impl Iterator<Item = (WorkerId, WorkerLoad)> + '_ {
+        (0..self.workers.len()).map(|i| (self.workers[i].id, self.worker_load(i)))
+    }
+
+    /// `request`'s live booking.
+    pub fn booking(&self, request: RequestId) -> Option<Booking> {
+        self.bookings.get(&request).map(|e| e.booking)
+    }
+
+    /// Live bookings.
+    pub fn live_bookings(&self) -> usize {
+        self.bookings.len()
+    }
+
+    /// No live booking and no load left on any worker: what a drained run
+    /// must end with.
+    pub fn is_drained(&self) -> bool {
+        self.bookings.is_empty()
+            && self.workers.iter().all(|w| {
+                w.booked_blocks == 0 && w.booked_prefill_tokens == 0 && w.booked_requests == 0
+            })
+    }
+
+    /// Checks that every worker's totals equal the sum of its live
+    /// bookings; a description of the first mismatch otherwise. For tests
+    /// and drain checks; O(bookings).
+    pub fn audit(&self) -> Result<(), String> {
+        let mut sums = vec![(0u64, 0u64, 0u64); self.workers.len()];
+        for (id, e) in &self.bookings {
+            let Some(i) = self.index(e.booking.worker) else {
+                return Err(format!("{id} booked on unknown {}", e.booking.worker));
+            };
+            sums[i].0 += e.booking.blocks;
+            sums[i].1 += e.booking.prefill_tokens;
+            sums[i].2 += 1;
+        }
+        for (w, s) in self.workers.iter().zip(sums) {
+            let have = (w.booked_blocks, w.booked_prefill_tokens, w.booked_requests);
+            if have != s {
+                return Err(format!(
+                    "{}: totals (blocks, prefill tokens, requests) {have:?} but bookings sum to {s:?}",
+                    w.id
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use handoff_core::KvEventData;
+
+    const BS: u32 = 16;
+
+    fn req(id: u64, prompt: u32, output: u32, prefix: &[u64]) -> Request {
+        Request {
+            id: RequestId(id),
+            prompt_tokens: prompt,
+            max_output_tokens: output,
+            prefix_hashes: prefix.to_vec(),
+            hash_block_tokens: 512,
+            session: None,
+            arrival: Instant::ZERO,
+        }
+    }
+
+    fn router(role: PoolRole, mode: RouterMode, n: u32) -> Router {
+        Router::new(RouterConfig::new(role, mode, BS), (0..n).map(WorkerId))
+    }
+
+    /// Publishes `request`'s first `blocks` block hashes on `worker`.
+    fn publish(r: &mut Router, worker: u32, request: &Request, blocks: usize, event_id: u64) {
+        let mut h = Vec::new();
+        request.block_hashes(BS, &mut h);
+        h.truncate(blocks);
+        r.on_kv_event(
+            WorkerId(worker),
+            &KvEvent {
+                event_id,
+                data: KvEventData::Stored {
+                    parent_hash: None,
+                    block_hashes: h,
+                },
+            },
+        );
+    }
+
+    #[test]
+    fn decode_books_prompt_and_output_blocks_until_release() {
+        let mut r = router(PoolRole::Decode, RouterMode::RoundRobin, 2);
+        let s = r.select(&req(1, 100, 60, &[]), Instant(5)).unwrap();
+        assert_eq!(s.worker, WorkerId(0));
+        assert_eq!((s.blocks, s.prefill_tokens), (10, 0), "ceil(160 / 16)");
+        let l = r.load(WorkerId(0)).unwrap();
+        assert_eq!((l.booked_blocks, l.booked_requests), (10, 1));
+        assert_eq!(r.booking(RequestId(1)).unwrap().booked_at, Instant(5));
+        // A decode booking has no prefill phase to complete.
+        assert_eq!(r.prefill_completed(RequestId(1)), Release::Noop);
+        assert_eq!(
+            r.request_released(RequestId(1)),
+            Release::Released {
+                worker: WorkerId(0),
+                blocks: 10,
+                prefill_tokens: 0
+            }
+        );
+        assert!(r.is_drained());
+    }
+
+    #[test]
+    fn prefill_keeps_blocks_after_prefill_completes() {
+        let mut r = router(PoolRole::Prefill, RouterMode::KvAware, 1);
+        let s = r.select(&req(1, 100, 60, &[]), Instant::ZERO).unwrap();
+        assert_eq!((s.blocks, s.prefill_tokens), (7, 100));
+        assert_eq!(
+            r.prefill_completed(RequestId(1)),
+            Release::Released {
+                worker: WorkerId(0),
+                blocks: 0,
+                prefill_tokens: 100
+            }
+        );
+        let l = r.load(WorkerId(0)).unwrap();
+        assert_eq!((l.booked_blocks, l.booked_prefill_tokens), (7, 0));
+        assert_eq!(r.prefill_completed(RequestId(1)), Release::Noop);
+        assert!(!r.is_drained(), "the source still owns its blocks");
+        assert!(matches!(
+            r.request_released(RequestId(1)),
+            Release::Released {
+                blocks: 7,
+                prefill_tokens: 0,
+                ..
+            }
+        ));
+        assert!(r.is_drained());
+        assert_eq!(r.stats().noop_prefill_completions, 1);
+    }
+
+    #[test]
+    fn release_before_prefill_completion_frees_everything() {
+        let mut r = router(PoolRole::Prefill, RouterMode::LeastLoaded, 1);
+        r.select(&req(1, 64, 1, &[]), Instant::ZERO).unwrap();
+        assert!(matches!(
+            r.request_released(RequestId(1)),
+            Release::Released {
+                blocks: 4,
+                prefill_tokens: 64,
+                ..
+            }
+        ));
+        assert!(r.is_drained());
+        assert_eq!(r.prefill_completed(RequestId(1)), Release::Noop);
+    }
+
+    #[test]
+    fn double_and_unknown_releases_are_counted_noops() {
+        let mut r = router(PoolRole::Decode, RouterMode::LeastLoaded, 2);
+        r.select(&req(1, 32, 32, &[]), Instant::ZERO).unwrap();
+        assert!(matches!(
+            r.request_released(RequestId(1)),
+            Release::Released { .. }
+        ));
+        assert_eq!(r.request_released(RequestId(1)), Release::Noop);
+        assert_eq!(r.request_released(RequestId(99)), Release::Noop);
+        assert_eq!(r.stats().noop_releases, 2);
+        for (_, l) in r.loads() {
+            assert_eq!((l.booked_blocks, l.booked_requests), (0, 0));
+        }
+    }
+
+    #[test]
+    fn rebooking_moves_the_load() {
+        let mut r = router(PoolRole::Decode, RouterMode::RoundRobin, 2);
+        let a = req(1, 32, 32, &[]);
+        assert_eq!(r.select(&a, Instant::ZERO).unwrap().worker, WorkerId(0));
+        assert_eq!(r.select(&a, Instant::ZERO).unwrap().worker, WorkerId(1));
+        assert_eq!(r.load(WorkerId(0)).unwrap().booked_blocks, 0);
+        assert_eq!(r.load(WorkerId(1)).unwrap().booked_blocks, 4);
+        assert_eq!(r.stats().rebookings, 1);
+        assert_eq!(r.live_bookings(), 1);
+        r.audit().unwrap();
+    }
+
+    #[test]
+    fn round_robin_cycles_in_id_order_over_available_workers() {
+        let mut r = Router::new(
+            RouterConfig::new(PoolRole::Decode, RouterMode::RoundRobin, BS),
+            [WorkerId(7), WorkerId(3), WorkerId(5), WorkerId(3)],
+        );
+        let picks: Vec<u32> = (0..4)
+            .map(|i| {
+                r.select(&req(i, 16, 1, &[]), Instant::ZERO)
+                    .unwrap()
+                    .worker
+                    .0
+            })
+            .collect();
+        assert_eq!(picks, vec![3, 5, 7, 3]);
+        assert!(r.remove_worker(WorkerId(5)));
+        let picks: Vec<u32> = (4..8)
+            .map(|i| {
+                r.select(&req(i, 16, 1, &[]), Instant::ZERO)
+                    .unwrap()
+                    .worker
+                    .0
+            })
+            .collect();
+        assert_eq!(picks, vec![3, 7, 3, 7]);
+        // Bookings on a removed worker still release.
+        assert!(matches!(
+            r.request_released(RequestId(1)),
+            Release::Released {
+                worker: WorkerId(5),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn empty_pool_refuses_and_counts() {
+        let mut r = router(PoolRole::Decode, RouterMode::KvAware, 0);
+        assert_eq!(r.select(&req(1, 16, 1, &[]), Instant::ZERO), None);
+        let mut r = router(PoolRole::Decode, RouterMode::Random, 1);
+        r.remove_worker(WorkerId(0));
+        assert_eq!(r.select(&req(1, 16, 1, &[]), Instant::ZERO), None);
+        assert_eq!(
+            r.book(WorkerId(9), &req(1, 16, 1, &[]), Instant::ZERO),
+            None
+        );
+        assert_eq!(r.stats().no_worker, 2);
+        assert!(r.add_worker(WorkerId(0)));
+        assert!(r.select(&req(1, 16, 1, &[]), Instant::ZERO).is_some());
+    }
+
+    #[test]
+    fn least_loaded_adds_reported_usage_and_breaks_ties_low() {
+        let mut r = router(PoolRole::Decode, RouterMode::LeastLoaded, 3);
+        assert_eq!(
+            r.select(&req(1, 160, 0, &[]), Instant::ZERO)
+                .unwrap()
+                .worker,
+            WorkerId(0)
+        );
+        // w0 has 10 booked blocks; w1 reports 20 physically used; w2 is idle.
+        r.on_capacity(
+            WorkerId(1),
+            KvCapacitySnapshot {
+                total_blocks: 100,
+                active_blocks: 12,
+                pinned_source_blocks: 5,
+                reserved_destination_blocks: 3,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            r.select(&req(2, 160, 0, &[]), Instant::ZERO)
+                .unwrap()
+                .worker,
+            WorkerId(2)
+        );
+        // Now w0 = 10, w1 = 20, w2 = 10: tie between w0 and w2 goes to w0.
+        assert_eq!(
+            r.select(&req(3, 16, 0, &[]), Instant::ZERO).unwrap().worker,
+            WorkerId(0)
+        );
+        r.on_capacity(WorkerId(42), KvCapacitySnapshot::default());
+        assert_eq!(r.stats().unknown_worker_capacities, 1);
+    }
+
+    #[test]
+    fn power_of_two_takes_the_less_loaded_of_its_pair() {
+        // With two workers the pair is always both, so P2C is least-loaded.
+        let mut r = Router::new(
+            RouterConfig::new(PoolRole::Decode, RouterMode::PowerOfTwo, BS).with_seed(9),
+            [WorkerId(0), WorkerId(1)],
+        );
+        for i in 0..20 {
+            r.select(&req(i, 16, 0, &[]), Instant::ZERO).unwrap();
+        }
+        assert_eq!(r.load(WorkerId(0)).unwrap().booked_requests, 10);
+        assert_eq!(r.load(WorkerId(1)).unwrap().booked_requests, 10);
+        // With many workers one heavily loaded worker is never picked: any
+        // pair containing it has a lighter partner.
+        let mut r = Router::new(
+            RouterConfig::new(PoolRole::Decode, RouterMode::PowerOfTwo, BS).with_seed(3),
+            (0..4).map(WorkerId),
+        );
+        r.on_capacity(
+            WorkerId(2),
+            KvCapacitySnapshot {
+                active_blocks: 1_000_000,
+                ..Default::default()
+            },
+        );
+        for i in 0..200 {
+            let s = r.select(&req(i, 16, 0, &[]), Instant::ZERO).unwrap();
+            assert_ne!(s.worker, WorkerId(2));
+            r.request_released(RequestId(i));
+        }
+    }
+
+    fn picks(mode: RouterMode, seed: u64) -> Vec<WorkerId> {
+        let mut r = Router::new(
+            RouterConfig::new(PoolRole::Decode, mode, BS).with_seed(seed),
+            (0..5).map(WorkerId),
+        );
+        (0..64)
+            .map(|i| {
+                let s = r.select(&req(i, 16 * (1 + i as u32 % 7), 8, &[]), Instant::ZERO);
+                if i % 3 == 0 {
+                    r.request_released(RequestId(i / 2));
+                }
+                s.unwrap().worker
+            })
+            .collect()
+    }
+
+    #[test]
+    fn seeded_modes_are_deterministic_and_seed_sensitive() {
+        for mode in [RouterMode::Random, RouterMode::PowerOfTwo] {
+            assert_eq!(picks(mode, 1), picks(mode, 1), "{mode:?}");
+            assert_ne!(picks(mode, 1), picks(mode, 2), "{mode:?}");
+        }
+        let random = picks(RouterMode::Random, 1);
+        for w in 0..5 {
+            assert!(random.contains(&WorkerId(w)), "random never picked w{w}");
+        }
+        // Unseeded modes ignore the seed entirely.
+        for mode in [
+            RouterMode::KvAware,
+            RouterMode::RoundRobin,
+            RouterMode::LeastLoaded,
+        ] {
+            assert_eq!(picks(mode, 1), picks(mode, 2), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn kv_aware_prefers_overlap_and_forgets_removed_blocks() {
+        let mut r = router(PoolRole::Prefill, RouterMode::KvAware, 3);
+        let a = req(1, 1024, 8, &[10, 11]);
+        publish(&mut r, 2, &a, 64, 0);
+        assert_eq!(r.overlap_blocks(WorkerId(2), &a), 64);
+        let s = r.select(&a, Instant::ZERO).unwrap();
+        assert_eq!((s.worker, s.overlap_blocks), (WorkerId(2), 64));
+        assert_eq!(s.prefill_tokens, 0, "fully cached prompt");
+        r.request_released(RequestId(1));
+
+        // Same first chunk: 32 of 64 blocks shared.
+        let b = req(2, 1024, 8, &[10, 99]);
+        let s = r.select(&b, Instant::ZERO).unwrap();
+        assert_eq!(
+            (s.worker, s.overlap_blocks, s.prefill_tokens),
+            (WorkerId(2), 32, 512)
+        );
+        r.request_released(RequestId(2));
+
+        // Evicting the first block breaks the whole prefix.
+        let mut h = Vec::new();
+        a.block_hashes(BS, &mut h);
+        r.on_kv_event(
+            WorkerId(2),
+            &KvEvent {
+                event_id: 1,
+                data: KvEventData::Removed {
+                    block_hashes: vec![h[0]],
+                },
+            },
+        );
+        assert_eq!(r.overlap_blocks(WorkerId(2), &a), 0);
+        let s = r
+            .select(&req(3, 1024, 8, &[10, 11]), Instant::ZERO)
+            .unwrap();
+        assert_eq!((s.worker, s.overlap_blocks), (WorkerId(0), 0));
+    }
+
+    #[test]
+    fn kv_aware_trades_overlap_against_load() {
+        // Decode pool: cost = max(0, booked + request blocks - weight * overlap).
+        let mut r = router(PoolRole::Decode, RouterMode::KvAware, 2);
+        let a = req(1, 512, 0, &[5]); // 32 blocks
+        publish(&mut r, 1, &a, 32, 0);
+        // Load w1 with 40 blocks: cost w1 = 40 + 32 - 32 = 40 > w0 = 32.
+        r.book(WorkerId(1), &req(100, 640, 0, &[]), Instant::ZERO)
+            .unwrap();
+        assert_eq!(r.select(&a, Instant::ZERO).unwrap().worker, WorkerId(0));
+        r.request_released(RequestId(1));
+        // A heavier overlap weight flips it: w1 = 40 + 32 - 64 = 8 < 32.
+        let mut r2 = Router::new(
+            RouterConfig::new(PoolRole::Decode, RouterMode::KvAware, BS).with_overlap_weight(2.0),
+            [WorkerId(0), WorkerId(1)],
+        );
+        publish(&mut r2, 1, &a, 32, 0);
+        r2.book(WorkerId(1), &req(100, 640, 0, &[]), Instant::ZERO)
+            .unwrap();
+        assert_eq!(r2.select(&a, Instant::ZERO).unwrap().worker, WorkerId(1));
+        // Weight 0 is pure load balancing.
+        let mut r3 = Router::new(
+            RouterConfig::new(PoolRole::Decode, RouterMode::KvAware, BS).with_overlap_weight(0.0),
+            [WorkerId(0), WorkerId(1)],
+        );
+        publish(&mut r3, 1, &a, 32, 0);
+        assert_eq!(r3.select(&a, Instant::ZERO).unwrap().worker, WorkerId(0));
+    }
+
+    #[test]
+    fn kv_aware_prefill_counts_booked_prefill_tokens() {
+        let mut r = router(PoolRole::Prefill, RouterMode::KvAware, 2);
+        // w0 prefills 1600 tokens (owning 100 blocks), w1 1200 (75 blocks).
+        r.book(WorkerId(0), &req(100, 1600, 1, &[]), Instant::ZERO)
+            .unwrap();
+        r.book(WorkerId(1), &req(101, 1200, 1, &[]), Instant::ZERO)
+            .unwrap();
+        // cost(w0) = (1600 + 16) / 16 + 100 + 1 = 202; cost(w1) = 76 + 76 = 152.
+        assert_eq!(
+            r.select(&req(1, 16, 1, &[]), Instant::ZERO).unwrap().worker,
+            WorkerId(1)
+        );
+        r.request_released(RequestId(1));
+        // Once w0's prefill completes its compute load is gone but its owned
+        // blocks stay: cost(w0) = 16 / 16 + 100 + 1 = 102 < 152.
+        r.prefill_completed(RequestId(100));
+        assert_eq!(
+            r.select(&req(2, 16, 1, &[]), Instant::ZERO).unwrap().worker,
+            WorkerId(0)
+        );
+        r.audit().unwrap();
+    }
+
+    #[test]
+    fn unpublished_bookings_never_attract_traffic() {
+        // Booking a prefix on w1 (as a destination reservation would) does
+        // not make w1 look cached: only Stored events do.
+        let mut r = router(PoolRole::Decode, RouterMode::KvAware, 2);
+        let a = req(1, 512, 0, &[5]);
+        r.book(WorkerId(1), &a, Instant::ZERO).unwrap();
+        assert_eq!(r.overlap_blocks(WorkerId(1), &a), 0);
+        let twin = req(2, 512, 0, &[5]);
+        let s = r.select(&twin, Instant::ZERO).unwrap();
+        assert_eq!((s.worker, s.overlap_blocks), (WorkerId(0), 0));
+    }
+
+    #[test]
+    fn kv_events_for_strangers_and_orphans_are_counted() {
+        let mut r = router(PoolRole::Decode, RouterMode::KvAware, 1);
+        let ev = |id, data| KvEvent { event_id: id, data };
+        r.on_kv_event(WorkerId(5), &ev(0, KvEventData::Cleared));
+        r.on_kv_event(
+            WorkerId(0),
+            &ev(
+                3,
+                KvEventData::Stored {
+                    parent_hash: Some(1),
+                    block_hashes: vec![2],
+                },
+            ),
+        );
+        r.on_kv_event(
+            WorkerId(0),
+            &ev(
+                2,
+                KvEventData::Removed {
+                    block_hashes: vec![7],
+                },
+            ),
+        );
+        let s = r.stats();
+        assert_eq!(
+            (
+                s.unknown_worker_events,
+                s.orphan_stores,
+                s.out_of_order_events,
+                s.unknown_removals,
+                s.kv_events
+            ),
+            (1, 1, 1, 1, 2)
+        );
+        assert_eq!(r.load(WorkerId(0)).unwrap().published_blocks, 0);
+    }
+
+    #[test]
+    fn remove_worker_forgets_its_cache() {
+        let mut r = router(PoolRole::Prefill, RouterMode::KvAware, 2);
+        let a = req(1, 512, 1, &[5]);
+        publish(&mut r, 1, &a, 32, 0);
+        r.remove_worker(WorkerId(1));
+        r.add_worker(WorkerId(1));
+        assert_eq!(r.overlap_blocks(WorkerId(1), &a), 0);
+        assert_eq!(r.select(&a, Instant::ZERO).unwrap().worker, WorkerId(0));
+    }
+
+    #[test]
+    fn other_modes_still_report_overlap_of_the_chosen_worker() {
+        let mut r = router(PoolRole::Prefill, RouterMode::RoundRobin, 1);
+        let a = req(1, 512, 1, &[5]);
+        publish(&mut r, 0, &a, 16, 0);
+        let s = r.select(&a, Instant::ZERO).unwrap();
+        assert_eq!((s.overlap_blocks, s.prefill_tokens), (16, 256));
+    }
+}
