@@ -1,0 +1,350 @@
+//! Physical KV blocks, after vLLM `vllm/v1/core/block_pool.py` `BlockPool`.
+//!
+//! - Every block is either referenced (by a running or waiting request, a
+//!   held source, or a destination reservation) or sits in the
+//!   [`FreeQueue`]. A referenced block is never in the queue.
+//! - An unreferenced block that still carries a hash is *cached*: it can be
+//!   hit again (`BlockPool.touch` takes it back out of the queue) until it
+//!   reaches the front and is popped for a new allocation, which evicts it
+//!   (`BlockPool._maybe_evict_cached_block`) and emits a `Removed` event.
+//! - One canonical physical block per hash (the mocker's
+//!   `BlockDuplicationPolicy::Reject`; vLLM itself tolerates duplicates):
+//!   [`BlockPool::publish`] refuses a second block for a hash and names the
+//!   canonical one, which the caller adopts in place of its copy.
+//! - Ownership is counted per block and per owner kind; a block belongs to its
+//!   *strongest* owner, active > pinned > reserved, so a block shared by a
+//!   running request and a held source is counted once, as active. The
+//!   per-kind totals are kept incrementally, which makes a capacity snapshot
+//!   O(1).
+
+use crate::events::EventQueue;
+use crate::free_queue::FreeQueue;
+use std::collections::HashMap;
+
+/// Who holds a reference to a block. The order is the strength order used for
+/// counting a shared block once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Owner {
+    /// A running request, or a waiting one that already holds KV.
+    Active = 0,
+    /// A completed prefill held for its reader.
+    Pinned = 1,
+    /// A destination reservation not yet activated.
+    Reserved = 2,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Block {
+    hash: Option<u64>,
+    refs: [u32; 3],
+}
+
+impl Block {
+    fn strongest(&self) -> Option<usize> {
+        self.refs.iter().position(|&r| r > 0)
+    }
+}
+
+/// See the module docs.
+#[derive(Clone, Debug)]
+pub(crate) struct BlockPool {
+    blocks: Vec<Block>,
+    free: FreeQueue,
+    cached_free: u64,
+    by_owner: [u64; 3],
+    canonical: HashMap<u64, u32>,
+}
+
+impl BlockPool {
+    /// A pool of `n` empty blocks, all free.
+    pub(crate) fn new(n: u32) -> Self {
+        BlockPool {
+            blocks: vec![Block::default(); n as usize],
+            free: FreeQueue::full(n),
+            cached_free: 0,
+            by_owner: [0; 3],
+            canonical: HashMap::new(),
+        }
+    }
+
+    /// All blocks.
+    pub(crate) fn total(&self) -> u64 {
+        self.blocks.len() as u64
+    }
+
+    /// Blocks an allocation may take: empty plus evictable cached blocks
+    /// (vLLM `BlockPool.get_num_free_blocks`).
+    pub(crate) fn free_len(&self) -> u64 {
+        self.free.len()
+    }
+
+    /// Unreferenced blocks that still hold a reusable prefix.
+    pub(crate) fn cached(&self) -> u64 {
+        self.cached_free
+    }
+
+    /// Blocks whose strongest owner is `o`.
+    pub(crate) fn owned_by(&self, o: Owner) -> u64 {
+        self.by_owner[o as usize]
+    }
+
+    /// The canonical block caching `hash`, if any.
+    pub(crate) fn lookup(&self, hash: u64) -> Option<u32> {
+        self.canonical.get(&hash).copied()
+    }
+
+    /// Whether `b` is unreferenced (so taking it consumes a free block).
+    pub(crate) fn is_free(&self, b: u32) -> bool {
+        self.free.contains(b)
+    }
+
+    /// Adds a reference from `owner` to an existing block, taking it out of
+    /// the free queue if it was cached there (vLLM `BlockPool.touch`).
+    pub(crate) fn touch(&mut self, b: u32, owner: Owner) {
+        let Some(block) = self.blocks.get(b as usize) else {
+            return;
+        };
+        if self.free.contains(b) {
+            self.free.remove(b);
+            if block.hash.is_some() {
+                self.cached_free -= 1;
+            }
+        }
+        self.add_ref(b, owner, 1);
+    }
+
+    /// Takes the front of the free queue for `owner`, evicting its cached hash
+    /// if it had one (vLLM `BlockPool.get_new_blocks`). `None` when the pool
+    /// is exhausted.
+    pub(crate) fn allocate(&mut self, owner: Owner, events: &mut EventQueue) -> Option<u32> {
+        let b = self.free.pop_front()?;
+        if let Some(h) = self.blocks[b as usize].hash.take() {
+            self.cached_free -= 1;
+            if self.canonical.get(&h) == Some(&b) {
+                self.canonical.remove(&h);
+            }
+            events.removed(h);
+        }
+        self.add_ref(b, owner, 1);
+        Some(b)
+    }
+
+    /// Drops one reference of `owner`; an unreferenced block joins the back
+    /// of the free queue, cached if it has a hash (vLLM
+    /// `BlockPool.free_blocks`).
+    pub(crate) fn release(&mut self, b: u32, owner: Owner) {
+        let Some(block) = self.blocks.get(b as usize) else {
+            return;
+        };
+        if block.refs[owner as usize] == 0 {
+            return;
+        }
+        self.add_ref(b, owner, -1);
+        let block = self.blocks[b as usize];
+        if block.strongest().is_none() {
+            if block.hash.is_some() {
+                self.cached_free += 1;
+            }
+            self.free.push_back(b);
+        }
+    }
+
+    /// Moves one reference on `b` from `from` to `to` (a completed prefill
+    /// becoming pinned, a reservation becoming active).
+    pub(crate) fn retag(&mut self, b: u32, from: Owner, to: Owner) {
+        if from == to {
+            return;
+        }
+        match self.blocks.get(b as usize) {
+            Some(block) if block.refs[from as usize] > 0 => {}
+            _ => return,
+        }
+        self.add_ref(b, to, 1);
+        self.add_ref(b, from, -1);
+    }
+
+    /// Makes the referenced block `b` the cached copy of `hash`. If another
+    /// block already is, nothing changes and that block is returned so the
+    /// caller can adopt it (one canonical block per hash).
+    pub(crate) fn publish(&mut self, b: u32, hash: u64) -> Result<(), u32> {
+        match self.canonical.get(&hash) {
+            Some(&c) if c == b => Ok(()),
+            Some(&c) => Err(c),
+            None => {
+                if let Some(block) = self.blocks.get_mut(b as usize) {
+                    if let Some(old) = block.hash.replace(hash) {
+                        if self.canonical.get(&old) == Some(&b) {
+                            self.canonical.remove(&old);
+                        }
+                    }
+                    self.canonical.insert(hash, b);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// References of `owner` on `b` (tests and invariant checks).
+    #[cfg(test)]
+    pub(crate) fn refs(&self, b: u32, owner: Owner) -> u32 {
+        self.blocks
+            .get(b as usize)
+            .map_or(0, |blk| blk.refs[owner as usize])
+    }
+
+    /// The hash `b` caches, if any.
+    #[cfg(test)]
+    pub(crate) fn hash_of(&self, b: u32) -> Option<u64> {
+        self.blocks.get(b as usize).and_then(|blk| blk.hash)
+    }
+
+    fn add_ref(&mut self, b: u32, owner: Owner, delta: i32) {
+        let block = &mut self.blocks[b as usize];
+        let before = block.strongest();
+        let r = &mut block.refs[owner as usize];
+        *r = if delta >= 0 {
+            r.saturating_add(delta.unsigned_abs())
+        } else {
+            r.saturating_sub(delta.unsigned_abs())
+        };
+        let after = block.strongest();
+        if before != after {
+            if let Some(k) = before {
+                self.by_owner[k] -= 1;
+            }
+            if let Some(k) = after {
+                self.by_owner[k] += 1;
+            }
+        }
+    }
+
+    /// Everything observable about the pool, canonical map sorted (tests
+    /// compare it before and after an operation that must change nothing).
+    #[cfg(test)]
+    pub(crate) fn fingerprint(&self) -> String {
+        let mut canonical: Vec<_> = self.canonical.iter().collect();
+        canonical.sort();
+        format!(
+            "blocks={:?} free={:?} cached={} owners={:?} canonical={:?}",
+            self.blocks,
+            self.free.iter().collect::<Vec<_>>(),
+            self.cached_free,
+            self.by_owner,
+            canonical
+        )
+    }
+
+    /// Recounts every category from scratch and compares it with the
+    /// incremental counters; used by tests after every operation.
+    #[cfg(test)]
+    pub(crate) fn audit(&self) -> Result<(), String> {
+        let mut by_owner = [0u64; 3];
+        let mut cached = 0u64;
+        for (i, blk) in self.blocks.iter().enumerate() {
+            let queued = self.free.contains(i as u32);
+            match blk.strongest() {
+                Some(k) => {
+                    by_owner[k] += 1;
+                    if queued {
+                        return Err(format!("referenced block {i} is in the free queue"));
+                    }
+                }
+                None => {
+                    if !queued {
+                        return Err(format!("unreferenced block {i} is not in the free queue"));
+                    }
+                    if blk.hash.is_some() {
+                        cached += 1;
+                    }
+                }
+            }
+            if let Some(h) = blk.hash {
+                if self.canonical.get(&h) != Some(&(i as u32)) {
+                    return Err(format!("block {i} has hash {h:x} but is not canonical"));
+                }
+            }
+        }
+        for (&h, &b) in &self.canonical {
+            if self.hash_of(b) != Some(h) {
+                return Err(format!("canonical {h:x} -> {b} is stale"));
+            }
+        }
+        if by_owner != self.by_owner || cached != self.cached_free {
+            return Err(format!(
+                "counters {:?}/{} vs recount {:?}/{}",
+                self.by_owner, self.cached_free, by_owner, cached
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_blocks_are_reused_until_evicted_from_the_front() {
+        let mut ev = EventQueue::default();
+        let mut p = BlockPool::new(3);
+        let a = p.allocate(Owner::Active, &mut ev).unwrap();
+        p.publish(a, 0xa).unwrap();
+        p.release(a, Owner::Active);
+        assert_eq!((p.cached(), p.free_len()), (1, 3));
+        // A hit takes it back without an event.
+        assert_eq!(p.lookup(0xa), Some(a));
+        p.touch(a, Owner::Pinned);
+        assert_eq!((p.cached(), p.owned_by(Owner::Pinned)), (0, 1));
+        p.release(a, Owner::Pinned);
+        p.audit().unwrap();
+        // Allocations pop the other (older) blocks first, then evict it.
+        let b = p.allocate(Owner::Active, &mut ev).unwrap();
+        let c = p.allocate(Owner::Active, &mut ev).unwrap();
+        assert!(ev.pending().is_empty());
+        assert_ne!(b, a);
+        assert_ne!(c, a);
+        assert_eq!(p.allocate(Owner::Reserved, &mut ev), Some(a));
+        assert_eq!(p.lookup(0xa), None);
+        assert_eq!(ev.pending().len(), 1);
+        assert_eq!(p.allocate(Owner::Active, &mut ev), None);
+        p.audit().unwrap();
+    }
+
+    #[test]
+    fn shared_block_counts_once_by_strongest_owner() {
+        let mut ev = EventQueue::default();
+        let mut p = BlockPool::new(2);
+        let a = p.allocate(Owner::Reserved, &mut ev).unwrap();
+        p.touch(a, Owner::Pinned);
+        assert_eq!(p.owned_by(Owner::Pinned), 1);
+        assert_eq!(p.owned_by(Owner::Reserved), 0);
+        p.touch(a, Owner::Active);
+        assert_eq!(p.owned_by(Owner::Active), 1);
+        assert_eq!(p.owned_by(Owner::Pinned), 0);
+        p.release(a, Owner::Active);
+        p.release(a, Owner::Pinned);
+        assert_eq!(p.owned_by(Owner::Reserved), 1);
+        p.retag(a, Owner::Reserved, Owner::Active);
+        assert_eq!(p.owned_by(Owner::Active), 1);
+        assert_eq!(p.refs(a, Owner::Reserved), 0);
+        // Releasing an owner that holds nothing changes nothing.
+        p.release(a, Owner::Pinned);
+        p.release(a, Owner::Active);
+        p.release(a, Owner::Active);
+        assert_eq!(p.free_len(), 2);
+        p.audit().unwrap();
+    }
+
+    #[test]
+    fn one_canonical_block_per_hash() {
+        let mut ev = EventQueue::default();
+        let mut p = BlockPool::new(2);
+        let a = p.allocate(Owner::Active, &mut ev).unwrap();
+        let b = p.allocate(Owner::Active, &mut ev).unwrap();
+        assert_eq!(p.publish(a, 7), Ok(()));
+        assert_eq!(p.publish(a, 7), Ok(()));
+        assert_eq!(p.publish(b, 7), Err(a));
+        assert_eq!(p.hash_of(b), None);
+        p.audit().unwrap();
+    }
+}

@@ -1,0 +1,105 @@
+//! The knobs of one vLLM worker, named after vLLM's own `CacheConfig` /
+//! `SchedulerConfig` fields so a deployment's flags map one to one.
+
+use handoff_core::Duration;
+
+/// Default lifetime of a pinned source without a reader: vLLM's
+/// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (480 s), after which
+/// `vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`
+/// (`NixlConnectorScheduler.request_finished` records the deadline) frees
+/// the delayed blocks.
+pub const NIXL_ABORT_REQUEST_TIMEOUT: Duration = Duration::from_secs(480);
+
+/// Configuration of a [`crate::VllmCore`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct VllmConfig {
+    /// KV blocks in the pool (vLLM `num_gpu_blocks`). vLLM keeps one of them
+    /// as its null block; here every block is usable.
+    pub num_blocks: u32,
+    /// Tokens per block (vLLM `block_size`, default 16).
+    pub block_size: u32,
+    /// Running-batch size limit (vLLM `max_num_seqs`, default 256).
+    pub max_num_seqs: u32,
+    /// Token budget of one forward pass (vLLM `max_num_batched_tokens`).
+    pub max_num_batched_tokens: u32,
+    /// Fraction of the pool kept free when admitting waiting or preempted
+    /// requests and reservations (vLLM `SchedulerConfig.watermark`, applied in
+    /// `KVCacheManager.allocate_slots` only while something is running).
+    pub watermark: f64,
+    /// Prefix caching by chained block hashes (vLLM
+    /// `enable_prefix_caching`). When off, nothing is hashed, hit or
+    /// published.
+    pub enable_prefix_caching: bool,
+    /// How long a pinned source may wait for its reader, reported through
+    /// `capabilities()`; expiry itself is driven by the caller as a
+    /// `ReleaseSource`.
+    pub source_lease_ttl: Duration,
+    /// TensorRT-LLM mode: every `ReserveDestination` answers `Unsupported`
+    /// and the capabilities name [`handoff_core::Backend::TrtLlm`].
+    pub refuse_destination_reservation: bool,
+    /// Divides every modelled pass time of the default perf model (2.0 runs
+    /// twice as fast). Ignored when a perf model is supplied explicitly.
+    pub speedup_ratio: f64,
+}
+
+impl Default for VllmConfig {
+    fn default() -> Self {
+        VllmConfig {
+            num_blocks: 16_384,
+            block_size: 16,
+            max_num_seqs: 256,
+            max_num_batched_tokens: 8192,
+            watermark: 0.0,
+            enable_prefix_caching: true,
+            source_lease_ttl: NIXL_ABORT_REQUEST_TIMEOUT,
+            refuse_destination_reservation: false,
+            speedup_ratio: 1.0,
+        }
+    }
+}
+
+impl VllmConfig {
+    /// A default configuration with `num_blocks` blocks.
+    pub fn with_blocks(num_blocks: u32) -> Self {
+        VllmConfig {
+            num_blocks,
+            ..VllmConfig::default()
+        }
+    }
+
+    /// Blocks the watermark keeps free: `int(watermark * num_blocks)` as vLLM
+    /// computes `watermark_blocks`; negative or NaN fractions count as zero.
+    pub fn watermark_blocks(&self) -> u64 {
+        let w = if self.watermark.is_finite() && self.watermark > 0.0 {
+            self.watermark.min(1.0)
+        } else {
+            0.0
+        };
+        (w * f64::from(self.num_blocks)) as u64
+    }
+
+    /// `block_size` with zero treated as one, so arithmetic never divides by
+    /// zero on a bad config.
+    pub fn block_tokens(&self) -> u32 {
+        self.block_size.max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watermark_rounds_down_and_ignores_nonsense() {
+        let mut c = VllmConfig::with_blocks(1000);
+        assert_eq!(c.watermark_blocks(), 0);
+        c.watermark = 0.0109;
+        assert_eq!(c.watermark_blocks(), 10);
+        c.watermark = -1.0;
+        assert_eq!(c.watermark_blocks(), 0);
+        c.watermark = f64::NAN;
+        assert_eq!(c.watermark_blocks(), 0);
+        c.block_size = 0;
+        assert_eq!(c.block_tokens(), 1);
+    }
+}

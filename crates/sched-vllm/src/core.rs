@@ -1,0 +1,378 @@
+//! [`VllmCore`]: one vLLM worker's batch and KV pool behind
+//! [`handoff_core::SchedulerCore`].
+//!
+//! The pass logic is in `step`, the handoff commands in
+//! `handoff`; this module holds the state they share and the block
+//! table operations of vLLM's `KVCacheManager`
+//! (`vllm/v1/core/kv_cache_manager.py`).
+
+use crate::block_pool::{BlockPool, Owner};
+use crate::config::VllmConfig;
+use crate::events::EventQueue;
+use crate::sequence::{Kind, Phase, Slab};
+use handoff_core::{
+    Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent,
+    PerfModel, PolynomialPerf, PrefillPinned, Request, SchedulerCommand, SchedulerCore,
+    SourceLeaseId, StepOutput,
+};
+use std::collections::{HashMap, VecDeque};
+
+/// A vLLM v1 scheduler core; see the crate docs for what it models.
+///
+/// `P` predicts pass times; [`VllmCore::new`] uses [`PolynomialPerf`] scaled
+/// by [`VllmConfig::speedup_ratio`].
+#[derive(Clone, Debug)]
+pub struct VllmCore<P: PerfModel = PolynomialPerf> {
+    pub(crate) cfg: VllmConfig,
+    pub(crate) perf: P,
+    pub(crate) pool: BlockPool,
+    pub(crate) events: EventQueue,
+    pub(crate) seqs: Slab,
+    /// Admission order; preemption takes the back (vLLM `self.running`).
+    pub(crate) running: Vec<u32>,
+    /// vLLM `self.waiting` (FCFS): new and activated requests at the back,
+    /// preempted ones at the front.
+    pub(crate) waiting: VecDeque<u32>,
+    /// Handoff prefills, computing or held.
+    pub(crate) sources: HashMap<HandoffId, u32>,
+    /// Reservations not yet activated.
+    pub(crate) destinations: HashMap<HandoffId, u32>,
+    pub(crate) next_lease: u64,
+    pub(crate) next_reservation: u64,
+    /// Counts `step` calls so a request knows whether its emission slot in
+    /// the output belongs to the current call.
+    pub(crate) call: u64,
+    /// Requests scheduled in the current pass and their token counts.
+    pub(crate) sched: Vec<(u32, u64)>,
+    /// Reused buffers: prefix hits, hashes of a reservation being tried, and
+    /// the block-boundary histogram of the multi-pass planner.
+    pub(crate) hits: Vec<u32>,
+    pub(crate) scratch_hashes: Vec<u64>,
+    pub(crate) room_hist: Vec<u64>,
+    /// The running batch sorted (stably) by room, with each room's start
+    /// offset and a fill cursor: boundary allocations go pass by pass.
+    pub(crate) by_room: Vec<u32>,
+    pub(crate) room_start: Vec<usize>,
+    pub(crate) room_cursor: Vec<usize>,
+}
+
+impl VllmCore<PolynomialPerf> {
+    /// A core timed by the default polynomial perf model.
+    pub fn new(cfg: VllmConfig) -> Self {
+        let perf = PolynomialPerf {
+            speedup_ratio: cfg.speedup_ratio,
+        };
+        VllmCore::with_perf(cfg, perf)
+    }
+}
+
+impl<P: PerfModel> VllmCore<P> {
+    /// A core timed by `perf`.
+    pub fn with_perf(cfg: VllmConfig, perf: P) -> Self {
+        let seqs_hint = cfg.max_num_seqs as usize;
+        VllmCore {
+            cfg,
+            perf,
+            pool: BlockPool::new(cfg.num_blocks),
+            events: EventQueue::default(),
+            seqs: Slab::default(),
+            running: Vec::with_capacity(seqs_hint),
+            waiting: VecDeque::new(),
+            sources: HashMap::new(),
+            destinations: HashMap::new(),
+            next_lease: 0,
+            next_reservation: 0,
+            call: 0,
+            sched: Vec::with_capacity(seqs_hint),
+            hits: Vec::new(),
+            scratch_hashes: Vec::new(),
+            room_hist: vec![0; cfg.block_tokens() as usize],
+            by_room: Vec::with_capacity(seqs_hint),
+            room_start: vec![0; cfg.block_tokens() as usize + 1],
+            room_cursor: vec![0; cfg.block_tokens() as usize],
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &VllmConfig {
+        &self.cfg
+    }
+
+    /// The perf model.
+    pub fn perf(&self) -> &P {
+        &self.perf
+    }
+
+    /// Completed handoff prefills currently held for a reader.
+    pub fn held_sources(&self) -> usize {
+        self.sources
+            .values()
+            .filter(|&&s| self.seqs.get(s).phase == Phase::Held)
+            .count()
+    }
+
+    /// Destination reservations not yet activated or cancelled.
+    pub fn reservations(&self) -> usize {
+        self.destinations.len()
+    }
+
+    pub(crate) fn bs(&self) -> u64 {
+        u64::from(self.cfg.block_tokens())
+    }
+
+    pub(crate) fn blocks_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(self.bs())
+    }
+
+    /// Whether a request can ever be served by this pool: the whole sequence
+    /// (prompt plus output, prompt only for a handoff prefill) must fit, the
+    /// analogue of vLLM rejecting prompts past `max_model_len`. Without this
+    /// a lone request could preempt itself forever.
+    pub(crate) fn fits_pool(&self, request: &Request, prefill_only: bool) -> bool {
+        let out = if prefill_only {
+            0
+        } else {
+            u64::from(request.max_output_tokens.max(1))
+        };
+        request.prompt_tokens > 0
+            && self.blocks_for(u64::from(request.prompt_tokens) + out) <= self.pool.total()
+    }
+
+    /// Watermark blocks for an admission now: vLLM applies it only when some
+    /// request is already scheduled, so an idle worker can always admit.
+    pub(crate) fn watermark_now(&self) -> u64 {
+        if self.running.is_empty() {
+            0
+        } else {
+            self.cfg.watermark_blocks()
+        }
+    }
+
+    /// The longest run of published blocks matching `hashes`, at most
+    /// `max_blocks` long, written to `hits`; returns how many of them are
+    /// unreferenced (taking those consumes free blocks). After vLLM
+    /// `KVCacheManager.get_computed_blocks` / `find_longest_cache_hit`.
+    pub(crate) fn find_hits(&self, hashes: &[u64], max_blocks: u64, hits: &mut Vec<u32>) -> u64 {
+        hits.clear();
+        if !self.cfg.enable_prefix_caching {
+            return 0;
+        }
+        let mut evictable = 0;
+        for &h in hashes.iter().take(max_blocks as usize) {
+            match self.pool.lookup(h) {
+                Some(b) => {
+                    if self.pool.is_free(b) {
+                        evictable += 1;
+                    }
+                    hits.push(b);
+                }
+                None => break,
+            }
+        }
+        evictable
+    }
+
+    /// Extends `s`'s block table to hold `tokens` tokens. The caller has
+    /// checked that enough blocks are free.
+    pub(crate) fn grow(&mut self, s: u32, tokens: u64) {
+        let need = self.blocks_for(tokens);
+        self.events.seal();
+        let seq = self.seqs.get_mut(s);
+        while (seq.blocks.len() as u64) < need {
+            match self.pool.allocate(seq.owner, &mut self.events) {
+                Some(b) => seq.blocks.push(b),
+                None => break,
+            }
+        }
+    }
+
+    /// Publishes the prompt's full blocks covered by the first `upto` tokens
+    /// (vLLM `KVCacheManager.cache_blocks` / `BlockPool.cache_full_blocks`):
+    /// each newly valid block becomes the canonical cache of its hash and a
+    /// `Stored` event names every contiguous run. A block whose hash another
+    /// block already caches is swapped for that canonical block and its own
+    /// copy freed, without an event. Only prompt blocks carry hashes; blocks
+    /// filled by decoding are never published.
+    pub(crate) fn commit_prompt(&mut self, s: u32, upto: u64) {
+        if !self.cfg.enable_prefix_caching {
+            return;
+        }
+        let bs = self.bs();
+        let seq = self.seqs.get_mut(s);
+        let full = (upto.min(u64::from(seq.prompt)) / bs)
+            .min(seq.hashes.len() as u64)
+            .min(seq.blocks.len() as u64) as usize;
+        let start = seq.published as usize;
+        if full <= start {
+            return;
+        }
+        let mut run: Vec<u64> = Vec::new();
+        let mut run_parent: Option<u64> = None;
+        for i in start..full {
+            let h = seq.hashes[i];
+            let b = seq.blocks[i];
+            match self.pool.publish(b, h) {
+                Ok(()) => {
+                    if run.is_empty() {
+                        run_parent = i.checked_sub(1).map(|p| seq.hashes[p]);
+                    }
+                    run.push(h);
+                }
+                Err(canonical) => {
+                    self.events.stored(run_parent, std::mem::take(&mut run));
+                    self.pool.touch(canonical, seq.owner);
+                    self.pool.release(b, seq.owner);
+                    seq.blocks[i] = canonical;
+                }
+            }
+        }
+        self.events.stored(run_parent, run);
+        seq.published = full as u32;
+    }
+
+    /// Drops every reference `s` holds, tail first so that the tail is
+    /// evicted first (vLLM `KVCacheManager.free`).
+    pub(crate) fn release_blocks(&mut self, s: u32) {
+        let seq = self.seqs.get_mut(s);
+        for &b in seq.blocks.iter().rev() {
+            self.pool.release(b, seq.owner);
+        }
+        seq.blocks.clear();
+        seq.published = 0;
+    }
+
+    /// Recompute preemption (vLLM `Scheduler._preempt_request`): free the
+    /// blocks, forget computed tokens, requeue at the front. The caller has
+    /// already taken `s` out of the running batch.
+    pub(crate) fn preempt(&mut self, s: u32, out: &mut StepOutput) {
+        self.release_blocks(s);
+        let seq = self.seqs.get_mut(s);
+        seq.computed = 0;
+        seq.decoding = false;
+        seq.prebuilt = false;
+        seq.phase = Phase::Waiting;
+        out.preempted.push(seq.id);
+        self.waiting.push_front(s);
+    }
+
+    /// A request produced its last token: free its blocks (they stay as
+    /// evictable cache) and report it.
+    pub(crate) fn finish(&mut self, s: u32, out: &mut StepOutput) {
+        self.release_blocks(s);
+        out.finished.push(self.seqs.get(s).id);
+        self.seqs.remove(s);
+    }
+
+    /// A handoff prefill computed its last prompt token: instead of the
+    /// terminal free its blocks move, in one transition, from active to
+    /// pinned (NIXL `request_finished` returning `delay_free_blocks`).
+    pub(crate) fn pin(&mut self, s: u32, id: HandoffId, out: &mut StepOutput) {
+        self.next_lease += 1;
+        let lease = SourceLeaseId(self.next_lease);
+        let seq = self.seqs.get_mut(s);
+        for &b in &seq.blocks {
+            self.pool.retag(b, Owner::Active, Owner::Pinned);
+        }
+        seq.owner = Owner::Pinned;
+        seq.phase = Phase::Held;
+        seq.lease = lease;
+        out.pinned.push(PrefillPinned {
+            id,
+            request: seq.id,
+            lease,
+            blocks: seq.blocks.len() as u64,
+            tokens: u64::from(seq.prompt),
+        });
+    }
+
+    /// Queues an ordinary request or a handoff prefill.
+    pub(crate) fn submit(&mut self, request: Request, kind: Kind) -> CommandOutcome {
+        if !self.fits_pool(&request, matches!(kind, Kind::Source(_))) {
+            return CommandOutcome::Unsupported(Some(request));
+        }
+        let s = self.seqs.insert(&request, kind, Phase::Waiting);
+        if self.cfg.enable_prefix_caching {
+            let bs = self.cfg.block_tokens();
+            request.block_hashes(bs, &mut self.seqs.get_mut(s).hashes);
+        }
+        if let Kind::Source(id) = kind {
+            self.sources.insert(id, s);
+        }
+        self.waiting.push_back(s);
+        CommandOutcome::Submitted
+    }
+}
+
+impl<P: PerfModel> SchedulerCore for VllmCore<P> {
+    fn capabilities(&self) -> Capabilities {
+        let refuse = self.cfg.refuse_destination_reservation;
+        Capabilities {
+            backend: if refuse {
+                Backend::TrtLlm
+            } else {
+                Backend::Vllm
+            },
+            destination_reservation: !refuse,
+            source_lease_ttl: self.cfg.source_lease_ttl,
+            block_size: self.cfg.block_tokens(),
+        }
+    }
+
+    fn apply(&mut self, cmd: SchedulerCommand, _now: Instant) -> CommandOutcome {
+        match cmd {
+            SchedulerCommand::Submit(request) => self.submit(request, Kind::Ordinary),
+            SchedulerCommand::SubmitHandoffPrefill { id, request } => {
+                if self.sources.contains_key(&id) {
+                    // A live attempt id reused: refusing keeps the first
+                    // attempt's ownership intact.
+                    return CommandOutcome::Unsupported(Some(request));
+                }
+                self.submit(request, Kind::Source(id))
+            }
+            SchedulerCommand::ReserveDestination { id, request } => self.reserve(id, request),
+            SchedulerCommand::ActivateDestination { id } => self.activate(id),
+            SchedulerCommand::ReleaseSource { id } => self.release_source(id),
+            SchedulerCommand::CancelSource { id } => self.cancel_source(id),
+            SchedulerCommand::CancelDestination { id } => self.cancel_destination(id),
+        }
+    }
+
+    fn step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput) {
+        self.run_step(now, horizon, out);
+    }
+
+    /// Blocks are counted once, by their strongest owner (active > pinned >
+    /// reserved): a prefix block shared by a running request and a held
+    /// source is active; a cached prefix locked only by a reservation is
+    /// reserved (it is no longer evictable), so `reserved_destination_blocks`
+    /// can exceed the sum of the reservations' fresh `physical_blocks`.
+    fn capacity(&self) -> KvCapacitySnapshot {
+        let running = self.running.len() as u64;
+        let slots = u64::from(self.cfg.max_num_seqs);
+        KvCapacitySnapshot {
+            total_blocks: self.pool.total(),
+            active_blocks: self.pool.owned_by(Owner::Active),
+            pinned_source_blocks: self.pool.owned_by(Owner::Pinned),
+            reserved_destination_blocks: self.pool.owned_by(Owner::Reserved),
+            cached_blocks: self.pool.cached(),
+            total_request_slots: slots,
+            free_request_slots: slots.saturating_sub(running),
+            decode_headroom_tokens: 0,
+            running_requests: running,
+            waiting_requests: self.waiting.len() as u64,
+        }
+    }
+
+    fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
+        self.events.drain_into(out);
+    }
+
+    /// Reservations waiting for their KV and held sources are not runnable.
+    fn is_empty(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    fn is_drained(&self) -> bool {
+        self.is_empty() && self.sources.is_empty() && self.destinations.is_empty()
+    }
+}

@@ -1,0 +1,178 @@
+//! Per-request scheduler state, after vLLM `vllm/v1/request.py` `Request`
+//! (`num_computed_tokens`, `num_tokens`, `status`) plus the block table the
+//! KV cache manager keeps for it.
+//!
+//! States live in a slab whose slots (and their block-table and hash
+//! buffers) are reused, so a request costs allocations when it arrives, not
+//! per pass or per token.
+
+use crate::block_pool::Owner;
+use handoff_core::{DestinationReservationId, HandoffId, Request, RequestId, SourceLeaseId};
+
+/// Why the request is here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// An ordinary request: prefill then decode.
+    Ordinary,
+    /// A handoff prefill: prefill only, then held for its reader.
+    Source(HandoffId),
+    /// A request whose prompt KV arrives from a remote prefill.
+    Destination(HandoffId),
+}
+
+/// Where the request is (vLLM `RequestStatus`, reduced).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// The slot is unused.
+    Vacant,
+    /// In the waiting queue (`WAITING` / `PREEMPTED`).
+    Waiting,
+    /// In the running batch (`RUNNING`).
+    Running,
+    /// A completed handoff prefill whose blocks are held (NIXL delayed free).
+    Held,
+    /// Destination blocks reserved, KV not yet valid
+    /// (`WAITING_FOR_REMOTE_KVS`).
+    Reserved,
+}
+
+/// One request's state; see the module docs.
+#[derive(Clone, Debug)]
+pub(crate) struct Seq {
+    pub(crate) id: RequestId,
+    pub(crate) prompt: u32,
+    /// Output tokens to generate, at least one.
+    pub(crate) max_out: u32,
+    pub(crate) kind: Kind,
+    pub(crate) phase: Phase,
+    /// Chained hashes of the prompt's full blocks (computed once).
+    pub(crate) hashes: Vec<u64>,
+    /// The block table, in token order.
+    pub(crate) blocks: Vec<u32>,
+    /// The owner kind this request's references count under.
+    pub(crate) owner: Owner,
+    /// Tokens whose KV is computed (vLLM `num_computed_tokens`).
+    pub(crate) computed: u64,
+    /// Output tokens sampled so far.
+    pub(crate) outputs: u32,
+    /// Leading prompt blocks that are published cache (hit or committed).
+    pub(crate) published: u32,
+    /// Sampled at least once since (re)admission: its passes are decodes.
+    pub(crate) decoding: bool,
+    /// An activated destination waiting with its whole prompt KV in place.
+    pub(crate) prebuilt: bool,
+    /// The lease handed out when it was pinned.
+    pub(crate) lease: SourceLeaseId,
+    /// The reservation handle handed out at reservation.
+    pub(crate) reservation: DestinationReservationId,
+    /// Prefix blocks reused at reservation (not republished on activation).
+    pub(crate) matched: u32,
+    /// The `step` call whose output holds this request's emission, and where.
+    pub(crate) emit_call: u64,
+    pub(crate) emit_idx: usize,
+}
+
+impl Seq {
+    fn vacant() -> Seq {
+        Seq {
+            id: RequestId(0),
+            prompt: 0,
+            max_out: 1,
+            kind: Kind::Ordinary,
+            phase: Phase::Vacant,
+            hashes: Vec::new(),
+            blocks: Vec::new(),
+            owner: Owner::Active,
+            computed: 0,
+            outputs: 0,
+            published: 0,
+            decoding: false,
+            prebuilt: false,
+            lease: SourceLeaseId(0),
+            reservation: DestinationReservationId(0),
+            matched: 0,
+            emit_call: 0,
+            emit_idx: 0,
+        }
+    }
+
+    /// The sequence the request must have computed before it samples next
+    /// (vLLM `Request.num_tokens`): a handoff prefill never grows past its
+    /// prompt.
+    pub(crate) fn num_tokens(&self) -> u64 {
+        match self.kind {
+            Kind::Source(_) => u64::from(self.prompt),
+            _ => u64::from(self.prompt) + u64::from(self.outputs),
+        }
+    }
+}
+
+/// Reusable request slots.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Slab {
+    seqs: Vec<Seq>,
+    vacant: Vec<u32>,
+}
+
+impl Slab {
+    /// Takes a slot for `request` (hashes not yet filled) and returns its
+    /// index. A reused slot keeps its buffers' capacity.
+    pub(crate) fn insert(&mut self, request: &Request, kind: Kind, phase: Phase) -> u32 {
+        let idx = match self.vacant.pop() {
+            Some(i) => i,
+            None => {
+                self.seqs.push(Seq::vacant());
+                (self.seqs.len() - 1) as u32
+            }
+        };
+        let s = &mut self.seqs[idx as usize];
+        s.id = request.id;
+        s.prompt = request.prompt_tokens;
+        s.max_out = request.max_output_tokens.max(1);
+        s.kind = kind;
+        s.phase = phase;
+        s.hashes.clear();
+        s.blocks.clear();
+        s.owner = Owner::Active;
+        s.computed = 0;
+        s.outputs = 0;
+        s.published = 0;
+        s.decoding = false;
+        s.prebuilt = false;
+        s.lease = SourceLeaseId(0);
+        s.reservation = DestinationReservationId(0);
+        s.matched = 0;
+        s.emit_call = 0;
+        s.emit_idx = 0;
+        idx
+    }
+
+    /// Returns a slot; its block table must already be released.
+    pub(crate) fn remove(&mut self, idx: u32) {
+        if let Some(s) = self.seqs.get_mut(idx as usize) {
+            if s.phase != Phase::Vacant {
+                s.phase = Phase::Vacant;
+                s.blocks.clear();
+                self.vacant.push(idx);
+            }
+        }
+    }
+
+    pub(crate) fn get(&self, idx: u32) -> &Seq {
+        &self.seqs[idx as usize]
+    }
+
+    pub(crate) fn get_mut(&mut self, idx: u32) -> &mut Seq {
+        &mut self.seqs[idx as usize]
+    }
+
+    /// Every live slot (invariant checks).
+    #[cfg(test)]
+    pub(crate) fn live(&self) -> impl Iterator<Item = (u32, &Seq)> {
+        self.seqs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.phase != Phase::Vacant)
+            .map(|(i, s)| (i as u32, s))
+    }
+}

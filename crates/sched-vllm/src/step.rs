@@ -1,0 +1,423 @@
+//! Forward passes, after vLLM `vllm/v1/core/sched/scheduler.py`
+//! `Scheduler.schedule` and `Scheduler.update_from_output`.
+//!
+//! One pass:
+//! 1. Running requests in admission order each get their pending tokens
+//!    (one for a decode, the rest of the prompt chunk for a prefill) within
+//!    `max_num_batched_tokens`. A request whose next tokens need a block that
+//!    is not free preempts the newest running request by recompute, repeatedly,
+//!    possibly itself (`self.running.pop()` + `_preempt_request`).
+//! 2. Only if nothing was preempted, waiting requests are admitted FIFO while
+//!    a running slot (`max_num_seqs`) and token budget remain. A prefix-cache
+//!    hit skips its full blocks (never the last prompt token); admission needs
+//!    the whole sequence to fit, plus the watermark while anything runs
+//!    (`allocate_slots(full_sequence_must_fit=scheduler_reserve_full_isl)`);
+//!    the first request that does not fit stops admission (while nothing
+//!    runs it is passed over instead, for liveness). Chunked prefill
+//!    lets a long prompt take what is left of the budget and continue in
+//!    later passes.
+//! 3. The pass costs `perf.step(prefill tokens, decode batch, active KV
+//!    tokens, total KV tokens)`, where the active KV tokens are the context
+//!    lengths of the scheduled requests after the pass (what attention
+//!    reads), so in a pure decode run they grow by exactly the batch size per
+//!    pass.
+//! 4. A request whose computed tokens reach its sequence samples one token;
+//!    the first is flagged `first`. A handoff prefill instead moves to held
+//!    ownership at that point and emits nothing. A request that reached its
+//!    output length finishes and frees its blocks.
+//!
+//! Multi-pass: a first pass that finished, pinned or preempted anything ends
+//! the call, so those facts always happen at the call's end, where the
+//! caller timestamps them. Tokens flagged `first` can only come from the
+//! first pass (the planned passes are pure decodes of requests that already
+//! sampled), so a first token is sampled at `now + first_step`. Otherwise,
+//! while every running request decodes one token, all fit the token budget,
+//! no waiting request could be admitted and no boundary allocation can fail,
+//! the following passes are planned at once: `k` is bounded by the nearest
+//! finish (the last planned pass may finish requests), by the free blocks the
+//! block boundaries within `k` passes need (a histogram of the requests' room
+//! in their last block, O(block_size) per probe of a binary search) and by
+//! `horizon`. Each planned pass costs one perf call; the batch is then
+//! advanced by `k` tokens once, and the boundary blocks are taken pass by
+//! pass in running order, exactly as `k` single passes would take them, so
+//! the state afterwards (down to block ids and KV events) is the same.
+
+use crate::core::VllmCore;
+use crate::sequence::{Kind, Phase};
+use handoff_core::{Duration, Instant, PerfModel, StepOutput, TokenEmission};
+
+/// What one full pass did.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PassStats {
+    pub(crate) duration: Duration,
+    pub(crate) prefill_tokens: u64,
+    pub(crate) preempted: bool,
+}
+
+impl<P: PerfModel> VllmCore<P> {
+    /// The `SchedulerCore::step` contract; see the module docs.
+    pub(crate) fn run_step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput) {
+        out.clear();
+        self.call = self.call.wrapping_add(1);
+        let Some(first) = self.run_pass(out) else {
+            return;
+        };
+        out.steps = 1;
+        out.duration = first.duration;
+        out.first_step = first.duration;
+        out.last_step = first.duration;
+        out.prefill_tokens = first.prefill_tokens;
+        let next_start = now + first.duration;
+        // A pass that finished, pinned or preempted something ends the call,
+        // so every such fact happens at the call's end, where the caller
+        // timestamps it.
+        let changed = first.preempted || !out.finished.is_empty() || !out.pinned.is_empty();
+        if next_start >= horizon || changed || !self.batch_is_stable() {
+            return;
+        }
+        self.run_stable(next_start, horizon, out);
+    }
+
+    /// One full pass. `None` when it neither scheduled a token nor preempted
+    /// anything (no runnable work, or waiting work that does not fit).
+    pub(crate) fn run_pass(&mut self, out: &mut StepOutput) -> Option<PassStats> {
+        let mut budget = u64::from(self.cfg.max_num_batched_tokens);
+        self.sched.clear();
+        let mut preempted = false;
+
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let s = self.running[i];
+            let seq = self.seqs.get(s);
+            let new = (seq.num_tokens().saturating_sub(seq.computed)).min(budget);
+            if new == 0 {
+                i += 1;
+                continue;
+            }
+            let end = seq.computed + new;
+            let need = self.blocks_for(end).saturating_sub(seq.blocks.len() as u64);
+            let mut scheduled = true;
+            while need > self.pool.free_len() {
+                let Some(victim) = self.running.pop() else {
+                    scheduled = false;
+                    break;
+                };
+                self.preempt(victim, out);
+                preempted = true;
+                if victim == s {
+                    scheduled = false;
+                    break;
+                }
+            }
+            if !scheduled {
+                break;
+            }
+            self.grow(s, end);
+            self.commit_prompt(s, end);
+            self.sched.push((s, new));
+            budget -= new;
+            i += 1;
+        }
+
+        if !preempted {
+            self.admit_waiting(budget);
+        }
+        if self.sched.is_empty() && !preempted {
+            return None;
+        }
+
+        let mut prefill_tokens = 0u64;
+        let mut batch = 0u64;
+        let mut active = 0u64;
+        for &(s, new) in &self.sched {
+            let seq = self.seqs.get(s);
+            if seq.decoding {
+                batch += 1;
+            } else {
+                prefill_tokens += new;
+            }
+            active += seq.computed + new;
+        }
+        let total_tokens = self.pool.total() * self.bs();
+        let duration = self.perf.step(prefill_tokens, batch, active, total_tokens);
+
+        let mut left_batch = false;
+        for k in 0..self.sched.len() {
+            let (s, new) = self.sched[k];
+            let seq = self.seqs.get_mut(s);
+            seq.computed += new;
+            if seq.computed < seq.num_tokens() {
+                continue;
+            }
+            match seq.kind {
+                Kind::Source(id) => {
+                    self.pin(s, id, out);
+                    left_batch = true;
+                }
+                Kind::Ordinary | Kind::Destination(_) => {
+                    seq.outputs += 1;
+                    seq.decoding = true;
+                    seq.prebuilt = false;
+                    seq.emit_call = self.call;
+                    seq.emit_idx = out.tokens.len();
+                    out.tokens.push(TokenEmission {
+                        request: seq.id,
+                        tokens: 1,
+                        first: seq.outputs == 1,
+                    });
+                    if seq.outputs >= seq.max_out {
+                        self.finish(s, out);
+                        left_batch = true;
+                    }
+                }
+            }
+        }
+        if left_batch {
+            let seqs = &self.seqs;
+            self.running
+                .retain(|&s| seqs.get(s).phase == Phase::Running);
+        }
+        Some(PassStats {
+            duration,
+            prefill_tokens,
+            preempted,
+        })
+    }
+
+    /// The waiting half of `Scheduler.schedule`: FCFS, stopping at the first
+    /// request that does not fit. One liveness exception: while nothing is
+    /// running, a request that does not fit is passed over. Otherwise a
+    /// preempted request at the head could wait forever behind activated
+    /// destinations that hold their blocks in the waiting queue (upstream can
+    /// wedge this way); passing over lets those run and free their blocks.
+    fn admit_waiting(&mut self, mut budget: u64) {
+        let mut hits = std::mem::take(&mut self.hits);
+        let mut idx = 0;
+        while budget > 0 && (self.running.len() as u64) < u64::from(self.cfg.max_num_seqs) {
+            let Some(&s) = self.waiting.get(idx) else {
+                break;
+            };
+            let Some(new) = self.plan_admission(s, budget, &mut hits) else {
+                if self.running.is_empty() {
+                    idx += 1;
+                    continue;
+                }
+                break;
+            };
+            self.waiting.remove(idx);
+            let table_cap = {
+                let seq = self.seqs.get(s);
+                self.blocks_for(
+                    seq.num_tokens() + u64::from(seq.max_out.saturating_sub(seq.outputs)),
+                )
+                .min(self.pool.total())
+            };
+            let bs = self.bs();
+            let seq = self.seqs.get_mut(s);
+            seq.blocks.reserve(table_cap as usize);
+            if !seq.prebuilt {
+                for &b in &hits {
+                    self.pool.touch(b, seq.owner);
+                }
+                seq.blocks.extend_from_slice(&hits);
+                seq.computed = hits.len() as u64 * bs;
+                seq.published = hits.len() as u32;
+            }
+            seq.phase = Phase::Running;
+            let end = seq.computed + new;
+            self.grow(s, end);
+            self.commit_prompt(s, end);
+            self.running.push(s);
+            self.sched.push((s, new));
+            budget -= new;
+        }
+        self.hits = hits;
+    }
+
+    /// Whether waiting request `s` would be admitted now with `budget`
+    /// tokens left, and how many tokens it would compute; fills `hits` with
+    /// its prefix-cache hits. Changes nothing.
+    pub(crate) fn plan_admission(&self, s: u32, budget: u64, hits: &mut Vec<u32>) -> Option<u64> {
+        let seq = self.seqs.get(s);
+        let free = self.pool.free_len();
+        let watermark = self.watermark_now();
+        let num_tokens = seq.num_tokens();
+        if seq.prebuilt {
+            hits.clear();
+            let new = num_tokens.saturating_sub(seq.computed).min(budget);
+            let full_need = self
+                .blocks_for(num_tokens)
+                .saturating_sub(seq.blocks.len() as u64);
+            return (new > 0 && full_need + watermark <= free).then_some(new);
+        }
+        let max_hit = num_tokens.saturating_sub(1) / self.bs();
+        let evictable = self.find_hits(&seq.hashes, max_hit, hits);
+        let matched = hits.len() as u64;
+        let new = (num_tokens - matched * self.bs()).min(budget);
+        let full_need = self.blocks_for(num_tokens) - matched + evictable;
+        (new > 0 && full_need + watermark <= free).then_some(new)
+    }
+
+    /// Whether the next pass would be a pure decode of exactly the current
+    /// running batch with no admission; see the module docs. Free blocks only
+    /// shrink during such passes, which keeps a refused admission refused.
+    fn batch_is_stable(&mut self) -> bool {
+        if self.running.is_empty()
+            || self.running.len() as u64 > u64::from(self.cfg.max_num_batched_tokens)
+        {
+            return false;
+        }
+        for &s in &self.running {
+            let seq = self.seqs.get(s);
+            if !seq.decoding || seq.num_tokens() != seq.computed + 1 {
+                return false;
+            }
+        }
+        let slots_left = (self.running.len() as u64) < u64::from(self.cfg.max_num_seqs);
+        let budget_left = u64::from(self.cfg.max_num_batched_tokens) - self.running.len() as u64;
+        if slots_left && budget_left > 0 {
+            if let Some(&head) = self.waiting.front() {
+                let mut hits = std::mem::take(&mut self.hits);
+                let admissible = self.plan_admission(head, budget_left, &mut hits).is_some();
+                self.hits = hits;
+                if admissible {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Blocks the running batch needs for `k` more decode passes, from the
+    /// room histogram.
+    fn boundary_blocks(&self, k: u64) -> u64 {
+        let bs = self.bs();
+        self.room_hist
+            .iter()
+            .enumerate()
+            .map(|(room, &n)| n * k.saturating_sub(room as u64).div_ceil(bs))
+            .sum()
+    }
+
+    /// Plans and applies the stable passes after the first one.
+    fn run_stable(&mut self, start: Instant, horizon: Instant, out: &mut StepOutput) {
+        let bs = self.bs();
+        let batch = self.running.len() as u64;
+        let mut until_finish = u64::MAX;
+        let mut context = 0u64;
+        self.room_hist.iter_mut().for_each(|n| *n = 0);
+        for &s in &self.running {
+            let seq = self.seqs.get(s);
+            until_finish = until_finish.min(u64::from(seq.max_out.saturating_sub(seq.outputs)));
+            context += seq.computed;
+            let room = self.room(s) as usize;
+            self.room_hist[room] += 1;
+        }
+        // The largest k whose boundary allocations all fit in the free pool.
+        let free = self.pool.free_len();
+        let (mut lo, mut hi) = (0u64, until_finish);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.boundary_blocks(mid) <= free {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let k_max = lo;
+
+        let total_tokens = self.pool.total() * bs;
+        let mut k = 0u64;
+        let mut t = start;
+        while k < k_max && t < horizon {
+            k += 1;
+            let d = self.perf.step(0, batch, context + batch * k, total_tokens);
+            out.duration += d;
+            out.last_step = d;
+            t = t + d;
+        }
+        if k == 0 {
+            return;
+        }
+        out.steps += k;
+        self.allocate_boundaries(k);
+
+        let k32 = u32::try_from(k).unwrap_or(u32::MAX);
+        let mut finished = false;
+        for i in 0..self.running.len() {
+            let s = self.running[i];
+            let seq = self.seqs.get_mut(s);
+            seq.computed += k;
+            seq.outputs = seq.outputs.saturating_add(k32);
+            finished |= seq.outputs >= seq.max_out;
+            if seq.emit_call == self.call && seq.emit_idx < out.tokens.len() {
+                out.tokens[seq.emit_idx].tokens += k32;
+            } else {
+                seq.emit_call = self.call;
+                seq.emit_idx = out.tokens.len();
+                out.tokens.push(TokenEmission {
+                    request: seq.id,
+                    tokens: k32,
+                    first: false,
+                });
+            }
+        }
+        // The last planned pass allocates before anything in it finishes.
+        if finished {
+            for i in 0..self.running.len() {
+                let s = self.running[i];
+                let seq = self.seqs.get(s);
+                if seq.outputs >= seq.max_out {
+                    self.finish(s, out);
+                }
+            }
+            let seqs = &self.seqs;
+            self.running
+                .retain(|&s| seqs.get(s).phase == Phase::Running);
+        }
+    }
+
+    /// Free slots in `s`'s last block: the decode passes it can take before
+    /// it needs a new block. Always below the block size, since a running
+    /// request holds exactly the blocks its computed tokens need.
+    fn room(&self, s: u32) -> u64 {
+        let seq = self.seqs.get(s);
+        (seq.blocks.len() as u64 * self.bs())
+            .saturating_sub(seq.computed)
+            .min(self.bs() - 1)
+    }
+
+    /// Gives the running batch the blocks `k` decode passes need, in the
+    /// order `k` single passes would take them: pass by pass, and within a
+    /// pass in running order. A request with room `r` crosses a block
+    /// boundary at passes `r + 1`, `r + 1 + bs`, ..., so pass `j` serves the
+    /// requests whose room is `(j - 1) mod bs`; a stable counting sort by
+    /// room makes each pass O(its crossings).
+    fn allocate_boundaries(&mut self, k: u64) {
+        let bs = self.bs() as usize;
+        self.room_start[0] = 0;
+        for r in 0..bs {
+            self.room_start[r + 1] = self.room_start[r] + self.room_hist[r] as usize;
+            self.room_cursor[r] = self.room_start[r];
+        }
+        self.by_room.clear();
+        self.by_room.resize(self.running.len(), 0);
+        for i in 0..self.running.len() {
+            let s = self.running[i];
+            let r = self.room(s) as usize;
+            self.by_room[self.room_cursor[r]] = s;
+            self.room_cursor[r] += 1;
+        }
+        for j in 0..k {
+            let r = (j % bs as u64) as usize;
+            for idx in self.room_start[r]..self.room_start[r + 1] {
+                let s = self.by_room[idx];
+                let seq = self.seqs.get_mut(s);
+                self.events.seal();
+                if let Some(b) = self.pool.allocate(seq.owner, &mut self.events) {
+                    seq.blocks.push(b);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Scenario, equivalence and property tests. They drive the core through
+//! [`SchedulerCore`] only, and after every operation check the public block
+//! identity ([`check_identity`]), the exactly-once [`Ledger`] and a full
+//! internal audit (every reference accounted for by exactly one owner).
+
+mod lifecycle;
+mod multistep;
+mod state_machine;
+
+use crate::block_pool::Owner;
+use crate::core::VllmCore;
+use crate::sequence::{Kind, Phase};
+use crate::VllmConfig;
+use handoff_core::accounting::{check_identity, Holding, Ledger};
+use handoff_core::{
+    CommandOutcome, Duration, FixedPerf, HandoffId, Instant, KvCapacitySnapshot, KvEvent,
+    KvEventData, PerfModel, Request, RequestId, SchedulerCommand, SchedulerCore, StepOutput,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Tokens each entry of a test request's `prefix_hashes` covers: one block.
+pub(crate) const HBT: u32 = 16;
+
+/// A request whose prompt blocks have the content hashes `content` (one per
+/// 16-token block; blocks past it are unique to the request).
+pub(crate) fn req(id: u64, prompt: u32, max_out: u32, content: &[u64]) -> Request {
+    Request {
+        id: RequestId(id),
+        prompt_tokens: prompt,
+        max_output_tokens: max_out,
+        prefix_hashes: content.to_vec(),
+        hash_block_tokens: HBT,
+        session: None,
+        arrival: Instant::ZERO,
+    }
+}
+
+/// `n` distinct content hashes starting at `seed`.
+pub(crate) fn content(seed: u64, n: usize) -> Vec<u64> {
+    (0..n as u64).map(|i| seed * 1_000_003 + i).collect()
+}
+
+pub(crate) fn fixed_perf() -> FixedPerf {
+    FixedPerf {
+        prefill_base: Duration::from_millis(10),
+        per_prefill_token: Duration::from_micros(20),
+        decode: Duration::from_millis(5),
+    }
+}
+
+pub(crate) fn cfg(num_blocks: u32) -> VllmConfig {
+    VllmConfig::with_blocks(num_blocks)
+}
+
+impl<P: PerfModel> VllmCore<P> {
+    /// Recounts every reference from the requests' block tables and checks
+    /// it against the pool, plus the queue/phase/owner invariants.
+    pub(crate) fn audit(&self) -> Result<(), String> {
+        self.pool.audit()?;
+        let mut expected: BTreeMap<(u32, usize), u32> = BTreeMap::new();
+        let mut reachable: BTreeMap<u32, &'static str> = BTreeMap::new();
+        let mut reach = |s: u32, why: &'static str| -> Result<(), String> {
+            match reachable.insert(s, why) {
+                Some(prev) => Err(format!("slot {s} is both {prev} and {why}")),
+                None => Ok(()),
+            }
+        };
+        for &s in &self.running {
+            reach(s, "running")?;
+            if self.seqs.get(s).phase != Phase::Running {
+                return Err(format!(
+                    "running slot {s} has phase {:?}",
+                    self.seqs.get(s).phase
+                ));
+            }
+        }
+        for &s in &self.waiting {
+            reach(s, "waiting")?;
+            if self.seqs.get(s).phase != Phase::Waiting {
+                return Err(format!(
+                    "waiting slot {s} has phase {:?}",
+                    self.seqs.get(s).phase
+                ));
+            }
+        }
+        for (&id, &s) in &self.sources {
+            let seq = self.seqs.get(s);
+            if seq.kind != Kind::Source(id) {
+                return Err(format!("source {id} maps to {:?}", seq.kind));
+            }
+            if seq.phase == Phase::Held {
+                reach(s, "held")?;
+                if seq.owner != Owner::Pinned {
+                    return Err(format!("held {id} owns as {:?}", seq.owner));
+                }
+            }
+        }
+        for (&id, &s) in &self.destinations {
+            reach(s, "reserved")?;
+            let seq = self.seqs.get(s);
+            if seq.phase != Phase::Reserved || seq.owner != Owner::Reserved {
+                return Err(format!("reservation {id}: {:?}/{:?}", seq.phase, seq.owner));
+            }
+        }
+        if self.running.len() > self.cfg.max_num_seqs as usize {
+            return Err("running batch above max_num_seqs".into());
+        }
+        for (s, seq) in self.seqs.live() {
+            if !reachable.contains_key(&s) {
+                return Err(format!("slot {s} ({:?}) is live but unreachable", seq.id));
+            }
+            let expect_owner = match seq.phase {
+                Phase::Held => Owner::Pinned,
+                Phase::Reserved => Owner::Reserved,
+                _ => Owner::Active,
+            };
+            if seq.owner != expect_owner {
+                return Err(format!(
+                    "{:?} in {:?} owns as {:?}",
+                    seq.id, seq.phase, seq.owner
+                ));
+            }
+            for &b in &seq.blocks {
+                *expected.entry((b, seq.owner as usize)).or_default() += 1;
+            }
+            let want_blocks = match seq.phase {
+                Phase::Waiting if seq.prebuilt => self.blocks_for(u64::from(seq.prompt)),
+                Phase::Reserved => self.blocks_for(u64::from(seq.prompt)),
+                Phase::Held => self.blocks_for(u64::from(seq.prompt)),
+                _ => self.blocks_for(seq.computed),
+            };
+            if seq.blocks.len() as u64 != want_blocks {
+                return Err(format!(
+                    "{:?} in {:?} holds {} blocks for {} computed tokens",
+                    seq.id,
+                    seq.phase,
+                    seq.blocks.len(),
+                    seq.computed
+                ));
+            }
+            if self.cfg.enable_prefix_caching {
+                for i in 0..seq.published as usize {
+                    if self.pool.hash_of(seq.blocks[i]) != Some(seq.hashes[i]) {
+                        return Err(format!("{:?} block {i} is not the published hash", seq.id));
+                    }
+                }
+            }
+        }
+        for b in 0..self.pool.total() as u32 {
+            for owner in [Owner::Active, Owner::Pinned, Owner::Reserved] {
+                let want = expected.get(&(b, owner as usize)).copied().unwrap_or(0);
+                if self.pool.refs(b, owner) != want {
+                    return Err(format!(
+                        "block {b}: {:?} refs {} but tables hold {want}",
+                        owner,
+                        self.pool.refs(b, owner)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every piece of state, maps sorted: equal fingerprints mean equal
+    /// cores.
+    pub(crate) fn fingerprint(&self) -> String {
+        let mut sources: Vec<_> = self.sources.iter().collect();
+        sources.sort();
+        let mut dests: Vec<_> = self.destinations.iter().collect();
+        dests.sort();
+        // Where a request's emission sits in the last output is bookkeeping
+        // of that call, not state.
+        let live: Vec<_> = self
+            .seqs
+            .live()
+            .map(|(i, s)| {
+                let mut s = s.clone();
+                s.emit_call = 0;
+                s.emit_idx = 0;
+                format!("{i}:{s:?}")
+            })
+            .collect();
+        format!(
+            "pool[{}] events{:?} seqs{:?} running{:?} waiting{:?} sources{:?} dests{:?} lease{} res{} cap{:?}",
+            self.pool.fingerprint(),
+            self.events.pending(),
+            live,
+            self.running,
+            self.waiting,
+            sources,
+            dests,
+            self.next_lease,
+            self.next_reservation,
+            self.capacity()
+        )
+    }
+}
+
+/// Drives one core, checking accounting after every operation.
+pub(crate) struct Harness<P: PerfModel> {
+    pub(crate) core: VllmCore<P>,
+    pub(crate) now: Instant,
+    pub(crate) out: StepOutput,
+    pub(crate) ledger: Ledger,
+    /// Handoff prefills submitted and not yet pinned or cancelled.
+    pub(crate) computing: BTreeSet<HandoffId>,
+    /// Everything the core has emitted, in order.
+    pub(crate) events: Vec<KvEvent>,
+    pub(crate) tokens: BTreeMap<RequestId, u64>,
+    pub(crate) firsts: BTreeMap<RequestId, u32>,
+    /// When each first token was sampled (end of the call's first pass).
+    pub(crate) first_at: Vec<(RequestId, Instant)>,
+    pub(crate) finished: Vec<(RequestId, Instant)>,
+    pub(crate) preempted: Vec<RequestId>,
+    pub(crate) passes: u64,
+}
+
+impl Harness<FixedPerf> {
+    pub(crate) fn fixed(cfg: VllmConfig) -> Self {
+        Harness::new(VllmCore::with_perf(cfg, fixed_perf()))
+    }
+}
+
+impl<P: PerfModel> Harness<P> {
+    pub(crate) fn new(core: VllmCore<P>) -> Self {
+        let h = Harness {
+            core,
+            now: Instant::ZERO,
+            out: StepOutput::default(),
+            ledger: Ledger::new(),
+            computing: BTreeSet::new(),
+            events: Vec::new(),
+            tokens: BTreeMap::new(),
+            firsts: BTreeMap::new(),
+            first_at: Vec::new(),
+            finished: Vec::new(),
+            preempted: Vec::new(),
+            passes: 0,
+        };
+        h.check();
+        h
+    }
+
+    pub(crate) fn check(&self) {
+        let cap = self.core.capacity();
+        check_identity(&cap).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            cap.free_blocks() + cap.cached_blocks + cap.kv_used_blocks(),
+            cap.total_blocks
+        );
+        self.core.audit().unwrap_or_else(|e| panic!("audit: {e}"));
+    }
+
+    pub(crate) fn cap(&self) -> KvCapacitySnapshot {
+        self.core.capacity()
+    }
+
+    /// Applies `cmd`, keeps the ledger, checks accounting.
+    pub(crate) fn apply(&mut self, cmd: SchedulerCommand) -> CommandOutcome {
+        let (id, kind) = match &cmd {
+            SchedulerCommand::Submit(_) => (None, 0),
+            SchedulerCommand::SubmitHandoffPrefill { id, .. } => (Some(*id), 1),
+            SchedulerCommand::ReserveDestination { id, .. } => (Some(*id), 2),
+            SchedulerCommand::ActivateDestination { id } => (Some(*id), 3),
+            SchedulerCommand::ReleaseSource { id } => (Some(*id), 4),
+            SchedulerCommand::CancelSource { id } => (Some(*id), 5),
+            SchedulerCommand::CancelDestination { id } => (Some(*id), 6),
+        };
+        let outcome = self.core.apply(cmd, self.now);
+        let ledger = match (id, kind, &outcome) {
+            (Some(id), 1, CommandOutcome::Submitted) => {
+                assert!(self.computing.insert(id), "{id} submitted twice");
+                Ok(())
+            }
+            (Some(id), 2, CommandOutcome::Reserved(_)) => {
+                self.ledger.open(id, Holding::DestinationReservation)
+            }
+            (Some(id), 3 | 6, CommandOutcome::Applied) => {
+                self.ledger.end(id, Holding::DestinationReservation)
+            }
+            (Some(id), 4, CommandOutcome::Applied) => self.ledger.end(id, Holding::SourceLease),
+            (Some(id), 5, CommandOutcome::Applied) => {
+                if self.computing.remove(&id) {
+                    Ok(())
+                } else {
+                    self.ledger.end(id, Holding::SourceLease)
+                }
+            }
+            _ => Ok(()),
+        };
+        ledger.unwrap_or_else(|e| panic!("ledger: {e}"));
+        self.check();
+        outcome
+    }
+
+    /// One `step` call from `now` to `horizon`; advances `now` by its
+    /// duration and records what it emitted.
+    pub(crate) fn step_to(&mut self, horizon: Instant) -> u64 {
+        let start = self.now;
+        self.core.step(start, horizon, &mut self.out);
+        let end = start + self.out.duration;
+        self.passes += self.out.steps;
+        for t in &self.out.tokens {
+            assert!(t.tokens > 0);
+            *self.tokens.entry(t.request).or_default() += u64::from(t.tokens);
+            if t.first {
+                *self.firsts.entry(t.request).or_default() += 1;
+                self.first_at.push((t.request, start + self.out.first_step));
+            }
+        }
+        for p in &self.out.pinned {
+            assert!(
+                self.computing.remove(&p.id),
+                "{} pinned but not computing",
+                p.id
+            );
+            self.ledger
+                .open(p.id, Holding::SourceLease)
+                .unwrap_or_else(|e| panic!("ledger: {e}"));
+        }
+        for &r in &self.out.finished {
+            self.finished.push((r, end));
+        }
+        self.preempted.extend_from_slice(&self.out.preempted);
+        self.core.drain_kv_events(&mut self.events);
+        self.now = end;
+        self.check();
+        self.out.steps
+    }
+
+    /// Exactly one pass.
+    pub(crate) fn step(&mut self) -> u64 {
+        let now = self.now;
+        self.step_to(now)
+    }
+
+    /// Steps one pass at a time until no runnable work is left (or nothing
+    /// can run); returns passes taken.
+    pub(crate) fn run_idle(&mut self) -> u64 {
+        for n in 0..1_000_000 {
+            if self.core.is_empty() || self.step() == 0 {
+                return n;
+            }
+        }
+        panic!("core never went idle");
+    }
+
+    /// Events drained since the last call.
+    pub(crate) fn take_events(&mut self) -> Vec<KvEvent> {
+        self.core.drain_kv_events(&mut self.events);
+        std::mem::take(&mut self.events)
+    }
+}
+
+/// All hashes named by `Stored` events, in order.
+pub(crate) fn stored_hashes(events: &[KvEvent]) -> Vec<u64> {
+    events
+        .iter()
+        .flat_map(|e| match &e.data {
+            KvEventData::Stored { block_hashes, .. } => block_hashes.clone(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// All hashes named by `Removed` events, in order.
+pub(crate) fn removed_hashes(events: &[KvEvent]) -> Vec<u64> {
+    events
+        .iter()
+        .flat_map(|e| match &e.data {
+            KvEventData::Removed { block_hashes } => block_hashes.clone(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// Block hashes of `r` at 16 tokens per block.
+pub(crate) fn hashes_of(r: &Request) -> Vec<u64> {
+    let mut v = Vec::new();
+    r.block_hashes(16, &mut v);
+    v
+}
