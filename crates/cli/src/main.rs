@@ -1,1 +1,37 @@
-fn main() {}
+//! `handoff-mocker`: the one binary. Argument parsing and file I/O live here
+//! so the libraries stay sans-IO.
+
+mod replay_cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Mock vLLM / SGLang prefill→decode disaggregated serving with a faithful
+/// KV handoff lifecycle.
+#[derive(Parser)]
+#[command(name = "handoff-mocker", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a Mooncake trace (or the embedded synthetic workload) on a
+    /// virtual clock and report latencies and handoff lifecycle figures.
+    Replay(Box<replay_cmd::ReplayArgs>),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Replay(args) => replay_cmd::run(*args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -4,8 +4,9 @@
 //! Run: `cargo bench -p handoff-core --bench transitions`.
 
 use handoff_core::{
-    DestinationEvent, DestinationHandoff, Duration, HandoffId, HandoffPolicy, Instant, ReservationSummary, SourceEvent,
-    SourceHandoff, SourceLease, SourceLeaseId, SourceReady, WorkerId,
+    DestinationEvent, DestinationHandoff, Duration, HandoffId, HandoffPolicy, Instant,
+    ReservationSummary, SourceEvent, SourceHandoff, SourceLease, SourceLeaseId, SourceReady,
+    WorkerId,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -38,21 +39,39 @@ fn one_handoff(i: u64) -> u64 {
     let ttl = Duration::from_secs(300);
     let mut s = SourceHandoff::new(id, HandoffPolicy::SourceFirst, ttl);
     let mut d = DestinationHandoff::new(id, HandoffPolicy::SourceFirst, ttl);
-    let lease = SourceLease { id: SourceLeaseId(i), blocks: 8, tokens: 128, deadline: Instant(i + 1000) };
-    let summary = ReservationSummary { physical_blocks: 8, transfer_tokens: 128, ..Default::default() };
-    let ready = Some(SourceReady { blocks: 8, tokens: 128 });
+    let lease = SourceLease {
+        id: SourceLeaseId(i),
+        blocks: 8,
+        tokens: 128,
+        deadline: Instant(i + 1000),
+    };
+    let summary = ReservationSummary {
+        physical_blocks: 8,
+        transfer_tokens: 128,
+        ..Default::default()
+    };
+    let ready = Some(SourceReady {
+        blocks: 8,
+        tokens: 128,
+    });
     let mut n = 0u64;
     for ev in [SourceEvent::Start, SourceEvent::PrefillPinned { lease }] {
         n += u64::from(s.handle(ev, t).is_ok());
     }
     for ev in [
-        DestinationEvent::Routed { source: WorkerId(0), ready },
+        DestinationEvent::Routed {
+            source: WorkerId(0),
+            ready,
+        },
         DestinationEvent::Reserved { summary },
         DestinationEvent::ReceiveCompleted,
     ] {
         n += u64::from(d.handle(ev, t).is_ok());
     }
-    for ev in [SourceEvent::DestinationReserved { summary }, SourceEvent::ReaderCompleted] {
+    for ev in [
+        SourceEvent::DestinationReserved { summary },
+        SourceEvent::ReaderCompleted,
+    ] {
         n += u64::from(s.handle(ev, t).is_ok());
     }
     n += u64::from(d.handle(DestinationEvent::Finished, t).is_ok());

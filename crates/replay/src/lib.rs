@@ -1,1 +1,22 @@
-//! placeholder
+//! # replay
+//!
+//! A deterministic discrete-event replay of disaggregated (or aggregated)
+//! serving on a virtual clock. It drives handoff-core [`handoff_core::Worker`]s
+//! of one backend; orchestration comes only from their role machines. Replay
+//! owns the event queue, the frontend's routing hop and the transfer-timing
+//! adapter. The same inputs give a byte-identical report.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod engines;
+pub mod frontend;
+pub mod metrics;
+pub mod report;
+pub mod sim;
+pub mod transfer;
+
+pub use engines::{make_core, EngineSpec};
+pub use frontend::Pool;
+pub use report::Report;
+pub use sim::{CoreBox, Replay, ReplayConfig};
+pub use transfer::TransferModel;

@@ -1,1 +1,63 @@
-//! placeholder
+//! # sched-sglang
+//!
+//! An SGLang-faithful scheduler core for handoff-mocker: one worker's paged
+//! token-to-KV pool, request-slot pool, radix prefix cache and batch, behind
+//! [`handoff_core::SchedulerCore`].
+//!
+//! What is modelled, and after which upstream code (sgl-project/sglang,
+//! `python/sglang/srt/`):
+//!
+//! - **Memory** — pages counted as numbers, never as objects; request slots
+//!   (`DecodeReqToTokenPool`: `max_running_requests` plus a preallocation
+//!   margin); a radix cache over chained block hashes with per-node lock
+//!   references and LRU eviction of unlocked leaves
+//!   (`mem_cache/radix_cache.py`), see [`radix`](crate#modules).
+//! - **Admission** — FCFS waiting queue through `PrefillAdder`
+//!   (`managers/schedule_policy.py`): chunked prefill, `max_prefill_tokens`,
+//!   and the new-token-ratio estimate of the running batch's future decode
+//!   memory; `batch_is_full` back-off.
+//! - **Decode** — one token per running request per pass, LRU eviction and
+//!   then retraction when pages run out (`retract_decode`), the ratio's
+//!   decay and post-retraction re-estimate (`managers/scheduler.py`).
+//! - **Destination-first handoff** — `DecodePreallocQueue.pop_preallocated`
+//!   and `_allocatable_tokens` (`disaggregation/decode.py`): slot first,
+//!   locked prefix, page-aligned delta pages, `num_reserved_decode_tokens`
+//!   headroom as an admission-only quantity; activation publishes the delta
+//!   once and joins the batch as a prebuilt extend.
+//! - **Source** — the prefill server's bootstrap and inflight queues
+//!   (`disaggregation/prefill.py`): a completed handoff prefill keeps its
+//!   pages, slot and radix lock until `release_kv_cache`.
+//!
+//! Timing comes from a [`handoff_core::PerfModel`] (default
+//! [`handoff_core::PolynomialPerf`]): a pass costs
+//! `perf.step(prefill tokens, decode batch, batch context tokens, pool tokens)`.
+//! A `step` call runs one pass, then as many further pure-decode passes as
+//! cannot change the batch, in time independent of their number apart from
+//! one perf evaluation per pass.
+//!
+//! Known simplifications are listed on [`SglangConfig::event_block_tokens`]
+//! (prefix granularity) and in the module docs: finished requests cache
+//! only their prompt's full event blocks (output tokens are freed), and a
+//! retracted request is recomputed locally (SGLang's PD decode offloads and
+//! reloads it).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod core;
+mod decode;
+mod events;
+mod prealloc;
+mod prefill;
+mod radix;
+mod ratio;
+mod seq;
+mod source;
+
+pub use crate::config::{
+    default_prealloc_slot_margin, ConfigError, SglangConfig, DEFAULT_EVENT_BLOCK_TOKENS,
+};
+pub use crate::core::SglangCore;
+
+#[cfg(test)]
+mod tests;

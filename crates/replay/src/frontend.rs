@@ -1,0 +1,239 @@
+//! The frontend: routes arrivals to pools and keeps the routers' bookings in
+//! step with worker events (DEP "Router And Engine Accounting"):
+//!
+//! - prefill compute load is released when the prefill pins (or, aggregated,
+//!   emits its first token);
+//! - prefill request ownership is released when the source role ends;
+//! - decode load is booked at selection and released when the request
+//!   completes or its destination role fails terminally.
+//!
+//! It is sans-IO like the workers: it answers with requests to deliver.
+
+use crate::sim::ReplayConfig;
+use handoff_core::{
+    Duration, Generation, HandoffIdGen, HandoffPolicy, Instant, Request, RequestId, Role,
+    SourceReady, WorkerEvent, WorkerId, WorkerRequest,
+};
+use router::{PoolRole, Router, RouterConfig};
+use std::collections::HashMap;
+
+/// Which pool a worker belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pool {
+    /// Prefill (source) workers.
+    Prefill,
+    /// Decode (destination) workers.
+    Decode,
+    /// Workers that do both (no disaggregation).
+    Aggregated,
+}
+
+/// See the module docs.
+pub struct Frontend {
+    policy: HandoffPolicy,
+    aggregated: bool,
+    prefill: Router,
+    decode: Option<Router>,
+    ids: HandoffIdGen,
+    held: HashMap<RequestId, Request>,
+    hop: Duration,
+    disabled_delay: Duration,
+}
+
+impl Frontend {
+    /// A frontend over `workers` for `cfg`.
+    pub fn new(cfg: &ReplayConfig, workers: &[(WorkerId, Pool)]) -> Self {
+        let pick = |p: Pool| {
+            workers
+                .iter()
+                .filter(|(_, q)| *q == p)
+                .map(|(w, _)| *w)
+                .collect::<Vec<_>>()
+        };
+        let aggregated = cfg.decode_workers == 0;
+        let prefill_ids = if aggregated {
+            pick(Pool::Aggregated)
+        } else {
+            pick(Pool::Prefill)
+        };
+        let prefill_role = if aggregated {
+            PoolRole::Decode
+        } else {
+            PoolRole::Prefill
+        };
+        let prefill = Router::new(
+            RouterConfig::new(prefill_role, cfg.router, cfg.block_size).with_seed(cfg.seed),
+            prefill_ids,
+        );
+        let decode = (!aggregated).then(|| {
+            Router::new(
+                RouterConfig::new(PoolRole::Decode, cfg.router, cfg.block_size)
+                    .with_seed(cfg.seed ^ 0x5eed),
+                pick(Pool::Decode),
+            )
+        });
+        let disabled_delay = match cfg.transfer {
+            crate::transfer::TransferModel::Fixed(d) => d,
+            crate::transfer::TransferModel::Bytes { base, .. }
+            | crate::transfer::TransferModel::Contention { base, .. } => base,
+        };
+        Frontend {
+            policy: if aggregated {
+                HandoffPolicy::Disabled
+            } else {
+                cfg.policy
+            },
+            aggregated,
+            prefill,
+            decode,
+            ids: HandoffIdGen::new(crate::sim::frontend_id(), Generation(0)),
+            held: HashMap::new(),
+            hop: cfg.message_latency,
+            disabled_delay,
+        }
+    }
+
+    /// Routes a new request; returns where to deliver what.
+    pub fn arrive(&mut self, request: Request, now: Instant) -> Vec<(WorkerId, WorkerRequest)> {
+        // Pools are never empty here (the replay builds at least one worker
+        // per pool); an empty pool leaves the request unserved, reported as
+        // failed at the end.
+        let Some(p) = self.prefill.select(&request, now).map(|s| s.worker) else {
+            return Vec::new();
+        };
+        if self.aggregated {
+            return vec![(p, WorkerRequest::Ordinary(request))];
+        }
+        match self.policy {
+            HandoffPolicy::Disabled => {
+                let mut prefill_only = request.clone();
+                prefill_only.max_output_tokens = 1;
+                self.held.insert(request.id, request);
+                vec![(p, WorkerRequest::Ordinary(prefill_only))]
+            }
+            HandoffPolicy::SourceFirst => {
+                let id = self.ids.next_id();
+                self.held.insert(request.id, request.clone());
+                vec![(p, WorkerRequest::HandoffSource { id, request })]
+            }
+            HandoffPolicy::DestinationFirst => {
+                let id = self.ids.next_id();
+                let Some(d) = self
+                    .decode
+                    .as_mut()
+                    .and_then(|r| r.select(&request, now))
+                    .map(|s| s.worker)
+                else {
+                    return Vec::new();
+                };
+                let dest = WorkerRequest::HandoffDestination {
+                    id,
+                    request: request.clone(),
+                    source: p,
+                    ready: None,
+                };
+                vec![(p, WorkerRequest::HandoffSource { id, request }), (d, dest)]
+            }
+        }
+    }
+
+    /// Consumes a worker event; returns requests to deliver after a delay.
+    pub fn on_event(
+        &mut self,
+        w: WorkerId,
+        pool: crate::frontend::Pool,
+        event: &WorkerEvent,
+        now: Instant,
+    ) -> Vec<(WorkerId, WorkerRequest, Duration)> {
+        let mut out = Vec::new();
+        match event {
+            WorkerEvent::Kv { event, .. } => match pool {
+                Pool::Decode => {
+                    if let Some(d) = self.decode.as_mut() {
+                        d.on_kv_event(w, event);
+                    }
+                }
+                _ => self.prefill.on_kv_event(w, event),
+            },
+            WorkerEvent::Tokens {
+                request,
+                first: true,
+                ..
+            } if pool == Pool::Aggregated => {
+                let _ = self.prefill.prefill_completed(*request);
+            }
+            WorkerEvent::PrefillPinned {
+                id,
+                request,
+                blocks,
+                tokens,
+                ..
+            } => {
+                let _ = self.prefill.prefill_completed(*request);
+                if self.policy == HandoffPolicy::SourceFirst {
+                    if let (Some(req), Some(d)) = (self.held.remove(request), self.decode.as_mut())
+                    {
+                        let Some(to) = d.select(&req, now).map(|s| s.worker) else {
+                            return out;
+                        };
+                        let ready = Some(SourceReady {
+                            blocks: *blocks,
+                            tokens: *tokens,
+                        });
+                        let r = WorkerRequest::HandoffDestination {
+                            id: *id,
+                            request: req,
+                            source: w,
+                            ready,
+                        };
+                        out.push((to, r, self.hop));
+                    }
+                }
+            }
+            WorkerEvent::RoleEnded {
+                request,
+                role,
+                reason,
+                ..
+            } => match role {
+                Role::Source => {
+                    let _ = self.prefill.request_released(*request);
+                    self.held.remove(request);
+                }
+                Role::Destination => {
+                    if reason.is_some() {
+                        if let Some(d) = self.decode.as_mut() {
+                            let _ = d.request_released(*request);
+                        }
+                    }
+                }
+            },
+            WorkerEvent::RequestFinished { request, .. } => match pool {
+                Pool::Aggregated => {
+                    let _ = self.prefill.request_released(*request);
+                }
+                Pool::Decode => {
+                    if let Some(d) = self.decode.as_mut() {
+                        let _ = d.request_released(*request);
+                    }
+                }
+                Pool::Prefill => {
+                    // Disabled ordering: the prefill finished and freed as an
+                    // ordinary request; decode gets it after the transfer delay.
+                    let _ = self.prefill.prefill_completed(*request);
+                    let _ = self.prefill.request_released(*request);
+                    if let (Some(req), Some(d)) = (self.held.remove(request), self.decode.as_mut())
+                    {
+                        let Some(to) = d.select(&req, now).map(|s| s.worker) else {
+                            return out;
+                        };
+                        out.push((to, WorkerRequest::Ordinary(req), self.disabled_delay));
+                    }
+                }
+            },
+            _ => {}
+        }
+        out
+    }
+}

@@ -1,0 +1,254 @@
+//! Server arguments of the modelled SGLang worker.
+//!
+//! Field names follow SGLang's `ServerArgs` and `envs` where one exists, so a
+//! deployment's launch flags can be copied over one to one.
+
+use core::fmt;
+use handoff_core::Duration;
+
+/// Tokens a KV event hash covers by default.
+pub const DEFAULT_EVENT_BLOCK_TOKENS: u32 = 64;
+
+/// The knobs of one SGLang worker.
+///
+/// Defaults are SGLang's (`server_args.py`, `environ.py`) except for the pool
+/// size, which SGLang derives from GPU memory and a mocker must be told.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SglangConfig {
+    /// Pages in the token-to-KV pool (`max_total_num_tokens / page_size`).
+    pub total_pages: u64,
+    /// Tokens per page (`--page-size`, default 1).
+    pub page_size: u32,
+    /// Requests the decode batch may hold (`--max-running-requests`).
+    pub max_running_requests: u32,
+    /// Extra request slots beyond `max_running_requests` for preallocated and
+    /// transferring requests (SGLang's `DecodeReqToTokenPool` `pre_alloc_size`:
+    /// `2 * max_running_requests` when that is at most 32, otherwise
+    /// `SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS`, default 0).
+    pub prealloc_slot_margin: u32,
+    /// Prompt tokens one pass may compute for one request before it is
+    /// chunked (`--chunked-prefill-size`, 8192); 0 disables chunking.
+    pub chunked_prefill_size: u32,
+    /// Prompt tokens one prefill pass may compute in total
+    /// (`--max-prefill-tokens`, 16384).
+    pub max_prefill_tokens: u32,
+    /// Decode headroom promised per decode-bound request at preallocation
+    /// (`--num-reserved-decode-tokens`, 512).
+    pub num_reserved_decode_tokens: u32,
+    /// Clip on `max_new_tokens` in memory estimates
+    /// (`SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`, 4096).
+    pub max_new_tokens_clip: u32,
+    /// Starting new-token ratio (`SGLANG_INIT_NEW_TOKEN_RATIO` 0.7 times
+    /// `--schedule-conservativeness` 1.0).
+    pub init_new_token_ratio: f64,
+    /// Floor of the ratio (`init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR`, 0.14).
+    pub min_new_token_ratio: f64,
+    /// Ratio decay per decode pass (`(init - min) /
+    /// SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS`, 600 steps).
+    pub new_token_ratio_decay: f64,
+    /// Tokens per surviving request a retraction frees room for
+    /// (`SGLANG_RETRACT_DECODE_STEPS`, 20); also feeds the post-retraction
+    /// ratio estimate.
+    pub retract_decode_steps: u32,
+    /// Piggyback the decode batch on prefill passes (`--enable-mixed-chunk`,
+    /// off by default: SGLang then alternates prefill and decode passes).
+    pub enable_mixed_chunk: bool,
+    /// How long a completed handoff prefill stays held without its reader
+    /// (SGLang's `SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT` /
+    /// `SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 300 s). The caller enforces it
+    /// by sending `ReleaseSource`.
+    pub source_lease_ttl: Duration,
+    /// Tokens each KV event hash (and each radix node) covers. Must be a
+    /// multiple of `page_size`. SGLang itself reports one hash per page; a
+    /// coarser granularity keeps long prompts at page size 1 cheap, at the
+    /// cost of caching and matching prefixes only in whole event blocks.
+    pub event_block_tokens: u32,
+}
+
+/// SGLang's default `pre_alloc_size` for a decode worker.
+pub fn default_prealloc_slot_margin(max_running_requests: u32) -> u32 {
+    if max_running_requests <= 32 {
+        max_running_requests.saturating_mul(2)
+    } else {
+        0
+    }
+}
+
+impl Default for SglangConfig {
+    fn default() -> Self {
+        let init = 0.7;
+        let min = init * 0.14;
+        SglangConfig {
+            total_pages: 1 << 18,
+            page_size: 1,
+            max_running_requests: 256,
+            prealloc_slot_margin: default_prealloc_slot_margin(256),
+            chunked_prefill_size: 8192,
+            max_prefill_tokens: 16384,
+            num_reserved_decode_tokens: 512,
+            max_new_tokens_clip: 4096,
+            init_new_token_ratio: init,
+            min_new_token_ratio: min,
+            new_token_ratio_decay: (init - min) / 600.0,
+            retract_decode_steps: 20,
+            enable_mixed_chunk: false,
+            source_lease_ttl: Duration::from_secs(300),
+            event_block_tokens: DEFAULT_EVENT_BLOCK_TOKENS,
+        }
+    }
+}
+
+impl SglangConfig {
+    /// The defaults with `page_size` pages and the smallest event block of at
+    /// least 64 tokens that is a whole number of pages.
+    pub fn with_page_size(page_size: u32) -> Self {
+        let p = page_size.max(1);
+        SglangConfig {
+            page_size: p,
+            event_block_tokens: DEFAULT_EVENT_BLOCK_TOKENS.div_ceil(p).saturating_mul(p),
+            ..SglangConfig::default()
+        }
+    }
+
+    /// Request slots in the req-to-token pool.
+    pub fn total_request_slots(&self) -> u64 {
+        u64::from(self.max_running_requests) + u64::from(self.prealloc_slot_margin)
+    }
+
+    /// Tokens the pool holds.
+    pub fn total_tokens(&self) -> u64 {
+        self.total_pages.saturating_mul(u64::from(self.page_size))
+    }
+
+    /// Checks the combination is one the core can run.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.page_size == 0 {
+            return Err(ConfigError::ZeroPageSize);
+        }
+        if self.total_pages == 0 {
+            return Err(ConfigError::EmptyPool);
+        }
+        // Budgets are signed token counts; keep the pool well inside i64.
+        match self.total_pages.checked_mul(u64::from(self.page_size)) {
+            Some(t) if t <= 1 << 60 => {}
+            _ => return Err(ConfigError::PoolTooLarge(self.total_pages)),
+        }
+        if self.max_running_requests == 0 {
+            return Err(ConfigError::NoRunningRequests);
+        }
+        if self.max_prefill_tokens == 0 {
+            return Err(ConfigError::NoPrefillTokens);
+        }
+        if self.event_block_tokens == 0 || !self.event_block_tokens.is_multiple_of(self.page_size) {
+            return Err(ConfigError::EventBlockNotPageMultiple {
+                event_block_tokens: self.event_block_tokens,
+                page_size: self.page_size,
+            });
+        }
+        let ratios = [
+            ("init_new_token_ratio", self.init_new_token_ratio),
+            ("min_new_token_ratio", self.min_new_token_ratio),
+            ("new_token_ratio_decay", self.new_token_ratio_decay),
+        ];
+        for (name, v) in ratios {
+            if !v.is_finite() || v < 0.0 {
+                return Err(ConfigError::BadRatio(name, v));
+            }
+        }
+        if self.min_new_token_ratio > self.init_new_token_ratio {
+            return Err(ConfigError::BadRatio(
+                "min_new_token_ratio",
+                self.min_new_token_ratio,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigError {
+    /// `page_size` is zero.
+    ZeroPageSize,
+    /// `total_pages` is zero.
+    EmptyPool,
+    /// `total_pages * page_size` exceeds 2^60 tokens.
+    PoolTooLarge(u64),
+    /// `max_running_requests` is zero.
+    NoRunningRequests,
+    /// `max_prefill_tokens` is zero.
+    NoPrefillTokens,
+    /// `event_block_tokens` is zero or not a whole number of pages.
+    EventBlockNotPageMultiple {
+        /// The configured event block.
+        event_block_tokens: u32,
+        /// The configured page size.
+        page_size: u32,
+    },
+    /// A new-token-ratio knob is negative, not finite, or min exceeds init.
+    BadRatio(&'static str, f64),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::ZeroPageSize => write!(f, "page_size must be at least 1"),
+            ConfigError::EmptyPool => write!(f, "total_pages must be at least 1"),
+            ConfigError::PoolTooLarge(n) => write!(f, "total_pages {n} is too large"),
+            ConfigError::NoRunningRequests => {
+                write!(f, "max_running_requests must be at least 1")
+            }
+            ConfigError::NoPrefillTokens => write!(f, "max_prefill_tokens must be at least 1"),
+            ConfigError::EventBlockNotPageMultiple {
+                event_block_tokens,
+                page_size,
+            } => write!(
+                f,
+                "event_block_tokens {event_block_tokens} must be a positive multiple of page_size {page_size}"
+            ),
+            ConfigError::BadRatio(name, v) => write!(f, "{name} = {v} is out of range"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_sglang() {
+        let c = SglangConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.page_size, 1);
+        assert_eq!(c.chunked_prefill_size, 8192);
+        assert_eq!(c.max_prefill_tokens, 16384);
+        assert_eq!(c.num_reserved_decode_tokens, 512);
+        assert_eq!(c.max_new_tokens_clip, 4096);
+        assert!((c.min_new_token_ratio - 0.098).abs() < 1e-12);
+        assert!((c.new_token_ratio_decay * 600.0 - (0.7 - 0.098)).abs() < 1e-12);
+        assert_eq!(c.source_lease_ttl, Duration::from_secs(300));
+        assert_eq!(c.prealloc_slot_margin, 0);
+        assert_eq!(default_prealloc_slot_margin(8), 16);
+    }
+
+    #[test]
+    fn event_block_must_be_page_multiple() {
+        let mut c = SglangConfig::with_page_size(16);
+        assert_eq!(c.event_block_tokens, 64);
+        c.validate().unwrap();
+        c.event_block_tokens = 40;
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::EventBlockNotPageMultiple { .. })
+        ));
+        assert_eq!(SglangConfig::with_page_size(48).event_block_tokens, 96);
+        assert_eq!(SglangConfig::with_page_size(128).event_block_tokens, 128);
+        let zero = SglangConfig {
+            page_size: 0,
+            ..SglangConfig::default()
+        };
+        assert_eq!(zero.validate(), Err(ConfigError::ZeroPageSize));
+    }
+}

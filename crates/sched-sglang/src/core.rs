@@ -1,0 +1,501 @@
+//! [`SglangCore`]: one SGLang worker's token pool, request slots, radix cache
+//! and batch, behind [`SchedulerCore`].
+//!
+//! This module holds the state, the page bookkeeping every other module
+//! shares, ordinary submission and the trait glue. Admission is in
+//! [`crate::prefill`], decode and retraction in [`crate::decode`],
+//! destination preallocation in [`crate::prealloc`] and the source side in
+//! [`crate::source`].
+//!
+//! Page categories. Every page of the pool is in exactly one of: free; in the
+//! radix tree and unlocked (cached, evictable); or owned by an [`Owner`] —
+//! either as a *private* page (allocated to one request, not in the tree) or
+//! as a tree page locked by at least one request. A tree page locked by
+//! several requests of different owners counts once, for the first of active,
+//! pinned, reserved that holds a lock. So `free + cached + active + pinned +
+//! reserved == total` always holds, and a prefix shared between a running
+//! request and a held source is reported as active.
+
+use crate::config::{ConfigError, SglangConfig};
+use crate::events::KvEventQueue;
+use crate::radix::{Owner, RadixCache, NIL};
+use crate::ratio::NewTokenRatio;
+use crate::seq::{Kind, Phase, Seq, Slab};
+use handoff_core::{
+    Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent,
+    PerfModel, PolynomialPerf, Request, SchedulerCommand, SchedulerCore, StepOutput, TokenEmission,
+};
+use std::collections::{HashMap, VecDeque};
+
+/// An SGLang worker's scheduler; see the crate docs.
+#[derive(Debug)]
+pub struct SglangCore<P: PerfModel = PolynomialPerf> {
+    pub(crate) cfg: SglangConfig,
+    pub(crate) perf: P,
+    /// Tokens per page.
+    pub(crate) page: u64,
+    /// Tokens per event block (radix node).
+    pub(crate) block_tokens: u64,
+    pub(crate) radix: RadixCache,
+    /// Private pages per owner.
+    pub(crate) private: [u64; 3],
+    pub(crate) free_slots: u64,
+    pub(crate) seqs: Slab,
+    pub(crate) waiting: VecDeque<u32>,
+    /// SGLang's `chunked_req`.
+    pub(crate) chunked: Option<u32>,
+    /// The decode batch, in admission order.
+    pub(crate) running: Vec<u32>,
+    /// Activated destinations not yet merged into the batch.
+    pub(crate) prebuilt: VecDeque<u32>,
+    /// Handoff prefills, computing or held, by attempt.
+    pub(crate) sources: HashMap<HandoffId, u32>,
+    /// Destination reservations by attempt.
+    pub(crate) reservations: HashMap<HandoffId, u32>,
+    /// Handoff prefills still waiting or chunked (not decode-bound).
+    pub(crate) sources_computing: u64,
+    /// Sum of `Seq::retracted_fill` over the waiting queue.
+    pub(crate) retracted_fill: u64,
+    /// Sum of `computed` over the decode batch.
+    pub(crate) running_kv_tokens: u64,
+    pub(crate) ratio: NewTokenRatio,
+    /// SGLang's `running_batch.batch_is_full`: admission is skipped until
+    /// the batch shrinks.
+    pub(crate) batch_is_full: bool,
+    /// The batch lost a request since the last pass began.
+    pub(crate) running_shrank: bool,
+    pub(crate) events: KvEventQueue,
+    pub(crate) next_lease: u64,
+    pub(crate) next_reservation: u64,
+    /// Counts `step` calls, to merge a request's emissions within one call.
+    pub(crate) call: u64,
+    pub(crate) scratch_hashes: Vec<u64>,
+    pub(crate) scratch_order: Vec<u32>,
+    pub(crate) scratch_batch: Vec<(u32, u64)>,
+}
+
+impl SglangCore<PolynomialPerf> {
+    /// A core timed by the default [`PolynomialPerf`].
+    pub fn with_config(config: SglangConfig) -> Result<Self, ConfigError> {
+        SglangCore::new(config, PolynomialPerf::default())
+    }
+}
+
+impl<P: PerfModel> SglangCore<P> {
+    /// A worker with an empty pool and cache.
+    pub fn new(config: SglangConfig, perf: P) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let page = u64::from(config.page_size);
+        let block_tokens = u64::from(config.event_block_tokens);
+        Ok(SglangCore {
+            radix: RadixCache::new(block_tokens / page),
+            private: [0; 3],
+            free_slots: config.total_request_slots(),
+            seqs: Slab::default(),
+            waiting: VecDeque::new(),
+            chunked: None,
+            running: Vec::with_capacity(config.max_running_requests as usize),
+            prebuilt: VecDeque::new(),
+            sources: HashMap::new(),
+            reservations: HashMap::new(),
+            sources_computing: 0,
+            retracted_fill: 0,
+            running_kv_tokens: 0,
+            ratio: NewTokenRatio::new(
+                config.init_new_token_ratio,
+                config.min_new_token_ratio,
+                config.new_token_ratio_decay,
+            ),
+            batch_is_full: false,
+            running_shrank: false,
+            events: KvEventQueue::default(),
+            next_lease: 0,
+            next_reservation: 0,
+            call: 0,
+            scratch_hashes: Vec::new(),
+            scratch_order: Vec::with_capacity(config.max_running_requests as usize),
+            scratch_batch: Vec::new(),
+            page,
+            block_tokens,
+            perf,
+            cfg: config,
+        })
+    }
+
+    /// The configuration this core runs with.
+    pub fn config(&self) -> &SglangConfig {
+        &self.cfg
+    }
+
+    /// Tokens each KV event hash covers (the router must hash prompts at this
+    /// granularity to match this worker's events).
+    pub fn event_block_tokens(&self) -> u32 {
+        self.cfg.event_block_tokens
+    }
+
+    /// The current new-token ratio.
+    pub fn new_token_ratio(&self) -> f64 {
+        self.ratio.current()
+    }
+
+    /// Nodes in the radix cache (locked or not).
+    pub fn radix_nodes(&self) -> usize {
+        self.radix.len()
+    }
+
+    // ---- page bookkeeping shared by every module ----
+
+    pub(crate) fn total_tokens(&self) -> u64 {
+        self.cfg.total_pages * self.page
+    }
+
+    pub(crate) fn pages_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(self.page)
+    }
+
+    /// Rounds up to whole pages, in tokens (`ceil_paged_tokens`).
+    pub(crate) fn ceil_paged(&self, tokens: u64) -> u64 {
+        self.pages_for(tokens) * self.page
+    }
+
+    pub(crate) fn free_pages(&self) -> u64 {
+        let used = self.radix.total_pages() + self.private.iter().sum::<u64>();
+        debug_assert!(used <= self.cfg.total_pages, "pool overcommitted");
+        self.cfg.total_pages.saturating_sub(used)
+    }
+
+    /// Makes `pages` free if eviction can. SGLang evicts the whole request
+    /// when short on the extend and decode paths (`evict_from_tree_cache`)
+    /// and only the deficit on the preallocation path (`_pre_alloc`).
+    pub(crate) fn ensure_free(&mut self, pages: u64, evict_whole: bool) -> bool {
+        let free = self.free_pages();
+        if free < pages {
+            let want = if evict_whole { pages } else { pages - free };
+            self.radix.evict(want, &mut self.events);
+        }
+        self.free_pages() >= pages
+    }
+
+    /// Gives `pages` private pages to `idx`; the caller made them free.
+    pub(crate) fn alloc_private(&mut self, idx: u32, pages: u64) {
+        if let Some(seq) = self.seqs.get_mut(idx) {
+            seq.private_pages += pages;
+            self.private[seq.owner as usize] += pages;
+        }
+    }
+
+    /// SGLang's `cache_unfinished_req`: publishes the request's newly
+    /// completed prompt blocks into the radix tree. Its private pages for
+    /// those blocks become tree pages, or are freed where the hash was
+    /// already cached (the duplicate is dropped, as SGLang frees the
+    /// duplicate indices).
+    pub(crate) fn cache_prompt_blocks(&mut self, idx: u32) {
+        let ppn = self.radix.pages_per_node();
+        let bt = self.block_tokens;
+        let Some(seq) = self.seqs.get_mut(idx) else {
+            return;
+        };
+        let done = (seq.computed.min(seq.prompt) / bt).min(seq.hashes.len() as u64);
+        if done <= seq.tree_blocks {
+            return;
+        }
+        let from = seq.tree_blocks as usize;
+        let to = done as usize;
+        let (deepest, _created) =
+            self.radix
+                .insert(seq.node, &seq.hashes[from..to], seq.owner, &mut self.events);
+        let moved = (done - seq.tree_blocks) * ppn;
+        debug_assert!(seq.private_pages >= moved);
+        seq.private_pages = seq.private_pages.saturating_sub(moved);
+        let owner = seq.owner as usize;
+        self.private[owner] = self.private[owner].saturating_sub(moved);
+        seq.node = deepest;
+        seq.tree_blocks = done;
+    }
+
+    /// Moves a request's pages and locks to another owner category.
+    pub(crate) fn relabel(&mut self, idx: u32, to: Owner) {
+        let Some(seq) = self.seqs.get_mut(idx) else {
+            return;
+        };
+        let from = seq.owner;
+        if from == to {
+            return;
+        }
+        if seq.node != NIL {
+            self.radix.relabel(seq.node, from, to);
+        }
+        self.private[from as usize] = self.private[from as usize].saturating_sub(seq.private_pages);
+        self.private[to as usize] += seq.private_pages;
+        seq.owner = to;
+    }
+
+    /// SGLang's `release_kv_cache`: unlocks the radix path (refreshing it
+    /// when the request's tokens are cached, as `cache_finished_req` does),
+    /// frees private pages and the request slot. The request keeps its
+    /// progress counters; its KV state is reset.
+    pub(crate) fn release_kv(&mut self, idx: u32, touch: bool) {
+        let Some(seq) = self.seqs.get_mut(idx) else {
+            return;
+        };
+        if seq.node != NIL {
+            self.radix.unlock(seq.node, seq.owner, touch);
+        }
+        let owner = seq.owner as usize;
+        self.private[owner] = self.private[owner].saturating_sub(seq.private_pages);
+        if seq.has_slot {
+            self.free_slots += 1;
+        }
+        seq.private_pages = 0;
+        seq.node = NIL;
+        seq.tree_blocks = 0;
+        seq.computed = 0;
+        seq.has_slot = false;
+        seq.owner = Owner::Active;
+    }
+
+    /// Whether a request could ever be admitted by an empty worker; one that
+    /// cannot would block its queue forever, so it is refused up front (SGLang
+    /// aborts prompts longer than the pool in `_check_if_req_exceed_kv_capacity`).
+    pub(crate) fn fits_empty_pool(&self, prompt: u64, max_new: u64) -> bool {
+        self.ceil_paged(prompt).saturating_add(max_new) < self.total_tokens()
+    }
+
+    /// Requests that will decode here: running, prebuilt, reserved and
+    /// waiting ones except handoff prefills (SGLang's `_active_req_count`).
+    pub(crate) fn decode_bound_requests(&self) -> u64 {
+        let queued = self.waiting.len() as u64 + u64::from(self.chunked.is_some());
+        self.running.len() as u64
+            + self.prebuilt.len() as u64
+            + self.reservations.len() as u64
+            + queued.saturating_sub(self.sources_computing)
+    }
+
+    /// Adds `n` tokens to the request's emission of this call.
+    pub(crate) fn emit(&mut self, idx: u32, n: u64, out: &mut StepOutput) {
+        let call = self.call;
+        let Some(seq) = self.seqs.get_mut(idx) else {
+            return;
+        };
+        let first = seq.emitted == 0;
+        seq.emitted += n;
+        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+        if seq.emit_call == call {
+            if let Some(e) = out.tokens.get_mut(seq.emit_idx) {
+                e.tokens = e.tokens.saturating_add(n32);
+                return;
+            }
+        }
+        seq.emit_call = call;
+        seq.emit_idx = out.tokens.len();
+        out.tokens.push(TokenEmission {
+            request: seq.id,
+            tokens: n32,
+            first,
+        });
+    }
+
+    /// Output complete: cache and free (`cache_finished_req`), report it.
+    /// The caller removes it from the batch.
+    pub(crate) fn finish(&mut self, idx: u32, out: &mut StepOutput) {
+        self.release_kv(idx, true);
+        if let Some(seq) = self.seqs.remove(idx) {
+            out.finished.push(seq.id);
+        }
+    }
+
+    fn submit(&mut self, request: Request) -> CommandOutcome {
+        let prompt = u64::from(request.prompt_tokens.max(1));
+        let max_out = u64::from(request.max_output_tokens.max(1));
+        let max_new = max_out.min(u64::from(self.cfg.max_new_tokens_clip));
+        if !self.fits_empty_pool(prompt, max_new) {
+            return CommandOutcome::Unsupported(Some(request));
+        }
+        let mut hashes = Vec::new();
+        request.block_hashes(self.cfg.event_block_tokens, &mut hashes);
+        let seq = Seq::new(
+            request.id,
+            Kind::Ordinary,
+            Phase::Waiting,
+            prompt,
+            max_out,
+            hashes,
+        );
+        let idx = self.seqs.insert(seq);
+        self.waiting.push_back(idx);
+        CommandOutcome::Submitted
+    }
+
+    /// One forward pass at the current state; `None` if nothing could run.
+    fn pass(&mut self, out: &mut StepOutput) -> Option<handoff_core::Duration> {
+        // SGLang clears `batch_is_full` when the batch shrinks and every pass
+        // on a worker without a decode batch (the disaggregated prefill loop);
+        // here it is cleared before the next admission attempt.
+        if self.running_shrank || self.running.is_empty() {
+            self.batch_is_full = false;
+            self.running_shrank = false;
+        }
+        self.merge_prebuilt();
+        let total = self.total_tokens();
+        if let Some(p) = self.prefill_pass(out) {
+            out.prefill_tokens += p.tokens;
+            return Some(self.perf.step(p.tokens, p.mixed_batch, p.kv_tokens, total));
+        }
+        let (batch, kv) = self.decode_pass(out)?;
+        Some(self.perf.step(0, batch, kv, total))
+    }
+
+    /// `get_new_prebuilt_batch`: activated destinations join the batch as
+    /// far as `max_running_requests` allows, without recompute.
+    fn merge_prebuilt(&mut self) {
+        let max = self.cfg.max_running_requests as usize;
+        while self.running.len() < max {
+            let Some(idx) = self.prebuilt.pop_front() else {
+                break;
+            };
+            if let Some(seq) = self.seqs.get_mut(idx) {
+                seq.phase = Phase::Running;
+                self.running_kv_tokens += seq.computed;
+                self.running.push(idx);
+            }
+        }
+    }
+
+    /// Recomputes every derived counter from the requests and checks the
+    /// page and slot identities; for tests.
+    #[cfg(test)]
+    pub(crate) fn check_consistency(&self) -> Result<(), String> {
+        self.radix.check()?;
+        let mut private = [0u64; 3];
+        let mut slots = 0u64;
+        let mut running_kv = 0u64;
+        for seq in self.seqs.iter() {
+            private[seq.owner as usize] += seq.private_pages;
+            slots += u64::from(seq.has_slot);
+            if seq.phase == Phase::Running {
+                running_kv += seq.computed;
+            }
+            let pages = seq.tree_blocks * self.radix.pages_per_node() + seq.private_pages;
+            if seq.has_slot && pages != self.pages_for(seq.computed) {
+                return Err(format!(
+                    "{:?} holds {pages} pages for {} tokens",
+                    seq.id, seq.computed
+                ));
+            }
+        }
+        if private != self.private {
+            return Err(format!("private {:?} != {:?}", self.private, private));
+        }
+        if slots + self.free_slots != self.cfg.total_request_slots() {
+            return Err(format!("slots {slots} + free {}", self.free_slots));
+        }
+        if running_kv != self.running_kv_tokens {
+            return Err(format!(
+                "running kv {running_kv} != {}",
+                self.running_kv_tokens
+            ));
+        }
+        let used = self.radix.total_pages() + private.iter().sum::<u64>();
+        if used > self.cfg.total_pages {
+            return Err(format!("{used} pages used of {}", self.cfg.total_pages));
+        }
+        let retracted: u64 = self
+            .waiting
+            .iter()
+            .filter_map(|&i| self.seqs.get(i))
+            .map(|s| s.retracted_fill)
+            .sum();
+        if retracted != self.retracted_fill {
+            return Err("retracted fill drifted".into());
+        }
+        Ok(())
+    }
+}
+
+impl<P: PerfModel> SchedulerCore for SglangCore<P> {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            backend: Backend::Sglang,
+            destination_reservation: true,
+            source_lease_ttl: self.cfg.source_lease_ttl,
+            block_size: self.cfg.page_size,
+        }
+    }
+
+    fn apply(&mut self, cmd: SchedulerCommand, _now: Instant) -> CommandOutcome {
+        match cmd {
+            SchedulerCommand::Submit(request) => self.submit(request),
+            SchedulerCommand::SubmitHandoffPrefill { id, request } => {
+                self.submit_handoff_prefill(id, request)
+            }
+            SchedulerCommand::ReserveDestination { id, request } => self.reserve(id, request),
+            SchedulerCommand::ActivateDestination { id } => self.activate(id),
+            SchedulerCommand::CancelDestination { id } => self.cancel_destination(id),
+            SchedulerCommand::ReleaseSource { id } => self.release_source(id),
+            SchedulerCommand::CancelSource { id } => self.cancel_source(id),
+        }
+    }
+
+    fn step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput) {
+        out.clear();
+        self.call += 1;
+        let Some(first) = self.pass(out) else {
+            // `self_check_during_idle` resets the estimate.
+            self.ratio.reset();
+            return;
+        };
+        out.steps = 1;
+        out.duration = first;
+        out.first_step = first;
+        out.last_step = first;
+        // Finishes and pins are reported as of the end of the call, so a
+        // call that has any in its first pass ends there.
+        let next = now + first;
+        if next < horizon
+            && out.finished.is_empty()
+            && out.pinned.is_empty()
+            && self.decode_is_stable()
+        {
+            let more = self.advance_stable_decode(next, horizon, out);
+            if more.passes > 0 {
+                out.steps += more.passes;
+                out.duration += more.duration;
+                out.last_step = more.last;
+            }
+        }
+    }
+
+    fn capacity(&self) -> KvCapacitySnapshot {
+        let owned = |o: Owner| self.radix.pages(o as usize) + self.private[o as usize];
+        KvCapacitySnapshot {
+            total_blocks: self.cfg.total_pages,
+            active_blocks: owned(Owner::Active),
+            pinned_source_blocks: owned(Owner::Pinned),
+            reserved_destination_blocks: owned(Owner::Reserved),
+            cached_blocks: self.radix.evictable_pages(),
+            total_request_slots: self.cfg.total_request_slots(),
+            free_request_slots: self.free_slots,
+            decode_headroom_tokens: u64::from(self.cfg.num_reserved_decode_tokens)
+                * self.decode_bound_requests(),
+            running_requests: self.running.len() as u64,
+            waiting_requests: self.waiting.len() as u64
+                + self.prebuilt.len() as u64
+                + u64::from(self.chunked.is_some()),
+        }
+    }
+
+    fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
+        self.events.drain_into(out);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.running.is_empty()
+            && self.waiting.is_empty()
+            && self.chunked.is_none()
+            && self.prebuilt.is_empty()
+    }
+
+    fn is_drained(&self) -> bool {
+        self.is_empty() && self.sources.is_empty() && self.reservations.is_empty()
+    }
+}

@@ -1,0 +1,260 @@
+//! The decode pass, retraction, and multi-pass advance.
+//!
+//! After SGLang `srt/managers/scheduler.py` `update_running_batch` and
+//! `srt/managers/schedule_batch.py` `ScheduleBatch.check_decode_mem`,
+//! `new_page_count_next_decode` and `retract_decode`:
+//!
+//! - each decode pass writes one token of KV per request; a request needs a
+//!   fresh page when its KV length is a whole number of pages;
+//! - when the free pages do not cover that, the cache is evicted (LRU
+//!   unlocked leaves); if still short, requests are retracted — fewest
+//!   output tokens first, longest prompt first among equals — until the
+//!   survivors fit, their KV released without caching, and they go back to
+//!   the waiting queue to be recomputed; the new-token ratio is re-estimated
+//!   from the survivors, otherwise it decays by one step per pass.
+//!
+//! Multi-pass: while nothing can change the batch — no chunked or admissible
+//! waiting request, no prebuilt request that could join, no request finishing
+//! before the last pass, and enough *free* pages that no pass would have to
+//! evict or retract — `k` passes are applied at once with the same result as
+//! `k` single passes. The work is O(batch) plus one perf evaluation per pass
+//! for the time line.
+
+use crate::core::SglangCore;
+use crate::ratio::ratio_after_retract;
+use crate::seq::Phase;
+use handoff_core::{Duration, Instant, PerfModel, StepOutput};
+
+/// Passes added after the first one of a `step` call.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct MorePasses {
+    pub(crate) passes: u64,
+    pub(crate) duration: Duration,
+    pub(crate) last: Duration,
+}
+
+impl<P: PerfModel> SglangCore<P> {
+    /// Fresh pages the next decode pass needs (`new_page_count_next_decode`).
+    pub(crate) fn decode_pages_needed(&self) -> u64 {
+        self.running
+            .iter()
+            .filter_map(|&i| self.seqs.get(i))
+            .filter(|s| s.computed % self.page == 0)
+            .count() as u64
+    }
+
+    /// One decode pass over the batch: `(batch size, context tokens)` or
+    /// `None` when the batch is (or became) empty.
+    pub(crate) fn decode_pass(&mut self, out: &mut StepOutput) -> Option<(u64, u64)> {
+        if self.running.is_empty() {
+            return None;
+        }
+        let need = self.decode_pages_needed();
+        if self.ensure_free(need, true) {
+            self.ratio.decay(1);
+        } else {
+            self.retract(out);
+            if self.running.is_empty() {
+                return None;
+            }
+        }
+        let bs = self.running.len() as u64;
+        let kv = self.running_kv_tokens;
+        self.advance_running(1, out);
+        Some((bs, kv))
+    }
+
+    /// Advances every running request by `k` tokens: allocates the pages the
+    /// `k` new KV tokens cross into (the caller checked they are free), emits,
+    /// and finishes those that reached their output length.
+    pub(crate) fn advance_running(&mut self, k: u64, out: &mut StepOutput) {
+        let mut finished = 0usize;
+        let mut new_pages = 0u64;
+        for r in 0..self.running.len() {
+            let idx = self.running[r];
+            let Some(seq) = self.seqs.get_mut(idx) else {
+                continue;
+            };
+            let before = seq.computed.div_ceil(self.page);
+            seq.computed += k;
+            let pages = seq.computed.div_ceil(self.page) - before;
+            seq.private_pages += pages;
+            new_pages += pages;
+            self.emit(idx, k, out);
+            if self
+                .seqs
+                .get(idx)
+                .is_some_and(|s| s.emitted >= s.max_output)
+            {
+                finished += 1;
+            }
+        }
+        self.private[crate::radix::Owner::Active as usize] += new_pages;
+        self.running_kv_tokens += k * self.running.len() as u64;
+        if finished == 0 {
+            return;
+        }
+        let mut keep = 0;
+        for r in 0..self.running.len() {
+            let idx = self.running[r];
+            let done = match self.seqs.get(idx) {
+                Some(s) => s.emitted >= s.max_output,
+                None => true,
+            };
+            if done {
+                let kv = self.seqs.get(idx).map_or(0, |s| s.computed);
+                self.running_kv_tokens = self.running_kv_tokens.saturating_sub(kv);
+                self.finish(idx, out);
+            } else {
+                self.running[keep] = idx;
+                keep += 1;
+            }
+        }
+        self.running.truncate(keep);
+        self.running_shrank = true;
+    }
+
+    /// `retract_decode`: see the module docs. SGLang asserts that a lone
+    /// remaining request has room; here it is retracted too if it has not,
+    /// so that pinned or reserved pages can never wedge the batch.
+    fn retract(&mut self, out: &mut StepOutput) {
+        let mut order = std::mem::take(&mut self.scratch_order);
+        order.clear();
+        order.extend_from_slice(&self.running);
+        // Stable sort, largest key first; victims are popped from the back.
+        order.sort_by(|&a, &b| {
+            let key = |i: u32| {
+                self.seqs
+                    .get(i)
+                    .map_or((0, 0), |s| (s.emitted, u64::MAX - s.prompt))
+            };
+            key(b).cmp(&key(a))
+        });
+        let mut need = self.decode_pages_needed();
+        let mut first = true;
+        while !order.is_empty() {
+            if (!first || order.len() == 1) && self.ensure_free(need, true) {
+                break;
+            }
+            first = false;
+            let Some(victim) = order.pop() else {
+                break;
+            };
+            if self
+                .seqs
+                .get(victim)
+                .is_some_and(|s| s.computed % self.page == 0)
+            {
+                need -= 1;
+            }
+            self.retract_one(victim, out);
+        }
+        let mut keep = 0;
+        let (mut decoded, mut max_new) = (0u64, 0u64);
+        for r in 0..self.running.len() {
+            let idx = self.running[r];
+            if let Some(s) = self.seqs.get(idx).filter(|s| s.phase == Phase::Running) {
+                decoded += s.emitted;
+                max_new += s.max_output;
+                self.running[keep] = idx;
+                keep += 1;
+            }
+        }
+        self.running.truncate(keep);
+        self.running_shrank = true;
+        self.ratio.set(ratio_after_retract(
+            decoded,
+            keep as u64,
+            max_new,
+            u64::from(self.cfg.retract_decode_steps),
+        ));
+        self.scratch_order = order;
+    }
+
+    /// Releases a running request's KV without caching it and queues it to
+    /// be recomputed (`release_req` with `is_insert=False`).
+    fn retract_one(&mut self, idx: u32, out: &mut StepOutput) {
+        let kv = self.seqs.get(idx).map_or(0, |s| s.computed);
+        self.running_kv_tokens = self.running_kv_tokens.saturating_sub(kv);
+        self.release_kv(idx, false);
+        if let Some(s) = self.seqs.get_mut(idx) {
+            s.phase = Phase::Waiting;
+            s.retracted_fill = s.fill_len();
+            self.retracted_fill += s.retracted_fill;
+            out.preempted.push(s.id);
+        }
+        self.waiting.push_back(idx);
+    }
+
+    /// Whether the next passes are pure decode of an unchanged batch.
+    pub(crate) fn decode_is_stable(&self) -> bool {
+        let admission_skipped =
+            self.waiting.is_empty() || (self.batch_is_full && !self.running_shrank);
+        !self.running.is_empty()
+            && self.chunked.is_none()
+            && admission_skipped
+            && (self.prebuilt.is_empty()
+                || self.running.len() >= self.cfg.max_running_requests as usize)
+    }
+
+    /// Fresh pages `k` more passes take.
+    fn pages_for_passes(&self, k: u64) -> u64 {
+        self.running
+            .iter()
+            .filter_map(|&i| self.seqs.get(i))
+            .map(|s| (s.computed + k).div_ceil(self.page) - s.computed.div_ceil(self.page))
+            .sum()
+    }
+
+    /// Runs as many further stable decode passes as start before `horizon`,
+    /// stopping at the pass in which the first request finishes and before
+    /// any pass that would need more pages than are free.
+    pub(crate) fn advance_stable_decode(
+        &mut self,
+        start: Instant,
+        horizon: Instant,
+        out: &mut StepOutput,
+    ) -> MorePasses {
+        let bs = self.running.len() as u64;
+        let until_finish = self
+            .running
+            .iter()
+            .filter_map(|&i| self.seqs.get(i))
+            .map(|s| s.remaining_output())
+            .min()
+            .unwrap_or(0);
+        let free = self.free_pages();
+        let cap = if self.page == 1 {
+            until_finish.min(free / bs.max(1))
+        } else {
+            // Largest k <= until_finish with pages_for_passes(k) <= free.
+            let (mut lo, mut hi) = (0u64, until_finish);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if self.pages_for_passes(mid) <= free {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            lo
+        };
+        let total = self.total_tokens();
+        let mut more = MorePasses::default();
+        let mut t = start;
+        let mut kv = self.running_kv_tokens;
+        while more.passes < cap && t < horizon {
+            let d = self.perf.step(0, bs, kv, total);
+            t = t + d;
+            kv += bs;
+            more.passes += 1;
+            more.duration += d;
+            more.last = d;
+        }
+        if more.passes > 0 {
+            self.ratio.decay(more.passes);
+            self.advance_running(more.passes, out);
+        }
+        more
+    }
+}

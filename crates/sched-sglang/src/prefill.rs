@@ -1,0 +1,378 @@
+//! Prefill admission and the prefill pass.
+//!
+//! After SGLang `srt/managers/scheduler.py` `Scheduler.get_new_batch_prefill`
+//! and `srt/managers/schedule_policy.py` `PrefillAdder` (`add_chunked_req`,
+//! `add_one_req`, `_update_prefill_budget`, `budget_state`,
+//! `rem_total_tokens`), with the default FCFS policy:
+//!
+//! - the in-progress chunked request goes first and takes up to
+//!   `chunked_prefill_size` tokens;
+//! - waiting requests follow in order while the batch has room
+//!   (`max_running_requests` minus the decode batch, and free request
+//!   slots); each is matched against the radix cache (at least one token is
+//!   always computed), then refused with NO_TOKEN when its extend plus
+//!   clipped `max_new_tokens` does not fit in free + evictable tokens minus
+//!   the running batch's `new_token_ratio`-weighted future decode tokens and
+//!   what earlier admissions took, checked again after its prefix is locked;
+//! - a request whose extend exceeds the remaining chunk budget is truncated
+//!   to whole pages and becomes the next chunked request;
+//! - NO_TOKEN sets `batch_is_full`, which skips admission until the decode
+//!   batch shrinks.
+//!
+//! The pass then allocates pages (evicting LRU cache when short), computes
+//! the extends, caches completed prompt blocks (`cache_unfinished_req`,
+//! publishing Stored), and for each request whose fill completed either
+//! samples its first token and moves it to the decode batch, or — for a
+//! handoff prefill — moves it, pages and radix lock included, into held
+//! ownership in the same transition (SGLang's inflight queue).
+
+use crate::core::SglangCore;
+use crate::radix::{Owner, NIL};
+use crate::seq::{Kind, Phase};
+use handoff_core::{PerfModel, PrefillPinned, SourceLeaseId, StepOutput};
+
+/// What a prefill pass computed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PrefillWork {
+    /// Prompt tokens computed.
+    pub(crate) tokens: u64,
+    /// Decode requests mixed into the pass (`--enable-mixed-chunk`).
+    pub(crate) mixed_batch: u64,
+    /// Context tokens of the decode batch at the start of the pass.
+    pub(crate) kv_tokens: u64,
+}
+
+/// The admission outcome of one request (`AddReqResult`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Add {
+    Continue,
+    NoToken,
+    Other,
+}
+
+/// The running budget of one admission round (`PrefillAdder`).
+struct Budget {
+    rem_input: i64,
+    rem_chunk: Option<i64>,
+    /// `rem_total_token_offset`, in tokens.
+    offset: f64,
+}
+
+impl<P: PerfModel> SglangCore<P> {
+    /// Clipped new tokens a request still asks for. A handoff prefill counts
+    /// one: SGLang's `PrefillBootstrapQueue._process_req` sets its
+    /// `max_new_tokens` to 1 so that admission is not over-conservative.
+    fn admission_new_tokens(&self, idx: u32) -> u64 {
+        let clip = u64::from(self.cfg.max_new_tokens_clip);
+        match self.seqs.get(idx) {
+            Some(s) if matches!(s.kind, Kind::Source(_)) => 1,
+            Some(s) => s.remaining_output().min(clip),
+            None => 0,
+        }
+    }
+
+    /// Free plus evictable tokens (`available_size + evictable_size`).
+    fn available_tokens(&self) -> u64 {
+        (self.free_pages() + self.radix.evictable_pages()) * self.page
+    }
+
+    fn budget_state(&self, b: &Budget) -> Add {
+        if self.available_tokens() as f64 - b.offset <= 0.0 {
+            return Add::NoToken;
+        }
+        if b.rem_input <= 0 || b.rem_chunk.is_some_and(|c| c <= 0) {
+            return Add::Other;
+        }
+        Add::Continue
+    }
+
+    /// Builds and runs a prefill pass; `None` when nothing is admitted.
+    pub(crate) fn prefill_pass(&mut self, out: &mut StepOutput) -> Option<PrefillWork> {
+        if self.chunked.is_none() && (self.waiting.is_empty() || self.batch_is_full) {
+            return None;
+        }
+        let running_bs = self.running.len() as u64;
+        let room = u64::from(self.cfg.max_running_requests).saturating_sub(running_bs);
+        if (room == 0 || self.free_slots == 0) && self.chunked.is_none() {
+            self.batch_is_full = true;
+            return None;
+        }
+        let mixed = self.cfg.enable_mixed_chunk && running_bs > 0;
+        let num_mixed = if mixed { running_bs as i64 } else { 0 };
+        let ratio = self.ratio.current();
+        let clip = u64::from(self.cfg.max_new_tokens_clip);
+        let offset: f64 = self
+            .running
+            .iter()
+            .filter_map(|&i| self.seqs.get(i))
+            .map(|s| s.remaining_output().min(clip) as f64 * ratio)
+            .sum();
+        let mut b = Budget {
+            rem_input: i64::from(self.cfg.max_prefill_tokens) - num_mixed,
+            rem_chunk: (self.cfg.chunked_prefill_size > 0)
+                .then(|| i64::from(self.cfg.chunked_prefill_size) - num_mixed),
+            offset,
+        };
+        let mut batch = std::mem::take(&mut self.scratch_batch);
+        batch.clear();
+        let mut next_chunked = None;
+
+        // `add_chunked_req`: continue the chunked request. Its memory is not
+        // re-checked by SGLang (an allocation failure there is fatal); here
+        // its chunk is capped by what the pool can still give.
+        if let Some(c) = self.chunked {
+            let (fill, computed) = match self.seqs.get(c) {
+                Some(s) => (s.fill_len(), s.computed),
+                None => (0, 0),
+            };
+            let remaining = fill.saturating_sub(computed);
+            let mut extend = remaining;
+            if let Some(rc) = b.rem_chunk {
+                extend = extend.min(rc.max(0) as u64);
+            }
+            extend = extend.min(self.available_tokens());
+            if extend < remaining {
+                extend = extend / self.page * self.page;
+            }
+            if extend > 0 {
+                let truncated = extend < remaining;
+                let paged = self.ceil_paged(extend);
+                let new_tokens = if truncated {
+                    0
+                } else {
+                    self.admission_new_tokens(c)
+                };
+                b.offset += (paged + new_tokens) as f64;
+                b.rem_input -= paged as i64;
+                if let Some(rc) = b.rem_chunk.as_mut() {
+                    *rc -= paged as i64;
+                }
+                batch.push((c, extend));
+                if truncated {
+                    next_chunked = Some(c);
+                }
+            } else {
+                next_chunked = Some(c);
+            }
+        }
+
+        // `add_one_req` over the waiting queue, FCFS. Admitted requests are
+        // always a prefix of the queue: the loop stops at the first refusal.
+        let mut admitted = 0usize;
+        let mut new_slots = 0u64;
+        while admitted < self.waiting.len() {
+            if batch.len() as u64 >= room || new_slots >= self.free_slots {
+                self.batch_is_full = true;
+                break;
+            }
+            let idx = self.waiting[admitted];
+            let (fill, max_blocks) = match self.seqs.get(idx) {
+                Some(s) => {
+                    let fill = s.fill_len();
+                    let cap = ((fill - 1) / self.block_tokens) as usize;
+                    (fill, cap.min(s.hashes.len()))
+                }
+                None => break,
+            };
+            let (m, deepest) = match self.seqs.get(idx) {
+                Some(s) => self.radix.match_prefix(&s.hashes[..max_blocks]),
+                None => break,
+            };
+            let prefix = m * self.block_tokens;
+            let extend = fill - prefix;
+            let total = (extend + self.admission_new_tokens(idx)) as f64;
+            let avail = self.available_tokens() as f64;
+            if total >= avail - b.offset {
+                self.batch_is_full = true;
+                break;
+            }
+            let input_tokens = self.ceil_paged(extend);
+            if input_tokens as i64 >= b.rem_input && !batch.is_empty() {
+                break;
+            }
+            // Locking the prefix may take pages out of the evictable pool.
+            let newly_locked = if deepest == NIL {
+                0
+            } else {
+                self.radix.unlocked_pages_on_path(deepest) * self.page
+            };
+            if total >= avail - newly_locked as f64 - b.offset {
+                self.batch_is_full = true;
+                break;
+            }
+            let chunk = match b.rem_chunk {
+                Some(rc) if input_tokens as i64 > rc => {
+                    let trunc = rc.max(0) as u64 / self.page * self.page;
+                    if trunc == 0 {
+                        break;
+                    }
+                    Some(trunc)
+                }
+                _ => None,
+            };
+            let new_tokens = self.admission_new_tokens(idx);
+            if deepest != NIL {
+                self.radix.lock(deepest, Owner::Active);
+            }
+            if let Some(s) = self.seqs.get_mut(idx) {
+                s.node = deepest;
+                s.tree_blocks = m;
+                s.computed = prefix;
+                s.has_slot = true;
+            }
+            self.free_slots -= 1;
+            new_slots += 1;
+            admitted += 1;
+            match chunk {
+                Some(trunc) => {
+                    batch.push((idx, trunc));
+                    next_chunked = Some(idx);
+                    b.offset += trunc as f64;
+                    b.rem_input -= trunc as i64;
+                    if let Some(rc) = b.rem_chunk.as_mut() {
+                        *rc -= trunc as i64;
+                    }
+                }
+                None => {
+                    batch.push((idx, extend));
+                    b.offset += (input_tokens + new_tokens) as f64;
+                    b.rem_input -= input_tokens as i64;
+                    if let Some(rc) = b.rem_chunk.as_mut() {
+                        *rc -= input_tokens as i64;
+                    }
+                }
+            }
+            match self.budget_state(&b) {
+                Add::Continue => {}
+                Add::NoToken => {
+                    self.batch_is_full = true;
+                    break;
+                }
+                Add::Other => break,
+            }
+        }
+        if batch.is_empty() {
+            self.scratch_batch = batch;
+            return None;
+        }
+
+        // `alloc_for_extend`: the admission budget guarantees the pages exist
+        // once unlocked cache is evicted.
+        let need: u64 = batch
+            .iter()
+            .filter_map(|&(i, e)| self.seqs.get(i).map(|s| (s.computed, e)))
+            .map(|(c, e)| self.pages_for(c + e) - self.pages_for(c))
+            .sum();
+        let allocated = self.ensure_free(need, true);
+        debug_assert!(allocated, "prefill admission over-committed the pool");
+        if !allocated {
+            // Unreachable by the budget above. SGLang would fail the
+            // allocation; undo the admissions instead of corrupting the pool.
+            for &(idx, _) in batch.iter().rev() {
+                if Some(idx) != self.chunked {
+                    self.release_kv(idx, false);
+                }
+            }
+            self.batch_is_full = true;
+            self.scratch_batch = batch;
+            return None;
+        }
+        for _ in 0..admitted {
+            if let Some(idx) = self.waiting.pop_front() {
+                if let Some(s) = self.seqs.get_mut(idx) {
+                    s.phase = Phase::Chunked;
+                    self.retracted_fill = self.retracted_fill.saturating_sub(s.retracted_fill);
+                    s.retracted_fill = 0;
+                }
+            }
+        }
+
+        let kv_tokens = self.running_kv_tokens;
+        let mixed_batch = if mixed {
+            self.mixed_decode(need, out)
+        } else {
+            0
+        };
+
+        let mut tokens = 0u64;
+        for &(idx, extend) in &batch {
+            let (c, fill) = match self.seqs.get(idx) {
+                Some(s) => (s.computed, s.fill_len()),
+                None => continue,
+            };
+            let pages = self.pages_for(c + extend) - self.pages_for(c);
+            self.alloc_private(idx, pages);
+            if let Some(s) = self.seqs.get_mut(idx) {
+                s.computed += extend;
+            }
+            tokens += extend;
+            self.cache_prompt_blocks(idx);
+            if c + extend >= fill {
+                self.prefill_complete(idx, out);
+            }
+        }
+        self.chunked = next_chunked;
+        if let Some(s) = next_chunked.and_then(|c| self.seqs.get_mut(c)) {
+            s.phase = Phase::Chunked;
+        }
+        self.scratch_batch = batch;
+        Some(PrefillWork {
+            tokens,
+            mixed_batch,
+            kv_tokens,
+        })
+    }
+
+    /// Decodes the existing batch inside a prefill pass when memory allows
+    /// (SGLang's `mix_with_running`; no ratio decay, as
+    /// `update_running_batch` is not called on that path).
+    fn mixed_decode(&mut self, prefill_pages: u64, out: &mut StepOutput) -> u64 {
+        let need = self.decode_pages_needed();
+        if !self.ensure_free(prefill_pages + need, false) {
+            return 0;
+        }
+        let bs = self.running.len() as u64;
+        self.advance_running(1, out);
+        bs
+    }
+
+    /// The prompt (or refill) is computed: sample, hold, or finish.
+    fn prefill_complete(&mut self, idx: u32, out: &mut StepOutput) {
+        let Some(seq) = self.seqs.get(idx) else {
+            return;
+        };
+        match seq.kind {
+            Kind::Source(id) => {
+                self.sources_computing = self.sources_computing.saturating_sub(1);
+                self.relabel(idx, Owner::Pinned);
+                let lease = SourceLeaseId(self.next_lease);
+                self.next_lease += 1;
+                let ppn = self.radix.pages_per_node();
+                if let Some(s) = self.seqs.get_mut(idx) {
+                    s.phase = Phase::Held;
+                    out.pinned.push(PrefillPinned {
+                        id,
+                        request: s.id,
+                        lease,
+                        blocks: s.tree_blocks * ppn + s.private_pages,
+                        tokens: s.prompt,
+                    });
+                }
+            }
+            Kind::Ordinary | Kind::Destination(_) => {
+                self.emit(idx, 1, out);
+                let done = self
+                    .seqs
+                    .get(idx)
+                    .is_some_and(|s| s.emitted >= s.max_output);
+                if done {
+                    self.finish(idx, out);
+                } else if let Some(s) = self.seqs.get_mut(idx) {
+                    s.phase = Phase::Running;
+                    self.running_kv_tokens += s.computed;
+                    self.running.push(idx);
+                }
+            }
+        }
+    }
+}

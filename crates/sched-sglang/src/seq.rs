@@ -1,0 +1,187 @@
+//! Per-request state (SGLang's `Req`) and the slab that holds it, so queues
+//! and the running batch move small indices instead of requests.
+
+use crate::radix::{Owner, NIL};
+use handoff_core::{HandoffId, RequestId};
+
+/// Why the request is on this worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A client request: prefill, then decode here.
+    Ordinary,
+    /// A handoff prefill (source): prefill only, then held for its reader.
+    Source(HandoffId),
+    /// A destination whose KV comes from a peer; after activation it decodes
+    /// like an ordinary request.
+    Destination(HandoffId),
+}
+
+/// Where the request is in the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// In the waiting queue, holding no KV and no slot.
+    Waiting,
+    /// Partly prefilled: SGLang's `chunked_req`.
+    Chunked,
+    /// In the decode batch.
+    Running,
+    /// Activated destination waiting to join the batch (prebuilt extend).
+    Prebuilt,
+    /// Completed handoff prefill in the inflight queue.
+    Held,
+    /// Preallocated destination awaiting its KV.
+    Reserved,
+}
+
+/// One request's scheduler state. KV is described by counts only: the radix
+/// path it locks (`node`, `tree_blocks`) and its private pages.
+#[derive(Clone, Debug)]
+pub(crate) struct Seq {
+    pub(crate) id: RequestId,
+    pub(crate) kind: Kind,
+    pub(crate) phase: Phase,
+    /// Prompt tokens (at least 1).
+    pub(crate) prompt: u64,
+    /// Output tokens to emit (at least 1).
+    pub(crate) max_output: u64,
+    /// Output tokens emitted so far.
+    pub(crate) emitted: u64,
+    /// Chained hashes of the prompt's full event blocks.
+    pub(crate) hashes: Vec<u64>,
+    /// Tokens whose KV exists (or, for a reservation, is allocated).
+    pub(crate) computed: u64,
+    /// Event blocks of the locked radix path.
+    pub(crate) tree_blocks: u64,
+    /// Deepest locked radix node, [`NIL`] for none.
+    pub(crate) node: u32,
+    /// Which category its pages count in.
+    pub(crate) owner: Owner,
+    /// Pages allocated outside the radix tree.
+    pub(crate) private_pages: u64,
+    /// Whether it holds a req-to-token slot.
+    pub(crate) has_slot: bool,
+    /// Tokens it must recompute after a retraction (0 if never retracted or
+    /// already re-admitted); counted against preallocation like SGLang's
+    /// `retracted_queue`.
+    pub(crate) retracted_fill: u64,
+    /// The step call whose output already has an emission for this request.
+    pub(crate) emit_call: u64,
+    /// Index of that emission in `StepOutput::tokens`.
+    pub(crate) emit_idx: usize,
+}
+
+impl Seq {
+    /// A request with no KV yet.
+    pub(crate) fn new(
+        id: RequestId,
+        kind: Kind,
+        phase: Phase,
+        prompt: u64,
+        max_output: u64,
+        hashes: Vec<u64>,
+    ) -> Self {
+        Seq {
+            id,
+            kind,
+            phase,
+            prompt: prompt.max(1),
+            max_output: max_output.max(1),
+            emitted: 0,
+            hashes,
+            computed: 0,
+            tree_blocks: 0,
+            node: NIL,
+            owner: Owner::Active,
+            private_pages: 0,
+            has_slot: false,
+            retracted_fill: 0,
+            emit_call: 0,
+            emit_idx: 0,
+        }
+    }
+
+    /// Tokens a (re)prefill must cover: SGLang's `fill_ids` =
+    /// `origin_input_ids + output_ids`.
+    pub(crate) fn fill_len(&self) -> u64 {
+        self.prompt + self.emitted
+    }
+
+    /// Output tokens still to emit.
+    pub(crate) fn remaining_output(&self) -> u64 {
+        self.max_output.saturating_sub(self.emitted)
+    }
+}
+
+/// A slab of requests with stable indices.
+#[derive(Debug, Default)]
+pub(crate) struct Slab {
+    entries: Vec<Option<Seq>>,
+    vacant: Vec<u32>,
+}
+
+impl Slab {
+    /// Stores `seq` and returns its index.
+    pub(crate) fn insert(&mut self, seq: Seq) -> u32 {
+        match self.vacant.pop() {
+            Some(i) => {
+                self.entries[i as usize] = Some(seq);
+                i
+            }
+            None => {
+                self.entries.push(Some(seq));
+                (self.entries.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Removes and returns the request at `idx`.
+    pub(crate) fn remove(&mut self, idx: u32) -> Option<Seq> {
+        let seq = self.entries.get_mut(idx as usize)?.take()?;
+        self.vacant.push(idx);
+        Some(seq)
+    }
+
+    /// The request at `idx`.
+    pub(crate) fn get(&self, idx: u32) -> Option<&Seq> {
+        self.entries.get(idx as usize)?.as_ref()
+    }
+
+    /// The request at `idx`, mutably.
+    pub(crate) fn get_mut(&mut self, idx: u32) -> Option<&mut Seq> {
+        self.entries.get_mut(idx as usize)?.as_mut()
+    }
+
+    /// Live requests.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len() - self.vacant.len()
+    }
+
+    /// Every live request; for tests.
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Seq> {
+        self.entries.iter().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slab_reuses_indices() {
+        let mut s = Slab::default();
+        let mk = |i| Seq::new(RequestId(i), Kind::Ordinary, Phase::Waiting, 0, 0, vec![]);
+        let a = s.insert(mk(1));
+        let b = s.insert(mk(2));
+        assert_eq!(s.get(a).map(|x| x.prompt), Some(1));
+        assert_eq!(s.get(a).map(|x| x.max_output), Some(1));
+        assert!(s.remove(a).is_some());
+        assert!(s.remove(a).is_none());
+        assert!(s.get(a).is_none());
+        let c = s.insert(mk(3));
+        assert_eq!(c, a);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.get(b).map(|x| x.id), Some(RequestId(2)));
+    }
+}

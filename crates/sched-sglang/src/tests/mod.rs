@@ -1,0 +1,9 @@
+//! Scenario and property tests that check every invariant after every
+//! operation, through [`handoff_core::SchedulerCore`] plus the core's own
+//! consistency check.
+
+mod handoff;
+mod harness;
+mod ordinary;
+mod props;
+mod stepping;

@@ -1,0 +1,250 @@
+//! One pass per call versus many: identical results.
+
+use super::harness::req;
+use crate::{SglangConfig, SglangCore};
+use handoff_core::accounting::check_identity;
+use handoff_core::{
+    CommandOutcome, Duration, HandoffId, Instant, KvCapacitySnapshot, KvEvent, PolynomialPerf,
+    Request, RequestId, SchedulerCommand, SchedulerCore, StepOutput,
+};
+use std::collections::BTreeMap;
+
+/// Everything observable about a run.
+#[derive(Debug, PartialEq)]
+struct Transcript {
+    /// Per request: tokens, first-token time, finish time, retractions.
+    requests: BTreeMap<RequestId, (u64, Option<Instant>, Option<Instant>, u32)>,
+    pinned: Vec<(HandoffId, u64, Instant)>,
+    events: Vec<KvEvent>,
+    passes: u64,
+    prefill_tokens: u64,
+    end: Instant,
+    capacity: KvCapacitySnapshot,
+    ratio_bits: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Single,
+    Horizon(Duration),
+    Unbounded,
+}
+
+fn workload() -> Vec<Request> {
+    let mut v = Vec::new();
+    for i in 0..12u64 {
+        let shared = [1, 2, 3];
+        let mut chunks = shared[..(i % 4) as usize].to_vec();
+        chunks.extend([100 + i, 200 + i]);
+        let prompt = 100 + (i * 37 % 300) as u32;
+        let out = 5 + (i * 53 % 120) as u32;
+        v.push(req(i, prompt, out, &chunks));
+    }
+    v
+}
+
+fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
+    let mut core = SglangCore::new(cfg.clone(), PolynomialPerf::default()).expect("config");
+    let mut out = StepOutput::default();
+    let mut t = Transcript {
+        requests: BTreeMap::new(),
+        pinned: Vec::new(),
+        events: Vec::new(),
+        passes: 0,
+        prefill_tokens: 0,
+        end: Instant::ZERO,
+        capacity: KvCapacitySnapshot::default(),
+        ratio_bits: 0,
+    };
+    let mut now = Instant::ZERO;
+    let reqs = workload();
+    let (first, second) = reqs.split_at(8);
+    // A destination and a source ride along; the reservation goes first so
+    // the waiting requests' headroom does not refuse it.
+    let dst = HandoffId(1);
+    assert!(matches!(
+        core.apply(
+            SchedulerCommand::ReserveDestination {
+                id: dst,
+                request: req(50, 300, 40, &[1, 2, 3, 9]),
+            },
+            now
+        ),
+        CommandOutcome::Reserved(_)
+    ));
+    for r in first {
+        assert_eq!(
+            core.apply(SchedulerCommand::Submit(r.clone()), now),
+            CommandOutcome::Submitted
+        );
+    }
+    core.apply(
+        SchedulerCommand::SubmitHandoffPrefill {
+            id: HandoffId(2),
+            request: req(51, 700, 1, &[1, 2, 3, 8]),
+        },
+        now,
+    );
+    let mut wave_two = false;
+    let mut activated = false;
+    for _ in 0..100_000 {
+        let horizon = match mode {
+            Mode::Single => now,
+            Mode::Horizon(d) => now + d,
+            Mode::Unbounded => Instant::MAX,
+        };
+        core.step(now, horizon, &mut out);
+        check_identity(&core.capacity()).expect("identity");
+        core.check_consistency().expect("consistent");
+        let end = now + out.duration;
+        for e in &out.tokens {
+            let entry = t.requests.entry(e.request).or_default();
+            if e.first {
+                entry.1 = Some(now + out.first_step);
+            }
+            entry.0 += u64::from(e.tokens);
+        }
+        for r in &out.finished {
+            t.requests.entry(*r).or_default().2 = Some(end);
+        }
+        for r in &out.preempted {
+            t.requests.entry(*r).or_default().3 += 1;
+        }
+        for p in &out.pinned {
+            // Prefill passes are always a call's first pass.
+            t.pinned.push((p.id, p.blocks, now + out.first_step));
+        }
+        t.passes += out.steps;
+        t.prefill_tokens += out.prefill_tokens;
+        core.drain_kv_events(&mut t.events);
+        now = end;
+        // Commands only between calls that are idle in every mode, so that
+        // all modes apply them at the same state.
+        if out.steps == 0 {
+            if !activated {
+                activated = true;
+                core.apply(SchedulerCommand::ActivateDestination { id: dst }, now);
+                core.apply(SchedulerCommand::ReleaseSource { id: HandoffId(2) }, now);
+                continue;
+            }
+            if !wave_two {
+                wave_two = true;
+                for r in second {
+                    core.apply(SchedulerCommand::Submit(r.clone()), now);
+                }
+                continue;
+            }
+            break;
+        }
+    }
+    assert!(core.is_drained());
+    t.end = now;
+    t.capacity = core.capacity();
+    t.ratio_bits = core.new_token_ratio().to_bits();
+    t
+}
+
+#[test]
+fn single_and_multi_pass_stepping_agree() {
+    for page in [1u32, 16] {
+        for pool in [1 << 16, 2048] {
+            let cfg = SglangConfig {
+                total_pages: pool / u64::from(page),
+                max_running_requests: 6,
+                prealloc_slot_margin: 2,
+                chunked_prefill_size: 256,
+                ..SglangConfig::with_page_size(page)
+            };
+            let single = run(&cfg, Mode::Single);
+            assert!(single.passes > 100);
+            assert_eq!(single.requests.len(), 13);
+            for (tokens, first, fin, _) in single.requests.values() {
+                assert!(*tokens > 0 && first.is_some() && fin.is_some());
+            }
+            let unbounded = run(&cfg, Mode::Unbounded);
+            assert_eq!(single, unbounded, "page {page} pool {pool}");
+            let horizon = run(&cfg, Mode::Horizon(Duration::from_millis(40)));
+            assert_eq!(single, horizon, "page {page} pool {pool}");
+        }
+    }
+}
+
+#[test]
+fn multi_pass_actually_batches_passes() {
+    let cfg = SglangConfig {
+        total_pages: 1 << 16,
+        ..SglangConfig::default()
+    };
+    let mut core = SglangCore::new(cfg, PolynomialPerf::default()).expect("config");
+    for i in 0..4 {
+        core.apply(
+            SchedulerCommand::Submit(req(i, 100, 50 + i as u32 * 10, &[i])),
+            Instant::ZERO,
+        );
+    }
+    let mut out = StepOutput::default();
+    core.step(Instant::ZERO, Instant::MAX, &mut out);
+    // The prefill pass, then decode passes until request 0 (50 tokens)
+    // finishes in the last one.
+    assert_eq!(out.steps, 50);
+    assert_eq!(out.prefill_tokens, 400);
+    assert_eq!(out.tokens.len(), 4);
+    assert!(out.tokens.iter().all(|e| e.tokens == 50 && e.first));
+    assert_eq!(out.finished, vec![RequestId(0)]);
+    let now = Instant::ZERO + out.duration;
+    core.step(now, Instant::MAX, &mut out);
+    assert_eq!(out.steps, 10);
+    assert!(out.tokens.iter().all(|e| e.tokens == 10 && !e.first));
+    assert_eq!(out.finished, vec![RequestId(1)]);
+    assert!(
+        out.last_step >= out.first_step,
+        "decode cost grows with use"
+    );
+    assert!(out.duration >= out.first_step + out.last_step);
+    // A horizon limits the passes by start time.
+    let now = now + out.duration;
+    let horizon = now + out.last_step * 3;
+    core.step(now, horizon, &mut out);
+    assert!(out.steps >= 3);
+    assert!(
+        now + (out.duration - out.last_step) < horizon,
+        "last pass started in time"
+    );
+    assert!(
+        now + out.duration >= horizon,
+        "the next pass would start too late"
+    );
+}
+
+#[test]
+fn multi_pass_stops_before_a_pass_that_would_need_eviction() {
+    // Page 16: 4 requests at 100 tokens each need a page every 16 passes.
+    let cfg = SglangConfig {
+        total_pages: 40,
+        max_new_tokens_clip: 8,
+        ..SglangConfig::with_page_size(16)
+    };
+    let mut core = SglangCore::new(cfg, PolynomialPerf::default()).expect("config");
+    for i in 0..4 {
+        core.apply(
+            SchedulerCommand::Submit(req(i, 100, 500, &[i])),
+            Instant::ZERO,
+        );
+    }
+    let mut out = StepOutput::default();
+    core.step(Instant::ZERO, Instant::ZERO, &mut out);
+    // 4 x 7 pages used, 12 free: three page crossings per request are free.
+    assert_eq!(core.free_pages(), 40 - 28);
+    core.step(Instant::ZERO, Instant::MAX, &mut out);
+    // 100 -> 112 fills page 7; then pages are needed at 112, 128, 144.
+    // 12 free pages cover three crossings for four requests: 1 + 12 + 16 +
+    // 16 passes keep computed <= 160, the fourth crossing needs eviction.
+    assert_eq!(out.steps, 60);
+    assert_eq!(core.free_pages(), 0);
+    core.step(Instant::ZERO, Instant::MAX, &mut out);
+    assert_eq!(
+        out.steps, 1,
+        "a pass with eviction or retraction runs alone"
+    );
+    assert!(!out.preempted.is_empty());
+}
