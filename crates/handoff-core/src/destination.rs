@@ -71,6 +71,7 @@ impl DestinationState {
 
 /// What the source announced about its held KV.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SourceReady {
     /// Blocks held at the source.
     pub blocks: u64,

@@ -27,6 +27,7 @@ use std::fmt;
 
 /// Work handed to a worker by the frontend.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum WorkerRequest {
     /// Prefill and decode here, no handoff.
     Ordinary(Request),
