@@ -13,6 +13,7 @@
 
 pub mod accounting;
 pub mod destination;
+pub mod fasthash;
 pub mod ids;
 pub mod kv;
 pub mod msg;
