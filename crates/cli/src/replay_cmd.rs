@@ -365,7 +365,7 @@ fn print_summary(r: &Report) {
         println!(
             "{:<8} {:<10} {:>8} {:>12} {:>12} {:>14.1} {:>14.1} {:>8}",
             w.worker,
-            format!("{:?}", w.pool).to_lowercase(),
+            w.pool,
             w.steps,
             w.peak_pinned_blocks,
             w.peak_reserved_blocks,

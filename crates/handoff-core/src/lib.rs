@@ -27,6 +27,7 @@ pub mod source;
 pub mod testing;
 pub mod time;
 pub mod transcript;
+pub mod transfer;
 pub mod transition;
 pub mod worker;
 
@@ -50,6 +51,7 @@ pub use scheduler::{
 pub use source::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
 pub use time::{Duration, Instant};
 pub use transcript::Transcript;
+pub use transfer::{Completion, TransferModel, TransferTimer};
 pub use transition::{ActionList, CancelReason, OwnershipDelta, TransitionError, Verdict};
 pub use worker::{
     DropReason, RequestError, Transition, Transmit, Worker, WorkerEvent, WorkerRequest, WorkerStats,

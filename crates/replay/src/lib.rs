@@ -9,14 +9,12 @@
 #![warn(missing_docs)]
 
 pub mod engines;
-pub mod frontend;
 pub mod metrics;
 pub mod report;
 pub mod sim;
-pub mod transfer;
 
 pub use engines::{make_core, EngineSpec};
-pub use frontend::Pool;
+pub use handoff_core::TransferModel;
 pub use report::Report;
+pub use router::Pool;
 pub use sim::{CoreBox, Replay, ReplayConfig};
-pub use transfer::TransferModel;

@@ -2,13 +2,13 @@
 //! report, plus the lifecycle figures this project exists for (stranding,
 //! reservation waits, transfers, held and reserved block-time per worker).
 
-use crate::frontend::Pool;
 use crate::metrics::{Histogram, Summary};
 use crate::sim::{CoreBox, ReplayConfig};
 use handoff_core::{
     Duration, HandoffId, Instant, KvCapacitySnapshot, Request, RequestError, RequestId, Role,
     Worker, WorkerEvent, WorkerId,
 };
+use router::Pool;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -66,7 +66,7 @@ pub struct WorkerReport {
     /// Worker id.
     pub worker: u32,
     /// Its pool.
-    pub pool: Pool,
+    pub pool: &'static str,
     /// Forward passes.
     pub steps: u64,
     /// Prefill tokens computed.
@@ -443,7 +443,7 @@ impl Recorder {
             let cap: KvCapacitySnapshot = w.capacity();
             out.push(WorkerReport {
                 worker: w.id().0,
-                pool,
+                pool: pool.name(),
                 steps: acc.steps,
                 prefill_tokens: acc.prefill_tokens,
                 peak_pinned_blocks: acc.peak_pinned.max(0) as u64,

@@ -3,14 +3,14 @@
 //! handoff's lifecycle comes from the workers' role machines; this file only
 //! moves their outputs to where they are consumed, at the right time.
 
-use crate::frontend::{Frontend, Pool};
 use crate::report::{Recorder, Report};
-use crate::transfer::{Completion, TransferModel, TransferTimer};
 use handoff_core::{
-    Backend, Duration, Generation, HandoffConfig, HandoffId, HandoffMsg, HandoffPolicy, Instant,
+    Backend, Duration, Generation, HandoffConfig, HandoffMsg, HandoffPolicy, Instant,
     SchedulerCore, Transcript, Worker, WorkerEvent, WorkerId, WorkerRequest,
 };
+use handoff_core::{Completion, TransferModel, TransferTimer};
 use router::RouterMode;
+use router::{Frontend, FrontendConfig, Pool};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use workload::TraceItem;
@@ -75,23 +75,6 @@ enum Ev {
     Deliver { to: u32, from: u32, slot: u32 },
     TransferDone(Completion),
     Submit { to: u32, slot: u32 },
-}
-
-impl PartialOrd for Completion {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Completion {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.id, self.owner, self.version).cmp(&(
-            other.at,
-            other.id,
-            other.owner,
-            other.version,
-        ))
-    }
 }
 
 /// Free-list backed slots so queued payloads are not moved through the heap.
@@ -198,7 +181,15 @@ impl<I: Iterator<Item = TraceItem>> Replay<I> {
             });
         }
         let frontend = Frontend::new(
-            &cfg,
+            FrontendConfig {
+                policy: cfg.policy,
+                aggregated,
+                mode: cfg.router,
+                block_size: cfg.block_size,
+                seed: cfg.seed,
+                hop: cfg.message_latency,
+                disabled_delay: cfg.transfer.base(),
+            },
             &workers
                 .iter()
                 .map(|s| (s.worker.id(), s.pool))
@@ -452,11 +443,3 @@ impl<I: Iterator<Item = TraceItem>> Replay<I> {
         self.scratch = events;
     }
 }
-
-/// Convenience: a handoff id is only ever minted by the frontend.
-pub fn frontend_id() -> WorkerId {
-    WorkerId(u32::MAX)
-}
-
-#[allow(dead_code)]
-fn _assert_send(_: HandoffId) {}

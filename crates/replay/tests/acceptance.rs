@@ -201,7 +201,7 @@ fn decode_pressure_strands_vllm_and_gates_sglang() {
     let pinned = |r: &Report| -> f64 {
         r.workers
             .iter()
-            .filter(|w| w.pool == Pool::Prefill)
+            .filter(|w| w.pool == "prefill")
             .map(|w| w.pinned_block_seconds)
             .sum()
     };

@@ -30,11 +30,13 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod frontend;
 pub mod load;
 pub mod prefix;
 pub mod router;
 
 pub use config::{PoolRole, RouterConfig, RouterMode};
+pub use frontend::{Frontend, FrontendConfig, Pool, FRONTEND_ID};
 pub use load::{Booking, Release, RouterStats, Selection, WorkerLoad};
 pub use prefix::PrefixIndex;
 pub use router::Router;

@@ -1,8 +1,10 @@
 //! How long moving KV takes: the replaceable transfer-timing adapter of the
 //! DEP ("Future Transfer-Timing Extension"). The lifecycle only sees
-//! `StartTransfer` go out and `handle_transfer_done` come back.
+//! `StartTransfer` go out and `handle_transfer_done` come back; replay and
+//! live both time transfers with this, sans-IO.
 
-use handoff_core::{Duration, HandoffId, Instant, WorkerId};
+use crate::ids::{HandoffId, WorkerId};
+use crate::time::{Duration, Instant};
 use std::collections::BTreeMap;
 
 /// The timing model.
@@ -38,6 +40,42 @@ impl Default for TransferModel {
     }
 }
 
+impl TransferModel {
+    /// The time one transfer of `tokens` takes alone on its links (what a
+    /// live worker, which sees only its own transfers, uses).
+    pub fn isolated_duration(&self, tokens: u64) -> Duration {
+        match *self {
+            TransferModel::Fixed(d) => d,
+            TransferModel::Bytes {
+                base,
+                bytes_per_token,
+                bandwidth,
+            }
+            | TransferModel::Contention {
+                base,
+                bytes_per_token,
+                bandwidth,
+            } => {
+                let bytes = tokens.saturating_mul(bytes_per_token) as f64;
+                let secs = if bandwidth > 0.0 {
+                    bytes / bandwidth
+                } else {
+                    0.0
+                };
+                base + Duration::from_secs_f64(secs)
+            }
+        }
+    }
+
+    /// Setup latency (the whole time for `Fixed`).
+    pub fn base(&self) -> Duration {
+        match *self {
+            TransferModel::Fixed(d) => d,
+            TransferModel::Bytes { base, .. } | TransferModel::Contention { base, .. } => base,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Flow {
     id: HandoffId,
@@ -50,7 +88,7 @@ struct Flow {
 }
 
 /// A transfer whose completion time is now known.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Completion {
     /// The attempt.
     pub id: HandoffId,

@@ -9,17 +9,37 @@
 //!
 //! It is sans-IO like the workers: it answers with requests to deliver.
 
-use crate::sim::ReplayConfig;
+use crate::{PoolRole, Router, RouterConfig, RouterMode};
 use handoff_core::{
     Duration, Generation, HandoffIdGen, HandoffPolicy, Instant, Request, RequestId, Role,
     SourceReady, WorkerEvent, WorkerId, WorkerRequest,
 };
-use router::{PoolRole, Router, RouterConfig};
 use std::collections::HashMap;
 
+/// The worker that mints handoff ids (the frontend itself).
+pub const FRONTEND_ID: WorkerId = WorkerId(u32::MAX);
+
+/// How the frontend routes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FrontendConfig {
+    /// The handoff ordering (ignored when aggregated).
+    pub policy: HandoffPolicy,
+    /// No disaggregation: one pool does prefill and decode.
+    pub aggregated: bool,
+    /// Routing mode of both pools.
+    pub mode: RouterMode,
+    /// Block size requests are hashed with (the engines' KV event granularity).
+    pub block_size: u32,
+    /// Router seed.
+    pub seed: u64,
+    /// Delay of the frontend hop that routes decode after a source-first pin.
+    pub hop: Duration,
+    /// Disabled ordering: delay between prefill completion and decode submission.
+    pub disabled_delay: Duration,
+}
+
 /// Which pool a worker belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Pool {
     /// Prefill (source) workers.
     Prefill,
@@ -27,6 +47,17 @@ pub enum Pool {
     Decode,
     /// Workers that do both (no disaggregation).
     Aggregated,
+}
+
+impl Pool {
+    /// Stable lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pool::Prefill => "prefill",
+            Pool::Decode => "decode",
+            Pool::Aggregated => "aggregated",
+        }
+    }
 }
 
 /// See the module docs.
@@ -42,8 +73,8 @@ pub struct Frontend {
 }
 
 impl Frontend {
-    /// A frontend over `workers` for `cfg`.
-    pub fn new(cfg: &ReplayConfig, workers: &[(WorkerId, Pool)]) -> Self {
+    /// A frontend over `workers`.
+    pub fn new(cfg: FrontendConfig, workers: &[(WorkerId, Pool)]) -> Self {
         let pick = |p: Pool| {
             workers
                 .iter()
@@ -51,7 +82,7 @@ impl Frontend {
                 .map(|(w, _)| *w)
                 .collect::<Vec<_>>()
         };
-        let aggregated = cfg.decode_workers == 0;
+        let aggregated = cfg.aggregated;
         let prefill_ids = if aggregated {
             pick(Pool::Aggregated)
         } else {
@@ -63,21 +94,16 @@ impl Frontend {
             PoolRole::Prefill
         };
         let prefill = Router::new(
-            RouterConfig::new(prefill_role, cfg.router, cfg.block_size).with_seed(cfg.seed),
+            RouterConfig::new(prefill_role, cfg.mode, cfg.block_size).with_seed(cfg.seed),
             prefill_ids,
         );
         let decode = (!aggregated).then(|| {
             Router::new(
-                RouterConfig::new(PoolRole::Decode, cfg.router, cfg.block_size)
+                RouterConfig::new(PoolRole::Decode, cfg.mode, cfg.block_size)
                     .with_seed(cfg.seed ^ 0x5eed),
                 pick(Pool::Decode),
             )
         });
-        let disabled_delay = match cfg.transfer {
-            crate::transfer::TransferModel::Fixed(d) => d,
-            crate::transfer::TransferModel::Bytes { base, .. }
-            | crate::transfer::TransferModel::Contention { base, .. } => base,
-        };
         Frontend {
             policy: if aggregated {
                 HandoffPolicy::Disabled
@@ -87,10 +113,10 @@ impl Frontend {
             aggregated,
             prefill,
             decode,
-            ids: HandoffIdGen::new(crate::sim::frontend_id(), Generation(0)),
+            ids: HandoffIdGen::new(FRONTEND_ID, Generation(0)),
             held: HashMap::new(),
-            hop: cfg.message_latency,
-            disabled_delay,
+            hop: cfg.hop,
+            disabled_delay: cfg.disabled_delay,
         }
     }
 
@@ -142,7 +168,7 @@ impl Frontend {
     pub fn on_event(
         &mut self,
         w: WorkerId,
-        pool: crate::frontend::Pool,
+        pool: Pool,
         event: &WorkerEvent,
         now: Instant,
     ) -> Vec<(WorkerId, WorkerRequest, Duration)> {
