@@ -1,4 +1,4 @@
-//! A deliberately simple scheduler core for lifecycle tests. It owns a pool of
+//! [`FakeCore`]: a deliberately simple scheduler core for lifecycle tests. It owns a pool of
 //! blocks, models no prefix cache, and panics on a double release or a
 //! release of something it never held, so a lifecycle bug fails the test
 //! that caused it.
