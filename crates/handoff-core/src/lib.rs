@@ -45,7 +45,7 @@ pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
 pub use request::Request;
 pub use rng::Rng;
 pub use scheduler::{
-    CommandOutcome, PrefillPinned, ReservationSummary, SchedulerCommand, SchedulerCore, StepOutput,
+    CommandOutcome, CoreBox, PrefillPinned, ReservationSummary, SchedulerCommand, SchedulerCore, StepOutput,
     TokenEmission,
 };
 pub use source::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};

@@ -192,6 +192,9 @@ pub trait SchedulerCore {
     fn is_drained(&self) -> bool;
 }
 
+/// A scheduler core of any backend, sendable to a worker thread.
+pub type CoreBox = Box<dyn SchedulerCore + Send>;
+
 /// Lets drivers hold cores of different backends behind one type.
 impl<T: SchedulerCore + ?Sized> SchedulerCore for Box<T> {
     fn capabilities(&self) -> Capabilities {

@@ -190,3 +190,54 @@ fn render_line(l: &Line) -> String {
         l.worker, l.event, l.from, l.to, l.delta
     )
 }
+
+/// Every state and event name a [`Transition`] can carry.
+const NAMES: &[&str] = &[
+    "NotStarted",
+    "Computing",
+    "Pinned",
+    "AwaitingReaderCompletion",
+    "Released",
+    "NotRouted",
+    "Routed",
+    "Reserving",
+    "Reserved",
+    "Receiving",
+    "Active",
+    "Start",
+    "DestinationReserved",
+    "PrefillPinned",
+    "ReaderCompleted",
+    "LeaseRenewed",
+    "LeaseExpired",
+    "Cancelled",
+    "SourceReady",
+    "Unavailable",
+    "Unsupported",
+    "ReceiveCompleted",
+    "ReservationExpired",
+    "Finished",
+];
+
+/// The `'static` name equal to `s`, for rebuilding a [`Transition`] that
+/// crossed a process boundary as text; `None` for a name no role uses.
+pub fn intern_name(s: &str) -> Option<&'static str> {
+    NAMES.iter().copied().find(|n| *n == s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DestinationState, SourceState};
+
+    #[test]
+    fn every_state_name_interns() {
+        for s in SourceState::ALL {
+            assert_eq!(intern_name(s.name()), Some(s.name()));
+        }
+        for s in DestinationState::ALL {
+            assert_eq!(intern_name(s.name()), Some(s.name()));
+        }
+        assert_eq!(intern_name("Bogus"), None);
+    }
+}

@@ -6,7 +6,7 @@
 use crate::report::{Recorder, Report};
 use handoff_core::{
     Backend, Duration, Generation, HandoffConfig, HandoffMsg, HandoffPolicy, Instant,
-    SchedulerCore, Transcript, Worker, WorkerEvent, WorkerId, WorkerRequest,
+    Transcript, Worker, WorkerEvent, WorkerId, WorkerRequest,
 };
 use handoff_core::{Completion, TransferModel, TransferTimer};
 use router::RouterMode;
@@ -15,8 +15,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use workload::TraceItem;
 
-/// A scheduler core of any backend, sendable to a live worker thread.
-pub type CoreBox = Box<dyn SchedulerCore + Send>;
+pub use handoff_core::CoreBox;
 
 /// Everything a replay needs besides the workload and the cores.
 #[derive(Clone, Debug)]
