@@ -1,0 +1,928 @@
+//! TCP between workers: one endpoint listens, any endpoint connects, every
+//! connection opens with a `Hello` each way and then carries length-prefixed
+//! frames ([`crate::codec`]).
+//!
+//! Threads: one accepting thread per endpoint and one reading thread per
+//! connection, all in blocking reads; whatever they hear goes into the
+//! endpoint's [`Incoming`] channel. Writes happen on the sender's thread
+//! under a per-connection lock, one `write_all` per frame (`TCP_NODELAY`), so
+//! a slow peer pushes back on whoever sends to it and on no one else.
+//! [`Transport::close`] shuts every socket down, which makes the blocked
+//! reads return, and joins the threads.
+//!
+//! The handshake plays the part of vLLM's NIXL side-channel handshake
+//! (`vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`,
+//! `NixlConnectorWorker._nixl_handshake`): before any fact flows, each side
+//! learns who the other is and which incarnation, and a peer that comes back
+//! with a higher generation replaces the old one (announced as a new
+//! [`Incoming::PeerUp`], which the worker turns into voiding the old
+//! incarnation's attempts).
+//!
+//! Connections: both sides may dial each other; a second connection of the
+//! same incarnation is kept and read, and sends use the oldest, so nothing
+//! in flight is cut off. `PeerLost` comes when the peer's last connection
+//! closes. A connection from an *older* generation than the one known is
+//! refused as stale.
+
+use crate::codec::{encode_frame, DecodeError, DecodeErrorKind, FrameReader, ReadError};
+use crate::frame::Frame;
+use crate::{Incoming, SendError, Transport};
+use crossbeam_channel::{Receiver, Sender};
+use handoff_core::{Generation, WorkerId};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+/// How long a new connection may take to say `Hello` before it is dropped,
+/// so a silent client cannot hold a thread until shutdown.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long `close` waits to hand a `Bye` to a congested socket.
+const BYE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Why [`TcpEndpoint::connect`] failed.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The endpoint is closed.
+    Closed,
+    /// Connecting or writing failed.
+    Io(io::Error),
+    /// The peer's first bytes were not a `Hello`.
+    Handshake(ReadError),
+    /// The peer identified itself but cannot be accepted (itself, or an
+    /// older incarnation than one already connected).
+    Rejected(String),
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::Closed => f.write_str("endpoint closed"),
+            ConnectError::Io(e) => write!(f, "i/o: {e}"),
+            ConnectError::Handshake(e) => write!(f, "handshake: {e}"),
+            ConnectError::Rejected(why) => write!(f, "rejected: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+impl From<io::Error> for ConnectError {
+    fn from(e: io::Error) -> Self {
+        ConnectError::Io(e)
+    }
+}
+
+struct Writer {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+/// An identified connection.
+struct Conn {
+    id: u64,
+    /// Set when this side shut the connection down on purpose (replaced by a
+    /// newer incarnation), so its reader's resulting error is not reported.
+    retired: AtomicBool,
+    writer: Mutex<Writer>,
+}
+
+struct Peer {
+    generation: Generation,
+    /// Oldest first; sends use the first.
+    conns: Vec<Arc<Conn>>,
+}
+
+#[derive(Default)]
+struct State {
+    next_socket: u64,
+    /// Every open socket, identified or not, so `close` can shut them all.
+    sockets: HashMap<u64, TcpStream>,
+    peers: BTreeMap<WorkerId, Peer>,
+}
+
+struct Inner {
+    me: WorkerId,
+    generation: Generation,
+    tx: Sender<Incoming>,
+    closed: AtomicBool,
+    state: Mutex<State>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn transient_accept_error(kind: io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}
+
+impl Inner {
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    fn report_bad(&self, addr: String, error: String) {
+        if !self.is_closed() {
+            let _ = self.tx.send(Incoming::BadPeer { addr, error });
+        }
+    }
+
+    fn track(&self, handle: JoinHandle<()>) {
+        let mut threads = self.threads.lock();
+        threads.retain(|h| !h.is_finished());
+        threads.push(handle);
+    }
+
+    fn accept_loop(self: Arc<Self>, listener: TcpListener) {
+        loop {
+            let (stream, addr) = match listener.accept() {
+                Ok(x) => x,
+                Err(e) if transient_accept_error(e.kind()) => continue,
+                Err(e) => {
+                    // Retrying a persistent failure (out of descriptors)
+                    // would spin; stop listening and say so.
+                    self.report_bad(
+                        listener
+                            .local_addr()
+                            .map_or_else(|_| "listener".to_owned(), |a| a.to_string()),
+                        format!("accept failed, no longer listening: {e}"),
+                    );
+                    return;
+                }
+            };
+            if self.is_closed() {
+                return;
+            }
+            let inner = Arc::clone(&self);
+            let spawned = thread::Builder::new()
+                .name(format!("tcp-conn-{}", self.me))
+                .spawn(move || inner.serve_accepted(stream, addr));
+            match spawned {
+                Ok(h) => self.track(h),
+                Err(e) => self.report_bad(addr.to_string(), format!("no thread: {e}")),
+            }
+        }
+    }
+
+    fn serve_accepted(self: Arc<Self>, stream: TcpStream, addr: SocketAddr) {
+        match self.establish(&stream) {
+            Ok((conn, reader, peer, _)) => self.serve(conn, reader, peer, addr),
+            Err(e) => self.report_bad(addr.to_string(), e.to_string()),
+        }
+    }
+
+    /// Registers the socket, exchanges `Hello`s and registers the peer. On
+    /// failure the socket is shut and forgotten.
+    fn establish(
+        &self,
+        stream: &TcpStream,
+    ) -> Result<(Arc<Conn>, FrameReader<TcpStream>, WorkerId, Generation), ConnectError> {
+        let id = {
+            let mut st = self.state.lock();
+            if self.is_closed() {
+                return Err(ConnectError::Closed);
+            }
+            let id = st.next_socket;
+            st.next_socket += 1;
+            st.sockets.insert(id, stream.try_clone()?);
+            id
+        };
+        let result = self
+            .handshake(stream)
+            .and_then(|(reader, peer, generation)| {
+                let conn = self.register(id, peer, generation, stream)?;
+                Ok((conn, reader, peer, generation))
+            });
+        if result.is_err() {
+            self.forget(id, None);
+        }
+        result
+    }
+
+    fn handshake(
+        &self,
+        stream: &TcpStream,
+    ) -> Result<(FrameReader<TcpStream>, WorkerId, Generation), ConnectError> {
+        stream.set_nodelay(true)?;
+        let mut hello = Vec::with_capacity(16);
+        encode_frame(
+            &Frame::Hello {
+                worker: self.me,
+                generation: self.generation,
+            },
+            &mut hello,
+        )
+        .map_err(|e| ConnectError::Rejected(e.to_string()))?;
+        (&*stream).write_all(&hello)?;
+        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        let mut reader = FrameReader::new(stream.try_clone()?);
+        let (peer, generation) = reader.read_hello().map_err(ConnectError::Handshake)?;
+        stream.set_read_timeout(None)?;
+        Ok((reader, peer, generation))
+    }
+
+    fn register(
+        &self,
+        id: u64,
+        peer: WorkerId,
+        generation: Generation,
+        stream: &TcpStream,
+    ) -> Result<Arc<Conn>, ConnectError> {
+        if peer == self.me {
+            return Err(ConnectError::Rejected(format!(
+                "peer says it is {peer}, which is this endpoint"
+            )));
+        }
+        let conn = Arc::new(Conn {
+            id,
+            retired: AtomicBool::new(false),
+            writer: Mutex::new(Writer {
+                stream: stream.try_clone()?,
+                buf: Vec::with_capacity(256),
+            }),
+        });
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        if self.is_closed() {
+            return Err(ConnectError::Closed);
+        }
+        let up = Incoming::PeerUp { peer, generation };
+        match st.peers.get_mut(&peer) {
+            None => {
+                st.peers.insert(
+                    peer,
+                    Peer {
+                        generation,
+                        conns: vec![Arc::clone(&conn)],
+                    },
+                );
+                let _ = self.tx.send(up);
+            }
+            Some(p) if generation > p.generation => {
+                for old in p.conns.drain(..) {
+                    old.retired.store(true, Ordering::SeqCst);
+                    if let Some(s) = st.sockets.get(&old.id) {
+                        let _ = s.shutdown(Shutdown::Both);
+                    }
+                }
+                p.generation = generation;
+                p.conns.push(Arc::clone(&conn));
+                let _ = self.tx.send(up);
+            }
+            Some(p) if generation == p.generation => p.conns.push(Arc::clone(&conn)),
+            Some(p) => {
+                return Err(ConnectError::Rejected(format!(
+                    "{peer} generation {} is older than the connected {}",
+                    generation.0, p.generation.0
+                )))
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Reads frames until the connection ends, then forgets it.
+    fn serve(
+        &self,
+        conn: Arc<Conn>,
+        mut reader: FrameReader<TcpStream>,
+        peer: WorkerId,
+        addr: SocketAddr,
+    ) {
+        let failure = loop {
+            match reader.read_frame() {
+                Ok(None) | Ok(Some(Frame::Bye)) => break None,
+                Ok(Some(Frame::Hello { .. })) => {
+                    break Some(
+                        DecodeError {
+                            offset: reader.frame_start(),
+                            kind: DecodeErrorKind::UnexpectedHello,
+                        }
+                        .to_string(),
+                    )
+                }
+                Ok(Some(frame)) => {
+                    if self.tx.send(Incoming::Frame { from: peer, frame }).is_err() {
+                        break None;
+                    }
+                }
+                Err(ReadError::Decode(e)) => break Some(e.to_string()),
+                // A reset or shutdown is a lost peer, not a bad one.
+                Err(ReadError::Io(_)) => break None,
+            }
+        };
+        if let Some(error) = failure {
+            if !conn.retired.load(Ordering::SeqCst) {
+                self.report_bad(format!("{peer} at {addr}"), error);
+            }
+        }
+        self.forget(conn.id, Some((peer, conn.id)));
+    }
+
+    /// Shuts a socket and drops it from the books; `PeerLost` if it was its
+    /// peer's last connection.
+    fn forget(&self, socket: u64, conn: Option<(WorkerId, u64)>) {
+        let mut st = self.state.lock();
+        if let Some(s) = st.sockets.remove(&socket) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        let Some((peer, id)) = conn else { return };
+        let Some(p) = st.peers.get_mut(&peer) else {
+            return;
+        };
+        let before = p.conns.len();
+        p.conns.retain(|c| c.id != id);
+        if p.conns.len() < before && p.conns.is_empty() {
+            st.peers.remove(&peer);
+            if !self.is_closed() {
+                let _ = self.tx.send(Incoming::PeerLost { peer });
+            }
+        }
+    }
+}
+
+/// Connects to the first of `addr`'s addresses that answers within
+/// [`HANDSHAKE_TIMEOUT`], so an unreachable host fails in seconds rather than
+/// after the kernel's SYN retries.
+fn dial(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, HANDSHAKE_TIMEOUT) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// A worker's TCP endpoint: a listener plus its connections.
+pub struct TcpEndpoint {
+    inner: Arc<Inner>,
+    rx: Receiver<Incoming>,
+    local_addr: SocketAddr,
+    accept: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl TcpEndpoint {
+    /// Listens on `addr` (use `127.0.0.1:0` for an ephemeral port) as
+    /// worker `me` in `generation`.
+    pub fn bind(
+        me: WorkerId,
+        generation: Generation,
+        addr: impl ToSocketAddrs,
+    ) -> io::Result<TcpEndpoint> {
+        let listener = TcpListener::bind(addr)?;
+        let local_addr = listener.local_addr()?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let inner = Arc::new(Inner {
+            me,
+            generation,
+            tx,
+            closed: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+            threads: Mutex::new(Vec::new()),
+        });
+        let acceptor = Arc::clone(&inner);
+        let accept = thread::Builder::new()
+            .name(format!("tcp-accept-{me}"))
+            .spawn(move || acceptor.accept_loop(listener))?;
+        Ok(TcpEndpoint {
+            inner,
+            rx,
+            local_addr,
+            accept: Mutex::new(Some(accept)),
+        })
+    }
+
+    /// The address peers connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Connects to the endpoint at `addr` and waits for its `Hello`
+    /// (at most [`HANDSHAKE_TIMEOUT`] for each). Returns who answered; an
+    /// [`Incoming::PeerUp`] is queued too if that peer (in that generation)
+    /// is new. If the other side refuses this endpoint (it already knows a
+    /// newer incarnation of it), it hangs up after the handshake: this side
+    /// then sees `PeerUp` followed by `PeerLost`.
+    pub fn connect(
+        &self,
+        addr: impl ToSocketAddrs,
+    ) -> Result<(WorkerId, Generation), ConnectError> {
+        if self.inner.is_closed() {
+            return Err(ConnectError::Closed);
+        }
+        let stream = dial(addr)?;
+        let remote = stream.peer_addr()?;
+        let (conn, reader, peer, generation) = self.inner.establish(&stream)?;
+        let inner = Arc::clone(&self.inner);
+        let conn_id = conn.id;
+        let spawned = thread::Builder::new()
+            .name(format!("tcp-conn-{}", self.inner.me))
+            .spawn(move || inner.serve(conn, reader, peer, remote));
+        match spawned {
+            Ok(h) => self.inner.track(h),
+            Err(e) => {
+                self.inner.forget(conn_id, Some((peer, conn_id)));
+                return Err(ConnectError::Io(e));
+            }
+        }
+        Ok((peer, generation))
+    }
+
+    fn first_conn(&self, to: WorkerId) -> Option<Arc<Conn>> {
+        let st = self.inner.state.lock();
+        st.peers.get(&to).and_then(|p| p.conns.first().cloned())
+    }
+
+    fn say_bye(&self) {
+        let mut bye = Vec::with_capacity(8);
+        if encode_frame(&Frame::Bye, &mut bye).is_err() {
+            return;
+        }
+        let conns: Vec<Arc<Conn>> = {
+            let st = self.inner.state.lock();
+            st.peers
+                .values()
+                .flat_map(|p| p.conns.iter().cloned())
+                .collect()
+        };
+        for conn in conns {
+            // A sender blocked on a full socket holds the lock; that peer
+            // learns of the close from the shutdown instead.
+            if let Some(w) = conn.writer.try_lock() {
+                let _ = w.stream.set_write_timeout(Some(BYE_TIMEOUT));
+                let _ = (&w.stream).write_all(&bye);
+            }
+        }
+    }
+}
+
+impl Transport for TcpEndpoint {
+    fn me(&self) -> WorkerId {
+        self.inner.me
+    }
+
+    fn generation(&self) -> Generation {
+        self.inner.generation
+    }
+
+    fn send(&self, to: WorkerId, frame: Frame) -> Result<(), SendError> {
+        if frame.is_control() {
+            return Err(SendError::ControlFrame(frame.name()));
+        }
+        if self.inner.is_closed() {
+            return Err(SendError::Closed);
+        }
+        let conn = self.first_conn(to).ok_or(SendError::UnknownPeer(to))?;
+        let mut guard = conn.writer.lock();
+        let w = &mut *guard;
+        w.buf.clear();
+        encode_frame(&frame, &mut w.buf).map_err(SendError::Encode)?;
+        if let Err(e) = (&w.stream).write_all(&w.buf) {
+            // The reader sees the shutdown and reports PeerLost.
+            let _ = w.stream.shutdown(Shutdown::Both);
+            return Err(SendError::Lost {
+                peer: to,
+                reason: e.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    fn incoming(&self) -> &Receiver<Incoming> {
+        &self.rx
+    }
+
+    fn close(&self) {
+        if self.inner.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(accept) = self.accept.lock().take() {
+            // Wake the blocked accept with a connection of our own; it then
+            // sees `closed`. An unspecified bind address is reached over
+            // loopback.
+            let mut wake = self.local_addr;
+            if wake.ip().is_unspecified() {
+                wake.set_ip(match wake {
+                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            if TcpStream::connect_timeout(&wake, HANDSHAKE_TIMEOUT).is_ok() {
+                let _ = accept.join();
+            }
+        }
+        self.say_bye();
+        {
+            let st = self.inner.state.lock();
+            for s in st.sockets.values() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        loop {
+            let handles = std::mem::take(&mut *self.inner.threads.lock());
+            if handles.is_empty() {
+                break;
+            }
+            for h in handles {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for TcpEndpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::samples::{every_frame, handoff};
+    use std::io::Read;
+    use std::time::Instant;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn bind(w: u32, g: u32) -> TcpEndpoint {
+        TcpEndpoint::bind(WorkerId(w), Generation(g), "127.0.0.1:0").expect("bind loopback")
+    }
+
+    fn next(ep: &TcpEndpoint) -> Incoming {
+        ep.incoming().recv_timeout(WAIT).expect("an incoming")
+    }
+
+    fn up(w: u32, g: u32) -> Incoming {
+        Incoming::PeerUp {
+            peer: WorkerId(w),
+            generation: Generation(g),
+        }
+    }
+
+    /// Bytes of our Hello the server sends first, read and checked.
+    fn read_server_hello(raw: &mut TcpStream, want: WorkerId) {
+        raw.set_read_timeout(Some(WAIT)).unwrap();
+        let mut reader = FrameReader::new(&mut *raw);
+        let (w, _) = reader.read_hello().expect("server hello");
+        assert_eq!(w, want);
+    }
+
+    fn read_to_eof(raw: &mut TcpStream) -> Vec<u8> {
+        raw.set_read_timeout(Some(WAIT)).unwrap();
+        let mut rest = Vec::new();
+        match raw.read_to_end(&mut rest) {
+            Ok(_) => rest,
+            // A reset is as good as an EOF: the server hung up.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => rest,
+            Err(e) => panic!("server did not hang up: {e}"),
+        }
+    }
+
+    #[test]
+    fn hello_both_ways_and_every_frame_kind_round_trips() {
+        let a = bind(1, 0);
+        let b = bind(2, 7);
+        assert_eq!(
+            a.connect(b.local_addr()).unwrap(),
+            (WorkerId(2), Generation(7))
+        );
+        assert_eq!(next(&a), up(2, 7));
+        assert_eq!(next(&b), up(1, 0));
+        let data: Vec<Frame> = every_frame()
+            .into_iter()
+            .filter(|f| !f.is_control())
+            .collect();
+        for f in &data {
+            a.send(WorkerId(2), f.clone()).unwrap();
+            b.send(WorkerId(1), f.clone()).unwrap();
+        }
+        for f in &data {
+            assert_eq!(
+                next(&b),
+                Incoming::Frame {
+                    from: WorkerId(1),
+                    frame: f.clone()
+                }
+            );
+            assert_eq!(
+                next(&a),
+                Incoming::Frame {
+                    from: WorkerId(2),
+                    frame: f.clone()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn handoff_facts_flow_both_ways_in_order() {
+        let a = bind(1, 0);
+        let b = bind(2, 0);
+        b.connect(a.local_addr()).unwrap();
+        assert_eq!(next(&a), up(2, 0));
+        assert_eq!(next(&b), up(1, 0));
+        for i in 0..500 {
+            a.send(WorkerId(2), Frame::Handoff(handoff(i))).unwrap();
+            b.send(WorkerId(1), Frame::Handoff(handoff(1000 + i)))
+                .unwrap();
+        }
+        for i in 0..500 {
+            assert_eq!(
+                next(&b),
+                Incoming::Frame {
+                    from: WorkerId(1),
+                    frame: Frame::Handoff(handoff(i))
+                }
+            );
+            assert_eq!(
+                next(&a),
+                Incoming::Frame {
+                    from: WorkerId(2),
+                    frame: Frame::Handoff(handoff(1000 + i))
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn control_frames_unknown_peers_and_closed_endpoints_are_refused() {
+        let a = bind(1, 0);
+        assert_eq!(
+            a.send(
+                WorkerId(1),
+                Frame::Hello {
+                    worker: WorkerId(1),
+                    generation: Generation(0)
+                }
+            ),
+            Err(SendError::ControlFrame("Hello"))
+        );
+        assert_eq!(
+            a.send(WorkerId(5), Frame::Handoff(handoff(1))),
+            Err(SendError::UnknownPeer(WorkerId(5)))
+        );
+        a.close();
+        assert_eq!(
+            a.send(WorkerId(5), Frame::Handoff(handoff(1))),
+            Err(SendError::Closed)
+        );
+        assert!(matches!(
+            a.connect("127.0.0.1:1"),
+            Err(ConnectError::Closed)
+        ));
+    }
+
+    #[test]
+    fn garbage_is_disconnected_and_the_listener_keeps_serving() {
+        let a = bind(1, 0);
+        let mut raw = TcpStream::connect(a.local_addr()).unwrap();
+        // A plausible length with a body that is no frame.
+        raw.write_all(&[0, 0, 0, 3, 0xff, 0xff, 0xff]).unwrap();
+        match next(&a) {
+            Incoming::BadPeer { error, .. } => assert!(error.contains("bad 3-byte"), "{error}"),
+            other => panic!("unexpected {other:?}"),
+        }
+        read_server_hello(&mut raw, WorkerId(1));
+        assert!(read_to_eof(&mut raw).is_empty());
+
+        let b = bind(2, 0);
+        b.connect(a.local_addr()).unwrap();
+        assert_eq!(next(&a), up(2, 0));
+        b.send(WorkerId(1), Frame::Handoff(handoff(3))).unwrap();
+        assert_eq!(
+            next(&a),
+            Incoming::Frame {
+                from: WorkerId(2),
+                frame: Frame::Handoff(handoff(3))
+            }
+        );
+    }
+
+    #[test]
+    fn an_oversize_header_is_refused_promptly() {
+        let a = bind(1, 0);
+        let mut raw = TcpStream::connect(a.local_addr()).unwrap();
+        let started = Instant::now();
+        // Claims 2 GiB and never sends it: reading it would wait forever,
+        // reserving it would allocate 2 GiB. Both must be avoided.
+        raw.write_all(&0x8000_0000u32.to_be_bytes()).unwrap();
+        match next(&a) {
+            Incoming::BadPeer { error, .. } => {
+                assert!(error.contains("2147483648 exceeds"), "{error}")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        read_server_hello(&mut raw, WorkerId(1));
+        assert!(read_to_eof(&mut raw).is_empty());
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn garbage_from_an_identified_peer_is_bad_then_lost() {
+        let a = bind(1, 0);
+        let mut raw = TcpStream::connect(a.local_addr()).unwrap();
+        let mut hello = Vec::new();
+        encode_frame(
+            &Frame::Hello {
+                worker: WorkerId(9),
+                generation: Generation(2),
+            },
+            &mut hello,
+        )
+        .unwrap();
+        raw.write_all(&hello).unwrap();
+        assert_eq!(next(&a), up(9, 2));
+        raw.write_all(&u32::MAX.to_be_bytes()).unwrap();
+        match next(&a) {
+            Incoming::BadPeer { addr, error } => {
+                assert!(addr.starts_with("w9 at "), "{addr}");
+                assert!(
+                    error.starts_with(&format!("at byte {}", hello.len())),
+                    "{error}"
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(next(&a), Incoming::PeerLost { peer: WorkerId(9) });
+    }
+
+    #[test]
+    fn a_first_frame_other_than_hello_is_refused() {
+        let a = bind(1, 0);
+        let mut raw = TcpStream::connect(a.local_addr()).unwrap();
+        let mut bytes = Vec::new();
+        encode_frame(&Frame::Handoff(handoff(1)), &mut bytes).unwrap();
+        raw.write_all(&bytes).unwrap();
+        match next(&a) {
+            Incoming::BadPeer { error, .. } => assert!(error.contains("not Hello"), "{error}"),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(a.incoming().is_empty());
+    }
+
+    #[test]
+    fn a_second_hello_is_a_protocol_error() {
+        let a = bind(1, 0);
+        let mut raw = TcpStream::connect(a.local_addr()).unwrap();
+        let mut bytes = Vec::new();
+        let hello = Frame::Hello {
+            worker: WorkerId(4),
+            generation: Generation(0),
+        };
+        encode_frame(&hello, &mut bytes).unwrap();
+        encode_frame(&hello, &mut bytes).unwrap();
+        raw.write_all(&bytes).unwrap();
+        assert_eq!(next(&a), up(4, 0));
+        match next(&a) {
+            Incoming::BadPeer { error, .. } => assert!(error.contains("Hello after"), "{error}"),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(next(&a), Incoming::PeerLost { peer: WorkerId(4) });
+    }
+
+    #[test]
+    fn peer_drop_and_close_are_peer_lost() {
+        let a = bind(1, 0);
+        let b = bind(2, 0);
+        let c = bind(3, 0);
+        b.connect(a.local_addr()).unwrap();
+        assert_eq!(next(&a), up(2, 0));
+        a.connect(c.local_addr()).unwrap();
+        assert_eq!(next(&a), up(3, 0));
+        drop(b);
+        assert_eq!(next(&a), Incoming::PeerLost { peer: WorkerId(2) });
+        c.close();
+        assert_eq!(next(&a), Incoming::PeerLost { peer: WorkerId(3) });
+        assert_eq!(
+            a.send(WorkerId(2), Frame::Handoff(handoff(1))),
+            Err(SendError::UnknownPeer(WorkerId(2)))
+        );
+        assert!(a.incoming().is_empty());
+    }
+
+    #[test]
+    fn a_raw_peer_vanishing_is_peer_lost() {
+        let a = bind(1, 0);
+        let mut raw = TcpStream::connect(a.local_addr()).unwrap();
+        let mut hello = Vec::new();
+        encode_frame(
+            &Frame::Hello {
+                worker: WorkerId(6),
+                generation: Generation(0),
+            },
+            &mut hello,
+        )
+        .unwrap();
+        raw.write_all(&hello).unwrap();
+        assert_eq!(next(&a), up(6, 0));
+        drop(raw);
+        assert_eq!(next(&a), Incoming::PeerLost { peer: WorkerId(6) });
+    }
+
+    #[test]
+    fn a_restarted_peer_is_announced_with_its_new_generation() {
+        let a = bind(1, 0);
+        let old = bind(2, 1);
+        old.connect(a.local_addr()).unwrap();
+        assert_eq!(next(&a), up(2, 1));
+        // The new incarnation arrives while the old connection is still up:
+        // it replaces it, with no PeerLost in between.
+        let new = bind(2, 2);
+        assert_eq!(
+            new.connect(a.local_addr()).unwrap(),
+            (WorkerId(1), Generation(0))
+        );
+        assert_eq!(next(&a), up(2, 2));
+        new.send(WorkerId(1), Frame::Handoff(handoff(8))).unwrap();
+        assert_eq!(
+            next(&a),
+            Incoming::Frame {
+                from: WorkerId(2),
+                frame: Frame::Handoff(handoff(8))
+            }
+        );
+        // The old incarnation was cut off.
+        assert_eq!(next(&old), up(1, 0));
+        assert_eq!(next(&old), Incoming::PeerLost { peer: WorkerId(1) });
+        // An older incarnation cannot come back.
+        match old.connect(a.local_addr()) {
+            Ok(_) | Err(ConnectError::Closed) => {}
+            Err(e) => panic!("the connecting side learns only through the hang-up: {e}"),
+        }
+        match next(&a) {
+            Incoming::BadPeer { error, .. } => assert!(error.contains("older"), "{error}"),
+            other => panic!("unexpected {other:?}"),
+        }
+        // After the old incarnation is gone entirely, a later one reconnects.
+        drop(new);
+        assert_eq!(next(&a), Incoming::PeerLost { peer: WorkerId(2) });
+        let newer = bind(2, 3);
+        newer.connect(a.local_addr()).unwrap();
+        assert_eq!(next(&a), up(2, 3));
+    }
+
+    #[test]
+    fn dialing_each_other_keeps_one_peer_up() {
+        let a = bind(1, 0);
+        let b = bind(2, 0);
+        a.connect(b.local_addr()).unwrap();
+        b.connect(a.local_addr()).unwrap();
+        assert_eq!(next(&a), up(2, 0));
+        assert_eq!(next(&b), up(1, 0));
+        for i in 0..10 {
+            a.send(WorkerId(2), Frame::Handoff(handoff(i))).unwrap();
+        }
+        for i in 0..10 {
+            assert_eq!(
+                next(&b),
+                Incoming::Frame {
+                    from: WorkerId(1),
+                    frame: Frame::Handoff(handoff(i))
+                }
+            );
+        }
+        drop(b);
+        assert_eq!(next(&a), Incoming::PeerLost { peer: WorkerId(2) });
+        assert!(a
+            .incoming()
+            .recv_timeout(Duration::from_millis(100))
+            .is_err());
+    }
+
+    #[test]
+    fn connecting_to_oneself_is_rejected() {
+        let a = bind(1, 0);
+        assert!(matches!(
+            a.connect(a.local_addr()),
+            Err(ConnectError::Rejected(_))
+        ));
+    }
+
+    #[test]
+    fn close_returns_with_idle_and_silent_connections_open() {
+        let a = bind(1, 0);
+        let b = bind(2, 0);
+        b.connect(a.local_addr()).unwrap();
+        // Says nothing: its handshake thread is blocked in a read.
+        let _silent = TcpStream::connect(a.local_addr()).unwrap();
+        assert_eq!(next(&a), up(2, 0));
+        assert_eq!(next(&b), up(1, 0));
+        let started = Instant::now();
+        a.close();
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(a.inner.threads.lock().is_empty());
+        assert_eq!(next(&b), Incoming::PeerLost { peer: WorkerId(1) });
+    }
+}
