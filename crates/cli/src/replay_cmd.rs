@@ -198,6 +198,7 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
         max_running: a.max_running,
         max_batched_tokens: a.max_batched_tokens,
         speedup_ratio: a.speedup_ratio,
+        source_lease_ttl: None,
     };
     let prefill_spec = spec(a.prefill_kv_tokens);
     let decode_spec = spec(a.decode_kv_tokens);

@@ -1,1 +1,20 @@
-//! Live driver for handoff-core workers on threads and processes (issue #6: not built yet; nothing here).
+//! # live-adapter
+//!
+//! The same handoff-core [`handoff_core::Worker`]s replay drives, run live:
+//! one worker per thread (or per process over TCP), wall-clock timers, facts
+//! over a [`transport::Transport`]. There is no second lifecycle here: a
+//! node only feeds inputs to its worker and carries its outputs, so the
+//! transcript of a live run equals replay's for the same trace and policy.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod frontend;
+pub mod inproc;
+pub mod node;
+pub mod wire;
+
+pub use clock::WallClock;
+pub use frontend::{FrontendNode, LiveOutcome};
+pub use inproc::{run_in_process, LiveConfig};
+pub use node::{NodeConfig, NodeStats, WorkerNode};

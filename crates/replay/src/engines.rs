@@ -21,6 +21,8 @@ pub struct EngineSpec {
     pub max_batched_tokens: u32,
     /// Divides modelled pass times.
     pub speedup_ratio: f64,
+    /// Overrides the backend's source lease lifetime (vLLM 480 s, SGLang 300 s).
+    pub source_lease_ttl: Option<handoff_core::Duration>,
 }
 
 impl Default for EngineSpec {
@@ -32,6 +34,7 @@ impl Default for EngineSpec {
             max_running: 256,
             max_batched_tokens: 8192,
             speedup_ratio: 1.0,
+            source_lease_ttl: None,
         }
     }
 }
@@ -52,6 +55,9 @@ impl EngineSpec {
         c.max_running_requests = self.max_running.max(1);
         c.prealloc_slot_margin = sched_sglang::default_prealloc_slot_margin(c.max_running_requests);
         c.chunked_prefill_size = self.max_batched_tokens.max(1);
+        if let Some(ttl) = self.source_lease_ttl {
+            c.source_lease_ttl = ttl;
+        }
         c
     }
 
@@ -66,6 +72,9 @@ impl EngineSpec {
             max_num_batched_tokens: self.max_batched_tokens.max(1),
             refuse_destination_reservation: self.backend == Backend::TrtLlm,
             speedup_ratio: self.speedup_ratio,
+            source_lease_ttl: self
+                .source_lease_ttl
+                .unwrap_or(sched_vllm::NIXL_ABORT_REQUEST_TIMEOUT),
             ..VllmConfig::default()
         }
     }

@@ -5,8 +5,8 @@
 
 use crate::report::{Recorder, Report};
 use handoff_core::{
-    Backend, Duration, Generation, HandoffConfig, HandoffMsg, HandoffPolicy, Instant,
-    Transcript, Worker, WorkerEvent, WorkerId, WorkerRequest,
+    Backend, Duration, Generation, HandoffConfig, HandoffMsg, HandoffPolicy, Instant, Transcript,
+    Worker, WorkerEvent, WorkerId, WorkerRequest,
 };
 use handoff_core::{Completion, TransferModel, TransferTimer};
 use router::RouterMode;
