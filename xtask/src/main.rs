@@ -1,4 +1,9 @@
-//! Developer tasks: `cargo xtask bench`.
+//! Developer tasks: `cargo xtask bench`, `cargo xtask parity [--trace FILE]`.
+//!
+//! `parity` runs the canonical traces (or the given Mooncake trace, for both
+//! backends) through replay and through the live in-process driver, prints a
+//! table (trace, backend, handoffs, transitions, verdict) and exits non-zero
+//! on any difference, naming the first handoff that diverges.
 //!
 //! `bench` runs the release-mode micro-benchmarks of the crates and replays
 //! `../shared/traces/conversation_trace.jsonl` (when present) disaggregated,
@@ -99,12 +104,93 @@ fn bench() -> bool {
     ok
 }
 
+fn parity(args: &[String]) -> bool {
+    use handoff_tests::parity::{cases, check, Case};
+    let mut list: Vec<Case> = cases();
+    let mut speed = 10.0;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--trace" => {
+                let Some(path) = it.next() else {
+                    eprintln!("--trace needs a file");
+                    return false;
+                };
+                let file = match std::fs::File::open(path) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        eprintln!("{path}: {e}");
+                        return false;
+                    }
+                };
+                let reader = workload::TraceReader::new(
+                    std::io::BufReader::new(file),
+                    workload::ReaderOptions::new(path.clone()),
+                );
+                let mut items = Vec::new();
+                for r in reader {
+                    match r {
+                        Ok(i) => items.push(i),
+                        Err(e) => {
+                            eprintln!("{e}");
+                            return false;
+                        }
+                    }
+                }
+                let template = cases();
+                list = template
+                    .into_iter()
+                    .filter(|c| c.name.starts_with("prefix-hits"))
+                    .map(|c| Case {
+                        name: "trace",
+                        decode_kv_tokens: 1 << 18,
+                        items: items.clone(),
+                        ..c
+                    })
+                    .collect();
+            }
+            "--speed" => match it.next().and_then(|s| s.parse::<f64>().ok()) {
+                Some(s) if s > 0.0 => speed = s,
+                _ => {
+                    eprintln!("--speed needs a positive number");
+                    return false;
+                }
+            },
+            other => {
+                eprintln!("unknown parity option {other}");
+                return false;
+            }
+        }
+    }
+    println!(
+        "{:<26} {:<8} {:>9} {:>12}  verdict",
+        "trace", "backend", "handoffs", "transitions"
+    );
+    let mut ok = true;
+    for case in &list {
+        let v = check(case, speed);
+        let verdict = match &v.divergence {
+            None => "equal".to_string(),
+            Some(d) => {
+                ok = false;
+                format!("DIFFERS: {d}")
+            }
+        };
+        println!(
+            "{:<26} {:<8} {:>9} {:>12}  {verdict}",
+            v.name, v.backend, v.handoffs, v.transitions
+        );
+    }
+    ok
+}
+
 fn main() -> ExitCode {
-    let task = std::env::args().nth(1);
-    let ok = match task.as_deref() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let ok = match args.first().map(String::as_str) {
         Some("bench") => bench(),
+        Some("parity") => parity(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask bench");
+            eprintln!("usage: cargo xtask bench | cargo xtask parity [--trace FILE] [--speed X]");
             false
         }
     };
