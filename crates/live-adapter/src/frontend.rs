@@ -27,6 +27,8 @@ pub struct LiveOutcome {
     pub handoffs: u64,
     /// Worker events received.
     pub events: u64,
+    /// Workers that disappeared mid-run.
+    pub workers_lost: u64,
     /// Whether the run ended because nothing moved for too long.
     pub stalled: bool,
     /// Wall-clock seconds from first arrival to the end.
@@ -45,6 +47,7 @@ pub struct FrontendNode<T: Transport, I> {
     seq: u64,
     outstanding: BTreeSet<RequestId>,
     routed_to_decode: BTreeSet<RequestId>,
+    assigned: BTreeMap<RequestId, Vec<WorkerId>>,
     drained: BTreeMap<WorkerId, (bool, handoff_core::KvCapacitySnapshot)>,
     out: LiveOutcome,
     /// Real time without any event after which the run gives up.
@@ -71,6 +74,7 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             seq: 0,
             outstanding: BTreeSet::new(),
             routed_to_decode: BTreeSet::new(),
+            assigned: BTreeMap::new(),
             drained: BTreeMap::new(),
             out: LiveOutcome::default(),
             idle_limit: std::time::Duration::from_secs(30),
@@ -78,9 +82,16 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
     }
 
     fn send(&mut self, to: WorkerId, req: WorkerRequest) {
-        if let WorkerRequest::HandoffDestination { request, .. } = &req {
-            self.routed_to_decode.insert(request.id);
-        }
+        let rid = match &req {
+            WorkerRequest::HandoffDestination { request, .. } => {
+                self.routed_to_decode.insert(request.id);
+                request.id
+            }
+            WorkerRequest::HandoffSource { request, .. } | WorkerRequest::Ordinary(request) => {
+                request.id
+            }
+        };
+        self.assigned.entry(rid).or_default().push(to);
         // A lost worker surfaces as PeerLost; the request then fails there.
         let _ = self.transport.send(to, Frame::Request(req));
     }
@@ -108,8 +119,15 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
                     break;
                 }
                 self.out.requests += 1;
-                self.outstanding.insert(item.request.id);
-                for (w, r) in self.frontend.arrive(item.request, now) {
+                let rid = item.request.id;
+                let routed = self.frontend.arrive(item.request, now);
+                if routed.is_empty() {
+                    // No worker left to take it.
+                    self.out.failed += 1;
+                } else {
+                    self.outstanding.insert(rid);
+                }
+                for (w, r) in routed {
                     self.send(w, r);
                 }
                 self.next = self.items.next();
@@ -153,18 +171,41 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
         self.out
     }
 
+    /// A worker vanished: nothing more is routed to it, the requests it held
+    /// fail, and it counts as drained (its process took its state with it;
+    /// its peers reclaim their side on their own).
+    fn worker_lost(&mut self, peer: WorkerId) {
+        self.frontend.worker_lost(peer);
+        self.out.workers_lost += 1;
+        let dead: Vec<RequestId> = self
+            .assigned
+            .iter()
+            .filter(|(r, ws)| self.outstanding.contains(r) && ws.contains(&peer))
+            .map(|(r, _)| *r)
+            .collect();
+        for r in dead {
+            self.outstanding.remove(&r);
+            self.out.failed += 1;
+        }
+        self.pools.remove(&peer);
+        self.drained.remove(&peer);
+    }
+
     fn handle(&mut self, inc: Incoming) {
         let now = self.clock.now();
-        let Incoming::Frame {
-            from,
-            frame: Frame::Event(e),
-        } = inc
-        else {
-            if let Incoming::PeerLost { peer } = inc {
-                // Whatever that worker was doing for us is gone.
-                self.drained.insert(peer, (false, Default::default()));
+        let (from, e) = match inc {
+            Incoming::Frame {
+                from,
+                frame: Frame::Event(e),
+            } => (from, e),
+            Incoming::PeerLost { peer } => return self.worker_lost(peer),
+            Incoming::PeerUp { peer, .. } => {
+                if let Some(pool) = self.pools.get(&peer).copied() {
+                    self.frontend.worker_back(peer, pool);
+                }
+                return;
             }
-            return;
+            _ => return,
         };
         self.out.events += 1;
         if let WireEvent::Drained {

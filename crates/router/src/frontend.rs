@@ -120,6 +120,27 @@ impl Frontend {
         }
     }
 
+    /// Worker `w` is gone: route nothing more to it. Its bookings stay until
+    /// the requests they belong to end (their owners report that).
+    pub fn worker_lost(&mut self, w: WorkerId) {
+        self.prefill.remove_worker(w);
+        if let Some(d) = self.decode.as_mut() {
+            d.remove_worker(w);
+        }
+    }
+
+    /// Worker `w` is back (a restart): route to it again in `pool`.
+    pub fn worker_back(&mut self, w: WorkerId, pool: Pool) {
+        match (pool, self.decode.as_mut()) {
+            (Pool::Decode, Some(d)) => {
+                d.add_worker(w);
+            }
+            _ => {
+                self.prefill.add_worker(w);
+            }
+        }
+    }
+
     /// Routes a new request; returns where to deliver what.
     pub fn arrive(&mut self, request: Request, now: Instant) -> Vec<(WorkerId, WorkerRequest)> {
         // Pools are never empty here (the replay builds at least one worker

@@ -1,0 +1,362 @@
+//! Flags shared by `replay`, `live`, `worker` and `frontend`, and their
+//! translation into library configurations. Every flag is validated here so
+//! a bad value is an error naming the flag, never a panic.
+
+use clap::{Args, ValueEnum};
+use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, TransferModel};
+use replay::EngineSpec;
+use router::{FrontendConfig, RouterMode};
+use std::cell::RefCell;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::rc::Rc;
+use workload::{
+    ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceItem, TraceReader,
+};
+
+/// `--backend`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum BackendArg {
+    /// vLLM v1 (source-first).
+    Vllm,
+    /// SGLang (destination-first).
+    Sglang,
+    /// TensorRT-LLM (refuses destination reservation).
+    Trtllm,
+}
+
+/// `--policy`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum PolicyArg {
+    /// No handoff ownership (the pre-DEP behaviour).
+    Disabled,
+    /// vLLM ordering.
+    SourceFirst,
+    /// SGLang ordering.
+    DestinationFirst,
+}
+
+/// `--router`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum RouterArg {
+    /// Prefix overlap from KV events, minus load.
+    Kv,
+    /// Cycle through workers.
+    RoundRobin,
+    /// Seeded random.
+    Random,
+    /// Least booked + used blocks.
+    LeastLoaded,
+    /// Seeded power of two choices.
+    PowerOfTwo,
+}
+
+/// `--transfer`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum TransferArg {
+    /// Fixed time per transfer.
+    Fixed,
+    /// Setup + bytes / bandwidth.
+    Bytes,
+    /// Bytes with processor sharing per worker link (replay only; live uses bytes).
+    Contention,
+}
+
+/// The deployment: engines, pools, routing, transfers, timers.
+#[derive(Args, Debug, Clone)]
+pub struct DeployArgs {
+    /// Engine to imitate.
+    #[arg(long, value_enum, default_value = "vllm")]
+    pub backend: BackendArg,
+    /// Handoff ordering (default: the backend's own).
+    #[arg(long, value_enum)]
+    pub policy: Option<PolicyArg>,
+    /// Prefill workers (aggregated workers with --decode 0).
+    #[arg(long, default_value_t = 2)]
+    pub prefill: u32,
+    /// Decode workers; 0 runs aggregated (no disaggregation).
+    #[arg(long, default_value_t = 2)]
+    pub decode: u32,
+    /// Router mode of both pools.
+    #[arg(long, value_enum, default_value = "kv")]
+    pub router: RouterArg,
+    /// KV capacity of a prefill (or aggregated) worker, in tokens.
+    #[arg(long, default_value_t = 262_144)]
+    pub prefill_kv_tokens: u64,
+    /// KV capacity of a decode worker, in tokens.
+    #[arg(long, default_value_t = 262_144)]
+    pub decode_kv_tokens: u64,
+    /// vLLM block size / SGLang page size (default 16 for vLLM, 1 for SGLang).
+    #[arg(long)]
+    pub block_size: Option<u32>,
+    /// Running-batch limit per worker.
+    #[arg(long, default_value_t = 256)]
+    pub max_running: u32,
+    /// Prefill tokens per pass (max_num_batched_tokens / chunked_prefill_size).
+    #[arg(long, default_value_t = 8192)]
+    pub max_batched_tokens: u32,
+    /// Divides every modelled pass time.
+    #[arg(long, default_value_t = 1.0)]
+    pub speedup_ratio: f64,
+    /// Transfer timing model.
+    #[arg(long, value_enum, default_value = "fixed")]
+    pub transfer: TransferArg,
+    /// Fixed transfer time, or setup latency of the bytes models, in ms.
+    #[arg(long, default_value_t = 10.0)]
+    pub transfer_ms: f64,
+    /// KV bytes per token (bytes models). Default: a Llama-3-8B-like 128 KiB.
+    #[arg(long, default_value_t = 131_072)]
+    pub bytes_per_token: u64,
+    /// Link bandwidth in GB/s (bytes models).
+    #[arg(long, default_value_t = 25.0)]
+    pub bandwidth_gbps: f64,
+    /// One-way control-message latency between workers, in µs (replay).
+    #[arg(long, default_value_t = 500)]
+    pub message_latency_us: u64,
+    /// Destination reservation lifetime in seconds.
+    #[arg(long)]
+    pub reservation_ttl_s: Option<u64>,
+    /// Source lease lifetime in seconds (default: vLLM 480, SGLang 300).
+    #[arg(long)]
+    pub lease_ttl_s: Option<u64>,
+    /// Seed for routers and the synthetic workload.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Where requests come from.
+#[derive(Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    /// Mooncake JSONL trace; without it, the embedded synthetic workload runs.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Count and report malformed trace lines instead of failing on the first.
+    #[arg(long)]
+    pub skip_bad_lines: bool,
+    /// Synthetic workload: number of requests.
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Synthetic workload: arrival rate (requests/s).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Stop after this many requests.
+    #[arg(long)]
+    pub limit: Option<u64>,
+}
+
+fn positive(name: &str, x: f64) -> Result<f64, String> {
+    if x.is_finite() && x > 0.0 {
+        Ok(x)
+    } else {
+        Err(format!("--{name}: must be a positive number"))
+    }
+}
+
+impl DeployArgs {
+    /// The engine.
+    pub fn backend(&self) -> Backend {
+        match self.backend {
+            BackendArg::Vllm => Backend::Vllm,
+            BackendArg::Sglang => Backend::Sglang,
+            BackendArg::Trtllm => Backend::TrtLlm,
+        }
+    }
+
+    /// The ordering: the flag, else the backend's own.
+    pub fn policy(&self) -> HandoffPolicy {
+        match self.policy {
+            Some(PolicyArg::Disabled) => HandoffPolicy::Disabled,
+            Some(PolicyArg::SourceFirst) => HandoffPolicy::SourceFirst,
+            Some(PolicyArg::DestinationFirst) => HandoffPolicy::DestinationFirst,
+            None => match self.backend() {
+                // TRT-LLM has no reservation: a handoff ordering still runs,
+                // and every reservation is refused as unsupported.
+                Backend::TrtLlm => HandoffPolicy::SourceFirst,
+                b => b.native_policy(),
+            },
+        }
+    }
+
+    /// The routing mode.
+    pub fn router(&self) -> RouterMode {
+        match self.router {
+            RouterArg::Kv => RouterMode::KvAware,
+            RouterArg::RoundRobin => RouterMode::RoundRobin,
+            RouterArg::Random => RouterMode::Random,
+            RouterArg::LeastLoaded => RouterMode::LeastLoaded,
+            RouterArg::PowerOfTwo => RouterMode::PowerOfTwo,
+        }
+    }
+
+    /// Engine specs for a prefill and a decode worker.
+    pub fn engines(&self) -> Result<(EngineSpec, EngineSpec), String> {
+        positive("speedup-ratio", self.speedup_ratio)?;
+        let backend = self.backend();
+        let block_size = self
+            .block_size
+            .unwrap_or(if backend == Backend::Sglang { 1 } else { 16 });
+        if block_size == 0 {
+            return Err("--block-size: must be at least 1".into());
+        }
+        if self.max_running == 0 {
+            return Err("--max-running: must be at least 1".into());
+        }
+        if self.max_batched_tokens == 0 {
+            return Err("--max-batched-tokens: must be at least 1".into());
+        }
+        let spec = |kv_tokens: u64, flag: &str| -> Result<EngineSpec, String> {
+            if kv_tokens < u64::from(block_size) {
+                return Err(format!("--{flag}: must hold at least one block"));
+            }
+            Ok(EngineSpec {
+                backend,
+                kv_tokens,
+                block_size,
+                max_running: self.max_running,
+                max_batched_tokens: self.max_batched_tokens,
+                speedup_ratio: self.speedup_ratio,
+                source_lease_ttl: self.lease_ttl_s.map(Duration::from_secs),
+            })
+        };
+        Ok((
+            spec(self.prefill_kv_tokens, "prefill-kv-tokens")?,
+            spec(self.decode_kv_tokens, "decode-kv-tokens")?,
+        ))
+    }
+
+    /// The transfer model.
+    pub fn transfer(&self) -> Result<TransferModel, String> {
+        if !(self.transfer_ms.is_finite() && self.transfer_ms >= 0.0) {
+            return Err("--transfer-ms: must be a non-negative number".into());
+        }
+        let bandwidth = positive("bandwidth-gbps", self.bandwidth_gbps)? * 1e9;
+        let base = Duration::from_secs_f64(self.transfer_ms / 1e3);
+        let bytes_per_token = self.bytes_per_token;
+        Ok(match self.transfer {
+            TransferArg::Fixed => TransferModel::Fixed(base),
+            TransferArg::Bytes => TransferModel::Bytes {
+                base,
+                bytes_per_token,
+                bandwidth,
+            },
+            TransferArg::Contention => TransferModel::Contention {
+                base,
+                bytes_per_token,
+                bandwidth,
+            },
+        })
+    }
+
+    /// Lifecycle timers.
+    pub fn handoff(&self) -> HandoffConfig {
+        let mut h = HandoffConfig::default();
+        if let Some(s) = self.reservation_ttl_s {
+            h.reservation_ttl = Duration::from_secs(s);
+        }
+        h
+    }
+
+    /// The frontend's routing configuration.
+    pub fn frontend(&self) -> Result<FrontendConfig, String> {
+        let (p, _) = self.engines()?;
+        Ok(FrontendConfig {
+            policy: self.policy(),
+            aggregated: self.decode == 0,
+            mode: self.router(),
+            block_size: p.event_block_tokens(),
+            seed: self.seed,
+            hop: Duration::from_micros(self.message_latency_us),
+            disabled_delay: self.transfer()?.base(),
+        })
+    }
+}
+
+/// Stops a trace stream at its first error and keeps it for the caller, so a
+/// run over a bad trace writes nothing.
+pub struct Checked<I> {
+    inner: I,
+    /// The first error, once seen.
+    pub error: Rc<RefCell<Option<TraceError>>>,
+    left: Option<u64>,
+}
+
+impl<I: Iterator<Item = Result<TraceItem, TraceError>>> Iterator for Checked<I> {
+    type Item = TraceItem;
+    fn next(&mut self) -> Option<TraceItem> {
+        if self.left == Some(0) {
+            return None;
+        }
+        match self.inner.next()? {
+            Ok(item) => {
+                self.left = self.left.map(|n| n - 1);
+                Some(item)
+            }
+            Err(e) => {
+                *self.error.borrow_mut() = Some(e);
+                None
+            }
+        }
+    }
+}
+
+/// A workload stream plus a slot where a trace error lands.
+pub struct Workload {
+    /// The items.
+    pub items: Box<dyn Iterator<Item = TraceItem>>,
+    /// Set when the trace had an error (the stream ended there).
+    pub error: Rc<RefCell<Option<TraceError>>>,
+    /// What it is, for the summary.
+    pub note: String,
+}
+
+impl WorkloadArgs {
+    /// Opens the trace, or builds the synthetic workload.
+    pub fn open(&self, seed: u64) -> Result<Workload, String> {
+        let error = Rc::new(RefCell::new(None));
+        match &self.trace {
+            Some(path) => {
+                let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let mut opts = ReaderOptions::new(path.display().to_string());
+                if self.skip_bad_lines {
+                    opts = opts.skipping_bad_lines();
+                }
+                let reader = TraceReader::new(BufReader::with_capacity(1 << 20, file), opts);
+                let items = Checked {
+                    inner: reader,
+                    error: error.clone(),
+                    left: self.limit,
+                };
+                Ok(Workload {
+                    items: Box::new(items),
+                    error,
+                    note: format!("trace {}", path.display()),
+                })
+            }
+            None => {
+                let mut sc = SyntheticConfig {
+                    seed,
+                    ..SyntheticConfig::default()
+                };
+                if let Some(n) = self.requests {
+                    sc.requests = n;
+                }
+                if let Some(r) = self.rate {
+                    sc.rate_per_sec = positive("rate", r)?;
+                }
+                if let Some(l) = self.limit {
+                    sc.requests = sc.requests.min(l);
+                }
+                let note = format!(
+                    "embedded synthetic workload: {} requests at {}/s",
+                    sc.requests, sc.rate_per_sec
+                );
+                Ok(Workload {
+                    items: Box::new(SyntheticWorkload::new(sc)),
+                    error,
+                    note,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Separate OS processes on loopback: a frontend, a prefill worker and a
+//! decode worker, through the real binary.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_handoff-mocker");
+const COMMON: &[&str] = &["--speed", "10", "--lease-ttl-s", "5", "--backend", "vllm"];
+
+/// A child killed when dropped, so a failing test leaves no process behind.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a worker and returns it with the address it listens on.
+fn worker(id: u32, role: &str, connect: Option<&str>) -> (Proc, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["worker", "--id", &id.to_string(), "--role", role])
+        .args(COMMON);
+    if let Some(c) = connect {
+        cmd.args(["--connect", c]);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn worker");
+    let out = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(out)
+        .read_line(&mut line)
+        .expect("worker prints its address");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("address line")
+        .to_string();
+    (Proc(child), addr)
+}
+
+fn frontend(p: &str, d: &str, requests: u64) -> Child {
+    Command::new(BIN)
+        .args([
+            "frontend",
+            "--worker",
+            &format!("0=prefill@{p}"),
+            "--worker",
+            &format!("1=decode@{d}"),
+        ])
+        .args([
+            "--requests",
+            &requests.to_string(),
+            "--rate",
+            "20",
+            "--json",
+        ])
+        .args(COMMON)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn frontend")
+}
+
+fn wait_json(mut child: Child, limit: Duration) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut out = String::new();
+            child
+                .stdout
+                .take()
+                .expect("stdout")
+                .read_to_string(&mut out)
+                .expect("read");
+            assert!(status.success(), "frontend failed: {out}");
+            return serde_json::from_str(&out).expect("frontend prints JSON");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("frontend did not finish in {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn worker_entry(v: &serde_json::Value, id: u64) -> serde_json::Value {
+    v["workers"]
+        .as_array()
+        .and_then(|ws| ws.iter().find(|w| w["worker"] == id))
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+#[test]
+fn killing_decode_mid_run_reclaims_prefill_leases() {
+    let (_p, pa) = worker(0, "prefill", None);
+    let (mut d, da) = worker(1, "decode", Some(&pa));
+    let fe = frontend(&pa, &da, 300);
+    // Let handoffs get under way (300 requests take 1.5 s of wall time).
+    std::thread::sleep(Duration::from_millis(700));
+    d.0.kill().expect("kill decode");
+    let v = wait_json(fe, Duration::from_secs(60));
+    assert_eq!(v["workers_lost"], 1, "{v}");
+    assert!(
+        v["completed"].as_u64().unwrap_or(0) > 0,
+        "some requests ran before the kill: {v}"
+    );
+    assert!(
+        v["failed"].as_u64().unwrap_or(0) > 0,
+        "requests on the dead decode failed: {v}"
+    );
+    assert_eq!(v["stalled"], false, "{v}");
+    let p = worker_entry(&v, 0);
+    assert_eq!(p["drained"], true, "prefill reclaimed every lease: {v}");
+    assert_eq!(p["kv_used_blocks"], 0, "{v}");
+    assert_eq!(p["pinned_source_blocks"], 0, "{v}");
+}
+
+#[test]
+fn garbage_on_the_port_is_refused_and_the_worker_keeps_serving() {
+    let (_p, pa) = worker(0, "prefill", None);
+    let (_d, da) = worker(1, "decode", Some(&pa));
+    for addr in [&pa, &da] {
+        let mut s = TcpStream::connect(addr.as_str()).expect("connect");
+        // A length prefix claiming 2 GiB, then junk.
+        let _ = s.write_all(&[0x80, 0, 0, 0, 1, 2, 3, 4, 5]);
+        let _ = s.flush();
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut buf = Vec::new();
+        // The worker answers with its hello and then hangs up on us.
+        let _ = s.read_to_end(&mut buf);
+    }
+    let v = wait_json(frontend(&pa, &da, 40), Duration::from_secs(60));
+    assert_eq!(v["completed"], 40, "{v}");
+    assert_eq!(v["failed"], 0, "{v}");
+    for id in [0, 1] {
+        assert_eq!(worker_entry(&v, id)["drained"], true, "{v}");
+    }
+}
