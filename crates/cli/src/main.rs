@@ -28,6 +28,43 @@ enum Command {
     Worker(Box<live_cmd::WorkerArgs>),
     /// Drive worker processes with a workload over TCP.
     Frontend(Box<live_cmd::FrontendArgs>),
+    /// Run one of the DEP's test scenarios (stranded-source,
+    /// destination-gate, router-parity, no-false-overlap, failure-matrix, or
+    /// all) for vLLM and SGLang and print what was observed as JSON.
+    Scenario {
+        /// Scenario name, or `all`.
+        name: String,
+    },
+}
+
+fn scenario(name: &str) -> Result<(), String> {
+    let names: Vec<&str> = if name == "all" {
+        replay::scenarios::NAMES.to_vec()
+    } else {
+        vec![name]
+    };
+    let mut out = Vec::new();
+    for n in names {
+        match replay::scenarios::run(n) {
+            Some(v) => out.push(v),
+            None => {
+                return Err(format!(
+                    "unknown scenario {n:?}; one of: {}, all",
+                    replay::scenarios::NAMES.join(", ")
+                ))
+            }
+        }
+    }
+    let v = if out.len() == 1 {
+        out.remove(0)
+    } else {
+        serde_json::Value::Array(out)
+    };
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+    );
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -37,6 +74,7 @@ fn main() -> ExitCode {
         Command::Live(args) => live_cmd::run_live(*args),
         Command::Worker(args) => live_cmd::run_worker(*args),
         Command::Frontend(args) => live_cmd::run_frontend(*args),
+        Command::Scenario { name } => scenario(&name),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

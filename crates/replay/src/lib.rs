@@ -11,6 +11,7 @@
 pub mod engines;
 pub mod metrics;
 pub mod report;
+pub mod scenarios;
 pub mod sim;
 
 pub use engines::{make_core, EngineSpec};

@@ -120,6 +120,21 @@ impl Frontend {
         }
     }
 
+    /// The prefill (or aggregated) pool's router, for inspection.
+    pub fn prefill_router(&self) -> &Router {
+        &self.prefill
+    }
+
+    /// The decode pool's router, for inspection (`None` when aggregated).
+    pub fn decode_router(&self) -> Option<&Router> {
+        self.decode.as_ref()
+    }
+
+    /// The decode pool's router, mutably (overlap queries hash into scratch).
+    pub fn decode_router_mut(&mut self) -> Option<&mut Router> {
+        self.decode.as_mut()
+    }
+
     /// Worker `w` is gone: route nothing more to it. Its bookings stay until
     /// the requests they belong to end (their owners report that).
     pub fn worker_lost(&mut self, w: WorkerId) {

@@ -107,7 +107,7 @@ fn bench(page: u32, label: &str, calls: u64, horizon_ms: Option<u64>) {
 
 fn main() {
     for page in [1, 16] {
-        bench(page, "single-pass", 20_000, None);
-        bench(page, "multi-pass", 2_000, Some(1_000));
+        bench(page, "single-pass", 200_000, None);
+        bench(page, "multi-pass", 20_000, Some(1_000));
     }
 }

@@ -139,6 +139,12 @@ impl SglangConfig {
         if self.max_prefill_tokens == 0 {
             return Err(ConfigError::NoPrefillTokens);
         }
+        if self.chunked_prefill_size != 0 && self.chunked_prefill_size < self.page_size {
+            return Err(ConfigError::ChunkBelowPage {
+                chunked_prefill_size: self.chunked_prefill_size,
+                page_size: self.page_size,
+            });
+        }
         if self.event_block_tokens == 0 || !self.event_block_tokens.is_multiple_of(self.page_size) {
             return Err(ConfigError::EventBlockNotPageMultiple {
                 event_block_tokens: self.event_block_tokens,
@@ -178,6 +184,14 @@ pub enum ConfigError {
     NoRunningRequests,
     /// `max_prefill_tokens` is zero.
     NoPrefillTokens,
+    /// A non-zero `chunked_prefill_size` smaller than a page could never
+    /// make progress on a long prompt.
+    ChunkBelowPage {
+        /// The configured chunk.
+        chunked_prefill_size: u32,
+        /// The configured page size.
+        page_size: u32,
+    },
     /// `event_block_tokens` is zero or not a whole number of pages.
     EventBlockNotPageMultiple {
         /// The configured event block.
@@ -199,6 +213,13 @@ impl fmt::Display for ConfigError {
                 write!(f, "max_running_requests must be at least 1")
             }
             ConfigError::NoPrefillTokens => write!(f, "max_prefill_tokens must be at least 1"),
+            ConfigError::ChunkBelowPage {
+                chunked_prefill_size,
+                page_size,
+            } => write!(
+                f,
+                "chunked_prefill_size {chunked_prefill_size} is below page_size {page_size}"
+            ),
             ConfigError::EventBlockNotPageMultiple {
                 event_block_tokens,
                 page_size,
@@ -250,5 +271,13 @@ mod tests {
             ..SglangConfig::default()
         };
         assert_eq!(zero.validate(), Err(ConfigError::ZeroPageSize));
+        let tiny_chunk = SglangConfig {
+            chunked_prefill_size: 32,
+            ..SglangConfig::with_page_size(64)
+        };
+        assert!(matches!(
+            tiny_chunk.validate(),
+            Err(ConfigError::ChunkBelowPage { .. })
+        ));
     }
 }

@@ -28,6 +28,23 @@ use handoff_core::{
 use std::collections::{HashMap, VecDeque};
 
 /// An SGLang worker's scheduler; see the crate docs.
+///
+/// `step` runs one pass — a prefill pass when the chunked request or the
+/// waiting queue yields work, otherwise a decode pass — and then, while the
+/// batch is pure decode that nothing can change, further passes that start
+/// before the horizon. Consequently first tokens, pinned prefills,
+/// retractions and (except at the call's last pass) finishes only happen in
+/// a call's first pass: a first token's time is `now + first_step`, and any
+/// finish or pin in the first pass ends the call.
+///
+/// A call may report `steps == 0` with `preempted` non-empty: the only
+/// running request could not get a page because pinned sources or
+/// reservations hold the pool, so it was retracted (SGLang would assert);
+/// nothing runs until a command frees capacity.
+///
+/// Commands answer `Noop` for unknown or ended handoff ids, `Unavailable`
+/// (handing the request back, holding nothing) when capacity is short now,
+/// and `Unsupported` for a request no empty worker could take.
 #[derive(Debug)]
 pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     pub(crate) cfg: SglangConfig,
@@ -254,11 +271,15 @@ impl<P: PerfModel> SglangCore<P> {
         seq.owner = Owner::Active;
     }
 
-    /// Whether a request could ever be admitted by an empty worker; one that
-    /// cannot would block its queue forever, so it is refused up front (SGLang
-    /// aborts prompts longer than the pool in `_check_if_req_exceed_kv_capacity`).
-    pub(crate) fn fits_empty_pool(&self, prompt: u64, max_new: u64) -> bool {
-        self.ceil_paged(prompt).saturating_add(max_new) < self.total_tokens()
+    /// Whether a request could run to completion alone on an empty worker:
+    /// its prompt and all its output tokens fit in the pool with room for
+    /// the admission check's strict inequality. One that cannot would block
+    /// its queue forever (or, after a retraction, never be re-admitted), so it
+    /// is refused up front. SGLang aborts prompts longer than the pool
+    /// (`_check_if_req_exceed_kv_capacity`) and would assert when a lone
+    /// request outgrows it.
+    pub(crate) fn fits_empty_pool(&self, prompt: u64, output: u64) -> bool {
+        self.ceil_paged(prompt.saturating_add(output)) < self.total_tokens()
     }
 
     /// Requests that will decode here: running, prebuilt, reserved and
@@ -307,8 +328,7 @@ impl<P: PerfModel> SglangCore<P> {
     fn submit(&mut self, request: Request) -> CommandOutcome {
         let prompt = u64::from(request.prompt_tokens.max(1));
         let max_out = u64::from(request.max_output_tokens.max(1));
-        let max_new = max_out.min(u64::from(self.cfg.max_new_tokens_clip));
-        if !self.fits_empty_pool(prompt, max_new) {
+        if !self.fits_empty_pool(prompt, max_out) {
             return CommandOutcome::Unsupported(Some(request));
         }
         let mut hashes = Vec::new();

@@ -216,19 +216,45 @@ impl<P: PerfModel> SglangCore<P> {
         out: &mut StepOutput,
     ) -> MorePasses {
         let bs = self.running.len() as u64;
-        let until_finish = self
-            .running
-            .iter()
-            .filter_map(|&i| self.seqs.get(i))
-            .map(|s| s.remaining_output())
-            .min()
-            .unwrap_or(0);
+        let mut until_finish = u64::MAX;
+        for s in self.running.iter().filter_map(|&i| self.seqs.get(i)) {
+            // A request that joined without a token (a prebuilt extend merged
+            // into a prefill pass) emits its first token in its first decode
+            // pass; keep that pass first in its call so `first_step` times it.
+            if s.emitted == 0 {
+                return MorePasses::default();
+            }
+            until_finish = until_finish.min(s.remaining_output());
+        }
+        // The time line: how many passes start before the horizon.
+        let total = self.total_tokens();
+        let timeline = |perf: &P, passes: u64| {
+            let mut more = MorePasses::default();
+            let (mut t, mut kv) = (start, self.running_kv_tokens);
+            while more.passes < passes && t < horizon {
+                let d = perf.step(0, bs, kv, total);
+                t = t + d;
+                kv += bs;
+                more.passes += 1;
+                more.duration += d;
+                more.last = d;
+            }
+            more
+        };
+        // At one token per page memory is a closed form; otherwise it is
+        // searched below, within the passes the horizon allows.
         let free = self.free_pages();
         let cap = if self.page == 1 {
             until_finish.min(free / bs.max(1))
         } else {
-            // Largest k <= until_finish with pages_for_passes(k) <= free.
-            let (mut lo, mut hi) = (0u64, until_finish);
+            until_finish
+        };
+        let mut more = timeline(&self.perf, cap);
+        // Then memory: the largest k with pages_for_passes(k) <= free.
+        let fits = if self.page == 1 {
+            more.passes
+        } else {
+            let (mut lo, mut hi) = (0u64, more.passes);
             while lo < hi {
                 let mid = lo + (hi - lo).div_ceil(2);
                 if self.pages_for_passes(mid) <= free {
@@ -239,17 +265,8 @@ impl<P: PerfModel> SglangCore<P> {
             }
             lo
         };
-        let total = self.total_tokens();
-        let mut more = MorePasses::default();
-        let mut t = start;
-        let mut kv = self.running_kv_tokens;
-        while more.passes < cap && t < horizon {
-            let d = self.perf.step(0, bs, kv, total);
-            t = t + d;
-            kv += bs;
-            more.passes += 1;
-            more.duration += d;
-            more.last = d;
+        if fits < more.passes {
+            more = timeline(&self.perf, fits);
         }
         if more.passes > 0 {
             self.ratio.decay(more.passes);

@@ -11,7 +11,7 @@
 //!   (`DecodeReqToTokenPool`: `max_running_requests` plus a preallocation
 //!   margin); a radix cache over chained block hashes with per-node lock
 //!   references and LRU eviction of unlocked leaves
-//!   (`mem_cache/radix_cache.py`), see [`radix`](crate#modules).
+//!   (`mem_cache/radix_cache.py`).
 //! - **Admission** — FCFS waiting queue through `PrefillAdder`
 //!   (`managers/schedule_policy.py`): chunked prefill, `max_prefill_tokens`,
 //!   and the new-token-ratio estimate of the running batch's future decode
@@ -35,11 +35,23 @@
 //! cannot change the batch, in time independent of their number apart from
 //! one perf evaluation per pass.
 //!
-//! Known simplifications are listed on [`SglangConfig::event_block_tokens`]
-//! (prefix granularity) and in the module docs: finished requests cache
-//! only their prompt's full event blocks (output tokens are freed), and a
-//! retracted request is recomputed locally (SGLang's PD decode offloads and
-//! reloads it).
+//! Page accounting: every page is free, cached (unlocked in the radix tree,
+//! evictable) or owned — active, pinned source or reserved destination. A
+//! radix page locked by several owners counts once, for the first of
+//! active, pinned, reserved holding it, so the three owned categories are
+//! mutually exclusive and `free + cached + active + pinned + reserved ==
+//! total`. Request slots and decode headroom are reported beside the pages,
+//! never as pages.
+//!
+//! Known simplifications: prefixes are cached and matched in whole event
+//! blocks ([`SglangConfig::event_block_tokens`], default 64 tokens) where
+//! SGLang works per page; finished requests cache only their prompt's full
+//! event blocks (output tokens are freed, never matched by later prompts in
+//! this model anyway); a retracted request is recomputed locally (SGLang's
+//! PD decode offloads its KV to host memory and reloads it); a lone request
+//! that cannot get a page is retracted rather than asserting; a request
+//! that could not be admitted even by an empty worker is refused as
+//! `Unsupported` instead of blocking its queue.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -67,7 +67,7 @@ impl<P: PerfModel> SglangCore<P> {
         let clipped_new = max_out.min(u64::from(self.cfg.max_new_tokens_clip));
         let reserved_decode = u64::from(self.cfg.num_reserved_decode_tokens);
         let whole = self.ceil_paged(prompt) + reserved_decode;
-        if whole.max(prompt + clipped_new) > self.total_tokens() {
+        if whole > self.total_tokens() || !self.fits_empty_pool(prompt, max_out) {
             return CommandOutcome::Unsupported(Some(request));
         }
         if self.free_slots == 0 {

@@ -159,9 +159,8 @@ impl<P: PerfModel> SglangCore<P> {
         // `add_one_req` over the waiting queue, FCFS. Admitted requests are
         // always a prefix of the queue: the loop stops at the first refusal.
         let mut admitted = 0usize;
-        let mut new_slots = 0u64;
         while admitted < self.waiting.len() {
-            if batch.len() as u64 >= room || new_slots >= self.free_slots {
+            if batch.len() as u64 >= room || self.free_slots == 0 {
                 self.batch_is_full = true;
                 break;
             }
@@ -221,7 +220,6 @@ impl<P: PerfModel> SglangCore<P> {
                 s.has_slot = true;
             }
             self.free_slots -= 1;
-            new_slots += 1;
             admitted += 1;
             match chunk {
                 Some(trunc) => {

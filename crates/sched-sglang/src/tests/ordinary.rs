@@ -260,3 +260,24 @@ fn lru_eviction_makes_room_and_publishes_removed() {
     assert!(h.cap().cached_blocks <= 1000);
     h.assert_drained();
 }
+
+#[test]
+fn a_pass_admits_up_to_the_last_free_slot() {
+    let mut h = Harness::new(SglangConfig {
+        total_pages: 100_000,
+        max_running_requests: 4,
+        prealloc_slot_margin: 0,
+        ..SglangConfig::default()
+    });
+    for i in 0..5 {
+        h.submit(req(i, 100, 50, &[i]));
+    }
+    h.step();
+    assert_eq!(h.out.prefill_tokens, 400);
+    assert_eq!(h.cap().running_requests, 4);
+    assert_eq!(h.cap().free_request_slots, 0);
+    assert!(h.core.batch_is_full, "the fifth waits for a slot");
+    h.run_idle(1000);
+    assert_eq!(h.tokens_of(4), 50);
+    h.assert_drained();
+}

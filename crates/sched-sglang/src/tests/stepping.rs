@@ -30,14 +30,18 @@ enum Mode {
     Unbounded,
 }
 
-fn workload() -> Vec<Request> {
+fn workload(long_outputs: bool) -> Vec<Request> {
     let mut v = Vec::new();
     for i in 0..12u64 {
         let shared = [1, 2, 3];
         let mut chunks = shared[..(i % 4) as usize].to_vec();
         chunks.extend([100 + i, 200 + i]);
         let prompt = 100 + (i * 37 % 300) as u32;
-        let out = 5 + (i * 53 % 120) as u32;
+        let out = if long_outputs {
+            100 + (i * 53 % 300) as u32
+        } else {
+            5 + (i * 53 % 120) as u32
+        };
         v.push(req(i, prompt, out, &chunks));
     }
     v
@@ -57,7 +61,7 @@ fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
         ratio_bits: 0,
     };
     let mut now = Instant::ZERO;
-    let reqs = workload();
+    let reqs = workload(cfg.max_new_tokens_clip < 16);
     let (first, second) = reqs.split_at(8);
     // A destination and a source ride along; the reservation goes first so
     // the waiting requests' headroom does not refuse it.
@@ -147,19 +151,38 @@ fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
 #[test]
 fn single_and_multi_pass_stepping_agree() {
     for page in [1u32, 16] {
-        for pool in [1 << 16, 2048] {
-            let cfg = SglangConfig {
+        for pool in [1 << 16, 1280] {
+            let mut cfg = SglangConfig {
                 total_pages: pool / u64::from(page),
                 max_running_requests: 6,
                 prealloc_slot_margin: 2,
                 chunked_prefill_size: 256,
                 ..SglangConfig::with_page_size(page)
             };
+            if pool == 1280 {
+                // Optimistic admission: decode runs out of pages.
+                cfg.max_new_tokens_clip = 8;
+                cfg.init_new_token_ratio = 0.0;
+                cfg.min_new_token_ratio = 0.0;
+                cfg.new_token_ratio_decay = 0.0;
+                cfg.max_running_requests = 12;
+            }
             let single = run(&cfg, Mode::Single);
             assert!(single.passes > 100);
             assert_eq!(single.requests.len(), 13);
             for (tokens, first, fin, _) in single.requests.values() {
                 assert!(*tokens > 0 && first.is_some() && fin.is_some());
+            }
+            let retractions: u32 = single.requests.values().map(|r| r.3).sum();
+            let evictions = single
+                .events
+                .iter()
+                .any(|e| matches!(e.data, handoff_core::KvEventData::Removed { .. }));
+            if pool == 1280 {
+                assert!(
+                    retractions > 0 && evictions,
+                    "the small pool is under pressure: {retractions} {evictions}"
+                );
             }
             let unbounded = run(&cfg, Mode::Unbounded);
             assert_eq!(single, unbounded, "page {page} pool {pool}");
