@@ -404,7 +404,7 @@ fn router_parity(backend: Backend) -> Value {
     let r = request(1, 2048, 8, &chunks(700, 4));
     lab.arrive(r);
     let mut points = Vec::new();
-    let mut sample = |l: &Lab, at: &str| {
+    let sample = |l: &Lab, at: &str| {
         let dl = l.fe.decode_router().and_then(|d| d.load(D));
         let c = l.cap(D);
         json!({
@@ -501,8 +501,6 @@ fn failure_matrix(backend: Backend) -> Value {
             }
             lab.arrive(request(1, 4096, 8, &chunks(3000, 8)));
             let got_there = lab.run_until(reached);
-            let id = lab.w[0].live_handoffs();
-            let _ = id;
             match fault {
                 "cancel" => {
                     let now = lab.now;
