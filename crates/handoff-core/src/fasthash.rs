@@ -72,3 +72,103 @@ mod tests {
         );
     }
 }
+
+/// A hash map for tables with heavy insert/remove churn (cache indexes).
+///
+/// hashbrown marks a removed slot as a tombstone when its probe group is
+/// full, and only a resize clears tombstones. A table that churns at a steady
+/// size therefore fills with them, and every lookup of an absent key and
+/// every removal probes ever longer runs. This wrapper rebuilds the table
+/// once removals since the last rebuild exceed its size (amortised O(1)),
+/// keeping it at most half full.
+#[derive(Clone, Debug)]
+pub struct ChurnMap<K, V, S = BuildHasherDefault<FastHasher>> {
+    map: HashMap<K, V, S>,
+    removals: usize,
+}
+
+impl<K: core::hash::Hash + Eq, V, S: core::hash::BuildHasher + Default> Default
+    for ChurnMap<K, V, S>
+{
+    fn default() -> Self {
+        ChurnMap {
+            map: HashMap::default(),
+            removals: 0,
+        }
+    }
+}
+
+impl<K: core::hash::Hash + Eq, V, S: core::hash::BuildHasher + Default> ChurnMap<K, V, S> {
+    /// The value for `k`.
+    pub fn get(&self, k: &K) -> Option<&V> {
+        self.map.get(k)
+    }
+
+    /// The value for `k`, mutably.
+    pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+        self.map.get_mut(k)
+    }
+
+    /// Whether `k` is present.
+    pub fn contains_key(&self, k: &K) -> bool {
+        self.map.contains_key(k)
+    }
+
+    /// Inserts, returning the previous value.
+    pub fn insert(&mut self, k: K, v: V) -> Option<V> {
+        self.map.insert(k, v)
+    }
+
+    /// Removes `k`, rebuilding the table when tombstones may have piled up.
+    pub fn remove(&mut self, k: &K) -> Option<V> {
+        let v = self.map.remove(k);
+        if v.is_some() {
+            self.removals += 1;
+            if self.removals > self.map.len().max(1024) {
+                self.rebuild();
+            }
+        }
+        v
+    }
+
+    fn rebuild(&mut self) {
+        let mut fresh = HashMap::with_capacity_and_hasher(self.map.len() * 2, S::default());
+        fresh.extend(self.map.drain());
+        self.map = fresh;
+        self.removals = 0;
+    }
+
+    /// Entries.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Iterates in arbitrary order (never let this order reach an output).
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.map.iter()
+    }
+}
+
+#[cfg(test)]
+mod churn_tests {
+    use super::*;
+
+    #[test]
+    fn churn_keeps_contents() {
+        let mut m: ChurnMap<u64, u64> = ChurnMap::default();
+        for i in 0..50_000u64 {
+            m.insert(i, i);
+            if i >= 100 {
+                assert_eq!(m.remove(&(i - 100)), Some(i - 100));
+            }
+        }
+        assert_eq!(m.len(), 100);
+        assert_eq!(m.get(&49_999), Some(&49_999));
+        assert!(!m.contains_key(&0));
+    }
+}

@@ -94,7 +94,7 @@ pub(crate) struct RadixCache {
     pages_per_node: u64,
     nodes: Vec<Node>,
     vacant: Vec<u32>,
-    index: HashMap<u64, u32, BuildIdentity>,
+    index: handoff_core::fasthash::ChurnMap<u64, u32, BuildIdentity>,
     /// Unlocked leaves by (last access, node): the eviction order.
     lru: BTreeSet<(u64, u32)>,
     clock: u64,
@@ -109,7 +109,7 @@ impl RadixCache {
             pages_per_node: pages_per_node.max(1),
             nodes: Vec::new(),
             vacant: Vec::new(),
-            index: HashMap::default(),
+            index: Default::default(),
             lru: BTreeSet::new(),
             clock: 0,
             pages: [0; 4],

@@ -19,7 +19,7 @@
 
 use crate::events::EventQueue;
 use crate::free_queue::FreeQueue;
-use handoff_core::fasthash::FastMap;
+use handoff_core::fasthash::ChurnMap;
 
 /// Who holds a reference to a block. The order is the strength order used for
 /// counting a shared block once.
@@ -52,7 +52,7 @@ pub(crate) struct BlockPool {
     free: FreeQueue,
     cached_free: u64,
     by_owner: [u64; 3],
-    canonical: FastMap<u64, u32>,
+    canonical: ChurnMap<u64, u32>,
 }
 
 impl BlockPool {
@@ -63,7 +63,7 @@ impl BlockPool {
             free: FreeQueue::full(n),
             cached_free: 0,
             by_owner: [0; 3],
-            canonical: FastMap::default(),
+            canonical: ChurnMap::default(),
         }
     }
 

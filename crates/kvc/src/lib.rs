@@ -1,0 +1,1 @@
+//! Session-affine serving with D->P snapshot push (in progress).
