@@ -152,6 +152,11 @@ impl<K: core::hash::Hash + Eq, V, S: core::hash::BuildHasher + Default> ChurnMap
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.map.iter()
     }
+
+    /// Values in arbitrary order.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.map.values()
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@
 //! active before pinned source before reserved destination.
 
 use crate::events::KvEventQueue;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// "No node": the parent of a top-level node.
@@ -366,7 +366,7 @@ impl RadixCache {
     #[cfg(test)]
     pub(crate) fn check(&self) -> Result<(), String> {
         let mut pages = [0u64; 4];
-        let mut children = HashMap::<u32, u32>::new();
+        let mut children = std::collections::HashMap::<u32, u32>::new();
         let live: std::collections::HashSet<u32> = self.index.values().copied().collect();
         for &idx in &live {
             let n = &self.nodes[idx as usize];
