@@ -264,7 +264,7 @@ impl BlockPool {
                 }
             }
         }
-        for (&h, &b) in &self.canonical {
+        for (&h, &b) in self.canonical.iter() {
             if self.hash_of(b) != Some(h) {
                 return Err(format!("canonical {h:x} -> {b} is stale"));
             }
