@@ -18,7 +18,7 @@ use crate::msg::{HandoffMsg, MsgBody, Role};
 use crate::policy::{Capabilities, HandoffConfig, HandoffPolicy};
 use crate::request::Request;
 use crate::scheduler::{CommandOutcome, SchedulerCommand, SchedulerCore, StepOutput};
-use crate::source::{SourceAction, SourceEvent, SourceHandoff, SourceLease};
+use crate::source::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
 use crate::time::{Duration, Instant};
 use crate::transition::{CancelReason, OwnershipDelta, TransitionError, Verdict};
 use std::cmp::Reverse;
@@ -911,6 +911,51 @@ impl<S: SchedulerCore> Worker<S> {
         }
     }
 
+    /// Books a role's answer to a fact: counts it, records the transition,
+    /// and hands back `(from, to, actions)` when the fact was applied.
+    #[allow(clippy::too_many_arguments)]
+    fn book<St: Copy, A: Copy>(
+        &mut self,
+        id: HandoffId,
+        request: RequestId,
+        role: Role,
+        event: &'static str,
+        verdict: Result<Verdict<St, A>, TransitionError>,
+        name: fn(St) -> &'static str,
+        origin: Option<(WorkerId, &'static str)>,
+        now: Instant,
+    ) -> Option<(St, St, crate::transition::ActionList<A>)> {
+        let (from, to, actions, delta) = match verdict {
+            Err(e) => {
+                self.reject(e, origin, id, now);
+                return None;
+            }
+            Ok(Verdict::Duplicate) => {
+                self.stats.duplicates += 1;
+                return None;
+            }
+            Ok(Verdict::Applied {
+                from,
+                to,
+                actions,
+                delta,
+            }) => (from, to, actions, delta),
+        };
+        self.stats.applied += 1;
+        self.events.push_back(WorkerEvent::Transition(Transition {
+            id,
+            request,
+            worker: self.id,
+            role,
+            event,
+            from: name(from),
+            to: name(to),
+            delta,
+            at: now,
+        }));
+        Some((from, to, actions))
+    }
+
     fn source_event(&mut self, id: HandoffId, ev: SourceEvent, now: Instant) {
         self.source_event_from(id, ev, now, None);
     }
@@ -926,37 +971,25 @@ impl<S: SchedulerCore> Worker<S> {
             self.stats.stale += 1;
             return;
         };
-        let verdict = match entry.role.handle(ev, now) {
-            Ok(v) => v,
-            Err(e) => return self.reject(e, origin, id, now),
-        };
-        let Verdict::Applied {
-            from,
-            to,
-            actions,
-            delta,
-        } = verdict
-        else {
-            self.stats.duplicates += 1;
+        let request_id = entry.request_id;
+        let verdict = entry.role.handle(ev, now);
+        let booked = self.book(
+            id,
+            request_id,
+            Role::Source,
+            ev.name(),
+            verdict,
+            SourceState::name,
+            origin,
+            now,
+        );
+        let Some((_, to, actions)) = booked else {
             return;
         };
-        self.stats.applied += 1;
-        let request_id = entry.request_id;
-        self.events.push_back(WorkerEvent::Transition(Transition {
-            id,
-            request: request_id,
-            worker: self.id,
-            role: Role::Source,
-            event: ev.name(),
-            from: from.name(),
-            to: to.name(),
-            delta,
-            at: now,
-        }));
         for action in actions.iter() {
             self.run_source_action(id, request_id, action, now);
         }
-        if to == crate::source::SourceState::Released {
+        if to == SourceState::Released {
             self.sources.remove(&id);
             self.tombstone(id);
             let reason = match ev {
@@ -1076,33 +1109,21 @@ impl<S: SchedulerCore> Worker<S> {
             self.stats.stale += 1;
             return;
         };
-        let verdict = match entry.role.handle(ev, now) {
-            Ok(v) => v,
-            Err(e) => return self.reject(e, origin, id, now),
-        };
-        let Verdict::Applied {
-            from,
-            to,
-            actions,
-            delta,
-        } = verdict
-        else {
-            self.stats.duplicates += 1;
+        let request_id = entry.request_id;
+        let verdict = entry.role.handle(ev, now);
+        let booked = self.book(
+            id,
+            request_id,
+            Role::Destination,
+            ev.name(),
+            verdict,
+            DestinationState::name,
+            origin,
+            now,
+        );
+        let Some((from, to, actions)) = booked else {
             return;
         };
-        self.stats.applied += 1;
-        let request_id = entry.request_id;
-        self.events.push_back(WorkerEvent::Transition(Transition {
-            id,
-            request: request_id,
-            worker: self.id,
-            role: Role::Destination,
-            event: ev.name(),
-            from: from.name(),
-            to: to.name(),
-            delta,
-            at: now,
-        }));
         for action in actions.iter() {
             self.run_dest_action(id, request_id, action, now);
         }
