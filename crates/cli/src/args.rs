@@ -273,21 +273,45 @@ impl DeployArgs {
 }
 
 /// Stops a trace stream at its first error and keeps it for the caller, so a
-/// run over a bad trace writes nothing.
-pub struct Checked<I> {
-    inner: I,
+/// run over a bad trace writes nothing; with `--skip-bad-lines`, keeps the
+/// reader's count of skipped lines and their first errors.
+pub struct Checked<R> {
+    inner: TraceReader<R>,
     /// The first error, once seen.
     pub error: Rc<RefCell<Option<TraceError>>>,
+    skipped: Rc<RefCell<Skipped>>,
     left: Option<u64>,
 }
 
-impl<I: Iterator<Item = Result<TraceItem, TraceError>>> Iterator for Checked<I> {
+/// Lines `--skip-bad-lines` passed over.
+#[derive(Debug, Default)]
+pub struct Skipped {
+    /// How many.
+    pub count: u64,
+    /// The first few, located.
+    pub first: Vec<String>,
+}
+
+impl<R: std::io::BufRead> Iterator for Checked<R> {
     type Item = TraceItem;
     fn next(&mut self) -> Option<TraceItem> {
         if self.left == Some(0) {
             return None;
         }
-        match self.inner.next()? {
+        let next = self.inner.next();
+        let bad = self.inner.stats().bad_lines;
+        if bad != self.skipped.borrow().count {
+            let mut sk = self.skipped.borrow_mut();
+            sk.count = bad;
+            sk.first = self
+                .inner
+                .errors()
+                .iter()
+                .take(5)
+                .map(|e| e.to_string())
+                .collect();
+        }
+        match next? {
             Ok(item) => {
                 self.left = self.left.map(|n| n - 1);
                 Some(item)
@@ -308,12 +332,31 @@ pub struct Workload {
     pub error: Rc<RefCell<Option<TraceError>>>,
     /// What it is, for the summary.
     pub note: String,
+    /// Bad lines skipped (`--skip-bad-lines`).
+    pub skipped: Rc<RefCell<Skipped>>,
+}
+
+impl Skipped {
+    /// `note` plus, if any lines were skipped, how many and the first errors.
+    pub fn describe(&self, note: &str) -> String {
+        let sk = self;
+        if sk.count == 0 {
+            return note.to_string();
+        }
+        let mut s = format!("{note} ({} bad lines skipped)", sk.count);
+        for e in &sk.first {
+            s.push_str("\n  skipped ");
+            s.push_str(e);
+        }
+        s
+    }
 }
 
 impl WorkloadArgs {
     /// Opens the trace, or builds the synthetic workload.
     pub fn open(&self, seed: u64) -> Result<Workload, String> {
         let error = Rc::new(RefCell::new(None));
+        let skipped = Rc::new(RefCell::new(Skipped::default()));
         match &self.trace {
             Some(path) => {
                 let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -325,12 +368,14 @@ impl WorkloadArgs {
                 let items = Checked {
                     inner: reader,
                     error: error.clone(),
+                    skipped: skipped.clone(),
                     left: self.limit,
                 };
                 Ok(Workload {
                     items: Box::new(items),
                     error,
                     note: format!("trace {}", path.display()),
+                    skipped,
                 })
             }
             None => {
@@ -355,6 +400,7 @@ impl WorkloadArgs {
                     items: Box::new(SyntheticWorkload::new(sc)),
                     error,
                     note,
+                    skipped,
                 })
             }
         }

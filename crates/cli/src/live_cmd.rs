@@ -71,7 +71,12 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
         return Err(e.to_string());
     }
     let sent: u64 = stats.iter().map(|s| s.frames).sum();
-    print_outcome(&outcome, a.json, &wl.note, Some(sent));
+    print_outcome(
+        &outcome,
+        a.json,
+        &wl.skipped.borrow().describe(&wl.note),
+        Some(sent),
+    );
     Ok(())
 }
 
@@ -108,10 +113,10 @@ fn print_outcome(o: &LiveOutcome, json: bool, note: &str, frames: Option<u64>) {
             "wall_seconds": (o.wall_seconds * 1000.0).round() / 1000.0,
             "workers": workers,
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        println!("{note}");
-        println!(
+        out!("{note}");
+        out!(
             "requests {} completed {} failed {}  handoffs {} ({:.1}/s wall)  transitions {}  wall {:.3} s{}",
             o.requests,
             o.completed,
@@ -123,10 +128,10 @@ fn print_outcome(o: &LiveOutcome, json: bool, note: &str, frames: Option<u64>) {
             if o.stalled { "  (stalled)" } else { "" }
         );
         if let Some(f) = frames {
-            println!("frames handled by workers {f}");
+            out!("frames handled by workers {f}");
         }
         for w in workers {
-            println!("{w}");
+            out!("{w}");
         }
     }
 }
@@ -183,7 +188,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
     let generation = Generation(a.generation);
     let ep = TcpEndpoint::bind(me, generation, a.listen.as_str())
         .map_err(|e| format!("--listen {}: {e}", a.listen))?;
-    println!("listening on {}", ep.local_addr());
+    out!("listening on {}", ep.local_addr());
     let _ = std::io::stdout().flush();
     for peer in &a.connect {
         ep.connect(peer.as_str())
@@ -199,7 +204,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
     };
     let node = WorkerNode::new(cfg, core(&spec)?, ep, WallClock::start(speed_ok(a.speed)?));
     let (stats, worker) = node.run();
-    println!(
+    out!(
         "worker {} done: frames {} steps {} transfers {} peers lost {} drained {}",
         a.id,
         stats.frames,
@@ -269,6 +274,11 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     if let Some(e) = wl.error.borrow_mut().take() {
         return Err(e.to_string());
     }
-    print_outcome(&outcome, a.json, &wl.note, None);
+    print_outcome(
+        &outcome,
+        a.json,
+        &wl.skipped.borrow().describe(&wl.note),
+        None,
+    );
     Ok(())
 }

@@ -1,6 +1,23 @@
 //! `handoff-mocker`: the one binary. Argument parsing and file I/O live here
 //! so the libraries stay sans-IO.
 
+/// `println!` for reports: a reader that goes away (`| head`) ends the
+/// program quietly instead of panicking; any other write error is reported.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let mut so = std::io::stdout().lock();
+        match writeln!(so, $($t)*) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+            Err(e) => {
+                eprintln!("error: writing stdout: {e}");
+                std::process::exit(1);
+            }
+        }
+    }};
+}
+
 mod args;
 mod live_cmd;
 mod replay_cmd;
@@ -60,7 +77,7 @@ fn scenario(name: &str) -> Result<(), String> {
     } else {
         serde_json::Value::Array(out)
     };
-    println!(
+    out!(
         "{}",
         serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
     );

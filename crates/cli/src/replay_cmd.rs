@@ -65,12 +65,20 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
     }
     let wall = started.elapsed();
     if a.json {
-        let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        println!("{s}");
+        let mut v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        let sk = wl.skipped.borrow();
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert(
+                "trace_bad_lines_skipped".into(),
+                serde_json::json!({ "count": sk.count, "first": sk.first }),
+            );
+        }
+        let s = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+        out!("{s}");
     } else {
-        println!("{}", wl.note);
+        out!("{}", wl.skipped.borrow().describe(&wl.note));
         print_summary(&report);
-        println!("wall time {:.3} s", wall.as_secs_f64());
+        out!("wall time {:.3} s", wall.as_secs_f64());
     }
     Ok(())
 }
@@ -103,11 +111,15 @@ impl<I: Iterator> Iterator for Progress<I> {
 
 fn print_summary(r: &Report) {
     let c = &r.config;
-    println!(
+    out!(
         "backend {}  policy {}  prefill {}  decode {}  router {}",
-        c.backend, c.policy, c.prefill_workers, c.decode_workers, c.router
+        c.backend,
+        c.policy,
+        c.prefill_workers,
+        c.decode_workers,
+        c.router
     );
-    println!(
+    out!(
         "requests {} completed {} failed {}  output tokens {}  simulated {:.1} s",
         r.num_requests,
         r.completed_requests,
@@ -115,13 +127,19 @@ fn print_summary(r: &Report) {
         r.total_output_tokens,
         r.duration_s
     );
-    println!(
+    out!(
         "throughput {:.2} req/s  {:.1} tok/s",
-        r.request_throughput_rps, r.output_token_throughput_tps
+        r.request_throughput_rps,
+        r.output_token_throughput_tps
     );
-    println!(
+    out!(
         "{:<28} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "ms", "mean", "p50", "p90", "p99", "max"
+        "ms",
+        "mean",
+        "p50",
+        "p90",
+        "p99",
+        "max"
     );
     let l = &r.lifecycle;
     for (name, s) in [
@@ -134,16 +152,20 @@ fn print_summary(r: &Report) {
         ("transfer", l.transfer_ms),
         ("reserved -> activated", l.reservation_to_activation_ms),
     ] {
-        println!(
+        out!(
             "{name:<28} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
-            s.mean, s.p50, s.p90, s.p99, s.max
+            s.mean,
+            s.p50,
+            s.p90,
+            s.p99,
+            s.max
         );
     }
-    println!(
+    out!(
         "handoffs pinned {} activated {}  lease expiries {}  reservation expiries {}  preemptions {}",
         l.handoffs_pinned, l.handoffs_activated, l.lease_expiries, l.reservation_expiries, l.preemptions
     );
-    println!(
+    out!(
         "{:<8} {:<10} {:>8} {:>12} {:>12} {:>14} {:>14} {:>8}",
         "worker",
         "pool",
@@ -155,7 +177,7 @@ fn print_summary(r: &Report) {
         "drained"
     );
     for w in &r.workers {
-        println!(
+        out!(
             "{:<8} {:<10} {:>8} {:>12} {:>12} {:>14.1} {:>14.1} {:>8}",
             w.worker,
             w.pool,
