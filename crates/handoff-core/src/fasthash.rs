@@ -119,6 +119,18 @@ impl<K: core::hash::Hash + Eq, V, S: core::hash::BuildHasher + Default> ChurnMap
         self.map.insert(k, v)
     }
 
+    /// Inserts `v` under `k` unless `k` is present; returns the present value
+    /// then. One probe instead of a lookup and an insert.
+    pub fn try_insert(&mut self, k: K, v: V) -> Result<(), &V> {
+        match self.map.entry(k) {
+            std::collections::hash_map::Entry::Occupied(o) => Err(o.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(v);
+                Ok(())
+            }
+        }
+    }
+
     /// Removes `k`, rebuilding the table when tombstones may have piled up.
     pub fn remove(&mut self, k: &K) -> Option<V> {
         let v = self.map.remove(k);

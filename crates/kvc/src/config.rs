@@ -6,8 +6,8 @@
 //! (§4.8 and decision D2 of §11), one prefill worker and three decode
 //! workers (§9, "1P3D").
 
-use handoff_core::{Duration, FixedPerf, Instant, PerfModel, PolynomialPerf, SessionId};
 use handoff_core::TransferModel;
+use handoff_core::{Duration, FixedPerf, Instant, PerfModel, PolynomialPerf, SessionId};
 
 /// KV bytes per token assumed by the seed: its §6 log example moves
 /// 4.2 GB for a ~50K-token session.
@@ -314,7 +314,8 @@ impl KvcConfig {
             return Err("push failure rate: must be within [0, 1]".into());
         }
         match self.timings.transfer {
-            TransferModel::Bytes { bandwidth, .. } | TransferModel::Contention { bandwidth, .. }
+            TransferModel::Bytes { bandwidth, .. }
+            | TransferModel::Contention { bandwidth, .. }
                 if !(bandwidth.is_finite() && bandwidth > 0.0) =>
             {
                 Err("transfer bandwidth: must be positive".into())

@@ -80,12 +80,22 @@ impl EventLog {
     }
 
     /// Appends one event.
-    pub fn emit(&mut self, now: Instant, event: &str, sid: SessionId, fields: &[(&str, Value<'_>)]) {
+    pub fn emit(
+        &mut self,
+        now: Instant,
+        event: &str,
+        sid: SessionId,
+        fields: &[(&str, Value<'_>)],
+    ) {
         if !self.enabled {
             return;
         }
         let mut line = String::with_capacity(96);
-        let _ = write!(line, "{{\"ts\":{:.3},\"event\":", now.as_nanos() as f64 / 1e6);
+        let _ = write!(
+            line,
+            "{{\"ts\":{:.3},\"event\":",
+            now.as_nanos() as f64 / 1e6
+        );
         push_str(&mut line, event);
         let _ = write!(line, ",\"sid\":\"{}\"", sid.0);
         if let Some(label) = &self.label {
@@ -138,7 +148,8 @@ mod tests {
             ],
         );
         let line = &log.lines()[0];
-        assert!(line.starts_with(r#"{"ts":1500.000,"event":"snapshot_push_failed","sid":"3","run":"E4""#));
+        assert!(line
+            .starts_with(r#"{"ts":1500.000,"event":"snapshot_push_failed","sid":"3","run":"E4""#));
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(v["reason"], "transfer \"failed\"");
         assert_eq!(v["retry"], true);

@@ -214,11 +214,7 @@ impl PrefillSnapshotStore {
     }
 
     fn sessions_with(&self, extra: SessionId, dropped: &[SessionId]) -> usize {
-        let mut n = self
-            .entries
-            .keys()
-            .filter(|s| !dropped.contains(s))
-            .count();
+        let mut n = self.entries.keys().filter(|s| !dropped.contains(s)).count();
         let mut seen: Vec<SessionId> = Vec::new();
         for p in self.pending.values() {
             let counted = self.entries.contains_key(&p.session) && !dropped.contains(&p.session);
@@ -264,7 +260,7 @@ impl PrefillSnapshotStore {
         // Plan the evictions before doing any of them.
         let mut dropped: Vec<SessionId> = Vec::new();
         let mut freed = 0u64;
-        let mut fits = |dropped: &[SessionId], freed: u64| {
+        let fits = |dropped: &[SessionId], freed: u64| {
             used.saturating_sub(freed) + tokens <= self.capacity_tokens
                 && self.sessions_with(session, dropped) <= self.max_sessions
         };
@@ -523,7 +519,14 @@ mod tests {
         );
         assert_eq!(ev, None);
         assert_eq!(
-            s.lookup(SessionId(1), 105, 10, Some(Duration::from_secs(1)), now, &mut ev),
+            s.lookup(
+                SessionId(1),
+                105,
+                10,
+                Some(Duration::from_secs(1)),
+                now,
+                &mut ev
+            ),
             Lookup::Miss(MissReason::Stale)
         );
         assert_eq!(ev, Some(100));
@@ -547,8 +550,16 @@ mod tests {
         else {
             panic!()
         };
-        assert!(!s.try_reserve(h(2), SessionId(1), 300, D).unwrap().double_push);
-        assert!(s.try_reserve(h(3), SessionId(1), 200, P).unwrap().double_push);
+        assert!(
+            !s.try_reserve(h(2), SessionId(1), 300, D)
+                .unwrap()
+                .double_push
+        );
+        assert!(
+            s.try_reserve(h(3), SessionId(1), 200, P)
+                .unwrap()
+                .double_push
+        );
         // h(3) lands first, h(2) last: h(2) wins even though it is longer.
         let a = s.ingest(h(3), Instant::from_millis(1)).unwrap();
         assert_eq!(a.replaced, Some(100));

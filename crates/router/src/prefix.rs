@@ -24,8 +24,8 @@
 //! publishes nothing until activation (DEP invariant 4), so it can never
 //! attract traffic.
 
+use handoff_core::fasthash::ChurnMap;
 use handoff_core::{KvEvent, KvEventData};
-use std::collections::HashSet;
 
 /// What applying one event did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,11 +36,12 @@ pub struct Applied {
     pub unknown_removals: u64,
 }
 
-/// One worker's published cache blocks. Lookups only, so its `HashSet`
-/// iteration order never matters.
+/// One worker's published cache blocks. Lookups only, so the table's
+/// iteration order never matters; it churns with every Stored and Removed,
+/// hence a [`ChurnMap`].
 #[derive(Clone, Debug, Default)]
 pub struct PrefixIndex {
-    blocks: HashSet<u64>,
+    blocks: ChurnMap<u64, ()>,
 }
 
 impl PrefixIndex {
@@ -58,21 +59,23 @@ impl PrefixIndex {
                 block_hashes,
             } => {
                 if let Some(p) = parent_hash {
-                    if !self.blocks.contains(p) {
+                    if !self.blocks.contains_key(p) {
                         applied.orphan_store = true;
                         return applied;
                     }
                 }
-                self.blocks.extend(block_hashes.iter().copied());
+                for &h in block_hashes {
+                    self.blocks.insert(h, ());
+                }
             }
             KvEventData::Removed { block_hashes } => {
                 for h in block_hashes {
-                    if !self.blocks.remove(h) {
+                    if self.blocks.remove(h).is_none() {
                         applied.unknown_removals += 1;
                     }
                 }
             }
-            KvEventData::Cleared => self.blocks.clear(),
+            KvEventData::Cleared => self.blocks = ChurnMap::default(),
         }
         applied
     }
@@ -81,7 +84,7 @@ impl PrefixIndex {
     pub fn overlap(&self, hashes: &[u64]) -> u32 {
         let n = hashes
             .iter()
-            .take_while(|h| self.blocks.contains(h))
+            .take_while(|h| self.blocks.contains_key(h))
             .count();
         u32::try_from(n).unwrap_or(u32::MAX)
     }
@@ -98,7 +101,7 @@ impl PrefixIndex {
 
     /// Forgets everything.
     pub fn clear(&mut self) {
-        self.blocks.clear();
+        self.blocks = ChurnMap::default();
     }
 }
 

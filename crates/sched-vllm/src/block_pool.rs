@@ -120,9 +120,10 @@ impl BlockPool {
         let b = self.free.pop_front()?;
         if let Some(h) = self.blocks[b as usize].hash.take() {
             self.cached_free -= 1;
-            if self.canonical.get(&h) == Some(&b) {
-                self.canonical.remove(&h);
-            }
+            // A block carries a hash only while it is that hash's canonical
+            // block (`publish` keeps it so; `audit` checks it), so this is
+            // the hash's entry.
+            self.canonical.remove(&h);
             events.removed(h);
         }
         self.add_ref(b, owner, 1);
@@ -167,17 +168,16 @@ impl BlockPool {
     /// block already is, nothing changes and that block is returned so the
     /// caller can adopt it (one canonical block per hash).
     pub(crate) fn publish(&mut self, b: u32, hash: u64) -> Result<(), u32> {
-        match self.canonical.get(&hash) {
-            Some(&c) if c == b => Ok(()),
-            Some(&c) => Err(c),
-            None => {
-                if let Some(block) = self.blocks.get_mut(b as usize) {
-                    if let Some(old) = block.hash.replace(hash) {
-                        if self.canonical.get(&old) == Some(&b) {
-                            self.canonical.remove(&old);
-                        }
-                    }
-                    self.canonical.insert(hash, b);
+        if b as usize >= self.blocks.len() {
+            return Ok(());
+        }
+        match self.canonical.try_insert(hash, b) {
+            Err(&c) if c == b => Ok(()),
+            Err(&c) => Err(c),
+            Ok(()) => {
+                if let Some(old) = self.blocks[b as usize].hash.replace(hash) {
+                    // `b` was canonical for `old` (the invariant above).
+                    self.canonical.remove(&old);
                 }
                 Ok(())
             }
