@@ -40,7 +40,9 @@ fn bench() -> bool {
         ok &= run(cargo().args(["bench", "-q", "-p", pkg, "--bench", bench]));
     }
     ok &= run(cargo().args(["build", "--release", "-q", "-p", "handoff-mocker"]));
-    let bin = root().join("target/release/handoff-mocker");
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let bin = target.join("release/handoff-mocker");
     let trace = root().join("../shared/traces/conversation_trace.jsonl");
     if !trace.exists() {
         eprintln!(

@@ -19,6 +19,7 @@ macro_rules! out {
 }
 
 mod args;
+mod experiment_cmd;
 mod live_cmd;
 mod replay_cmd;
 
@@ -45,6 +46,9 @@ enum Command {
     Worker(Box<live_cmd::WorkerArgs>),
     /// Drive worker processes with a workload over TCP.
     Frontend(Box<live_cmd::FrontendArgs>),
+    /// Session-affine serving with D->P snapshot push (seed 002): `e4` runs
+    /// E1/E3/E4/E4-ablate and judges H4-1..H4-3; `run` runs one configuration.
+    Experiment(Box<experiment_cmd::ExperimentArgs>),
     /// Run one of the DEP's test scenarios (stranded-source,
     /// destination-gate, router-parity, no-false-overlap, failure-matrix, or
     /// all) for vLLM and SGLang and print what was observed as JSON.
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
         Command::Worker(args) => live_cmd::run_worker(*args),
         Command::Frontend(args) => live_cmd::run_frontend(*args),
         Command::Scenario { name } => scenario(&name),
+        Command::Experiment(args) => experiment_cmd::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

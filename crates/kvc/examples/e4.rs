@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release -p kvc --example e4 -- [--decode-kv-tokens N]
 //! [--prefill-kv-tokens N] [--max-sessions N] [--store-kv-tokens N]
-//! [--delta-tokens N] [--tail-tolerance N] [--seed-timings] [--bytes]
+//! [--delta-tokens N] [--tail-tolerance N] [--seed-timings] [--bytes] [--shared-links]
 //! [--rebalance N] [--json]`
 
 use kvc::{run_experiment, KvcConfig, Timings};
@@ -31,6 +31,7 @@ fn main() {
             "--bytes" => {
                 cfg.timings.transfer = Timings::seed().transfer;
             }
+            "--shared-links" => cfg.timings.duplex = false,
             "--json" => json = true,
             other => panic!("unknown argument {other}"),
         }

@@ -145,11 +145,16 @@ pub struct Timings {
     pub d_start: Duration,
     /// KV transfer timing, both directions (P→D' handoffs and D→P pushes).
     pub transfer: TransferModel,
+    /// Links are full duplex: under `Contention`, P→D transfers and D→P
+    /// pushes share bandwidth only within their own direction. `false`
+    /// makes every transfer touching a worker share its link (a
+    /// pessimistic half-duplex bound on what pushes cost reseeds).
+    pub duplex: bool,
 }
 
 impl Timings {
-    /// The default: polynomial compute, seed overheads, and links shared by
-    /// every transfer touching a worker so pushes and reseeds contend.
+    /// The default: polynomial compute, seed overheads, and full-duplex
+    /// links whose bandwidth concurrent transfers of one direction share.
     pub fn polynomial() -> Timings {
         Timings {
             perf: Perf::Polynomial(PolynomialPerf::default()),
@@ -161,6 +166,7 @@ impl Timings {
                 bytes_per_token: SEED_BYTES_PER_TOKEN,
                 bandwidth: SEED_LINK_BANDWIDTH,
             },
+            duplex: true,
         }
     }
 
@@ -183,6 +189,7 @@ impl Timings {
                 bytes_per_token: SEED_BYTES_PER_TOKEN,
                 bandwidth: SEED_LINK_BANDWIDTH,
             },
+            duplex: true,
         }
     }
 
@@ -247,10 +254,13 @@ pub struct KvcConfig {
     pub mode: ServingMode,
     /// Decode workers (the seed's E1–E4 use 3).
     pub decode_workers: u32,
-    /// KV capacity of each decode worker, in tokens.
+    /// KV capacity of each decode worker, in tokens. The default, 384K,
+    /// holds ~7 sessions at 50K; three of them hold ~73% of the 1.58M
+    /// tokens the default session trace keeps live at its peak, so idle
+    /// sessions get evicted and reseed (the seed's reseed cause).
     pub decode_kv_tokens: u64,
     /// KV capacity of the prefill worker (in-flight prefills plus its radix
-    /// prefix cache), in tokens.
+    /// prefix cache), in tokens; by default the same GPU as a decode worker.
     pub prefill_kv_tokens: u64,
     /// D→P sync (KVC only; ignored in naive PD).
     pub sync: SyncConfig,
@@ -278,8 +288,8 @@ impl Default for KvcConfig {
         KvcConfig {
             mode: ServingMode::Kvc,
             decode_workers: 3,
-            decode_kv_tokens: 256_000,
-            prefill_kv_tokens: 256_000,
+            decode_kv_tokens: 384_000,
+            prefill_kv_tokens: 384_000,
             sync: SyncConfig::default(),
             timings: Timings::default(),
             rebalance_threshold: 0,

@@ -121,6 +121,16 @@ impl DecodeWorker {
         (self.capacity.saturating_sub(self.used())).saturating_add(self.evictable_except(None))
     }
 
+    /// KV of the sessions whose turn is running: what a decode step reads
+    /// (idle slots are memory, not attention work).
+    pub fn running_tokens(&self) -> u64 {
+        self.slots
+            .values()
+            .filter(|s| s.in_use)
+            .map(|s| s.allocated)
+            .sum()
+    }
+
     /// Turns running or arriving here (in-use slots plus reservations).
     pub fn active(&self) -> u64 {
         self.slots.values().filter(|s| s.in_use).count() as u64 + self.reservations.len() as u64

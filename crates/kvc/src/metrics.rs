@@ -209,7 +209,7 @@ impl RunSummary {
         self.reseed_share = if self.completed == 0 {
             0.0
         } else {
-            round3(reseeds as f64 / self.completed as f64 * 1000.0) / 1000.0
+            (reseeds as f64 / self.completed as f64 * 1e4).round() / 1e4
         };
         let (p50, p99, _) = ttft_stats(done().filter(|r| r.execution_mode == ExecMode::Reseed));
         self.reseed_ttft_p50_ms = p50;

@@ -23,6 +23,16 @@
 //! Facts between the two roles are delivered in order and without delay; the
 //! roles' actions are interpreted here, and every lease and reservation is
 //! recorded in a `Ledger` so a run can prove each ended exactly once.
+//!
+//! Granularity is the turn, not the token: the prefill worker computes one
+//! prompt at a time, first come first served; each decode worker has one
+//! extend lane for appends (FCFS) and decodes a turn's output at the
+//! per-step time of the perf model for its batch and running KV when the
+//! turn's first token appears. Transfers are timed by `handoff-core`'s
+//! `TransferTimer`, one per link direction (full duplex) unless configured
+//! half duplex. Sessions run closed loop: a turn is sent its think time
+//! after the previous one completed (or failed), and the client closes the
+//! session `session_close_delay` after its last turn.
 
 use crate::config::{FaultKind, KvcConfig, ServingMode};
 use crate::decode::{DecodeWorker, PushJob};
@@ -49,7 +59,7 @@ enum Ev {
     Arrive(usize),
     Dispatch(usize),
     PrefillDone(HandoffId),
-    Transfer(Completion),
+    Transfer(usize, Completion),
     FirstToken {
         req: usize,
         d: usize,
@@ -185,7 +195,8 @@ pub struct Simulation {
     facts: VecDeque<(HandoffId, Fact)>,
     touched: Vec<HandoffId>,
     ledger: Ledger,
-    timer: TransferTimer,
+    /// `[P→D, D→P]`; one shared timer when links are half-duplex.
+    timers: [TransferTimer; 2],
     router: Option<Router>,
     rng: Rng,
     fail_pushes: u32,
@@ -274,7 +285,10 @@ impl Simulation {
         let store = PrefillSnapshotStore::new(cfg.sync.max_sessions, cfg.sync.store_kv_tokens);
         Ok(Simulation {
             prefill: PrefillWorker::new(P_ID, cfg.prefill_kv_tokens, store),
-            timer: TransferTimer::new(cfg.timings.transfer),
+            timers: [
+                TransferTimer::new(cfg.timings.transfer),
+                TransferTimer::new(cfg.timings.transfer),
+            ],
             rng: Rng::seeded(cfg.seed ^ 0x6b76_6370_7573_6821),
             log: EventLog::new(cfg.log),
             label: String::from("run"),
@@ -346,7 +360,7 @@ impl Simulation {
             Ev::Arrive(r) => self.on_arrive(r),
             Ev::Dispatch(r) => self.on_dispatch(r),
             Ev::PrefillDone(id) => self.on_prefill_done(id),
-            Ev::Transfer(c) => self.on_transfer(c),
+            Ev::Transfer(lane, c) => self.on_transfer(lane, c),
             Ev::FirstToken { req, d, gen } => self.on_first_token(req, d, gen),
             Ev::DecodeDone { req, d, gen } => self.on_decode_done(req, d, gen),
             Ev::SrcTimer(id, deadline) => {
@@ -563,11 +577,11 @@ impl Simulation {
         self.reqs[r].first_token = Some(self.now);
         let w = &mut self.decodes[d];
         w.decoding += 1;
-        let step = self
-            .cfg
-            .timings
-            .perf
-            .decode(u64::from(w.decoding), w.used(), w.capacity());
+        let step =
+            self.cfg
+                .timings
+                .perf
+                .decode(u64::from(w.decoding), w.running_tokens(), w.capacity());
         let rest = self.reqs[r].request.max_output_tokens.saturating_sub(1);
         let done = self.now + step * rest;
         self.schedule(done, Ev::DecodeDone { req: r, d, gen });
@@ -594,6 +608,9 @@ impl Simulation {
         }
         if retain && self.cfg.sync_active() {
             self.maybe_push(d, s, committed);
+            // The commit hook runs in the iteration that commits: its push
+            // locks the slot before queued reservations may evict it.
+            self.drive();
         }
         self.pump_decode(d);
         self.send_next_turn(s);
@@ -1184,13 +1201,25 @@ impl Simulation {
             h.transfer = Some(fail);
             h.transfer_started = self.now;
         }
-        for c in self.timer.start(id, src, src, dst, tokens, self.now) {
-            self.schedule(c.at, Ev::Transfer(c));
+        let lane = self.lane(kind);
+        for c in self.timers[lane].start(id, src, src, dst, tokens, self.now) {
+            self.schedule(c.at, Ev::Transfer(lane, c));
         }
     }
 
-    fn on_transfer(&mut self, c: Completion) {
-        if !self.timer.is_current(&c) {
+    /// Which transfer timer a handoff's flow lives in. Full-duplex links
+    /// (the default, as RDMA NICs are) time each direction separately, so
+    /// pushes into P share bandwidth only with other pushes and reseeds out
+    /// of P only with other P→D transfers.
+    fn lane(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Push { .. } if self.cfg.timings.duplex => 1,
+            _ => 0,
+        }
+    }
+
+    fn on_transfer(&mut self, lane: usize, c: Completion) {
+        if !self.timers[lane].is_current(&c) {
             return;
         }
         let Some(h) = self.handoffs.get_mut(&c.id) else {
@@ -1208,8 +1237,8 @@ impl Simulation {
             SourceEvent::ReaderCompleted
         };
         self.facts.push_back((c.id, Fact::Src(event)));
-        for next in self.timer.finish(c.id, self.now) {
-            self.schedule(next.at, Ev::Transfer(next));
+        for next in self.timers[lane].finish(c.id, self.now) {
+            self.schedule(next.at, Ev::Transfer(lane, next));
         }
     }
 
@@ -1222,8 +1251,9 @@ impl Simulation {
         let locked = std::mem::replace(&mut h.locked, false);
         let kind = h.kind;
         if in_flight {
-            for next in self.timer.finish(id, self.now) {
-                self.schedule(next.at, Ev::Transfer(next));
+            let lane = self.lane(kind);
+            for next in self.timers[lane].finish(id, self.now) {
+                self.schedule(next.at, Ev::Transfer(lane, next));
             }
         }
         match kind {
@@ -1456,28 +1486,26 @@ impl Simulation {
         let wid = self.decodes[d].id;
         let mut cancel = Vec::new();
         for (id, h) in self.handoffs.iter_mut() {
+            let released_dst = h.dst.state() == DestinationState::Released;
+            let released_src = h.src.state() == SourceState::Released;
             match h.kind {
-                Kind::Forward { .. } if h.dst_worker == wid => {
-                    if h.dst.state() != DestinationState::Released {
-                        h.outcome.get_or_insert("decode_restart");
-                        cancel.push((
-                            *id,
-                            Fact::Dst(DestinationEvent::Cancelled {
-                                reason: CancelReason::Teardown,
-                            }),
-                        ));
-                    }
+                Kind::Forward { .. } if h.dst_worker == wid && !released_dst => {
+                    h.outcome.get_or_insert("decode_restart");
+                    cancel.push((
+                        *id,
+                        Fact::Dst(DestinationEvent::Cancelled {
+                            reason: CancelReason::Teardown,
+                        }),
+                    ));
                 }
-                Kind::Push { .. } if h.src_worker == wid => {
-                    if h.src.state() != SourceState::Released {
-                        h.outcome.get_or_insert("decode_restart");
-                        cancel.push((
-                            *id,
-                            Fact::Src(SourceEvent::Cancelled {
-                                reason: CancelReason::Teardown,
-                            }),
-                        ));
-                    }
+                Kind::Push { .. } if h.src_worker == wid && !released_src => {
+                    h.outcome.get_or_insert("decode_restart");
+                    cancel.push((
+                        *id,
+                        Fact::Src(SourceEvent::Cancelled {
+                            reason: CancelReason::Teardown,
+                        }),
+                    ));
                 }
                 _ => {}
             }

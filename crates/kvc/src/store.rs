@@ -573,6 +573,6 @@ mod tests {
         assert_eq!(s.pins(), 0);
         assert_eq!(s.release(SessionId(1)), Some(300));
         assert_eq!(s.used_tokens(), 0);
-        assert!(s.cancel(h(9)) == false);
+        assert!(!s.cancel(h(9)));
     }
 }

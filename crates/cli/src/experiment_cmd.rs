@@ -1,0 +1,341 @@
+//! `handoff-mocker experiment`: session-affine serving with D→P snapshot
+//! push (seed 002). `experiment e4` runs the seed's §9 matrix (E1, E3, E4,
+//! E4-ablate) on one session trace and prints the comparison table and the
+//! H4-1..H4-3 verdicts; `experiment run` runs a single configuration chosen
+//! by the flags.
+
+use clap::{Args, ValueEnum};
+use handoff_core::{Duration, TransferModel};
+use kvc::{
+    run_experiment, simulate, ExperimentReport, KvcConfig, RequestRecord, RunOutput, ServingMode,
+    Timings,
+};
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use workload::{generate_sessions, ReaderOptions, SessionConfig, TraceItem, TraceReader};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Which {
+    /// E1, E3, E4 and E4-ablate on the same trace, with verdicts.
+    E4,
+    /// One configuration, chosen by --naive / --enable-d-to-p-sync /
+    /// --disable-prefill-bypass.
+    Run,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum TimingsArg {
+    /// PolynomialPerf compute and contended links.
+    Polynomial,
+    /// The seed's §3.2 table (P open 50 ms, ~45 µs/token re-prefill, RDMA
+    /// ~300 ms per 50K tokens, D' start 50 ms).
+    Seed,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LinkArg {
+    /// Every transfer alone on its links (`TransferModel::Bytes`).
+    Bytes,
+    /// Full-duplex links: transfers of one direction share a worker's
+    /// bandwidth (`TransferModel::Contention` per direction).
+    Duplex,
+    /// Half-duplex bound: every transfer touching a worker shares its link,
+    /// so D→P pushes slow P→D reseeds.
+    Shared,
+}
+
+/// Options of `experiment`.
+#[derive(Args, Debug)]
+pub struct ExperimentArgs {
+    /// `e4` (the four-configuration comparison) or `run` (one configuration).
+    #[arg(value_enum)]
+    which: Which,
+    /// Mooncake JSONL trace with session_id/delay; without it, the default
+    /// agentic session workload (50 sessions growing to ~50K tokens).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Count and skip malformed trace lines instead of failing.
+    #[arg(long)]
+    skip_bad_lines: bool,
+    /// Stop after this many trace requests.
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Generated workload: number of sessions.
+    #[arg(long, default_value_t = 50)]
+    sessions: u32,
+    /// Generated workload: seed.
+    #[arg(long, default_value_t = 7)]
+    session_seed: u64,
+    /// Decode workers.
+    #[arg(long, default_value_t = 3)]
+    decode: u32,
+    /// KV capacity of each decode worker, tokens. Session slots live here;
+    /// when the sessions outgrow it, idle ones are evicted and reseed.
+    #[arg(long, default_value_t = 384_000)]
+    decode_kv_tokens: u64,
+    /// KV capacity of the prefill worker (prefix cache + in-flight), tokens.
+    #[arg(long, default_value_t = 384_000)]
+    prefill_kv_tokens: u64,
+    /// `run` only: naive PD (E1) instead of KVC.
+    #[arg(long)]
+    naive: bool,
+    /// `run` only: push session KV back to the prefill worker.
+    #[arg(long)]
+    enable_d_to_p_sync: bool,
+    /// `run` only: push, but never bypass the re-prefill (E4-ablate).
+    #[arg(long)]
+    disable_prefill_bypass: bool,
+    /// K_DELTA: minimum growth since the last push, tokens.
+    #[arg(long, default_value_t = 1024)]
+    d_to_p_sync_delta_tokens: u64,
+    /// Snapshots the prefill worker keeps (LRU).
+    #[arg(long, default_value_t = 4)]
+    d_to_p_sync_max_sessions: usize,
+    /// Token budget of the snapshot store (default 64K per session).
+    #[arg(long)]
+    d_to_p_sync_store_tokens: Option<u64>,
+    /// K_TAIL_TOLERANCE: a snapshot may lack this many input tokens.
+    #[arg(long, default_value_t = 4096)]
+    k_tail_tolerance: u64,
+    /// Snapshots older than this many seconds are stale.
+    #[arg(long)]
+    snapshot_max_age_s: Option<f64>,
+    /// Concurrent pushes per decode worker.
+    #[arg(long, default_value_t = 2)]
+    push_concurrency: u32,
+    /// Probability that a push transfer fails (retried once).
+    #[arg(long, default_value_t = 0.0)]
+    push_failure_rate: f64,
+    /// Timing calibration.
+    #[arg(long, value_enum, default_value = "polynomial")]
+    timings: TimingsArg,
+    /// Override the link model of the calibration.
+    #[arg(long, value_enum)]
+    link: Option<LinkArg>,
+    /// Move a session when its decode worker runs this many more turns than
+    /// the least busy one (a reseed for load); 0 disables.
+    #[arg(long, default_value_t = 0)]
+    rebalance_threshold: u32,
+    /// From a session's last turn to the client closing it, ms.
+    #[arg(long, default_value_t = 100)]
+    session_close_delay_ms: u64,
+    /// Seed of the push-failure draws and the router.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write the structured JSONL log (seed §6 events) here.
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Write per-request metrics (JSONL) here.
+    #[arg(long)]
+    metrics: Option<PathBuf>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn config(a: &ExperimentArgs) -> Result<KvcConfig, String> {
+    let mut c = KvcConfig {
+        decode_workers: a.decode,
+        decode_kv_tokens: a.decode_kv_tokens,
+        prefill_kv_tokens: a.prefill_kv_tokens,
+        timings: match a.timings {
+            TimingsArg::Polynomial => Timings::polynomial(),
+            TimingsArg::Seed => Timings::seed(),
+        },
+        rebalance_threshold: a.rebalance_threshold,
+        session_close_delay: Duration::from_millis(a.session_close_delay_ms),
+        seed: a.seed,
+        log: a.log.is_some(),
+        ..KvcConfig::default()
+    };
+    if let Some(link) = a.link {
+        let (base, bytes_per_token, bandwidth) = match c.timings.transfer {
+            TransferModel::Bytes {
+                base,
+                bytes_per_token,
+                bandwidth,
+            }
+            | TransferModel::Contention {
+                base,
+                bytes_per_token,
+                bandwidth,
+            } => (base, bytes_per_token, bandwidth),
+            TransferModel::Fixed(d) => (d, 0, 1.0),
+        };
+        c.timings.transfer = match link {
+            LinkArg::Bytes => TransferModel::Bytes {
+                base,
+                bytes_per_token,
+                bandwidth,
+            },
+            LinkArg::Duplex | LinkArg::Shared => TransferModel::Contention {
+                base,
+                bytes_per_token,
+                bandwidth,
+            },
+        };
+        c.timings.duplex = !matches!(link, LinkArg::Shared);
+    }
+    let s = &mut c.sync;
+    s.delta_tokens = a.d_to_p_sync_delta_tokens;
+    s.max_sessions = a.d_to_p_sync_max_sessions;
+    s.store_kv_tokens = a
+        .d_to_p_sync_store_tokens
+        .unwrap_or(64_000 * a.d_to_p_sync_max_sessions as u64);
+    s.tail_tolerance = a.k_tail_tolerance;
+    s.push_concurrency = a.push_concurrency;
+    s.push_failure_rate = a.push_failure_rate;
+    if let Some(age) = a.snapshot_max_age_s {
+        if !(age.is_finite() && age >= 0.0) {
+            return Err("--snapshot-max-age-s: must be a non-negative number".into());
+        }
+        s.max_age = Some(Duration::from_secs_f64(age));
+    }
+    match a.which {
+        Which::E4 => {
+            if a.naive || a.enable_d_to_p_sync || a.disable_prefill_bypass {
+                return Err(
+                    "--naive, --enable-d-to-p-sync and --disable-prefill-bypass choose the \
+                     configuration of `experiment run`; `experiment e4` runs all four"
+                        .into(),
+                );
+            }
+        }
+        Which::Run => {
+            c.mode = if a.naive {
+                ServingMode::NaivePd
+            } else {
+                ServingMode::Kvc
+            };
+            c.sync.enabled = a.enable_d_to_p_sync;
+            c.sync.bypass = !a.disable_prefill_bypass;
+        }
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+fn load(a: &ExperimentArgs) -> Result<Vec<TraceItem>, String> {
+    match &a.trace {
+        Some(path) => {
+            let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut opts = ReaderOptions::new(path.display().to_string());
+            if a.skip_bad_lines {
+                opts = opts.skipping_bad_lines();
+            }
+            let reader = TraceReader::new(BufReader::with_capacity(1 << 20, file), opts);
+            let mut items = Vec::new();
+            for item in reader {
+                if a.limit.is_some_and(|n| items.len() as u64 >= n) {
+                    break;
+                }
+                items.push(item.map_err(|e| e.to_string())?);
+            }
+            Ok(items)
+        }
+        None => {
+            let mut items = generate_sessions(&SessionConfig {
+                seed: a.session_seed,
+                sessions: a.sessions,
+                ..SessionConfig::default()
+            });
+            if let Some(n) = a.limit {
+                items.truncate(usize::try_from(n).unwrap_or(usize::MAX));
+            }
+            Ok(items)
+        }
+    }
+}
+
+fn create(path: &Path) -> Result<BufWriter<File>, String> {
+    File::create(path)
+        .map(BufWriter::new)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn write_outputs(a: &ExperimentArgs, outputs: &[RunOutput]) -> Result<(), String> {
+    let io = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
+    if let Some(path) = &a.log {
+        let mut w = create(path)?;
+        for line in outputs.iter().flat_map(|o| o.log.iter()) {
+            writeln!(w, "{line}").map_err(|e| io(path, e))?;
+        }
+        w.flush().map_err(|e| io(path, e))?;
+    }
+    if let Some(path) = &a.metrics {
+        let mut w = create(path)?;
+        for o in outputs {
+            for r in &o.records {
+                writeln!(w, "{}", metrics_line(&o.summary.label, r)?).map_err(|e| io(path, e))?;
+            }
+        }
+        w.flush().map_err(|e| io(path, e))?;
+    }
+    Ok(())
+}
+
+fn metrics_line(label: &str, r: &RequestRecord) -> Result<String, String> {
+    let mut v = serde_json::to_value(r).map_err(|e| e.to_string())?;
+    if let Some(m) = v.as_object_mut() {
+        m.insert("run".into(), serde_json::Value::from(label));
+    }
+    Ok(v.to_string())
+}
+
+fn sessions_of(items: &[TraceItem]) -> u64 {
+    let mut s: Vec<u64> = items
+        .iter()
+        .filter_map(|i| i.request.session.map(|s| s.0))
+        .collect();
+    s.sort_unstable();
+    s.dedup();
+    s.len() as u64
+}
+
+pub fn run(a: ExperimentArgs) -> Result<(), String> {
+    let cfg = config(&a)?;
+    let items = load(&a)?;
+    if items.is_empty() {
+        return Err("the trace has no requests".into());
+    }
+    let started = std::time::Instant::now();
+    let (report, outputs) = match a.which {
+        Which::E4 => {
+            let out = run_experiment(&cfg, &items)?;
+            (out.report, out.outputs)
+        }
+        Which::Run => {
+            let label = match (cfg.mode, cfg.sync.enabled, cfg.sync.bypass) {
+                (ServingMode::NaivePd, _, _) => "naive-pd",
+                (ServingMode::Kvc, false, _) => "kvc",
+                (ServingMode::Kvc, true, true) => "kvc+d2p",
+                (ServingMode::Kvc, true, false) => "kvc+d2p-no-bypass",
+            };
+            let out = simulate(cfg, &items, label)?;
+            let report = ExperimentReport {
+                requests: items.len() as u64,
+                sessions: sessions_of(&items),
+                runs: vec![out.summary.clone()],
+                verdicts: Vec::new(),
+            };
+            (report, vec![out])
+        }
+    };
+    let wall = started.elapsed();
+    write_outputs(&a, &outputs)?;
+    if a.json {
+        let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        out!("{s}");
+    } else {
+        print!("{}", report.table());
+        out!("wall time {:.3} s", wall.as_secs_f64());
+    }
+    // A run that leaks a lease or a reservation is a bug, not a result.
+    for o in &outputs {
+        if let Err(e) = &o.check {
+            return Err(format!("{}: accounting check failed: {e}", o.summary.label));
+        }
+    }
+    Ok(())
+}
