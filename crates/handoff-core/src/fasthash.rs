@@ -189,3 +189,182 @@ mod churn_tests {
         assert!(!m.contains_key(&0));
     }
 }
+
+/// An open-addressing table from well-mixed `u64` keys to small copyable
+/// values, with linear probing and backward-shift deletion: no tombstones,
+/// and key and value share a slot, so a lookup usually touches one cache
+/// line (hashbrown touches its control bytes and its buckets separately).
+/// Kept at most half full. Used for the hot block-hash indexes.
+#[derive(Clone, Debug)]
+pub struct U64Table<V: Copy> {
+    slots: Vec<Option<(u64, V)>>,
+    len: usize,
+    mask: usize,
+}
+
+impl<V: Copy> Default for U64Table<V> {
+    fn default() -> Self {
+        U64Table::with_capacity(16)
+    }
+}
+
+impl<V: Copy> U64Table<V> {
+    /// A table for about `n` keys before it grows.
+    pub fn with_capacity(n: usize) -> Self {
+        let cap = (n.max(8) * 2).next_power_of_two();
+        U64Table {
+            slots: vec![None; cap],
+            len: 0,
+            mask: cap - 1,
+        }
+    }
+
+    fn home(&self, k: u64) -> usize {
+        // Keys are chained block hashes (already mixed); one multiply still
+        // protects against small sequential keys.
+        ((k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 17) as usize) & self.mask
+    }
+
+    fn find(&self, k: u64) -> Result<usize, usize> {
+        let mut i = self.home(k);
+        loop {
+            match self.slots[i] {
+                None => return Err(i),
+                Some((key, _)) if key == k => return Ok(i),
+                Some(_) => i = (i + 1) & self.mask,
+            }
+        }
+    }
+
+    /// The value for `k`.
+    pub fn get(&self, k: u64) -> Option<V> {
+        self.find(k)
+            .ok()
+            .and_then(|i| self.slots[i].map(|(_, v)| v))
+    }
+
+    /// Whether `k` is present.
+    pub fn contains(&self, k: u64) -> bool {
+        self.find(k).is_ok()
+    }
+
+    /// Inserts `v` under `k` unless present; returns the present value then.
+    pub fn try_insert(&mut self, k: u64, v: V) -> Result<(), V> {
+        match self.find(k) {
+            Ok(i) => Err(self.slots[i].map(|(_, v)| v).unwrap_or(v)),
+            Err(i) => {
+                self.slots[i] = Some((k, v));
+                self.len += 1;
+                if self.len * 2 > self.slots.len() {
+                    self.grow();
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Inserts or replaces.
+    pub fn insert(&mut self, k: u64, v: V) {
+        match self.find(k) {
+            Ok(i) => self.slots[i] = Some((k, v)),
+            Err(_) => {
+                let _ = self.try_insert(k, v);
+            }
+        }
+    }
+
+    /// Removes `k`, shifting later members of its probe run back so no
+    /// tombstone is needed.
+    pub fn remove(&mut self, k: u64) -> Option<V> {
+        let mut i = self.find(k).ok()?;
+        let removed = self.slots[i].map(|(_, v)| v);
+        self.slots[i] = None;
+        self.len -= 1;
+        let mut j = i;
+        loop {
+            j = (j + 1) & self.mask;
+            let Some((key, _)) = self.slots[j] else { break };
+            let home = self.home(key);
+            // Move the entry at j into the hole at i unless its home lies
+            // cyclically in (i, j].
+            let in_range = if i <= j {
+                i < home && home <= j
+            } else {
+                i < home || home <= j
+            };
+            if !in_range {
+                self.slots[i] = self.slots[j];
+                self.slots[j] = None;
+                i = j;
+            }
+        }
+        removed
+    }
+
+    fn grow(&mut self) {
+        let old = std::mem::take(&mut self.slots);
+        let cap = old.len() * 2;
+        self.slots = vec![None; cap];
+        self.mask = cap - 1;
+        self.len = 0;
+        for (k, v) in old.into_iter().flatten() {
+            let _ = self.try_insert(k, v);
+        }
+    }
+
+    /// Entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Drops every entry, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.slots.iter_mut().for_each(|s| *s = None);
+        self.len = 0;
+    }
+
+    /// Entries in slot order (arbitrary; never let it reach an output).
+    pub fn iter(&self) -> impl Iterator<Item = (u64, V)> + '_ {
+        self.slots.iter().flatten().copied()
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+    use crate::Rng;
+    use std::collections::HashMap;
+
+    #[test]
+    fn matches_a_hashmap_under_churn() {
+        let mut t: U64Table<u32> = U64Table::default();
+        let mut m: HashMap<u64, u32> = HashMap::new();
+        let mut rng = Rng::seeded(3);
+        for step in 0..200_000u32 {
+            // A small key space forces long probe runs and many deletions.
+            let k = rng.below(5_000);
+            match rng.below(3) {
+                0 => assert_eq!(t.remove(k), m.remove(&k), "step {step}"),
+                1 => match m.get(&k).copied() {
+                    Some(v) => assert_eq!(t.try_insert(k, step), Err(v), "step {step}"),
+                    None => {
+                        assert_eq!(t.try_insert(k, step), Ok(()), "step {step}");
+                        m.insert(k, step);
+                    }
+                },
+                _ => assert_eq!(t.get(k), m.get(&k).copied(), "step {step}"),
+            }
+            assert_eq!(t.len(), m.len());
+        }
+        let mut a: Vec<_> = t.iter().collect();
+        let mut b: Vec<_> = m.into_iter().collect();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
+    }
+}

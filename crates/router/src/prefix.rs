@@ -24,7 +24,7 @@
 //! publishes nothing until activation (DEP invariant 4), so it can never
 //! attract traffic.
 
-use handoff_core::fasthash::ChurnMap;
+use handoff_core::fasthash::U64Table;
 use handoff_core::{KvEvent, KvEventData};
 
 /// What applying one event did.
@@ -38,10 +38,10 @@ pub struct Applied {
 
 /// One worker's published cache blocks. Lookups only, so the table's
 /// iteration order never matters; it churns with every Stored and Removed,
-/// hence a [`ChurnMap`].
+/// hence a [`U64Table`] (no tombstones).
 #[derive(Clone, Debug, Default)]
 pub struct PrefixIndex {
-    blocks: ChurnMap<u64, ()>,
+    blocks: U64Table<()>,
 }
 
 impl PrefixIndex {
@@ -59,7 +59,7 @@ impl PrefixIndex {
                 block_hashes,
             } => {
                 if let Some(p) = parent_hash {
-                    if !self.blocks.contains_key(p) {
+                    if !self.blocks.contains(*p) {
                         applied.orphan_store = true;
                         return applied;
                     }
@@ -70,12 +70,12 @@ impl PrefixIndex {
             }
             KvEventData::Removed { block_hashes } => {
                 for h in block_hashes {
-                    if self.blocks.remove(h).is_none() {
+                    if self.blocks.remove(*h).is_none() {
                         applied.unknown_removals += 1;
                     }
                 }
             }
-            KvEventData::Cleared => self.blocks = ChurnMap::default(),
+            KvEventData::Cleared => self.blocks.clear(),
         }
         applied
     }
@@ -84,7 +84,7 @@ impl PrefixIndex {
     pub fn overlap(&self, hashes: &[u64]) -> u32 {
         let n = hashes
             .iter()
-            .take_while(|h| self.blocks.contains_key(h))
+            .take_while(|h| self.blocks.contains(**h))
             .count();
         u32::try_from(n).unwrap_or(u32::MAX)
     }
@@ -101,7 +101,7 @@ impl PrefixIndex {
 
     /// Forgets everything.
     pub fn clear(&mut self) {
-        self.blocks = ChurnMap::default();
+        self.blocks.clear();
     }
 }
 

@@ -19,7 +19,7 @@
 
 use crate::events::EventQueue;
 use crate::free_queue::FreeQueue;
-use handoff_core::fasthash::ChurnMap;
+use handoff_core::fasthash::U64Table;
 
 /// Who holds a reference to a block. The order is the strength order used for
 /// counting a shared block once.
@@ -52,7 +52,7 @@ pub(crate) struct BlockPool {
     free: FreeQueue,
     cached_free: u64,
     by_owner: [u64; 3],
-    canonical: ChurnMap<u64, u32>,
+    canonical: U64Table<u32>,
 }
 
 impl BlockPool {
@@ -63,7 +63,7 @@ impl BlockPool {
             free: FreeQueue::full(n),
             cached_free: 0,
             by_owner: [0; 3],
-            canonical: ChurnMap::default(),
+            canonical: U64Table::with_capacity(n as usize),
         }
     }
 
@@ -90,7 +90,7 @@ impl BlockPool {
 
     /// The canonical block caching `hash`, if any.
     pub(crate) fn lookup(&self, hash: u64) -> Option<u32> {
-        self.canonical.get(&hash).copied()
+        self.canonical.get(hash)
     }
 
     /// Whether `b` is unreferenced (so taking it consumes a free block).
@@ -123,7 +123,7 @@ impl BlockPool {
             // A block carries a hash only while it is that hash's canonical
             // block (`publish` keeps it so; `audit` checks it), so this is
             // the hash's entry.
-            self.canonical.remove(&h);
+            self.canonical.remove(h);
             events.removed(h);
         }
         self.add_ref(b, owner, 1);
@@ -172,12 +172,12 @@ impl BlockPool {
             return Ok(());
         }
         match self.canonical.try_insert(hash, b) {
-            Err(&c) if c == b => Ok(()),
-            Err(&c) => Err(c),
+            Err(c) if c == b => Ok(()),
+            Err(c) => Err(c),
             Ok(()) => {
                 if let Some(old) = self.blocks[b as usize].hash.replace(hash) {
                     // `b` was canonical for `old` (the invariant above).
-                    self.canonical.remove(&old);
+                    self.canonical.remove(old);
                 }
                 Ok(())
             }
@@ -259,12 +259,12 @@ impl BlockPool {
                 }
             }
             if let Some(h) = blk.hash {
-                if self.canonical.get(&h) != Some(&(i as u32)) {
+                if self.canonical.get(h) != Some(i as u32) {
                     return Err(format!("block {i} has hash {h:x} but is not canonical"));
                 }
             }
         }
-        for (&h, &b) in self.canonical.iter() {
+        for (h, b) in self.canonical.iter() {
             if self.hash_of(b) != Some(h) {
                 return Err(format!("canonical {h:x} -> {b} is stale"));
             }
