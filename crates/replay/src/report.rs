@@ -4,13 +4,14 @@
 
 use crate::metrics::{Histogram, Summary};
 use crate::sim::{CoreBox, ReplayConfig};
+use handoff_core::fasthash::FastMap;
 use handoff_core::{
     Duration, HandoffId, Instant, KvCapacitySnapshot, Request, RequestError, RequestId, Role,
     Worker, WorkerEvent, WorkerId,
 };
 use router::Pool;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The replay's configuration as reported.
 #[derive(Clone, Debug, Serialize)]
@@ -136,6 +137,10 @@ struct StepShape {
     steps: u64,
     first: Duration,
     last: Duration,
+    /// End of the first pass and of the last, computed once per step: every
+    /// request of a stable batch gets `steps` tokens.
+    end_first: Instant,
+    end_last: Instant,
 }
 
 impl StepShape {
@@ -193,9 +198,9 @@ impl WorkerAcc {
 /// Folds worker events into a [`Report`].
 pub struct Recorder {
     config: ReportConfig,
-    reqs: HashMap<RequestId, ReqRec>,
+    reqs: FastMap<RequestId, ReqRec>,
     workers: BTreeMap<WorkerId, WorkerAcc>,
-    transfers: HashMap<HandoffId, Instant>,
+    transfers: FastMap<HandoffId, Instant>,
     first_arrival: Option<Instant>,
     last_finish: Instant,
     num_requests: u64,
@@ -235,9 +240,9 @@ impl Recorder {
                 router: cfg.router.name(),
                 seed: cfg.seed,
             },
-            reqs: HashMap::new(),
+            reqs: FastMap::default(),
             workers: workers.map(|(w, _)| (w, WorkerAcc::default())).collect(),
-            transfers: HashMap::new(),
+            transfers: FastMap::default(),
             first_arrival: None,
             last_finish: Instant::ZERO,
             num_requests: 0,
@@ -301,12 +306,16 @@ impl Recorder {
                 if let Some(acc) = self.workers.get_mut(&w) {
                     acc.steps += steps;
                     acc.prefill_tokens += prefill_tokens;
-                    acc.shape = StepShape {
+                    let mut shape = StepShape {
                         start: *start,
                         steps: *steps,
                         first: *first_step,
                         last: *last_step,
+                        ..StepShape::default()
                     };
+                    shape.end_first = shape.end_of(1);
+                    shape.end_last = shape.end_of(shape.steps.max(1));
+                    acc.shape = shape;
                 }
             }
             WorkerEvent::Tokens {
@@ -324,7 +333,7 @@ impl Recorder {
                 if k == 0 {
                     return;
                 }
-                let e1 = shape.end_of(1);
+                let e1 = shape.end_first;
                 if *first || rec.first.is_none() {
                     rec.first = Some(e1);
                 } else if let Some(last) = rec.last {
@@ -339,7 +348,11 @@ impl Recorder {
                         }
                     }
                 }
-                rec.last = Some(shape.end_of(k));
+                rec.last = Some(if k == shape.steps {
+                    shape.end_last
+                } else {
+                    shape.end_of(k)
+                });
                 rec.tokens += k;
             }
             WorkerEvent::RequestFinished { request, at } if pool != Pool::Prefill => {

@@ -26,7 +26,6 @@
 
 use crate::events::KvEventQueue;
 use std::collections::BTreeSet;
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// "No node": the parent of a top-level node.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -45,29 +44,6 @@ pub(crate) enum Owner {
     /// Destination reservations whose KV has not arrived.
     Reserved = 2,
 }
-
-/// Block hashes are already well mixed (splitmix64), so hashing them again
-/// would only cost time.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct IdentityHasher(u64);
-
-impl Hasher for IdentityHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-type BuildIdentity = BuildHasherDefault<IdentityHasher>;
 
 #[derive(Clone, Copy, Debug)]
 struct Node {
@@ -94,7 +70,7 @@ pub(crate) struct RadixCache {
     pages_per_node: u64,
     nodes: Vec<Node>,
     vacant: Vec<u32>,
-    index: handoff_core::fasthash::ChurnMap<u64, u32, BuildIdentity>,
+    index: handoff_core::fasthash::U64Table<u32>,
     /// Unlocked leaves by (last access, node): the eviction order.
     lru: BTreeSet<(u64, u32)>,
     clock: u64,
@@ -144,7 +120,7 @@ impl RadixCache {
     /// Whether `hash` is cached (locked or not).
     #[cfg(test)]
     pub(crate) fn contains(&self, hash: u64) -> bool {
-        self.index.contains_key(&hash)
+        self.index.contains(hash)
     }
 
     /// The longest cached prefix of `hashes`: how many blocks and the deepest
@@ -154,8 +130,8 @@ impl RadixCache {
         let mut deepest = NIL;
         let mut n = 0u64;
         for h in hashes {
-            match self.index.get(h) {
-                Some(&idx) => {
+            match self.index.get(*h) {
+                Some(idx) => {
                     deepest = idx;
                     n += 1;
                 }
@@ -250,7 +226,7 @@ impl RadixCache {
         let mut run: Vec<u64> = Vec::new();
         let mut run_parent: Option<u64> = None;
         for &h in hashes {
-            if let Some(&idx) = self.index.get(&h) {
+            if let Some(idx) = self.index.get(h) {
                 if !run.is_empty() {
                     events.stored(run_parent, std::mem::take(&mut run));
                 }
@@ -310,7 +286,7 @@ impl RadixCache {
             };
             let n = self.nodes[idx as usize];
             debug_assert!(!n.locked() && n.children == 0);
-            self.index.remove(&n.hash);
+            self.index.remove(n.hash);
             self.pages[CACHED] = self.pages[CACHED].saturating_sub(ppn);
             freed += ppn;
             removed.push(n.hash);
@@ -367,10 +343,10 @@ impl RadixCache {
     pub(crate) fn check(&self) -> Result<(), String> {
         let mut pages = [0u64; 4];
         let mut children = std::collections::HashMap::<u32, u32>::new();
-        let live: std::collections::HashSet<u32> = self.index.values().copied().collect();
+        let live: std::collections::HashSet<u32> = self.index.iter().map(|(_, v)| v).collect();
         for &idx in &live {
             let n = &self.nodes[idx as usize];
-            if self.index.get(&n.hash) != Some(&idx) {
+            if self.index.get(n.hash) != Some(idx) {
                 return Err(format!("index mismatch at {idx}"));
             }
             pages[n.class()] += self.pages_per_node;
