@@ -120,6 +120,10 @@ pub struct DeployArgs {
     /// Source lease lifetime in seconds (default: vLLM 480, SGLang 300).
     #[arg(long)]
     pub lease_ttl_s: Option<u64>,
+    /// A destination waiting for room renews its source's lease by this many
+    /// seconds, every half of that (off by default: vLLM never renews).
+    #[arg(long)]
+    pub renew_lease_s: Option<u64>,
     /// Seed for routers and the synthetic workload.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -254,6 +258,10 @@ impl DeployArgs {
         if let Some(s) = self.reservation_ttl_s {
             h.reservation_ttl = Duration::from_secs(s);
         }
+        h.renew_source_lease = self
+            .renew_lease_s
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs);
         h
     }
 

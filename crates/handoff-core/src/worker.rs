@@ -265,6 +265,7 @@ enum TimerKind {
     Lease,
     Reservation,
     EarlyFacts,
+    Renewal,
 }
 
 #[derive(Debug)]
@@ -770,6 +771,17 @@ impl<S: SchedulerCore> Worker<S> {
                         self.dest_event(id, DestinationEvent::ReservationExpired, now);
                     }
                 }
+                TimerKind::Renewal => {
+                    // Still queued for a reservation: keep the source's KV
+                    // alive a while longer (the pump below retries too).
+                    let waiting = self
+                        .dests
+                        .get(&id)
+                        .is_some_and(|e| e.role.state() == DestinationState::Reserving);
+                    if waiting {
+                        self.renew_source_lease(id, now);
+                    }
+                }
                 TimerKind::EarlyFacts => {
                     if let Some((exp, facts)) = self.early.remove(&id) {
                         if exp <= now {
@@ -1205,12 +1217,7 @@ impl<S: SchedulerCore> Worker<S> {
                 self.core
                     .apply(SchedulerCommand::CancelDestination { id }, now);
             }
-            DestinationAction::SendLeaseRenewal => {
-                if let (Some(s), Some(extend)) = (source, self.config.renew_source_lease) {
-                    let extend_nanos = u64::try_from(extend.as_nanos()).unwrap_or(u64::MAX);
-                    self.send(s, id, MsgBody::LeaseRenewal { extend_nanos }, now);
-                }
-            }
+            DestinationAction::SendLeaseRenewal => self.renew_source_lease(id, now),
             DestinationAction::SendAbort { reason } => {
                 if let Some(s) = source {
                     self.send(
@@ -1225,6 +1232,23 @@ impl<S: SchedulerCore> Worker<S> {
                 }
             }
         }
+    }
+
+    /// Asks the source to extend its lease (when this worker renews) and
+    /// arms the next renewal at half the extension, so a destination that
+    /// waits for room keeps the source's KV alive instead of letting it
+    /// expire. vLLM itself never renews; the default config does not either.
+    fn renew_source_lease(&mut self, id: HandoffId, now: Instant) {
+        let Some(extend) = self.config.renew_source_lease else {
+            return;
+        };
+        let Some(source) = self.dests.get(&id).and_then(|e| e.role.source()) else {
+            return;
+        };
+        let extend_nanos = u64::try_from(extend.as_nanos()).unwrap_or(u64::MAX);
+        self.send(source, id, MsgBody::LeaseRenewal { extend_nanos }, now);
+        self.timers
+            .push(Reverse((now + extend / 2, id, TimerKind::Renewal)));
     }
 
     /// Tries the reservation queue in FIFO order, stopping at the first

@@ -182,3 +182,42 @@ fn late_duplicates_resurrect_nothing() {
         sim.check_drained().unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+/// A destination that waits for room renews the source lease (when the
+/// worker is configured to), so the stranded source outlives its original
+/// lease and ends only when the destination gives up and aborts it.
+#[test]
+fn waiting_destination_renews_the_source_lease() {
+    let base = PairConfig {
+        policy: HandoffPolicy::SourceFirst,
+        decode_blocks: 2,
+        lease_ttl: Duration::from_secs(10),
+        reservation_ttl: Duration::from_secs(60),
+        ..PairConfig::default()
+    };
+    let mut plain = PairSim::new(base.clone());
+    plain.run();
+    assert!(
+        plain.saw("w0 Source LeaseExpired Pinned -> Released"),
+        "{:#?}",
+        plain.log
+    );
+    let mut renewed = PairSim::new(PairConfig {
+        renew: Some(Duration::from_secs(10)),
+        ..base
+    });
+    renewed.run();
+    assert!(renewed.saw("w0 Source LeaseRenewed"), "{:#?}", renewed.log);
+    assert!(!renewed.saw("LeaseExpired"), "{:#?}", renewed.log);
+    assert!(
+        renewed.saw("w1 Destination ReservationExpired"),
+        "{:#?}",
+        renewed.log
+    );
+    assert!(
+        renewed.saw("w0 Source Cancelled Pinned -> Released"),
+        "{:#?}",
+        renewed.log
+    );
+    renewed.check_drained().unwrap_or_else(|e| panic!("{e}"));
+}

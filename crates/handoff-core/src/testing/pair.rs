@@ -38,6 +38,8 @@ pub struct PairConfig {
     pub lease_ttl: Duration,
     /// Destination reservation lifetime.
     pub reservation_ttl: Duration,
+    /// Lease renewal by a waiting destination (`HandoffConfig::renew_source_lease`).
+    pub renew: Option<Duration>,
 }
 
 impl Default for PairConfig {
@@ -54,6 +56,7 @@ impl Default for PairConfig {
             transfer_time: Duration::from_millis(2),
             lease_ttl: Duration::from_secs(10),
             reservation_ttl: Duration::from_secs(20),
+            renew: None,
         }
     }
 }
@@ -153,7 +156,7 @@ impl PairSim {
         HandoffConfig {
             reservation_ttl: self.cfg.reservation_ttl,
             early_fact_ttl: Duration::from_secs(5),
-            renew_source_lease: None,
+            renew_source_lease: self.cfg.renew,
             tombstones: 1024,
         }
     }
