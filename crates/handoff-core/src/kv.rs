@@ -107,9 +107,137 @@ impl KvEventIds {
     }
 }
 
+/// A worker's pending KV events with monotonic ids, shared by the backend
+/// cores.
+///
+/// Evictions can be reported in batches ([`KvEventQueue::removed`]) or one
+/// block at a time ([`KvEventQueue::removed_one`]); single evictions fold
+/// into the trailing `Removed` event until [`KvEventQueue::seal`] marks the
+/// end of an allocation, so the stream never depends on how often the caller
+/// drains it.
+#[derive(Clone, Debug, Default)]
+pub struct KvEventQueue {
+    ids: KvEventIds,
+    pending: Vec<KvEvent>,
+    /// The trailing pending `Removed` must not grow any more.
+    sealed: bool,
+}
+
+impl KvEventQueue {
+    /// Blocks became valid cache after `parent_hash`; nothing for an empty run.
+    pub fn stored(&mut self, parent_hash: Option<u64>, block_hashes: Vec<u64>) {
+        if block_hashes.is_empty() {
+            return;
+        }
+        let event_id = self.ids.next_id();
+        self.pending.push(KvEvent {
+            event_id,
+            data: KvEventData::Stored {
+                parent_hash,
+                block_hashes,
+            },
+        });
+    }
+
+    /// Cached blocks were evicted, as one event of their own.
+    pub fn removed(&mut self, block_hashes: Vec<u64>) {
+        if block_hashes.is_empty() {
+            return;
+        }
+        let event_id = self.ids.next_id();
+        self.pending.push(KvEvent {
+            event_id,
+            data: KvEventData::Removed { block_hashes },
+        });
+        self.sealed = true;
+    }
+
+    /// One cached block was evicted: folded into the trailing `Removed` of
+    /// the same allocation, else a new event.
+    pub fn removed_one(&mut self, hash: u64) {
+        if !self.sealed {
+            if let Some(KvEvent {
+                data: KvEventData::Removed { block_hashes },
+                ..
+            }) = self.pending.last_mut()
+            {
+                block_hashes.push(hash);
+                return;
+            }
+        }
+        self.sealed = false;
+        let event_id = self.ids.next_id();
+        self.pending.push(KvEvent {
+            event_id,
+            data: KvEventData::Removed {
+                block_hashes: vec![hash],
+            },
+        });
+    }
+
+    /// Ends the current allocation: later single evictions start a new event.
+    pub fn seal(&mut self) {
+        self.sealed = true;
+    }
+
+    /// Moves the pending events into `out`.
+    pub fn drain_into(&mut self, out: &mut Vec<KvEvent>) {
+        out.append(&mut self.pending);
+    }
+
+    /// The pending events.
+    pub fn pending(&self) -> &[KvEvent] {
+        &self.pending
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn single_removals_fold_within_one_allocation_only() {
+        let mut q = KvEventQueue::default();
+        q.removed_one(1);
+        q.removed_one(2);
+        q.stored(None, vec![3]);
+        q.stored(None, Vec::new());
+        q.removed_one(4);
+        q.seal();
+        q.removed_one(6);
+        let mut out = Vec::new();
+        q.drain_into(&mut out);
+        q.removed_one(5);
+        q.removed(vec![]);
+        q.removed(vec![7]);
+        q.drain_into(&mut out);
+        let ids: Vec<u64> = out.iter().map(|e| e.event_id).collect();
+        assert_eq!(ids, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(
+            out[0].data,
+            KvEventData::Removed {
+                block_hashes: vec![1, 2]
+            }
+        );
+        assert_eq!(
+            out[3].data,
+            KvEventData::Removed {
+                block_hashes: vec![6]
+            }
+        );
+        assert_eq!(
+            out[4].data,
+            KvEventData::Removed {
+                block_hashes: vec![5]
+            }
+        );
+        assert_eq!(
+            out[5].data,
+            KvEventData::Removed {
+                block_hashes: vec![7]
+            }
+        );
+    }
 
     #[test]
     fn used_is_sum_of_exclusive_categories() {

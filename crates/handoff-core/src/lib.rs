@@ -38,7 +38,7 @@ pub use ids::{
     DestinationReservationId, Generation, HandoffId, HandoffIdGen, RequestId, SessionId,
     SourceLeaseId, WorkerId,
 };
-pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds};
+pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds, KvEventQueue};
 pub use msg::{HandoffMsg, MsgBody, Role};
 pub use perf::{FixedPerf, PerfModel, PolynomialPerf};
 pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};

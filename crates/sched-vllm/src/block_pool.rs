@@ -124,7 +124,7 @@ impl BlockPool {
             // block (`publish` keeps it so; `audit` checks it), so this is
             // the hash's entry.
             self.canonical.remove(h);
-            events.removed(h);
+            events.removed_one(h);
         }
         self.add_ref(b, owner, 1);
         Some(b)
