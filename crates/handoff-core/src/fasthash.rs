@@ -190,72 +190,128 @@ mod churn_tests {
     }
 }
 
-/// An open-addressing table from well-mixed `u64` keys to small copyable
-/// values, with linear probing and backward-shift deletion: no tombstones,
-/// and key and value share a slot, so a lookup usually touches one cache
-/// line (hashbrown touches its control bytes and its buckets separately).
-/// Kept at most half full. Used for the hot block-hash indexes.
+/// Keys per group: the low bits of a key pick its lane inside a group.
+const LANE_BITS: u32 = 5;
+const LANES: u64 = 1 << LANE_BITS;
+
+/// Up to [`LANES`] entries whose keys agree on all but the low
+/// [`LANE_BITS`] bits.
+#[derive(Clone, Copy, Debug)]
+struct Group<V: Copy> {
+    /// The shared high bits (`key >> LANE_BITS`).
+    high: u64,
+    /// Which lanes hold an entry.
+    present: u32,
+    values: [V; LANES as usize],
+}
+
+/// An open-addressing table from `u64` block-hash keys to small copyable
+/// values.
+///
+/// Keys are grouped by all but their low five bits, and a group is one
+/// slot: linear probing with backward-shift deletion over groups (no
+/// tombstones), a presence mask and the lanes' values inline. The blocks of
+/// one prompt chunk carry consecutive hashes (`Request::block_hashes`), so
+/// storing, matching or evicting a prompt touches one group per 32 blocks
+/// rather than one cache miss per block; arbitrary well-mixed keys simply
+/// fill one lane per group. Kept at most half full. Used for the hot
+/// block-hash indexes.
 #[derive(Clone, Debug)]
-pub struct U64Table<V: Copy> {
-    slots: Vec<Option<(u64, V)>>,
+pub struct U64Table<V: Copy + Default> {
+    slots: Vec<Option<Group<V>>>,
+    /// Entries (not groups).
     len: usize,
+    groups: usize,
     mask: usize,
 }
 
-impl<V: Copy> Default for U64Table<V> {
+impl<V: Copy + Default> Default for U64Table<V> {
     fn default() -> Self {
         U64Table::with_capacity(16)
     }
 }
 
-impl<V: Copy> U64Table<V> {
-    /// A table for about `n` keys before it grows.
+fn split(k: u64) -> (u64, u32) {
+    (k >> LANE_BITS, (k & (LANES - 1)) as u32)
+}
+
+impl<V: Copy + Default> U64Table<V> {
+    /// A table for about `n` keys in runs before it grows. Sized for
+    /// prompt-like keys (about two groups per 32-key run) rather than the
+    /// worst case of one key per group: an oversized table spreads its few
+    /// groups over more memory than the caches hold, and growth is cheap.
     pub fn with_capacity(n: usize) -> Self {
-        let cap = (n.max(8) * 2).next_power_of_two();
+        let cap = (n / LANES as usize * 4).max(16).next_power_of_two();
         U64Table {
             slots: vec![None; cap],
             len: 0,
+            groups: 0,
             mask: cap - 1,
         }
     }
 
-    fn home(&self, k: u64) -> usize {
-        // Keys are chained block hashes (already mixed); one multiply still
-        // protects against small sequential keys.
-        ((k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 17) as usize) & self.mask
+    fn home(&self, high: u64) -> usize {
+        // One multiply spreads both mixed and small sequential group keys.
+        ((high.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 17) as usize) & self.mask
     }
 
-    fn find(&self, k: u64) -> Result<usize, usize> {
-        let mut i = self.home(k);
+    /// The slot of group `high`, or the empty slot ending its probe run.
+    fn find(&self, high: u64) -> Result<usize, usize> {
+        let mut i = self.home(high);
         loop {
-            match self.slots[i] {
+            match &self.slots[i] {
                 None => return Err(i),
-                Some((key, _)) if key == k => return Ok(i),
+                Some(g) if g.high == high => return Ok(i),
                 Some(_) => i = (i + 1) & self.mask,
             }
         }
     }
 
+    fn entry(&self, k: u64) -> Option<(&Group<V>, u32)> {
+        let (high, lane) = split(k);
+        let i = self.find(high).ok()?;
+        let g = self.slots[i].as_ref()?;
+        (g.present & (1 << lane) != 0).then_some((g, lane))
+    }
+
     /// The value for `k`.
     pub fn get(&self, k: u64) -> Option<V> {
-        self.find(k)
-            .ok()
-            .and_then(|i| self.slots[i].map(|(_, v)| v))
+        self.entry(k).map(|(g, lane)| g.values[lane as usize])
     }
 
     /// Whether `k` is present.
     pub fn contains(&self, k: u64) -> bool {
-        self.find(k).is_ok()
+        self.entry(k).is_some()
     }
 
     /// Inserts `v` under `k` unless present; returns the present value then.
     pub fn try_insert(&mut self, k: u64, v: V) -> Result<(), V> {
-        match self.find(k) {
-            Ok(i) => Err(self.slots[i].map(|(_, v)| v).unwrap_or(v)),
-            Err(i) => {
-                self.slots[i] = Some((k, v));
+        let (high, lane) = split(k);
+        let bit = 1u32 << lane;
+        match self.find(high) {
+            Ok(i) => {
+                let Some(g) = self.slots[i].as_mut() else {
+                    return Ok(());
+                };
+                if g.present & bit != 0 {
+                    return Err(g.values[lane as usize]);
+                }
+                g.present |= bit;
+                g.values[lane as usize] = v;
                 self.len += 1;
-                if self.len * 2 > self.slots.len() {
+                Ok(())
+            }
+            Err(i) => {
+                let mut values = [V::default(); LANES as usize];
+                values[lane as usize] = v;
+                self.slots[i] = Some(Group {
+                    high,
+                    present: bit,
+                    values,
+                });
+                self.len += 1;
+                self.groups += 1;
+                if self.groups * 2 > self.slots.len() {
                     self.grow();
                 }
                 Ok(())
@@ -265,27 +321,46 @@ impl<V: Copy> U64Table<V> {
 
     /// Inserts or replaces.
     pub fn insert(&mut self, k: u64, v: V) {
-        match self.find(k) {
-            Ok(i) => self.slots[i] = Some((k, v)),
-            Err(_) => {
-                let _ = self.try_insert(k, v);
+        let (high, lane) = split(k);
+        if let Ok(i) = self.find(high) {
+            if let Some(g) = self.slots[i].as_mut() {
+                if g.present & (1 << lane) != 0 {
+                    g.values[lane as usize] = v;
+                    return;
+                }
             }
         }
+        let _ = self.try_insert(k, v);
     }
 
-    /// Removes `k`, shifting later members of its probe run back so no
-    /// tombstone is needed.
+    /// Removes `k`. A group left empty is removed by shifting later members
+    /// of its probe run back, so no tombstone is needed.
     pub fn remove(&mut self, k: u64) -> Option<V> {
-        let mut i = self.find(k).ok()?;
-        let removed = self.slots[i].map(|(_, v)| v);
-        self.slots[i] = None;
+        let (high, lane) = split(k);
+        let bit = 1u32 << lane;
+        let i = self.find(high).ok()?;
+        let g = self.slots[i].as_mut()?;
+        if g.present & bit == 0 {
+            return None;
+        }
+        g.present &= !bit;
+        let removed = g.values[lane as usize];
         self.len -= 1;
+        if g.present == 0 {
+            self.remove_slot(i);
+        }
+        Some(removed)
+    }
+
+    fn remove_slot(&mut self, mut i: usize) {
+        self.slots[i] = None;
+        self.groups -= 1;
         let mut j = i;
         loop {
             j = (j + 1) & self.mask;
-            let Some((key, _)) = self.slots[j] else { break };
-            let home = self.home(key);
-            // Move the entry at j into the hole at i unless its home lies
+            let Some(g) = &self.slots[j] else { break };
+            let home = self.home(g.high);
+            // Move the group at j into the hole at i unless its home lies
             // cyclically in (i, j].
             let in_range = if i <= j {
                 i < home && home <= j
@@ -293,12 +368,10 @@ impl<V: Copy> U64Table<V> {
                 i < home || home <= j
             };
             if !in_range {
-                self.slots[i] = self.slots[j];
-                self.slots[j] = None;
+                self.slots[i] = self.slots[j].take();
                 i = j;
             }
         }
-        removed
     }
 
     fn grow(&mut self) {
@@ -306,9 +379,10 @@ impl<V: Copy> U64Table<V> {
         let cap = old.len() * 2;
         self.slots = vec![None; cap];
         self.mask = cap - 1;
-        self.len = 0;
-        for (k, v) in old.into_iter().flatten() {
-            let _ = self.try_insert(k, v);
+        for g in old.into_iter().flatten() {
+            if let Err(i) = self.find(g.high) {
+                self.slots[i] = Some(g);
+            }
         }
     }
 
@@ -326,11 +400,21 @@ impl<V: Copy> U64Table<V> {
     pub fn clear(&mut self) {
         self.slots.iter_mut().for_each(|s| *s = None);
         self.len = 0;
+        self.groups = 0;
     }
 
     /// Entries in slot order (arbitrary; never let it reach an output).
     pub fn iter(&self) -> impl Iterator<Item = (u64, V)> + '_ {
-        self.slots.iter().flatten().copied()
+        self.slots.iter().flatten().flat_map(|g| {
+            (0..LANES as u32)
+                .filter(move |lane| g.present & (1 << lane) != 0)
+                .map(move |lane| {
+                    (
+                        (g.high << LANE_BITS) | u64::from(lane),
+                        g.values[lane as usize],
+                    )
+                })
+        })
     }
 }
 
@@ -366,5 +450,35 @@ mod table_tests {
         a.sort();
         b.sort();
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn runs_of_consecutive_mixed_keys_share_groups() {
+        // Prompt-like keys: runs of consecutive values from random bases,
+        // inserted, probed and removed in an interleaved order.
+        let mut t: U64Table<u32> = U64Table::with_capacity(4);
+        let mut m: HashMap<u64, u32> = HashMap::new();
+        let mut rng = Rng::seeded(9);
+        let bases: Vec<u64> = (0..300).map(|_| rng.next_u64()).collect();
+        for step in 0..100_000u32 {
+            let base = bases[rng.below(bases.len() as u64) as usize];
+            let k = base.wrapping_add(rng.below(40));
+            if rng.below(2) == 0 {
+                assert_eq!(t.remove(k), m.remove(&k), "step {step}");
+            } else {
+                t.insert(k, step);
+                m.insert(k, step);
+            }
+            assert_eq!(t.get(k), m.get(&k).copied(), "step {step}");
+            assert_eq!(t.len(), m.len());
+        }
+        assert!(t.groups <= t.len, "groups hold at least one entry each");
+        let mut a: Vec<_> = t.iter().collect();
+        let mut b: Vec<_> = m.into_iter().collect();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
+        t.clear();
+        assert!(t.is_empty() && t.iter().next().is_none());
     }
 }

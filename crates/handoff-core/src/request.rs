@@ -54,31 +54,41 @@ impl Request {
     }
 
     /// Chained hashes of the prompt's full `block_size`-token blocks, written
-    /// into `out` (cleared first). Block `i`'s hash covers its parent's, as
-    /// vLLM's `hash_block_tokens` chain does, so equal hashes mean equal
-    /// prefixes. Blocks past the trace's known chunks get hashes salted with
-    /// the request id, so unknown content never shares.
+    /// into `out` (cleared first). Equal hashes mean equal prefixes, as with
+    /// vLLM's chained `hash_block_tokens`: block `i`'s hash is the chained
+    /// hash of every trace chunk up to the last one it touches, offset by
+    /// `i`. The offset form keeps the blocks of one chunk on consecutive
+    /// hash values, which the block-hash tables turn into consecutive slots
+    /// (see `fasthash::U64Table`), and costs one mix per block instead of a
+    /// chain of them. Chunks past the trace's known ones get hashes salted
+    /// with the request id, so unknown content never shares.
     pub fn block_hashes(&self, block_size: u32, out: &mut Vec<u64>) {
         out.clear();
         let bs = u64::from(block_size.max(1));
         let hbt = u64::from(self.hash_block_tokens.max(1));
-        let mut parent = 0u64;
-        for i in 0..u64::from(self.full_blocks(block_size)) {
-            let start = i * bs;
-            let end = start + bs; // exclusive
-            let first_chunk = start / hbt;
-            let last_chunk = (end - 1) / hbt;
-            let mut h = mix64(parent ^ 0x5eed);
-            for c in first_chunk..=last_chunk {
-                let content = match self.prefix_hashes.get(c as usize) {
-                    Some(&x) => x,
-                    None => mix64(self.id.0 ^ 0xdead_beef) ^ c,
-                };
-                h = mix64(h ^ content);
+        let blocks = u64::from(self.full_blocks(block_size));
+        out.reserve(blocks as usize);
+        // Chained hash of chunks `0..=chunk`, advanced lazily.
+        let mut chunk = 0u64;
+        let mut chained = mix64(self.chunk_content(0) ^ 0x5eed);
+        let mut base = mix64(chained);
+        for i in 0..blocks {
+            let last_chunk = ((i + 1) * bs - 1) / hbt;
+            while chunk < last_chunk {
+                chunk += 1;
+                chained = mix64(chained ^ self.chunk_content(chunk));
+                base = mix64(chained);
             }
-            h = mix64(h ^ (start % hbt));
-            out.push(h);
-            parent = h;
+            out.push(base.wrapping_add(i));
+        }
+    }
+
+    /// The content hash of trace chunk `c`: the trace's own, or one salted
+    /// with the request id past the known chunks.
+    fn chunk_content(&self, c: u64) -> u64 {
+        match self.prefix_hashes.get(c as usize) {
+            Some(&x) => x,
+            None => mix64(self.id.0 ^ 0xdead_beef) ^ c,
         }
     }
 }
@@ -120,6 +130,33 @@ mod tests {
         b.block_hashes(512, &mut hb);
         assert_eq!(ha[0], hb[0]);
         assert_ne!(ha[1], hb[1]);
+    }
+
+    #[test]
+    fn blocks_of_one_chunk_are_consecutive_and_chunks_are_not() {
+        let a = req(1, 1024, &[7, 8]);
+        let mut h = Vec::new();
+        a.block_hashes(16, &mut h);
+        assert!(h[..32].windows(2).all(|w| w[1] == w[0].wrapping_add(1)));
+        assert!(h[32..].windows(2).all(|w| w[1] == w[0].wrapping_add(1)));
+        assert_ne!(h[32], h[31].wrapping_add(1));
+        // A later chunk's hash covers the earlier ones.
+        let b = req(2, 1024, &[9, 8]);
+        let mut hb = Vec::new();
+        b.block_hashes(16, &mut hb);
+        assert!(h.iter().zip(&hb).all(|(x, y)| x != y));
+    }
+
+    #[test]
+    fn blocks_spanning_chunks_depend_on_both() {
+        // 24-token blocks straddle the 512-token chunk boundary at block 21.
+        let a = req(1, 1024, &[7, 8]);
+        let b = req(2, 1024, &[7, 9]);
+        let (mut ha, mut hb) = (Vec::new(), Vec::new());
+        a.block_hashes(24, &mut ha);
+        b.block_hashes(24, &mut hb);
+        assert_eq!(ha[..21], hb[..21]);
+        assert_ne!(ha[21], hb[21]);
     }
 
     #[test]
