@@ -235,6 +235,16 @@ fn split(k: u64) -> (u64, u32) {
     (k >> LANE_BITS, (k & (LANES - 1)) as u32)
 }
 
+/// Where a [`U64Table`] last found a key's group. Passed to the `*_near`
+/// methods across a run of consecutive keys (a prompt's blocks), it skips
+/// the probe for every key of an already found group. A stale hint (the
+/// group moved or left) is detected and ignored, so any hint is safe.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Near {
+    high: u64,
+    slot: usize,
+}
+
 impl<V: Copy + Default> U64Table<V> {
     /// A table for about `n` keys in runs before it grows. Sized for
     /// prompt-like keys (about two groups per 32-key run) rather than the
@@ -267,28 +277,60 @@ impl<V: Copy + Default> U64Table<V> {
         }
     }
 
-    fn entry(&self, k: u64) -> Option<(&Group<V>, u32)> {
+    /// [`Self::find`], trying `near` first and updating it.
+    fn find_near(&self, high: u64, near: &mut Near) -> Result<usize, usize> {
+        if let Some(Some(g)) = self.slots.get(near.slot) {
+            if g.high == high {
+                return Ok(near.slot);
+            }
+        }
+        let r = self.find(high);
+        if let Ok(i) = r {
+            *near = Near { high, slot: i };
+        }
+        r
+    }
+
+    fn entry(&self, k: u64, near: &mut Near) -> Option<(&Group<V>, u32)> {
         let (high, lane) = split(k);
-        let i = self.find(high).ok()?;
+        let i = self.find_near(high, near).ok()?;
         let g = self.slots[i].as_ref()?;
         (g.present & (1 << lane) != 0).then_some((g, lane))
     }
 
     /// The value for `k`.
     pub fn get(&self, k: u64) -> Option<V> {
-        self.entry(k).map(|(g, lane)| g.values[lane as usize])
+        self.get_near(k, &mut Near::default())
+    }
+
+    /// [`Self::get`] with a hint.
+    pub fn get_near(&self, k: u64, near: &mut Near) -> Option<V> {
+        self.entry(k, near).map(|(g, lane)| g.values[lane as usize])
     }
 
     /// Whether `k` is present.
     pub fn contains(&self, k: u64) -> bool {
-        self.entry(k).is_some()
+        self.entry(k, &mut Near::default()).is_some()
+    }
+
+    /// How many of `keys`, from the first, are present.
+    pub fn prefix_len(&self, keys: &[u64]) -> usize {
+        let mut near = Near::default();
+        keys.iter()
+            .take_while(|&&k| self.entry(k, &mut near).is_some())
+            .count()
     }
 
     /// Inserts `v` under `k` unless present; returns the present value then.
     pub fn try_insert(&mut self, k: u64, v: V) -> Result<(), V> {
+        self.try_insert_near(k, v, &mut Near::default())
+    }
+
+    /// [`Self::try_insert`] with a hint.
+    pub fn try_insert_near(&mut self, k: u64, v: V, near: &mut Near) -> Result<(), V> {
         let (high, lane) = split(k);
         let bit = 1u32 << lane;
-        match self.find(high) {
+        match self.find_near(high, near) {
             Ok(i) => {
                 let Some(g) = self.slots[i].as_mut() else {
                     return Ok(());
@@ -311,6 +353,7 @@ impl<V: Copy + Default> U64Table<V> {
                 });
                 self.len += 1;
                 self.groups += 1;
+                *near = Near { high, slot: i };
                 if self.groups * 2 > self.slots.len() {
                     self.grow();
                 }
@@ -321,8 +364,13 @@ impl<V: Copy + Default> U64Table<V> {
 
     /// Inserts or replaces.
     pub fn insert(&mut self, k: u64, v: V) {
+        self.insert_near(k, v, &mut Near::default());
+    }
+
+    /// [`Self::insert`] with a hint.
+    pub fn insert_near(&mut self, k: u64, v: V, near: &mut Near) {
         let (high, lane) = split(k);
-        if let Ok(i) = self.find(high) {
+        if let Ok(i) = self.find_near(high, near) {
             if let Some(g) = self.slots[i].as_mut() {
                 if g.present & (1 << lane) != 0 {
                     g.values[lane as usize] = v;
@@ -330,15 +378,20 @@ impl<V: Copy + Default> U64Table<V> {
                 }
             }
         }
-        let _ = self.try_insert(k, v);
+        let _ = self.try_insert_near(k, v, near);
     }
 
     /// Removes `k`. A group left empty is removed by shifting later members
     /// of its probe run back, so no tombstone is needed.
     pub fn remove(&mut self, k: u64) -> Option<V> {
+        self.remove_near(k, &mut Near::default())
+    }
+
+    /// [`Self::remove`] with a hint.
+    pub fn remove_near(&mut self, k: u64, near: &mut Near) -> Option<V> {
         let (high, lane) = split(k);
         let bit = 1u32 << lane;
-        let i = self.find(high).ok()?;
+        let i = self.find_near(high, near).ok()?;
         let g = self.slots[i].as_mut()?;
         if g.present & bit == 0 {
             return None;

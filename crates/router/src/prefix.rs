@@ -24,7 +24,7 @@
 //! publishes nothing until activation (DEP invariant 4), so it can never
 //! attract traffic.
 
-use handoff_core::fasthash::U64Table;
+use handoff_core::fasthash::{Near, U64Table};
 use handoff_core::{KvEvent, KvEventData};
 
 /// What applying one event did.
@@ -64,13 +64,15 @@ impl PrefixIndex {
                         return applied;
                     }
                 }
+                let mut near = Near::default();
                 for &h in block_hashes {
-                    self.blocks.insert(h, ());
+                    self.blocks.insert_near(h, (), &mut near);
                 }
             }
             KvEventData::Removed { block_hashes } => {
-                for h in block_hashes {
-                    if self.blocks.remove(*h).is_none() {
+                let mut near = Near::default();
+                for &h in block_hashes {
+                    if self.blocks.remove_near(h, &mut near).is_none() {
                         applied.unknown_removals += 1;
                     }
                 }
@@ -82,11 +84,7 @@ impl PrefixIndex {
 
     /// How many of `hashes`, from the first, are held.
     pub fn overlap(&self, hashes: &[u64]) -> u32 {
-        let n = hashes
-            .iter()
-            .take_while(|h| self.blocks.contains(**h))
-            .count();
-        u32::try_from(n).unwrap_or(u32::MAX)
+        u32::try_from(self.blocks.prefix_len(hashes)).unwrap_or(u32::MAX)
     }
 
     /// Blocks held.
