@@ -170,7 +170,13 @@ impl KvEventQueue {
         self.pending.push(KvEvent {
             event_id,
             data: KvEventData::Removed {
-                block_hashes: vec![hash],
+                block_hashes: {
+                    // Evictions come a block at a time but usually many per
+                    // allocation: skip the first few doublings.
+                    let mut v = Vec::with_capacity(16);
+                    v.push(hash);
+                    v
+                },
             },
         });
     }

@@ -64,17 +64,33 @@ impl Request {
     /// with the request id, so unknown content never shares.
     pub fn block_hashes(&self, block_size: u32, out: &mut Vec<u64>) {
         out.clear();
+        self.extend_block_hashes(block_size, out, usize::MAX);
+    }
+
+    /// Appends the hashes of blocks `out.len()..upto` (as
+    /// [`Self::block_hashes`] numbers them) to `out`, stopping at the last
+    /// full block: lets a caller that may stop at the first cache miss hash
+    /// a prompt a window at a time.
+    pub fn extend_block_hashes(&self, block_size: u32, out: &mut Vec<u64>, upto: usize) {
         let bs = u64::from(block_size.max(1));
         let hbt = u64::from(self.hash_block_tokens.max(1));
-        let blocks = u64::from(self.full_blocks(block_size));
-        out.reserve(blocks as usize);
+        let from = out.len() as u64;
+        let to = u64::from(self.full_blocks(block_size)).min(upto as u64);
+        if to <= from {
+            return;
+        }
+        out.reserve((to - from) as usize);
+        let last_chunk = |i: u64| ((i + 1) * bs - 1) / hbt;
         // Chained hash of chunks `0..=chunk`, advanced lazily.
         let mut chunk = 0u64;
         let mut chained = mix64(self.chunk_content(0) ^ 0x5eed);
+        while chunk < last_chunk(from) {
+            chunk += 1;
+            chained = mix64(chained ^ self.chunk_content(chunk));
+        }
         let mut base = mix64(chained);
-        for i in 0..blocks {
-            let last_chunk = ((i + 1) * bs - 1) / hbt;
-            while chunk < last_chunk {
+        for i in from..to {
+            while chunk < last_chunk(i) {
                 chunk += 1;
                 chained = mix64(chained ^ self.chunk_content(chunk));
                 base = mix64(chained);
@@ -157,6 +173,24 @@ mod tests {
         b.block_hashes(24, &mut hb);
         assert_eq!(ha[..21], hb[..21]);
         assert_ne!(ha[21], hb[21]);
+    }
+
+    #[test]
+    fn extending_in_windows_equals_hashing_at_once() {
+        let a = req(1, 5000, &[3, 1, 4, 1, 5, 9]);
+        for bs in [1, 16, 24, 512, 700] {
+            let mut whole = Vec::new();
+            a.block_hashes(bs, &mut whole);
+            let mut parts = Vec::new();
+            let mut upto = 0;
+            while parts.len() < whole.len() {
+                upto += 7;
+                a.extend_block_hashes(bs, &mut parts, upto);
+            }
+            assert_eq!(parts, whole, "block size {bs}");
+            a.extend_block_hashes(bs, &mut parts, usize::MAX);
+            assert_eq!(parts, whole);
+        }
     }
 
     #[test]

@@ -197,33 +197,46 @@ impl Router {
         }
     }
 
-    /// Hashes `request` into the scratch buffer if any candidate has
-    /// published blocks; otherwise every overlap is 0 and hashing is waste.
-    fn hash_if_useful(&mut self, request: &Request, only: Option<usize>) {
-        let useful = match only {
-            Some(i) => !self.workers[i].prefix.is_empty(),
-            None => self
-                .workers
-                .iter()
-                .any(|w| w.available && !w.prefix.is_empty()),
-        };
-        if useful {
-            request.block_hashes(self.config.block_size, &mut self.hashes);
-        } else {
-            self.hashes.clear();
+    /// Starts hashing `request` into the scratch buffer: blocks are hashed
+    /// lazily by [`Self::overlap_of`], a window at a time, so a prompt is
+    /// hashed only as far as some worker's cached prefix reaches.
+    fn start_hashing(&mut self) {
+        self.hashes.clear();
+    }
+
+    /// Leading blocks of `request` worker `i` has published, hashing more
+    /// of the request into the scratch buffer as the match needs. A worker
+    /// that published nothing costs nothing.
+    fn overlap_of(&mut self, i: usize, request: &Request) -> u32 {
+        let prefix = &self.workers[i].prefix;
+        if prefix.is_empty() {
+            return 0;
+        }
+        loop {
+            let n = prefix.overlap(&self.hashes);
+            if (n as usize) < self.hashes.len() {
+                return n;
+            }
+            let before = self.hashes.len();
+            let window = before.max(64) * 2;
+            request.extend_block_hashes(self.config.block_size, &mut self.hashes, window);
+            if self.hashes.len() == before {
+                // Every block of the prompt matched.
+                return n;
+            }
         }
     }
 
     fn pick_kv_aware(&mut self, request: &Request) -> Option<usize> {
-        self.hash_if_useful(request, None);
+        self.start_hashing();
         let request_blocks = self.request_blocks(request);
         let mut best: Option<(usize, f64)> = None;
-        for (i, w) in self.workers.iter().enumerate() {
-            if !w.available {
+        for i in 0..self.workers.len() {
+            if !self.workers[i].available {
                 continue;
             }
-            let overlap = w.prefix.overlap(&self.hashes);
-            let cost = self.kv_cost(w, request, request_blocks, overlap);
+            let overlap = self.overlap_of(i, request);
+            let cost = self.kv_cost(&self.workers[i], request, request_blocks, overlap);
             // Strictly less: on a tie the earlier (lower) id stays.
             if best.is_none_or(|(_, c)| cost < c) {
                 best = Some((i, cost));
@@ -318,14 +331,14 @@ impl Router {
         }
     }
 
-    /// `hashed`: the scratch buffer already holds this request's hashes
-    /// (the kv-aware pick leaves them there). Otherwise hash only when the
-    /// chosen worker has published blocks.
+    /// `hashed`: the scratch buffer already holds a prefix of this
+    /// request's hashes (the kv-aware pick leaves it there), reused as far as
+    /// it goes; otherwise hashing starts afresh.
     fn book_at(&mut self, i: usize, request: &Request, hashed: bool, now: Instant) -> Selection {
         if !hashed {
-            self.hash_if_useful(request, Some(i));
+            self.start_hashing();
         }
-        let overlap = self.workers[i].prefix.overlap(&self.hashes);
+        let overlap = self.overlap_of(i, request);
         let blocks = self.request_blocks(request);
         let prefill_tokens = match self.config.role {
             PoolRole::Prefill => u64::from(request.prompt_tokens)
@@ -451,8 +464,8 @@ impl Router {
     pub fn overlap_blocks(&mut self, worker: WorkerId, request: &Request) -> u32 {
         match self.index(worker) {
             Some(i) => {
-                request.block_hashes(self.config.block_size, &mut self.hashes);
-                self.workers[i].prefix.overlap(&self.hashes)
+                self.start_hashing();
+                self.overlap_of(i, request)
             }
             None => 0,
         }

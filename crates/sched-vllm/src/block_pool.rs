@@ -19,7 +19,7 @@
 
 use crate::events::EventQueue;
 use crate::free_queue::FreeQueue;
-use handoff_core::fasthash::U64Table;
+use handoff_core::fasthash::{Near, U64Table};
 
 /// Who holds a reference to a block. The order is the strength order used for
 /// counting a shared block once.
@@ -33,13 +33,34 @@ pub(crate) enum Owner {
     Reserved = 2,
 }
 
+/// 24 bytes rather than the 32 an `Option<u64>` hash would take: blocks are
+/// touched in allocation order, which churn scatters, so density counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Block {
-    hash: Option<u64>,
+    /// Meaningful only when `hashed`.
+    hash_value: u64,
     refs: [u32; 3],
+    hashed: bool,
 }
 
 impl Block {
+    fn hash(&self) -> Option<u64> {
+        self.hashed.then_some(self.hash_value)
+    }
+
+    fn take_hash(&mut self) -> Option<u64> {
+        let h = self.hash();
+        self.hashed = false;
+        h
+    }
+
+    fn replace_hash(&mut self, h: u64) -> Option<u64> {
+        let old = self.hash();
+        self.hash_value = h;
+        self.hashed = true;
+        old
+    }
+
     fn strongest(&self) -> Option<usize> {
         self.refs.iter().position(|&r| r > 0)
     }
@@ -53,6 +74,10 @@ pub(crate) struct BlockPool {
     cached_free: u64,
     by_owner: [u64; 3],
     canonical: U64Table<u32>,
+    /// Where the last eviction and the last publication found their hash's
+    /// group: both walk a prompt's consecutive block hashes.
+    evict_near: Near,
+    publish_near: Near,
 }
 
 impl BlockPool {
@@ -64,6 +89,8 @@ impl BlockPool {
             cached_free: 0,
             by_owner: [0; 3],
             canonical: U64Table::with_capacity(n as usize),
+            evict_near: Near::default(),
+            publish_near: Near::default(),
         }
     }
 
@@ -88,9 +115,10 @@ impl BlockPool {
         self.by_owner[o as usize]
     }
 
-    /// The canonical block caching `hash`, if any.
-    pub(crate) fn lookup(&self, hash: u64) -> Option<u32> {
-        self.canonical.get(hash)
+    /// The canonical block caching `hash`, if any; `near` carries the
+    /// previous lookup's group across a prompt's consecutive hashes.
+    pub(crate) fn lookup(&self, hash: u64, near: &mut Near) -> Option<u32> {
+        self.canonical.get_near(hash, near)
     }
 
     /// Whether `b` is unreferenced (so taking it consumes a free block).
@@ -106,7 +134,7 @@ impl BlockPool {
         };
         if self.free.contains(b) {
             self.free.remove(b);
-            if block.hash.is_some() {
+            if block.hashed {
                 self.cached_free -= 1;
             }
         }
@@ -118,12 +146,12 @@ impl BlockPool {
     /// is exhausted.
     pub(crate) fn allocate(&mut self, owner: Owner, events: &mut EventQueue) -> Option<u32> {
         let b = self.free.pop_front()?;
-        if let Some(h) = self.blocks[b as usize].hash.take() {
+        if let Some(h) = self.blocks[b as usize].take_hash() {
             self.cached_free -= 1;
             // A block carries a hash only while it is that hash's canonical
             // block (`publish` keeps it so; `audit` checks it), so this is
             // the hash's entry.
-            self.canonical.remove(h);
+            self.canonical.remove_near(h, &mut self.evict_near);
             events.removed_one(h);
         }
         self.add_ref(b, owner, 1);
@@ -143,7 +171,7 @@ impl BlockPool {
         self.add_ref(b, owner, -1);
         let block = self.blocks[b as usize];
         if block.strongest().is_none() {
-            if block.hash.is_some() {
+            if block.hashed {
                 self.cached_free += 1;
             }
             self.free.push_back(b);
@@ -156,12 +184,19 @@ impl BlockPool {
         if from == to {
             return;
         }
-        match self.blocks.get(b as usize) {
-            Some(block) if block.refs[from as usize] > 0 => {}
-            _ => return,
+        let Some(block) = self.blocks.get_mut(b as usize) else {
+            return;
+        };
+        if block.refs[from as usize] == 0 {
+            return;
         }
-        self.add_ref(b, to, 1);
-        self.add_ref(b, from, -1);
+        // One read-modify-write of the block (this runs for every block of
+        // every pinned prefill and activated reservation).
+        let before = block.strongest();
+        block.refs[to as usize] = block.refs[to as usize].saturating_add(1);
+        block.refs[from as usize] -= 1;
+        let after = block.strongest();
+        self.recount(before, after);
     }
 
     /// Makes the referenced block `b` the cached copy of `hash`. If another
@@ -171,13 +206,16 @@ impl BlockPool {
         if b as usize >= self.blocks.len() {
             return Ok(());
         }
-        match self.canonical.try_insert(hash, b) {
+        match self
+            .canonical
+            .try_insert_near(hash, b, &mut self.publish_near)
+        {
             Err(c) if c == b => Ok(()),
             Err(c) => Err(c),
             Ok(()) => {
-                if let Some(old) = self.blocks[b as usize].hash.replace(hash) {
+                if let Some(old) = self.blocks[b as usize].replace_hash(hash) {
                     // `b` was canonical for `old` (the invariant above).
-                    self.canonical.remove(old);
+                    self.canonical.remove_near(old, &mut self.evict_near);
                 }
                 Ok(())
             }
@@ -195,7 +233,7 @@ impl BlockPool {
     /// The hash `b` caches, if any.
     #[cfg(test)]
     pub(crate) fn hash_of(&self, b: u32) -> Option<u64> {
-        self.blocks.get(b as usize).and_then(|blk| blk.hash)
+        self.blocks.get(b as usize).and_then(|blk| blk.hash())
     }
 
     fn add_ref(&mut self, b: u32, owner: Owner, delta: i32) {
@@ -208,6 +246,12 @@ impl BlockPool {
             r.saturating_sub(delta.unsigned_abs())
         };
         let after = block.strongest();
+        self.recount(before, after);
+    }
+
+    /// Moves a block between the per-owner totals when its strongest owner
+    /// changed.
+    fn recount(&mut self, before: Option<usize>, after: Option<usize>) {
         if before != after {
             if let Some(k) = before {
                 self.by_owner[k] -= 1;
@@ -253,12 +297,12 @@ impl BlockPool {
                     if !queued {
                         return Err(format!("unreferenced block {i} is not in the free queue"));
                     }
-                    if blk.hash.is_some() {
+                    if blk.hashed {
                         cached += 1;
                     }
                 }
             }
-            if let Some(h) = blk.hash {
+            if let Some(h) = blk.hash() {
                 if self.canonical.get(h) != Some(i as u32) {
                     return Err(format!("block {i} has hash {h:x} but is not canonical"));
                 }
@@ -292,7 +336,7 @@ mod tests {
         p.release(a, Owner::Active);
         assert_eq!((p.cached(), p.free_len()), (1, 3));
         // A hit takes it back without an event.
-        assert_eq!(p.lookup(0xa), Some(a));
+        assert_eq!(p.lookup(0xa, &mut Near::default()), Some(a));
         p.touch(a, Owner::Pinned);
         assert_eq!((p.cached(), p.owned_by(Owner::Pinned)), (0, 1));
         p.release(a, Owner::Pinned);
@@ -304,7 +348,7 @@ mod tests {
         assert_ne!(b, a);
         assert_ne!(c, a);
         assert_eq!(p.allocate(Owner::Reserved, &mut ev), Some(a));
-        assert_eq!(p.lookup(0xa), None);
+        assert_eq!(p.lookup(0xa, &mut Near::default()), None);
         assert_eq!(ev.pending().len(), 1);
         assert_eq!(p.allocate(Owner::Active, &mut ev), None);
         p.audit().unwrap();

@@ -158,8 +158,9 @@ impl<P: PerfModel> VllmCore<P> {
             return 0;
         }
         let mut evictable = 0;
+        let mut near = handoff_core::fasthash::Near::default();
         for &h in hashes.iter().take(max_blocks as usize) {
-            match self.pool.lookup(h) {
+            match self.pool.lookup(h, &mut near) {
                 Some(b) => {
                     if self.pool.is_free(b) {
                         evictable += 1;

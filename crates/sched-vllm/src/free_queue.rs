@@ -6,14 +6,16 @@
 
 /// "No block" in the links.
 const NIL: u32 = u32::MAX;
+/// The `prev` of a block that is not queued.
+const OUT: u32 = u32::MAX - 1;
 
-/// See the module docs. Links live in flat vectors indexed by block id, so the
-/// queue never allocates after construction.
+/// See the module docs. Each block's two links share one 8-byte entry (a
+/// block outside the queue is marked in its `prev`), so touching a block is
+/// one cache access, and the queue never allocates after construction.
 #[derive(Clone, Debug)]
 pub(crate) struct FreeQueue {
-    prev: Vec<u32>,
-    next: Vec<u32>,
-    queued: Vec<bool>,
+    /// `[prev, next]` per block.
+    links: Vec<[u32; 2]>,
     head: u32,
     tail: u32,
     len: u64,
@@ -22,11 +24,8 @@ pub(crate) struct FreeQueue {
 impl FreeQueue {
     /// A queue holding blocks `0..n` in id order, as vLLM's pool starts.
     pub(crate) fn full(n: u32) -> Self {
-        let len = n as usize;
         let mut q = FreeQueue {
-            prev: vec![NIL; len],
-            next: vec![NIL; len],
-            queued: vec![false; len],
+            links: vec![[OUT, NIL]; n as usize],
             head: NIL,
             tail: NIL,
             len: 0,
@@ -44,7 +43,7 @@ impl FreeQueue {
 
     /// Whether `b` is in the queue.
     pub(crate) fn contains(&self, b: u32) -> bool {
-        self.queued.get(b as usize).copied().unwrap_or(false)
+        self.links.get(b as usize).is_some_and(|l| l[0] != OUT)
     }
 
     /// The least recently freed block, without removing it.
@@ -62,42 +61,36 @@ impl FreeQueue {
     /// Appends `b` as the most recently freed block. A block already queued
     /// stays where it is (the pool never frees a block twice).
     pub(crate) fn push_back(&mut self, b: u32) {
-        let i = b as usize;
-        if i >= self.queued.len() || self.queued[i] {
+        if !matches!(self.links.get(b as usize), Some(l) if l[0] == OUT) {
             return;
         }
-        self.prev[i] = self.tail;
-        self.next[i] = NIL;
+        self.links[b as usize] = [self.tail, NIL];
         if self.tail == NIL {
             self.head = b;
         } else {
-            self.next[self.tail as usize] = b;
+            self.links[self.tail as usize][1] = b;
         }
         self.tail = b;
-        self.queued[i] = true;
         self.len += 1;
     }
 
     /// Unlinks `b` wherever it is; a block not queued is left alone.
     pub(crate) fn remove(&mut self, b: u32) {
-        let i = b as usize;
-        if i >= self.queued.len() || !self.queued[i] {
-            return;
-        }
-        let (p, n) = (self.prev[i], self.next[i]);
+        let [p, n] = match self.links.get(b as usize) {
+            Some(&l) if l[0] != OUT => l,
+            _ => return,
+        };
         if p == NIL {
             self.head = n;
         } else {
-            self.next[p as usize] = n;
+            self.links[p as usize][1] = n;
         }
         if n == NIL {
             self.tail = p;
         } else {
-            self.prev[n as usize] = p;
+            self.links[n as usize][0] = p;
         }
-        self.prev[i] = NIL;
-        self.next[i] = NIL;
-        self.queued[i] = false;
+        self.links[b as usize] = [OUT, NIL];
         self.len -= 1;
     }
 
@@ -110,7 +103,7 @@ impl FreeQueue {
                 None
             } else {
                 let b = cur;
-                cur = self.next[b as usize];
+                cur = self.links[b as usize][1];
                 Some(b)
             }
         })
