@@ -194,6 +194,11 @@ mod churn_tests {
 const LANE_BITS: u32 = 5;
 const LANES: u64 = 1 << LANE_BITS;
 
+/// How many consecutive keys, starting at a multiple of this, a
+/// [`U64Table`] stores as one group (`Request::block_hashes` aligns a
+/// chunk's blocks to it).
+pub const GROUP_KEYS: u64 = LANES;
+
 /// Up to [`LANES`] entries whose keys agree on all but the low
 /// [`LANE_BITS`] bits.
 #[derive(Clone, Copy, Debug)]
@@ -241,7 +246,6 @@ fn split(k: u64) -> (u64, u32) {
 /// group moved or left) is detected and ignored, so any hint is safe.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Near {
-    high: u64,
     slot: usize,
 }
 
@@ -286,7 +290,7 @@ impl<V: Copy + Default> U64Table<V> {
         }
         let r = self.find(high);
         if let Ok(i) = r {
-            *near = Near { high, slot: i };
+            *near = Near { slot: i };
         }
         r
     }
@@ -353,7 +357,7 @@ impl<V: Copy + Default> U64Table<V> {
                 });
                 self.len += 1;
                 self.groups += 1;
-                *near = Near { high, slot: i };
+                *near = Near { slot: i };
                 if self.groups * 2 > self.slots.len() {
                     self.grow();
                 }

@@ -121,6 +121,8 @@ pub struct KvEventQueue {
     pending: Vec<KvEvent>,
     /// The trailing pending `Removed` must not grow any more.
     sealed: bool,
+    /// Evictions the current allocation may cause (see [`Self::seal_for`]).
+    expected_removals: usize,
 }
 
 impl KvEventQueue {
@@ -171,9 +173,9 @@ impl KvEventQueue {
             event_id,
             data: KvEventData::Removed {
                 block_hashes: {
-                    // Evictions come a block at a time but usually many per
-                    // allocation: skip the first few doublings.
-                    let mut v = Vec::with_capacity(16);
+                    // Evictions come a block at a time but many per
+                    // allocation: size the event once.
+                    let mut v = Vec::with_capacity(self.expected_removals.max(1));
                     v.push(hash);
                     v
                 },
@@ -184,6 +186,14 @@ impl KvEventQueue {
     /// Ends the current allocation: later single evictions start a new event.
     pub fn seal(&mut self) {
         self.sealed = true;
+        self.expected_removals = 0;
+    }
+
+    /// [`Self::seal`], then starts an allocation of up to `blocks` blocks, so
+    /// its `Removed` event is allocated once at that size.
+    pub fn seal_for(&mut self, blocks: usize) {
+        self.seal();
+        self.expected_removals = blocks;
     }
 
     /// Moves the pending events into `out`.

@@ -56,11 +56,11 @@ impl Request {
     /// Chained hashes of the prompt's full `block_size`-token blocks, written
     /// into `out` (cleared first). Equal hashes mean equal prefixes, as with
     /// vLLM's chained `hash_block_tokens`: block `i`'s hash is the chained
-    /// hash of every trace chunk up to the last one it touches, offset by
-    /// `i`. The offset form keeps the blocks of one chunk on consecutive
-    /// hash values, which the block-hash tables turn into consecutive slots
-    /// (see `fasthash::U64Table`), and costs one mix per block instead of a
-    /// chain of them. Chunks past the trace's known ones get hashes salted
+    /// hash of every trace chunk up to the last one it touches, plus `i`'s
+    /// rank among the blocks ending in that chunk. The offset form keeps a
+    /// chunk's blocks on consecutive hash values, which the block-hash
+    /// tables store together (see `fasthash::U64Table`), and costs one add
+    /// per block instead of a chain of mixes. Chunks past the trace's known ones get hashes salted
     /// with the request id, so unknown content never shares.
     pub fn block_hashes(&self, block_size: u32, out: &mut Vec<u64>) {
         out.clear();
@@ -81,21 +81,30 @@ impl Request {
         }
         out.reserve((to - from) as usize);
         let last_chunk = |i: u64| ((i + 1) * bs - 1) / hbt;
-        // Chained hash of chunks `0..=chunk`, advanced lazily.
+        // The first block whose last chunk is `c`.
+        let first_block = |c: u64| (c * hbt + 1).div_ceil(bs).saturating_sub(1);
+        // A chunk's blocks count up from a base aligned to the hash tables'
+        // group size, so a 32-block chunk fills exactly one group.
+        let align = !(crate::fasthash::GROUP_KEYS - 1);
+        // Chained hash of chunks `0..=chunk`.
         let mut chunk = 0u64;
         let mut chained = mix64(self.chunk_content(0) ^ 0x5eed);
-        while chunk < last_chunk(from) {
-            chunk += 1;
-            chained = mix64(chained ^ self.chunk_content(chunk));
-        }
-        let mut base = mix64(chained);
-        for i in from..to {
-            while chunk < last_chunk(i) {
-                chunk += 1;
-                chained = mix64(chained ^ self.chunk_content(chunk));
-                base = mix64(chained);
+        let mut advance_to = |target: u64, chunk: &mut u64, chained: &mut u64| {
+            while *chunk < target {
+                *chunk += 1;
+                *chained = mix64(*chained ^ self.chunk_content(*chunk));
             }
-            out.push(base.wrapping_add(i));
+        };
+        advance_to(last_chunk(from), &mut chunk, &mut chained);
+        let mut base = mix64(chained) & align;
+        let mut first = first_block(chunk);
+        for i in from..to {
+            if last_chunk(i) > chunk {
+                advance_to(last_chunk(i), &mut chunk, &mut chained);
+                base = mix64(chained) & align;
+                first = first_block(chunk);
+            }
+            out.push(base.wrapping_add(i - first));
         }
     }
 
@@ -156,6 +165,8 @@ mod tests {
         assert!(h[..32].windows(2).all(|w| w[1] == w[0].wrapping_add(1)));
         assert!(h[32..].windows(2).all(|w| w[1] == w[0].wrapping_add(1)));
         assert_ne!(h[32], h[31].wrapping_add(1));
+        // Each 32-block chunk starts a table group.
+        assert_eq!((h[0] % 32, h[31] % 32, h[32] % 32), (0, 31, 0));
         // A later chunk's hash covers the earlier ones.
         let b = req(2, 1024, &[9, 8]);
         let mut hb = Vec::new();

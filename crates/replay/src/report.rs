@@ -141,32 +141,44 @@ struct StepShape {
     /// request of a stable batch gets `steps` tokens.
     end_first: Instant,
     end_last: Instant,
+    /// Growth of the pass time per pass, in nanoseconds.
+    slope: f64,
 }
 
 impl StepShape {
+    fn new(start: Instant, steps: u64, first: Duration, last: Duration) -> StepShape {
+        let f = first.as_nanos() as f64;
+        let l = last.as_nanos() as f64;
+        let slope = if steps > 1 {
+            (l - f) / (steps - 1) as f64
+        } else {
+            0.0
+        };
+        let mut shape = StepShape {
+            start,
+            steps,
+            first,
+            last,
+            slope,
+            ..StepShape::default()
+        };
+        shape.end_first = shape.end_of(1);
+        shape.end_last = shape.end_of(steps.max(1));
+        shape
+    }
+
     /// End of pass `j` (1-based): passes grow linearly from first to last.
     fn end_of(&self, j: u64) -> Instant {
         let f = self.first.as_nanos() as f64;
-        let l = self.last.as_nanos() as f64;
-        let slope = if self.steps > 1 {
-            (l - f) / (self.steps - 1) as f64
-        } else {
-            0.0
-        };
         let jf = j as f64;
-        let ns = jf * f + slope * jf * (jf - 1.0) / 2.0;
+        let ns = jf * f + self.slope * jf * (jf - 1.0) / 2.0;
         Instant(self.start.0 + ns.round() as u64)
     }
 
+    /// Duration of pass `j` (1-based), in nanoseconds. Runs once per token
+    /// of a batch whose pass time grows, so it reuses the step's slope.
     fn pass(&self, j: u64) -> u64 {
-        let f = self.first.as_nanos() as f64;
-        let l = self.last.as_nanos() as f64;
-        let slope = if self.steps > 1 {
-            (l - f) / (self.steps - 1) as f64
-        } else {
-            0.0
-        };
-        (f + slope * (j - 1) as f64).round() as u64
+        (self.first.as_nanos() as f64 + self.slope * (j - 1) as f64).round() as u64
     }
 }
 
@@ -306,16 +318,7 @@ impl Recorder {
                 if let Some(acc) = self.workers.get_mut(&w) {
                     acc.steps += steps;
                     acc.prefill_tokens += prefill_tokens;
-                    let mut shape = StepShape {
-                        start: *start,
-                        steps: *steps,
-                        first: *first_step,
-                        last: *last_step,
-                        ..StepShape::default()
-                    };
-                    shape.end_first = shape.end_of(1);
-                    shape.end_last = shape.end_of(shape.steps.max(1));
-                    acc.shape = shape;
+                    acc.shape = StepShape::new(*start, *steps, *first_step, *last_step);
                 }
             }
             WorkerEvent::Tokens {

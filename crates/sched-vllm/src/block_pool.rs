@@ -18,7 +18,7 @@
 //!   O(1).
 
 use crate::events::EventQueue;
-use crate::free_queue::FreeQueue;
+use crate::free_queue::{FreeQueue, Linked, Links};
 use handoff_core::fasthash::{Near, U64Table};
 
 /// Who holds a reference to a block. The order is the strength order used for
@@ -33,14 +33,26 @@ pub(crate) enum Owner {
     Reserved = 2,
 }
 
-/// 24 bytes rather than the 32 an `Option<u64>` hash would take: blocks are
-/// touched in allocation order, which churn scatters, so density counts.
+/// One block's whole state, free-queue links included, in 32 aligned bytes:
+/// churn scatters the blocks an allocation pops, so each pop, eviction and
+/// free should cost one cache line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(32))]
 struct Block {
     /// Meaningful only when `hashed`.
     hash_value: u64,
     refs: [u32; 3],
+    links: Links,
     hashed: bool,
+}
+
+impl Linked for Block {
+    fn links(&self) -> &Links {
+        &self.links
+    }
+    fn links_mut(&mut self) -> &mut Links {
+        &mut self.links
+    }
 }
 
 impl Block {
@@ -83,9 +95,10 @@ pub(crate) struct BlockPool {
 impl BlockPool {
     /// A pool of `n` empty blocks, all free.
     pub(crate) fn new(n: u32) -> Self {
+        let mut blocks = vec![Block::default(); n as usize];
         BlockPool {
-            blocks: vec![Block::default(); n as usize],
-            free: FreeQueue::full(n),
+            free: FreeQueue::full(&mut blocks),
+            blocks,
             cached_free: 0,
             by_owner: [0; 3],
             canonical: U64Table::with_capacity(n as usize),
@@ -123,18 +136,18 @@ impl BlockPool {
 
     /// Whether `b` is unreferenced (so taking it consumes a free block).
     pub(crate) fn is_free(&self, b: u32) -> bool {
-        self.free.contains(b)
+        self.free.contains(&self.blocks, b)
     }
 
     /// Adds a reference from `owner` to an existing block, taking it out of
     /// the free queue if it was cached there (vLLM `BlockPool.touch`).
     pub(crate) fn touch(&mut self, b: u32, owner: Owner) {
-        let Some(block) = self.blocks.get(b as usize) else {
+        let Some(&Block { hashed, .. }) = self.blocks.get(b as usize) else {
             return;
         };
-        if self.free.contains(b) {
-            self.free.remove(b);
-            if block.hashed {
+        if self.free.contains(&self.blocks, b) {
+            self.free.remove(&mut self.blocks, b);
+            if hashed {
                 self.cached_free -= 1;
             }
         }
@@ -145,7 +158,7 @@ impl BlockPool {
     /// if it had one (vLLM `BlockPool.get_new_blocks`). `None` when the pool
     /// is exhausted.
     pub(crate) fn allocate(&mut self, owner: Owner, events: &mut EventQueue) -> Option<u32> {
-        let b = self.free.pop_front()?;
+        let b = self.free.pop_front(&mut self.blocks)?;
         if let Some(h) = self.blocks[b as usize].take_hash() {
             self.cached_free -= 1;
             // A block carries a hash only while it is that hash's canonical
@@ -174,7 +187,7 @@ impl BlockPool {
             if block.hashed {
                 self.cached_free += 1;
             }
-            self.free.push_back(b);
+            self.free.push_back(&mut self.blocks, b);
         }
     }
 
@@ -271,7 +284,7 @@ impl BlockPool {
         format!(
             "blocks={:?} free={:?} cached={} owners={:?} canonical={:?}",
             self.blocks,
-            self.free.iter().collect::<Vec<_>>(),
+            self.free.iter(&self.blocks).collect::<Vec<_>>(),
             self.cached_free,
             self.by_owner,
             canonical
@@ -285,7 +298,7 @@ impl BlockPool {
         let mut by_owner = [0u64; 3];
         let mut cached = 0u64;
         for (i, blk) in self.blocks.iter().enumerate() {
-            let queued = self.free.contains(i as u32);
+            let queued = self.free.contains(&self.blocks, i as u32);
             match blk.strongest() {
                 Some(k) => {
                     by_owner[k] += 1;

@@ -177,8 +177,10 @@ impl<P: PerfModel> VllmCore<P> {
     /// checked that enough blocks are free.
     pub(crate) fn grow(&mut self, s: u32, tokens: u64) {
         let need = self.blocks_for(tokens);
-        self.events.seal();
         let seq = self.seqs.get_mut(s);
+        let more = (need as usize).saturating_sub(seq.blocks.len());
+        self.events.seal_for(more);
+        seq.blocks.reserve(more);
         while (seq.blocks.len() as u64) < need {
             match self.pool.allocate(seq.owner, &mut self.events) {
                 Some(b) => seq.blocks.push(b),
@@ -207,7 +209,7 @@ impl<P: PerfModel> VllmCore<P> {
         if full <= start {
             return;
         }
-        let mut run: Vec<u64> = Vec::new();
+        let mut run: Vec<u64> = Vec::with_capacity(full - start);
         let mut run_parent: Option<u64> = None;
         for i in start..full {
             let h = seq.hashes[i];

@@ -9,29 +9,57 @@ const NIL: u32 = u32::MAX;
 /// The `prev` of a block that is not queued.
 const OUT: u32 = u32::MAX - 1;
 
-/// See the module docs. Each block's two links share one 8-byte entry (a
-/// block outside the queue is marked in its `prev`), so touching a block is
-/// one cache access, and the queue never allocates after construction.
+/// A block's `[prev, next]` queue links, kept in the block's own entry so
+/// that popping or freeing a block touches one cache line, not two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Links([u32; 2]);
+
+impl Default for Links {
+    /// Not queued.
+    fn default() -> Self {
+        Links([OUT, NIL])
+    }
+}
+
+/// Something that carries a block's queue [`Links`].
+pub(crate) trait Linked {
+    fn links(&self) -> &Links;
+    fn links_mut(&mut self) -> &mut Links;
+}
+
+impl Linked for Links {
+    fn links(&self) -> &Links {
+        self
+    }
+    fn links_mut(&mut self) -> &mut Links {
+        self
+    }
+}
+
+/// See the module docs. The queue holds only its ends and length; each
+/// block's links live in the caller's per-block entries (`nodes`, indexed by
+/// block id), so the queue never allocates.
 #[derive(Clone, Debug)]
 pub(crate) struct FreeQueue {
-    /// `[prev, next]` per block.
-    links: Vec<[u32; 2]>,
     head: u32,
     tail: u32,
     len: u64,
 }
 
 impl FreeQueue {
-    /// A queue holding blocks `0..n` in id order, as vLLM's pool starts.
-    pub(crate) fn full(n: u32) -> Self {
+    /// A queue holding blocks `0..nodes.len()` in id order, as vLLM's pool
+    /// starts.
+    pub(crate) fn full<T: Linked>(nodes: &mut [T]) -> Self {
         let mut q = FreeQueue {
-            links: vec![[OUT, NIL]; n as usize],
             head: NIL,
             tail: NIL,
             len: 0,
         };
-        for b in 0..n {
-            q.push_back(b);
+        for n in nodes.iter_mut() {
+            *n.links_mut() = Links::default();
+        }
+        for b in 0..nodes.len() as u32 {
+            q.push_back(nodes, b);
         }
         q
     }
@@ -42,68 +70,63 @@ impl FreeQueue {
     }
 
     /// Whether `b` is in the queue.
-    pub(crate) fn contains(&self, b: u32) -> bool {
-        self.links.get(b as usize).is_some_and(|l| l[0] != OUT)
-    }
-
-    /// The least recently freed block, without removing it.
-    pub(crate) fn front(&self) -> Option<u32> {
-        (self.head != NIL).then_some(self.head)
+    pub(crate) fn contains<T: Linked>(&self, nodes: &[T], b: u32) -> bool {
+        nodes.get(b as usize).is_some_and(|n| n.links().0[0] != OUT)
     }
 
     /// Removes and returns the least recently freed block.
-    pub(crate) fn pop_front(&mut self) -> Option<u32> {
-        let b = self.front()?;
-        self.remove(b);
+    pub(crate) fn pop_front<T: Linked>(&mut self, nodes: &mut [T]) -> Option<u32> {
+        let b = (self.head != NIL).then_some(self.head)?;
+        self.remove(nodes, b);
         Some(b)
     }
 
     /// Appends `b` as the most recently freed block. A block already queued
     /// stays where it is (the pool never frees a block twice).
-    pub(crate) fn push_back(&mut self, b: u32) {
-        if !matches!(self.links.get(b as usize), Some(l) if l[0] == OUT) {
+    pub(crate) fn push_back<T: Linked>(&mut self, nodes: &mut [T], b: u32) {
+        if !matches!(nodes.get(b as usize), Some(n) if n.links().0[0] == OUT) {
             return;
         }
-        self.links[b as usize] = [self.tail, NIL];
+        nodes[b as usize].links_mut().0 = [self.tail, NIL];
         if self.tail == NIL {
             self.head = b;
         } else {
-            self.links[self.tail as usize][1] = b;
+            nodes[self.tail as usize].links_mut().0[1] = b;
         }
         self.tail = b;
         self.len += 1;
     }
 
     /// Unlinks `b` wherever it is; a block not queued is left alone.
-    pub(crate) fn remove(&mut self, b: u32) {
-        let [p, n] = match self.links.get(b as usize) {
-            Some(&l) if l[0] != OUT => l,
+    pub(crate) fn remove<T: Linked>(&mut self, nodes: &mut [T], b: u32) {
+        let [p, n] = match nodes.get(b as usize) {
+            Some(node) if node.links().0[0] != OUT => node.links().0,
             _ => return,
         };
         if p == NIL {
             self.head = n;
         } else {
-            self.links[p as usize][1] = n;
+            nodes[p as usize].links_mut().0[1] = n;
         }
         if n == NIL {
             self.tail = p;
         } else {
-            self.links[n as usize][0] = p;
+            nodes[n as usize].links_mut().0[0] = p;
         }
-        self.links[b as usize] = [OUT, NIL];
+        *nodes[b as usize].links_mut() = Links::default();
         self.len -= 1;
     }
 
     /// Queue contents front to back (tests and snapshots only).
     #[cfg(test)]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn iter<'a, T: Linked>(&self, nodes: &'a [T]) -> impl Iterator<Item = u32> + 'a {
         let mut cur = self.head;
         std::iter::from_fn(move || {
             if cur == NIL {
                 None
             } else {
                 let b = cur;
-                cur = self.links[b as usize][1];
+                cur = nodes[b as usize].links().0[1];
                 Some(b)
             }
         })
@@ -116,23 +139,25 @@ mod tests {
 
     #[test]
     fn lru_order_and_middle_removal() {
-        let mut q = FreeQueue::full(4);
-        assert_eq!(q.iter().collect::<Vec<_>>(), vec![0, 1, 2, 3]);
-        q.remove(2);
-        assert!(!q.contains(2));
-        assert_eq!(q.pop_front(), Some(0));
-        q.push_back(0);
-        q.push_back(2);
-        q.push_back(2);
-        assert_eq!(q.iter().collect::<Vec<_>>(), vec![1, 3, 0, 2]);
+        let mut n = vec![Links::default(); 4];
+        let mut q = FreeQueue::full(&mut n);
+        assert_eq!(q.iter(&n).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        q.remove(&mut n, 2);
+        assert!(!q.contains(&n, 2));
+        assert_eq!(q.pop_front(&mut n), Some(0));
+        q.push_back(&mut n, 0);
+        q.push_back(&mut n, 2);
+        q.push_back(&mut n, 2);
+        assert_eq!(q.iter(&n).collect::<Vec<_>>(), vec![1, 3, 0, 2]);
         assert_eq!(q.len(), 4);
-        q.remove(2);
-        q.remove(1);
-        q.remove(7);
-        assert_eq!(q.iter().collect::<Vec<_>>(), vec![3, 0]);
-        assert_eq!(q.pop_front(), Some(3));
-        assert_eq!(q.pop_front(), Some(0));
-        assert_eq!(q.pop_front(), None);
+        q.remove(&mut n, 2);
+        q.remove(&mut n, 1);
+        q.remove(&mut n, 7);
+        assert_eq!(q.iter(&n).collect::<Vec<_>>(), vec![3, 0]);
+        assert_eq!(q.pop_front(&mut n), Some(3));
+        assert_eq!(q.pop_front(&mut n), Some(0));
+        assert_eq!(q.pop_front(&mut n), None);
         assert_eq!(q.len(), 0);
+        assert!(!q.contains(&n, 0));
     }
 }
