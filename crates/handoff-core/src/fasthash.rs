@@ -199,31 +199,33 @@ const LANES: u64 = 1 << LANE_BITS;
 /// chunk's blocks to it).
 pub const GROUP_KEYS: u64 = LANES;
 
-/// Up to [`LANES`] entries whose keys agree on all but the low
-/// [`LANE_BITS`] bits.
-#[derive(Clone, Copy, Debug)]
-struct Group<V: Copy> {
+/// A group's slot: up to [`LANES`] entries whose keys agree on all but the
+/// low [`LANE_BITS`] bits. `present == 0` marks an empty slot (a group with
+/// no entry is never kept).
+#[derive(Clone, Copy, Debug, Default)]
+struct Head {
     /// The shared high bits (`key >> LANE_BITS`).
     high: u64,
     /// Which lanes hold an entry.
     present: u32,
-    values: [V; LANES as usize],
 }
 
 /// An open-addressing table from `u64` block-hash keys to small copyable
 /// values.
 ///
-/// Keys are grouped by all but their low five bits, and a group is one
-/// slot: linear probing with backward-shift deletion over groups (no
-/// tombstones), a presence mask and the lanes' values inline. The blocks of
-/// one prompt chunk carry consecutive hashes (`Request::block_hashes`), so
-/// storing, matching or evicting a prompt touches one group per 32 blocks
-/// rather than one cache miss per block; arbitrary well-mixed keys simply
-/// fill one lane per group. Kept at most half full. Used for the hot
-/// block-hash indexes.
+/// Keys are grouped by all but their low five bits, and a group takes one
+/// slot: linear probing with backward-shift deletion over 16-byte group
+/// heads (no tombstones), the lanes' values in a parallel array touched
+/// only for the lane in use. The blocks of one prompt chunk carry
+/// consecutive hashes (`Request::block_hashes`), so storing, matching or
+/// evicting a prompt touches one group per 32 blocks rather than one cache
+/// miss per block; arbitrary well-mixed keys simply fill one lane per
+/// group. Kept at most half full. Used for the hot block-hash indexes.
 #[derive(Clone, Debug)]
 pub struct U64Table<V: Copy + Default> {
-    slots: Vec<Option<Group<V>>>,
+    heads: Vec<Head>,
+    /// Lane values per slot; a lane not present in its head is garbage.
+    values: Vec<[V; LANES as usize]>,
     /// Entries (not groups).
     len: usize,
     groups: usize,
@@ -257,7 +259,8 @@ impl<V: Copy + Default> U64Table<V> {
     pub fn with_capacity(n: usize) -> Self {
         let cap = (n / LANES as usize * 4).max(16).next_power_of_two();
         U64Table {
-            slots: vec![None; cap],
+            heads: vec![Head::default(); cap],
+            values: vec![[V::default(); LANES as usize]; cap],
             len: 0,
             groups: 0,
             mask: cap - 1,
@@ -273,18 +276,21 @@ impl<V: Copy + Default> U64Table<V> {
     fn find(&self, high: u64) -> Result<usize, usize> {
         let mut i = self.home(high);
         loop {
-            match &self.slots[i] {
-                None => return Err(i),
-                Some(g) if g.high == high => return Ok(i),
-                Some(_) => i = (i + 1) & self.mask,
+            let h = self.heads[i];
+            if h.present == 0 {
+                return Err(i);
             }
+            if h.high == high {
+                return Ok(i);
+            }
+            i = (i + 1) & self.mask;
         }
     }
 
     /// [`Self::find`], trying `near` first and updating it.
     fn find_near(&self, high: u64, near: &mut Near) -> Result<usize, usize> {
-        if let Some(Some(g)) = self.slots.get(near.slot) {
-            if g.high == high {
+        if let Some(h) = self.heads.get(near.slot) {
+            if h.present != 0 && h.high == high {
                 return Ok(near.slot);
             }
         }
@@ -295,11 +301,11 @@ impl<V: Copy + Default> U64Table<V> {
         r
     }
 
-    fn entry(&self, k: u64, near: &mut Near) -> Option<(&Group<V>, u32)> {
+    /// The slot and lane holding `k`.
+    fn entry(&self, k: u64, near: &mut Near) -> Option<(usize, usize)> {
         let (high, lane) = split(k);
         let i = self.find_near(high, near).ok()?;
-        let g = self.slots[i].as_ref()?;
-        (g.present & (1 << lane) != 0).then_some((g, lane))
+        (self.heads[i].present & (1 << lane) != 0).then_some((i, lane as usize))
     }
 
     /// The value for `k`.
@@ -309,7 +315,7 @@ impl<V: Copy + Default> U64Table<V> {
 
     /// [`Self::get`] with a hint.
     pub fn get_near(&self, k: u64, near: &mut Near) -> Option<V> {
-        self.entry(k, near).map(|(g, lane)| g.values[lane as usize])
+        self.entry(k, near).map(|(i, lane)| self.values[i][lane])
     }
 
     /// Whether `k` is present.
@@ -336,29 +342,21 @@ impl<V: Copy + Default> U64Table<V> {
         let bit = 1u32 << lane;
         match self.find_near(high, near) {
             Ok(i) => {
-                let Some(g) = self.slots[i].as_mut() else {
-                    return Ok(());
-                };
-                if g.present & bit != 0 {
-                    return Err(g.values[lane as usize]);
+                if self.heads[i].present & bit != 0 {
+                    return Err(self.values[i][lane as usize]);
                 }
-                g.present |= bit;
-                g.values[lane as usize] = v;
+                self.heads[i].present |= bit;
+                self.values[i][lane as usize] = v;
                 self.len += 1;
                 Ok(())
             }
             Err(i) => {
-                let mut values = [V::default(); LANES as usize];
-                values[lane as usize] = v;
-                self.slots[i] = Some(Group {
-                    high,
-                    present: bit,
-                    values,
-                });
+                self.heads[i] = Head { high, present: bit };
+                self.values[i][lane as usize] = v;
                 self.len += 1;
                 self.groups += 1;
                 *near = Near { slot: i };
-                if self.groups * 2 > self.slots.len() {
+                if self.groups * 2 > self.heads.len() {
                     self.grow();
                 }
                 Ok(())
@@ -373,14 +371,9 @@ impl<V: Copy + Default> U64Table<V> {
 
     /// [`Self::insert`] with a hint.
     pub fn insert_near(&mut self, k: u64, v: V, near: &mut Near) {
-        let (high, lane) = split(k);
-        if let Ok(i) = self.find_near(high, near) {
-            if let Some(g) = self.slots[i].as_mut() {
-                if g.present & (1 << lane) != 0 {
-                    g.values[lane as usize] = v;
-                    return;
-                }
-            }
+        if let Some((i, lane)) = self.entry(k, near) {
+            self.values[i][lane] = v;
+            return;
         }
         let _ = self.try_insert_near(k, v, near);
     }
@@ -393,30 +386,27 @@ impl<V: Copy + Default> U64Table<V> {
 
     /// [`Self::remove`] with a hint.
     pub fn remove_near(&mut self, k: u64, near: &mut Near) -> Option<V> {
-        let (high, lane) = split(k);
-        let bit = 1u32 << lane;
-        let i = self.find_near(high, near).ok()?;
-        let g = self.slots[i].as_mut()?;
-        if g.present & bit == 0 {
-            return None;
-        }
-        g.present &= !bit;
-        let removed = g.values[lane as usize];
+        let (i, lane) = self.entry(k, near)?;
+        let removed = self.values[i][lane];
+        self.heads[i].present &= !(1 << lane);
         self.len -= 1;
-        if g.present == 0 {
+        if self.heads[i].present == 0 {
             self.remove_slot(i);
         }
         Some(removed)
     }
 
     fn remove_slot(&mut self, mut i: usize) {
-        self.slots[i] = None;
+        self.heads[i] = Head::default();
         self.groups -= 1;
         let mut j = i;
         loop {
             j = (j + 1) & self.mask;
-            let Some(g) = &self.slots[j] else { break };
-            let home = self.home(g.high);
+            let h = self.heads[j];
+            if h.present == 0 {
+                break;
+            }
+            let home = self.home(h.high);
             // Move the group at j into the hole at i unless its home lies
             // cyclically in (i, j].
             let in_range = if i <= j {
@@ -425,20 +415,28 @@ impl<V: Copy + Default> U64Table<V> {
                 i < home || home <= j
             };
             if !in_range {
-                self.slots[i] = self.slots[j].take();
+                self.heads[i] = h;
+                self.values[i] = self.values[j];
+                self.heads[j] = Head::default();
                 i = j;
             }
         }
     }
 
     fn grow(&mut self) {
-        let old = std::mem::take(&mut self.slots);
-        let cap = old.len() * 2;
-        self.slots = vec![None; cap];
+        let heads = std::mem::take(&mut self.heads);
+        let values = std::mem::take(&mut self.values);
+        let cap = heads.len() * 2;
+        self.heads = vec![Head::default(); cap];
+        self.values = vec![[V::default(); LANES as usize]; cap];
         self.mask = cap - 1;
-        for g in old.into_iter().flatten() {
-            if let Err(i) = self.find(g.high) {
-                self.slots[i] = Some(g);
+        for (h, v) in heads.into_iter().zip(values) {
+            if h.present == 0 {
+                continue;
+            }
+            if let Err(i) = self.find(h.high) {
+                self.heads[i] = h;
+                self.values[i] = v;
             }
         }
     }
@@ -455,23 +453,22 @@ impl<V: Copy + Default> U64Table<V> {
 
     /// Drops every entry, keeping the allocation.
     pub fn clear(&mut self) {
-        self.slots.iter_mut().for_each(|s| *s = None);
+        self.heads.iter_mut().for_each(|h| *h = Head::default());
         self.len = 0;
         self.groups = 0;
     }
 
     /// Entries in slot order (arbitrary; never let it reach an output).
     pub fn iter(&self) -> impl Iterator<Item = (u64, V)> + '_ {
-        self.slots.iter().flatten().flat_map(|g| {
-            (0..LANES as u32)
-                .filter(move |lane| g.present & (1 << lane) != 0)
-                .map(move |lane| {
-                    (
-                        (g.high << LANE_BITS) | u64::from(lane),
-                        g.values[lane as usize],
-                    )
-                })
-        })
+        self.heads
+            .iter()
+            .zip(&self.values)
+            .filter(|(h, _)| h.present != 0)
+            .flat_map(|(h, vals)| {
+                (0..LANES as u32)
+                    .filter(move |lane| h.present & (1 << lane) != 0)
+                    .map(move |lane| ((h.high << LANE_BITS) | u64::from(lane), vals[lane as usize]))
+            })
     }
 }
 

@@ -89,7 +89,7 @@ impl Request {
         // Chained hash of chunks `0..=chunk`.
         let mut chunk = 0u64;
         let mut chained = mix64(self.chunk_content(0) ^ 0x5eed);
-        let mut advance_to = |target: u64, chunk: &mut u64, chained: &mut u64| {
+        let advance_to = |target: u64, chunk: &mut u64, chained: &mut u64| {
             while *chunk < target {
                 *chunk += 1;
                 *chained = mix64(*chained ^ self.chunk_content(*chunk));
