@@ -527,6 +527,7 @@ mod table_tests {
             assert_eq!(t.len(), m.len());
         }
         assert!(t.groups <= t.len, "groups hold at least one entry each");
+        assert!(t.iter().all(|(k, v)| t.get(k) == Some(v)));
         let mut a: Vec<_> = t.iter().collect();
         let mut b: Vec<_> = m.into_iter().collect();
         a.sort();
@@ -534,5 +535,42 @@ mod table_tests {
         assert_eq!(a, b);
         t.clear();
         assert!(t.is_empty() && t.iter().next().is_none());
+    }
+
+    #[test]
+    fn one_long_lived_hint_is_always_safe() {
+        // A single `Near` reused across unrelated keys, removals that shift
+        // groups and growth: a stale hint must never misdirect an operation.
+        let mut t: U64Table<u32> = U64Table::with_capacity(1);
+        let mut m: HashMap<u64, u32> = HashMap::new();
+        let mut rng = Rng::seeded(17);
+        let mut near = Near::default();
+        let bases: Vec<u64> = (0..64).map(|_| rng.next_u64() & !31).collect();
+        for step in 0..100_000u32 {
+            let k = bases[rng.below(64) as usize] + rng.below(48);
+            match rng.below(4) {
+                0 => assert_eq!(t.remove_near(k, &mut near), m.remove(&k), "step {step}"),
+                1 => {
+                    let expect = m.get(&k).copied();
+                    let got = t.try_insert_near(k, step, &mut near);
+                    match expect {
+                        Some(v) => assert_eq!(got, Err(v), "step {step}"),
+                        None => {
+                            assert_eq!(got, Ok(()), "step {step}");
+                            m.insert(k, step);
+                        }
+                    }
+                }
+                2 => {
+                    t.insert_near(k, step, &mut near);
+                    m.insert(k, step);
+                }
+                _ => assert_eq!(t.get_near(k, &mut near), m.get(&k).copied(), "step {step}"),
+            }
+            assert_eq!(t.len(), m.len());
+        }
+        let run: Vec<u64> = (0..40).map(|i| bases[0] + i).collect();
+        let expect = run.iter().take_while(|k| m.contains_key(k)).count();
+        assert_eq!(t.prefix_len(&run), expect);
     }
 }
