@@ -107,6 +107,9 @@ impl Seq {
     }
 }
 
+/// Entries of a vacated slot's buffers kept for the next request.
+const KEEP_CAPACITY: usize = 1024;
+
 /// Reusable request slots.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Slab {
@@ -147,12 +150,22 @@ impl Slab {
         idx
     }
 
-    /// Returns a slot; its block table must already be released.
+    /// Returns a slot; its block table must already be released. Buffers
+    /// past [`KEEP_CAPACITY`] are dropped rather than kept for reuse, so the
+    /// slab's memory follows the requests in flight, not the longest prompts
+    /// ever seen (one allocation per long request is noise next to its
+    /// per-block work).
     pub(crate) fn remove(&mut self, idx: u32) {
         if let Some(s) = self.seqs.get_mut(idx as usize) {
             if s.phase != Phase::Vacant {
                 s.phase = Phase::Vacant;
                 s.blocks.clear();
+                if s.blocks.capacity() > KEEP_CAPACITY {
+                    s.blocks = Vec::new();
+                }
+                if s.hashes.capacity() > KEEP_CAPACITY {
+                    s.hashes = Vec::new();
+                }
                 self.vacant.push(idx);
             }
         }
@@ -174,5 +187,42 @@ impl Slab {
             .enumerate()
             .filter(|(_, s)| s.phase != Phase::Vacant)
             .map(|(i, s)| (i as u32, s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use handoff_core::Instant;
+
+    #[test]
+    fn vacated_slots_keep_small_buffers_and_drop_large_ones() {
+        let req = |id: u64, prompt: u32| Request {
+            id: RequestId(id),
+            prompt_tokens: prompt,
+            max_output_tokens: 1,
+            prefix_hashes: Vec::new(),
+            hash_block_tokens: 512,
+            session: None,
+            arrival: Instant::ZERO,
+        };
+        let mut slab = Slab::default();
+        let small = slab.insert(&req(1, 64), Kind::Ordinary, Phase::Waiting);
+        slab.get_mut(small).hashes.extend(0..100);
+        slab.get_mut(small).blocks.extend(0..100);
+        let large = slab.insert(&req(2, 1 << 20), Kind::Ordinary, Phase::Waiting);
+        slab.get_mut(large).hashes.extend(0..50_000);
+        slab.get_mut(large).blocks.extend(0..50_000);
+        slab.remove(small);
+        slab.remove(large);
+        assert!(
+            slab.get(small).hashes.capacity() >= 100,
+            "small buffers are reused"
+        );
+        assert!(slab.get(large).hashes.capacity() <= KEEP_CAPACITY);
+        assert!(slab.get(large).blocks.capacity() <= KEEP_CAPACITY);
+        // A reused slot starts empty either way.
+        let again = slab.insert(&req(3, 64), Kind::Ordinary, Phase::Waiting);
+        assert!(slab.get(again).hashes.is_empty() && slab.get(again).blocks.is_empty());
     }
 }
