@@ -251,6 +251,34 @@ pub struct Near {
     slot: usize,
 }
 
+/// Calls `f(high, lanes, repeats)` for each run of consecutive `keys` that
+/// share a group: the run's lane mask and how many of its keys repeated a
+/// lane already in the run.
+fn for_group_runs(keys: &[u64], mut f: impl FnMut(u64, u32, usize)) {
+    let mut run: Option<(u64, u32, usize)> = None;
+    for &k in keys {
+        let (high, lane) = split(k);
+        let bit = 1u32 << lane;
+        match &mut run {
+            Some((h, mask, repeats)) if *h == high => {
+                if *mask & bit != 0 {
+                    *repeats += 1;
+                }
+                *mask |= bit;
+            }
+            _ => {
+                if let Some((h, mask, repeats)) = run {
+                    f(h, mask, repeats);
+                }
+                run = Some((high, bit, 0));
+            }
+        }
+    }
+    if let Some((h, mask, repeats)) = run {
+        f(h, mask, repeats);
+    }
+}
+
 impl<V: Copy + Default> U64Table<V> {
     /// A table for about `n` keys in runs before it grows. Sized for
     /// prompt-like keys (about two groups per 32-key run) rather than the
@@ -329,6 +357,57 @@ impl<V: Copy + Default> U64Table<V> {
         keys.iter()
             .take_while(|&&k| self.entry(k, &mut near).is_some())
             .count()
+    }
+
+    /// Inserts `v` under every key of `keys` (replacing present values).
+    /// Consecutive keys of one group are applied as one mask.
+    pub fn insert_all(&mut self, keys: &[u64], v: V) {
+        let mut near = Near::default();
+        for_group_runs(keys, |high, mask, _| {
+            let i = match self.find_near(high, &mut near) {
+                Ok(i) => i,
+                Err(i) => {
+                    self.heads[i] = Head { high, present: 0 };
+                    self.groups += 1;
+                    i
+                }
+            };
+            let added = mask & !self.heads[i].present;
+            self.heads[i].present |= mask;
+            self.len += added.count_ones() as usize;
+            if std::mem::size_of::<V>() != 0 {
+                let mut m = mask;
+                while m != 0 {
+                    self.values[i][m.trailing_zeros() as usize] = v;
+                    m &= m - 1;
+                }
+            }
+            if self.groups * 2 > self.heads.len() {
+                self.grow();
+            }
+        });
+    }
+
+    /// Removes every key of `keys`; returns how many were not present (a
+    /// key repeated within `keys` counts as absent the second time).
+    pub fn remove_all(&mut self, keys: &[u64]) -> usize {
+        let mut near = Near::default();
+        let mut absent = 0;
+        for_group_runs(keys, |high, mask, repeats| {
+            absent += repeats;
+            let Ok(i) = self.find_near(high, &mut near) else {
+                absent += mask.count_ones() as usize;
+                return;
+            };
+            let present = self.heads[i].present;
+            absent += (mask & !present).count_ones() as usize;
+            self.len -= (mask & present).count_ones() as usize;
+            self.heads[i].present = present & !mask;
+            if self.heads[i].present == 0 {
+                self.remove_slot(i);
+            }
+        });
+        absent
     }
 
     /// Inserts `v` under `k` unless present; returns the present value then.
@@ -535,6 +614,40 @@ mod table_tests {
         assert_eq!(a, b);
         t.clear();
         assert!(t.is_empty() && t.iter().next().is_none());
+    }
+
+    #[test]
+    fn bulk_insert_and_remove_match_one_key_at_a_time() {
+        let mut rng = Rng::seeded(23);
+        let bases: Vec<u64> = (0..8).map(|_| rng.next_u64()).collect();
+        let mut bulk: U64Table<()> = U64Table::with_capacity(1);
+        let mut single: U64Table<()> = U64Table::with_capacity(1);
+        for step in 0..20_000 {
+            // Runs of consecutive keys, sometimes repeated or out of order.
+            let base = bases[rng.below(8) as usize];
+            let start = rng.below(64);
+            let mut keys: Vec<u64> = (start..start + rng.below(70)).map(|i| base + i).collect();
+            if rng.below(4) == 0 && !keys.is_empty() {
+                let k = keys[rng.below(keys.len() as u64) as usize];
+                keys.push(k);
+                let last = keys.len() - 1;
+                keys.swap(0, 1.min(last));
+            }
+            if rng.below(2) == 0 {
+                bulk.insert_all(&keys, ());
+                keys.iter().for_each(|&k| single.insert(k, ()));
+            } else {
+                let absent = keys.iter().filter(|&&k| single.remove(k).is_none()).count();
+                assert_eq!(bulk.remove_all(&keys), absent, "step {step}");
+            }
+            assert_eq!(bulk.len(), single.len(), "step {step}");
+            assert_eq!(bulk.groups, single.groups, "step {step}");
+        }
+        let mut a: Vec<_> = bulk.iter().collect();
+        let mut b: Vec<_> = single.iter().collect();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
     }
 
     #[test]

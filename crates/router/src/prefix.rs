@@ -24,7 +24,7 @@
 //! publishes nothing until activation (DEP invariant 4), so it can never
 //! attract traffic.
 
-use handoff_core::fasthash::{Near, U64Table};
+use handoff_core::fasthash::U64Table;
 use handoff_core::{KvEvent, KvEventData};
 
 /// What applying one event did.
@@ -64,18 +64,10 @@ impl PrefixIndex {
                         return applied;
                     }
                 }
-                let mut near = Near::default();
-                for &h in block_hashes {
-                    self.blocks.insert_near(h, (), &mut near);
-                }
+                self.blocks.insert_all(block_hashes, ());
             }
             KvEventData::Removed { block_hashes } => {
-                let mut near = Near::default();
-                for &h in block_hashes {
-                    if self.blocks.remove_near(h, &mut near).is_none() {
-                        applied.unknown_removals += 1;
-                    }
-                }
+                applied.unknown_removals = self.blocks.remove_all(block_hashes) as u64;
             }
             KvEventData::Cleared => self.blocks.clear(),
         }
