@@ -364,27 +364,7 @@ impl<V: Copy + Default> U64Table<V> {
     pub fn insert_all(&mut self, keys: &[u64], v: V) {
         let mut near = Near::default();
         for_group_runs(keys, |high, mask, _| {
-            let i = match self.find_near(high, &mut near) {
-                Ok(i) => i,
-                Err(i) => {
-                    self.heads[i] = Head { high, present: 0 };
-                    self.groups += 1;
-                    i
-                }
-            };
-            let added = mask & !self.heads[i].present;
-            self.heads[i].present |= mask;
-            self.len += added.count_ones() as usize;
-            if std::mem::size_of::<V>() != 0 {
-                let mut m = mask;
-                while m != 0 {
-                    self.values[i][m.trailing_zeros() as usize] = v;
-                    m &= m - 1;
-                }
-            }
-            if self.groups * 2 > self.heads.len() {
-                self.grow();
-            }
+            self.set_lanes(high, mask, v, &mut near)
         });
     }
 
@@ -394,18 +374,11 @@ impl<V: Copy + Default> U64Table<V> {
         let mut near = Near::default();
         let mut absent = 0;
         for_group_runs(keys, |high, mask, repeats| {
-            absent += repeats;
-            let Ok(i) = self.find_near(high, &mut near) else {
-                absent += mask.count_ones() as usize;
-                return;
+            let removed = match self.find_near(high, &mut near) {
+                Ok(i) => self.clear_lanes(i, mask),
+                Err(_) => 0,
             };
-            let present = self.heads[i].present;
-            absent += (mask & !present).count_ones() as usize;
-            self.len -= (mask & present).count_ones() as usize;
-            self.heads[i].present = present & !mask;
-            if self.heads[i].present == 0 {
-                self.remove_slot(i);
-            }
+            absent += repeats + (mask & !removed).count_ones() as usize;
         });
         absent
     }
@@ -417,30 +390,12 @@ impl<V: Copy + Default> U64Table<V> {
 
     /// [`Self::try_insert`] with a hint.
     pub fn try_insert_near(&mut self, k: u64, v: V, near: &mut Near) -> Result<(), V> {
-        let (high, lane) = split(k);
-        let bit = 1u32 << lane;
-        match self.find_near(high, near) {
-            Ok(i) => {
-                if self.heads[i].present & bit != 0 {
-                    return Err(self.values[i][lane as usize]);
-                }
-                self.heads[i].present |= bit;
-                self.values[i][lane as usize] = v;
-                self.len += 1;
-                Ok(())
-            }
-            Err(i) => {
-                self.heads[i] = Head { high, present: bit };
-                self.values[i][lane as usize] = v;
-                self.len += 1;
-                self.groups += 1;
-                *near = Near { slot: i };
-                if self.groups * 2 > self.heads.len() {
-                    self.grow();
-                }
-                Ok(())
-            }
+        if let Some((i, lane)) = self.entry(k, near) {
+            return Err(self.values[i][lane]);
         }
+        let (high, lane) = split(k);
+        self.set_lanes(high, 1 << lane, v, near);
+        Ok(())
     }
 
     /// Inserts or replaces.
@@ -450,11 +405,8 @@ impl<V: Copy + Default> U64Table<V> {
 
     /// [`Self::insert`] with a hint.
     pub fn insert_near(&mut self, k: u64, v: V, near: &mut Near) {
-        if let Some((i, lane)) = self.entry(k, near) {
-            self.values[i][lane] = v;
-            return;
-        }
-        let _ = self.try_insert_near(k, v, near);
+        let (high, lane) = split(k);
+        self.set_lanes(high, 1 << lane, v, near);
     }
 
     /// Removes `k`. A group left empty is removed by shifting later members
@@ -467,12 +419,50 @@ impl<V: Copy + Default> U64Table<V> {
     pub fn remove_near(&mut self, k: u64, near: &mut Near) -> Option<V> {
         let (i, lane) = self.entry(k, near)?;
         let removed = self.values[i][lane];
-        self.heads[i].present &= !(1 << lane);
-        self.len -= 1;
+        self.clear_lanes(i, 1 << lane);
+        Some(removed)
+    }
+
+    /// Stores `v` in the `mask` lanes of group `high`, creating the group
+    /// if needed; the one write path of every insertion.
+    fn set_lanes(&mut self, high: u64, mask: u32, v: V, near: &mut Near) {
+        let i = match self.find_near(high, near) {
+            Ok(i) => i,
+            Err(i) => {
+                self.groups += 1;
+                *near = Near { slot: i };
+                i
+            }
+        };
+        let head = &mut self.heads[i];
+        self.len += (mask & !head.present).count_ones() as usize;
+        *head = Head {
+            high,
+            present: head.present | mask,
+        };
+        if std::mem::size_of::<V>() != 0 {
+            let mut m = mask;
+            while m != 0 {
+                self.values[i][m.trailing_zeros() as usize] = v;
+                m &= m - 1;
+            }
+        }
+        if self.groups * 2 > self.heads.len() {
+            self.grow();
+        }
+    }
+
+    /// Clears the `mask` lanes of the group in slot `i`, dropping the group
+    /// once empty; returns the lanes that were present.
+    fn clear_lanes(&mut self, i: usize, mask: u32) -> u32 {
+        let present = self.heads[i].present;
+        let removed = present & mask;
+        self.len -= removed.count_ones() as usize;
+        self.heads[i].present = present & !mask;
         if self.heads[i].present == 0 {
             self.remove_slot(i);
         }
-        Some(removed)
+        removed
     }
 
     fn remove_slot(&mut self, mut i: usize) {

@@ -60,8 +60,9 @@ impl Request {
     /// rank among the blocks ending in that chunk. The offset form keeps a
     /// chunk's blocks on consecutive hash values, which the block-hash
     /// tables store together (see `fasthash::U64Table`), and costs one add
-    /// per block instead of a chain of mixes. Chunks past the trace's known ones get hashes salted
-    /// with the request id, so unknown content never shares.
+    /// per block instead of a chain of mixes. Chunks past the trace's known
+    /// ones get hashes salted with the request id, so unknown content never
+    /// shares.
     pub fn block_hashes(&self, block_size: u32, out: &mut Vec<u64>) {
         out.clear();
         self.extend_block_hashes(block_size, out, usize::MAX);
@@ -86,24 +87,25 @@ impl Request {
         // A chunk's blocks count up from a base aligned to the hash tables'
         // group size, so a 32-block chunk fills exactly one group.
         let align = !(crate::fasthash::GROUP_KEYS - 1);
-        // Chained hash of chunks `0..=chunk`.
+        // Chained hash of chunks `0..=chunk`, advanced as blocks need it.
         let mut chunk = 0u64;
         let mut chained = mix64(self.chunk_content(0) ^ 0x5eed);
-        let advance_to = |target: u64, chunk: &mut u64, chained: &mut u64| {
-            while *chunk < target {
-                *chunk += 1;
-                *chained = mix64(*chained ^ self.chunk_content(*chunk));
-            }
-        };
-        advance_to(last_chunk(from), &mut chunk, &mut chained);
-        let mut base = mix64(chained) & align;
-        let mut first = first_block(chunk);
+        // Base and first block of the chunk the previous block ended in.
+        let mut current: Option<(u64, u64, u64)> = None;
         for i in from..to {
-            if last_chunk(i) > chunk {
-                advance_to(last_chunk(i), &mut chunk, &mut chained);
-                base = mix64(chained) & align;
-                first = first_block(chunk);
-            }
+            let c = last_chunk(i);
+            let (base, first) = match current {
+                Some((cc, base, first)) if cc == c => (base, first),
+                _ => {
+                    while chunk < c {
+                        chunk += 1;
+                        chained = mix64(chained ^ self.chunk_content(chunk));
+                    }
+                    let (base, first) = (mix64(chained) & align, first_block(c));
+                    current = Some((c, base, first));
+                    (base, first)
+                }
+            };
             out.push(base.wrapping_add(i - first));
         }
     }
