@@ -14,6 +14,7 @@
 pub mod accounting;
 pub mod destination;
 pub mod fasthash;
+pub mod fault;
 pub mod ids;
 pub mod kv;
 pub mod msg;
@@ -33,6 +34,10 @@ pub mod worker;
 
 pub use destination::{
     DestinationAction, DestinationEvent, DestinationHandoff, DestinationState, SourceReady,
+};
+pub use fault::{
+    FactFate, FactFaults, Fault, FaultCounts, FaultInjector, FaultPlan, FaultPlanError,
+    FaultPlanErrorKind, TimedFault,
 };
 pub use ids::{
     DestinationReservationId, Generation, HandoffId, HandoffIdGen, RequestId, SessionId,
