@@ -10,7 +10,7 @@
 //! process kill) are tested in the live adapter.
 
 use handoff_core::testing::{PairConfig, PairSim, DEST, SOURCE};
-use handoff_core::HandoffPolicy;
+use handoff_core::{DestinationEventKind as DE, HandoffPolicy, Role, SourceEventKind as SE};
 
 #[derive(Clone, Copy, Debug)]
 enum Fault {
@@ -71,7 +71,7 @@ fn all_faults(point: &str, decode_blocks: u64, reached: impl Fn(&PairSim, Handof
 fn before_decode_routing() {
     // The source knows the request; the destination does not yet.
     all_faults("before-routing", 64, |s, _| {
-        s.saw("w0 Source Start") && !s.saw("w1 Destination")
+        s.saw_event(SE::Start) && !s.saw(|t| t.role == Role::Destination)
     });
 }
 
@@ -80,15 +80,13 @@ fn after_router_booking_before_reservation() {
     // Decode is full (a request needs 5 blocks): the destination is routed and
     // queued for a reservation it cannot get.
     all_faults("after-booking", 2, |s, _| {
-        s.saw("w1 Destination Routed") && s.worker(DEST).stats().applied >= 2
+        s.saw_event(DE::Routed) && s.worker(DEST).stats().applied >= 2
     });
 }
 
 #[test]
 fn after_reservation() {
-    all_faults("after-reservation", 64, |s, _| {
-        s.saw("w1 Destination Reserved")
-    });
+    all_faults("after-reservation", 64, |s, _| s.saw_event(DE::Reserved));
 }
 
 #[test]
@@ -101,7 +99,7 @@ fn while_source_pinned() {
     ] {
         for fault in FAULTS {
             case(policy, blocks, fault, "while-pinned", |s| {
-                s.saw("w0 Source PrefillPinned")
+                s.saw_event(SE::PrefillPinned)
             });
         }
     }
@@ -111,9 +109,9 @@ fn while_source_pinned() {
 fn after_receive_completion_before_reader_completion() {
     all_faults("after-receive", 64, |s, policy| match policy {
         // The destination activated; its reader notification is in flight.
-        HandoffPolicy::SourceFirst => s.saw("w1 Destination ReceiveCompleted"),
+        HandoffPolicy::SourceFirst => s.saw_event(DE::ReceiveCompleted),
         // The sender finished and released; the destination's completion is in flight.
-        _ => s.saw("w0 Source ReaderCompleted") && !s.saw("w1 Destination ReceiveCompleted"),
+        _ => s.saw_event(SE::ReaderCompleted) && !s.saw_event(DE::ReceiveCompleted),
     });
 }
 

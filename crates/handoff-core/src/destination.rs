@@ -22,10 +22,14 @@ use crate::ids::{HandoffId, WorkerId};
 use crate::policy::HandoffPolicy;
 use crate::scheduler::ReservationSummary;
 use crate::time::Instant;
-use crate::transition::{ActionList, CancelReason, OwnershipDelta, TransitionError, Verdict};
+use crate::transition::{
+    ActionList, CancelReason, LifecycleEvent, OwnershipDelta, RoleState, TransitionError, Verdict,
+};
+use core::fmt;
 
 /// Where a destination role is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum DestinationState {
     /// No routing fact yet.
     NotRouted,
@@ -67,6 +71,13 @@ impl DestinationState {
         DestinationState::Active,
         DestinationState::Released,
     ];
+}
+
+impl fmt::Display for DestinationState {
+    /// The [`DestinationState::name`], honouring width and alignment.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
 }
 
 /// What the source announced about its held KV.
@@ -117,19 +128,89 @@ pub enum DestinationEvent {
 }
 
 impl DestinationEvent {
-    /// Stable name for transcripts and errors.
-    pub fn name(&self) -> &'static str {
+    /// Which kind of fact this is, without its payload.
+    pub fn kind(&self) -> DestinationEventKind {
         match self {
-            DestinationEvent::Routed { .. } => "Routed",
-            DestinationEvent::SourceReady(_) => "SourceReady",
-            DestinationEvent::Reserved { .. } => "Reserved",
-            DestinationEvent::Unavailable => "Unavailable",
-            DestinationEvent::Unsupported => "Unsupported",
-            DestinationEvent::ReceiveCompleted => "ReceiveCompleted",
-            DestinationEvent::ReservationExpired => "ReservationExpired",
-            DestinationEvent::Cancelled { .. } => "Cancelled",
-            DestinationEvent::Finished => "Finished",
+            DestinationEvent::Routed { .. } => DestinationEventKind::Routed,
+            DestinationEvent::SourceReady(_) => DestinationEventKind::SourceReady,
+            DestinationEvent::Reserved { .. } => DestinationEventKind::Reserved,
+            DestinationEvent::Unavailable => DestinationEventKind::Unavailable,
+            DestinationEvent::Unsupported => DestinationEventKind::Unsupported,
+            DestinationEvent::ReceiveCompleted => DestinationEventKind::ReceiveCompleted,
+            DestinationEvent::ReservationExpired => DestinationEventKind::ReservationExpired,
+            DestinationEvent::Cancelled { .. } => DestinationEventKind::Cancelled,
+            DestinationEvent::Finished => DestinationEventKind::Finished,
         }
+    }
+
+    /// Stable name for transcripts and errors (that of its [`Self::kind`]).
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+}
+
+/// The kind of a [`DestinationEvent`]: its variant without the payload,
+/// which is what a [`crate::Transition`] records and a [`TransitionError`]
+/// names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum DestinationEventKind {
+    /// [`DestinationEvent::Routed`]: a router chose this worker.
+    Routed,
+    /// [`DestinationEvent::SourceReady`]: the source announced its pinned KV.
+    SourceReady,
+    /// [`DestinationEvent::Reserved`]: the scheduler took a reservation.
+    Reserved,
+    /// [`DestinationEvent::Unavailable`]: no room yet; the attempt stays
+    /// queued.
+    Unavailable,
+    /// [`DestinationEvent::Unsupported`]: the backend cannot reserve at all.
+    Unsupported,
+    /// [`DestinationEvent::ReceiveCompleted`]: the incoming KV is valid.
+    ReceiveCompleted,
+    /// [`DestinationEvent::ReservationExpired`]: the reservation timer fired.
+    ReservationExpired,
+    /// [`DestinationEvent::Cancelled`]: the attempt was abandoned.
+    Cancelled,
+    /// [`DestinationEvent::Finished`]: the activated request finished
+    /// decoding.
+    Finished,
+}
+
+impl DestinationEventKind {
+    /// Stable name for transcripts and errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            DestinationEventKind::Routed => "Routed",
+            DestinationEventKind::SourceReady => "SourceReady",
+            DestinationEventKind::Reserved => "Reserved",
+            DestinationEventKind::Unavailable => "Unavailable",
+            DestinationEventKind::Unsupported => "Unsupported",
+            DestinationEventKind::ReceiveCompleted => "ReceiveCompleted",
+            DestinationEventKind::ReservationExpired => "ReservationExpired",
+            DestinationEventKind::Cancelled => "Cancelled",
+            DestinationEventKind::Finished => "Finished",
+        }
+    }
+
+    /// Every kind, for table tests.
+    pub const ALL: [DestinationEventKind; 9] = [
+        DestinationEventKind::Routed,
+        DestinationEventKind::SourceReady,
+        DestinationEventKind::Reserved,
+        DestinationEventKind::Unavailable,
+        DestinationEventKind::Unsupported,
+        DestinationEventKind::ReceiveCompleted,
+        DestinationEventKind::ReservationExpired,
+        DestinationEventKind::Cancelled,
+        DestinationEventKind::Finished,
+    ];
+}
+
+impl fmt::Display for DestinationEventKind {
+    /// The [`DestinationEventKind::name`], honouring width and alignment.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
     }
 }
 
@@ -236,11 +317,11 @@ impl DestinationHandoff {
         use DestinationAction as A;
         use DestinationState as S;
         let id = self.id;
-        let name = event.name();
+        let name = LifecycleEvent::Destination(event.kind());
         let from = self.state;
         let invalid = Err(TransitionError::Invalid {
             id,
-            state: from.name(),
+            state: RoleState::Destination(from),
             event: name,
         });
         if from == S::Released {

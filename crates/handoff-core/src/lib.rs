@@ -33,7 +33,8 @@ pub mod transition;
 pub mod worker;
 
 pub use destination::{
-    DestinationAction, DestinationEvent, DestinationHandoff, DestinationState, SourceReady,
+    DestinationAction, DestinationEvent, DestinationEventKind, DestinationHandoff,
+    DestinationState, SourceReady,
 };
 pub use fault::{
     FactFate, FactFaults, Fault, FaultCounts, FaultInjector, FaultPlan, FaultPlanError,
@@ -44,7 +45,7 @@ pub use ids::{
     SourceLeaseId, WorkerId,
 };
 pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds, KvEventQueue};
-pub use msg::{HandoffMsg, MsgBody, Role};
+pub use msg::{FactKind, HandoffMsg, MsgBody, Role};
 pub use perf::{FixedPerf, PerfModel, PolynomialPerf};
 pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
 pub use request::Request;
@@ -53,11 +54,15 @@ pub use scheduler::{
     CommandOutcome, CoreBox, PrefillPinned, ReservationSummary, SchedulerCommand, SchedulerCore,
     StepOutput, TokenEmission,
 };
-pub use source::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
+pub use source::{
+    SourceAction, SourceEvent, SourceEventKind, SourceHandoff, SourceLease, SourceState,
+};
 pub use time::{Duration, Instant};
 pub use transcript::Transcript;
 pub use transfer::{Completion, TransferModel, TransferTimer};
-pub use transition::{ActionList, CancelReason, OwnershipDelta, TransitionError, Verdict};
+pub use transition::{
+    ActionList, CancelReason, LifecycleEvent, OwnershipDelta, RoleState, TransitionError, Verdict,
+};
 pub use worker::{
     DropReason, RequestError, Transition, Transmit, Worker, WorkerEvent, WorkerRequest, WorkerStats,
 };

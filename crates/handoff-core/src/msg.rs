@@ -4,6 +4,7 @@
 use crate::ids::{Generation, HandoffId};
 use crate::scheduler::ReservationSummary;
 use crate::transition::CancelReason;
+use core::fmt;
 
 #[cfg(feature = "serde")]
 use serde::{Deserialize, Serialize};
@@ -88,15 +89,73 @@ impl MsgBody {
         }
     }
 
-    /// Stable name for logs.
-    pub fn name(&self) -> &'static str {
+    /// Which kind of fact this is, without its payload.
+    pub fn kind(&self) -> FactKind {
         match self {
-            MsgBody::SourceReady { .. } => "SourceReady",
-            MsgBody::DestinationReserved { .. } => "DestinationReserved",
-            MsgBody::ReceiveCompleted => "ReceiveCompleted",
-            MsgBody::ReaderCompleted => "ReaderCompleted",
-            MsgBody::LeaseRenewal { .. } => "LeaseRenewal",
-            MsgBody::Abort { .. } => "Abort",
+            MsgBody::SourceReady { .. } => FactKind::SourceReady,
+            MsgBody::DestinationReserved { .. } => FactKind::DestinationReserved,
+            MsgBody::ReceiveCompleted => FactKind::ReceiveCompleted,
+            MsgBody::ReaderCompleted => FactKind::ReaderCompleted,
+            MsgBody::LeaseRenewal { .. } => FactKind::LeaseRenewal,
+            MsgBody::Abort { .. } => FactKind::Abort,
         }
+    }
+
+    /// Stable name for logs (that of its [`Self::kind`]).
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+}
+
+/// The kind of a [`MsgBody`]: its variant without the payload, which is what
+/// a dropped-fact report ([`crate::WorkerEvent::Dropped`]) names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum FactKind {
+    /// [`MsgBody::SourceReady`]: source to destination, the KV is pinned.
+    SourceReady,
+    /// [`MsgBody::DestinationReserved`]: destination to source, a
+    /// reservation holds.
+    DestinationReserved,
+    /// [`MsgBody::ReceiveCompleted`]: source to destination
+    /// (destination-first), the sender's writes are complete.
+    ReceiveCompleted,
+    /// [`MsgBody::ReaderCompleted`]: destination to source (source-first),
+    /// the reader is done.
+    ReaderCompleted,
+    /// [`MsgBody::LeaseRenewal`]: destination to source, keep the KV longer.
+    LeaseRenewal,
+    /// [`MsgBody::Abort`]: either way, the sender abandoned the attempt.
+    Abort,
+}
+
+impl FactKind {
+    /// Stable name for logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            FactKind::SourceReady => "SourceReady",
+            FactKind::DestinationReserved => "DestinationReserved",
+            FactKind::ReceiveCompleted => "ReceiveCompleted",
+            FactKind::ReaderCompleted => "ReaderCompleted",
+            FactKind::LeaseRenewal => "LeaseRenewal",
+            FactKind::Abort => "Abort",
+        }
+    }
+
+    /// Every kind, for table tests.
+    pub const ALL: [FactKind; 6] = [
+        FactKind::SourceReady,
+        FactKind::DestinationReserved,
+        FactKind::ReceiveCompleted,
+        FactKind::ReaderCompleted,
+        FactKind::LeaseRenewal,
+        FactKind::Abort,
+    ];
+}
+
+impl fmt::Display for FactKind {
+    /// The [`FactKind::name`], honouring width and alignment.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
     }
 }

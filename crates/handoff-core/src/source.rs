@@ -22,10 +22,14 @@ use crate::ids::{HandoffId, SourceLeaseId};
 use crate::policy::HandoffPolicy;
 use crate::scheduler::ReservationSummary;
 use crate::time::{Duration, Instant};
-use crate::transition::{ActionList, CancelReason, OwnershipDelta, TransitionError, Verdict};
+use crate::transition::{
+    ActionList, CancelReason, LifecycleEvent, OwnershipDelta, RoleState, TransitionError, Verdict,
+};
+use core::fmt;
 
 /// Where a source role is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum SourceState {
     /// Known, not dispatched.
     NotStarted,
@@ -59,6 +63,13 @@ impl SourceState {
         SourceState::AwaitingReaderCompletion,
         SourceState::Released,
     ];
+}
+
+impl fmt::Display for SourceState {
+    /// The [`SourceState::name`], honouring width and alignment.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
 }
 
 /// The held KV of a completed prefill.
@@ -108,17 +119,79 @@ pub enum SourceEvent {
 }
 
 impl SourceEvent {
-    /// Stable name for transcripts and errors.
-    pub fn name(&self) -> &'static str {
+    /// Which kind of fact this is, without its payload.
+    pub fn kind(&self) -> SourceEventKind {
         match self {
-            SourceEvent::Start => "Start",
-            SourceEvent::DestinationReserved { .. } => "DestinationReserved",
-            SourceEvent::PrefillPinned { .. } => "PrefillPinned",
-            SourceEvent::ReaderCompleted => "ReaderCompleted",
-            SourceEvent::LeaseRenewed { .. } => "LeaseRenewed",
-            SourceEvent::LeaseExpired => "LeaseExpired",
-            SourceEvent::Cancelled { .. } => "Cancelled",
+            SourceEvent::Start => SourceEventKind::Start,
+            SourceEvent::DestinationReserved { .. } => SourceEventKind::DestinationReserved,
+            SourceEvent::PrefillPinned { .. } => SourceEventKind::PrefillPinned,
+            SourceEvent::ReaderCompleted => SourceEventKind::ReaderCompleted,
+            SourceEvent::LeaseRenewed { .. } => SourceEventKind::LeaseRenewed,
+            SourceEvent::LeaseExpired => SourceEventKind::LeaseExpired,
+            SourceEvent::Cancelled { .. } => SourceEventKind::Cancelled,
         }
+    }
+
+    /// Stable name for transcripts and errors (that of its [`Self::kind`]).
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+}
+
+/// The kind of a [`SourceEvent`]: its variant without the payload, which is
+/// what a [`crate::Transition`] records and a [`TransitionError`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum SourceEventKind {
+    /// [`SourceEvent::Start`]: the request arrived at the source worker.
+    Start,
+    /// [`SourceEvent::DestinationReserved`]: the destination holds a
+    /// reservation for the attempt.
+    DestinationReserved,
+    /// [`SourceEvent::PrefillPinned`]: the prefill finished and its KV is
+    /// held under a lease.
+    PrefillPinned,
+    /// [`SourceEvent::ReaderCompleted`]: every reader is done with the KV.
+    ReaderCompleted,
+    /// [`SourceEvent::LeaseRenewed`]: the destination extended the lease.
+    LeaseRenewed,
+    /// [`SourceEvent::LeaseExpired`]: the lease (or the wait for a
+    /// destination) ran out.
+    LeaseExpired,
+    /// [`SourceEvent::Cancelled`]: the attempt was abandoned.
+    Cancelled,
+}
+
+impl SourceEventKind {
+    /// Stable name for transcripts and errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceEventKind::Start => "Start",
+            SourceEventKind::DestinationReserved => "DestinationReserved",
+            SourceEventKind::PrefillPinned => "PrefillPinned",
+            SourceEventKind::ReaderCompleted => "ReaderCompleted",
+            SourceEventKind::LeaseRenewed => "LeaseRenewed",
+            SourceEventKind::LeaseExpired => "LeaseExpired",
+            SourceEventKind::Cancelled => "Cancelled",
+        }
+    }
+
+    /// Every kind, for table tests.
+    pub const ALL: [SourceEventKind; 7] = [
+        SourceEventKind::Start,
+        SourceEventKind::DestinationReserved,
+        SourceEventKind::PrefillPinned,
+        SourceEventKind::ReaderCompleted,
+        SourceEventKind::LeaseRenewed,
+        SourceEventKind::LeaseExpired,
+        SourceEventKind::Cancelled,
+    ];
+}
+
+impl fmt::Display for SourceEventKind {
+    /// The [`SourceEventKind::name`], honouring width and alignment.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
     }
 }
 
@@ -223,11 +296,11 @@ impl SourceHandoff {
     ) -> Result<Verdict<SourceState, SourceAction>, TransitionError> {
         use SourceState as S;
         let id = self.id;
-        let name = event.name();
+        let name = LifecycleEvent::Source(event.kind());
         let from = self.state;
         let invalid = Err(TransitionError::Invalid {
             id,
-            state: from.name(),
+            state: RoleState::Source(from),
             event: name,
         });
         if from == S::Released {

@@ -9,7 +9,7 @@
 use crate::ids::{HandoffId, RequestId, WorkerId};
 use crate::kv::KvCapacitySnapshot;
 use crate::msg::Role;
-use crate::transition::OwnershipDelta;
+use crate::transition::{LifecycleEvent, OwnershipDelta, RoleState};
 use crate::worker::Transition;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -19,12 +19,12 @@ use std::fmt::Write as _;
 pub struct Line {
     /// The worker the role lives on.
     pub worker: WorkerId,
-    /// The fact.
-    pub event: &'static str,
+    /// The kind of fact.
+    pub event: LifecycleEvent,
     /// State before.
-    pub from: &'static str,
+    pub from: RoleState,
     /// State after.
-    pub to: &'static str,
+    pub to: RoleState,
     /// Ownership moved.
     pub delta: OwnershipDelta,
 }
@@ -191,53 +191,56 @@ fn render_line(l: &Line) -> String {
     )
 }
 
-/// Every state and event name a [`Transition`] can carry.
-const NAMES: &[&str] = &[
-    "NotStarted",
-    "Computing",
-    "Pinned",
-    "AwaitingReaderCompletion",
-    "Released",
-    "NotRouted",
-    "Routed",
-    "Reserving",
-    "Reserved",
-    "Receiving",
-    "Active",
-    "Start",
-    "DestinationReserved",
-    "PrefillPinned",
-    "ReaderCompleted",
-    "LeaseRenewed",
-    "LeaseExpired",
-    "Cancelled",
-    "SourceReady",
-    "Unavailable",
-    "Unsupported",
-    "ReceiveCompleted",
-    "ReservationExpired",
-    "Finished",
-];
-
-/// The `'static` name equal to `s`, for rebuilding a [`Transition`] that
-/// crossed a process boundary as text; `None` for a name no role uses.
-pub fn intern_name(s: &str) -> Option<&'static str> {
-    NAMES.iter().copied().find(|n| *n == s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DestinationState, SourceState};
+    use crate::ids::{HandoffId, RequestId};
+    use crate::time::Instant;
+    use crate::{DestinationEventKind, DestinationState, SourceEventKind, SourceState};
 
     #[test]
-    fn every_state_name_interns() {
-        for s in SourceState::ALL {
-            assert_eq!(intern_name(s.name()), Some(s.name()));
-        }
-        for s in DestinationState::ALL {
-            assert_eq!(intern_name(s.name()), Some(s.name()));
-        }
-        assert_eq!(intern_name("Bogus"), None);
+    fn render_prints_the_old_names_padded() {
+        let mut t = Transcript::new();
+        t.record(&Transition {
+            id: HandoffId(7),
+            request: RequestId(3),
+            worker: WorkerId(1),
+            role: Role::Destination,
+            event: LifecycleEvent::Destination(DestinationEventKind::ReceiveCompleted),
+            from: RoleState::Destination(DestinationState::Receiving),
+            to: RoleState::Destination(DestinationState::Active),
+            delta: OwnershipDelta {
+                pinned: 0,
+                reserved: -2,
+                active: 2,
+            },
+            at: Instant(9),
+        });
+        t.record(&Transition {
+            id: HandoffId(7),
+            request: RequestId(3),
+            worker: WorkerId(0),
+            role: Role::Source,
+            event: LifecycleEvent::Source(SourceEventKind::Start),
+            from: RoleState::Source(SourceState::NotStarted),
+            to: RoleState::Source(SourceState::Computing),
+            delta: OwnershipDelta::NONE,
+            at: Instant(1),
+        });
+        let text = t.render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            &lines[1..],
+            [
+                format!(
+                    "  source      {} Start               NotStarted -> Computing [±0]",
+                    WorkerId(0)
+                ),
+                format!(
+                    "  destination {} ReceiveCompleted    Receiving -> Active [-2 reserved +2 active]",
+                    WorkerId(1)
+                ),
+            ]
+        );
     }
 }

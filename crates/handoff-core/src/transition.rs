@@ -1,7 +1,10 @@
 //! Types shared by both role machines: how a fact is judged, what it costs in
 //! ownership, and the small action list a transition returns.
 
+use crate::destination::{DestinationEventKind, DestinationState};
 use crate::ids::HandoffId;
+use crate::msg::Role;
+use crate::source::{SourceEventKind, SourceState};
 use core::fmt;
 
 #[cfg(feature = "serde")]
@@ -56,39 +59,138 @@ impl CancelReason {
     }
 }
 
+/// The kind of fact that moved (or was refused by) a role, tagged with the
+/// role it was for. Displays as the bare kind name ("Routed", "Cancelled"),
+/// as transcripts print it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum LifecycleEvent {
+    /// A fact for a source role.
+    Source(SourceEventKind),
+    /// A fact for a destination role.
+    Destination(DestinationEventKind),
+}
+
+impl LifecycleEvent {
+    /// The role this kind of fact is for.
+    pub fn role(self) -> Role {
+        match self {
+            LifecycleEvent::Source(_) => Role::Source,
+            LifecycleEvent::Destination(_) => Role::Destination,
+        }
+    }
+
+    /// Stable name for transcripts and errors (the kind's name).
+    pub fn name(self) -> &'static str {
+        match self {
+            LifecycleEvent::Source(k) => k.name(),
+            LifecycleEvent::Destination(k) => k.name(),
+        }
+    }
+}
+
+impl From<SourceEventKind> for LifecycleEvent {
+    fn from(k: SourceEventKind) -> Self {
+        LifecycleEvent::Source(k)
+    }
+}
+
+impl From<DestinationEventKind> for LifecycleEvent {
+    fn from(k: DestinationEventKind) -> Self {
+        LifecycleEvent::Destination(k)
+    }
+}
+
+impl fmt::Display for LifecycleEvent {
+    /// The [`LifecycleEvent::name`], honouring width and alignment.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// The state of either role machine, tagged with the role. Displays as the
+/// bare state name ("Pinned", "Active"), as transcripts print it; note that
+/// both roles have a `Released` state, told apart only by the tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum RoleState {
+    /// A source role's state.
+    Source(SourceState),
+    /// A destination role's state.
+    Destination(DestinationState),
+}
+
+impl RoleState {
+    /// The role whose state this is.
+    pub fn role(self) -> Role {
+        match self {
+            RoleState::Source(_) => Role::Source,
+            RoleState::Destination(_) => Role::Destination,
+        }
+    }
+
+    /// Stable name for transcripts and errors (the state's name).
+    pub fn name(self) -> &'static str {
+        match self {
+            RoleState::Source(s) => s.name(),
+            RoleState::Destination(s) => s.name(),
+        }
+    }
+}
+
+impl From<SourceState> for RoleState {
+    fn from(s: SourceState) -> Self {
+        RoleState::Source(s)
+    }
+}
+
+impl From<DestinationState> for RoleState {
+    fn from(s: DestinationState) -> Self {
+        RoleState::Destination(s)
+    }
+}
+
+impl fmt::Display for RoleState {
+    /// The [`RoleState::name`], honouring width and alignment.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// A fact a role machine refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
 pub enum TransitionError {
     /// The attempt already ended; late facts for it are dropped.
     Stale {
         /// The attempt.
         id: HandoffId,
-        /// The fact's name.
-        event: &'static str,
+        /// The kind of fact that came late.
+        event: LifecycleEvent,
     },
     /// The fact makes no sense in the current state (a protocol violation).
     Invalid {
         /// The attempt.
         id: HandoffId,
-        /// The state's name.
-        state: &'static str,
-        /// The fact's name.
-        event: &'static str,
+        /// The state the role was in.
+        state: RoleState,
+        /// The kind of fact it refused.
+        event: LifecycleEvent,
     },
     /// The fact contradicts one already applied (e.g. a second, different
     /// lease for the same attempt).
     Conflict {
         /// The attempt.
         id: HandoffId,
-        /// The fact's name.
-        event: &'static str,
+        /// The kind of fact that conflicted.
+        event: LifecycleEvent,
     },
     /// A timer fired before its deadline (an old timer after a renewal).
     Premature {
         /// The attempt.
         id: HandoffId,
-        /// The fact's name.
-        event: &'static str,
+        /// The kind of timer fact that fired early.
+        event: LifecycleEvent,
     },
 }
 
@@ -236,4 +338,54 @@ pub enum Verdict<S: Copy, A: Copy> {
     },
     /// An exact repeat of an applied fact: nothing to do.
     Duplicate,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::FactKind;
+
+    #[test]
+    fn display_prints_the_stable_names() {
+        for k in SourceEventKind::ALL {
+            assert_eq!(k.to_string(), k.name());
+            assert_eq!(LifecycleEvent::from(k).to_string(), k.name());
+            assert_eq!(LifecycleEvent::from(k).role(), Role::Source);
+        }
+        for k in DestinationEventKind::ALL {
+            assert_eq!(k.to_string(), k.name());
+            assert_eq!(LifecycleEvent::from(k).to_string(), k.name());
+            assert_eq!(LifecycleEvent::from(k).role(), Role::Destination);
+        }
+        for s in SourceState::ALL {
+            assert_eq!(RoleState::from(s).to_string(), s.name());
+            assert_eq!(RoleState::from(s).role(), Role::Source);
+        }
+        for s in DestinationState::ALL {
+            assert_eq!(RoleState::from(s).to_string(), s.name());
+            assert_eq!(RoleState::from(s).role(), Role::Destination);
+        }
+        for k in FactKind::ALL {
+            assert_eq!(k.to_string(), k.name());
+        }
+        // Transcripts pad names into columns.
+        let pinned = RoleState::Source(SourceState::Pinned);
+        assert_eq!(format!("[{pinned:<8}]"), "[Pinned  ]");
+        let routed = LifecycleEvent::Destination(DestinationEventKind::Routed);
+        assert_eq!(format!("[{routed:>7}]"), "[ Routed]");
+    }
+
+    #[test]
+    fn errors_name_typed_states_and_events() {
+        let e = TransitionError::Invalid {
+            id: HandoffId(1),
+            state: RoleState::Destination(DestinationState::NotRouted),
+            event: LifecycleEvent::Destination(DestinationEventKind::Finished),
+        };
+        assert!(
+            e.to_string()
+                .ends_with(": Finished is invalid in NotRouted"),
+            "{e}"
+        );
+    }
 }

@@ -14,13 +14,15 @@ use crate::destination::{
 };
 use crate::ids::{Generation, HandoffId, RequestId, WorkerId};
 use crate::kv::{KvCapacitySnapshot, KvEvent};
-use crate::msg::{HandoffMsg, MsgBody, Role};
+use crate::msg::{FactKind, HandoffMsg, MsgBody, Role};
 use crate::policy::{Capabilities, HandoffConfig, HandoffPolicy};
 use crate::request::Request;
 use crate::scheduler::{CommandOutcome, SchedulerCommand, SchedulerCore, StepOutput};
 use crate::source::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
 use crate::time::{Duration, Instant};
-use crate::transition::{CancelReason, OwnershipDelta, TransitionError, Verdict};
+use crate::transition::{
+    CancelReason, LifecycleEvent, OwnershipDelta, RoleState, TransitionError, Verdict,
+};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashSet, VecDeque};
 use std::fmt;
@@ -81,6 +83,7 @@ impl std::error::Error for RequestError {}
 
 /// A fact for a peer, stamped with when it left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Transmit {
     /// The peer.
     pub to: WorkerId,
@@ -92,6 +95,7 @@ pub struct Transmit {
 
 /// One role transition, the unit of the lifecycle transcript.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Transition {
     /// The attempt.
     pub id: HandoffId,
@@ -101,12 +105,12 @@ pub struct Transition {
     pub worker: WorkerId,
     /// Which role.
     pub role: Role,
-    /// The fact that caused it.
-    pub event: &'static str,
-    /// State before.
-    pub from: &'static str,
-    /// State after.
-    pub to: &'static str,
+    /// The kind of fact that caused it.
+    pub event: LifecycleEvent,
+    /// State before (of `role`).
+    pub from: RoleState,
+    /// State after (of `role`; may equal `from`).
+    pub to: RoleState,
     /// Ownership moved on this worker.
     pub delta: OwnershipDelta,
     /// When.
@@ -115,6 +119,7 @@ pub struct Transition {
 
 /// Why an incoming fact was dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum DropReason {
     /// It came from an older incarnation of the peer.
     OldGeneration,
@@ -128,7 +133,8 @@ pub enum DropReason {
 
 /// What a worker reports. Times are when the thing happened in the model
 /// (a step's outputs happen at the step's end).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum WorkerEvent {
     /// A role moved.
     Transition(Transition),
@@ -232,8 +238,8 @@ pub enum WorkerEvent {
         from: WorkerId,
         /// Its attempt.
         id: HandoffId,
-        /// Its name.
-        fact: &'static str,
+        /// Its kind.
+        fact: FactKind,
         /// Why.
         reason: DropReason,
         /// When.
@@ -243,6 +249,7 @@ pub enum WorkerEvent {
 
 /// Counters a driver can report.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct WorkerStats {
     /// Facts applied.
     pub applied: u64,
@@ -312,6 +319,28 @@ pub struct Worker<S: SchedulerCore> {
     step_out: StepOutput,
     kv_buf: Vec<KvEvent>,
     stats: WorkerStats,
+}
+
+/// The kind of role event `body` becomes at its target role (what
+/// [`Worker::handle_message`] feeds the role), for naming a fact that
+/// arrived after its role ended.
+fn role_event(body: &MsgBody) -> LifecycleEvent {
+    use crate::destination::DestinationEventKind as D;
+    use crate::source::SourceEventKind as S;
+    match body {
+        MsgBody::DestinationReserved { .. } => LifecycleEvent::Source(S::DestinationReserved),
+        MsgBody::ReaderCompleted => LifecycleEvent::Source(S::ReaderCompleted),
+        MsgBody::LeaseRenewal { .. } => LifecycleEvent::Source(S::LeaseRenewed),
+        MsgBody::SourceReady { .. } => LifecycleEvent::Destination(D::SourceReady),
+        MsgBody::ReceiveCompleted => LifecycleEvent::Destination(D::ReceiveCompleted),
+        MsgBody::Abort {
+            to: Role::Source, ..
+        } => LifecycleEvent::Source(S::Cancelled),
+        MsgBody::Abort {
+            to: Role::Destination,
+            ..
+        } => LifecycleEvent::Destination(D::Cancelled),
+    }
 }
 
 /// How many early facts one attempt may buffer; more is a misbehaving peer.
@@ -508,7 +537,7 @@ impl<S: SchedulerCore> Worker<S> {
                 self.stats.stale += 1;
                 let e = TransitionError::Stale {
                     id,
-                    event: msg.body.name(),
+                    event: role_event(&msg.body),
                 };
                 self.drop_fact(from, &msg, DropReason::Rejected(e), now);
             } else if may_buffer {
@@ -544,7 +573,7 @@ impl<S: SchedulerCore> Worker<S> {
                     },
                     MsgBody::SourceReady { .. } | MsgBody::ReceiveCompleted => return,
                 };
-                self.source_event_from(id, ev, now, Some((from, msg.body.name())));
+                self.source_event_from(id, ev, now, Some((from, msg.body.kind())));
             }
             Role::Destination => {
                 let Some(entry) = self.dests.get(&id) else {
@@ -565,7 +594,7 @@ impl<S: SchedulerCore> Worker<S> {
                     },
                     _ => return,
                 };
-                self.dest_event_from(id, ev, now, Some((from, msg.body.name())));
+                self.dest_event_from(id, ev, now, Some((from, msg.body.kind())));
             }
         }
     }
@@ -607,7 +636,7 @@ impl<S: SchedulerCore> Worker<S> {
         self.events.push_back(WorkerEvent::Dropped {
             from,
             id: msg.id,
-            fact: msg.body.name(),
+            fact: msg.body.kind(),
             reason,
             at: now,
         });
@@ -903,7 +932,7 @@ impl<S: SchedulerCore> Worker<S> {
     fn reject(
         &mut self,
         err: TransitionError,
-        origin: Option<(WorkerId, &'static str)>,
+        origin: Option<(WorkerId, FactKind)>,
         id: HandoffId,
         now: Instant,
     ) {
@@ -931,10 +960,10 @@ impl<S: SchedulerCore> Worker<S> {
         id: HandoffId,
         request: RequestId,
         role: Role,
-        event: &'static str,
+        event: LifecycleEvent,
         verdict: Result<Verdict<St, A>, TransitionError>,
-        name: fn(St) -> &'static str,
-        origin: Option<(WorkerId, &'static str)>,
+        state: fn(St) -> RoleState,
+        origin: Option<(WorkerId, FactKind)>,
         now: Instant,
     ) -> Option<(St, St, crate::transition::ActionList<A>)> {
         let (from, to, actions, delta) = match verdict {
@@ -960,8 +989,8 @@ impl<S: SchedulerCore> Worker<S> {
             worker: self.id,
             role,
             event,
-            from: name(from),
-            to: name(to),
+            from: state(from),
+            to: state(to),
             delta,
             at: now,
         }));
@@ -977,7 +1006,7 @@ impl<S: SchedulerCore> Worker<S> {
         id: HandoffId,
         ev: SourceEvent,
         now: Instant,
-        origin: Option<(WorkerId, &'static str)>,
+        origin: Option<(WorkerId, FactKind)>,
     ) {
         let Some(entry) = self.sources.get_mut(&id) else {
             self.stats.stale += 1;
@@ -989,9 +1018,9 @@ impl<S: SchedulerCore> Worker<S> {
             id,
             request_id,
             Role::Source,
-            ev.name(),
+            LifecycleEvent::Source(ev.kind()),
             verdict,
-            SourceState::name,
+            RoleState::Source,
             origin,
             now,
         );
@@ -1115,7 +1144,7 @@ impl<S: SchedulerCore> Worker<S> {
         id: HandoffId,
         ev: DestinationEvent,
         now: Instant,
-        origin: Option<(WorkerId, &'static str)>,
+        origin: Option<(WorkerId, FactKind)>,
     ) {
         let Some(entry) = self.dests.get_mut(&id) else {
             self.stats.stale += 1;
@@ -1127,9 +1156,9 @@ impl<S: SchedulerCore> Worker<S> {
             id,
             request_id,
             Role::Destination,
-            ev.name(),
+            LifecycleEvent::Destination(ev.kind()),
             verdict,
-            DestinationState::name,
+            RoleState::Destination,
             origin,
             now,
         );

@@ -5,7 +5,10 @@
 //! reservation must have ended exactly once and both workers must be drained.
 
 use handoff_core::testing::{PairConfig, PairSim};
-use handoff_core::{Duration, HandoffPolicy, Instant};
+use handoff_core::{
+    DestinationEventKind as DE, Duration, HandoffPolicy, Instant, SourceEventKind as SE,
+    SourceState as SS,
+};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -143,9 +146,9 @@ fn decode_full_strands_or_gates() {
         ..full.clone()
     });
     sim.run();
-    assert!(sim.saw("PrefillPinned Computing -> Pinned"));
+    assert!(sim.saw_move(SE::PrefillPinned, SS::Computing, SS::Pinned));
     assert!(
-        sim.saw("LeaseExpired") && sim.saw("-4 pinned"),
+        sim.saw_event(SE::LeaseExpired) && sim.saw(|t| t.delta.pinned == -4),
         "{:#?}",
         sim.log
     );
@@ -154,8 +157,8 @@ fn decode_full_strands_or_gates() {
         ..full
     });
     sim.run();
-    assert!(!sim.saw("PrefillPinned"), "{:#?}", sim.log);
-    assert!(sim.saw("LeaseExpired NotStarted -> Released"));
+    assert!(!sim.saw_event(SE::PrefillPinned), "{:#?}", sim.log);
+    assert!(sim.saw_move(SE::LeaseExpired, SS::NotStarted, SS::Released));
 }
 
 /// DEP scenario 6: every fact delivered again, late, after all attempts
@@ -198,7 +201,7 @@ fn waiting_destination_renews_the_source_lease() {
     let mut plain = PairSim::new(base.clone());
     plain.run();
     assert!(
-        plain.saw("w0 Source LeaseExpired Pinned -> Released"),
+        plain.saw_move(SE::LeaseExpired, SS::Pinned, SS::Released),
         "{:#?}",
         plain.log
     );
@@ -207,15 +210,15 @@ fn waiting_destination_renews_the_source_lease() {
         ..base
     });
     renewed.run();
-    assert!(renewed.saw("w0 Source LeaseRenewed"), "{:#?}", renewed.log);
-    assert!(!renewed.saw("LeaseExpired"), "{:#?}", renewed.log);
+    assert!(renewed.saw_event(SE::LeaseRenewed), "{:#?}", renewed.log);
+    assert!(!renewed.saw_event(SE::LeaseExpired), "{:#?}", renewed.log);
     assert!(
-        renewed.saw("w1 Destination ReservationExpired"),
+        renewed.saw_event(DE::ReservationExpired),
         "{:#?}",
         renewed.log
     );
     assert!(
-        renewed.saw("w0 Source Cancelled Pinned -> Released"),
+        renewed.saw_move(SE::Cancelled, SS::Pinned, SS::Released),
         "{:#?}",
         renewed.log
     );

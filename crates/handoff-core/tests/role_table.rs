@@ -4,9 +4,9 @@
 //! the same commit, where a reviewer reads it line by line.
 
 use handoff_core::{
-    CancelReason, DestinationEvent, DestinationHandoff, DestinationReservationId, Duration,
-    HandoffId, HandoffPolicy, Instant, ReservationSummary, SourceEvent, SourceHandoff, SourceLease,
-    SourceLeaseId, SourceReady, TransitionError, Verdict, WorkerId,
+    CancelReason, DestinationEvent, DestinationHandoff, DestinationReservationId, DestinationState,
+    Duration, HandoffId, HandoffPolicy, Instant, ReservationSummary, SourceEvent, SourceHandoff,
+    SourceLease, SourceLeaseId, SourceReady, SourceState, TransitionError, Verdict, WorkerId,
 };
 use std::fmt::Write as _;
 
@@ -50,7 +50,7 @@ fn classify<S: Copy + std::fmt::Debug, A: Copy + std::fmt::Debug>(
     }
 }
 
-fn source_paths(policy: HandoffPolicy) -> Vec<(&'static str, Vec<SourceEvent>)> {
+fn source_paths(policy: HandoffPolicy) -> Vec<(SourceState, Vec<SourceEvent>)> {
     let start = SourceEvent::Start;
     let reserved = SourceEvent::DestinationReserved {
         summary: summary(1),
@@ -59,17 +59,23 @@ fn source_paths(policy: HandoffPolicy) -> Vec<(&'static str, Vec<SourceEvent>)> 
     let done = SourceEvent::ReaderCompleted;
     match policy {
         HandoffPolicy::SourceFirst => vec![
-            ("NotStarted", vec![]),
-            ("Computing", vec![start]),
-            ("Pinned", vec![start, pinned]),
-            ("AwaitingReaderCompletion", vec![start, pinned, reserved]),
-            ("Released", vec![start, pinned, reserved, done]),
+            (SourceState::NotStarted, vec![]),
+            (SourceState::Computing, vec![start]),
+            (SourceState::Pinned, vec![start, pinned]),
+            (
+                SourceState::AwaitingReaderCompletion,
+                vec![start, pinned, reserved],
+            ),
+            (SourceState::Released, vec![start, pinned, reserved, done]),
         ],
         _ => vec![
-            ("NotStarted", vec![start]),
-            ("Computing", vec![start, reserved]),
-            ("AwaitingReaderCompletion", vec![start, reserved, pinned]),
-            ("Released", vec![start, reserved, pinned, done]),
+            (SourceState::NotStarted, vec![start]),
+            (SourceState::Computing, vec![start, reserved]),
+            (
+                SourceState::AwaitingReaderCompletion,
+                vec![start, reserved, pinned],
+            ),
+            (SourceState::Released, vec![start, reserved, pinned, done]),
         ],
     }
 }
@@ -136,7 +142,7 @@ fn source_events() -> Vec<(&'static str, SourceEvent, Instant)> {
     ]
 }
 
-fn dest_paths(policy: HandoffPolicy) -> Vec<(&'static str, Vec<DestinationEvent>)> {
+fn dest_paths(policy: HandoffPolicy) -> Vec<(DestinationState, Vec<DestinationEvent>)> {
     let ready = SourceReady {
         blocks: 8,
         tokens: 128,
@@ -153,18 +159,21 @@ fn dest_paths(policy: HandoffPolicy) -> Vec<(&'static str, Vec<DestinationEvent>
                 ready: Some(ready),
             };
             vec![
-                ("NotRouted", vec![]),
+                (DestinationState::NotRouted, vec![]),
                 (
-                    "Routed",
+                    DestinationState::Routed,
                     vec![DestinationEvent::Routed {
                         source: WorkerId(1),
                         ready: None,
                     }],
                 ),
-                ("Reserving", vec![routed_ready]),
-                ("Receiving", vec![routed_ready, reserved]),
-                ("Active", vec![routed_ready, reserved, recv]),
-                ("Released", vec![routed_ready, reserved, recv, fin]),
+                (DestinationState::Reserving, vec![routed_ready]),
+                (DestinationState::Receiving, vec![routed_ready, reserved]),
+                (DestinationState::Active, vec![routed_ready, reserved, recv]),
+                (
+                    DestinationState::Released,
+                    vec![routed_ready, reserved, recv, fin],
+                ),
             ]
         }
         _ => {
@@ -174,12 +183,15 @@ fn dest_paths(policy: HandoffPolicy) -> Vec<(&'static str, Vec<DestinationEvent>
             };
             let sr = DestinationEvent::SourceReady(ready);
             vec![
-                ("NotRouted", vec![]),
-                ("Reserving", vec![routed]),
-                ("Reserved", vec![routed, reserved]),
-                ("Receiving", vec![routed, reserved, sr]),
-                ("Active", vec![routed, reserved, sr, recv]),
-                ("Released", vec![routed, reserved, sr, recv, fin]),
+                (DestinationState::NotRouted, vec![]),
+                (DestinationState::Reserving, vec![routed]),
+                (DestinationState::Reserved, vec![routed, reserved]),
+                (DestinationState::Receiving, vec![routed, reserved, sr]),
+                (DestinationState::Active, vec![routed, reserved, sr, recv]),
+                (
+                    DestinationState::Released,
+                    vec![routed, reserved, sr, recv, fin],
+                ),
             ]
         }
     }
@@ -267,7 +279,7 @@ fn build_table() -> String {
                 for p in &path {
                     m.handle(*p, T0).expect("path to state must be legal");
                 }
-                assert_eq!(format!("{:?}", m.state()), state);
+                assert_eq!(m.state(), state);
                 let _ = writeln!(
                     out,
                     "{state:<25} {ename:<27} {}",
@@ -282,7 +294,7 @@ fn build_table() -> String {
                 for p in &path {
                     m.handle(*p, T0).expect("path to state must be legal");
                 }
-                assert_eq!(format!("{:?}", m.state()), state);
+                assert_eq!(m.state(), state);
                 let _ = writeln!(
                     out,
                     "{state:<25} {ename:<27} {}",

@@ -4,12 +4,14 @@
 //! workers' events.
 
 use crate::clock::WallClock;
-use crate::wire;
 use crossbeam_channel::RecvTimeoutError;
-use handoff_core::{Instant, RequestId, Role, Transcript, WorkerEvent, WorkerId, WorkerRequest};
+use handoff_core::{
+    DestinationState, Instant, RequestId, Role, RoleState, Transcript, WorkerEvent, WorkerId,
+    WorkerRequest,
+};
 use router::{Frontend, Pool};
 use std::collections::{BTreeMap, BTreeSet};
-use transport::{Frame, Incoming, Transport, WireEvent};
+use transport::{Frame, Incoming, Transport};
 use workload::TraceItem;
 
 /// What a live run observed.
@@ -193,11 +195,24 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
 
     fn handle(&mut self, inc: Incoming) {
         let now = self.clock.now();
-        let (from, e) = match inc {
+        let (from, ev) = match inc {
             Incoming::Frame {
                 from,
                 frame: Frame::Event(e),
             } => (from, e),
+            Incoming::Frame {
+                frame:
+                    Frame::Drained {
+                        worker,
+                        drained,
+                        capacity,
+                    },
+                ..
+            } => {
+                self.out.events += 1;
+                self.drained.insert(worker, (drained, capacity));
+                return;
+            }
             Incoming::PeerLost { peer } => return self.worker_lost(peer),
             Incoming::PeerUp { peer, .. } => {
                 if let Some(pool) = self.pools.get(&peer).copied() {
@@ -208,23 +223,11 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             _ => return,
         };
         self.out.events += 1;
-        if let WireEvent::Drained {
-            worker,
-            drained,
-            capacity,
-        } = e
-        {
-            self.drained.insert(worker, (drained, capacity));
-            return;
-        }
-        let Some(ev) = wire::to_worker_event(&e) else {
-            return;
-        };
         let pool = self.pools.get(&from).copied().unwrap_or(Pool::Decode);
         match &ev {
             WorkerEvent::Transition(t) => {
                 self.out.transcript.record(t);
-                if t.role == Role::Destination && t.to == "Active" {
+                if t.to == RoleState::Destination(DestinationState::Active) {
                     self.out.handoffs += 1;
                 }
             }

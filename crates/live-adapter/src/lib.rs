@@ -12,7 +12,6 @@ pub mod clock;
 pub mod frontend;
 pub mod inproc;
 pub mod node;
-pub mod wire;
 
 pub use clock::WallClock;
 pub use frontend::{FrontendNode, LiveOutcome};

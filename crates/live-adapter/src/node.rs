@@ -10,7 +10,7 @@ use handoff_core::{
     CoreBox, Generation, HandoffConfig, HandoffId, HandoffPolicy, Instant, TransferModel, Worker,
     WorkerEvent, WorkerId,
 };
-use transport::{Frame, Incoming, Transport, WireEvent};
+use transport::{Frame, Incoming, Transport};
 
 /// Counters of one node's run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -249,9 +249,7 @@ impl<T: Transport> WorkerNode<T> {
             self.transfers.push((at, id));
             return;
         }
-        if let Some(w) = WireEvent::from_worker_event(&e) {
-            let _ = self.transport.send(self.cfg.frontend, Frame::Event(w));
-        }
+        let _ = self.transport.send(self.cfg.frontend, Frame::Event(e));
     }
 
     /// Tells the frontend whenever this worker's drained state flips, so it
@@ -262,12 +260,12 @@ impl<T: Transport> WorkerNode<T> {
         if self.last_drained != Some(drained) {
             self.last_drained = Some(drained);
             let capacity = self.worker.capacity();
-            let e = WireEvent::Drained {
+            let report = Frame::Drained {
                 worker: self.cfg.id,
                 drained,
                 capacity,
             };
-            let _ = self.transport.send(self.cfg.frontend, Frame::Event(e));
+            let _ = self.transport.send(self.cfg.frontend, report);
         }
     }
 }

@@ -387,24 +387,28 @@ impl Recorder {
                 let Some(rec) = self.reqs.get_mut(&t.request) else {
                     return;
                 };
-                match (t.role, t.event, t.to) {
-                    (Role::Source, "PrefillPinned", _) => {
+                use handoff_core::{
+                    DestinationEventKind as DE, DestinationState as DS, LifecycleEvent as E,
+                    RoleState as St, SourceEventKind as SE, SourceState as SS,
+                };
+                match (t.event, t.to) {
+                    (E::Source(SE::PrefillPinned), _) => {
                         rec.pinned_at = Some(t.at);
                         self.life.handoffs_pinned += 1;
                     }
-                    (Role::Source, _, "Released") => {
+                    (_, St::Source(SS::Released)) => {
                         if let Some(p) = rec.pinned_at.take() {
                             self.pinned_ms.push(ms(t.at - p));
                         }
                     }
-                    (Role::Destination, "Routed", _) => rec.routed_at = Some(t.at),
-                    (Role::Destination, "Reserved", _) => {
+                    (E::Destination(DE::Routed), _) => rec.routed_at = Some(t.at),
+                    (E::Destination(DE::Reserved), _) => {
                         rec.reserved_at = Some(t.at);
                         if let Some(r) = rec.routed_at {
                             self.wait_ms.push(ms(t.at - r));
                         }
                     }
-                    (Role::Destination, "ReceiveCompleted", "Active") => {
+                    (E::Destination(DE::ReceiveCompleted), St::Destination(DS::Active)) => {
                         self.life.handoffs_activated += 1;
                         if let Some(r) = rec.reserved_at {
                             self.activation_ms.push(ms(t.at - r));

@@ -6,9 +6,10 @@
 
 use crate::engines::{make_core, EngineSpec};
 use handoff_core::{
-    Backend, CancelReason, CoreBox, Duration, Generation, HandoffConfig, HandoffId, Instant,
-    KvEventData, MsgBody, Request, RequestId, ReservationSummary, Role, Worker, WorkerEvent,
-    WorkerId, WorkerRequest,
+    Backend, CancelReason, CoreBox, DestinationEventKind as DE, DestinationState, Duration,
+    Generation, HandoffConfig, HandoffId, Instant, KvEventData, LifecycleEvent, MsgBody, Request,
+    RequestId, ReservationSummary, Role, RoleState, SourceEventKind as SE, SourceState as SS,
+    Transition, Worker, WorkerEvent, WorkerId, WorkerRequest,
 };
 use router::{Frontend, FrontendConfig, Pool, RouterMode};
 use serde_json::{json, Value};
@@ -33,7 +34,10 @@ struct Lab {
     hold_transfers: bool,
     link_up: bool,
     transfers: Vec<(WorkerId, HandoffId)>,
+    /// Every transition as text, for the scenario's JSON.
     log: Vec<String>,
+    /// The same transitions, typed, for the scenarios' predicates.
+    seen: Vec<Transition>,
     activated: Vec<RequestId>,
     stored_before_activation: u64,
     stored_at_or_after_activation: u64,
@@ -106,6 +110,7 @@ impl Lab {
             link_up: true,
             transfers: Vec::new(),
             log: Vec::new(),
+            seen: Vec::new(),
             activated: Vec::new(),
             stored_before_activation: 0,
             stored_at_or_after_activation: 0,
@@ -220,7 +225,8 @@ impl Lab {
                     t.to,
                     t.delta
                 ));
-                if t.role == Role::Destination && t.to == "Active" {
+                self.seen.push(*t);
+                if t.to == RoleState::Destination(DestinationState::Active) {
                     self.activated.push(t.request);
                 }
             }
@@ -296,8 +302,24 @@ impl Lab {
         false
     }
 
-    fn saw(&self, s: &str) -> bool {
-        self.log.iter().any(|l| l.contains(s))
+    /// Whether some transition so far satisfies `pred`.
+    fn saw(&self, pred: impl Fn(&Transition) -> bool) -> bool {
+        self.seen.iter().any(pred)
+    }
+
+    /// Whether some transition so far was caused by `event`.
+    fn saw_event(&self, event: impl Into<LifecycleEvent>) -> bool {
+        let event = event.into();
+        self.saw(|t| t.event == event)
+    }
+
+    /// Whether `event` moved a source role from `from` to `to`.
+    fn saw_source_move(&self, event: SE, from: SS, to: SS) -> bool {
+        self.saw(|t| {
+            t.event == LifecycleEvent::Source(event)
+                && t.from == RoleState::Source(from)
+                && t.to == RoleState::Source(to)
+        })
     }
 
     fn cap(&self, w: WorkerId) -> handoff_core::KvCapacitySnapshot {
@@ -338,15 +360,18 @@ fn stranded(backend: Backend) -> Value {
     lab.arrive(r);
     // Let the lifecycle move as far as it can while decode is full.
     lab.run_until(|l| {
-        l.saw("Unavailable") && (l.saw("PrefillPinned") || backend == Backend::Sglang)
+        l.saw_event(DE::Unavailable)
+            && (l.saw_event(SE::PrefillPinned) || backend == Backend::Sglang)
     });
-    lab.run_until(|l| l.now >= Instant::from_millis(500) || l.saw("Reserving -> Re"));
+    // Any move out of Reserving (the Unavailable self-transition included).
+    let reserving = RoleState::Destination(DestinationState::Reserving);
+    lab.run_until(|l| l.now >= Instant::from_millis(500) || l.saw(|t| t.from == reserving));
     let during = json!({
         "prefill_pinned_blocks": lab.cap(P).pinned_source_blocks,
         "prefill_compute_booked_tokens": lab.fe.prefill_router().load(P).map_or(0, |l| l.booked_prefill_tokens),
         "prefill_request_booked_blocks": lab.fe.prefill_router().load(P).map_or(0, |l| l.booked_blocks),
-        "prefill_dispatched": lab.saw("DestinationReserved NotStarted -> Computing") || lab.saw("Start NotStarted -> Computing"),
-        "destination_reservation_unavailable": lab.saw("destination Unavailable"),
+        "prefill_dispatched": lab.saw_source_move(SE::DestinationReserved, SS::NotStarted, SS::Computing) || lab.saw_source_move(SE::Start, SS::NotStarted, SS::Computing),
+        "destination_reservation_unavailable": lab.saw_event(DE::Unavailable),
         "decode_reserved_blocks": lab.cap(D).reserved_destination_blocks,
     });
     lab.run_until(|l| l.activated.contains(&RequestId(1)));
@@ -415,7 +440,7 @@ fn router_parity(backend: Backend) -> Value {
             "decode_kv_used_blocks": c.kv_used_blocks(),
         })
     };
-    lab.run_until(|l| l.saw("destination Routed"));
+    lab.run_until(|l| l.saw_event(DE::Routed));
     let (booked, reserved) = lab.at_routing.unwrap_or_default();
     points.push(json!({
         "point": "routed",
@@ -465,19 +490,19 @@ fn failure_matrix(backend: Backend) -> Value {
     type Point = (&'static str, u64, bool, fn(&Lab) -> bool);
     let points: [Point; 6] = [
         ("before-decode-routing", 1 << 16, false, |l| {
-            l.saw("source Start") && !l.saw("destination")
+            l.saw_event(SE::Start) && !l.saw(|t| t.role == Role::Destination)
         }),
         ("after-booking-before-reservation", 6 * 1024, false, |l| {
-            l.saw("destination Routed") && l.saw("Unavailable")
+            l.saw_event(DE::Routed) && l.saw_event(DE::Unavailable)
         }),
         ("after-reservation", 1 << 16, true, |l| {
-            l.saw("destination Reserved")
+            l.saw_event(DE::Reserved)
         }),
         ("while-source-pinned", 1 << 16, true, |l| {
-            l.saw("PrefillPinned")
+            l.saw_event(SE::PrefillPinned)
         }),
         ("after-receive-before-reader", 1 << 16, false, |l| {
-            l.saw("destination ReceiveCompleted") || l.saw("source ReaderCompleted")
+            l.saw_event(DE::ReceiveCompleted) || l.saw_event(SE::ReaderCompleted)
         }),
         ("during-transfer", 1 << 16, true, |l| {
             !l.transfers.is_empty()

@@ -1,7 +1,10 @@
 //! The DEP's replay acceptance criteria, on small synthetic workloads with
 //! the real backend cores.
 
-use handoff_core::{Backend, Duration, HandoffPolicy, Transcript, WorkerId};
+use handoff_core::{
+    Backend, DestinationEventKind as DE, DestinationState as DS, Duration, HandoffPolicy,
+    LifecycleEvent, RoleState, SourceEventKind as SE, SourceState as SS, Transcript, WorkerId,
+};
 use replay::{make_core, EngineSpec, Pool, Replay, ReplayConfig, Report, TransferModel};
 use router::RouterMode;
 use workload::{LengthDist, SyntheticConfig, SyntheticWorkload};
@@ -109,22 +112,36 @@ fn vllm_pins_atomically_and_releases_after_activation() {
     let (report, t) = run(Backend::Vllm, HandoffPolicy::SourceFirst);
     assert!(report.lifecycle.handoffs_pinned > 0);
     for (id, rec) in t.iter() {
-        let src: Vec<(&str, &str)> = rec.source.iter().map(|l| (l.event, l.to)).collect();
+        let src: Vec<(LifecycleEvent, RoleState)> =
+            rec.source.iter().map(|l| (l.event, l.to)).collect();
         // Prefill completion is the pin: one transition from Computing.
-        assert_eq!(src[1], ("PrefillPinned", "Pinned"), "{id}: {src:?}");
+        assert_eq!(
+            src[1],
+            (SE::PrefillPinned.into(), SS::Pinned.into()),
+            "{id}: {src:?}"
+        );
         assert!(rec.source[1].delta.pinned > 0);
         // The source is released by its reader (never before), and the
         // destination had activated: the reader's notification is sent at
         // activation.
         assert_eq!(
             src.last(),
-            Some(&("ReaderCompleted", "Released")),
+            Some(&(SE::ReaderCompleted.into(), SS::Released.into())),
             "{id}: {src:?}"
         );
-        assert!(rec.destination.iter().any(|l| l.to == "Active"), "{id}");
+        assert!(
+            rec.destination
+                .iter()
+                .any(|l| l.to == RoleState::Destination(DS::Active)),
+            "{id}"
+        );
         // Booking (Routed) precedes the physical reservation.
-        assert_eq!(rec.destination[0].event, "Routed");
-        assert!(rec.destination.iter().position(|l| l.event == "Reserved") > Some(0));
+        assert_eq!(
+            rec.destination[0].event,
+            LifecycleEvent::Destination(DE::Routed)
+        );
+        let reserved = LifecycleEvent::Destination(DE::Reserved);
+        assert!(rec.destination.iter().position(|l| l.event == reserved) > Some(0));
     }
 }
 
@@ -133,15 +150,19 @@ fn sglang_never_dispatches_prefill_before_reservation() {
     let (report, t) = run(Backend::Sglang, HandoffPolicy::DestinationFirst);
     assert_eq!(report.completed_requests, 120);
     for (id, rec) in t.iter() {
-        let into_computing: Vec<&str> = rec
+        let into_computing: Vec<LifecycleEvent> = rec
             .source
             .iter()
-            .filter(|l| l.to == "Computing")
+            .filter(|l| l.to == RoleState::Source(SS::Computing))
             .map(|l| l.event)
             .collect();
-        assert_eq!(into_computing, vec!["DestinationReserved"], "{id}");
-        let dst: Vec<&str> = rec.destination.iter().map(|l| l.event).collect();
-        assert_eq!(&dst[..2], &["Routed", "Reserved"], "{id}");
+        assert_eq!(
+            into_computing,
+            vec![LifecycleEvent::Source(SE::DestinationReserved)],
+            "{id}"
+        );
+        let dst: Vec<LifecycleEvent> = rec.destination.iter().map(|l| l.event).collect();
+        assert_eq!(&dst[..2], &[DE::Routed.into(), DE::Reserved.into()], "{id}");
     }
 }
 

@@ -446,7 +446,7 @@ mod tests {
         let frames = every_frame();
         let kv = frames
             .iter()
-            .find(|f| matches!(f, Frame::Event(crate::WireEvent::Kv { .. })))
+            .find(|f| matches!(f, Frame::Event(handoff_core::WorkerEvent::Kv { .. })))
             .unwrap();
         let mut bytes = encode_all(std::slice::from_ref(kv));
         // The Stored event's vector has two entries; its varint length is

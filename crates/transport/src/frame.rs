@@ -1,13 +1,12 @@
-//! What crosses a connection: [`Frame`]s, and [`WireEvent`], the owned and
-//! serialisable mirror of the [`WorkerEvent`]s a frontend needs.
+//! What crosses a connection: [`Frame`]s. Worker reports travel as the
+//! core's own [`WorkerEvent`]s, typed end to end.
 //!
-//! Times travel as nanoseconds on the *sender's* clock (`*_nanos`): clocks
-//! are not shared across processes, so a receiver may compare times from one
-//! worker with each other but must not mix them with its own.
+//! Times in events are [`handoff_core::Instant`]s on the *sender's* clock:
+//! clocks are not shared across processes, so a receiver may compare times
+//! from one worker with each other but must not mix them with its own.
 
 use handoff_core::{
-    CancelReason, DropReason, Generation, HandoffId, HandoffMsg, KvCapacitySnapshot, KvEvent,
-    OwnershipDelta, RequestId, Role, WorkerEvent, WorkerId, WorkerRequest,
+    Generation, HandoffMsg, KvCapacitySnapshot, WorkerEvent, WorkerId, WorkerRequest,
 };
 use serde::{Deserialize, Serialize};
 
@@ -30,8 +29,20 @@ pub enum Frame {
     Handoff(HandoffMsg),
     /// Work from the frontend to a worker.
     Request(WorkerRequest),
-    /// A report from a worker to the frontend.
-    Event(WireEvent),
+    /// A report from a worker to the frontend. `StartTransfer` never travels:
+    /// the worker's own driver executes it.
+    Event(WorkerEvent),
+    /// A worker's drained state changed (sent to the frontend whenever it
+    /// flips, so the frontend holds every worker's final state without a
+    /// closing round trip).
+    Drained {
+        /// The worker.
+        worker: WorkerId,
+        /// No runnable work, no retained ownership, no live role.
+        drained: bool,
+        /// Its occupancy at that moment.
+        capacity: KvCapacitySnapshot,
+    },
     /// Orderly shutdown of the connection.
     Bye,
 }
@@ -44,6 +55,7 @@ impl Frame {
             Frame::Handoff(_) => "Handoff",
             Frame::Request(_) => "Request",
             Frame::Event(_) => "Event",
+            Frame::Drained { .. } => "Drained",
             Frame::Bye => "Bye",
         }
     }
@@ -54,263 +66,16 @@ impl Frame {
     }
 }
 
-/// What a frontend needs from a [`WorkerEvent`], owned so it can be
-/// serialised. Core names (`&'static str`) become `String`s.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum WireEvent {
-    /// A role moved (mirror of [`handoff_core::Transition`]).
-    Transition {
-        /// The attempt.
-        id: HandoffId,
-        /// The request.
-        request: RequestId,
-        /// The worker the role lives on.
-        worker: WorkerId,
-        /// Which role.
-        role: Role,
-        /// The fact that caused it.
-        event: String,
-        /// State before.
-        from: String,
-        /// State after.
-        to: String,
-        /// Ownership moved on the worker.
-        delta: OwnershipDelta,
-        /// When, on the worker's clock.
-        at_nanos: u64,
-    },
-    /// A step ran; the `Tokens` events that follow belong to it.
-    Step {
-        /// Start of the first pass.
-        start_nanos: u64,
-        /// Passes covered.
-        steps: u64,
-        /// Total time.
-        duration_nanos: u64,
-        /// First pass.
-        first_step_nanos: u64,
-        /// Last pass.
-        last_step_nanos: u64,
-        /// Prefill tokens computed.
-        prefill_tokens: u64,
-    },
-    /// Output tokens of the step just reported.
-    Tokens {
-        /// The request.
-        request: RequestId,
-        /// How many (one per pass).
-        tokens: u32,
-        /// Whether the first is the request's first output token.
-        first: bool,
-    },
-    /// A request finished decoding and freed its KV.
-    RequestFinished {
-        /// The request.
-        request: RequestId,
-        /// When.
-        at_nanos: u64,
-    },
-    /// A request lost its KV and will recompute / was retracted.
-    Preempted {
-        /// The request.
-        request: RequestId,
-        /// When.
-        at_nanos: u64,
-    },
-    /// A handoff prefill completed and pinned.
-    PrefillPinned {
-        /// The attempt.
-        id: HandoffId,
-        /// The request.
-        request: RequestId,
-        /// Blocks held.
-        blocks: u64,
-        /// Tokens held.
-        tokens: u64,
-        /// When.
-        at_nanos: u64,
-    },
-    /// A role ended; `reason` is `None` on success.
-    RoleEnded {
-        /// The attempt.
-        id: HandoffId,
-        /// The request.
-        request: RequestId,
-        /// Which role.
-        role: Role,
-        /// Why it ended early, if it did.
-        reason: Option<CancelReason>,
-        /// When.
-        at_nanos: u64,
-    },
-    /// A KV cache event.
-    Kv {
-        /// The event.
-        event: KvEvent,
-        /// When.
-        at_nanos: u64,
-    },
-    /// An incoming fact was dropped by the worker.
-    Dropped {
-        /// Its sender.
-        from: WorkerId,
-        /// Its attempt.
-        id: HandoffId,
-        /// Its name.
-        fact: String,
-        /// Why, as [`drop_reason_text`] renders it.
-        reason: String,
-        /// When.
-        at_nanos: u64,
-    },
-    /// The sender's physical occupancy now.
-    Capacity(KvCapacitySnapshot),
-    /// End-of-run report: whether `worker` holds no ownership any more.
-    Drained {
-        /// The worker.
-        worker: WorkerId,
-        /// No runnable work and no retained ownership.
-        drained: bool,
-        /// Its occupancy at the end.
-        capacity: KvCapacitySnapshot,
-    },
-}
-
-fn nanos(d: handoff_core::Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Stable text of a [`DropReason`] for the wire and logs.
-pub fn drop_reason_text(reason: &DropReason) -> String {
-    match reason {
-        DropReason::OldGeneration => "old-generation".to_owned(),
-        DropReason::Rejected(e) => format!("rejected: {e}"),
-        DropReason::Unknown => "unknown".to_owned(),
-        DropReason::WrongPeer => "wrong-peer".to_owned(),
-    }
-}
-
-impl WireEvent {
-    /// The wire form of `ev`, or `None` for events that stay on the worker
-    /// (`StartTransfer` is executed by the worker's own driver).
-    pub fn from_worker_event(ev: &WorkerEvent) -> Option<WireEvent> {
-        Some(match ev {
-            WorkerEvent::Transition(t) => WireEvent::Transition {
-                id: t.id,
-                request: t.request,
-                worker: t.worker,
-                role: t.role,
-                event: t.event.to_owned(),
-                from: t.from.to_owned(),
-                to: t.to.to_owned(),
-                delta: t.delta,
-                at_nanos: t.at.as_nanos(),
-            },
-            WorkerEvent::Step {
-                start,
-                steps,
-                duration,
-                first_step,
-                last_step,
-                prefill_tokens,
-            } => WireEvent::Step {
-                start_nanos: start.as_nanos(),
-                steps: *steps,
-                duration_nanos: nanos(*duration),
-                first_step_nanos: nanos(*first_step),
-                last_step_nanos: nanos(*last_step),
-                prefill_tokens: *prefill_tokens,
-            },
-            WorkerEvent::Tokens {
-                request,
-                tokens,
-                first,
-            } => WireEvent::Tokens {
-                request: *request,
-                tokens: *tokens,
-                first: *first,
-            },
-            WorkerEvent::RequestFinished { request, at } => WireEvent::RequestFinished {
-                request: *request,
-                at_nanos: at.as_nanos(),
-            },
-            WorkerEvent::Preempted { request, at } => WireEvent::Preempted {
-                request: *request,
-                at_nanos: at.as_nanos(),
-            },
-            WorkerEvent::PrefillPinned {
-                id,
-                request,
-                blocks,
-                tokens,
-                at,
-            } => WireEvent::PrefillPinned {
-                id: *id,
-                request: *request,
-                blocks: *blocks,
-                tokens: *tokens,
-                at_nanos: at.as_nanos(),
-            },
-            WorkerEvent::StartTransfer { .. } => return None,
-            WorkerEvent::RoleEnded {
-                id,
-                request,
-                role,
-                reason,
-                at,
-            } => WireEvent::RoleEnded {
-                id: *id,
-                request: *request,
-                role: *role,
-                reason: *reason,
-                at_nanos: at.as_nanos(),
-            },
-            WorkerEvent::Kv { event, at } => WireEvent::Kv {
-                event: event.clone(),
-                at_nanos: at.as_nanos(),
-            },
-            WorkerEvent::Dropped {
-                from,
-                id,
-                fact,
-                reason,
-                at,
-            } => WireEvent::Dropped {
-                from: *from,
-                id: *id,
-                fact: (*fact).to_owned(),
-                reason: drop_reason_text(reason),
-                at_nanos: at.as_nanos(),
-            },
-        })
-    }
-
-    /// Stable name for logs.
-    pub fn name(&self) -> &'static str {
-        match self {
-            WireEvent::Transition { .. } => "Transition",
-            WireEvent::Step { .. } => "Step",
-            WireEvent::Tokens { .. } => "Tokens",
-            WireEvent::RequestFinished { .. } => "RequestFinished",
-            WireEvent::Preempted { .. } => "Preempted",
-            WireEvent::PrefillPinned { .. } => "PrefillPinned",
-            WireEvent::RoleEnded { .. } => "RoleEnded",
-            WireEvent::Kv { .. } => "Kv",
-            WireEvent::Dropped { .. } => "Dropped",
-            WireEvent::Capacity(_) => "Capacity",
-            WireEvent::Drained { .. } => "Drained",
-        }
-    }
-}
-
 /// Sample values and proptest strategies shared by the crate's tests.
 #[cfg(test)]
 pub(crate) mod samples {
     use super::*;
     use handoff_core::{
-        CancelReason, Instant, KvEventData, MsgBody, ReservationSummary, SessionId, SourceReady,
+        CancelReason, DestinationEventKind, DestinationReservationId, DestinationState, DropReason,
+        Duration, FactKind, HandoffId, Instant, KvEvent, KvEventData, LifecycleEvent, MsgBody,
+        OwnershipDelta, Request, RequestId, ReservationSummary, Role, RoleState, SessionId,
+        SourceEventKind, SourceReady, SourceState, Transition, TransitionError,
     };
-    use handoff_core::{DestinationReservationId, Request};
     use proptest::prelude::*;
 
     pub(crate) fn request(id: u64) -> Request {
@@ -387,60 +152,74 @@ pub(crate) mod samples {
                     tokens: 30,
                 }),
             }),
+            Frame::Drained {
+                worker: WorkerId(2),
+                drained: true,
+                capacity: cap,
+            },
             Frame::Bye,
         ];
         let events = [
-            WireEvent::Transition {
+            WorkerEvent::Transition(Transition {
                 id,
                 request: RequestId(1),
                 worker: WorkerId(2),
                 role: Role::Source,
-                event: "Pinned".into(),
-                from: "Computing".into(),
-                to: "Held".into(),
+                event: LifecycleEvent::Source(SourceEventKind::PrefillPinned),
+                from: RoleState::Source(SourceState::Computing),
+                to: RoleState::Source(SourceState::Pinned),
                 delta: OwnershipDelta {
                     pinned: 4,
                     reserved: 0,
                     active: -4,
                 },
-                at_nanos: 77,
-            },
-            WireEvent::Step {
-                start_nanos: 1,
+                at: Instant(77),
+            }),
+            WorkerEvent::Step {
+                start: Instant(1),
                 steps: 2,
-                duration_nanos: 3,
-                first_step_nanos: 1,
-                last_step_nanos: 2,
+                duration: Duration::from_nanos(3),
+                first_step: Duration::from_nanos(1),
+                last_step: Duration::from_nanos(2),
                 prefill_tokens: 100,
             },
-            WireEvent::Tokens {
+            WorkerEvent::Tokens {
                 request: RequestId(1),
                 tokens: 2,
                 first: true,
             },
-            WireEvent::RequestFinished {
+            WorkerEvent::RequestFinished {
                 request: RequestId(1),
-                at_nanos: 9,
+                at: Instant(9),
             },
-            WireEvent::Preempted {
+            WorkerEvent::Preempted {
                 request: RequestId(2),
-                at_nanos: 10,
+                at: Instant(10),
             },
-            WireEvent::PrefillPinned {
+            WorkerEvent::PrefillPinned {
                 id,
                 request: RequestId(1),
                 blocks: 4,
                 tokens: 64,
-                at_nanos: 11,
+                at: Instant(11),
             },
-            WireEvent::RoleEnded {
+            WorkerEvent::StartTransfer {
+                id,
+                request: RequestId(1),
+                source: WorkerId(0),
+                destination: WorkerId(1),
+                tokens: 64,
+                blocks: 4,
+                at: Instant(11),
+            },
+            WorkerEvent::RoleEnded {
                 id,
                 request: RequestId(1),
                 role: Role::Destination,
                 reason: Some(CancelReason::PeerRestarted),
-                at_nanos: 12,
+                at: Instant(12),
             },
-            WireEvent::Kv {
+            WorkerEvent::Kv {
                 event: KvEvent {
                     event_id: 5,
                     data: KvEventData::Stored {
@@ -448,27 +227,32 @@ pub(crate) mod samples {
                         block_hashes: vec![2, 3],
                     },
                 },
-                at_nanos: 13,
+                at: Instant(13),
             },
-            WireEvent::Kv {
+            WorkerEvent::Kv {
                 event: KvEvent {
                     event_id: 6,
                     data: KvEventData::Cleared,
                 },
-                at_nanos: 14,
+                at: Instant(14),
             },
-            WireEvent::Dropped {
+            WorkerEvent::Dropped {
                 from: WorkerId(1),
                 id,
-                fact: "ReaderCompleted".into(),
-                reason: "old-generation".into(),
-                at_nanos: 15,
+                fact: FactKind::ReaderCompleted,
+                reason: DropReason::OldGeneration,
+                at: Instant(15),
             },
-            WireEvent::Capacity(cap),
-            WireEvent::Drained {
-                worker: WorkerId(2),
-                drained: true,
-                capacity: cap,
+            WorkerEvent::Dropped {
+                from: WorkerId(1),
+                id,
+                fact: FactKind::SourceReady,
+                reason: DropReason::Rejected(TransitionError::Invalid {
+                    id,
+                    state: RoleState::Destination(DestinationState::NotRouted),
+                    event: LifecycleEvent::Destination(DestinationEventKind::SourceReady),
+                }),
+                at: Instant(16),
             },
         ];
         v.extend(events.into_iter().map(Frame::Event));
@@ -530,39 +314,92 @@ pub(crate) mod samples {
             })
     }
 
-    fn arb_event() -> impl Strategy<Value = WireEvent> {
+    fn arb_lifecycle() -> impl Strategy<Value = (Role, LifecycleEvent, RoleState, RoleState)> {
         prop_oneof![
-            (any::<u128>(), any::<u64>(), "[a-zA-Z]{0,12}", arb_role()).prop_map(
-                |(id, at, name, role)| WireEvent::Transition {
+            (
+                prop::sample::select(SourceEventKind::ALL.to_vec()),
+                prop::sample::select(SourceState::ALL.to_vec()),
+                prop::sample::select(SourceState::ALL.to_vec()),
+            )
+                .prop_map(|(e, f, t)| (Role::Source, e.into(), f.into(), t.into())),
+            (
+                prop::sample::select(DestinationEventKind::ALL.to_vec()),
+                prop::sample::select(DestinationState::ALL.to_vec()),
+                prop::sample::select(DestinationState::ALL.to_vec()),
+            )
+                .prop_map(|(e, f, t)| (
+                    Role::Destination,
+                    e.into(),
+                    f.into(),
+                    t.into()
+                )),
+        ]
+    }
+
+    fn arb_drop_reason() -> impl Strategy<Value = DropReason> {
+        prop_oneof![
+            Just(DropReason::OldGeneration),
+            Just(DropReason::Unknown),
+            Just(DropReason::WrongPeer),
+            (any::<u128>(), arb_lifecycle()).prop_map(|(id, (_, event, state, _))| {
+                DropReason::Rejected(TransitionError::Invalid {
+                    id: HandoffId(id),
+                    state,
+                    event,
+                })
+            }),
+            (any::<u128>(), arb_lifecycle()).prop_map(|(id, (_, event, _, _))| {
+                DropReason::Rejected(TransitionError::Stale {
+                    id: HandoffId(id),
+                    event,
+                })
+            }),
+        ]
+    }
+
+    fn arb_event() -> impl Strategy<Value = WorkerEvent> {
+        prop_oneof![
+            (any::<u128>(), any::<u64>(), arb_lifecycle()).prop_map(
+                |(id, at, (role, event, from, to))| WorkerEvent::Transition(Transition {
                     id: HandoffId(id),
                     request: RequestId(at),
                     worker: WorkerId(at as u32),
                     role,
-                    event: name.clone(),
-                    from: name.to_lowercase(),
-                    to: name.to_uppercase(),
+                    event,
+                    from,
+                    to,
                     delta: OwnershipDelta {
                         pinned: at as i64,
                         reserved: -(at as i64 >> 3),
                         active: 0,
                     },
-                    at_nanos: at,
-                }
+                    at: Instant(at),
+                })
             ),
+            (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(start, steps, ns)| {
+                WorkerEvent::Step {
+                    start: Instant(start),
+                    steps,
+                    duration: Duration::from_nanos(u64::from(ns) * 3),
+                    first_step: Duration::from_nanos(u64::from(ns)),
+                    last_step: Duration::from_nanos(u64::from(ns) + 1),
+                    prefill_tokens: steps ^ start,
+                }
+            }),
             (any::<u64>(), any::<u32>(), any::<bool>()).prop_map(|(r, tokens, first)| {
-                WireEvent::Tokens {
+                WorkerEvent::Tokens {
                     request: RequestId(r),
                     tokens,
                     first,
                 }
             }),
             (any::<u64>(), proptest::collection::vec(any::<u64>(), 0..6)).prop_map(|(e, h)| {
-                WireEvent::Kv {
+                WorkerEvent::Kv {
                     event: KvEvent {
                         event_id: e,
                         data: KvEventData::Removed { block_hashes: h },
                     },
-                    at_nanos: e,
+                    at: Instant(e),
                 }
             }),
             (
@@ -570,21 +407,25 @@ pub(crate) mod samples {
                 proptest::option::of(arb_reason()),
                 arb_role()
             )
-                .prop_map(|(id, reason, role)| WireEvent::RoleEnded {
+                .prop_map(|(id, reason, role)| WorkerEvent::RoleEnded {
                     id: HandoffId(id),
                     request: RequestId(id as u64),
                     role,
                     reason,
-                    at_nanos: 1,
+                    at: Instant(1),
                 }),
-            (any::<u64>(), any::<bool>()).prop_map(|(b, drained)| WireEvent::Drained {
-                worker: WorkerId(b as u32),
-                drained,
-                capacity: KvCapacitySnapshot {
-                    total_blocks: b,
-                    ..Default::default()
-                },
-            }),
+            (
+                any::<u128>(),
+                prop::sample::select(FactKind::ALL.to_vec()),
+                arb_drop_reason()
+            )
+                .prop_map(|(id, fact, reason)| WorkerEvent::Dropped {
+                    from: WorkerId(id as u32),
+                    id: HandoffId(id),
+                    fact,
+                    reason,
+                    at: Instant(id as u64),
+                }),
         ]
     }
 
@@ -612,6 +453,14 @@ pub(crate) mod samples {
                 }
             }),
             arb_event().prop_map(Frame::Event),
+            (any::<u64>(), any::<bool>()).prop_map(|(b, drained)| Frame::Drained {
+                worker: WorkerId(b as u32),
+                drained,
+                capacity: KvCapacitySnapshot {
+                    total_blocks: b,
+                    ..Default::default()
+                },
+            }),
             Just(Frame::Bye),
         ]
     }
@@ -619,188 +468,80 @@ pub(crate) mod samples {
 
 #[cfg(test)]
 mod tests {
+    use super::samples::every_frame;
     use super::*;
-    use handoff_core::{Duration, Instant, KvEventData, Transition, TransitionError};
+    use std::collections::BTreeSet;
 
-    #[test]
-    fn start_transfer_stays_local() {
-        let ev = WorkerEvent::StartTransfer {
-            id: HandoffId(1),
-            request: RequestId(1),
-            source: WorkerId(0),
-            destination: WorkerId(1),
-            tokens: 10,
-            blocks: 1,
-            at: Instant(5),
-        };
-        assert_eq!(WireEvent::from_worker_event(&ev), None);
-    }
-
-    #[test]
-    fn transition_names_become_owned() {
-        let t = Transition {
-            id: HandoffId(9),
-            request: RequestId(2),
-            worker: WorkerId(1),
-            role: Role::Destination,
-            event: "Reserved",
-            from: "Reserving",
-            to: "Reserved",
-            delta: OwnershipDelta {
-                pinned: 0,
-                reserved: 3,
-                active: 0,
-            },
-            at: Instant(40),
-        };
-        let w = WireEvent::from_worker_event(&WorkerEvent::Transition(t));
-        assert_eq!(
-            w,
-            Some(WireEvent::Transition {
-                id: HandoffId(9),
-                request: RequestId(2),
-                worker: WorkerId(1),
-                role: Role::Destination,
-                event: "Reserved".into(),
-                from: "Reserving".into(),
-                to: "Reserved".into(),
-                delta: t.delta,
-                at_nanos: 40,
-            })
-        );
-    }
-
-    #[test]
-    fn step_durations_become_nanos() {
-        let ev = WorkerEvent::Step {
-            start: Instant(100),
-            steps: 3,
-            duration: Duration::from_micros(30),
-            first_step: Duration::from_micros(9),
-            last_step: Duration::from_micros(11),
-            prefill_tokens: 7,
-        };
-        assert_eq!(
-            WireEvent::from_worker_event(&ev),
-            Some(WireEvent::Step {
-                start_nanos: 100,
-                steps: 3,
-                duration_nanos: 30_000,
-                first_step_nanos: 9_000,
-                last_step_nanos: 11_000,
-                prefill_tokens: 7,
-            })
-        );
-    }
-
-    #[test]
-    fn dropped_reason_is_readable() {
-        let ev = WorkerEvent::Dropped {
-            from: WorkerId(4),
-            id: HandoffId(3),
-            fact: "SourceReady",
-            reason: DropReason::Rejected(TransitionError::Stale {
-                id: HandoffId(3),
-                event: "SourceReady",
-            }),
-            at: Instant(1),
-        };
-        match WireEvent::from_worker_event(&ev) {
-            Some(WireEvent::Dropped { fact, reason, .. }) => {
-                assert_eq!(fact, "SourceReady");
-                assert!(reason.starts_with("rejected: "), "{reason}");
-                assert!(reason.contains("stale"), "{reason}");
-            }
-            other => panic!("unexpected {other:?}"),
+    /// Which [`WorkerEvent`] variant `e` is; exhaustive, so a new variant
+    /// must be added here (and to the samples).
+    fn variant(e: &WorkerEvent) -> &'static str {
+        match e {
+            WorkerEvent::Transition(_) => "Transition",
+            WorkerEvent::Step { .. } => "Step",
+            WorkerEvent::Tokens { .. } => "Tokens",
+            WorkerEvent::RequestFinished { .. } => "RequestFinished",
+            WorkerEvent::Preempted { .. } => "Preempted",
+            WorkerEvent::PrefillPinned { .. } => "PrefillPinned",
+            WorkerEvent::StartTransfer { .. } => "StartTransfer",
+            WorkerEvent::RoleEnded { .. } => "RoleEnded",
+            WorkerEvent::Kv { .. } => "Kv",
+            WorkerEvent::Dropped { .. } => "Dropped",
         }
-        assert_eq!(drop_reason_text(&DropReason::WrongPeer), "wrong-peer");
     }
 
     #[test]
-    fn remaining_variants_map_field_for_field() {
-        let id = HandoffId(5);
-        let kv = KvEvent {
-            event_id: 1,
-            data: KvEventData::Cleared,
+    fn samples_cover_every_frame_and_event_variant() {
+        let frames = every_frame();
+        let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
+        assert_eq!(kinds.len(), 6, "{kinds:?}");
+        let events: BTreeSet<&str> = frames
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Event(e) => Some(variant(e)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(events.len(), 10, "{events:?}");
+    }
+
+    /// Core types no frame carries yet still serialise (a driver may ship
+    /// them); they round-trip through the codec's bincode configuration.
+    #[test]
+    fn transmits_and_stats_round_trip() {
+        fn round_trip<T>(v: &T) -> T
+        where
+            T: Serialize + for<'de> Deserialize<'de>,
+        {
+            let cfg = bincode::config::standard();
+            let bytes = bincode::serde::encode_to_vec(v, cfg).expect("encodes");
+            let (back, used) = bincode::serde::decode_from_slice(&bytes, cfg).expect("decodes");
+            assert_eq!(used, bytes.len());
+            back
+        }
+        let t = handoff_core::Transmit {
+            to: WorkerId(4),
+            msg: super::samples::handoff(3),
+            at: handoff_core::Instant(99),
         };
-        let cases = [
-            (
-                WorkerEvent::Tokens {
-                    request: RequestId(1),
-                    tokens: 4,
-                    first: false,
-                },
-                WireEvent::Tokens {
-                    request: RequestId(1),
-                    tokens: 4,
-                    first: false,
-                },
-            ),
-            (
-                WorkerEvent::RequestFinished {
-                    request: RequestId(1),
-                    at: Instant(2),
-                },
-                WireEvent::RequestFinished {
-                    request: RequestId(1),
-                    at_nanos: 2,
-                },
-            ),
-            (
-                WorkerEvent::Preempted {
-                    request: RequestId(1),
-                    at: Instant(3),
-                },
-                WireEvent::Preempted {
-                    request: RequestId(1),
-                    at_nanos: 3,
-                },
-            ),
-            (
-                WorkerEvent::PrefillPinned {
-                    id,
-                    request: RequestId(1),
-                    blocks: 2,
-                    tokens: 20,
-                    at: Instant(4),
-                },
-                WireEvent::PrefillPinned {
-                    id,
-                    request: RequestId(1),
-                    blocks: 2,
-                    tokens: 20,
-                    at_nanos: 4,
-                },
-            ),
-            (
-                WorkerEvent::RoleEnded {
-                    id,
-                    request: RequestId(1),
-                    role: Role::Source,
-                    reason: None,
-                    at: Instant(5),
-                },
-                WireEvent::RoleEnded {
-                    id,
-                    request: RequestId(1),
-                    role: Role::Source,
-                    reason: None,
-                    at_nanos: 5,
-                },
-            ),
-            (
-                WorkerEvent::Kv {
-                    event: kv.clone(),
-                    at: Instant(6),
-                },
-                WireEvent::Kv {
-                    event: kv,
-                    at_nanos: 6,
-                },
-            ),
-        ];
-        for (ev, want) in cases {
-            assert_eq!(WireEvent::from_worker_event(&ev), Some(want));
+        assert_eq!(round_trip(&t), t);
+        let stats = handoff_core::WorkerStats {
+            applied: 7,
+            stale: 2,
+            early_dropped: 1,
+            ..Default::default()
+        };
+        assert_eq!(round_trip(&stats), stats);
+    }
+
+    #[test]
+    fn only_hello_and_bye_are_control() {
+        for f in every_frame() {
+            assert_eq!(
+                f.is_control(),
+                matches!(f.name(), "Hello" | "Bye"),
+                "{}",
+                f.name()
+            );
         }
     }
 }

@@ -27,7 +27,7 @@ pub use channel::{ChannelEndpoint, ChannelNet};
 pub use codec::{
     encode_frame, DecodeError, DecodeErrorKind, EncodeError, FrameReader, ReadError, MAX_FRAME,
 };
-pub use frame::{drop_reason_text, Frame, WireEvent};
+pub use frame::Frame;
 pub use tcp::{ConnectError, TcpEndpoint};
 
 use handoff_core::{Generation, WorkerId};

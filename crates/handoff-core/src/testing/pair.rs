@@ -3,8 +3,8 @@
 use super::FakeCore;
 use crate::{
     Backend, CancelReason, Duration, Generation, HandoffConfig, HandoffId, HandoffIdGen,
-    HandoffMsg, HandoffPolicy, Instant, Request, RequestId, Rng, SourceReady, Worker, WorkerEvent,
-    WorkerId, WorkerRequest,
+    HandoffMsg, HandoffPolicy, Instant, LifecycleEvent, Request, RequestId, Rng, RoleState,
+    SourceReady, Transition, Worker, WorkerEvent, WorkerId, WorkerRequest,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -98,6 +98,8 @@ pub struct PairSim {
     ids: BTreeMap<u64, HandoffId>,
     /// Every transition, as `worker role event from -> to delta`, in order.
     pub log: Vec<String>,
+    /// The same transitions as `log`, typed, for predicates.
+    pub transitions: Vec<Transition>,
     /// Every message ever sent (for late re-delivery tests).
     pub sent: Vec<(WorkerId, WorkerId, HandoffMsg)>,
     /// Transfers started and not yet completed.
@@ -130,6 +132,7 @@ impl PairSim {
             link_up: true,
             ids: BTreeMap::new(),
             log: Vec::new(),
+            transitions: Vec::new(),
             sent: Vec::new(),
             transfers_in_flight: 0,
             cfg,
@@ -263,10 +266,13 @@ impl PairSim {
                         },
                     );
                 }
-                WorkerEvent::Transition(t) => self.log.push(format!(
-                    "{} {:?} {} {} -> {} {}",
-                    t.worker, t.role, t.event, t.from, t.to, t.delta
-                )),
+                WorkerEvent::Transition(t) => {
+                    self.log.push(format!(
+                        "{} {:?} {} {} -> {} {}",
+                        t.worker, t.role, t.event, t.from, t.to, t.delta
+                    ));
+                    self.transitions.push(t);
+                }
                 _ => {}
             }
         }
@@ -390,9 +396,28 @@ impl PairSim {
         self.run_until(|_| false);
     }
 
-    /// Whether some logged transition contains `needle`.
-    pub fn saw(&self, needle: &str) -> bool {
-        self.log.iter().any(|l| l.contains(needle))
+    /// Whether some transition so far satisfies `pred`.
+    pub fn saw(&self, pred: impl Fn(&Transition) -> bool) -> bool {
+        self.transitions.iter().any(pred)
+    }
+
+    /// Whether some transition so far was caused by `event`. Source roles
+    /// live on [`SOURCE`] and destination roles on [`DEST`], so the event's
+    /// role also names the worker.
+    pub fn saw_event(&self, event: impl Into<LifecycleEvent>) -> bool {
+        let event = event.into();
+        self.saw(|t| t.event == event)
+    }
+
+    /// Whether `event` moved some role from `from` to `to`.
+    pub fn saw_move(
+        &self,
+        event: impl Into<LifecycleEvent>,
+        from: impl Into<RoleState>,
+        to: impl Into<RoleState>,
+    ) -> bool {
+        let (event, from, to) = (event.into(), from.into(), to.into());
+        self.saw(|t| t.event == event && t.from == from && t.to == to)
     }
 
     /// The frontend aborts request `i` on both workers.
