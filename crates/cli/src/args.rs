@@ -3,6 +3,7 @@
 //! a bad value is an error naming the flag, never a panic.
 
 use clap::{Args, ValueEnum};
+use handoff_core::fault::{Fault, FaultPlan};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, TransferModel};
 use replay::EngineSpec;
 use router::{FrontendConfig, RouterMode};
@@ -127,6 +128,13 @@ pub struct DeployArgs {
     /// Seed for routers and the synthetic workload.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Faults to inject: a fault-plan file, or the plan itself with `;`
+    /// between directives, e.g. "kill 2 at 1s; restart 2 at 3s; drop 0.01".
+    /// Directives: seed N, kill W at T, restart W at T, partition A B from T
+    /// to T, cancel R at T, drop P, duplicate P, delay P max T,
+    /// transfer-fail P (times with ns/us/ms/s).
+    #[arg(long, value_name = "FILE|PLAN")]
+    pub faults: Option<String>,
 }
 
 /// Where requests come from.
@@ -253,6 +261,37 @@ impl DeployArgs {
     }
 
     /// Lifecycle timers.
+    /// The fault plan of `--faults`, checked against the deployment.
+    pub fn faults(&self) -> Result<FaultPlan, String> {
+        let Some(spec) = &self.faults else {
+            return Ok(FaultPlan::none());
+        };
+        let path = std::path::Path::new(spec);
+        let (text, origin) = if path.is_file() {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("--faults {spec}: {e}"))?;
+            (text, spec.clone())
+        } else {
+            (spec.clone(), "--faults".to_string())
+        };
+        let plan = FaultPlan::parse(&text).map_err(|e| format!("{origin}: {e}"))?;
+        let workers = self.prefill.max(1) + self.decode;
+        for f in &plan.timed {
+            let w = match f.fault {
+                Fault::Kill { worker } | Fault::Restart { worker } => Some(worker),
+                Fault::Partition { a, b, .. } => Some(if a.0 >= b.0 { a } else { b }),
+                Fault::Cancel { .. } => None,
+            };
+            if let Some(w) = w.filter(|w| w.0 >= workers) {
+                return Err(format!(
+                    "{origin}: worker {w} does not exist (the deployment has workers 0..{})",
+                    workers - 1
+                ));
+            }
+        }
+        Ok(plan)
+    }
+
     pub fn handoff(&self) -> HandoffConfig {
         let mut h = HandoffConfig::default();
         if let Some(s) = self.reservation_ttl_s {

@@ -37,9 +37,11 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
         seed: d.seed,
         multi_step: !a.no_multi_step,
         transcript: false,
+        faults: d.faults()?,
     };
     // Build every core up front so a bad configuration fails before any work.
     let total = cfg.prefill_workers + cfg.decode_workers;
+    let cfg_prefill = cfg.prefill_workers;
     let mut cores = Vec::new();
     for i in 0..total {
         let s = if i < cfg.prefill_workers {
@@ -49,8 +51,19 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
         };
         cores.push(Some(make_core(s).map_err(|e| e.to_string())?));
     }
-    let make =
-        |w: handoff_core::WorkerId, _| cores[w.0 as usize].take().expect("one core per worker");
+    // A worker a fault plan restarts gets a fresh core of the same spec
+    // (already validated above).
+    let make = |w: handoff_core::WorkerId, _| {
+        let spec = if w.0 < cfg_prefill {
+            &prefill_spec
+        } else {
+            &decode_spec
+        };
+        match cores.get_mut(w.0 as usize).and_then(Option::take) {
+            Some(c) => c,
+            None => make_core(spec).unwrap_or_else(|_| unreachable!("spec validated above")),
+        }
+    };
     let wl = a.workload.open(d.seed)?;
     let progress = std::io::stderr().is_terminal() && !a.json;
     let items = Progress::new(wl.items, progress);

@@ -353,6 +353,24 @@ pub struct FaultCounts {
     pub transfers_failed: u64,
 }
 
+impl FaultCounts {
+    /// Nothing was injected: no timed fault handed out, no fact dropped,
+    /// duplicated or delayed, no transfer failed (facts and transfers may
+    /// still have been decided).
+    pub fn injected_nothing(&self) -> bool {
+        self.kills
+            + self.restarts
+            + self.partitions
+            + self.cancels
+            + self.facts_partitioned
+            + self.facts_dropped
+            + self.facts_duplicated
+            + self.facts_delayed
+            + self.transfers_failed
+            == 0
+    }
+}
+
 impl fmt::Display for FaultCounts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

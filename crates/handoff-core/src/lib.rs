@@ -13,8 +13,10 @@
 
 pub mod accounting;
 pub mod destination;
+pub mod engine;
 pub mod fasthash;
 pub mod fault;
+pub mod host;
 pub mod ids;
 pub mod kv;
 pub mod msg;
@@ -40,6 +42,7 @@ pub use fault::{
     FactFate, FactFaults, Fault, FaultCounts, FaultInjector, FaultPlan, FaultPlanError,
     FaultPlanErrorKind, TimedFault,
 };
+pub use host::{HostFinal, HostInput, HostOutput, HostStatus, WorkerHost};
 pub use ids::{
     DestinationReservationId, Generation, HandoffId, HandoffIdGen, RequestId, SessionId,
     SourceLeaseId, WorkerId,

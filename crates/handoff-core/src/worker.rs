@@ -56,6 +56,7 @@ pub enum WorkerRequest {
 
 /// A request the worker refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum RequestError {
     /// A role for this attempt already exists here or ended here.
     DuplicateHandoff(HandoffId),

@@ -12,8 +12,12 @@ pub mod clock;
 pub mod frontend;
 pub mod inproc;
 pub mod node;
+pub mod remote;
+pub mod virtual_run;
 
 pub use clock::WallClock;
 pub use frontend::{FrontendNode, LiveOutcome};
 pub use inproc::{run_in_process, LiveConfig};
 pub use node::{NodeConfig, NodeStats, WorkerNode};
+pub use remote::{serve_virtual, RemoteError, RemotePort};
+pub use virtual_run::{run_virtual_threads, VirtualOutcome};

@@ -12,10 +12,15 @@ pub mod engines;
 pub mod metrics;
 pub mod report;
 pub mod scenarios;
+pub mod serving;
 pub mod sim;
 
 pub use engines::{make_core, EngineSpec};
+pub use handoff_core::CoreBox;
 pub use handoff_core::TransferModel;
 pub use report::Report;
 pub use router::Pool;
-pub use sim::{CoreBox, Replay, ReplayConfig};
+pub use serving::Serving;
+pub use sim::{
+    deployment, engine_config, frontend_config, serving, worker_policy, Replay, ReplayConfig,
+};

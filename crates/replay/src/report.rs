@@ -3,11 +3,14 @@
 //! reservation waits, transfers, held and reserved block-time per worker).
 
 use crate::metrics::{Histogram, Summary};
-use crate::sim::{CoreBox, ReplayConfig};
+use crate::sim::ReplayConfig;
+use handoff_core::engine::Undeliverable;
 use handoff_core::fasthash::FastMap;
+use handoff_core::fault::FaultCounts;
+use handoff_core::host::HostFinal;
 use handoff_core::{
     Duration, HandoffId, Instant, KvCapacitySnapshot, Request, RequestError, RequestId, Role,
-    Worker, WorkerEvent, WorkerId,
+    WorkerEvent, WorkerId, WorkerRequest,
 };
 use router::Pool;
 use serde::Serialize;
@@ -59,6 +62,16 @@ pub struct Lifecycle {
     pub refused_requests: u64,
     /// vLLM preemptions / SGLang retractions.
     pub preemptions: u64,
+    /// Requests routed to a worker that was down when they reached it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub undeliverable_requests: u64,
+    /// Faults the engine injected (omitted when none were).
+    #[serde(skip_serializing_if = "FaultCounts::injected_nothing")]
+    pub faults: FaultCounts,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One worker's figures.
@@ -230,6 +243,8 @@ pub struct Recorder {
     life: Lifecycle,
     /// Roles torn down at the end.
     pub unresolved_teardown: u64,
+    /// Faults the engine injected.
+    pub faults: FaultCounts,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -271,6 +286,7 @@ impl Recorder {
             activation_ms: Vec::new(),
             life: Lifecycle::default(),
             unresolved_teardown: 0,
+            faults: FaultCounts::default(),
         }
     }
 
@@ -290,6 +306,20 @@ impl Recorder {
     /// A worker refused a request.
     pub fn refused(&mut self, _e: RequestError) {
         self.life.refused_requests += 1;
+    }
+
+    /// A request could not be handed to its worker (the worker was down):
+    /// the request fails.
+    pub fn undeliverable(&mut self, request: &WorkerRequest, _why: Undeliverable) {
+        self.life.undeliverable_requests += 1;
+        let rid = match request {
+            WorkerRequest::Ordinary(r)
+            | WorkerRequest::HandoffSource { request: r, .. }
+            | WorkerRequest::HandoffDestination { request: r, .. } => r.id,
+        };
+        if self.reqs.remove(&rid).is_some() {
+            self.failed += 1;
+        }
     }
 
     /// A transfer started.
@@ -440,10 +470,10 @@ impl Recorder {
     }
 
     /// The report at `end`.
-    pub fn finish<'a>(
+    pub fn finish(
         mut self,
         end: Instant,
-        workers: impl Iterator<Item = (&'a Worker<CoreBox>, Pool)>,
+        workers: impl Iterator<Item = (HostFinal, Pool)>,
     ) -> Report {
         let start = self.first_arrival.unwrap_or(Instant::ZERO);
         // Throughput is over the serving span, first arrival to last
@@ -458,11 +488,11 @@ impl Recorder {
         };
         let mut out = Vec::new();
         for (w, pool) in workers {
-            let acc = self.workers.entry(w.id()).or_default();
+            let acc = self.workers.entry(w.worker).or_default();
             acc.advance(end);
-            let cap: KvCapacitySnapshot = w.capacity();
+            let cap: KvCapacitySnapshot = w.capacity;
             out.push(WorkerReport {
-                worker: w.id().0,
+                worker: w.worker.0,
                 pool: pool.name(),
                 steps: acc.steps,
                 prefill_tokens: acc.prefill_tokens,
@@ -470,7 +500,7 @@ impl Recorder {
                 peak_reserved_blocks: acc.peak_reserved.max(0) as u64,
                 pinned_block_seconds: round3(acc.pinned_ns / 1e9),
                 reserved_block_seconds: round3(acc.reserved_ns / 1e9),
-                drained: w.is_drained(),
+                drained: w.drained,
                 final_kv_used_blocks: cap.kv_used_blocks(),
             });
         }
@@ -478,6 +508,7 @@ impl Recorder {
         self.failed += self.reqs.len() as u64;
         let mut life = self.life;
         life.unresolved_at_teardown = self.unresolved_teardown;
+        life.faults = self.faults;
         life.source_pinned_ms = Summary::exact(&mut self.pinned_ms);
         life.reservation_wait_ms = Summary::exact(&mut self.wait_ms);
         life.transfer_ms = Summary::exact(&mut self.transfer_ms);

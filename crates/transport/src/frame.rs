@@ -5,9 +5,11 @@
 //! clocks are not shared across processes, so a receiver may compare times
 //! from one worker with each other but must not mix them with its own.
 
+use handoff_core::engine::HostOp;
 use handoff_core::{
     Generation, HandoffMsg, KvCapacitySnapshot, WorkerEvent, WorkerId, WorkerRequest,
 };
+use handoff_core::{HostFinal, HostOutput, HostStatus};
 use serde::{Deserialize, Serialize};
 
 /// One unit on the wire.
@@ -15,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// `Hello` and `Bye` are transport control frames: transports send them
 /// themselves and report them as [`crate::Incoming::PeerUp`] /
 /// [`crate::Incoming::PeerLost`], never as [`crate::Incoming::Frame`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Frame {
     /// First frame on every connection, in both directions: who is speaking
     /// and which incarnation.
@@ -45,6 +47,23 @@ pub enum Frame {
     },
     /// Orderly shutdown of the connection.
     Bye,
+    /// Virtual clock, coordinator to node: perform one engine operation.
+    Host(HostOp),
+    /// Virtual clock, node to coordinator: what the operation released.
+    HostReply(HostReply),
+    /// Virtual clock, coordinator to node: send your final state.
+    FinalQuery,
+    /// A node's final state (virtual clock: the answer to `FinalQuery`).
+    Final(HostFinal),
+}
+
+/// A node's answer to one engine operation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostReply {
+    /// Outputs the host released, in order.
+    pub outputs: Vec<HostOutput>,
+    /// The host's status afterwards.
+    pub status: HostStatus,
 }
 
 impl Frame {
@@ -57,6 +76,10 @@ impl Frame {
             Frame::Event(_) => "Event",
             Frame::Drained { .. } => "Drained",
             Frame::Bye => "Bye",
+            Frame::Host(_) => "Host",
+            Frame::HostReply(_) => "HostReply",
+            Frame::FinalQuery => "FinalQuery",
+            Frame::Final(_) => "Final",
         }
     }
 

@@ -27,7 +27,7 @@ pub use channel::{ChannelEndpoint, ChannelNet};
 pub use codec::{
     encode_frame, DecodeError, DecodeErrorKind, EncodeError, FrameReader, ReadError, MAX_FRAME,
 };
-pub use frame::Frame;
+pub use frame::{Frame, HostReply};
 pub use tcp::{ConnectError, TcpEndpoint};
 
 use handoff_core::{Generation, WorkerId};
@@ -38,7 +38,7 @@ use std::fmt;
 pub const FRONTEND: WorkerId = WorkerId(u32::MAX);
 
 /// What an endpoint hears.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Incoming {
     /// A frame from an identified peer (never `Hello` or `Bye`).
     Frame {

@@ -1,0 +1,728 @@
+//! The one event-driven engine: a virtual clock, one event queue, worker
+//! hosts reached through a [`HostPort`], and a [`Director`] (the frontend:
+//! arrivals, routing, recording).
+//!
+//! Replay, virtual-clock live (hosts on threads over channels, or in
+//! processes over TCP), the scenario lab and the lossy-pair harness are all
+//! configurations of this loop: they differ only in their `HostPort` (where
+//! the hosts run) and their `Director` (what arrives and who records it).
+//! Because the loop is the same, its order of operations is the same, and a
+//! virtual-clock live run is byte-identical to replay.
+//!
+//! ## Order of operations
+//! Events are ordered by model time, then by the order they were scheduled
+//! (a deterministic sequence number). At one instant the engine first
+//! handles every event due (arrivals, submissions, facts, transfer
+//! completions, host wake-ups at step ends and timers, faults), including
+//! those that events at the same instant schedule for it; only then does it
+//! step the hosts that want to, in worker-id order, each with the horizon of
+//! the next event already scheduled. A step's outputs happen at its end.
+//!
+//! ## Conservative synchronisation
+//! Every effect of one host on another crosses the engine: facts travel with
+//! the control-message latency, submissions and transfer completions are
+//! scheduled by the engine. A host is therefore only ever asked to act at
+//! the instant the engine has reached, which is a safe horizon by
+//! construction: nothing earlier can still reach it. Hosts report their next
+//! deadline after every operation, and the engine wakes them then. The
+//! lookahead between the frontend and a worker is zero (a worker event can
+//! cause a submission at the same instant), so grants are instants.
+
+use crate::fault::{FactFate, Fault, FaultCounts, FaultInjector, FaultPlan, TimedFault};
+use crate::host::{HostFinal, HostInput, HostOutput, HostStatus};
+use crate::ids::{Generation, HandoffId, RequestId, WorkerId};
+use crate::time::{Duration, Instant};
+use crate::transfer::{Completion, TransferModel, TransferTimer};
+use crate::worker::{RequestError, WorkerEvent, WorkerRequest};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// What the engine asks of a host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum HostOp {
+    /// [`crate::WorkerHost::deliver`].
+    Deliver {
+        /// The input.
+        input: HostInput,
+        /// Model time.
+        now: Instant,
+    },
+    /// [`crate::WorkerHost::advance`].
+    Advance {
+        /// Model time.
+        now: Instant,
+    },
+    /// [`crate::WorkerHost::step`].
+    Step {
+        /// Model time.
+        now: Instant,
+        /// Passes starting before this may be folded into the step.
+        horizon: Instant,
+    },
+    /// [`crate::WorkerHost::teardown`] (end of run, or a kill).
+    Teardown {
+        /// Model time.
+        now: Instant,
+    },
+    /// [`crate::WorkerHost::restart`] with a fresh core.
+    Restart {
+        /// Model time.
+        now: Instant,
+    },
+}
+
+/// Where the hosts run: in this thread, on threads behind channels, or in
+/// other processes. An implementation performs one operation on one host and
+/// returns its outputs in order; it does not interpret them.
+pub trait HostPort {
+    /// Number of hosts; their ids are `0..hosts()`.
+    fn hosts(&self) -> u32;
+
+    /// Performs `op` on host `w`, appends the outputs it released to `out`
+    /// and returns the host's status afterwards.
+    fn call(&mut self, w: WorkerId, op: HostOp, out: &mut Vec<HostOutput>) -> HostStatus;
+
+    /// Every host's final state, in id order.
+    fn finals(&mut self) -> Vec<HostFinal>;
+}
+
+/// A request the director wants delivered to a worker after `delay`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The worker.
+    pub to: WorkerId,
+    /// The work.
+    pub request: WorkerRequest,
+    /// How long after now it arrives.
+    pub delay: Duration,
+}
+
+/// Why a request reached no worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Undeliverable {
+    /// The worker it was routed to is down (killed, not yet restarted).
+    WorkerDown,
+}
+
+/// The frontend side of a run: what arrives, where it goes, and what is
+/// recorded. The engine calls it at the model time of each happening.
+pub trait Director {
+    /// When the next request arrives, if one does.
+    fn next_arrival(&mut self) -> Option<Instant>;
+
+    /// Takes the arrival due at `now` and routes it.
+    fn arrive(&mut self, now: Instant, out: &mut Vec<Route>);
+
+    /// A worker event, at the model time it happened. Transfer requests
+    /// (`StartTransfer`) come here too; the engine times them.
+    fn on_event(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant, out: &mut Vec<Route>);
+
+    /// A worker refused a request.
+    fn on_refused(&mut self, _w: WorkerId, _e: RequestError, _now: Instant) {}
+
+    /// A request could not be handed to its worker.
+    fn on_undeliverable(
+        &mut self,
+        _w: WorkerId,
+        _request: &WorkerRequest,
+        _why: Undeliverable,
+        _now: Instant,
+    ) {
+    }
+
+    /// A transfer the engine timed finished (`ok`) or failed.
+    fn on_transfer_done(&mut self, _id: HandoffId, _ok: bool, _now: Instant) {}
+
+    /// Worker `w` is down (a kill); route nothing more to it.
+    fn on_worker_lost(&mut self, _w: WorkerId, _now: Instant) {}
+
+    /// Worker `w` is back as `generation`.
+    fn on_worker_back(&mut self, _w: WorkerId, _generation: Generation, _now: Instant) {}
+
+    /// The attempts of `request` to cancel, and where they live.
+    fn cancel(&mut self, _request: RequestId, _now: Instant) -> Vec<(WorkerId, HandoffId)> {
+        Vec::new()
+    }
+
+    /// The run ended at `end`: hosts' final states, roles still alive that
+    /// the engine tore down, and the faults injected.
+    fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts);
+}
+
+/// The engine's own settings (the director and hosts carry the rest).
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// One-way latency of a fact between workers.
+    pub message_latency: Duration,
+    /// How long transfers take.
+    pub transfer: TransferModel,
+    /// Fold passes that start before the next event into one step (off:
+    /// one pass per step).
+    pub multi_step: bool,
+    /// Faults to inject.
+    pub faults: FaultPlan,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            message_latency: Duration::from_micros(500),
+            transfer: TransferModel::default(),
+            multi_step: true,
+            faults: FaultPlan::none(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Arrival,
+    Submit { to: u32, slot: u32 },
+    Deliver { to: u32, from: u32, slot: u32 },
+    TransferDone(Completion),
+    Wake(u32),
+    Fault,
+}
+
+/// Free-list backed slots, so queued payloads are not moved through the heap.
+#[derive(Debug)]
+struct Slots<T> {
+    items: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slots<T> {
+    fn put(&mut self, v: T) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i as usize] = Some(v);
+                i
+            }
+            None => {
+                self.items.push(Some(v));
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+
+    fn take(&mut self, i: u32) -> Option<T> {
+        let v = self.items.get_mut(i as usize).and_then(Option::take);
+        if v.is_some() {
+            self.free.push(i);
+        }
+        v
+    }
+}
+
+struct HostSlot {
+    status: HostStatus,
+    /// Wake-ups scheduled and not yet popped (a handful at most).
+    wakes: Vec<Instant>,
+    up: bool,
+    generation: Generation,
+}
+
+/// See the module docs.
+pub struct Engine<P: HostPort, D: Director> {
+    cfg: EngineConfig,
+    now: Instant,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(Instant, u64, Ev)>>,
+    port: P,
+    director: D,
+    hosts: Vec<HostSlot>,
+    msgs: Slots<(crate::msg::HandoffMsg, Instant)>,
+    submits: Slots<WorkerRequest>,
+    transfers: TransferTimer,
+    faults: FaultInjector,
+    outs: Vec<HostOutput>,
+    routes: Vec<Route>,
+    arrival_pending: bool,
+}
+
+impl<P: HostPort, D: Director> Engine<P, D> {
+    /// An engine over `port`'s hosts, directed by `director`.
+    pub fn new(cfg: EngineConfig, port: P, director: D) -> Self {
+        let hosts = (0..port.hosts())
+            .map(|_| HostSlot {
+                status: HostStatus {
+                    drained: true,
+                    ..HostStatus::default()
+                },
+                wakes: Vec::new(),
+                up: true,
+                generation: Generation(0),
+            })
+            .collect();
+        let mut e = Engine {
+            transfers: TransferTimer::new(cfg.transfer),
+            faults: FaultInjector::new(cfg.faults.clone()),
+            cfg,
+            now: Instant::ZERO,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            port,
+            director,
+            hosts,
+            msgs: Slots::default(),
+            submits: Slots::default(),
+            outs: Vec::new(),
+            routes: Vec::new(),
+            arrival_pending: false,
+        };
+        e.schedule_arrival();
+        if let Some(t) = e.faults.next_timed() {
+            e.at(t, Ev::Fault);
+        }
+        e
+    }
+
+    /// The director, for inspection.
+    pub fn director(&self) -> &D {
+        &self.director
+    }
+
+    /// The model time reached.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    fn at(&mut self, t: Instant, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((t.max(self.now), self.seq, ev)));
+    }
+
+    fn schedule_arrival(&mut self) {
+        self.arrival_pending = false;
+        if let Some(t) = self.director.next_arrival() {
+            self.arrival_pending = true;
+            self.at(t, Ev::Arrival);
+        }
+    }
+
+    /// Runs until nothing is left to happen, then tears down whatever is
+    /// still held, hands the director the final states and returns it with
+    /// the port.
+    pub fn run(mut self) -> (D, P) {
+        while self.run_one() {}
+        self.finish();
+        (self.director, self.port)
+    }
+
+    /// Handles the next instant's worth of work, or returns `false` when
+    /// nothing is left. Tests use it to stop at a phase.
+    pub fn run_one(&mut self) -> bool {
+        loop {
+            match self.queue.peek() {
+                Some(Reverse((t, _, _))) if *t <= self.now => {
+                    let Some(Reverse((_, _, ev))) = self.queue.pop() else {
+                        return false;
+                    };
+                    self.handle(ev);
+                }
+                _ => {
+                    if self.step_hosts() {
+                        continue;
+                    }
+                    return self.next_instant();
+                }
+            }
+        }
+    }
+
+    /// Moves the clock to the next event, skipping wake-ups that can no
+    /// longer matter (lazily cancelled timers once all work is done).
+    fn next_instant(&mut self) -> bool {
+        while let Some(Reverse((t, _, ev))) = self.queue.peek().copied() {
+            if let Ev::Wake(w) = ev {
+                if !self.arrival_pending
+                    && self.faults.next_timed().is_none()
+                    && self.hosts.iter().all(|h| h.status.drained)
+                {
+                    self.queue.pop();
+                    self.forget_wake(w, t);
+                    continue;
+                }
+            }
+            self.now = self.now.max(t);
+            return true;
+        }
+        false
+    }
+
+    fn forget_wake(&mut self, w: u32, t: Instant) {
+        let wakes = &mut self.hosts[w as usize].wakes;
+        if let Some(i) = wakes.iter().position(|x| *x == t) {
+            wakes.swap_remove(i);
+        }
+    }
+
+    /// Steps every host that wants to, in id order. Returns whether any
+    /// stepped or stalled (something may now be due at this instant).
+    fn step_hosts(&mut self) -> bool {
+        let mut any = false;
+        for w in 0..self.hosts.len() as u32 {
+            let h = &self.hosts[w as usize];
+            if !h.up || !h.status.wants_step {
+                continue;
+            }
+            let horizon = if self.cfg.multi_step {
+                self.queue
+                    .peek()
+                    .map_or(Instant::MAX, |Reverse((t, _, _))| *t)
+            } else {
+                self.now
+            };
+            let now = self.now;
+            self.call(w, HostOp::Step { now, horizon });
+            any = true;
+        }
+        any
+    }
+
+    /// One operation on one host, then its outputs moved on.
+    fn call(&mut self, w: u32, op: HostOp) {
+        let mut outs = std::mem::take(&mut self.outs);
+        let status = self.port.call(WorkerId(w), op, &mut outs);
+        self.absorb(w, &mut outs, true);
+        self.outs = outs;
+        self.update(w, status);
+    }
+
+    fn update(&mut self, w: u32, status: HostStatus) {
+        let h = &mut self.hosts[w as usize];
+        h.status = status;
+        if let Some(d) = status.deadline {
+            if !h.wakes.contains(&d) {
+                h.wakes.push(d);
+                self.at(d, Ev::Wake(w));
+            }
+        }
+    }
+
+    fn absorb(&mut self, w: u32, outs: &mut Vec<HostOutput>, transmit: bool) {
+        let now = self.now;
+        let mut routes = std::mem::take(&mut self.routes);
+        for o in outs.drain(..) {
+            match o {
+                HostOutput::Transmit(t) => {
+                    if !transmit {
+                        continue;
+                    }
+                    let sent = t.at.max(now);
+                    let base = sent + self.cfg.message_latency;
+                    match self.faults.fact(WorkerId(w), t.to, sent) {
+                        FactFate::Deliver { extra_delay } => {
+                            let slot = self.msgs.put((t.msg, sent));
+                            self.at(
+                                base + extra_delay,
+                                Ev::Deliver {
+                                    to: t.to.0,
+                                    from: w,
+                                    slot,
+                                },
+                            );
+                        }
+                        FactFate::Drop => {}
+                        FactFate::Duplicate {
+                            first_extra,
+                            second_extra,
+                        } => {
+                            for extra in [first_extra, second_extra] {
+                                let slot = self.msgs.put((t.msg, sent));
+                                self.at(
+                                    base + extra,
+                                    Ev::Deliver {
+                                        to: t.to.0,
+                                        from: w,
+                                        slot,
+                                    },
+                                );
+                            }
+                        }
+                    }
+                }
+                HostOutput::Refused(e) => self.director.on_refused(WorkerId(w), e, now),
+                HostOutput::Event(e) => {
+                    if let WorkerEvent::StartTransfer {
+                        id,
+                        source,
+                        destination,
+                        tokens,
+                        at,
+                        ..
+                    } = e
+                    {
+                        for c in
+                            self.transfers
+                                .start(id, WorkerId(w), source, destination, tokens, at)
+                        {
+                            self.at(c.at, Ev::TransferDone(c));
+                        }
+                    }
+                    self.director.on_event(WorkerId(w), &e, now, &mut routes);
+                }
+            }
+        }
+        self.route(&mut routes);
+        self.routes = routes;
+    }
+
+    fn route(&mut self, routes: &mut Vec<Route>) {
+        for r in routes.drain(..) {
+            let slot = self.submits.put(r.request);
+            let t = self.now + r.delay;
+            self.at(t, Ev::Submit { to: r.to.0, slot });
+        }
+    }
+
+    fn deliver(&mut self, w: u32, input: HostInput) {
+        let now = self.now;
+        self.call(w, HostOp::Deliver { input, now });
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        let now = self.now;
+        match ev {
+            Ev::Arrival => {
+                let mut routes = std::mem::take(&mut self.routes);
+                self.director.arrive(now, &mut routes);
+                self.route(&mut routes);
+                self.routes = routes;
+                self.schedule_arrival();
+            }
+            Ev::Submit { to, slot } => {
+                let Some(req) = self.submits.take(slot) else {
+                    return;
+                };
+                match self.hosts.get(to as usize) {
+                    Some(h) if h.up => self.deliver(to, HostInput::Request(req)),
+                    _ => self.director.on_undeliverable(
+                        WorkerId(to),
+                        &req,
+                        Undeliverable::WorkerDown,
+                        now,
+                    ),
+                }
+            }
+            Ev::Deliver { to, from, slot } => {
+                let Some((msg, _sent)) = self.msgs.take(slot) else {
+                    return;
+                };
+                if self.hosts.get(to as usize).is_some_and(|h| h.up) {
+                    self.deliver(
+                        to,
+                        HostInput::Message {
+                            from: WorkerId(from),
+                            msg,
+                        },
+                    );
+                }
+            }
+            Ev::TransferDone(c) => {
+                if !self.transfers.is_current(&c) {
+                    return;
+                }
+                for n in self.transfers.finish(c.id, now) {
+                    self.at(n.at, Ev::TransferDone(n));
+                }
+                let ok = self.faults.transfer_ok();
+                self.director.on_transfer_done(c.id, ok, now);
+                let w = c.owner.0;
+                if self.hosts.get(w as usize).is_some_and(|h| h.up) {
+                    self.deliver(w, HostInput::TransferDone { id: c.id, ok });
+                }
+            }
+            Ev::Wake(w) => {
+                self.forget_wake(w, now);
+                if self.hosts[w as usize].up {
+                    self.call(w, HostOp::Advance { now });
+                }
+            }
+            Ev::Fault => {
+                while let Some(f) = self.faults.pop_due(now) {
+                    self.apply(f);
+                }
+                if let Some(t) = self.faults.next_timed() {
+                    self.at(t, Ev::Fault);
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, f: TimedFault) {
+        let now = self.now;
+        match f.fault {
+            Fault::Kill { worker } => self.kill(worker.0),
+            Fault::Restart { worker } => {
+                let w = worker.0;
+                if w as usize >= self.hosts.len() {
+                    return;
+                }
+                let mut outs = std::mem::take(&mut self.outs);
+                let status = self.port.call(worker, HostOp::Restart { now }, &mut outs);
+                // A restarted worker's teardown is local: its peers learn
+                // of the new generation, not of its old roles.
+                self.absorb(w, &mut outs, false);
+                self.outs = outs;
+                let h = &mut self.hosts[w as usize];
+                h.up = true;
+                h.generation = h.generation.next();
+                let generation = h.generation;
+                self.update(w, status);
+                self.director.on_worker_back(worker, generation, now);
+                for p in 0..self.hosts.len() as u32 {
+                    if p != w && self.hosts[p as usize].up {
+                        self.deliver(
+                            p,
+                            HostInput::PeerGeneration {
+                                peer: worker,
+                                generation,
+                            },
+                        );
+                    }
+                }
+            }
+            Fault::Partition { .. } => {
+                // Applied by the injector to each fact sent while it lasts.
+            }
+            Fault::Cancel { request } => {
+                for (w, id) in self.director.cancel(request, now) {
+                    if self.hosts.get(w.0 as usize).is_some_and(|h| h.up) {
+                        self.deliver(
+                            w.0,
+                            HostInput::Cancel {
+                                id,
+                                reason: crate::transition::CancelReason::Client,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn kill(&mut self, w: u32) {
+        let now = self.now;
+        if !self.hosts.get(w as usize).is_some_and(|h| h.up) {
+            return;
+        }
+        let mut outs = std::mem::take(&mut self.outs);
+        let status = self
+            .port
+            .call(WorkerId(w), HostOp::Teardown { now }, &mut outs);
+        // A dead process sends nothing; its roles are recorded as torn down.
+        self.absorb(w, &mut outs, false);
+        self.outs = outs;
+        self.update(w, status);
+        self.hosts[w as usize].up = false;
+        self.director.on_worker_lost(WorkerId(w), now);
+        for p in 0..self.hosts.len() as u32 {
+            if p != w && self.hosts[p as usize].up {
+                self.deliver(p, HostInput::PeerLost(WorkerId(w)));
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        let now = self.now;
+        let mut torn_down = 0;
+        let finals = self.port.finals();
+        for f in &finals {
+            let w = f.worker.0;
+            if !f.drained && self.hosts.get(w as usize).is_some() {
+                torn_down += f.live_handoffs;
+                let mut outs = std::mem::take(&mut self.outs);
+                let _ = self
+                    .port
+                    .call(f.worker, HostOp::Teardown { now }, &mut outs);
+                self.absorb(w, &mut outs, false);
+                self.outs = outs;
+            }
+        }
+        let finals = if torn_down > 0 || finals.iter().any(|f| !f.drained) {
+            self.port.finals()
+        } else {
+            finals
+        };
+        let counts = self.faults.injected();
+        self.director.finish(now, &finals, torn_down, counts);
+    }
+}
+
+/// Hosts in this thread: the replay's port.
+pub struct LocalHosts<'a, S: crate::SchedulerCore> {
+    hosts: Vec<crate::host::WorkerHost<S>>,
+    make_core: Box<dyn FnMut(WorkerId) -> S + 'a>,
+}
+
+impl<'a, S: crate::SchedulerCore> LocalHosts<'a, S> {
+    /// Hosts `hosts` (ids in order `0..n`); `make_core` builds a fresh core
+    /// for a restarted worker.
+    pub fn new(
+        hosts: Vec<crate::host::WorkerHost<S>>,
+        make_core: impl FnMut(WorkerId) -> S + 'a,
+    ) -> Self {
+        LocalHosts {
+            hosts,
+            make_core: Box::new(make_core),
+        }
+    }
+
+    /// The hosts, for inspection.
+    pub fn hosts(&self) -> &[crate::host::WorkerHost<S>] {
+        &self.hosts
+    }
+}
+
+impl<S: crate::SchedulerCore> HostPort for LocalHosts<'_, S> {
+    fn hosts(&self) -> u32 {
+        self.hosts.len() as u32
+    }
+
+    fn call(&mut self, w: WorkerId, op: HostOp, out: &mut Vec<HostOutput>) -> HostStatus {
+        let Some(h) = self.hosts.get_mut(w.0 as usize) else {
+            return HostStatus::default();
+        };
+        apply_op(h, op, out, &mut self.make_core);
+        h.status()
+    }
+
+    fn finals(&mut self) -> Vec<HostFinal> {
+        self.hosts.iter().map(|h| h.final_state()).collect()
+    }
+}
+
+/// Performs `op` on `host`: the one interpretation of [`HostOp`], shared by
+/// every port (in-thread, and the remote worker side of channel and TCP
+/// ports).
+pub fn apply_op<S: crate::SchedulerCore>(
+    host: &mut crate::host::WorkerHost<S>,
+    op: HostOp,
+    out: &mut Vec<HostOutput>,
+    make_core: &mut dyn FnMut(WorkerId) -> S,
+) {
+    match op {
+        HostOp::Deliver { input, now } => host.deliver(input, now, out),
+        HostOp::Advance { now } => host.advance(now, out),
+        HostOp::Step { now, horizon } => {
+            host.step(now, horizon, out);
+        }
+        HostOp::Teardown { now } => host.teardown(now, out),
+        HostOp::Restart { now } => {
+            let core = make_core(host.id());
+            host.restart(core, now, out);
+        }
+    }
+}

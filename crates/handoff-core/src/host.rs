@@ -1,0 +1,321 @@
+//! [`WorkerHost`]: the one driver protocol around a [`Worker`].
+//!
+//! A worker is sans-IO: it takes inputs with `now` and leaves its outputs in
+//! queues. Something has to decide when it steps, hold a running step's
+//! outputs until the modelled step ends, fire its timers, and hand its
+//! transmits and events on. That is this type, and nothing else does it:
+//! the replay engine, the live worker nodes (virtual and wall clock) and the
+//! test harnesses all drive a `WorkerHost`.
+//!
+//! The protocol:
+//! - [`WorkerHost::deliver`] hands the worker an input now (a request, a
+//!   peer's fact, a finished transfer, a cancel, a peer's loss or restart).
+//!   Its outputs are released at once. An input clears the *stalled* state.
+//! - [`WorkerHost::wants_step`] says whether the worker should step now: it
+//!   is not in a step, it has runnable work, and its last step attempt found
+//!   something to run (or an input came since).
+//! - [`WorkerHost::step`] runs the core from `now`, possibly several passes
+//!   that start before `horizon`. The step's outputs are held back; they
+//!   happen when the step ends.
+//! - [`WorkerHost::advance`] moves the host to `now`: a step that ended by
+//!   then releases its outputs, and timers due by then fire.
+//! - [`WorkerHost::next_deadline`] is when `advance` next has something to
+//!   do (step end or timer). Timers are lazily cancelled, so a deadline may
+//!   find nothing to do.
+
+use crate::ids::{Generation, HandoffId, WorkerId};
+use crate::kv::KvCapacitySnapshot;
+use crate::msg::HandoffMsg;
+use crate::scheduler::SchedulerCore;
+use crate::time::Instant;
+use crate::transition::CancelReason;
+use crate::worker::{RequestError, Transmit, Worker, WorkerEvent, WorkerRequest, WorkerStats};
+
+/// An input for a worker, from its driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum HostInput {
+    /// Work from the frontend.
+    Request(WorkerRequest),
+    /// A handoff fact from peer `from`.
+    Message {
+        /// The peer that sent it.
+        from: WorkerId,
+        /// The fact.
+        msg: HandoffMsg,
+    },
+    /// The transfer this worker started for `id` completed (`ok`) or failed.
+    TransferDone {
+        /// The attempt whose KV moved.
+        id: HandoffId,
+        /// Whether the bytes arrived.
+        ok: bool,
+    },
+    /// Abandon attempt `id` here (client abort, frontend guard).
+    Cancel {
+        /// The attempt to abandon.
+        id: HandoffId,
+        /// Why, as the role records it.
+        reason: CancelReason,
+    },
+    /// The connection to `peer` is gone: attempts with it end locally.
+    PeerLost(WorkerId),
+    /// `peer` announced incarnation `generation`; a newer one voids its
+    /// older attempts.
+    PeerGeneration {
+        /// The peer that (re)appeared.
+        peer: WorkerId,
+        /// Its incarnation now.
+        generation: Generation,
+    },
+}
+
+/// One output of a worker, in the order the worker produced it.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum HostOutput {
+    /// A fact for a peer, stamped with when it left.
+    Transmit(Transmit),
+    /// A report for the frontend (tokens, transitions, KV events, transfer
+    /// requests).
+    Event(WorkerEvent),
+    /// The worker refused a request; its state was left clean.
+    Refused(RequestError),
+}
+
+/// What a driver needs to know about a host after each operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct HostStatus {
+    /// When [`WorkerHost::advance`] next has something to do.
+    pub deadline: Option<Instant>,
+    /// Whether the host should step now ([`WorkerHost::wants_step`]).
+    pub wants_step: bool,
+    /// Nothing runnable, retained, in flight or held back.
+    pub drained: bool,
+    /// When the step in progress ends, if one is.
+    pub step_end: Option<Instant>,
+}
+
+/// A worker's state at the end of a run, as reports and transcripts need
+/// it (they never see the worker itself, which may live in another
+/// process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct HostFinal {
+    /// The worker.
+    pub worker: WorkerId,
+    /// Its incarnation at the end (bumped by restarts).
+    pub generation: Generation,
+    /// `Worker::is_drained()` and no step or output held back.
+    pub drained: bool,
+    /// Its KV capacity snapshot.
+    pub capacity: KvCapacitySnapshot,
+    /// Fact counters.
+    pub stats: WorkerStats,
+    /// Roles still alive.
+    pub live_handoffs: u64,
+    /// Steps the host ran.
+    pub steps: u64,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct WorkerHost<S: SchedulerCore> {
+    worker: Worker<S>,
+    /// End of the step in progress.
+    step_end: Option<Instant>,
+    /// The last step attempt found nothing to run; only an input (or the
+    /// end of a step) can change that, so do not try again until then.
+    stalled: bool,
+    /// Outputs of the step in progress, released when it ends.
+    held: Vec<HostOutput>,
+    steps: u64,
+}
+
+impl<S: SchedulerCore> WorkerHost<S> {
+    /// A host around `worker`.
+    pub fn new(worker: Worker<S>) -> Self {
+        WorkerHost {
+            worker,
+            step_end: None,
+            stalled: false,
+            held: Vec::new(),
+            steps: 0,
+        }
+    }
+
+    /// The worker, for inspection.
+    pub fn worker(&self) -> &Worker<S> {
+        &self.worker
+    }
+
+    /// The worker's id.
+    pub fn id(&self) -> WorkerId {
+        self.worker.id()
+    }
+
+    /// Hands the worker `input` at `now` and releases its outputs into `out`.
+    pub fn deliver(&mut self, input: HostInput, now: Instant, out: &mut Vec<HostOutput>) {
+        self.stalled = false;
+        match input {
+            HostInput::Request(req) => {
+                if let Err(e) = self.worker.handle_request(req, now) {
+                    out.push(HostOutput::Refused(e));
+                }
+            }
+            HostInput::Message { from, msg } => self.worker.handle_message(from, msg, now),
+            HostInput::TransferDone { id, ok } => self.worker.handle_transfer_done(id, ok, now),
+            HostInput::Cancel { id, reason } => self.worker.cancel(id, reason, now),
+            HostInput::PeerLost(peer) => self.worker.handle_peer_lost(peer, now),
+            HostInput::PeerGeneration { peer, generation } => {
+                self.worker.handle_peer_generation(peer, generation, now)
+            }
+        }
+        self.drain(out);
+    }
+
+    /// Moves to `now`: a step that has ended releases its outputs, and due
+    /// timers fire.
+    pub fn advance(&mut self, now: Instant, out: &mut Vec<HostOutput>) {
+        if self.step_end.is_some_and(|end| end <= now) {
+            self.step_end = None;
+            self.stalled = false;
+            out.append(&mut self.held);
+        }
+        if self.worker.poll_timeout().is_some_and(|t| t <= now) {
+            self.stalled = false;
+            self.worker.handle_timeout(now);
+            self.drain(out);
+        }
+    }
+
+    /// Whether the host should step now.
+    pub fn wants_step(&self) -> bool {
+        self.step_end.is_none() && !self.stalled && !self.worker.is_empty()
+    }
+
+    /// Steps the core from `now` (passes that start before `horizon` may be
+    /// folded into this step). Returns when the step ends; its outputs are
+    /// held until then. With nothing to run the host stalls, and whatever
+    /// the attempt produced (reservations it pumped) is released at once.
+    pub fn step(
+        &mut self,
+        now: Instant,
+        horizon: Instant,
+        out: &mut Vec<HostOutput>,
+    ) -> Option<Instant> {
+        if !self.wants_step() {
+            return None;
+        }
+        match self.worker.step(now, horizon) {
+            Some(end) => {
+                self.steps += 1;
+                self.step_end = Some(end);
+                let mut held = std::mem::take(&mut self.held);
+                self.drain(&mut held);
+                self.held = held;
+                Some(end)
+            }
+            None => {
+                self.stalled = true;
+                self.drain(out);
+                None
+            }
+        }
+    }
+
+    /// When `advance` next has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match (self.step_end, self.worker.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Nothing runnable, retained, in flight or held back.
+    pub fn is_drained(&self) -> bool {
+        self.step_end.is_none() && self.held.is_empty() && self.worker.is_drained()
+    }
+
+    /// The driver's view after an operation.
+    pub fn status(&self) -> HostStatus {
+        HostStatus {
+            deadline: self.next_deadline(),
+            wants_step: self.wants_step(),
+            drained: self.is_drained(),
+            step_end: self.step_end,
+        }
+    }
+
+    /// Ends every role here and releases all local ownership; a step in
+    /// progress is abandoned and its held outputs are released first (they
+    /// happened before the end).
+    pub fn teardown(&mut self, now: Instant, out: &mut Vec<HostOutput>) {
+        self.step_end = None;
+        self.stalled = false;
+        out.append(&mut self.held);
+        self.worker.teardown(now);
+        self.drain(out);
+    }
+
+    /// The process died and came back as the next generation with `core`:
+    /// everything held is gone (roles end as torn down), nothing in flight
+    /// survives.
+    pub fn restart(&mut self, core: S, now: Instant, out: &mut Vec<HostOutput>) {
+        self.step_end = None;
+        self.stalled = false;
+        self.held.clear();
+        self.worker.restart(core, now);
+        self.drain(out);
+    }
+
+    /// The state reports and transcripts record at the end.
+    pub fn final_state(&self) -> HostFinal {
+        HostFinal {
+            worker: self.worker.id(),
+            generation: self.worker.generation(),
+            drained: self.is_drained(),
+            capacity: self.worker.capacity(),
+            stats: self.worker.stats(),
+            live_handoffs: self.worker.live_handoffs() as u64,
+            steps: self.steps,
+        }
+    }
+
+    fn drain(&mut self, out: &mut Vec<HostOutput>) {
+        while let Some(t) = self.worker.poll_transmit() {
+            out.push(HostOutput::Transmit(t));
+        }
+        while let Some(e) = self.worker.poll_event() {
+            out.push(HostOutput::Event(e));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Backend;
+    use crate::policy::{HandoffConfig, HandoffPolicy};
+    use crate::testing::FakeCore;
+
+    fn host() -> WorkerHost<FakeCore> {
+        let core = FakeCore::new(Backend::Vllm, 64, 16);
+        WorkerHost::new(Worker::new(
+            WorkerId(0),
+            Generation(0),
+            HandoffPolicy::SourceFirst,
+            HandoffConfig::default(),
+            core,
+        ))
+    }
+
+    #[test]
+    fn idle_host_neither_steps_nor_waits() {
+        let h = host();
+        assert!(!h.wants_step());
+        assert_eq!(h.next_deadline(), None);
+        assert!(h.is_drained());
+    }
+}

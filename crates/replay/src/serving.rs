@@ -1,0 +1,167 @@
+//! [`Serving`]: the engine's [`Director`] for serving a workload: the shared
+//! [`router::Frontend`] routes, the [`Recorder`] measures, and the
+//! lifecycle [`Transcript`] is kept when asked. Replay and every live mode
+//! direct their engines with it, so they report the same way.
+
+use crate::report::{Recorder, Report};
+use handoff_core::engine::{Director, Route, Undeliverable};
+use handoff_core::fault::FaultCounts;
+use handoff_core::host::HostFinal;
+use handoff_core::{
+    Generation, HandoffId, Instant, RequestError, Transcript, WorkerEvent, WorkerId, WorkerRequest,
+};
+use router::{Frontend, Pool};
+use workload::TraceItem;
+
+/// See the module docs.
+pub struct Serving<I> {
+    frontend: Frontend,
+    pools: Vec<Pool>,
+    workload: I,
+    next: Option<TraceItem>,
+    rec: Option<Recorder>,
+    transcript: Option<Transcript>,
+    report: Option<Report>,
+    scratch: Vec<(WorkerId, WorkerRequest, handoff_core::Duration)>,
+}
+
+impl<I: Iterator<Item = TraceItem>> Serving<I> {
+    /// Serves `workload` through `frontend` to workers whose pools are
+    /// `pools` (indexed by worker id), recording into `rec`.
+    pub fn new(
+        frontend: Frontend,
+        pools: Vec<Pool>,
+        workload: I,
+        rec: Recorder,
+        transcript: bool,
+    ) -> Self {
+        Serving {
+            frontend,
+            pools,
+            workload,
+            next: None,
+            rec: Some(rec),
+            transcript: transcript.then(Transcript::new),
+            report: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The report and the transcript (if kept), once the engine finished.
+    pub fn into_outcome(self) -> (Option<Report>, Option<Transcript>) {
+        (self.report, self.transcript)
+    }
+
+    fn pool(&self, w: WorkerId) -> Pool {
+        self.pools
+            .get(w.0 as usize)
+            .copied()
+            .unwrap_or(Pool::Decode)
+    }
+}
+
+impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
+    fn next_arrival(&mut self) -> Option<Instant> {
+        if self.next.is_none() {
+            self.next = self.workload.next();
+        }
+        self.next.as_ref().map(|i| i.request.arrival)
+    }
+
+    fn arrive(&mut self, now: Instant, out: &mut Vec<Route>) {
+        let Some(item) = self.next.take() else {
+            return;
+        };
+        if let Some(rec) = self.rec.as_mut() {
+            rec.arrival(&item.request);
+        }
+        for (to, request) in self.frontend.arrive(item.request, now) {
+            out.push(Route {
+                to,
+                request,
+                delay: handoff_core::Duration::ZERO,
+            });
+        }
+    }
+
+    fn on_event(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant, out: &mut Vec<Route>) {
+        let pool = self.pool(w);
+        if let (Some(t), WorkerEvent::Transition(tr)) = (self.transcript.as_mut(), e) {
+            t.record(tr);
+        }
+        if let Some(rec) = self.rec.as_mut() {
+            rec.event(w, pool, e);
+        }
+        if let WorkerEvent::StartTransfer { id, tokens, at, .. } = e {
+            if let Some(rec) = self.rec.as_mut() {
+                rec.transfer_started(*id, *tokens, *at);
+            }
+            return;
+        }
+        let mut routed = std::mem::take(&mut self.scratch);
+        routed.extend(self.frontend.on_event(w, pool, e, now));
+        for (to, request, delay) in routed.drain(..) {
+            out.push(Route { to, request, delay });
+        }
+        self.scratch = routed;
+    }
+
+    fn on_refused(&mut self, _w: WorkerId, e: RequestError, _now: Instant) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.refused(e);
+        }
+    }
+
+    fn on_undeliverable(
+        &mut self,
+        _w: WorkerId,
+        request: &WorkerRequest,
+        why: Undeliverable,
+        _now: Instant,
+    ) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.undeliverable(request, why);
+        }
+    }
+
+    fn on_transfer_done(&mut self, id: HandoffId, _ok: bool, now: Instant) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.transfer_done(id, now);
+        }
+    }
+
+    fn on_worker_lost(&mut self, w: WorkerId, _now: Instant) {
+        self.frontend.worker_lost(w);
+    }
+
+    fn on_worker_back(&mut self, w: WorkerId, _generation: Generation, _now: Instant) {
+        let pool = self.pool(w);
+        self.frontend.worker_back(w, pool);
+    }
+
+    fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {
+        if let Some(t) = self.transcript.as_mut() {
+            for f in finals {
+                t.finish_worker(f.worker, f.drained, f.capacity);
+            }
+        }
+        if let Some(mut rec) = self.rec.take() {
+            rec.unresolved_teardown += torn_down;
+            rec.faults = faults;
+            let pools = &self.pools;
+            let report = rec.finish(
+                end,
+                finals.iter().map(|f| {
+                    (
+                        *f,
+                        pools
+                            .get(f.worker.0 as usize)
+                            .copied()
+                            .unwrap_or(Pool::Decode),
+                    )
+                }),
+            );
+            self.report = Some(report);
+        }
+    }
+}
