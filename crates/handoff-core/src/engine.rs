@@ -31,6 +31,7 @@
 use crate::fault::{FactFate, Fault, FaultCounts, FaultInjector, FaultPlan, TimedFault};
 use crate::host::{HostFinal, HostInput, HostOutput, HostStatus};
 use crate::ids::{Generation, HandoffId, RequestId, WorkerId};
+use crate::msg::HandoffMsg;
 use crate::time::{Duration, Instant};
 use crate::transfer::{Completion, TransferModel, TransferTimer};
 use crate::worker::{RequestError, WorkerEvent, WorkerRequest};
@@ -118,6 +119,10 @@ pub trait Director {
     /// A worker event, at the model time it happened. Transfer requests
     /// (`StartTransfer`) come here too; the engine times them.
     fn on_event(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant, out: &mut Vec<Route>);
+
+    /// A fact left worker `from` for `to` (before the fault plan decides
+    /// its fate). For observers and checkers; routing never depends on it.
+    fn on_transmit(&mut self, _from: WorkerId, _to: WorkerId, _msg: &HandoffMsg, _now: Instant) {}
 
     /// A worker refused a request.
     fn on_refused(&mut self, _w: WorkerId, _e: RequestError, _now: Instant) {}
@@ -242,7 +247,7 @@ pub struct Engine<P: HostPort, D: Director> {
     port: P,
     director: D,
     hosts: Vec<HostSlot>,
-    msgs: Slots<(crate::msg::HandoffMsg, Instant)>,
+    msgs: Slots<(HandoffMsg, Instant)>,
     submits: Slots<WorkerRequest>,
     transfers: TransferTimer,
     faults: FaultInjector,
@@ -291,6 +296,53 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// The director, for inspection.
     pub fn director(&self) -> &D {
         &self.director
+    }
+
+    /// The director, to change what it does next (a harness holding
+    /// routing, say).
+    pub fn director_mut(&mut self) -> &mut D {
+        &mut self.director
+    }
+
+    /// The host port, for inspection (local hosts can be looked at).
+    pub fn port(&self) -> &P {
+        &self.port
+    }
+
+    /// Whether worker `w` is up (not killed, or restarted since).
+    pub fn is_up(&self, w: WorkerId) -> bool {
+        self.hosts.get(w.0 as usize).is_some_and(|h| h.up)
+    }
+
+    /// Hands worker `w` an input now, outside the event queue (a harness
+    /// re-delivering old facts, or cancelling at a phase it reached).
+    pub fn inject(&mut self, w: WorkerId, input: HostInput) {
+        if self.is_up(w) {
+            self.deliver(w.0, input);
+        }
+    }
+
+    /// Applies `fault` now, as if the plan had it at this instant. A
+    /// `Partition` cuts the link from now until its `until`.
+    pub fn inject_fault(&mut self, fault: Fault) {
+        if let Fault::Partition { a, b, until } = fault {
+            self.faults.cut(a, b, self.now, until);
+        }
+        self.apply(TimedFault {
+            at: self.now,
+            fault,
+        });
+    }
+
+    /// Runs instant by instant until `stop` holds after one (true), or
+    /// nothing is left (false). Call [`Engine::run`] afterwards to finish.
+    pub fn run_until(&mut self, mut stop: impl FnMut(&Self) -> bool) -> bool {
+        while self.run_one() {
+            if stop(self) {
+                return true;
+            }
+        }
+        stop(self)
     }
 
     /// The model time reached.
@@ -420,6 +472,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                     if !transmit {
                         continue;
                     }
+                    self.director.on_transmit(WorkerId(w), t.to, &t.msg, now);
                     let sent = t.at.max(now);
                     let base = sent + self.cfg.message_latency;
                     match self.faults.fact(WorkerId(w), t.to, sent) {

@@ -503,6 +503,26 @@ impl FaultInjector {
         Some(t)
     }
 
+    /// Cuts the link between `a` and `b` over `[from, until)` now, outside
+    /// the plan (a harness injecting a partition at a phase it reached).
+    pub fn cut(&mut self, a: WorkerId, b: WorkerId, from: Instant, until: Instant) {
+        if from >= until {
+            return;
+        }
+        self.counts.partitions += 1;
+        let windows = self.cuts.entry(pair(a, b)).or_default();
+        windows.push((from.0, until.0));
+        windows.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(windows.len());
+        for &(s, e) in windows.iter() {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        *windows = merged;
+    }
+
     /// Whether a partition between `a` and `b` (either order) is active at
     /// `at`, i.e. some partition of the pair has `start <= at < until`.
     /// Independent of which timed faults have been popped.
