@@ -1,16 +1,20 @@
-//! Replay/live parity over canonical traces.
+//! Replay/live parity.
 //!
-//! Each case fixes a backend, its ordering, worker capacities and a small
-//! trace whose requests are spaced far enough apart that wall-clock jitter in
-//! the live run cannot change any decision. Routing is round-robin so it
-//! depends on arrival order only.
+//! [`compare`] runs one deployment and trace through replay and through
+//! virtual-clock live (every worker on its own thread, operations over
+//! channels) and reports the first difference in the lifecycle transcript
+//! (with final worker states) or in the report; the two must be
+//! byte-identical on any trace. [`cases`] are the canonical traces: their
+//! requests are spaced far enough apart that even the wall-clock live run
+//! cannot change a decision, so [`check`] compares wall-clock live too.
+//! Routing there is round-robin so it depends on arrival order only.
 
 use handoff_core::{
     Backend, Duration, HandoffConfig, HandoffPolicy, Instant, Request, RequestId, Transcript,
 };
-use live_adapter::{run_in_process, LiveConfig, LiveOutcome};
-use replay::{make_core, EngineSpec, Replay, ReplayConfig};
-use router::{FrontendConfig, Pool, RouterMode};
+use live_adapter::{run_in_process, run_virtual_threads, LiveOutcome};
+use replay::{deployment, make_core, EngineSpec, Replay, ReplayConfig, Report};
+use router::{Pool, RouterMode};
 use workload::TraceItem;
 
 /// One canonical trace with its deployment.
@@ -150,8 +154,8 @@ fn kv_of(case: &Case, pool: Pool) -> u64 {
     }
 }
 
-/// Runs `case` through replay and returns its transcript.
-pub fn run_replay(case: &Case) -> Transcript {
+/// The engine configuration and per-worker specs of `case`.
+pub fn setup(case: &Case) -> (ReplayConfig, Vec<EngineSpec>) {
     let block = spec(case, 1).event_block_tokens();
     let cfg = ReplayConfig {
         backend: case.backend,
@@ -164,41 +168,97 @@ pub fn run_replay(case: &Case) -> Transcript {
         transcript: true,
         ..ReplayConfig::default()
     };
-    let make = |_w, pool| {
-        make_core(&spec(case, kv_of(case, pool))).expect("canonical engine config is valid")
-    };
-    let (_, t) = Replay::new(cfg, case.items.clone().into_iter(), make).run();
-    t.unwrap_or_default()
+    let specs = (0..PREFILL + DECODE)
+        .map(|i| spec(case, kv_of(case, pool_of(i))))
+        .collect();
+    (cfg, specs)
 }
 
-/// Runs `case` live, in process, with model time `speed` times wall time.
-pub fn run_live(case: &Case, speed: f64) -> LiveOutcome {
-    let defaults = ReplayConfig::default();
-    let cfg = LiveConfig {
-        frontend: FrontendConfig {
-            policy: case.policy,
-            aggregated: false,
-            mode: RouterMode::RoundRobin,
-            block_size: spec(case, 1).event_block_tokens(),
-            seed: 0,
-            hop: defaults.message_latency,
-            disabled_delay: defaults.transfer.base(),
-        },
-        handoff: handoff(case),
-        transfer: defaults.transfer,
-        speed,
+/// Runs `items` through replay on `cfg` with worker `i` built from
+/// `specs[i]`; returns the report and the transcript.
+pub fn replay_run(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: Vec<TraceItem>,
+) -> (Report, Transcript) {
+    let mut cfg = cfg.clone();
+    cfg.transcript = true;
+    let make = |w: handoff_core::WorkerId, _| {
+        make_core(&specs[w.0 as usize]).expect("specs are validated by their callers")
     };
-    let cores = (0..PREFILL + DECODE)
-        .map(|i| {
-            let pool = pool_of(i);
-            (
-                pool,
-                make_core(&spec(case, kv_of(case, pool)))
-                    .expect("canonical engine config is valid"),
-            )
-        })
-        .collect();
-    run_in_process(cfg, cores, case.items.clone().into_iter()).0
+    let (r, t) = Replay::new(cfg, items.into_iter(), make).run();
+    (r, t.unwrap_or_default())
+}
+
+/// Runs `items` through virtual-clock live (threads over channels).
+pub fn virtual_run(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: Vec<TraceItem>,
+) -> Result<(Report, Transcript), String> {
+    let mut cfg = cfg.clone();
+    cfg.transcript = true;
+    let o = run_virtual_threads(&cfg, specs, items.into_iter()).map_err(|e| e.to_string())?;
+    Ok((o.report, o.transcript.unwrap_or_default()))
+}
+
+/// The first difference between two runs' reports, as the first differing
+/// line of their pretty JSON.
+pub fn report_divergence(a: &Report, b: &Report) -> Option<String> {
+    let ja = serde_json::to_string_pretty(a).unwrap_or_default();
+    let jb = serde_json::to_string_pretty(b).unwrap_or_default();
+    if ja == jb {
+        return None;
+    }
+    let (la, lb): (Vec<&str>, Vec<&str>) = (ja.lines().collect(), jb.lines().collect());
+    for i in 0..la.len().max(lb.len()) {
+        let (x, y) = (la.get(i), lb.get(i));
+        if x != y {
+            return Some(format!(
+                "report line {}: {} vs {}",
+                i + 1,
+                x.map_or("(end)", |s| s.trim()),
+                y.map_or("(end)", |s| s.trim())
+            ));
+        }
+    }
+    Some("reports differ".into())
+}
+
+/// Replay against virtual-clock live: `None` when transcript, final worker
+/// states and report are byte-identical, else the first difference. Also
+/// returns the replay's transcript for callers that show it.
+pub fn compare(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: Vec<TraceItem>,
+) -> (Option<String>, Transcript) {
+    let (rr, rt) = replay_run(cfg, specs, items.clone());
+    let (vr, vt) = match virtual_run(cfg, specs, items) {
+        Ok(x) => x,
+        Err(e) => return (Some(format!("virtual live failed: {e}")), rt),
+    };
+    let d = rt
+        .first_divergence(&vt)
+        .or_else(|| (rt.render() != vt.render()).then(|| "rendered transcripts differ".into()))
+        .or_else(|| report_divergence(&rr, &vr));
+    (d, rt)
+}
+
+/// Runs `case` through replay and returns its transcript.
+pub fn run_replay(case: &Case) -> Transcript {
+    let (cfg, specs) = setup(case);
+    replay_run(&cfg, &specs, case.items.clone()).1
+}
+
+/// Runs `case` live on the wall clock, in process, with model time `speed`
+/// times wall time.
+pub fn run_live(case: &Case, speed: f64) -> LiveOutcome {
+    let (cfg, specs) = setup(case);
+    let _ = deployment(&cfg);
+    run_in_process(&cfg, &specs, speed, case.items.clone().into_iter())
+        .expect("canonical engine config is valid")
+        .0
 }
 
 /// One row of the parity table.
@@ -216,13 +276,20 @@ pub struct Verdict {
     pub divergence: Option<String>,
 }
 
-/// Runs `case` both ways and compares.
+/// Runs `case` through replay, virtual-clock live and wall-clock live and
+/// compares (wall-clock by transcript only: its timings are the machine's).
 pub fn check(case: &Case, speed: f64) -> Verdict {
-    let replay = run_replay(case);
-    let live = run_live(case, speed);
-    let mut divergence = replay.first_divergence(&live.transcript);
-    if live.stalled && divergence.is_none() {
-        divergence = Some("live run stalled".into());
+    let (cfg, specs) = setup(case);
+    let (mut divergence, replay) = compare(&cfg, &specs, case.items.clone());
+    if divergence.is_none() {
+        let live = run_live(case, speed);
+        let lt = live.transcript.unwrap_or_default();
+        divergence = replay
+            .first_divergence(&lt)
+            .map(|d| format!("wall clock: {d}"));
+        if live.run.stalled && divergence.is_none() {
+            divergence = Some("wall-clock live run stalled".into());
+        }
     }
     Verdict {
         name: case.name,

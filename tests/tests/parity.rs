@@ -1,7 +1,12 @@
 //! DEP scenario 7: live == replay == reviewed snapshot, for every canonical
-//! trace and both backends.
+//! trace and both backends; and virtual-clock live == replay, byte for byte,
+//! on a realistic slice of the Mooncake conversation trace.
 
-use handoff_tests::parity::{cases, run_live, run_replay};
+use handoff_core::Backend;
+use handoff_tests::parity::{cases, compare, run_live, run_replay, setup};
+use replay::{EngineSpec, ReplayConfig};
+use router::RouterMode;
+use workload::{ReaderOptions, TraceReader};
 
 #[test]
 fn live_equals_replay_equals_snapshot() {
@@ -9,15 +14,59 @@ fn live_equals_replay_equals_snapshot() {
         let replay = run_replay(&case);
         assert!(replay.handoffs() > 0, "{}: no handoff ran", case.name);
         insta::assert_snapshot!(case.name, replay.render());
+        let (cfg, specs) = setup(&case);
+        if let (Some(d), _) = compare(&cfg, &specs, case.items.clone()) {
+            panic!("{}: virtual live differs from replay: {d}", case.name);
+        }
         let live = run_live(&case, 10.0);
-        assert!(!live.stalled, "{}: live run stalled", case.name);
-        if let Some(d) = replay.first_divergence(&live.transcript) {
+        assert!(!live.run.stalled, "{}: live run stalled", case.name);
+        let lt = live.transcript.unwrap_or_default();
+        if let Some(d) = replay.first_divergence(&lt) {
             panic!(
-                "{}: live differs from replay: {d}\nreplay:\n{}\nlive:\n{}",
+                "{}: wall-clock live differs from replay: {d}\nreplay:\n{}\nlive:\n{}",
                 case.name,
                 replay.render(),
-                live.transcript.render()
+                lt.render()
             );
         }
+    }
+}
+
+/// The first `n` lines of the committed conversation slice.
+fn slice(n: usize) -> Vec<workload::TraceItem> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/conversation_2000.jsonl");
+    let file = std::fs::File::open(path).expect("the committed slice is in the repo");
+    TraceReader::new(std::io::BufReader::new(file), ReaderOptions::new(path))
+        .take(n)
+        .map(|r| r.expect("the committed slice parses"))
+        .collect()
+}
+
+#[test]
+fn virtual_live_equals_replay_on_a_realistic_slice() {
+    for backend in [Backend::Vllm, Backend::Sglang] {
+        // A pressured deployment: decode pools small enough that
+        // reservations queue and stranding is long, so decisions depend on
+        // timing and ordering.
+        let block_size = if backend == Backend::Sglang { 1 } else { 16 };
+        let spec = |kv_tokens| EngineSpec {
+            backend,
+            kv_tokens,
+            block_size,
+            ..EngineSpec::default()
+        };
+        let cfg = ReplayConfig {
+            backend,
+            policy: backend.native_policy(),
+            prefill_workers: 2,
+            decode_workers: 2,
+            router: RouterMode::KvAware,
+            block_size: spec(1).event_block_tokens(),
+            ..ReplayConfig::default()
+        };
+        let specs = vec![spec(1 << 18), spec(1 << 18), spec(1 << 16), spec(1 << 16)];
+        let (d, t) = compare(&cfg, &specs, slice(400));
+        assert!(t.handoffs() > 300, "{backend:?}: the slice ran handoffs");
+        assert_eq!(d, None, "{backend:?}: virtual live differs from replay");
     }
 }

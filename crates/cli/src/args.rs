@@ -5,8 +5,8 @@
 use clap::{Args, ValueEnum};
 use handoff_core::fault::{Fault, FaultPlan};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, TransferModel};
-use replay::EngineSpec;
-use router::{FrontendConfig, RouterMode};
+use replay::{make_core, EngineSpec, ReplayConfig};
+use router::{Pool, RouterMode};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::BufReader;
@@ -201,6 +201,42 @@ impl DeployArgs {
         }
     }
 
+    /// The deployment as the engine runs it (replay, and both live clocks),
+    /// with every worker's engine spec in id order (prefill or aggregated
+    /// workers first). Every spec is checked to build a core.
+    pub fn deployment(&self, multi_step: bool) -> Result<(ReplayConfig, Vec<EngineSpec>), String> {
+        let (prefill_spec, decode_spec) = self.engines()?;
+        let cfg = ReplayConfig {
+            backend: self.backend(),
+            policy: self.policy(),
+            prefill_workers: self.prefill.max(1),
+            decode_workers: self.decode,
+            router: self.router(),
+            block_size: prefill_spec.event_block_tokens(),
+            transfer: self.transfer()?,
+            message_latency: Duration::from_micros(self.message_latency_us),
+            handoff: self.handoff(),
+            seed: self.seed,
+            multi_step,
+            transcript: false,
+            faults: self.faults()?,
+        };
+        for s in [&prefill_spec, &decode_spec] {
+            make_core(s).map_err(|e| e.to_string())?;
+        }
+        let specs = replay::deployment(&cfg)
+            .iter()
+            .map(|(_, pool)| {
+                if *pool == Pool::Decode {
+                    decode_spec
+                } else {
+                    prefill_spec
+                }
+            })
+            .collect();
+        Ok((cfg, specs))
+    }
+
     /// Engine specs for a prefill and a decode worker.
     pub fn engines(&self) -> Result<(EngineSpec, EngineSpec), String> {
         positive("speedup-ratio", self.speedup_ratio)?;
@@ -260,7 +296,6 @@ impl DeployArgs {
         })
     }
 
-    /// Lifecycle timers.
     /// The fault plan of `--faults`, checked against the deployment.
     pub fn faults(&self) -> Result<FaultPlan, String> {
         let Some(spec) = &self.faults else {
@@ -292,6 +327,7 @@ impl DeployArgs {
         Ok(plan)
     }
 
+    /// Lifecycle timers.
     pub fn handoff(&self) -> HandoffConfig {
         let mut h = HandoffConfig::default();
         if let Some(s) = self.reservation_ttl_s {
@@ -302,20 +338,6 @@ impl DeployArgs {
             .filter(|s| *s > 0)
             .map(Duration::from_secs);
         h
-    }
-
-    /// The frontend's routing configuration.
-    pub fn frontend(&self) -> Result<FrontendConfig, String> {
-        let (p, _) = self.engines()?;
-        Ok(FrontendConfig {
-            policy: self.policy(),
-            aggregated: self.decode == 0,
-            mode: self.router(),
-            block_size: p.event_block_tokens(),
-            seed: self.seed,
-            hop: Duration::from_micros(self.message_latency_us),
-            disabled_delay: self.transfer()?.base(),
-        })
     }
 }
 
@@ -368,6 +390,14 @@ impl<R: std::io::BufRead> Iterator for Checked<R> {
                 None
             }
         }
+    }
+}
+
+impl Workload {
+    /// The items, leaving an empty stream behind (the rest of the workload
+    /// stays readable for the report).
+    pub fn take_items(&mut self) -> Box<dyn Iterator<Item = TraceItem>> {
+        std::mem::replace(&mut self.items, Box::new(std::iter::empty()))
     }
 }
 

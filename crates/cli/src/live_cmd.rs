@@ -1,17 +1,37 @@
-//! `handoff-mocker live`, `worker` and `frontend`: the same workers as
-//! replay, on threads (one process) or in separate processes over TCP.
+//! `handoff-mocker live`, `worker` and `frontend`: the same worker hosts as
+//! replay, on threads (one process) or in separate processes over TCP, on a
+//! virtual clock (byte-identical to replay) or on the wall clock (real
+//! time, `--speed` times faster).
 
 use crate::args::{DeployArgs, WorkloadArgs};
+use crate::report_out::{check_failures, print_report, write_output, write_transcript};
 use clap::{Args, ValueEnum};
-use handoff_core::{CoreBox, Generation, HandoffPolicy, WorkerId};
+use handoff_core::engine::Engine;
+use handoff_core::{CoreBox, Generation, HandoffPolicy, Worker, WorkerHost, WorkerId};
 use live_adapter::{
-    run_in_process, FrontendNode, LiveConfig, LiveOutcome, NodeConfig, WallClock, WorkerNode,
+    run_in_process, run_virtual_threads, serve_virtual, FrontendNode, LiveOutcome, NodeConfig,
+    RemotePort, WallClock, WorkerNode,
 };
-use replay::{make_core, EngineSpec};
-use router::{Frontend, Pool, FRONTEND_ID};
-use std::collections::BTreeMap;
+use replay::{
+    deployment, engine_config, make_core, serving, EngineSpec, Replay, ReplayConfig, Report,
+};
+use router::{Pool, FRONTEND_ID};
 use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration as StdDuration;
 use transport::TcpEndpoint;
+
+/// Which clock live workers run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ClockArg {
+    /// Real time, sped up by `--speed`; reports are close to replay's.
+    Wall,
+    /// Model time granted by the coordinator; byte-identical to replay.
+    Virtual,
+}
+
+/// How long to keep retrying a TCP connection to a peer that is not up yet.
+const CONNECT_DEADLINE: StdDuration = StdDuration::from_secs(20);
 
 fn speed_ok(speed: f64) -> Result<f64, String> {
     if speed.is_finite() && speed > 0.0 {
@@ -25,6 +45,30 @@ fn core(spec: &EngineSpec) -> Result<CoreBox, String> {
     make_core(spec).map_err(|e| e.to_string())
 }
 
+/// Connects `ep` to `addr`, retrying with backoff until the peer is up or
+/// [`CONNECT_DEADLINE`] passes (processes started together come up in any
+/// order).
+fn connect_retry(ep: &TcpEndpoint, addr: &str) -> Result<(WorkerId, Generation), String> {
+    let deadline = std::time::Instant::now() + CONNECT_DEADLINE;
+    let mut wait = StdDuration::from_millis(20);
+    loop {
+        match ep.connect(addr) {
+            Ok(who) => return Ok(who),
+            Err(e) if std::time::Instant::now() + wait < deadline => {
+                let _ = e;
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(StdDuration::from_millis(500));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "{addr}: {e} (gave up after {} s)",
+                    CONNECT_DEADLINE.as_secs()
+                ))
+            }
+        }
+    }
+}
+
 /// Options of `live`.
 #[derive(Args, Debug)]
 pub struct LiveArgs {
@@ -32,108 +76,138 @@ pub struct LiveArgs {
     deploy: DeployArgs,
     #[command(flatten)]
     workload: WorkloadArgs,
-    /// Model time runs this many times faster than wall time.
+    /// Clock of the workers: wall (real time) or virtual (same as replay).
+    #[arg(long, value_enum, default_value = "wall")]
+    clock: ClockArg,
+    /// Wall clock: model time runs this many times faster than wall time.
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
-    /// Print the outcome as JSON on stdout.
+    /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Write the report alone, as JSON, to FILE.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Write the lifecycle transcript to FILE.
+    #[arg(long, value_name = "FILE")]
+    transcript: Option<PathBuf>,
+    /// Exit 0 even when requests failed.
+    #[arg(long)]
+    allow_failures: bool,
+}
+
+/// The distance of a wall-clock run's report from replay's, as printed.
+fn distance(live: &Report, replay: &Report) -> (serde_json::Value, String) {
+    let rel = |a: f64, b: f64| {
+        if b.abs() > 1e-12 {
+            ((a - b) / b * 1000.0).round() / 10.0
+        } else if a.abs() > 1e-12 {
+            100.0
+        } else {
+            0.0
+        }
+    };
+    let pairs = [
+        (
+            "output_token_throughput_pct",
+            rel(
+                live.output_token_throughput_tps,
+                replay.output_token_throughput_tps,
+            ),
+        ),
+        ("ttft_p50_pct", rel(live.ttft_ms.p50, replay.ttft_ms.p50)),
+        ("ttft_p99_pct", rel(live.ttft_ms.p99, replay.ttft_ms.p99)),
+        ("itl_p50_pct", rel(live.itl_ms.p50, replay.itl_ms.p50)),
+        ("itl_p99_pct", rel(live.itl_ms.p99, replay.itl_ms.p99)),
+    ];
+    let mut m = serde_json::Map::new();
+    let mut text = String::from("distance from replay:");
+    for (k, v) in pairs {
+        m.insert(k.into(), serde_json::json!(v));
+        text.push_str(&format!(" {k} {v:+.1}"));
+    }
+    m.insert(
+        "completed_requests".into(),
+        serde_json::json!([live.completed_requests, replay.completed_requests]),
+    );
+    (serde_json::Value::Object(m), text)
+}
+
+fn live_extra(
+    o: &LiveOutcome,
+    replay: Option<&Report>,
+) -> (serde_json::Map<String, serde_json::Value>, Vec<String>) {
+    let mut m = serde_json::Map::new();
+    m.insert(
+        "live".into(),
+        serde_json::json!({
+            "clock": "wall",
+            "worker_events": o.run.events,
+            "workers_lost": o.run.workers_lost,
+            "stalled": o.run.stalled,
+            "wall_seconds": (o.run.wall_seconds * 1000.0).round() / 1000.0,
+        }),
+    );
+    let mut text = vec![format!(
+        "wall clock: {:.3} s, worker events {}, workers lost {}{}",
+        o.run.wall_seconds,
+        o.run.events,
+        o.run.workers_lost,
+        if o.run.stalled { ", STALLED" } else { "" }
+    )];
+    if let Some(r) = replay {
+        let (v, t) = distance(&o.report, r);
+        m.insert("distance_from_replay".into(), v);
+        text.push(t);
+    }
+    (m, text)
 }
 
 /// Runs every role in this process, one thread per worker.
 pub fn run_live(a: LiveArgs) -> Result<(), String> {
-    let d = &a.deploy;
-    let (p, dspec) = d.engines()?;
-    let mut cores = Vec::new();
-    let aggregated = d.decode == 0;
-    for _ in 0..d.prefill.max(1) {
-        cores.push((
-            if aggregated {
-                Pool::Aggregated
-            } else {
-                Pool::Prefill
-            },
-            core(&p)?,
-        ));
-    }
-    for _ in 0..d.decode {
-        cores.push((Pool::Decode, core(&dspec)?));
-    }
-    let cfg = LiveConfig {
-        frontend: d.frontend()?,
-        handoff: d.handoff(),
-        transfer: d.transfer()?,
-        speed: speed_ok(a.speed)?,
+    let (mut cfg, specs) = a.deploy.deployment(true)?;
+    cfg.transcript = a.transcript.is_some();
+    let mut wl = a.workload.open(a.deploy.seed)?;
+    let items = wl.take_items();
+    let (report, transcript, extra, text) = match a.clock {
+        ClockArg::Virtual => {
+            let o = run_virtual_threads(&cfg, &specs, items).map_err(|e| e.to_string())?;
+            let mut m = serde_json::Map::new();
+            m.insert(
+                "live".into(),
+                serde_json::json!({ "clock": "virtual", "host_operations": o.calls }),
+            );
+            let text = vec![format!(
+                "virtual clock: {} host operations over channels",
+                o.calls
+            )];
+            (o.report, o.transcript, m, text)
+        }
+        ClockArg::Wall => {
+            let (o, _) = run_in_process(&cfg, &specs, speed_ok(a.speed)?, items)?;
+            // The same workload through replay, for the distance.
+            let mut again = a.workload.open(a.deploy.seed)?;
+            let mut quiet = cfg.clone();
+            quiet.transcript = false;
+            let (r, _) = Replay::new(quiet, again.take_items(), |w: WorkerId, _| {
+                make_core(&specs[w.0 as usize]).unwrap_or_else(|_| unreachable!("spec checked"))
+            })
+            .run();
+            let (m, text) = live_extra(&o, Some(&r));
+            (o.report, o.transcript, m, text)
+        }
     };
-    let wl = a.workload.open(d.seed)?;
-    let (outcome, stats) = run_in_process(cfg, cores, wl.items);
     if let Some(e) = wl.error.borrow_mut().take() {
         return Err(e.to_string());
     }
-    let sent: u64 = stats.iter().map(|s| s.frames).sum();
-    print_outcome(
-        &outcome,
-        a.json,
-        &wl.skipped.borrow().describe(&wl.note),
-        Some(sent),
-    );
-    Ok(())
-}
-
-fn print_outcome(o: &LiveOutcome, json: bool, note: &str, frames: Option<u64>) {
-    let workers: Vec<serde_json::Value> = o
-        .transcript
-        .workers()
-        .map(|(w, f)| {
-            serde_json::json!({
-                "worker": w.0,
-                "drained": f.drained,
-                "kv_used_blocks": f.capacity.kv_used_blocks(),
-                "pinned_source_blocks": f.capacity.pinned_source_blocks,
-                "reserved_destination_blocks": f.capacity.reserved_destination_blocks,
-            })
-        })
-        .collect();
-    let per_s = if o.wall_seconds > 0.0 {
-        o.handoffs as f64 / o.wall_seconds
-    } else {
-        0.0
-    };
-    if json {
-        let v = serde_json::json!({
-            "requests": o.requests,
-            "completed": o.completed,
-            "failed": o.failed,
-            "handoffs": o.handoffs,
-            "handoffs_per_wall_second": (per_s * 10.0).round() / 10.0,
-            "transitions": o.transcript.transitions(),
-            "worker_events": o.events,
-            "workers_lost": o.workers_lost,
-            "stalled": o.stalled,
-            "wall_seconds": (o.wall_seconds * 1000.0).round() / 1000.0,
-            "workers": workers,
-        });
-        out!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-    } else {
-        out!("{note}");
-        out!(
-            "requests {} completed {} failed {}  handoffs {} ({:.1}/s wall)  transitions {}  wall {:.3} s{}",
-            o.requests,
-            o.completed,
-            o.failed,
-            o.handoffs,
-            per_s,
-            o.transcript.transitions(),
-            o.wall_seconds,
-            if o.stalled { "  (stalled)" } else { "" }
-        );
-        if let Some(f) = frames {
-            out!("frames handled by workers {f}");
-        }
-        for w in workers {
-            out!("{w}");
-        }
+    if let Some(p) = &a.transcript {
+        write_transcript(p, transcript.as_ref())?;
     }
+    if let Some(p) = &a.output {
+        write_output(p, &report)?;
+    }
+    print_report(&report, a.json, &wl, extra, &text)?;
+    check_failures(&report, a.allow_failures)
 }
 
 /// `--role` of a worker process.
@@ -159,7 +233,8 @@ pub struct WorkerArgs {
     /// Address to listen on (port 0 picks one; the chosen address is printed).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: String,
-    /// Peers to dial (decode workers dial their prefill workers).
+    /// Wall clock: peers to dial (decode workers dial their prefill
+    /// workers); retried until they are up.
     #[arg(long)]
     connect: Vec<String>,
     /// Incarnation; a restarted worker must use a higher one.
@@ -167,9 +242,16 @@ pub struct WorkerArgs {
     generation: u32,
     #[command(flatten)]
     deploy: DeployArgs,
-    /// Model time runs this many times faster than wall time.
+    /// Clock: wall (real time) or virtual (the frontend grants model time).
+    #[arg(long, value_enum, default_value = "wall")]
+    clock: ClockArg,
+    /// Wall clock: model time runs this many times faster than wall time.
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
+    /// Virtual clock: frontend sessions to serve before exiting (0: serve
+    /// until killed).
+    #[arg(long, default_value_t = 1)]
+    sessions: u64,
 }
 
 /// Runs one worker process until its frontend disconnects.
@@ -190,9 +272,29 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
         .map_err(|e| format!("--listen {}: {e}", a.listen))?;
     out!("listening on {}", ep.local_addr());
     let _ = std::io::stdout().flush();
+    if a.clock == ClockArg::Virtual {
+        let mut served = 0u64;
+        let mut ops = 0u64;
+        loop {
+            // Each session starts from a fresh worker: it is a new run.
+            let worker = Worker::new(me, generation, policy, d.handoff(), core(&spec)?);
+            let mut host = WorkerHost::new(worker);
+            let mut fresh =
+                |_w: WorkerId| core(&spec).unwrap_or_else(|_| unreachable!("spec checked"));
+            ops += serve_virtual(&mut host, &mut fresh, &ep, FRONTEND_ID).ops;
+            served += 1;
+            if a.sessions != 0 && served >= a.sessions {
+                break;
+            }
+        }
+        out!(
+            "worker {} done: {served} session(s), {ops} host operations",
+            a.id
+        );
+        return Ok(());
+    }
     for peer in &a.connect {
-        ep.connect(peer.as_str())
-            .map_err(|e| format!("--connect {peer}: {e}"))?;
+        connect_retry(&ep, peer).map_err(|e| format!("--connect {e}"))?;
     }
     let cfg = NodeConfig {
         id: me,
@@ -203,7 +305,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
         transfer: d.transfer()?,
     };
     let node = WorkerNode::new(cfg, core(&spec)?, ep, WallClock::start(speed_ok(a.speed)?));
-    let (stats, worker) = node.run();
+    let (stats, fin) = node.run();
     out!(
         "worker {} done: frames {} steps {} transfers {} peers lost {} drained {}",
         a.id,
@@ -211,7 +313,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
         stats.steps,
         stats.transfers,
         stats.peers_lost,
-        worker.is_drained()
+        fin.drained
     );
     Ok(())
 }
@@ -219,19 +321,33 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
 /// Options of `frontend`.
 #[derive(Args, Debug)]
 pub struct FrontendArgs {
-    /// A worker to use, as ID=ROLE@ADDR (ROLE: prefill, decode, aggregated). Repeat.
+    /// A worker to use, as ID=ROLE@ADDR (ROLE: prefill, decode, aggregated).
+    /// Repeat; ids must be 0..n with prefill (or aggregated) workers first.
     #[arg(long = "worker", value_name = "ID=ROLE@ADDR", required = true)]
     workers: Vec<String>,
     #[command(flatten)]
     deploy: DeployArgs,
     #[command(flatten)]
     workload: WorkloadArgs,
-    /// Model time runs this many times faster than wall time (match the workers).
+    /// Clock of the workers (they must have been started with the same).
+    #[arg(long, value_enum, default_value = "wall")]
+    clock: ClockArg,
+    /// Wall clock: model time runs this many times faster than wall time
+    /// (match the workers).
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
-    /// Print the outcome as JSON on stdout.
+    /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Write the report alone, as JSON, to FILE.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Write the lifecycle transcript to FILE.
+    #[arg(long, value_name = "FILE")]
+    transcript: Option<PathBuf>,
+    /// Exit 0 even when requests failed.
+    #[arg(long)]
+    allow_failures: bool,
 }
 
 fn parse_worker(s: &str) -> Result<(WorkerId, Pool, String), String> {
@@ -248,37 +364,98 @@ fn parse_worker(s: &str) -> Result<(WorkerId, Pool, String), String> {
     Ok((WorkerId(id), pool, addr.to_string()))
 }
 
-/// Drives worker processes with a workload.
-pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
-    let d = &a.deploy;
-    let ep =
-        TcpEndpoint::bind(FRONTEND_ID, Generation(0), "127.0.0.1:0").map_err(|e| e.to_string())?;
-    let mut pools = BTreeMap::new();
+/// The deployment the `--worker` list describes: its pools override
+/// `--prefill`/`--decode`, and its ids must be the engine's (0..n, prefill
+/// or aggregated first).
+fn frontend_deployment(
+    a: &FrontendArgs,
+) -> Result<(ReplayConfig, Vec<EngineSpec>, Vec<(WorkerId, String)>), String> {
+    let mut listed = Vec::new();
     for spec in &a.workers {
-        let (id, pool, addr) = parse_worker(spec)?;
-        let (got, _) = ep
-            .connect(addr.as_str())
-            .map_err(|e| format!("--worker {spec}: {e}"))?;
-        if got != id {
+        listed.push(parse_worker(spec)?);
+    }
+    listed.sort_by_key(|(w, _, _)| *w);
+    let decode = listed.iter().filter(|(_, p, _)| *p == Pool::Decode).count() as u32;
+    let prefill = listed.len() as u32 - decode;
+    let mut d = a.deploy.clone();
+    d.prefill = prefill;
+    d.decode = decode;
+    let (mut cfg, specs) = d.deployment(true)?;
+    cfg.transcript = a.transcript.is_some();
+    let expected = deployment(&cfg);
+    if prefill == 0 || expected.len() != listed.len() {
+        return Err("--worker: at least one prefill or aggregated worker is needed".into());
+    }
+    for ((w, pool, _), (ew, epool)) in listed.iter().zip(&expected) {
+        if w != ew || pool != epool {
             return Err(format!(
-                "--worker {spec}: the worker at {addr} says it is {got}"
+                "--worker: worker {w} is listed as {}, but with {prefill} prefill and {decode} decode workers it must be worker {ew} as {} (ids 0..{}, prefill or aggregated first)",
+                pool.name(),
+                epool.name(),
+                expected.len() - 1
             ));
         }
-        pools.insert(id, pool);
     }
-    let routing: Vec<(WorkerId, Pool)> = pools.iter().map(|(w, p)| (*w, *p)).collect();
-    let frontend = Frontend::new(d.frontend()?, &routing);
-    let wl = a.workload.open(d.seed)?;
-    let clock = WallClock::start(speed_ok(a.speed)?);
-    let outcome = FrontendNode::new(frontend, pools, ep, clock, wl.items).run();
+    Ok((
+        cfg,
+        specs,
+        listed.into_iter().map(|(w, _, addr)| (w, addr)).collect(),
+    ))
+}
+
+/// Drives worker processes with a workload over TCP.
+pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
+    let (cfg, _specs, listed) = frontend_deployment(&a)?;
+    let ep =
+        TcpEndpoint::bind(FRONTEND_ID, Generation(0), "127.0.0.1:0").map_err(|e| e.to_string())?;
+    for (id, addr) in &listed {
+        let (got, _) = connect_retry(&ep, addr).map_err(|e| format!("--worker {e}"))?;
+        if got != *id {
+            return Err(format!(
+                "--worker {id}@{addr}: the worker at {addr} says it is {got}"
+            ));
+        }
+    }
+    let mut wl = a.workload.open(a.deploy.seed)?;
+    let items = wl.take_items();
+    let (report, transcript, extra, text) = match a.clock {
+        ClockArg::Virtual => {
+            let workers = listed.len() as u32;
+            let port = RemotePort::new(ep, workers, live_adapter::virtual_run::NODE_TIMEOUT);
+            let engine = Engine::new(engine_config(&cfg), port, serving(&cfg, items));
+            let (director, port) = engine.run();
+            if let Some(e) = port.error() {
+                return Err(e.to_string());
+            }
+            let calls = port.calls();
+            port.close();
+            let (report, transcript) = director.into_outcome();
+            let report = report.ok_or("the engine did not finish")?;
+            let mut m = serde_json::Map::new();
+            m.insert(
+                "live".into(),
+                serde_json::json!({ "clock": "virtual", "host_operations": calls }),
+            );
+            let text = vec![format!("virtual clock: {calls} host operations over TCP")];
+            (report, transcript, m, text)
+        }
+        ClockArg::Wall => {
+            let clock = WallClock::start(speed_ok(a.speed)?);
+            let workers = listed.iter().map(|(w, _)| *w).collect();
+            let o = FrontendNode::new(serving(&cfg, items), workers, ep, clock).run();
+            let (m, text) = live_extra(&o, None);
+            (o.report, o.transcript, m, text)
+        }
+    };
     if let Some(e) = wl.error.borrow_mut().take() {
         return Err(e.to_string());
     }
-    print_outcome(
-        &outcome,
-        a.json,
-        &wl.skipped.borrow().describe(&wl.note),
-        None,
-    );
-    Ok(())
+    if let Some(p) = &a.transcript {
+        write_transcript(p, transcript.as_ref())?;
+    }
+    if let Some(p) = &a.output {
+        write_output(p, &report)?;
+    }
+    print_report(&report, a.json, &wl, extra, &text)?;
+    check_failures(&report, a.allow_failures)
 }

@@ -22,6 +22,7 @@ mod args;
 mod experiment_cmd;
 mod live_cmd;
 mod replay_cmd;
+mod report_out;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -1,32 +1,33 @@
-//! The live frontend: submits a workload's requests at their (scaled)
-//! timestamps, routes with the same [`router::Frontend`] replay uses, and
-//! collects the lifecycle transcript and final worker states from the
-//! workers' events.
+//! The wall-clock live frontend: submits a workload's requests at their
+//! (scaled) timestamps and directs the workers with the same
+//! [`replay::Serving`] director the engine uses in replay, so it routes with
+//! the same router and writes the same [`Report`]. Workers report events
+//! and, when they drain, their final state.
 
 use crate::clock::WallClock;
 use crossbeam_channel::RecvTimeoutError;
-use handoff_core::{
-    DestinationState, Instant, RequestId, Role, RoleState, Transcript, WorkerEvent, WorkerId,
-    WorkerRequest,
-};
-use router::{Frontend, Pool};
-use std::collections::{BTreeMap, BTreeSet};
+use handoff_core::engine::{Director, Route, Undeliverable};
+use handoff_core::fault::FaultCounts;
+use handoff_core::{Generation, HostFinal, Instant, Transcript, WorkerId, WorkerRequest};
+use replay::{Report, Serving};
+use std::collections::BTreeMap;
 use transport::{Frame, Incoming, Transport};
 use workload::TraceItem;
 
-/// What a live run observed.
-#[derive(Debug, Default)]
+/// What a wall-clock live run produced.
+#[derive(Debug)]
 pub struct LiveOutcome {
-    /// Per-handoff transitions and final worker states.
-    pub transcript: Transcript,
-    /// Requests submitted.
-    pub requests: u64,
-    /// Requests that produced all their output.
-    pub completed: u64,
-    /// Requests whose handoff failed.
-    pub failed: u64,
-    /// Handoffs whose destination activated.
-    pub handoffs: u64,
+    /// The report, in replay's shape (model time).
+    pub report: Report,
+    /// The lifecycle transcript, when asked for.
+    pub transcript: Option<Transcript>,
+    /// Facts about the run itself.
+    pub run: LiveRun,
+}
+
+/// How a wall-clock run went, beyond the report.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LiveRun {
     /// Worker events received.
     pub events: u64,
     /// Workers that disappeared mid-run.
@@ -38,118 +39,107 @@ pub struct LiveOutcome {
 }
 
 /// The frontend node; see the module docs.
-pub struct FrontendNode<T: Transport, I> {
-    frontend: Frontend,
-    pools: BTreeMap<WorkerId, Pool>,
+pub struct FrontendNode<T: Transport, I: Iterator<Item = TraceItem>> {
+    director: Serving<I>,
+    workers: Vec<WorkerId>,
     transport: T,
     clock: WallClock,
-    items: I,
-    next: Option<TraceItem>,
     delayed: BTreeMap<(Instant, u64), (WorkerId, WorkerRequest)>,
     seq: u64,
-    outstanding: BTreeSet<RequestId>,
-    routed_to_decode: BTreeSet<RequestId>,
-    assigned: BTreeMap<RequestId, Vec<WorkerId>>,
-    drained: BTreeMap<WorkerId, (bool, handoff_core::KvCapacitySnapshot)>,
-    out: LiveOutcome,
+    finals: BTreeMap<WorkerId, HostFinal>,
+    lost: Vec<WorkerId>,
+    routes: Vec<Route>,
+    run: LiveRun,
     /// Real time without any event after which the run gives up.
     pub idle_limit: std::time::Duration,
 }
 
 impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
-    /// A frontend over `pools` (every worker and its pool).
+    /// A frontend directing `workers` with `director`.
     pub fn new(
-        frontend: Frontend,
-        pools: BTreeMap<WorkerId, Pool>,
+        director: Serving<I>,
+        workers: Vec<WorkerId>,
         transport: T,
         clock: WallClock,
-        items: I,
     ) -> Self {
         FrontendNode {
-            frontend,
-            pools,
+            director,
+            workers,
             transport,
             clock,
-            items,
-            next: None,
             delayed: BTreeMap::new(),
             seq: 0,
-            outstanding: BTreeSet::new(),
-            routed_to_decode: BTreeSet::new(),
-            assigned: BTreeMap::new(),
-            drained: BTreeMap::new(),
-            out: LiveOutcome::default(),
+            finals: BTreeMap::new(),
+            lost: Vec::new(),
+            routes: Vec::new(),
+            run: LiveRun::default(),
             idle_limit: std::time::Duration::from_secs(30),
         }
     }
 
-    fn send(&mut self, to: WorkerId, req: WorkerRequest) {
-        let rid = match &req {
-            WorkerRequest::HandoffDestination { request, .. } => {
-                self.routed_to_decode.insert(request.id);
-                request.id
-            }
-            WorkerRequest::HandoffSource { request, .. } | WorkerRequest::Ordinary(request) => {
-                request.id
-            }
-        };
-        self.assigned.entry(rid).or_default().push(to);
-        // A lost worker surfaces as PeerLost; the request then fails there.
-        let _ = self.transport.send(to, Frame::Request(req));
+    fn send(&mut self, to: WorkerId, req: WorkerRequest, now: Instant) {
+        if self.lost.contains(&to)
+            || self
+                .transport
+                .send(to, Frame::Request(req.clone()))
+                .is_err()
+        {
+            self.director
+                .on_undeliverable(to, &req, Undeliverable::WorkerDown, now);
+        }
     }
 
-    fn finished(&self) -> bool {
-        self.next.is_none()
+    fn route(&mut self, now: Instant) {
+        let routes = std::mem::take(&mut self.routes);
+        for r in routes {
+            if r.delay == handoff_core::Duration::ZERO {
+                self.send(r.to, r.request, now);
+            } else {
+                self.seq += 1;
+                self.delayed
+                    .insert((now + r.delay, self.seq), (r.to, r.request));
+            }
+        }
+    }
+
+    fn finished(&mut self) -> bool {
+        self.director.next_arrival().is_none()
             && self.delayed.is_empty()
-            && self.outstanding.is_empty()
+            && self.director.in_flight() == 0
             && self
-                .pools
-                .keys()
-                .all(|w| self.drained.get(w).is_some_and(|d| d.0))
+                .workers
+                .iter()
+                .all(|w| self.lost.contains(w) || self.finals.get(w).is_some_and(|f| f.drained))
     }
 
     /// Runs the workload to the end and returns what was observed.
     pub fn run(mut self) -> LiveOutcome {
         let started = std::time::Instant::now();
-        self.next = self.items.next();
         let mut last_progress = std::time::Instant::now();
         loop {
             let now = self.clock.now();
-            while let Some(item) = self.next.take() {
-                if item.request.arrival > now {
-                    self.next = Some(item);
-                    break;
-                }
-                self.out.requests += 1;
-                let rid = item.request.id;
-                let routed = self.frontend.arrive(item.request, now);
-                if routed.is_empty() {
-                    // No worker left to take it.
-                    self.out.failed += 1;
-                } else {
-                    self.outstanding.insert(rid);
-                }
-                for (w, r) in routed {
-                    self.send(w, r);
-                }
-                self.next = self.items.next();
+            while self.director.next_arrival().is_some_and(|t| t <= now) {
+                let mut routes = std::mem::take(&mut self.routes);
+                self.director.arrive(now, &mut routes);
+                self.routes = routes;
+                self.route(now);
             }
             while let Some((&(t, s), _)) = self.delayed.first_key_value() {
                 if t > now {
                     break;
                 }
                 if let Some((w, r)) = self.delayed.remove(&(t, s)) {
-                    self.send(w, r);
+                    self.send(w, r, now);
                 }
             }
             if self.finished() {
                 break;
             }
             if last_progress.elapsed() > self.idle_limit {
-                self.out.stalled = true;
+                self.run.stalled = true;
                 break;
             }
-            let mut deadline = self.next.as_ref().map(|i| i.request.arrival);
+            let mut deadline = self.director.next_arrival();
             if let Some((&(t, _), _)) = self.delayed.first_key_value() {
                 deadline = Some(deadline.map_or(t, |d| d.min(t)));
             }
@@ -165,95 +155,54 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        for (w, (drained, cap)) in &self.drained {
-            self.out.transcript.finish_worker(*w, *drained, *cap);
-        }
-        self.out.wall_seconds = started.elapsed().as_secs_f64();
+        self.run.wall_seconds = started.elapsed().as_secs_f64();
         self.transport.close();
-        self.out
-    }
-
-    /// A worker vanished: nothing more is routed to it, the requests it held
-    /// fail, and it counts as drained (its process took its state with it;
-    /// its peers reclaim their side on their own).
-    fn worker_lost(&mut self, peer: WorkerId) {
-        self.frontend.worker_lost(peer);
-        self.out.workers_lost += 1;
-        let dead: Vec<RequestId> = self
-            .assigned
-            .iter()
-            .filter(|(r, ws)| self.outstanding.contains(r) && ws.contains(&peer))
-            .map(|(r, _)| *r)
-            .collect();
-        for r in dead {
-            self.outstanding.remove(&r);
-            self.out.failed += 1;
+        let end = self.clock.now();
+        let finals: Vec<HostFinal> = self.finals.values().copied().collect();
+        self.director
+            .finish(end, &finals, 0, FaultCounts::default());
+        let (report, transcript) = self.director.into_outcome();
+        LiveOutcome {
+            report: report.unwrap_or_else(|| unreachable!("finish writes the report")),
+            transcript,
+            run: self.run,
         }
-        self.pools.remove(&peer);
-        self.drained.remove(&peer);
     }
 
     fn handle(&mut self, inc: Incoming) {
         let now = self.clock.now();
-        let (from, ev) = match inc {
+        match inc {
             Incoming::Frame {
                 from,
                 frame: Frame::Event(e),
-            } => (from, e),
+            } => {
+                self.run.events += 1;
+                let mut routes = std::mem::take(&mut self.routes);
+                self.director.on_event(from, &e, now, &mut routes);
+                self.routes = routes;
+                self.route(now);
+            }
             Incoming::Frame {
-                frame:
-                    Frame::Drained {
-                        worker,
-                        drained,
-                        capacity,
-                    },
-                ..
+                from,
+                frame: Frame::Final(f),
             } => {
-                self.out.events += 1;
-                self.drained.insert(worker, (drained, capacity));
-                return;
+                self.finals.insert(from, f);
             }
-            Incoming::PeerLost { peer } => return self.worker_lost(peer),
-            Incoming::PeerUp { peer, .. } => {
-                if let Some(pool) = self.pools.get(&peer).copied() {
-                    self.frontend.worker_back(peer, pool);
-                }
-                return;
-            }
-            _ => return,
-        };
-        self.out.events += 1;
-        let pool = self.pools.get(&from).copied().unwrap_or(Pool::Decode);
-        match &ev {
-            WorkerEvent::Transition(t) => {
-                self.out.transcript.record(t);
-                if t.to == RoleState::Destination(DestinationState::Active) {
-                    self.out.handoffs += 1;
+            Incoming::PeerLost { peer } => {
+                if self.workers.contains(&peer) && !self.lost.contains(&peer) {
+                    self.lost.push(peer);
+                    self.run.workers_lost += 1;
+                    self.director.on_worker_lost(peer, now);
                 }
             }
-            WorkerEvent::RequestFinished { request, .. }
-                if pool != Pool::Prefill && self.outstanding.remove(request) =>
-            {
-                self.out.completed += 1;
-            }
-            WorkerEvent::RoleEnded {
-                request,
-                role,
-                reason: Some(_),
-                ..
-            } => {
-                // A destination that fails ends the request; so does a source
-                // that fails before any destination was routed.
-                let dead = *role == Role::Destination || !self.routed_to_decode.contains(request);
-                if dead && self.outstanding.remove(request) {
-                    self.out.failed += 1;
+            Incoming::PeerUp { peer, generation } => {
+                if let Some(i) = self.lost.iter().position(|w| *w == peer) {
+                    self.lost.swap_remove(i);
+                    self.director.on_worker_back(peer, generation, now);
                 }
+                let _: Generation = generation;
             }
             _ => {}
-        }
-        for (to, req, delay) in self.frontend.on_event(from, pool, &ev, now) {
-            self.seq += 1;
-            self.delayed.insert((now + delay, self.seq), (to, req));
         }
     }
 }

@@ -1,47 +1,35 @@
-//! Every role in one process: one thread per worker, the frontend on the
-//! caller's thread, facts over in-process channels.
+//! Wall-clock live in one process: one thread per worker node, the frontend
+//! on the caller's thread, facts over in-process channels.
 
 use crate::clock::WallClock;
 use crate::frontend::{FrontendNode, LiveOutcome};
 use crate::node::{NodeConfig, NodeStats, WorkerNode};
-use handoff_core::{CoreBox, Generation, HandoffConfig, HandoffPolicy, TransferModel, WorkerId};
-use router::{Frontend, FrontendConfig, Pool, FRONTEND_ID};
-use std::collections::BTreeMap;
+use handoff_core::{Generation, WorkerId};
+use replay::{deployment, make_core, serving, worker_policy, EngineSpec, ReplayConfig};
+use router::FRONTEND_ID;
 use transport::ChannelNet;
 use workload::TraceItem;
 
-/// How an in-process live run is set up.
-#[derive(Clone, Copy, Debug)]
-pub struct LiveConfig {
-    /// Routing and ordering (shared with replay).
-    pub frontend: FrontendConfig,
-    /// Lifecycle timers.
-    pub handoff: HandoffConfig,
-    /// Transfer timing (each worker times its own transfers).
-    pub transfer: TransferModel,
-    /// Model time runs this many times faster than wall time.
-    pub speed: f64,
-}
-
-/// Runs `items` on workers built from `cores` (id order gives ids 0..n).
+/// Runs `items` on `cfg`'s deployment, worker `i` built from `specs[i]`,
+/// with model time running `speed` times faster than wall time. Fails
+/// before starting when a spec cannot build a core.
 pub fn run_in_process(
-    cfg: LiveConfig,
-    cores: Vec<(Pool, CoreBox)>,
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    speed: f64,
     items: impl Iterator<Item = TraceItem>,
-) -> (LiveOutcome, Vec<NodeStats>) {
+) -> Result<(LiveOutcome, Vec<NodeStats>), String> {
+    let mut cores = Vec::new();
+    for s in specs {
+        cores.push(make_core(s).map_err(|e| e.to_string())?);
+    }
     let net = ChannelNet::new();
     let fe = net.endpoint(FRONTEND_ID, Generation(0));
-    let clock = WallClock::start(cfg.speed);
-    let policy = if cfg.frontend.aggregated {
-        HandoffPolicy::Disabled
-    } else {
-        cfg.frontend.policy
-    };
-    let mut pools = BTreeMap::new();
+    let clock = WallClock::start(speed);
+    let policy = worker_policy(cfg);
     let mut handles = Vec::new();
-    for (i, (pool, core)) in cores.into_iter().enumerate() {
-        let id = WorkerId(i as u32);
-        pools.insert(id, pool);
+    let workers: Vec<WorkerId> = deployment(cfg).iter().map(|(w, _)| *w).collect();
+    for (id, core) in workers.iter().copied().zip(cores) {
         let ep = net.endpoint(id, Generation(0));
         let node_cfg = NodeConfig {
             id,
@@ -54,12 +42,10 @@ pub fn run_in_process(
         let node = WorkerNode::new(node_cfg, core, ep, clock);
         handles.push(std::thread::spawn(move || node.run().0));
     }
-    let routing: Vec<(WorkerId, Pool)> = pools.iter().map(|(w, p)| (*w, *p)).collect();
-    let frontend = Frontend::new(cfg.frontend, &routing);
-    let outcome = FrontendNode::new(frontend, pools, fe, clock, items).run();
+    let outcome = FrontendNode::new(serving(cfg, items), workers, fe, clock).run();
     let stats = handles
         .into_iter()
         .map(|h| h.join().unwrap_or_default())
         .collect();
-    (outcome, stats)
+    Ok((outcome, stats))
 }

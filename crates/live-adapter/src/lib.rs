@@ -1,10 +1,20 @@
 //! # live-adapter
 //!
-//! The same handoff-core [`handoff_core::Worker`]s replay drives, run live:
-//! one worker per thread (or per process over TCP), wall-clock timers, facts
-//! over a [`transport::Transport`]. There is no second lifecycle here: a
-//! node only feeds inputs to its worker and carries its outputs, so the
-//! transcript of a live run equals replay's for the same trace and policy.
+//! The same handoff-core [`handoff_core::WorkerHost`]s replay drives, run
+//! live: one worker per thread (or per process over TCP), facts over a
+//! [`transport::Transport`]. Two clocks:
+//!
+//! - **virtual** ([`remote`], [`virtual_run`]): the one engine runs on the
+//!   coordinator with its hosts on the worker nodes; every operation crosses
+//!   the transport with its model time, so transcript and report are
+//!   byte-identical to replay's, on any trace.
+//! - **wall** ([`node`], [`frontend`], [`inproc`]): each node drives its
+//!   host by a [`WallClock`] and the frontend routes with the same
+//!   [`replay::Serving`] director, for real-time use; its report is close to
+//!   replay's, not equal.
+//!
+//! There is no second lifecycle or driver protocol here: nodes only move
+//! frames and read clocks.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -16,8 +26,8 @@ pub mod remote;
 pub mod virtual_run;
 
 pub use clock::WallClock;
-pub use frontend::{FrontendNode, LiveOutcome};
-pub use inproc::{run_in_process, LiveConfig};
+pub use frontend::{FrontendNode, LiveOutcome, LiveRun};
+pub use inproc::run_in_process;
 pub use node::{NodeConfig, NodeStats, WorkerNode};
-pub use remote::{serve_virtual, RemoteError, RemotePort};
+pub use remote::{serve_virtual, RemoteError, RemotePort, ServeStats};
 pub use virtual_run::{run_virtual_threads, VirtualOutcome};

@@ -1,14 +1,21 @@
-//! A live worker: one [`Worker`] on its own thread, driven by wall-clock
-//! time and a [`Transport`]. It blocks on its incoming channel until the
-//! next deadline (step end, transfer completion, lease or reservation
-//! timer), never spinning. A step's outputs are released when the modelled
-//! step ends, exactly as replay does, so both produce the same transitions.
+//! A wall-clock live worker: one [`WorkerHost`] on its own thread (or in its
+//! own process), driven by a [`WallClock`] and a [`Transport`]. It blocks on
+//! its incoming channel until the host's next deadline or the next transfer
+//! completion, never spinning. The driver protocol (when to step, holding a
+//! step's outputs until it ends, timers) is the host's, the same one the
+//! engine drives in replay and virtual-clock live; this file only moves
+//! frames and reads the clock.
+//!
+//! Wall-clock runs are for real-time use: timing follows the machine, so
+//! their reports are close to replay's but not equal (the virtual clock,
+//! [`crate::remote`], is exact). Transfers started here are timed here, with
+//! contention among this worker's own transfers only.
 
 use crate::clock::WallClock;
 use crossbeam_channel::RecvTimeoutError;
 use handoff_core::{
-    CoreBox, Generation, HandoffConfig, HandoffId, HandoffPolicy, Instant, TransferModel, Worker,
-    WorkerEvent, WorkerId,
+    CoreBox, Generation, HandoffConfig, HandoffPolicy, HostFinal, HostInput, HostOutput, Instant,
+    TransferModel, TransferTimer, Worker, WorkerEvent, WorkerHost, WorkerId,
 };
 use transport::{Frame, Incoming, Transport};
 
@@ -17,7 +24,8 @@ use transport::{Frame, Incoming, Transport};
 pub struct NodeStats {
     /// Frames handled.
     pub frames: u64,
-    /// Forward passes.
+    /// Forward passes (steps; a step may cover several passes in replay,
+    /// one here).
     pub steps: u64,
     /// Transfers this node timed.
     pub transfers: u64,
@@ -25,8 +33,8 @@ pub struct NodeStats {
     pub send_failures: u64,
     /// Peers lost.
     pub peers_lost: u64,
-    /// Peer restarts seen.
-    pub peer_restarts: u64,
+    /// Peer generation announcements handled.
+    pub peer_announcements: u64,
 }
 
 /// How a node runs.
@@ -49,50 +57,56 @@ pub struct NodeConfig {
 /// A worker node; see the module docs.
 pub struct WorkerNode<T: Transport> {
     cfg: NodeConfig,
-    worker: Worker<CoreBox>,
+    host: WorkerHost<CoreBox>,
     transport: T,
     clock: WallClock,
-    stepping: Option<Instant>,
-    stalled: bool,
-    pending: Vec<WorkerEvent>,
-    pending_tx: Vec<handoff_core::Transmit>,
-    transfers: Vec<(Instant, HandoffId)>,
-    last_drained: Option<bool>,
+    transfers: TransferTimer,
+    /// Predicted completions: (when, attempt, prediction version).
+    completions: Vec<handoff_core::Completion>,
+    last_final: Option<(bool, handoff_core::KvCapacitySnapshot)>,
+    outs: Vec<HostOutput>,
     stats: NodeStats,
 }
 
 impl<T: Transport> WorkerNode<T> {
     /// A node running `core` over `transport`.
     pub fn new(cfg: NodeConfig, core: CoreBox, transport: T, clock: WallClock) -> Self {
+        let worker = Worker::new(cfg.id, cfg.generation, cfg.policy, cfg.handoff, core);
         WorkerNode {
-            worker: Worker::new(cfg.id, cfg.generation, cfg.policy, cfg.handoff, core),
+            host: WorkerHost::new(worker),
+            transfers: TransferTimer::new(cfg.transfer),
             cfg,
             transport,
             clock,
-            stepping: None,
-            stalled: false,
-            pending: Vec::new(),
-            pending_tx: Vec::new(),
-            transfers: Vec::new(),
-            last_drained: None,
+            completions: Vec::new(),
+            last_final: None,
+            outs: Vec::new(),
             stats: NodeStats::default(),
         }
     }
 
-    /// The worker (for inspection after `run`).
-    pub fn worker(&self) -> &Worker<CoreBox> {
-        &self.worker
+    /// The host (for inspection).
+    pub fn host(&self) -> &WorkerHost<CoreBox> {
+        &self.host
     }
 
     /// Runs until the frontend goes away (or the transport closes), then
-    /// releases everything locally and returns the counters.
-    pub fn run(mut self) -> (NodeStats, Worker<CoreBox>) {
+    /// releases everything locally and returns the counters and final state.
+    pub fn run(mut self) -> (NodeStats, HostFinal) {
         loop {
             let now = self.clock.now();
             self.fire_due(now);
-            self.maybe_step(now);
-            let deadline = self.next_deadline();
-            let incoming = match deadline {
+            if self.host.wants_step() {
+                let mut outs = std::mem::take(&mut self.outs);
+                if self.host.step(now, now, &mut outs).is_some() {
+                    self.stats.steps += 1;
+                }
+                self.dispatch(&mut outs, now);
+                self.outs = outs;
+                self.report_final();
+                continue;
+            }
+            let incoming = match self.next_deadline() {
                 Some(t) => self.transport.incoming().recv_deadline(self.clock.real(t)),
                 None => self
                     .transport
@@ -111,45 +125,43 @@ impl<T: Transport> WorkerNode<T> {
             }
         }
         let now = self.clock.now();
-        self.worker.teardown(now);
-        self.flush(now, false);
+        let mut outs = std::mem::take(&mut self.outs);
+        self.host.teardown(now, &mut outs);
+        self.dispatch(&mut outs, now);
         self.transport.close();
-        (self.stats, self.worker)
+        (self.stats, self.host.final_state())
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let mut d = self.stepping;
-        for (t, _) in &self.transfers {
-            d = Some(d.map_or(*t, |x| x.min(*t)));
+        let transfer = self.completions.iter().map(|c| c.at).min();
+        match (self.host.next_deadline(), transfer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        if let Some(t) = self.worker.poll_timeout() {
-            d = Some(d.map_or(t, |x| x.min(t)));
-        }
-        d
+    }
+
+    fn deliver(&mut self, input: HostInput, now: Instant) {
+        let mut outs = std::mem::take(&mut self.outs);
+        self.host.deliver(input, now, &mut outs);
+        self.dispatch(&mut outs, now);
+        self.outs = outs;
+        self.report_final();
     }
 
     /// Handles one input; `false` ends the run.
     fn handle(&mut self, inc: Incoming) -> bool {
         let now = self.clock.now();
         self.stats.frames += 1;
-        self.stalled = false;
         match inc {
             Incoming::Frame { from, frame } => match frame {
-                Frame::Handoff(msg) => self.worker.handle_message(from, msg, now),
-                Frame::Request(req) => {
-                    // A refused request (duplicate id, disabled policy) is the
-                    // frontend's bug; the worker already kept its state clean.
-                    let _ = self.worker.handle_request(req, now);
-                }
+                Frame::Handoff(msg) => self.deliver(HostInput::Message { from, msg }, now),
+                Frame::Request(req) => self.deliver(HostInput::Request(req), now),
                 _ => {}
             },
             Incoming::PeerUp { peer, generation } => {
                 if peer != self.cfg.frontend {
-                    let before = self.worker.stats();
-                    self.worker.handle_peer_generation(peer, generation, now);
-                    if self.worker.stats() != before {
-                        self.stats.peer_restarts += 1;
-                    }
+                    self.stats.peer_announcements += 1;
+                    self.deliver(HostInput::PeerGeneration { peer, generation }, now);
                 }
             }
             Incoming::PeerLost { peer } => {
@@ -157,115 +169,112 @@ impl<T: Transport> WorkerNode<T> {
                 if peer == self.cfg.frontend {
                     return false;
                 }
-                self.worker.handle_peer_lost(peer, now);
+                self.deliver(HostInput::PeerLost(peer), now);
             }
             Incoming::BadPeer { .. } => {}
         }
-        self.flush(now, false);
         true
     }
 
     fn fire_due(&mut self, now: Instant) {
-        if self.stepping.is_some_and(|end| end <= now) {
-            self.stepping = None;
-            // The step's facts leave when it ends, as in replay.
-            let txs = std::mem::take(&mut self.pending_tx);
-            for t in txs {
-                self.transmit(t, now);
-            }
-            let pending = std::mem::take(&mut self.pending);
-            for e in pending {
-                self.emit(e, now);
-            }
-            self.report_drained();
-        }
         let mut i = 0;
-        while i < self.transfers.len() {
-            if self.transfers[i].0 <= now {
-                let (_, id) = self.transfers.swap_remove(i);
-                self.stalled = false;
-                self.worker.handle_transfer_done(id, true, now);
-                self.flush(now, false);
-            } else {
+        while i < self.completions.len() {
+            let c = self.completions[i];
+            if c.at > now {
                 i += 1;
+                continue;
             }
+            self.completions.swap_remove(i);
+            if !self.transfers.is_current(&c) {
+                continue;
+            }
+            for n in self.transfers.finish(c.id, now) {
+                self.predicted(n);
+            }
+            self.deliver(HostInput::TransferDone { id: c.id, ok: true }, now);
+            i = 0;
         }
-        if self.worker.poll_timeout().is_some_and(|t| t <= now) {
-            self.stalled = false;
-            self.worker.handle_timeout(now);
-            self.flush(now, false);
+        if self.host.next_deadline().is_some_and(|t| t <= now) {
+            let mut outs = std::mem::take(&mut self.outs);
+            self.host.advance(now, &mut outs);
+            self.dispatch(&mut outs, now);
+            self.outs = outs;
+            self.report_final();
         }
     }
 
-    fn maybe_step(&mut self, now: Instant) {
-        if self.stepping.is_some() || self.stalled || self.worker.is_empty() {
-            return;
-        }
-        match self.worker.step(now, now) {
-            Some(end) => {
-                self.stats.steps += 1;
-                self.stepping = Some(end);
-                self.flush(now, true);
+    fn predicted(&mut self, c: handoff_core::Completion) {
+        self.completions.retain(|x| x.id != c.id);
+        self.completions.push(c);
+    }
+
+    /// Sends facts to peers and events to the frontend; transfers this
+    /// worker must time are started here.
+    fn dispatch(&mut self, outs: &mut Vec<HostOutput>, now: Instant) {
+        let mut lost = Vec::new();
+        while !outs.is_empty() {
+            for o in outs.drain(..) {
+                self.dispatch_one(o, now, &mut lost);
             }
-            None => {
-                self.stalled = true;
-                self.flush(now, false);
+            // A peer found gone ends the attempts with it, which may have
+            // more to say.
+            for peer in lost.drain(..) {
+                self.host.deliver(HostInput::PeerLost(peer), now, outs);
             }
         }
     }
 
-    /// Sends facts out and events on; a running step's events wait for its end.
-    fn flush(&mut self, now: Instant, deferred: bool) {
-        while let Some(t) = self.worker.poll_transmit() {
-            if deferred {
-                self.pending_tx.push(t);
-            } else {
-                self.transmit(t, now);
+    fn dispatch_one(&mut self, o: HostOutput, now: Instant, lost: &mut Vec<WorkerId>) {
+        {
+            match o {
+                HostOutput::Transmit(t) => {
+                    if self.transport.send(t.to, Frame::Handoff(t.msg)).is_err() {
+                        self.stats.send_failures += 1;
+                        if !lost.contains(&t.to) {
+                            lost.push(t.to);
+                        }
+                    }
+                }
+                HostOutput::Event(e) => {
+                    if let WorkerEvent::StartTransfer {
+                        id,
+                        source,
+                        destination,
+                        tokens,
+                        ..
+                    } = e
+                    {
+                        self.stats.transfers += 1;
+                        let at = now.max(self.clock.now());
+                        for c in
+                            self.transfers
+                                .start(id, self.cfg.id, source, destination, tokens, at)
+                        {
+                            self.predicted(c);
+                        }
+                    }
+                    let _ = self.transport.send(self.cfg.frontend, Frame::Event(e));
+                }
+                HostOutput::Refused(_) => {
+                    // A refused request (duplicate id, disabled policy) is the
+                    // frontend's bug; the worker already kept its state clean.
+                }
             }
         }
-        while let Some(e) = self.worker.poll_event() {
-            if deferred {
-                self.pending.push(e);
-            } else {
-                self.emit(e, now);
-            }
-        }
-        if !deferred {
-            self.report_drained();
-        }
     }
 
-    fn transmit(&mut self, t: handoff_core::Transmit, now: Instant) {
-        if self.transport.send(t.to, Frame::Handoff(t.msg)).is_err() {
-            self.stats.send_failures += 1;
-            self.worker.handle_peer_lost(t.to, now);
-        }
-    }
-
-    fn emit(&mut self, e: WorkerEvent, now: Instant) {
-        if let WorkerEvent::StartTransfer { id, tokens, .. } = e {
-            self.stats.transfers += 1;
-            let at = now.max(self.clock.now()) + self.cfg.transfer.isolated_duration(tokens);
-            self.transfers.push((at, id));
-            return;
-        }
-        let _ = self.transport.send(self.cfg.frontend, Frame::Event(e));
-    }
-
-    /// Tells the frontend whenever this worker's drained state flips, so it
-    /// holds every worker's final state without a closing round trip.
-    fn report_drained(&mut self) {
-        let drained =
-            self.worker.is_drained() && self.stepping.is_none() && self.transfers.is_empty();
-        if self.last_drained != Some(drained) {
-            self.last_drained = Some(drained);
-            let capacity = self.worker.capacity();
-            let report = Frame::Drained {
-                worker: self.cfg.id,
-                drained,
-                capacity,
-            };
-            let _ = self.transport.send(self.cfg.frontend, report);
+    /// Tells the frontend whenever this worker's drained state or capacity
+    /// changes while drained, so it holds every worker's final state without
+    /// a closing round trip.
+    fn report_final(&mut self) {
+        let drained = self.host.is_drained() && self.completions.is_empty();
+        let capacity = self.host.worker().capacity();
+        let key = (drained, capacity);
+        if self.last_final != Some(key) && (drained || self.last_final.is_none_or(|k| k.0)) {
+            self.last_final = Some(key);
+            let mut f = self.host.final_state();
+            f.drained = drained;
+            let _ = self.transport.send(self.cfg.frontend, Frame::Final(f));
         }
     }
 }

@@ -9,7 +9,7 @@ use handoff_core::fasthash::FastMap;
 use handoff_core::fault::FaultCounts;
 use handoff_core::host::HostFinal;
 use handoff_core::{
-    Duration, HandoffId, Instant, KvCapacitySnapshot, Request, RequestError, RequestId, Role,
+    Duration, HandoffId, Instant, KvCapacitySnapshot, Request, RequestError, RequestId,
     WorkerEvent, WorkerId, WorkerRequest,
 };
 use router::Pool;
@@ -62,6 +62,10 @@ pub struct Lifecycle {
     pub refused_requests: u64,
     /// vLLM preemptions / SGLang retractions.
     pub preemptions: u64,
+    /// Failed requests by the reason their handoff (or delivery) ended;
+    /// requests still unfinished when the run ended count as `unfinished`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub failure_reasons: BTreeMap<&'static str, u64>,
     /// Requests routed to a worker that was down when they reached it.
     #[serde(skip_serializing_if = "is_zero")]
     pub undeliverable_requests: u64,
@@ -303,6 +307,11 @@ impl Recorder {
         );
     }
 
+    /// Requests that arrived and have neither finished nor failed.
+    pub fn in_flight(&self) -> usize {
+        self.reqs.len()
+    }
+
     /// A worker refused a request.
     pub fn refused(&mut self, _e: RequestError) {
         self.life.refused_requests += 1;
@@ -319,6 +328,7 @@ impl Recorder {
         };
         if self.reqs.remove(&rid).is_some() {
             self.failed += 1;
+            *self.life.failure_reasons.entry("worker-down").or_default() += 1;
         }
     }
 
@@ -461,8 +471,13 @@ impl Recorder {
                     }
                     _ => {}
                 }
-                if *role == Role::Destination && self.reqs.remove(request).is_some() {
+                // Either role ending early ends the request: nothing retries
+                // a failed handoff (a source that fails before its
+                // destination was routed leaves no destination to fail).
+                let _ = role;
+                if self.reqs.remove(request).is_some() {
                     self.failed += 1;
+                    *self.life.failure_reasons.entry(reason.name()).or_default() += 1;
                 }
             }
             _ => {}
@@ -506,6 +521,9 @@ impl Recorder {
         }
         // Requests never finished (torn down mid-flight) count as failed.
         self.failed += self.reqs.len() as u64;
+        if !self.reqs.is_empty() {
+            *self.life.failure_reasons.entry("unfinished").or_default() += self.reqs.len() as u64;
+        }
         let mut life = self.life;
         life.unresolved_at_teardown = self.unresolved_teardown;
         life.faults = self.faults;

@@ -52,6 +52,11 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         (self.report, self.transcript)
     }
 
+    /// Requests that arrived and have neither finished nor failed.
+    pub fn in_flight(&self) -> usize {
+        self.rec.as_ref().map_or(0, Recorder::in_flight)
+    }
+
     fn pool(&self, w: WorkerId) -> Pool {
         self.pools
             .get(w.0 as usize)

@@ -1,0 +1,157 @@
+//! How every command that runs a workload prints its [`Report`]: `replay`,
+//! `live` and `frontend` print the same text and the same JSON, so a run of
+//! one can be compared with a run of another byte for byte (`--json`).
+
+use crate::args::Workload;
+use handoff_core::Transcript;
+use replay::Report;
+
+/// Prints `report` as pretty JSON (with the trace's skipped-line count and
+/// `extra` top-level fields) or as text (with `extra_text` lines after it).
+pub fn print_report(
+    report: &Report,
+    json: bool,
+    wl: &Workload,
+    extra: serde_json::Map<String, serde_json::Value>,
+    extra_text: &[String],
+) -> Result<(), String> {
+    if json {
+        let mut v = serde_json::to_value(report).map_err(|e| e.to_string())?;
+        let sk = wl.skipped.borrow();
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert(
+                "trace_bad_lines_skipped".into(),
+                serde_json::json!({ "count": sk.count, "first": sk.first }),
+            );
+            obj.extend(extra);
+        }
+        let s = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+        out!("{s}");
+    } else {
+        out!("{}", wl.skipped.borrow().describe(&wl.note));
+        print_summary(report);
+        for l in extra_text {
+            out!("{l}");
+        }
+    }
+    Ok(())
+}
+
+/// Writes the rendered lifecycle transcript (per-handoff transitions and
+/// final worker states) to `path`, for byte comparison across drivers.
+pub fn write_transcript(path: &std::path::Path, t: Option<&Transcript>) -> Result<(), String> {
+    let text = t.map(Transcript::render).unwrap_or_default();
+    std::fs::write(path, text).map_err(|e| format!("--transcript {}: {e}", path.display()))
+}
+
+/// Writes the report alone, as pretty JSON, to `path` (`--output`): the
+/// same bytes from `replay` and from a virtual-clock `live` or `frontend`.
+pub fn write_output(path: &std::path::Path, report: &Report) -> Result<(), String> {
+    let s = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+    std::fs::write(path, s + "\n").map_err(|e| format!("--output {}: {e}", path.display()))
+}
+
+/// Fails a run whose requests failed, naming why, unless allowed.
+pub fn check_failures(report: &Report, allow: bool) -> Result<(), String> {
+    if report.failed_requests == 0 || allow {
+        return Ok(());
+    }
+    let reasons: Vec<String> = report
+        .lifecycle
+        .failure_reasons
+        .iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect();
+    Err(format!(
+        "{} of {} requests failed ({}); pass --allow-failures to accept",
+        report.failed_requests,
+        report.num_requests,
+        if reasons.is_empty() {
+            "no reason recorded".to_string()
+        } else {
+            reasons.join(", ")
+        }
+    ))
+}
+
+fn print_summary(r: &Report) {
+    let c = &r.config;
+    out!(
+        "backend {}  policy {}  prefill {}  decode {}  router {}",
+        c.backend,
+        c.policy,
+        c.prefill_workers,
+        c.decode_workers,
+        c.router
+    );
+    out!(
+        "requests {} completed {} failed {}  output tokens {}  simulated {:.1} s",
+        r.num_requests,
+        r.completed_requests,
+        r.failed_requests,
+        r.total_output_tokens,
+        r.duration_s
+    );
+    out!(
+        "throughput {:.2} req/s  {:.1} tok/s",
+        r.request_throughput_rps,
+        r.output_token_throughput_tps
+    );
+    out!(
+        "{:<28} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "ms",
+        "mean",
+        "p50",
+        "p90",
+        "p99",
+        "max"
+    );
+    let l = &r.lifecycle;
+    for (name, s) in [
+        ("ttft", r.ttft_ms),
+        ("tpot", r.tpot_ms),
+        ("itl", r.itl_ms),
+        ("e2e", r.e2e_latency_ms),
+        ("source pinned (stranded)", l.source_pinned_ms),
+        ("reservation wait", l.reservation_wait_ms),
+        ("transfer", l.transfer_ms),
+        ("reserved -> activated", l.reservation_to_activation_ms),
+    ] {
+        out!(
+            "{name:<28} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+            s.mean,
+            s.p50,
+            s.p90,
+            s.p99,
+            s.max
+        );
+    }
+    out!(
+        "handoffs pinned {} activated {}  lease expiries {}  reservation expiries {}  preemptions {}",
+        l.handoffs_pinned, l.handoffs_activated, l.lease_expiries, l.reservation_expiries, l.preemptions
+    );
+    out!(
+        "{:<8} {:<10} {:>8} {:>12} {:>12} {:>14} {:>14} {:>8}",
+        "worker",
+        "pool",
+        "steps",
+        "peak pinned",
+        "peak reserv",
+        "pinned blk·s",
+        "reserv blk·s",
+        "drained"
+    );
+    for w in &r.workers {
+        out!(
+            "{:<8} {:<10} {:>8} {:>12} {:>12} {:>14.1} {:>14.1} {:>8}",
+            w.worker,
+            w.pool,
+            w.steps,
+            w.peak_pinned_blocks,
+            w.peak_reserved_blocks,
+            w.pinned_block_seconds,
+            w.reserved_block_seconds,
+            w.drained
+        );
+    }
+}
