@@ -367,9 +367,7 @@ fn parse_worker(s: &str) -> Result<(WorkerId, Pool, String), String> {
 /// The deployment the `--worker` list describes: its pools override
 /// `--prefill`/`--decode`, and its ids must be the engine's (0..n, prefill
 /// or aggregated first).
-fn frontend_deployment(
-    a: &FrontendArgs,
-) -> Result<(ReplayConfig, Vec<EngineSpec>, Vec<(WorkerId, String)>), String> {
+fn frontend_deployment(a: &FrontendArgs) -> Result<(ReplayConfig, Listed), String> {
     let mut listed = Vec::new();
     for spec in &a.workers {
         listed.push(parse_worker(spec)?);
@@ -380,7 +378,8 @@ fn frontend_deployment(
     let mut d = a.deploy.clone();
     d.prefill = prefill;
     d.decode = decode;
-    let (mut cfg, specs) = d.deployment(true)?;
+    // Building the specs checks them; the workers build their own cores.
+    let (mut cfg, _specs) = d.deployment(true)?;
     cfg.transcript = a.transcript.is_some();
     let expected = deployment(&cfg);
     if prefill == 0 || expected.len() != listed.len() {
@@ -398,14 +397,16 @@ fn frontend_deployment(
     }
     Ok((
         cfg,
-        specs,
         listed.into_iter().map(|(w, _, addr)| (w, addr)).collect(),
     ))
 }
 
+/// The workers of `--worker`, in id order, with their addresses.
+type Listed = Vec<(WorkerId, String)>;
+
 /// Drives worker processes with a workload over TCP.
 pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
-    let (cfg, _specs, listed) = frontend_deployment(&a)?;
+    let (cfg, listed) = frontend_deployment(&a)?;
     let ep =
         TcpEndpoint::bind(FRONTEND_ID, Generation(0), "127.0.0.1:0").map_err(|e| e.to_string())?;
     for (id, addr) in &listed {

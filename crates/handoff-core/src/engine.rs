@@ -623,6 +623,8 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                 if w as usize >= self.hosts.len() {
                     return;
                 }
+                // Restarting a worker that is up is a kill, then the restart.
+                self.kill(w);
                 let mut outs = std::mem::take(&mut self.outs);
                 let status = self.port.call(worker, HostOp::Restart { now }, &mut outs);
                 // A restarted worker's teardown is local: its peers learn

@@ -188,12 +188,12 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             } => {
                 self.finals.insert(from, f);
             }
-            Incoming::PeerLost { peer } => {
-                if self.workers.contains(&peer) && !self.lost.contains(&peer) {
-                    self.lost.push(peer);
-                    self.run.workers_lost += 1;
-                    self.director.on_worker_lost(peer, now);
-                }
+            Incoming::PeerLost { peer }
+                if self.workers.contains(&peer) && !self.lost.contains(&peer) =>
+            {
+                self.lost.push(peer);
+                self.run.workers_lost += 1;
+                self.director.on_worker_lost(peer, now);
             }
             Incoming::PeerUp { peer, generation } => {
                 if let Some(i) = self.lost.iter().position(|w| *w == peer) {

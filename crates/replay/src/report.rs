@@ -307,6 +307,15 @@ impl Recorder {
         );
     }
 
+    /// Request `r` failed for `reason` (its worker was lost, say); a
+    /// request already finished or failed is left alone.
+    pub fn fail(&mut self, r: RequestId, reason: &'static str) {
+        if self.reqs.remove(&r).is_some() {
+            self.failed += 1;
+            *self.life.failure_reasons.entry(reason).or_default() += 1;
+        }
+    }
+
     /// Requests that arrived and have neither finished nor failed.
     pub fn in_flight(&self) -> usize {
         self.reqs.len()

@@ -5,10 +5,12 @@
 
 use crate::report::{Recorder, Report};
 use handoff_core::engine::{Director, Route, Undeliverable};
+use handoff_core::fasthash::FastMap;
 use handoff_core::fault::FaultCounts;
 use handoff_core::host::HostFinal;
 use handoff_core::{
-    Generation, HandoffId, Instant, RequestError, Transcript, WorkerEvent, WorkerId, WorkerRequest,
+    Generation, HandoffId, Instant, RequestError, RequestId, Transcript, WorkerEvent, WorkerId,
+    WorkerRequest,
 };
 use router::{Frontend, Pool};
 use workload::TraceItem;
@@ -23,6 +25,17 @@ pub struct Serving<I> {
     transcript: Option<Transcript>,
     report: Option<Report>,
     scratch: Vec<(WorkerId, WorkerRequest, handoff_core::Duration)>,
+    /// The worker each unfinished request was last routed to: a request
+    /// whose worker is lost fails then, not at the end of the run.
+    holders: FastMap<RequestId, WorkerId>,
+}
+
+fn request_of(r: &WorkerRequest) -> RequestId {
+    match r {
+        WorkerRequest::Ordinary(q)
+        | WorkerRequest::HandoffSource { request: q, .. }
+        | WorkerRequest::HandoffDestination { request: q, .. } => q.id,
+    }
 }
 
 impl<I: Iterator<Item = TraceItem>> Serving<I> {
@@ -44,6 +57,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             transcript: transcript.then(Transcript::new),
             report: None,
             scratch: Vec::new(),
+            holders: FastMap::default(),
         }
     }
 
@@ -81,6 +95,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             rec.arrival(&item.request);
         }
         for (to, request) in self.frontend.arrive(item.request, now) {
+            self.holders.insert(request_of(&request), to);
             out.push(Route {
                 to,
                 request,
@@ -97,6 +112,11 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.event(w, pool, e);
         }
+        if let WorkerEvent::RequestFinished { request, .. } = e {
+            if pool != Pool::Prefill {
+                self.holders.remove(request);
+            }
+        }
         if let WorkerEvent::StartTransfer { id, tokens, at, .. } = e {
             if let Some(rec) = self.rec.as_mut() {
                 rec.transfer_started(*id, *tokens, *at);
@@ -106,6 +126,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         let mut routed = std::mem::take(&mut self.scratch);
         routed.extend(self.frontend.on_event(w, pool, e, now));
         for (to, request, delay) in routed.drain(..) {
+            self.holders.insert(request_of(&request), to);
             out.push(Route { to, request, delay });
         }
         self.scratch = routed;
@@ -137,6 +158,21 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
 
     fn on_worker_lost(&mut self, w: WorkerId, _now: Instant) {
         self.frontend.worker_lost(w);
+        let mut lost: Vec<RequestId> = self
+            .holders
+            .iter()
+            .filter(|(_, h)| **h == w)
+            .map(|(r, _)| *r)
+            .collect();
+        // Deterministic order whatever the map's.
+        lost.sort_unstable();
+        for r in lost {
+            self.holders.remove(&r);
+            self.frontend.request_lost(r);
+            if let Some(rec) = self.rec.as_mut() {
+                rec.fail(r, "worker-lost");
+            }
+        }
     }
 
     fn on_worker_back(&mut self, w: WorkerId, _generation: Generation, _now: Instant) {

@@ -144,6 +144,17 @@ impl Frontend {
         }
     }
 
+    /// Request `request` is gone with a lost worker: every booking it still
+    /// holds in either pool is released (its owners will never report it).
+    pub fn request_lost(&mut self, request: RequestId) {
+        let _ = self.prefill.prefill_completed(request);
+        let _ = self.prefill.request_released(request);
+        if let Some(d) = self.decode.as_mut() {
+            let _ = d.request_released(request);
+        }
+        self.held.remove(&request);
+    }
+
     /// Worker `w` is back (a restart): route to it again in `pool`.
     pub fn worker_back(&mut self, w: WorkerId, pool: Pool) {
         match (pool, self.decode.as_mut()) {
