@@ -198,10 +198,8 @@ pub fn serve_virtual<T: Transport>(
                     }
                 }
                 Frame::FinalQuery => {
-                    if transport
-                        .send(coordinator, Frame::Final(host.final_state()))
-                        .is_err()
-                    {
+                    let sent = transport.send(coordinator, Frame::Final(host.final_state()));
+                    if sent.is_err() {
                         break;
                     }
                 }
