@@ -2,8 +2,12 @@
 //! restart an owner at each lifecycle point, for both orderings. Every case
 //! asserts that each worker got back every resource it acquired, exactly
 //! once (the fake cores panic on a double release; their ledgers must end
-//! empty), without any final message from the peer: after a lost channel or
-//! a restart nothing more crosses between them.
+//! empty), without any final message from the peer: after a lost channel no
+//! fact sent from then on crosses, and after a restart the peer accepts
+//! nothing more from the old incarnation. Facts already in flight at the
+//! fault still arrive (the engine cuts a link by when a fact is sent; a
+//! restarted worker's old facts are refused by their generation), and KV
+//! transfers under way still complete.
 //!
 //! The workers are the same `Worker`s replay and live drive, so this matrix
 //! covers both drivers' lifecycle; driver-specific failures (TCP peer loss,

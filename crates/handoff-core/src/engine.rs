@@ -181,6 +181,17 @@ impl Default for EngineConfig {
     }
 }
 
+/// What one [`Engine::run_event`] did.
+enum Unit {
+    /// Handled one due event.
+    Handled,
+    /// Stepped (or found stalled) the hosts that wanted to step.
+    Stepped,
+    /// Moved the clock to the next instant (`true`), or found nothing left
+    /// (`false`).
+    Moved(bool),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     Arrival,
@@ -376,20 +387,38 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// nothing is left. Tests use it to stop at a phase.
     pub fn run_one(&mut self) -> bool {
         loop {
-            match self.queue.peek() {
-                Some(Reverse((t, _, _))) if *t <= self.now => {
-                    let Some(Reverse((_, _, ev))) = self.queue.pop() else {
-                        return false;
-                    };
-                    self.handle(ev);
-                }
-                _ => {
-                    if self.step_hosts() {
-                        continue;
-                    }
-                    return self.next_instant();
-                }
+            if let Unit::Moved(more) = self.unit() {
+                return more;
             }
+        }
+    }
+
+    /// Does the next single unit of work: handles one event due now, or,
+    /// with none due, steps every host that wants to, or, with none wanting
+    /// to, moves the clock to the next instant. Returns `false` when nothing
+    /// is left. [`Engine::run_one`] is this repeated until the clock moves,
+    /// so the order of operations is the same; a harness calling this can
+    /// stop between two events of one instant (after a fact is sent and
+    /// before it is delivered, or after a request arrives and before its
+    /// worker steps).
+    pub fn run_event(&mut self) -> bool {
+        match self.unit() {
+            Unit::Moved(more) => more,
+            Unit::Handled | Unit::Stepped => true,
+        }
+    }
+
+    fn unit(&mut self) -> Unit {
+        let due = matches!(self.queue.peek(), Some(Reverse((t, _, _))) if *t <= self.now);
+        if due {
+            if let Some(Reverse((_, _, ev))) = self.queue.pop() {
+                self.handle(ev);
+            }
+            Unit::Handled
+        } else if self.step_hosts() {
+            Unit::Stepped
+        } else {
+            Unit::Moved(self.next_instant())
         }
     }
 

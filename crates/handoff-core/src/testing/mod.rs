@@ -1,7 +1,8 @@
 //! Test doubles for lifecycle tests, shared by this crate's tests and the
 //! workspace's cross-crate tests: [`FakeCore`], a scheduler core that panics
 //! on any double release, and [`PairSim`], a source and a destination worker
-//! on a virtual clock joined by a faulty channel, drivable step by step so a
+//! run by the one [`crate::engine::Engine`] (local hosts, a small director)
+//! over a channel its fault plan makes lossy, drivable event by event so a
 //! test can stop at a lifecycle phase and inject a fault there.
 
 mod fake;

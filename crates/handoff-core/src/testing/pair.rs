@@ -1,30 +1,75 @@
 //! [`PairSim`]: see the module docs of [`crate::testing`].
+//!
+//! The pair is a configuration of the one [`Engine`]: two
+//! [`LocalHosts`] (a prefill [`SOURCE`] and a decode [`DEST`]) and a
+//! private [`Director`] that sends the requests, routes the destinations
+//! and records what happens. The channel's misbehaviour is the engine's
+//! [`FaultPlan`]; the harness's own faults (cancel, lost link, restart,
+//! late re-delivery) go in through [`Engine::inject`] and
+//! [`Engine::inject_fault`]. So stepping, step ends, timers, fact delivery
+//! and transfer timing run through the same code, in the same order of
+//! operations, as replay and live.
+//!
+//! One consequence of that order: a worker's state moves when its step
+//! starts, but the step's outputs are held until the step ends. A fault
+//! injected in between (including at the step's last instant, before the
+//! engine has handled its end) acts on the state after the step, and its
+//! own outputs come out first; the log can then show, say, a source
+//! cancelled from `Pinned` before the `PrefillPinned` of the step that
+//! pinned it.
 
 use super::FakeCore;
+use crate::engine::{Director, Engine, EngineConfig, LocalHosts, Route};
+use crate::fault::{FactFaults, Fault, FaultCounts, FaultPlan};
+use crate::host::{HostFinal, HostInput, WorkerHost};
+use crate::transfer::TransferModel;
 use crate::{
     Backend, CancelReason, Duration, Generation, HandoffConfig, HandoffId, HandoffIdGen,
     HandoffMsg, HandoffPolicy, Instant, LifecycleEvent, Request, RequestId, Rng, RoleState,
     SourceReady, Transition, Worker, WorkerEvent, WorkerId, WorkerRequest,
 };
-use std::collections::{BTreeMap, BTreeSet};
 
 /// The prefill worker.
 pub const SOURCE: WorkerId = WorkerId(0);
 /// The decode worker.
 pub const DEST: WorkerId = WorkerId(1);
 
+/// Milliseconds between two arrivals.
+const ARRIVAL_GAP_MS: u64 = 3;
+/// Destination-first: the frontend books the decode worker at arrival; its
+/// request takes this hop to get there.
+const BOOKING_HOP: Duration = Duration::from_micros(100);
+/// Source-first: the frontend routes the destination within this long
+/// (uniform, seeded) of the source reporting its pinned prefill.
+const ROUTE_JITTER: Duration = Duration::from_millis(2);
+/// One-way latency of every fact before any extra delay the fault plan adds:
+/// none, so `max_delay` bounds a fact's whole time in flight. A fact sent at
+/// an instant is still observably in flight, because [`PairSim::step_event`]
+/// runs one engine event at a time and its delivery is a later event of
+/// that instant.
+const FACT_LATENCY: Duration = Duration::ZERO;
+/// Mixed into the seed for the director's routing jitter, so it never
+/// shares random values with the fault injector's streams.
+const ROUTE_STREAM: u64 = 0x726f_7574_6520_6a69;
+/// Most units of engine work a run may take before the harness calls it
+/// stuck.
+const MAX_UNITS: u64 = 1_000_000;
+
 /// What the pair runs and how the channel misbehaves.
 #[derive(Clone, Debug)]
 pub struct PairConfig {
     /// Handoff ordering.
     pub policy: HandoffPolicy,
-    /// Seed of every random choice.
+    /// Seed of every random choice (the fault plan's seed; the routing
+    /// jitter uses a stream mixed from it).
     pub seed: u64,
-    /// Percent of messages dropped.
+    /// Percent of facts dropped.
     pub drop_pct: u64,
-    /// Percent of messages delivered twice.
+    /// Percent of facts (not dropped) delivered twice.
     pub dup_pct: u64,
-    /// Upper bound of a message's random delay.
+    /// Upper bound of the extra random delay every delivered copy of a fact
+    /// gets (uniform in `[1ns, max_delay]`, each copy on its own, so copies
+    /// reorder); zero for none.
     pub max_delay: Duration,
     /// Percent of transfers that fail.
     pub transfer_fail_pct: u64,
@@ -32,7 +77,7 @@ pub struct PairConfig {
     pub requests: u64,
     /// Blocks of the decode worker (a request needs 5).
     pub decode_blocks: u64,
-    /// Time a transfer takes (plus up to 5 ms random when `max_delay > 0`).
+    /// Time every transfer takes.
     pub transfer_time: Duration,
     /// Source lease lifetime.
     pub lease_ttl: Duration,
@@ -61,49 +106,52 @@ impl Default for PairConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Ev {
-    Arrive(u64),
-    Deliver {
-        to: WorkerId,
-        from: WorkerId,
-        slot: usize,
-        generation: Generation,
-    },
-    TransferDone {
-        at: WorkerId,
-        id: HandoffId,
-        ok: bool,
-    },
-    Step(WorkerId),
-    Timeout(WorkerId),
-    RouteDest {
-        id: HandoffId,
-        req: u64,
-        ready: Option<(u64, u64)>,
-    },
-}
+impl PairConfig {
+    fn handoff_config(&self) -> HandoffConfig {
+        HandoffConfig {
+            reservation_ttl: self.reservation_ttl,
+            early_fact_ttl: Duration::from_secs(5),
+            renew_source_lease: self.renew,
+            tombstones: 1024,
+        }
+    }
 
-/// Two workers and a faulty channel on a virtual clock.
-pub struct PairSim {
-    now: Instant,
-    queue: BTreeSet<(Instant, u64, Ev)>,
-    seq: u64,
-    msgs: Vec<HandoffMsg>,
-    workers: BTreeMap<WorkerId, Worker<FakeCore>>,
-    busy: BTreeMap<WorkerId, bool>,
-    rng: Rng,
-    cfg: PairConfig,
-    link_up: bool,
-    ids: BTreeMap<u64, HandoffId>,
-    /// Every transition, as `worker role event from -> to delta`, in order.
-    pub log: Vec<String>,
-    /// The same transitions as `log`, typed, for predicates.
-    pub transitions: Vec<Transition>,
-    /// Every message ever sent (for late re-delivery tests).
-    pub sent: Vec<(WorkerId, WorkerId, HandoffMsg)>,
-    /// Transfers started and not yet completed.
-    pub transfers_in_flight: u64,
+    /// A fresh core for worker `w` (at the start, and on every restart).
+    fn core(&self, w: WorkerId) -> FakeCore {
+        let backend = if self.policy == HandoffPolicy::SourceFirst {
+            Backend::Vllm
+        } else {
+            Backend::Sglang
+        };
+        let blocks = if w == DEST { self.decode_blocks } else { 64 };
+        FakeCore::new(backend, blocks, 16).with_lease_ttl(self.lease_ttl)
+    }
+
+    /// The engine settings: the channel and transfer faults as a fault plan,
+    /// fixed transfer time, one pass per step.
+    fn engine_config(&self) -> EngineConfig {
+        let pct = |p: u64| p as f64 / 100.0;
+        EngineConfig {
+            message_latency: FACT_LATENCY,
+            transfer: TransferModel::Fixed(self.transfer_time),
+            multi_step: false,
+            faults: FaultPlan {
+                seed: self.seed,
+                facts: FactFaults {
+                    drop: pct(self.drop_pct),
+                    duplicate: pct(self.dup_pct),
+                    delay: if self.max_delay > Duration::ZERO {
+                        1.0
+                    } else {
+                        0.0
+                    },
+                    max_delay: self.max_delay,
+                },
+                transfer_fail: pct(self.transfer_fail_pct),
+                ..FaultPlan::none()
+            },
+        }
+    }
 }
 
 fn request(i: u64) -> Request {
@@ -118,272 +166,208 @@ fn request(i: u64) -> Request {
     }
 }
 
+/// What the director recorded since [`PairSim`] last collected it.
+#[derive(Default)]
+struct Record {
+    log: Vec<String>,
+    transitions: Vec<Transition>,
+    sent: Vec<(WorkerId, WorkerId, HandoffMsg)>,
+}
+
+/// The pair's frontend: sends `requests` requests to [`SOURCE`] 3 ms apart,
+/// routes each destination to [`DEST`] (at arrival after a hop, or when the
+/// source pinned), and records transitions, facts sent and transfers.
+struct PairDirector {
+    policy: HandoffPolicy,
+    ids: Vec<HandoffId>,
+    next: usize,
+    rng: Rng,
+    new: Record,
+    transfers_in_flight: u64,
+}
+
+impl PairDirector {
+    fn destination(&self, i: u64, ready: Option<SourceReady>) -> WorkerRequest {
+        WorkerRequest::HandoffDestination {
+            id: self.ids[i as usize],
+            request: request(i),
+            source: SOURCE,
+            ready,
+        }
+    }
+}
+
+impl Director for PairDirector {
+    fn next_arrival(&mut self) -> Option<Instant> {
+        (self.next < self.ids.len())
+            .then(|| Instant::from_millis(ARRIVAL_GAP_MS.saturating_mul(self.next as u64)))
+    }
+
+    fn arrive(&mut self, _now: Instant, out: &mut Vec<Route>) {
+        let Some(&id) = self.ids.get(self.next) else {
+            return;
+        };
+        let i = self.next as u64;
+        self.next += 1;
+        out.push(Route {
+            to: SOURCE,
+            request: WorkerRequest::HandoffSource {
+                id,
+                request: request(i),
+            },
+            delay: Duration::ZERO,
+        });
+        if self.policy == HandoffPolicy::DestinationFirst {
+            out.push(Route {
+                to: DEST,
+                request: self.destination(i, None),
+                delay: BOOKING_HOP,
+            });
+        }
+    }
+
+    fn on_event(&mut self, _w: WorkerId, e: &WorkerEvent, _now: Instant, out: &mut Vec<Route>) {
+        match e {
+            WorkerEvent::Transition(t) => {
+                self.new.log.push(format!(
+                    "{} {:?} {} {} -> {} {}",
+                    t.worker, t.role, t.event, t.from, t.to, t.delta
+                ));
+                self.new.transitions.push(*t);
+            }
+            WorkerEvent::StartTransfer { .. } => self.transfers_in_flight += 1,
+            WorkerEvent::PrefillPinned {
+                request,
+                blocks,
+                tokens,
+                ..
+            } if self.policy == HandoffPolicy::SourceFirst => {
+                let max = u64::try_from(ROUTE_JITTER.as_nanos()).unwrap_or(u64::MAX);
+                let delay = Duration::from_nanos(self.rng.below(max + 1));
+                let ready = SourceReady {
+                    blocks: *blocks,
+                    tokens: *tokens,
+                };
+                out.push(Route {
+                    to: DEST,
+                    request: self.destination(request.0, Some(ready)),
+                    delay,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn on_transmit(&mut self, from: WorkerId, to: WorkerId, msg: &HandoffMsg, _now: Instant) {
+        self.new.sent.push((from, to, *msg));
+    }
+
+    fn on_transfer_done(&mut self, _id: HandoffId, _ok: bool, _now: Instant) {
+        self.transfers_in_flight = self.transfers_in_flight.saturating_sub(1);
+    }
+
+    fn finish(&mut self, _end: Instant, _: &[HostFinal], _torn_down: u64, _: FaultCounts) {
+        // The harness never ends the engine: `check_drained` must see what
+        // is left, not what a final teardown would leave.
+    }
+}
+
+/// Two workers and a faulty channel on a virtual clock: the [`Engine`] with
+/// local hosts and the pair's director.
+pub struct PairSim {
+    engine: Engine<LocalHosts<'static, FakeCore>, PairDirector>,
+    units: u64,
+    /// Every transition, as `worker role event from -> to delta`, in order.
+    pub log: Vec<String>,
+    /// The same transitions as `log`, typed, for predicates.
+    pub transitions: Vec<Transition>,
+    /// Every fact ever sent (before the channel decided its fate), as
+    /// `(from, to, fact)`, for late re-delivery tests.
+    pub sent: Vec<(WorkerId, WorkerId, HandoffMsg)>,
+    /// Transfers the engine started and has not yet completed (or failed).
+    pub transfers_in_flight: u64,
+}
+
 impl PairSim {
     /// A pair ready to run `cfg`.
     pub fn new(cfg: PairConfig) -> PairSim {
-        let mut s = PairSim {
-            now: Instant::ZERO,
-            queue: BTreeSet::new(),
-            seq: 0,
-            msgs: Vec::new(),
-            workers: BTreeMap::new(),
-            busy: BTreeMap::new(),
-            rng: Rng::seeded(cfg.seed),
-            link_up: true,
-            ids: BTreeMap::new(),
+        let hosts = [SOURCE, DEST]
+            .map(|w| {
+                WorkerHost::new(Worker::new(
+                    w,
+                    Generation(0),
+                    cfg.policy,
+                    cfg.handoff_config(),
+                    cfg.core(w),
+                ))
+            })
+            .into();
+        let for_restarts = cfg.clone();
+        let port = LocalHosts::new(hosts, move |w| for_restarts.core(w));
+        let mut gen = HandoffIdGen::new(WorkerId(99), Generation(0));
+        let director = PairDirector {
+            policy: cfg.policy,
+            ids: (0..cfg.requests).map(|_| gen.next_id()).collect(),
+            next: 0,
+            rng: Rng::seeded(cfg.seed ^ ROUTE_STREAM),
+            new: Record::default(),
+            transfers_in_flight: 0,
+        };
+        PairSim {
+            engine: Engine::new(cfg.engine_config(), port, director),
+            units: 0,
             log: Vec::new(),
             transitions: Vec::new(),
             sent: Vec::new(),
             transfers_in_flight: 0,
-            cfg,
-        };
-        for w in [SOURCE, DEST] {
-            let worker = Worker::new(
-                w,
-                Generation(0),
-                s.cfg.policy,
-                s.handoff_config(),
-                s.core(w),
-            );
-            s.workers.insert(w, worker);
         }
-        let mut gen = HandoffIdGen::new(WorkerId(99), Generation(0));
-        for i in 0..s.cfg.requests {
-            s.ids.insert(i, gen.next_id());
-            s.at(Instant::from_millis(i * 3), Ev::Arrive(i));
-        }
-        s
-    }
-
-    fn handoff_config(&self) -> HandoffConfig {
-        HandoffConfig {
-            reservation_ttl: self.cfg.reservation_ttl,
-            early_fact_ttl: Duration::from_secs(5),
-            renew_source_lease: self.cfg.renew,
-            tombstones: 1024,
-        }
-    }
-
-    fn core(&self, w: WorkerId) -> FakeCore {
-        let backend = if self.cfg.policy == HandoffPolicy::SourceFirst {
-            Backend::Vllm
-        } else {
-            Backend::Sglang
-        };
-        let blocks = if w == DEST {
-            self.cfg.decode_blocks
-        } else {
-            64
-        };
-        FakeCore::new(backend, blocks, 16).with_lease_ttl(self.cfg.lease_ttl)
     }
 
     /// The worker `w`.
     pub fn worker(&self, w: WorkerId) -> &Worker<FakeCore> {
-        &self.workers[&w]
+        self.engine.port().hosts()[w.0 as usize].worker()
     }
 
     /// The handoff id of request `i`.
     pub fn id_of(&self, i: u64) -> HandoffId {
-        self.ids[&i]
+        self.engine.director().ids[i as usize]
     }
 
-    /// Virtual time now.
+    /// Virtual time now: the instant whose events are being handled (after
+    /// the last event of an instant, the next instant, none of whose events
+    /// has run yet).
     pub fn now(&self) -> Instant {
-        self.now
+        self.engine.now()
     }
 
-    fn at(&mut self, t: Instant, ev: Ev) {
-        self.seq += 1;
-        self.queue.insert((t.max(self.now), self.seq, ev));
+    /// Moves what the director recorded into the public fields.
+    fn collect(&mut self) {
+        let d = self.engine.director_mut();
+        let new = std::mem::take(&mut d.new);
+        self.transfers_in_flight = d.transfers_in_flight;
+        self.log.extend(new.log);
+        self.transitions.extend(new.transitions);
+        self.sent.extend(new.sent);
     }
 
-    fn jitter(&mut self, max: Duration) -> Duration {
-        let ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
-        if ns == 0 {
-            Duration::ZERO
-        } else {
-            Duration::from_nanos(self.rng.below(ns + 1))
-        }
-    }
-
-    fn collect(&mut self, w: WorkerId) {
-        let generation = self.workers[&w].generation();
-        while let Some(t) = self.workers.get_mut(&w).and_then(|x| x.poll_transmit()) {
-            self.sent.push((w, t.to, t.msg));
-            if !self.link_up || self.rng.below(100) < self.cfg.drop_pct {
-                continue;
-            }
-            let copies = if self.rng.below(100) < self.cfg.dup_pct {
-                2
-            } else {
-                1
-            };
-            for _ in 0..copies {
-                self.msgs.push(t.msg);
-                let slot = self.msgs.len() - 1;
-                let d = self.jitter(self.cfg.max_delay);
-                self.at(
-                    t.at + d,
-                    Ev::Deliver {
-                        to: t.to,
-                        from: w,
-                        slot,
-                        generation,
-                    },
-                );
-            }
-        }
-        while let Some(e) = self.workers.get_mut(&w).and_then(|x| x.poll_event()) {
-            match e {
-                WorkerEvent::StartTransfer { id, at, .. } => {
-                    let ok = self.rng.below(100) >= self.cfg.transfer_fail_pct;
-                    let extra = if self.cfg.max_delay > Duration::ZERO {
-                        self.jitter(Duration::from_millis(5))
-                    } else {
-                        Duration::ZERO
-                    };
-                    self.transfers_in_flight += 1;
-                    self.at(
-                        at + self.cfg.transfer_time + extra,
-                        Ev::TransferDone { at: w, id, ok },
-                    );
-                }
-                WorkerEvent::PrefillPinned {
-                    id,
-                    request,
-                    blocks,
-                    tokens,
-                    at,
-                } if self.cfg.policy == HandoffPolicy::SourceFirst => {
-                    let d = self.jitter(Duration::from_millis(2));
-                    self.at(
-                        at + d,
-                        Ev::RouteDest {
-                            id,
-                            req: request.0,
-                            ready: Some((blocks, tokens)),
-                        },
-                    );
-                }
-                WorkerEvent::Transition(t) => {
-                    self.log.push(format!(
-                        "{} {:?} {} {} -> {} {}",
-                        t.worker, t.role, t.event, t.from, t.to, t.delta
-                    ));
-                    self.transitions.push(t);
-                }
-                _ => {}
-            }
-        }
-        if let Some(t) = self.workers[&w].poll_timeout() {
-            let t = t.max(self.now);
-            self.at(t, Ev::Timeout(w));
-        }
-        if !self.busy.get(&w).copied().unwrap_or(false) && !self.workers[&w].is_empty() {
-            self.busy.insert(w, true);
-            let now = self.now;
-            self.at(now, Ev::Step(w));
-        }
-    }
-
-    /// Handles the next event; `false` when none is left.
+    /// Does the next single unit of engine work ([`Engine::run_event`]):
+    /// one due event (an arrival, a request reaching its worker, a fact, a
+    /// transfer completion, a step end or timer), or the steps of the
+    /// workers that want to, or a move of the clock; `false` when nothing is
+    /// left. Stopping between two calls is how a test reaches a lifecycle
+    /// phase.
     pub fn step_event(&mut self) -> bool {
-        let Some((t, s, ev)) = self.queue.first().copied() else {
-            return false;
-        };
-        self.queue.remove(&(t, s, ev));
-        self.now = self.now.max(t);
-        let now = self.now;
-        let touched = match ev {
-            Ev::Arrive(i) => {
-                let id = self.ids[&i];
-                let req = WorkerRequest::HandoffSource {
-                    id,
-                    request: request(i),
-                };
-                let _ = self
-                    .workers
-                    .get_mut(&SOURCE)
-                    .map(|w| w.handle_request(req, now));
-                if self.cfg.policy == HandoffPolicy::DestinationFirst {
-                    // The frontend books the decode worker at arrival; its
-                    // request takes a hop to get there.
-                    self.at(
-                        now + Duration::from_micros(100),
-                        Ev::RouteDest {
-                            id,
-                            req: i,
-                            ready: None,
-                        },
-                    );
-                }
-                SOURCE
-            }
-            Ev::RouteDest { id, req, ready } => {
-                let r = WorkerRequest::HandoffDestination {
-                    id,
-                    request: request(req),
-                    source: SOURCE,
-                    ready: ready.map(|(blocks, tokens)| SourceReady { blocks, tokens }),
-                };
-                let _ = self
-                    .workers
-                    .get_mut(&DEST)
-                    .map(|w| w.handle_request(r, now));
-                DEST
-            }
-            Ev::Deliver {
-                to,
-                from,
-                slot,
-                generation,
-            } => {
-                // A message from an incarnation that has since restarted was
-                // lost with it; so is anything on a cut link.
-                if self.link_up && self.workers[&from].generation() == generation {
-                    let msg = self.msgs[slot];
-                    if let Some(w) = self.workers.get_mut(&to) {
-                        w.handle_message(from, msg, now);
-                    }
-                }
-                to
-            }
-            Ev::TransferDone { at, id, ok } => {
-                self.transfers_in_flight = self.transfers_in_flight.saturating_sub(1);
-                let ok = ok && self.link_up;
-                if let Some(w) = self.workers.get_mut(&at) {
-                    w.handle_transfer_done(id, ok, now);
-                }
-                at
-            }
-            Ev::Step(w) => {
-                self.busy.insert(w, false);
-                if let Some(end) = self.workers.get_mut(&w).and_then(|x| x.step(now, now)) {
-                    self.busy.insert(w, true);
-                    self.at(end, Ev::Step(w));
-                }
-                w
-            }
-            Ev::Timeout(w) => {
-                if let Some(x) = self.workers.get_mut(&w) {
-                    x.handle_timeout(now);
-                }
-                w
-            }
-        };
-        self.collect(touched);
-        let other = if touched == SOURCE { DEST } else { SOURCE };
-        self.collect(other);
-        true
+        self.units += 1;
+        assert!(self.units < MAX_UNITS, "pair simulation does not converge");
+        let more = self.engine.run_event();
+        self.collect();
+        more
     }
 
-    /// Runs until `stop` holds after an event (true) or nothing is left (false).
+    /// Runs until `stop` holds after a unit of work (true) or nothing is
+    /// left (false).
     pub fn run_until(&mut self, mut stop: impl FnMut(&PairSim) -> bool) -> bool {
-        let mut guard = 0u64;
         while self.step_event() {
-            guard += 1;
-            assert!(guard < 1_000_000, "pair simulation does not converge");
             if stop(self) {
                 return true;
             }
@@ -391,7 +375,9 @@ impl PairSim {
         false
     }
 
-    /// Runs until no event is left.
+    /// Runs until nothing is left to happen. The engine is not finished, so
+    /// the sim can be driven further (a late re-delivery, say) and
+    /// [`PairSim::check_drained`] sees the workers as the run left them.
     pub fn run(&mut self) {
         self.run_until(|_| false);
     }
@@ -420,69 +406,64 @@ impl PairSim {
         self.saw(|t| t.event == event && t.from == from && t.to == to)
     }
 
-    /// The frontend aborts request `i` on both workers.
+    /// The frontend aborts request `i` on both workers, now.
     pub fn cancel(&mut self, i: u64) {
-        let id = self.ids[&i];
-        let now = self.now;
+        let id = self.id_of(i);
         for w in [SOURCE, DEST] {
-            if let Some(x) = self.workers.get_mut(&w) {
-                x.cancel(id, CancelReason::Client, now);
-            }
-            self.collect(w);
+            self.engine.inject(
+                w,
+                HostInput::Cancel {
+                    id,
+                    reason: CancelReason::Client,
+                },
+            );
         }
+        self.collect();
     }
 
-    /// Cuts the channel for good: in-flight and future messages are lost,
-    /// and each side learns that its peer is gone.
+    /// Cuts the channel for good: every fact sent from now on is lost (an
+    /// endless partition), and each side learns that its peer is gone.
+    /// Facts already in flight still arrive (the engine's partitions cut
+    /// facts by when they are sent) and transfers under way still complete.
+    /// A source that had not yet heard from its destination when told the
+    /// link was lost did not end on it, and still accepts such a fact.
     pub fn lose_link(&mut self) {
-        self.link_up = false;
-        let now = self.now;
+        self.engine.inject_fault(Fault::Partition {
+            a: SOURCE,
+            b: DEST,
+            until: Instant::MAX,
+        });
         for (w, peer) in [(SOURCE, DEST), (DEST, SOURCE)] {
-            if let Some(x) = self.workers.get_mut(&w) {
-                x.handle_peer_lost(peer, now);
-            }
-            self.collect(w);
+            self.engine.inject(w, HostInput::PeerLost(peer));
         }
+        self.collect();
     }
 
-    /// Restarts worker `w` with an empty core and the next generation; its
-    /// peer learns the new generation (as from a transport hello).
+    /// Restarts worker `w` now with an empty core and the next generation
+    /// (the engine's [`Fault::Restart`]); its peer learns the new
+    /// generation, as from a transport hello.
     pub fn restart(&mut self, w: WorkerId) {
-        let now = self.now;
-        let core = self.core(w);
-        let peer = if w == SOURCE { DEST } else { SOURCE };
-        let mut gen = Generation(0);
-        if let Some(x) = self.workers.get_mut(&w) {
-            x.restart(core, now);
-            gen = x.generation();
-        }
-        self.collect(w);
-        if let Some(x) = self.workers.get_mut(&peer) {
-            x.handle_peer_generation(w, gen, now);
-        }
-        self.collect(peer);
+        self.engine.inject_fault(Fault::Restart { worker: w });
+        self.collect();
     }
 
-    /// Re-delivers every message ever sent, late, to its addressee.
+    /// Re-delivers every fact ever sent (including those the channel lost),
+    /// now, to its addressee.
     pub fn redeliver_all_late(&mut self) {
-        let now = self.now;
-        let sent = std::mem::take(&mut self.sent);
-        for (from, to, msg) in &sent {
-            if let Some(x) = self.workers.get_mut(to) {
-                x.handle_message(*from, *msg, now);
-            }
+        let sent = self.sent.clone();
+        for (from, to, msg) in sent {
+            self.engine.inject(to, HostInput::Message { from, msg });
         }
-        self.sent = sent;
-        for w in [SOURCE, DEST] {
-            self.collect(w);
-        }
+        self.collect();
     }
 
-    /// Both workers drained and every lease and reservation their cores
-    /// opened ended exactly once.
+    /// Both workers drained (no step or output held back either) and every
+    /// lease and reservation their cores opened ended exactly once.
     pub fn check_drained(&self) -> Result<(), String> {
-        for (w, worker) in &self.workers {
-            if !worker.is_drained() {
+        for host in self.engine.port().hosts() {
+            let w = host.id();
+            let worker = host.worker();
+            if !host.is_drained() {
                 return Err(format!(
                     "worker {w} not drained; log:\n{}",
                     self.log.join("\n")
