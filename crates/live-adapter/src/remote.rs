@@ -197,13 +197,12 @@ pub fn serve_virtual<T: Transport>(
                         break;
                     }
                 }
-                Frame::FinalQuery => {
+                Frame::FinalQuery
                     if transport
                         .send(coordinator, Frame::Final(host.final_state()))
-                        .is_err()
-                    {
-                        break;
-                    }
+                        .is_err() =>
+                {
+                    break;
                 }
                 _ => {}
             },
