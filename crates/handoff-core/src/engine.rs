@@ -345,6 +345,18 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         });
     }
 
+    /// Asks the director again for its next arrival. The engine asks only
+    /// when it is built and after each arrival it handles, so a harness that
+    /// gives its director a request after the director had run out (the
+    /// scenario lab, arriving the next request at a phase it reached) calls
+    /// this to have it scheduled. Does nothing while an arrival is already
+    /// scheduled: handling that one asks again.
+    pub fn arrivals_changed(&mut self) {
+        if !self.arrival_pending {
+            self.schedule_arrival();
+        }
+    }
+
     /// Runs instant by instant until `stop` holds after one (true), or
     /// nothing is left (false). Call [`Engine::run`] afterwards to finish.
     pub fn run_until(&mut self, mut stop: impl FnMut(&Self) -> bool) -> bool {
