@@ -301,7 +301,28 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         if let Some(t) = e.faults.next_timed() {
             e.at(t, Ev::Fault);
         }
+        e.announce_peers();
         e
+    }
+
+    /// Tells every host the generation of every other, as transports do in
+    /// their hello: a worker that later hears a newer generation of a peer
+    /// then voids its attempts with it, even attempts that never got a fact
+    /// from that peer (a destination routed with the source's readiness).
+    fn announce_peers(&mut self) {
+        let n = self.hosts.len() as u32;
+        for w in 0..n {
+            for p in (0..n).filter(|p| *p != w) {
+                let generation = self.hosts[p as usize].generation;
+                self.deliver(
+                    w,
+                    HostInput::PeerGeneration {
+                        peer: WorkerId(p),
+                        generation,
+                    },
+                );
+            }
+        }
     }
 
     /// The director, for inspection.
@@ -614,7 +635,14 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                 let Some((msg, _sent)) = self.msgs.take(slot) else {
                     return;
                 };
-                if self.hosts.get(to as usize).is_some_and(|h| h.up) {
+                // A fact in flight is lost with its sender (a dead process's
+                // connection is gone) and with a link cut while it travels;
+                // transports never deliver after reporting the peer lost.
+                let sender_up = self.hosts.get(from as usize).is_some_and(|h| h.up);
+                let cut = self
+                    .faults
+                    .is_partitioned(WorkerId(from), WorkerId(to), now);
+                if sender_up && !cut && self.hosts.get(to as usize).is_some_and(|h| h.up) {
                     self.deliver(
                         to,
                         HostInput::Message {

@@ -224,3 +224,23 @@ fn waiting_destination_renews_the_source_lease() {
     );
     renewed.check_drained().unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Source-first: a destination routed with the source's readiness has had
+/// no fact from the source; if the source restarts while the destination is
+/// reserved, the destination must still void the attempt rather than
+/// activate on KV the source no longer has. The engine models a restart as
+/// the old process's loss, then the new generation's hello (announced to
+/// every worker at start, so the newer one is recognised).
+#[test]
+fn source_restart_voids_a_reserved_destination_that_never_heard_from_it() {
+    let mut sim = PairSim::new(PairConfig::default());
+    assert!(sim.run_until(|s| s.saw_event(DE::Reserved)));
+    sim.restart(handoff_core::testing::SOURCE);
+    sim.run();
+    assert!(
+        !sim.saw_event(DE::ReceiveCompleted),
+        "the destination activated on a restarted source's KV:\n{}",
+        sim.log.join("\n")
+    );
+    sim.check_drained().unwrap_or_else(|e| panic!("{e}"));
+}
