@@ -163,6 +163,23 @@ fn live_extra(
     (m, text)
 }
 
+/// The same workload through replay, for a wall-clock run's distance.
+fn replay_of(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    workload: &WorkloadArgs,
+    seed: u64,
+) -> Result<Report, String> {
+    let mut again = workload.open(seed)?;
+    let mut quiet = cfg.clone();
+    quiet.transcript = false;
+    let (r, _) = Replay::new(quiet, again.take_items(), |w: WorkerId, _| {
+        make_core(&specs[w.0 as usize]).unwrap_or_else(|_| unreachable!("spec checked"))
+    })
+    .run();
+    Ok(r)
+}
+
 /// Runs every role in this process, one thread per worker.
 pub fn run_live(a: LiveArgs) -> Result<(), String> {
     let (mut cfg, specs) = a.deploy.deployment(true)?;
@@ -185,14 +202,7 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
         }
         ClockArg::Wall => {
             let (o, _) = run_in_process(&cfg, &specs, speed_ok(a.speed)?, items)?;
-            // The same workload through replay, for the distance.
-            let mut again = a.workload.open(a.deploy.seed)?;
-            let mut quiet = cfg.clone();
-            quiet.transcript = false;
-            let (r, _) = Replay::new(quiet, again.take_items(), |w: WorkerId, _| {
-                make_core(&specs[w.0 as usize]).unwrap_or_else(|_| unreachable!("spec checked"))
-            })
-            .run();
+            let r = replay_of(&cfg, &specs, &a.workload, a.deploy.seed)?;
             let (m, text) = live_extra(&o, Some(&r));
             (o.report, o.transcript, m, text)
         }
@@ -367,7 +377,9 @@ fn parse_worker(s: &str) -> Result<(WorkerId, Pool, String), String> {
 /// The deployment the `--worker` list describes: its pools override
 /// `--prefill`/`--decode`, and its ids must be the engine's (0..n, prefill
 /// or aggregated first).
-fn frontend_deployment(a: &FrontendArgs) -> Result<(ReplayConfig, Listed), String> {
+fn frontend_deployment(
+    a: &FrontendArgs,
+) -> Result<(ReplayConfig, Vec<EngineSpec>, Listed), String> {
     let mut listed = Vec::new();
     for spec in &a.workers {
         listed.push(parse_worker(spec)?);
@@ -378,8 +390,9 @@ fn frontend_deployment(a: &FrontendArgs) -> Result<(ReplayConfig, Listed), Strin
     let mut d = a.deploy.clone();
     d.prefill = prefill;
     d.decode = decode;
-    // Building the specs checks them; the workers build their own cores.
-    let (mut cfg, _specs) = d.deployment(true)?;
+    // The workers build their own cores; these specs serve the replay the
+    // wall-clock run is measured against.
+    let (mut cfg, specs) = d.deployment(true)?;
     cfg.transcript = a.transcript.is_some();
     let expected = deployment(&cfg);
     if prefill == 0 || expected.len() != listed.len() {
@@ -397,6 +410,7 @@ fn frontend_deployment(a: &FrontendArgs) -> Result<(ReplayConfig, Listed), Strin
     }
     Ok((
         cfg,
+        specs,
         listed.into_iter().map(|(w, _, addr)| (w, addr)).collect(),
     ))
 }
@@ -406,7 +420,7 @@ type Listed = Vec<(WorkerId, String)>;
 
 /// Drives worker processes with a workload over TCP.
 pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
-    let (cfg, listed) = frontend_deployment(&a)?;
+    let (cfg, specs, listed) = frontend_deployment(&a)?;
     let ep =
         TcpEndpoint::bind(FRONTEND_ID, Generation(0), "127.0.0.1:0").map_err(|e| e.to_string())?;
     for (id, addr) in &listed {
@@ -444,7 +458,8 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
             let clock = WallClock::start(speed_ok(a.speed)?);
             let workers = listed.iter().map(|(w, _)| *w).collect();
             let o = FrontendNode::new(serving(&cfg, items), workers, ep, clock).run();
-            let (m, text) = live_extra(&o, None);
+            let r = replay_of(&cfg, &specs, &a.workload, a.deploy.seed)?;
+            let (m, text) = live_extra(&o, Some(&r));
             (o.report, o.transcript, m, text)
         }
     };
