@@ -205,11 +205,26 @@ impl DeployArgs {
     /// with every worker's engine spec in id order (prefill or aggregated
     /// workers first). Every spec is checked to build a core.
     pub fn deployment(&self, multi_step: bool) -> Result<(ReplayConfig, Vec<EngineSpec>), String> {
+        if self.prefill == 0 {
+            return Err(if self.decode == 0 {
+                "--prefill 0 --decode 0: there is no worker to serve on".into()
+            } else {
+                "--prefill 0: a disaggregated deployment needs at least one prefill worker".into()
+            });
+        }
+        if self.backend() == Backend::TrtLlm && self.decode > 0 {
+            return Err(
+                "--backend trtllm: TensorRT-LLM refuses destination reservation, so it \
+                        cannot run disaggregated here; use --decode 0 (aggregated) or \
+                        --backend vllm/sglang"
+                    .into(),
+            );
+        }
         let (prefill_spec, decode_spec) = self.engines()?;
         let cfg = ReplayConfig {
             backend: self.backend(),
             policy: self.policy(),
-            prefill_workers: self.prefill.max(1),
+            prefill_workers: self.prefill,
             decode_workers: self.decode,
             router: self.router(),
             block_size: prefill_spec.event_block_tokens(),
@@ -394,6 +409,38 @@ impl<R: std::io::BufRead> Iterator for Checked<R> {
 }
 
 impl Workload {
+    /// Refuses a deployment whose KV pools cannot hold the workload's first
+    /// request (prompt plus output) at all, instead of failing every request
+    /// on it: `specs` are the workers' engines, prefill (or aggregated)
+    /// first, `decode` of them decode workers.
+    pub fn check_fits(&mut self, specs: &[EngineSpec], decode: usize) -> Result<(), String> {
+        let Some(first) = self.items.next() else {
+            return Ok(());
+        };
+        let need = u64::from(first.request.prompt_tokens);
+        let total = need + u64::from(first.request.max_output_tokens);
+        let split = specs.len().saturating_sub(decode);
+        for (i, spec) in specs.iter().enumerate() {
+            let (role, flag, needs) = if i >= split {
+                ("decode", "--decode-kv-tokens", total)
+            } else if decode == 0 {
+                ("aggregated", "--prefill-kv-tokens", total)
+            } else {
+                ("prefill", "--prefill-kv-tokens", need)
+            };
+            if spec.kv_tokens < needs {
+                return Err(format!(
+                    "{flag} {}: a {role} worker cannot hold the workload's first request \
+                     ({needs} tokens of KV), so every request like it would fail; raise {flag}",
+                    spec.kv_tokens
+                ));
+            }
+        }
+        let rest = std::mem::replace(&mut self.items, Box::new(std::iter::empty()));
+        self.items = Box::new(std::iter::once(first).chain(rest));
+        Ok(())
+    }
+
     /// The items, leaving an empty stream behind (the rest of the workload
     /// stays readable for the report).
     pub fn take_items(&mut self) -> Box<dyn Iterator<Item = TraceItem>> {

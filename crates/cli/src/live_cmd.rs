@@ -19,7 +19,16 @@ use router::{Pool, FRONTEND_ID};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration as StdDuration;
-use transport::TcpEndpoint;
+use transport::{PeerHello, PeerRole, TcpEndpoint};
+
+/// The role a worker of `pool` announces.
+fn peer_role(pool: Pool) -> PeerRole {
+    match pool {
+        Pool::Prefill => PeerRole::Prefill,
+        Pool::Decode => PeerRole::Decode,
+        Pool::Aggregated => PeerRole::Aggregated,
+    }
+}
 
 /// Which clock live workers run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -48,11 +57,11 @@ fn core(spec: &EngineSpec) -> Result<CoreBox, String> {
 /// Connects `ep` to `addr`, retrying with backoff until the peer is up or
 /// [`CONNECT_DEADLINE`] passes (processes started together come up in any
 /// order).
-fn connect_retry(ep: &TcpEndpoint, addr: &str) -> Result<(WorkerId, Generation), String> {
+fn connect_retry(ep: &TcpEndpoint, addr: &str) -> Result<PeerHello, String> {
     let deadline = std::time::Instant::now() + CONNECT_DEADLINE;
     let mut wait = StdDuration::from_millis(20);
     loop {
-        match ep.connect(addr) {
+        match ep.connect_peer(addr) {
             Ok(who) => return Ok(who),
             Err(e) if std::time::Instant::now() + wait < deadline => {
                 let _ = e;
@@ -185,6 +194,7 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
     let (mut cfg, specs) = a.deploy.deployment(true)?;
     cfg.transcript = a.transcript.is_some();
     let mut wl = a.workload.open(a.deploy.seed)?;
+    wl.check_fits(&specs, cfg.decode_workers as usize)?;
     let items = wl.take_items();
     let (report, transcript, extra, text) = match a.clock {
         ClockArg::Virtual => {
@@ -258,8 +268,7 @@ pub struct WorkerArgs {
     /// Wall clock: model time runs this many times faster than wall time.
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
-    /// Virtual clock: frontend sessions to serve before exiting (0: serve
-    /// until killed).
+    /// Frontend sessions to serve before exiting (0: serve until killed).
     #[arg(long, default_value_t = 1)]
     sessions: u64,
 }
@@ -278,7 +287,12 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
     };
     let me = WorkerId(a.id);
     let generation = Generation(a.generation);
-    let ep = TcpEndpoint::bind(me, generation, a.listen.as_str())
+    let role = match a.role {
+        RoleArg::Prefill => PeerRole::Prefill,
+        RoleArg::Decode => PeerRole::Decode,
+        RoleArg::Aggregated => PeerRole::Aggregated,
+    };
+    let ep = TcpEndpoint::bind_as(me, generation, role, a.listen.as_str())
         .map_err(|e| format!("--listen {}: {e}", a.listen))?;
     out!("listening on {}", ep.local_addr());
     let _ = std::io::stdout().flush();
@@ -304,7 +318,13 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
         return Ok(());
     }
     for peer in &a.connect {
-        connect_retry(&ep, peer).map_err(|e| format!("--connect {e}"))?;
+        let hello = connect_retry(&ep, peer).map_err(|e| format!("--connect {e}"))?;
+        if !matches!(hello.role, PeerRole::Prefill | PeerRole::Any) {
+            return Err(format!(
+                "--connect {peer}: worker {} there is a {} worker; decode workers dial prefill workers",
+                hello.worker, hello.role
+            ));
+        }
     }
     let cfg = NodeConfig {
         id: me,
@@ -314,17 +334,28 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
         frontend: FRONTEND_ID,
         transfer: d.transfer()?,
     };
-    let node = WorkerNode::new(cfg, core(&spec)?, ep, WallClock::start(speed_ok(a.speed)?));
-    let (stats, fin) = node.run();
-    out!(
-        "worker {} done: frames {} steps {} transfers {} peers lost {} drained {}",
-        a.id,
-        stats.frames,
-        stats.steps,
-        stats.transfers,
-        stats.peers_lost,
-        fin.drained
-    );
+    let speed = speed_ok(a.speed)?;
+    let mut served = 0u64;
+    loop {
+        // Each frontend session is a new run on a fresh worker; the
+        // frontend's Clock frame puts it on the frontend's clock.
+        let node = WorkerNode::new(cfg, core(&spec)?, &ep, WallClock::start(speed));
+        let (stats, fin) = node.run();
+        served += 1;
+        out!(
+            "worker {} session {served} done: frames {} steps {} transfers {} peers lost {} drained {}",
+            a.id,
+            stats.frames,
+            stats.steps,
+            stats.transfers,
+            stats.peers_lost,
+            fin.drained
+        );
+        let _ = std::io::stdout().flush();
+        if a.sessions != 0 && served >= a.sessions {
+            break;
+        }
+    }
     Ok(())
 }
 
@@ -421,17 +452,35 @@ type Listed = Vec<(WorkerId, String)>;
 /// Drives worker processes with a workload over TCP.
 pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     let (cfg, specs, listed) = frontend_deployment(&a)?;
-    let ep =
-        TcpEndpoint::bind(FRONTEND_ID, Generation(0), "127.0.0.1:0").map_err(|e| e.to_string())?;
-    for (id, addr) in &listed {
-        let (got, _) = connect_retry(&ep, addr).map_err(|e| format!("--worker {e}"))?;
-        if got != *id {
+    let ep = TcpEndpoint::bind_as(
+        FRONTEND_ID,
+        Generation(0),
+        PeerRole::Frontend,
+        "127.0.0.1:0",
+    )
+    .map_err(|e| e.to_string())?;
+    let pools = deployment(&cfg);
+    for ((id, addr), (_, pool)) in listed.iter().zip(&pools) {
+        let hello = connect_retry(&ep, addr).map_err(|e| format!("--worker {e}"))?;
+        if hello.worker != *id {
             return Err(format!(
-                "--worker {id}@{addr}: the worker at {addr} says it is {got}"
+                "--worker {id}={}@{addr}: the worker at {addr} says it is worker {}",
+                pool.name(),
+                hello.worker
+            ));
+        }
+        let want = peer_role(*pool);
+        if hello.role != want && hello.role != PeerRole::Any {
+            return Err(format!(
+                "--worker {id}={}@{addr}: the worker at {addr} serves as {}, not {}",
+                pool.name(),
+                hello.role,
+                pool.name()
             ));
         }
     }
     let mut wl = a.workload.open(a.deploy.seed)?;
+    wl.check_fits(&specs, cfg.decode_workers as usize)?;
     let items = wl.take_items();
     let (report, transcript, extra, text) = match a.clock {
         ClockArg::Virtual => {

@@ -49,6 +49,7 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
         None => make_core(&specs[w.0 as usize]).unwrap_or_else(|_| unreachable!("spec checked")),
     };
     let mut wl = a.workload.open(a.deploy.seed)?;
+    wl.check_fits(&specs, cfg.decode_workers as usize)?;
     let progress = std::io::stderr().is_terminal() && !a.json;
     let items = Progress::new(wl.take_items(), progress);
     let started = std::time::Instant::now();

@@ -130,6 +130,25 @@ fn print_summary(r: &Report) {
         "handoffs pinned {} activated {}  lease expiries {}  reservation expiries {}  preemptions {}",
         l.handoffs_pinned, l.handoffs_activated, l.lease_expiries, l.reservation_expiries, l.preemptions
     );
+    if !l.failure_reasons.is_empty() || l.migrated_requests > 0 {
+        let reasons: Vec<String> = l
+            .failure_reasons
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        out!(
+            "failed by reason: {}  migrated {}",
+            if reasons.is_empty() {
+                "none".to_string()
+            } else {
+                reasons.join(", ")
+            },
+            l.migrated_requests
+        );
+    }
+    if !l.faults.injected_nothing() {
+        out!("faults injected: {}", l.faults);
+    }
     out!(
         "{:<8} {:<10} {:>8} {:>12} {:>12} {:>14} {:>14} {:>8}",
         "worker",

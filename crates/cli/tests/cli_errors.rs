@@ -87,3 +87,54 @@ fn replay_is_byte_identical_across_runs() {
     assert!(!a.is_empty());
     assert_eq!(a, run());
 }
+
+#[test]
+fn impossible_deployments_are_refused_at_start_with_why() {
+    for (args, why) in [
+        (
+            &["replay", "--backend", "trtllm"][..],
+            "TensorRT-LLM refuses destination reservation",
+        ),
+        (
+            &["replay", "--prefill", "0"][..],
+            "at least one prefill worker",
+        ),
+        (
+            &["replay", "--decode-kv-tokens", "100"][..],
+            "cannot hold the workload's first request",
+        ),
+        (
+            &["live", "--clock", "virtual", "--prefill-kv-tokens", "64"][..],
+            "cannot hold the workload's first request",
+        ),
+    ] {
+        let out = Command::new(BIN).args(args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert!(out.stdout.is_empty(), "{args:?}: no report on stdout");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_run_with_failed_requests_says_why_and_exits_non_zero() {
+    let args = [
+        "replay",
+        "--prefill",
+        "1",
+        "--decode",
+        "1",
+        "--faults",
+        "kill 1 at 5s",
+    ];
+    let out = Command::new(BIN).args(args).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "failed requests fail the run: {err}");
+    assert!(err.contains("requests failed ("), "{err}");
+    let ok = Command::new(BIN)
+        .args(args)
+        .arg("--allow-failures")
+        .output()
+        .expect("run");
+    assert!(ok.status.success());
+}

@@ -153,3 +153,72 @@ fn garbage_on_the_port_is_refused_and_the_worker_keeps_serving() {
         assert_eq!(worker_entry(&v, id)["drained"], true, "{v}");
     }
 }
+
+/// Runs the frontend to completion and returns its exit status and stderr.
+fn frontend_status(args: &[&str]) -> (bool, String) {
+    let out = Command::new(BIN)
+        .arg("frontend")
+        .args(args)
+        .args(["--requests", "20", "--rate", "20"])
+        .args(COMMON)
+        .output()
+        .expect("run frontend");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_worker_listed_in_the_wrong_role_is_refused_at_start() {
+    let (_p, pa) = worker(0, "prefill", None);
+    let (_d, da) = worker(1, "decode", Some(&pa));
+    // The decode worker's address given as the prefill worker and the other
+    // way round: the hellos say otherwise.
+    let (ok, err) = frontend_status(&[
+        "--worker",
+        &format!("0=prefill@{da}"),
+        "--worker",
+        &format!("1=decode@{pa}"),
+    ]);
+    assert!(!ok, "the frontend must refuse: {err}");
+    assert!(err.contains("says it is worker"), "{err}");
+    // The right id in the wrong role.
+    let (ok, err) = frontend_status(&["--worker", &format!("0=aggregated@{pa}")]);
+    assert!(!ok, "the frontend must refuse: {err}");
+    assert!(err.contains("serves as prefill, not aggregated"), "{err}");
+}
+
+#[test]
+fn workers_serve_successive_frontend_sessions() {
+    let mut cmd = Command::new(BIN);
+    let spawn = |cmd: &mut Command, id: &str, role: &str, connect: Option<&str>| {
+        cmd.args(["worker", "--id", id, "--role", role, "--sessions", "2"])
+            .args(COMMON);
+        if let Some(c) = connect {
+            cmd.args(["--connect", c]);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn worker");
+        let mut line = String::new();
+        let mut r = BufReader::new(child.stdout.take().expect("stdout"));
+        r.read_line(&mut line).expect("address");
+        std::thread::spawn(move || for _ in r.lines() {});
+        let addr = line.trim().trim_start_matches("listening on ").to_string();
+        (Proc(child), addr)
+    };
+    let (_p, pa) = spawn(&mut cmd, "0", "prefill", None);
+    let mut cmd = Command::new(BIN);
+    let (_d, da) = spawn(&mut cmd, "1", "decode", Some(&pa));
+    for session in 0..2 {
+        let v = wait_json(frontend(&pa, &da, 20, &[]), Duration::from_secs(60));
+        assert_eq!(v["completed_requests"], 20, "session {session}: {v}");
+        // The worker stamps events on the frontend's clock: TTFT is well
+        // under the inter-session gap.
+        let ttft = v["ttft_ms"]["max"].as_f64().unwrap_or(f64::MAX);
+        assert!(ttft < 5_000.0, "session {session}: TTFT {ttft} ms: {v}");
+    }
+}

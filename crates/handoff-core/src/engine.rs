@@ -127,21 +127,25 @@ pub trait Director {
     /// A worker refused a request.
     fn on_refused(&mut self, _w: WorkerId, _e: RequestError, _now: Instant) {}
 
-    /// A request could not be handed to its worker.
+    /// A request could not be handed to its worker; the director may route
+    /// it (or another attempt of it) elsewhere.
     fn on_undeliverable(
         &mut self,
         _w: WorkerId,
         _request: &WorkerRequest,
         _why: Undeliverable,
         _now: Instant,
+        _out: &mut Vec<Route>,
     ) {
     }
 
     /// A transfer the engine timed finished (`ok`) or failed.
     fn on_transfer_done(&mut self, _id: HandoffId, _ok: bool, _now: Instant) {}
 
-    /// Worker `w` is down (a kill); route nothing more to it.
-    fn on_worker_lost(&mut self, _w: WorkerId, _now: Instant) {}
+    /// Worker `w` is down (a kill); route nothing more to it. Called before
+    /// its torn-down roles are reported, so that what the director routes
+    /// in answer avoids it.
+    fn on_worker_lost(&mut self, _w: WorkerId, _now: Instant, _out: &mut Vec<Route>) {}
 
     /// Worker `w` is back as `generation`.
     fn on_worker_back(&mut self, _w: WorkerId, _generation: Generation, _now: Instant) {}
@@ -623,12 +627,18 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                 };
                 match self.hosts.get(to as usize) {
                     Some(h) if h.up => self.deliver(to, HostInput::Request(req)),
-                    _ => self.director.on_undeliverable(
-                        WorkerId(to),
-                        &req,
-                        Undeliverable::WorkerDown,
-                        now,
-                    ),
+                    _ => {
+                        let mut routes = std::mem::take(&mut self.routes);
+                        self.director.on_undeliverable(
+                            WorkerId(to),
+                            &req,
+                            Undeliverable::WorkerDown,
+                            now,
+                            &mut routes,
+                        );
+                        self.route(&mut routes);
+                        self.routes = routes;
+                    }
                 }
             }
             Ev::Deliver { to, from, slot } => {
@@ -742,6 +752,13 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         if !self.hosts.get(w as usize).is_some_and(|h| h.up) {
             return;
         }
+        self.hosts[w as usize].up = false;
+        // The director hears of the loss first, so that whatever it routes
+        // again (for the requests it held) avoids the dead worker.
+        let mut routes = std::mem::take(&mut self.routes);
+        self.director.on_worker_lost(WorkerId(w), now, &mut routes);
+        self.route(&mut routes);
+        self.routes = routes;
         let mut outs = std::mem::take(&mut self.outs);
         let status = self
             .port
@@ -750,8 +767,6 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         self.absorb(w, &mut outs, false);
         self.outs = outs;
         self.update(w, status);
-        self.hosts[w as usize].up = false;
-        self.director.on_worker_lost(WorkerId(w), now);
         for p in 0..self.hosts.len() as u32 {
             if p != w && self.hosts[p as usize].up {
                 self.deliver(p, HostInput::PeerLost(WorkerId(w)));

@@ -1163,7 +1163,7 @@ impl<S: SchedulerCore> Worker<S> {
             origin,
             now,
         );
-        let Some((_from, to, actions)) = booked else {
+        let Some((from, to, actions)) = booked else {
             return;
         };
         for action in actions.iter() {
@@ -1173,12 +1173,13 @@ impl<S: SchedulerCore> Worker<S> {
             self.dests.remove(&id);
             self.active_dest.remove(&request_id);
             self.tombstone(id);
-            // A destination cancelled after activation still ends early:
-            // the handoff succeeded, but the request it carried was cut off
-            // (client cancel, teardown), and the frontend must release what
-            // it booked for it.
+            // Cancelled after activation is not an early end: the handoff
+            // succeeded and the request goes on as ordinary decode work
+            // (the role releases nothing), so it finishes or fails as such.
             let reason = match ev {
-                DestinationEvent::Cancelled { reason } => Some(reason),
+                DestinationEvent::Cancelled { reason } if from != DestinationState::Active => {
+                    Some(reason)
+                }
                 DestinationEvent::ReservationExpired => Some(CancelReason::ReservationExpired),
                 DestinationEvent::Unsupported => Some(CancelReason::Unsupported),
                 _ => None,

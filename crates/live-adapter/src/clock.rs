@@ -26,6 +26,35 @@ impl WallClock {
         WallClock { origin, speed }
     }
 
+    /// The wall-clock moment model time zero is, as nanoseconds since the
+    /// Unix epoch: what a frontend tells its worker processes so that every
+    /// process stamps events on one clock.
+    pub fn origin_unix_nanos(&self) -> u64 {
+        let since = self.origin.elapsed();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        u64::try_from(now.saturating_sub(since).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A clock whose model time zero is `origin_unix_nanos` (see
+    /// [`WallClock::origin_unix_nanos`]), at `speed`.
+    pub fn from_unix(origin_unix_nanos: u64, speed: f64) -> Self {
+        let now_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let ago = now_unix.saturating_sub(std::time::Duration::from_nanos(origin_unix_nanos));
+        let origin = std::time::Instant::now()
+            .checked_sub(ago)
+            .unwrap_or_else(std::time::Instant::now);
+        WallClock::with_origin(origin, speed)
+    }
+
+    /// The speed model time runs at.
+    pub fn speed(&self) -> f64 {
+        self.speed
+    }
+
     /// Model time now.
     pub fn now(&self) -> Instant {
         let real = self.origin.elapsed().as_nanos() as f64;

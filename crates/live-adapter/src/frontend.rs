@@ -84,12 +84,21 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
                 .send(to, Frame::Request(req.clone()))
                 .is_err()
         {
+            let mut routes = std::mem::take(&mut self.routes);
             self.director
-                .on_undeliverable(to, &req, Undeliverable::WorkerDown, now);
+                .on_undeliverable(to, &req, Undeliverable::WorkerDown, now, &mut routes);
+            self.routes.extend(routes);
         }
     }
 
     fn route(&mut self, now: Instant) {
+        // Sending may fail and be answered with routes of its own.
+        while !self.routes.is_empty() {
+            self.route_once(now);
+        }
+    }
+
+    fn route_once(&mut self, now: Instant) {
         let routes = std::mem::take(&mut self.routes);
         for r in routes {
             if r.delay == handoff_core::Duration::ZERO {
@@ -114,6 +123,18 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
 
     /// Runs the workload to the end and returns what was observed.
     pub fn run(mut self) -> LiveOutcome {
+        // Every worker stamps its events on this clock.
+        let origin_unix_nanos = self.clock.origin_unix_nanos();
+        let speed = self.clock.speed();
+        for w in self.workers.clone() {
+            let _ = self.transport.send(
+                w,
+                Frame::Clock {
+                    origin_unix_nanos,
+                    speed,
+                },
+            );
+        }
         let started = std::time::Instant::now();
         let mut last_progress = std::time::Instant::now();
         loop {
@@ -130,6 +151,7 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
                 }
                 if let Some((w, r)) = self.delayed.remove(&(t, s)) {
                     self.send(w, r, now);
+                    self.route(now);
                 }
             }
             if self.finished() {
@@ -193,7 +215,10 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             {
                 self.lost.push(peer);
                 self.run.workers_lost += 1;
-                self.director.on_worker_lost(peer, now);
+                let mut routes = std::mem::take(&mut self.routes);
+                self.director.on_worker_lost(peer, now, &mut routes);
+                self.routes = routes;
+                self.route(now);
             }
             Incoming::PeerUp { peer, generation } => {
                 if let Some(i) = self.lost.iter().position(|w| *w == peer) {

@@ -128,7 +128,8 @@ impl<T: Transport> WorkerNode<T> {
         let mut outs = std::mem::take(&mut self.outs);
         self.host.teardown(now, &mut outs);
         self.dispatch(&mut outs, now);
-        self.transport.close();
+        // The transport stays open: a worker process serves the next
+        // frontend session on the same endpoint (dropping it closes it).
         (self.stats, self.host.final_state())
     }
 
@@ -156,6 +157,12 @@ impl<T: Transport> WorkerNode<T> {
             Incoming::Frame { from, frame } => match frame {
                 Frame::Handoff(msg) => self.deliver(HostInput::Message { from, msg }, now),
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
+                Frame::Clock {
+                    origin_unix_nanos,
+                    speed,
+                } if from == self.cfg.frontend => {
+                    self.clock = WallClock::from_unix(origin_unix_nanos, speed);
+                }
                 _ => {}
             },
             Incoming::PeerUp { peer, generation } => {

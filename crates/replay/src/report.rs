@@ -10,7 +10,7 @@ use handoff_core::fault::FaultCounts;
 use handoff_core::host::HostFinal;
 use handoff_core::{
     Duration, HandoffId, Instant, KvCapacitySnapshot, Request, RequestError, RequestId,
-    WorkerEvent, WorkerId, WorkerRequest,
+    WorkerEvent, WorkerId,
 };
 use router::Pool;
 use serde::Serialize;
@@ -69,6 +69,10 @@ pub struct Lifecycle {
     /// Requests routed to a worker that was down when they reached it.
     #[serde(skip_serializing_if = "is_zero")]
     pub undeliverable_requests: u64,
+    /// Requests routed again as a new attempt after their worker was lost
+    /// or their transfer failed (once each at most).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub migrated_requests: u64,
     /// Faults the engine injected (omitted when none were).
     #[serde(skip_serializing_if = "FaultCounts::injected_nothing")]
     pub faults: FaultCounts,
@@ -326,18 +330,23 @@ impl Recorder {
         self.life.refused_requests += 1;
     }
 
-    /// A request could not be handed to its worker (the worker was down):
-    /// the request fails.
-    pub fn undeliverable(&mut self, request: &WorkerRequest, _why: Undeliverable) {
+    /// A request could not be handed to its worker (the worker was down);
+    /// the director decides what becomes of the request.
+    pub fn undeliverable(&mut self, _why: Undeliverable) {
         self.life.undeliverable_requests += 1;
-        let rid = match request {
-            WorkerRequest::Ordinary(r)
-            | WorkerRequest::HandoffSource { request: r, .. }
-            | WorkerRequest::HandoffDestination { request: r, .. } => r.id,
-        };
-        if self.reqs.remove(&rid).is_some() {
-            self.failed += 1;
-            *self.life.failure_reasons.entry("worker-down").or_default() += 1;
+    }
+
+    /// Request `r` was routed again as a new attempt (its worker was lost):
+    /// its output so far is discarded, since the new attempt produces it
+    /// all again; its arrival stands, so its latencies include the loss.
+    pub fn migrated(&mut self, r: RequestId) {
+        self.life.migrated_requests += 1;
+        if let Some(rec) = self.reqs.get_mut(&r) {
+            let arrival = rec.arrival;
+            *rec = ReqRec {
+                arrival,
+                ..Default::default()
+            };
         }
     }
 
@@ -353,8 +362,10 @@ impl Recorder {
         }
     }
 
-    /// Folds one worker event.
-    pub fn event(&mut self, w: WorkerId, pool: Pool, e: &WorkerEvent) {
+    /// Folds one worker event. `stale` marks an event of a voided attempt
+    /// (one a migration replaced): it counts toward the workers' and the
+    /// lifecycle's figures, not toward its request's.
+    pub fn event(&mut self, w: WorkerId, pool: Pool, e: &WorkerEvent, stale: bool) {
         match e {
             WorkerEvent::Step {
                 start,
@@ -433,6 +444,9 @@ impl Recorder {
                     acc.peak_pinned = acc.peak_pinned.max(acc.pinned);
                     acc.peak_reserved = acc.peak_reserved.max(acc.reserved);
                 }
+                if stale {
+                    return;
+                }
                 let Some(rec) = self.reqs.get_mut(&t.request) else {
                     return;
                 };
@@ -480,14 +494,9 @@ impl Recorder {
                     }
                     _ => {}
                 }
-                // Either role ending early ends the request: nothing retries
-                // a failed handoff (a source that fails before its
-                // destination was routed leaves no destination to fail).
-                let _ = role;
-                if self.reqs.remove(request).is_some() {
-                    self.failed += 1;
-                    *self.life.failure_reasons.entry(reason.name()).or_default() += 1;
-                }
+                // What becomes of the request (migration or failure) is the
+                // director's decision: it calls `fail` or `migrated`.
+                let _ = (role, request);
             }
             _ => {}
         }

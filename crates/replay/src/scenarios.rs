@@ -262,7 +262,7 @@ impl Director for LabDirector {
         self.transfers.remove(&id);
     }
 
-    fn on_worker_lost(&mut self, w: WorkerId, _now: Instant) {
+    fn on_worker_lost(&mut self, w: WorkerId, _now: Instant, _out: &mut Vec<Route>) {
         self.frontend.worker_lost(w);
     }
 

@@ -2,6 +2,16 @@
 //! [`router::Frontend`] routes, the [`Recorder`] measures, and the
 //! lifecycle [`Transcript`] is kept when asked. Replay and every live mode
 //! direct their engines with it, so they report the same way.
+//!
+//! It also decides each request's outcome. A request whose current handoff
+//! attempt ends early because a worker was lost (torn down, peer lost or
+//! restarted) or its transfer failed is migrated once, as Dynamo does: its
+//! bookings are released, the attempt is voided and the request is routed
+//! again as a new attempt (a new handoff id) to the workers still up. It
+//! fails only when it already was migrated, the reason is not a loss
+//! (expiries, refusals, client cancels), or no worker can take it. Events of
+//! a voided attempt still reach the recorder's lifecycle figures but no
+//! longer move the router or the request's outcome.
 
 use crate::report::{Recorder, Report};
 use handoff_core::engine::{Director, Route, Undeliverable};
@@ -9,11 +19,25 @@ use handoff_core::fasthash::FastMap;
 use handoff_core::fault::FaultCounts;
 use handoff_core::host::HostFinal;
 use handoff_core::{
-    Generation, HandoffId, Instant, RequestError, RequestId, Transcript, WorkerEvent, WorkerId,
-    WorkerRequest,
+    CancelReason, DestinationState, Generation, HandoffId, Instant, Request, RequestError,
+    RequestId, RoleState, Transcript, WorkerEvent, WorkerId, WorkerRequest,
 };
 use router::{Frontend, Pool};
 use workload::TraceItem;
+
+/// What the director keeps of a request until it ends.
+struct Flight {
+    /// The request as it arrived, to route it again.
+    request: Request,
+    /// The worker it was last routed to.
+    holder: WorkerId,
+    /// Its current handoff attempt, if it is handed off.
+    attempt: Option<HandoffId>,
+    /// Its destination activated: it is ordinary decode work on `holder`.
+    active: bool,
+    /// It was migrated once already.
+    migrated: bool,
+}
 
 /// See the module docs.
 pub struct Serving<I> {
@@ -25,17 +49,27 @@ pub struct Serving<I> {
     transcript: Option<Transcript>,
     report: Option<Report>,
     scratch: Vec<(WorkerId, WorkerRequest, handoff_core::Duration)>,
-    /// The worker each unfinished request was last routed to: a request
-    /// whose worker is lost fails then, not at the end of the run.
-    holders: FastMap<RequestId, WorkerId>,
+    flights: FastMap<RequestId, Flight>,
+    lost: Vec<WorkerId>,
 }
 
-fn request_of(r: &WorkerRequest) -> RequestId {
+fn parts(r: &WorkerRequest) -> (RequestId, Option<HandoffId>) {
     match r {
-        WorkerRequest::Ordinary(q)
-        | WorkerRequest::HandoffSource { request: q, .. }
-        | WorkerRequest::HandoffDestination { request: q, .. } => q.id,
+        WorkerRequest::Ordinary(q) => (q.id, None),
+        WorkerRequest::HandoffSource { request, id }
+        | WorkerRequest::HandoffDestination { request, id, .. } => (request.id, Some(*id)),
     }
+}
+
+/// Whether an early end of `reason` is a loss a new attempt can get past.
+fn migratable(reason: CancelReason) -> bool {
+    matches!(
+        reason,
+        CancelReason::Teardown
+            | CancelReason::PeerLost
+            | CancelReason::PeerRestarted
+            | CancelReason::TransferFailed
+    )
 }
 
 impl<I: Iterator<Item = TraceItem>> Serving<I> {
@@ -57,7 +91,8 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             transcript: transcript.then(Transcript::new),
             report: None,
             scratch: Vec::new(),
-            holders: FastMap::default(),
+            flights: FastMap::default(),
+            lost: Vec::new(),
         }
     }
 
@@ -77,6 +112,77 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             .copied()
             .unwrap_or(Pool::Decode)
     }
+
+    /// Notes where each routed request went and under which attempt.
+    fn track(&mut self, to: WorkerId, request: &WorkerRequest) {
+        let (rid, attempt) = parts(request);
+        if let Some(f) = self.flights.get_mut(&rid) {
+            f.holder = to;
+            if attempt.is_some() {
+                f.attempt = attempt;
+            }
+        }
+    }
+
+    fn fail(&mut self, r: RequestId, reason: &'static str) {
+        self.flights.remove(&r);
+        self.frontend.request_lost(r);
+        if let Some(rec) = self.rec.as_mut() {
+            rec.fail(r, reason);
+        }
+    }
+
+    /// Migrates `r` once, or fails it for `reason`.
+    fn migrate_or_fail(
+        &mut self,
+        r: RequestId,
+        reason: &'static str,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) {
+        let Some(f) = self.flights.get_mut(&r) else {
+            return;
+        };
+        if f.migrated {
+            return self.fail(r, reason);
+        }
+        f.migrated = true;
+        f.attempt = None;
+        f.active = false;
+        let request = f.request.clone();
+        self.frontend.request_lost(r);
+        let routes = self.frontend.arrive(request, now);
+        if routes.is_empty() {
+            return self.fail(r, reason);
+        }
+        if let Some(rec) = self.rec.as_mut() {
+            rec.migrated(r);
+        }
+        for (to, request) in routes {
+            self.track(to, &request);
+            out.push(Route {
+                to,
+                request,
+                delay: handoff_core::Duration::ZERO,
+            });
+        }
+    }
+
+    /// Whether `e` belongs to a voided attempt (one a migration replaced).
+    fn stale(&self, e: &WorkerEvent) -> bool {
+        let (id, request) = match e {
+            WorkerEvent::Transition(t) => (t.id, t.request),
+            WorkerEvent::PrefillPinned { id, request, .. }
+            | WorkerEvent::StartTransfer { id, request, .. }
+            | WorkerEvent::RoleEnded { id, request, .. } => (*id, *request),
+            _ => return false,
+        };
+        match self.flights.get(&request) {
+            Some(f) => f.attempt.is_some_and(|a| a != id),
+            // Ended requests: their late events only feed the figures.
+            None => true,
+        }
+    }
 }
 
 impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
@@ -94,8 +200,23 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.arrival(&item.request);
         }
-        for (to, request) in self.frontend.arrive(item.request, now) {
-            self.holders.insert(request_of(&request), to);
+        let rid = item.request.id;
+        self.flights.insert(
+            rid,
+            Flight {
+                request: item.request.clone(),
+                holder: WorkerId(u32::MAX),
+                attempt: None,
+                active: false,
+                migrated: false,
+            },
+        );
+        let routes = self.frontend.arrive(item.request, now);
+        if routes.is_empty() {
+            return self.fail(rid, "no-worker");
+        }
+        for (to, request) in routes {
+            self.track(to, &request);
             out.push(Route {
                 to,
                 request,
@@ -109,24 +230,49 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let (Some(t), WorkerEvent::Transition(tr)) = (self.transcript.as_mut(), e) {
             t.record(tr);
         }
+        let stale = self.stale(e);
         if let Some(rec) = self.rec.as_mut() {
-            rec.event(w, pool, e);
+            rec.event(w, pool, e, stale);
         }
-        if let WorkerEvent::RequestFinished { request, .. } = e {
-            if pool != Pool::Prefill {
-                self.holders.remove(request);
+        match e {
+            WorkerEvent::StartTransfer { id, tokens, at, .. } => {
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.transfer_started(*id, *tokens, *at);
+                }
+                return;
             }
+            WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
+                self.flights.remove(request);
+            }
+            WorkerEvent::Transition(t)
+                if !stale && t.to == RoleState::Destination(DestinationState::Active) =>
+            {
+                if let Some(f) = self.flights.get_mut(&t.request) {
+                    f.active = true;
+                    f.holder = t.worker;
+                }
+            }
+            WorkerEvent::RoleEnded {
+                request,
+                reason: Some(reason),
+                ..
+            } if !stale => {
+                if migratable(*reason) {
+                    self.migrate_or_fail(*request, reason.name(), now, out);
+                } else {
+                    self.fail(*request, reason.name());
+                }
+                return;
+            }
+            _ => {}
         }
-        if let WorkerEvent::StartTransfer { id, tokens, at, .. } = e {
-            if let Some(rec) = self.rec.as_mut() {
-                rec.transfer_started(*id, *tokens, *at);
-            }
+        if stale {
             return;
         }
         let mut routed = std::mem::take(&mut self.scratch);
         routed.extend(self.frontend.on_event(w, pool, e, now));
         for (to, request, delay) in routed.drain(..) {
-            self.holders.insert(request_of(&request), to);
+            self.track(to, &request);
             out.push(Route { to, request, delay });
         }
         self.scratch = routed;
@@ -143,10 +289,20 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         _w: WorkerId,
         request: &WorkerRequest,
         why: Undeliverable,
-        _now: Instant,
+        now: Instant,
+        out: &mut Vec<Route>,
     ) {
         if let Some(rec) = self.rec.as_mut() {
-            rec.undeliverable(request, why);
+            rec.undeliverable(why);
+        }
+        let (rid, attempt) = parts(request);
+        let current = self
+            .flights
+            .get(&rid)
+            .is_some_and(|f| attempt.is_none() || f.attempt == attempt);
+        if current {
+            // Its worker went down while it travelled: the same as a loss.
+            self.migrate_or_fail(rid, "worker-down", now, out);
         }
     }
 
@@ -156,26 +312,28 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         }
     }
 
-    fn on_worker_lost(&mut self, w: WorkerId, _now: Instant) {
+    fn on_worker_lost(&mut self, w: WorkerId, now: Instant, out: &mut Vec<Route>) {
         self.frontend.worker_lost(w);
-        let mut lost: Vec<RequestId> = self
-            .holders
+        if !self.lost.contains(&w) {
+            self.lost.push(w);
+        }
+        // Requests with no live role on `w` to report their end: ordinary
+        // work and activated destinations (their roles released already).
+        let mut hit: Vec<RequestId> = self
+            .flights
             .iter()
-            .filter(|(_, h)| **h == w)
+            .filter(|(_, f)| f.holder == w && (f.attempt.is_none() || f.active))
             .map(|(r, _)| *r)
             .collect();
         // Deterministic order whatever the map's.
-        lost.sort_unstable();
-        for r in lost {
-            self.holders.remove(&r);
-            self.frontend.request_lost(r);
-            if let Some(rec) = self.rec.as_mut() {
-                rec.fail(r, "worker-lost");
-            }
+        hit.sort_unstable();
+        for r in hit {
+            self.migrate_or_fail(r, "worker-lost", now, out);
         }
     }
 
     fn on_worker_back(&mut self, w: WorkerId, _generation: Generation, _now: Instant) {
+        self.lost.retain(|x| *x != w);
         let pool = self.pool(w);
         self.frontend.worker_back(w, pool);
     }

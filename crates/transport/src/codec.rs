@@ -9,7 +9,7 @@
 //! the message). bincode itself runs with the same limit, so a length inside
 //! the body (a `Vec`, a `String`) cannot make it allocate more either.
 
-use crate::frame::Frame;
+use crate::frame::{Frame, PeerRole};
 use handoff_core::{Generation, WorkerId};
 use std::fmt;
 use std::io::{self, Read};
@@ -274,9 +274,13 @@ impl<R: Read> FrameReader<R> {
     }
 
     /// Reads the first frame of a connection, which must be `Hello`.
-    pub fn read_hello(&mut self) -> Result<(WorkerId, Generation), ReadError> {
+    pub fn read_hello(&mut self) -> Result<(WorkerId, Generation, PeerRole), ReadError> {
         match self.read_frame()? {
-            Some(Frame::Hello { worker, generation }) => Ok((worker, generation)),
+            Some(Frame::Hello {
+                worker,
+                generation,
+                role,
+            }) => Ok((worker, generation, role)),
             Some(other) => Err(self.error(DecodeErrorKind::NotHello { got: other.name() })),
             None => Err(self.error(DecodeErrorKind::Truncated {
                 expected: HEADER_LEN as u64,
@@ -426,9 +430,13 @@ mod tests {
         let bytes = encode_all(&[Frame::Hello {
             worker: WorkerId(2),
             generation: Generation(5),
+            role: PeerRole::Any,
         }]);
         let mut r = FrameReader::new(&bytes[..]);
-        assert_eq!(r.read_hello().unwrap(), (WorkerId(2), Generation(5)));
+        assert_eq!(
+            r.read_hello().unwrap(),
+            (WorkerId(2), Generation(5), PeerRole::Any)
+        );
         let mut r = FrameReader::new(&[][..]);
         assert!(matches!(
             r.read_hello(),

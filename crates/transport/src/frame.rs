@@ -26,6 +26,9 @@ pub enum Frame {
         worker: WorkerId,
         /// The sender's incarnation.
         generation: Generation,
+        /// What the sender serves as, so a misconfigured deployment (a
+        /// decode worker given as prefill) is refused at start.
+        role: PeerRole,
     },
     /// A handoff fact between workers.
     Handoff(HandoffMsg),
@@ -55,6 +58,50 @@ pub enum Frame {
     FinalQuery,
     /// A node's final state (virtual clock: the answer to `FinalQuery`).
     Final(HostFinal),
+    /// Wall clock, frontend to worker at the start of a session: model time
+    /// zero is this moment (nanoseconds since the Unix epoch) and runs
+    /// `speed` times faster than wall time, so that every process stamps
+    /// its events on the frontend's clock.
+    Clock {
+        /// Model time zero, in Unix nanoseconds.
+        origin_unix_nanos: u64,
+        /// Model seconds per wall second.
+        speed: f64,
+    },
+}
+
+/// What an endpoint serves as, announced in its `Hello`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PeerRole {
+    /// The frontend (or virtual-clock coordinator).
+    Frontend,
+    /// A prefill (source) worker.
+    Prefill,
+    /// A decode (destination) worker.
+    Decode,
+    /// A worker that prefills and decodes, with no handoff.
+    Aggregated,
+    /// Not stated (tests, tools).
+    Any,
+}
+
+impl PeerRole {
+    /// Lower-case name, as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerRole::Frontend => "frontend",
+            PeerRole::Prefill => "prefill",
+            PeerRole::Decode => "decode",
+            PeerRole::Aggregated => "aggregated",
+            PeerRole::Any => "unstated",
+        }
+    }
+}
+
+impl std::fmt::Display for PeerRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A node's answer to one engine operation.
@@ -80,6 +127,7 @@ impl Frame {
             Frame::HostReply(_) => "HostReply",
             Frame::FinalQuery => "FinalQuery",
             Frame::Final(_) => "Final",
+            Frame::Clock { .. } => "Clock",
         }
     }
 
@@ -136,6 +184,7 @@ pub(crate) mod samples {
             Frame::Hello {
                 worker: WorkerId(3),
                 generation: Generation(9),
+                role: PeerRole::Any,
             },
             Frame::Handoff(handoff(1)),
             Frame::Handoff(HandoffMsg {
@@ -458,6 +507,7 @@ pub(crate) mod samples {
             (any::<u32>(), any::<u32>()).prop_map(|(w, g)| Frame::Hello {
                 worker: WorkerId(w),
                 generation: Generation(g),
+                role: PeerRole::Any,
             }),
             arb_msg().prop_map(Frame::Handoff),
             (arb_request(), any::<u128>(), any::<u32>()).prop_map(|(r, id, w)| {

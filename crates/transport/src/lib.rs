@@ -27,8 +27,8 @@ pub use channel::{ChannelEndpoint, ChannelNet};
 pub use codec::{
     encode_frame, DecodeError, DecodeErrorKind, EncodeError, FrameReader, ReadError, MAX_FRAME,
 };
-pub use frame::{Frame, HostReply};
-pub use tcp::{ConnectError, TcpEndpoint};
+pub use frame::{Frame, HostReply, PeerRole};
+pub use tcp::{ConnectError, PeerHello, TcpEndpoint};
 
 use handoff_core::{Generation, WorkerId};
 use std::fmt;
@@ -135,6 +135,30 @@ pub trait Transport: Send {
     /// Says goodbye to every peer and stops. Idempotent; dropping the
     /// endpoint does the same.
     fn close(&self);
+}
+
+/// A shared endpoint is an endpoint: a process that serves successive
+/// sessions keeps one listener and hands it to each session's driver.
+impl<T: Transport + Sync> Transport for &T {
+    fn me(&self) -> WorkerId {
+        (**self).me()
+    }
+
+    fn generation(&self) -> Generation {
+        (**self).generation()
+    }
+
+    fn send(&self, to: WorkerId, frame: Frame) -> Result<(), SendError> {
+        (**self).send(to, frame)
+    }
+
+    fn incoming(&self) -> &crossbeam_channel::Receiver<Incoming> {
+        (**self).incoming()
+    }
+
+    fn close(&self) {
+        (**self).close()
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@
 //! refused as stale.
 
 use crate::codec::{encode_frame, DecodeError, DecodeErrorKind, FrameReader, ReadError};
-use crate::frame::Frame;
+use crate::frame::{Frame, PeerRole};
 use crate::{Incoming, SendError, Transport};
 use crossbeam_channel::{Receiver, Sender};
 use handoff_core::{Generation, WorkerId};
@@ -110,6 +110,7 @@ struct State {
 struct Inner {
     me: WorkerId,
     generation: Generation,
+    role: PeerRole,
     tx: Sender<Incoming>,
     closed: AtomicBool,
     state: Mutex<State>,
@@ -176,7 +177,7 @@ impl Inner {
 
     fn serve_accepted(self: Arc<Self>, stream: TcpStream, addr: SocketAddr) {
         match self.establish(&stream) {
-            Ok((conn, reader, peer, _)) => self.serve(conn, reader, peer, addr),
+            Ok((conn, reader, hello)) => self.serve(conn, reader, hello.worker, addr),
             Err(e) => self.report_bad(addr.to_string(), e.to_string()),
         }
     }
@@ -186,7 +187,7 @@ impl Inner {
     fn establish(
         &self,
         stream: &TcpStream,
-    ) -> Result<(Arc<Conn>, FrameReader<TcpStream>, WorkerId, Generation), ConnectError> {
+    ) -> Result<(Arc<Conn>, FrameReader<TcpStream>, PeerHello), ConnectError> {
         let id = {
             let mut st = self.state.lock();
             if self.is_closed() {
@@ -197,12 +198,10 @@ impl Inner {
             st.sockets.insert(id, stream.try_clone()?);
             id
         };
-        let result = self
-            .handshake(stream)
-            .and_then(|(reader, peer, generation)| {
-                let conn = self.register(id, peer, generation, stream)?;
-                Ok((conn, reader, peer, generation))
-            });
+        let result = self.handshake(stream).and_then(|(reader, hello)| {
+            let conn = self.register(id, hello.worker, hello.generation, stream)?;
+            Ok((conn, reader, hello))
+        });
         if result.is_err() {
             self.forget(id, None);
         }
@@ -212,13 +211,14 @@ impl Inner {
     fn handshake(
         &self,
         stream: &TcpStream,
-    ) -> Result<(FrameReader<TcpStream>, WorkerId, Generation), ConnectError> {
+    ) -> Result<(FrameReader<TcpStream>, PeerHello), ConnectError> {
         stream.set_nodelay(true)?;
         let mut hello = Vec::with_capacity(16);
         encode_frame(
             &Frame::Hello {
                 worker: self.me,
                 generation: self.generation,
+                role: self.role,
             },
             &mut hello,
         )
@@ -226,9 +226,16 @@ impl Inner {
         (&*stream).write_all(&hello)?;
         stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         let mut reader = FrameReader::new(stream.try_clone()?);
-        let (peer, generation) = reader.read_hello().map_err(ConnectError::Handshake)?;
+        let (worker, generation, role) = reader.read_hello().map_err(ConnectError::Handshake)?;
         stream.set_read_timeout(None)?;
-        Ok((reader, peer, generation))
+        Ok((
+            reader,
+            PeerHello {
+                worker,
+                generation,
+                role,
+            },
+        ))
     }
 
     fn register(
@@ -364,6 +371,17 @@ fn dial(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
     Err(last)
 }
 
+/// Who answered a connection: the peer's `Hello`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerHello {
+    /// The peer's worker id.
+    pub worker: WorkerId,
+    /// Its incarnation.
+    pub generation: Generation,
+    /// What it serves as.
+    pub role: PeerRole,
+}
+
 /// A worker's TCP endpoint: a listener plus its connections.
 pub struct TcpEndpoint {
     inner: Arc<Inner>,
@@ -374,10 +392,21 @@ pub struct TcpEndpoint {
 
 impl TcpEndpoint {
     /// Listens on `addr` (use `127.0.0.1:0` for an ephemeral port) as
-    /// worker `me` in `generation`.
+    /// worker `me` in `generation`, stating no role in its hellos.
     pub fn bind(
         me: WorkerId,
         generation: Generation,
+        addr: impl ToSocketAddrs,
+    ) -> io::Result<TcpEndpoint> {
+        TcpEndpoint::bind_as(me, generation, PeerRole::Any, addr)
+    }
+
+    /// [`TcpEndpoint::bind`], announcing `role` in every hello so that
+    /// whoever connects can check it is talking to what it expects.
+    pub fn bind_as(
+        me: WorkerId,
+        generation: Generation,
+        role: PeerRole,
         addr: impl ToSocketAddrs,
     ) -> io::Result<TcpEndpoint> {
         let listener = TcpListener::bind(addr)?;
@@ -386,6 +415,7 @@ impl TcpEndpoint {
         let inner = Arc::new(Inner {
             me,
             generation,
+            role,
             tx,
             closed: AtomicBool::new(false),
             state: Mutex::new(State::default()),
@@ -418,12 +448,19 @@ impl TcpEndpoint {
         &self,
         addr: impl ToSocketAddrs,
     ) -> Result<(WorkerId, Generation), ConnectError> {
+        self.connect_peer(addr).map(|h| (h.worker, h.generation))
+    }
+
+    /// [`TcpEndpoint::connect`], returning the whole hello the peer sent
+    /// (its role included).
+    pub fn connect_peer(&self, addr: impl ToSocketAddrs) -> Result<PeerHello, ConnectError> {
         if self.inner.is_closed() {
             return Err(ConnectError::Closed);
         }
         let stream = dial(addr)?;
         let remote = stream.peer_addr()?;
-        let (conn, reader, peer, generation) = self.inner.establish(&stream)?;
+        let (conn, reader, hello) = self.inner.establish(&stream)?;
+        let peer = hello.worker;
         let inner = Arc::clone(&self.inner);
         let conn_id = conn.id;
         let spawned = thread::Builder::new()
@@ -436,7 +473,7 @@ impl TcpEndpoint {
                 return Err(ConnectError::Io(e));
             }
         }
-        Ok((peer, generation))
+        Ok(hello)
     }
 
     fn first_conn(&self, to: WorkerId) -> Option<Arc<Conn>> {
@@ -575,7 +612,7 @@ mod tests {
     fn read_server_hello(raw: &mut TcpStream, want: WorkerId) {
         raw.set_read_timeout(Some(WAIT)).unwrap();
         let mut reader = FrameReader::new(&mut *raw);
-        let (w, _) = reader.read_hello().expect("server hello");
+        let (w, _, _) = reader.read_hello().expect("server hello");
         assert_eq!(w, want);
     }
 
@@ -664,7 +701,8 @@ mod tests {
                 WorkerId(1),
                 Frame::Hello {
                     worker: WorkerId(1),
-                    generation: Generation(0)
+                    generation: Generation(0),
+                    role: PeerRole::Any,
                 }
             ),
             Err(SendError::ControlFrame("Hello"))
@@ -738,6 +776,7 @@ mod tests {
             &Frame::Hello {
                 worker: WorkerId(9),
                 generation: Generation(2),
+                role: PeerRole::Any,
             },
             &mut hello,
         )
@@ -780,6 +819,7 @@ mod tests {
         let hello = Frame::Hello {
             worker: WorkerId(4),
             generation: Generation(0),
+            role: PeerRole::Any,
         };
         encode_frame(&hello, &mut bytes).unwrap();
         encode_frame(&hello, &mut bytes).unwrap();
@@ -821,6 +861,7 @@ mod tests {
             &Frame::Hello {
                 worker: WorkerId(6),
                 generation: Generation(0),
+                role: PeerRole::Any,
             },
             &mut hello,
         )
