@@ -18,6 +18,8 @@
 //! requests per second. Timings are medians of several runs: the machine is
 //! shared and noisy.
 
+mod soak;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -573,14 +575,41 @@ fn parity(args: &[String]) -> bool {
     }
 }
 
+fn soak_cmd(args: &[String]) -> bool {
+    let mut o = soak::Soak::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let v = it.next();
+        let num = v.and_then(|s| s.parse::<f64>().ok()).filter(|x| *x > 0.0);
+        match (a.as_str(), num) {
+            ("--requests", Some(n)) => o.requests = n as u64,
+            ("--rate", Some(x)) => o.rate = x,
+            ("--speed", Some(x)) => o.speed = x,
+            ("--kill-every-s", Some(x)) => o.kill_every = x,
+            ("--backend", _) if v.is_some_and(|b| b == "vllm" || b == "sglang") => {
+                o.backend = v.cloned().unwrap_or_default()
+            }
+            _ => {
+                eprintln!("soak: bad option {a} {}", v.map_or("", String::as_str));
+                return false;
+            }
+        }
+    }
+    match release_bin() {
+        Some(bin) => soak::run(&bin, &o),
+        None => false,
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let ok = match args.first().map(String::as_str) {
         Some("bench") => bench(),
         Some("parity") => parity(&args[1..]),
+        Some("soak") => soak_cmd(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask bench\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]"
+                "usage: cargo xtask bench\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]"
             );
             false
         }

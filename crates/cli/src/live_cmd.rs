@@ -317,14 +317,10 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
         );
         return Ok(());
     }
+    // Decode workers dial their prefill workers; a restarted worker dials
+    // the frontend (`frontend --listen`) and its peers to rejoin.
     for peer in &a.connect {
-        let hello = connect_retry(&ep, peer).map_err(|e| format!("--connect {e}"))?;
-        if !matches!(hello.role, PeerRole::Prefill | PeerRole::Any) {
-            return Err(format!(
-                "--connect {peer}: worker {} there is a {} worker; decode workers dial prefill workers",
-                hello.worker, hello.role
-            ));
-        }
+        connect_retry(&ep, peer).map_err(|e| format!("--connect {e}"))?;
     }
     let cfg = NodeConfig {
         id: me,
@@ -389,6 +385,10 @@ pub struct FrontendArgs {
     /// Exit 0 even when requests failed.
     #[arg(long)]
     allow_failures: bool,
+    /// Address to listen on, so that a restarted worker can dial back in
+    /// (`worker --generation N+1 --connect ADDR`).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
 }
 
 fn parse_worker(s: &str) -> Result<(WorkerId, Pool, String), String> {
@@ -452,13 +452,9 @@ type Listed = Vec<(WorkerId, String)>;
 /// Drives worker processes with a workload over TCP.
 pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     let (cfg, specs, listed) = frontend_deployment(&a)?;
-    let ep = TcpEndpoint::bind_as(
-        FRONTEND_ID,
-        Generation(0),
-        PeerRole::Frontend,
-        "127.0.0.1:0",
-    )
-    .map_err(|e| e.to_string())?;
+    let ep = TcpEndpoint::bind_as(FRONTEND_ID, Generation(0), PeerRole::Frontend, a.listen.as_str())
+        .map_err(|e| format!("--listen {}: {e}", a.listen))?;
+    eprintln!("frontend listening on {}", ep.local_addr());
     let pools = deployment(&cfg);
     for ((id, addr), (_, pool)) in listed.iter().zip(&pools) {
         let hello = connect_retry(&ep, addr).map_err(|e| format!("--worker {e}"))?;

@@ -148,7 +148,14 @@ pub trait Director {
     fn on_worker_lost(&mut self, _w: WorkerId, _now: Instant, _out: &mut Vec<Route>) {}
 
     /// Worker `w` is back as `generation`.
-    fn on_worker_back(&mut self, _w: WorkerId, _generation: Generation, _now: Instant) {}
+    fn on_worker_back(
+        &mut self,
+        _w: WorkerId,
+        _generation: Generation,
+        _now: Instant,
+        _out: &mut Vec<Route>,
+    ) {
+    }
 
     /// The attempts of `request` to cancel, and where they live.
     fn cancel(&mut self, _request: RequestId, _now: Instant) -> Vec<(WorkerId, HandoffId)> {
@@ -715,7 +722,11 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                 h.generation = h.generation.next();
                 let generation = h.generation;
                 self.update(w, status);
-                self.director.on_worker_back(worker, generation, now);
+                let mut routes = std::mem::take(&mut self.routes);
+                self.director
+                    .on_worker_back(worker, generation, now, &mut routes);
+                self.route(&mut routes);
+                self.routes = routes;
                 for p in 0..self.hosts.len() as u32 {
                     if p != w && self.hosts[p as usize].up {
                         self.deliver(

@@ -8,7 +8,7 @@ use crate::clock::WallClock;
 use crossbeam_channel::RecvTimeoutError;
 use handoff_core::engine::{Director, Route, Undeliverable};
 use handoff_core::fault::FaultCounts;
-use handoff_core::{Generation, HostFinal, Instant, Transcript, WorkerId, WorkerRequest};
+use handoff_core::{HostFinal, Instant, Transcript, WorkerId, WorkerRequest};
 use replay::{Report, Serving};
 use std::collections::BTreeMap;
 use transport::{Frame, Incoming, Transport};
@@ -48,6 +48,8 @@ pub struct FrontendNode<T: Transport, I: Iterator<Item = TraceItem>> {
     seq: u64,
     finals: BTreeMap<WorkerId, HostFinal>,
     lost: Vec<WorkerId>,
+    /// The incarnation of each worker last heard from.
+    generations: BTreeMap<WorkerId, handoff_core::Generation>,
     routes: Vec<Route>,
     run: LiveRun,
     /// Real time without any event after which the run gives up.
@@ -71,10 +73,22 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             seq: 0,
             finals: BTreeMap::new(),
             lost: Vec::new(),
+            generations: BTreeMap::new(),
             routes: Vec::new(),
             run: LiveRun::default(),
             idle_limit: std::time::Duration::from_secs(30),
         }
+    }
+
+    /// Puts worker `w` on this frontend's clock.
+    fn send_clock(&self, w: WorkerId) {
+        let _ = self.transport.send(
+            w,
+            Frame::Clock {
+                origin_unix_nanos: self.clock.origin_unix_nanos(),
+                speed: self.clock.speed(),
+            },
+        );
     }
 
     fn send(&mut self, to: WorkerId, req: WorkerRequest, now: Instant) {
@@ -124,16 +138,8 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
     /// Runs the workload to the end and returns what was observed.
     pub fn run(mut self) -> LiveOutcome {
         // Every worker stamps its events on this clock.
-        let origin_unix_nanos = self.clock.origin_unix_nanos();
-        let speed = self.clock.speed();
         for w in self.workers.clone() {
-            let _ = self.transport.send(
-                w,
-                Frame::Clock {
-                    origin_unix_nanos,
-                    speed,
-                },
-            );
+            self.send_clock(w);
         }
         let started = std::time::Instant::now();
         let mut last_progress = std::time::Instant::now();
@@ -220,12 +226,32 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
                 self.routes = routes;
                 self.route(now);
             }
-            Incoming::PeerUp { peer, generation } => {
-                if let Some(i) = self.lost.iter().position(|w| *w == peer) {
-                    self.lost.swap_remove(i);
-                    self.director.on_worker_back(peer, generation, now);
+            Incoming::PeerUp { peer, generation } if self.workers.contains(&peer) => {
+                let known = self.generations.insert(peer, generation);
+                let newer = known.is_some_and(|g| generation > g);
+                if newer && !self.lost.contains(&peer) {
+                    // A restart can beat the old connection's loss: a newer
+                    // incarnation means the old one and what it held are gone.
+                    self.lost.push(peer);
+                    self.run.workers_lost += 1;
+                    let mut routes = std::mem::take(&mut self.routes);
+                    self.director.on_worker_lost(peer, now, &mut routes);
+                    self.routes = routes;
+                    self.route(now);
                 }
-                let _: Generation = generation;
+                if let Some(i) = self.lost.iter().position(|w| *w == peer) {
+                    // A restarted worker dialled back in: it is a new
+                    // incarnation with nothing held; its old final state
+                    // is void until it sends a new one.
+                    self.lost.swap_remove(i);
+                    self.finals.remove(&peer);
+                    self.send_clock(peer);
+                    let mut routes = std::mem::take(&mut self.routes);
+                    self.director
+                        .on_worker_back(peer, generation, now, &mut routes);
+                    self.routes = routes;
+                    self.route(now);
+                }
             }
             _ => {}
         }

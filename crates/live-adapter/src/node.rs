@@ -162,6 +162,10 @@ impl<T: Transport> WorkerNode<T> {
                     speed,
                 } if from == self.cfg.frontend => {
                     self.clock = WallClock::from_unix(origin_unix_nanos, speed);
+                    // The frontend holds every worker's final state; a new
+                    // (or restarted) worker says at once that it is idle.
+                    self.last_final = None;
+                    self.report_final();
                 }
                 _ => {}
             },

@@ -266,8 +266,16 @@ impl Director for LabDirector {
         self.frontend.worker_lost(w);
     }
 
-    fn on_worker_back(&mut self, w: WorkerId, _generation: Generation, _now: Instant) {
-        self.frontend.worker_back(w, Self::pool(w));
+    fn on_worker_back(
+        &mut self,
+        w: WorkerId,
+        _generation: Generation,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) {
+        for (to, request, delay) in self.frontend.worker_back(w, Self::pool(w), now) {
+            out.push(Route { to, request, delay });
+        }
     }
 
     /// Every attempt of `request`, where it was routed (a delivery still on

@@ -332,10 +332,19 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         }
     }
 
-    fn on_worker_back(&mut self, w: WorkerId, _generation: Generation, _now: Instant) {
+    fn on_worker_back(
+        &mut self,
+        w: WorkerId,
+        _generation: Generation,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) {
         self.lost.retain(|x| *x != w);
         let pool = self.pool(w);
-        self.frontend.worker_back(w, pool);
+        for (to, request, delay) in self.frontend.worker_back(w, pool, now) {
+            self.track(to, &request);
+            out.push(Route { to, request, delay });
+        }
     }
 
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {

@@ -11,7 +11,7 @@
 
 use crate::{PoolRole, Router, RouterConfig, RouterMode};
 use handoff_core::{
-    Duration, Generation, HandoffIdGen, HandoffPolicy, Instant, Request, RequestId, Role,
+    Duration, Generation, HandoffId, HandoffIdGen, HandoffPolicy, Instant, Request, RequestId, Role,
     SourceReady, WorkerEvent, WorkerId, WorkerRequest,
 };
 use std::collections::HashMap;
@@ -68,6 +68,9 @@ pub struct Frontend {
     decode: Option<Router>,
     ids: HandoffIdGen,
     held: HashMap<RequestId, Request>,
+    /// Source-first prefills that pinned while no decode worker could take
+    /// them (all down): routed when one comes back, in pin order.
+    waiting: Vec<(WorkerId, HandoffId, SourceReady, RequestId)>,
     hop: Duration,
     disabled_delay: Duration,
 }
@@ -115,6 +118,7 @@ impl Frontend {
             decode,
             ids: HandoffIdGen::new(FRONTEND_ID, Generation(0)),
             held: HashMap::new(),
+            waiting: Vec::new(),
             hop: cfg.hop,
             disabled_delay: cfg.disabled_delay,
         }
@@ -153,10 +157,18 @@ impl Frontend {
             let _ = d.request_released(request);
         }
         self.held.remove(&request);
+        self.waiting.retain(|x| x.3 != request);
     }
 
-    /// Worker `w` is back (a restart): route to it again in `pool`.
-    pub fn worker_back(&mut self, w: WorkerId, pool: Pool) {
+    /// Worker `w` is back (a restart): route to it again in `pool`. A decode
+    /// worker's return routes the prefills that pinned while none was up;
+    /// returns those routes.
+    pub fn worker_back(
+        &mut self,
+        w: WorkerId,
+        pool: Pool,
+        now: Instant,
+    ) -> Vec<(WorkerId, WorkerRequest, Duration)> {
         match (pool, self.decode.as_mut()) {
             (Pool::Decode, Some(d)) => {
                 d.add_worker(w);
@@ -164,6 +176,46 @@ impl Frontend {
             _ => {
                 self.prefill.add_worker(w);
             }
+        }
+        let mut out = Vec::new();
+        if pool == Pool::Decode {
+            for (source, id, ready, request) in std::mem::take(&mut self.waiting) {
+                self.route_decode(source, id, ready, request, now, &mut out);
+            }
+        }
+        out
+    }
+
+    /// Books a decode worker for a pinned source-first prefill, or keeps it
+    /// waiting when none can take it.
+    fn route_decode(
+        &mut self,
+        source: WorkerId,
+        id: HandoffId,
+        ready: SourceReady,
+        request: RequestId,
+        now: Instant,
+        out: &mut Vec<(WorkerId, WorkerRequest, Duration)>,
+    ) {
+        let Some(req) = self.held.get(&request) else {
+            return;
+        };
+        let Some(d) = self.decode.as_mut() else {
+            return;
+        };
+        match d.select(req, now).map(|s| s.worker) {
+            Some(to) => {
+                if let Some(req) = self.held.remove(&request) {
+                    let r = WorkerRequest::HandoffDestination {
+                        id,
+                        request: req,
+                        source,
+                        ready: Some(ready),
+                    };
+                    out.push((to, r, self.hop));
+                }
+            }
+            None => self.waiting.push((source, id, ready, request)),
         }
     }
 
@@ -245,23 +297,11 @@ impl Frontend {
             } => {
                 let _ = self.prefill.prefill_completed(*request);
                 if self.policy == HandoffPolicy::SourceFirst {
-                    if let (Some(req), Some(d)) = (self.held.remove(request), self.decode.as_mut())
-                    {
-                        let Some(to) = d.select(&req, now).map(|s| s.worker) else {
-                            return out;
-                        };
-                        let ready = Some(SourceReady {
-                            blocks: *blocks,
-                            tokens: *tokens,
-                        });
-                        let r = WorkerRequest::HandoffDestination {
-                            id: *id,
-                            request: req,
-                            source: w,
-                            ready,
-                        };
-                        out.push((to, r, self.hop));
-                    }
+                    let ready = SourceReady {
+                        blocks: *blocks,
+                        tokens: *tokens,
+                    };
+                    self.route_decode(w, *id, ready, *request, now, &mut out);
                 }
             }
             WorkerEvent::RoleEnded {
@@ -273,6 +313,7 @@ impl Frontend {
                 Role::Source => {
                     let _ = self.prefill.request_released(*request);
                     self.held.remove(request);
+                    self.waiting.retain(|x| x.3 != *request);
                 }
                 Role::Destination => {
                     if reason.is_some() {
