@@ -61,6 +61,7 @@ pub enum Frame {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostReply {
     /// Outputs the host released, in order.
+    #[serde(deserialize_with = "handoff_core::serde_vec::deserialize")]
     pub outputs: Vec<HostOutput>,
     /// The host's status afterwards.
     pub status: HostStatus,
