@@ -45,8 +45,11 @@ pub const ALLOC_PER_BYTE: usize = 24;
 
 /// Bytes one `next()` may allocate regardless of line length: serde_json's
 /// error message and scratch, the kept-errors list of skip mode (16
-/// errors), and the session-turn table doubling (17 bytes a slot; an input
-/// the mutator makes, at most 64 KiB, holds under a thousand session lines).
+/// errors), and the session-turn table doubling. That table grows with the
+/// sessions seen so far, not with the line: at 17 bytes a slot and at
+/// least ~80 bytes a session line, it stays under this for inputs up to
+/// about 64 KiB of session lines (the mutator's `--max-len` is 4 KiB by
+/// default; the rare generated big inputs are single lines).
 pub const ALLOC_CONST: usize = 64 << 10;
 
 const NAME: &str = "fuzz.jsonl";
