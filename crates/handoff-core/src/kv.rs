@@ -83,11 +83,19 @@ pub enum KvEventData {
         /// The block these extend, `None` at the root.
         parent_hash: Option<u64>,
         /// Chained hashes, in prefix order.
+        #[cfg_attr(
+            feature = "serde",
+            serde(deserialize_with = "crate::serde_vec::deserialize")
+        )]
         block_hashes: Vec<u64>,
     },
     /// Cached blocks were evicted.
     Removed {
         /// Hashes no longer cached.
+        #[cfg_attr(
+            feature = "serde",
+            serde(deserialize_with = "crate::serde_vec::deserialize")
+        )]
         block_hashes: Vec<u64>,
     },
     /// The whole cache was dropped (restart).

@@ -25,6 +25,8 @@ pub mod policy;
 pub mod request;
 pub mod rng;
 pub mod scheduler;
+#[cfg(feature = "serde")]
+pub mod serde_vec;
 pub mod source;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -25,6 +25,10 @@ pub struct Request {
     /// Output tokens to generate (the trace's output length).
     pub max_output_tokens: u32,
     /// Content hash of each `hash_block_tokens`-token prompt chunk.
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "crate::serde_vec::deserialize")
+    )]
     pub prefix_hashes: Vec<u64>,
     /// Tokens each entry of `prefix_hashes` covers.
     pub hash_block_tokens: u32,

@@ -6,8 +6,12 @@
 //! claiming a huge frame costs nothing (as ai-dynamo's
 //! `lib/runtime/src/pipeline/network/codec/two_part.rs`
 //! `TwoPartCodec::decode_header` rejects an over-size length before buffering
-//! the message). bincode itself runs with the same limit, so a length inside
-//! the body (a `Vec`, a `String`) cannot make it allocate more either.
+//! the message). Lengths inside the body cost nothing either: bincode runs
+//! with the same limit, which caps the decoded primitives at [`MAX_FRAME`]
+//! bytes, and every vector a frame carries is pre-sized from at most 4 KiB
+//! of its claimed length ([`handoff_core::serde_vec`]), not from serde's
+//! default of up to 1 MiB, so what a frame costs follows the bytes that
+//! arrived (`tests/decode_alloc.rs`).
 
 use crate::frame::{Frame, PeerRole};
 use handoff_core::{Generation, WorkerId};

@@ -108,6 +108,7 @@ impl std::fmt::Display for PeerRole {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostReply {
     /// Outputs the host released, in order.
+    #[serde(deserialize_with = "handoff_core::serde_vec::deserialize")]
     pub outputs: Vec<HostOutput>,
     /// The host's status afterwards.
     pub status: HostStatus,
