@@ -369,8 +369,13 @@ impl FrameTarget {
     fn handshake(&mut self, input: &[u8], stream: &Decoded, sig: &mut Sig) {
         let mut r = FrameReader::new(input);
         match r.read_hello() {
-            Ok((worker, generation)) => check!(
-                stream.first() == Some(&Ok(Frame::Hello { worker, generation })),
+            Ok((worker, generation, role)) => check!(
+                stream.first()
+                    == Some(&Ok(Frame::Hello {
+                        worker,
+                        generation,
+                        role
+                    })),
                 "handshake accepted what the stream did not start with"
             ),
             Err(ReadError::Decode(e)) => {
@@ -574,6 +579,7 @@ impl Target for FrameTarget {
                     out.extend(encode(&Frame::Hello {
                         worker: WorkerId(rng.below(8) as u32),
                         generation: Generation(rng.below(4) as u32),
+                        role: transport::PeerRole::Any,
                     }));
                 }
                 for _ in 0..rng.range(1, 4) {
@@ -663,6 +669,7 @@ impl Target for FrameTarget {
                         None => encode(&Frame::Hello {
                             worker: WorkerId(1),
                             generation: Generation(0),
+                            role: transport::PeerRole::Decode,
                         }),
                     }
                 };

@@ -221,6 +221,11 @@ pub fn every_frame() -> Vec<Frame> {
         Frame::Hello {
             worker: WorkerId(3),
             generation: Generation(9),
+            role: transport::PeerRole::Prefill,
+        },
+        Frame::Clock {
+            origin_unix_nanos: 1_700_000_000_000_000_000,
+            speed_micros: 10_000_000,
         },
         Frame::Handoff(msg),
         Frame::Handoff(HandoffMsg {
@@ -654,6 +659,13 @@ pub fn gen_frame(rng: &mut Rng) -> Frame {
         0 => Frame::Hello {
             worker: WorkerId(u32_of(rng)),
             generation: Generation(u32_of(rng)),
+            role: [
+                transport::PeerRole::Frontend,
+                transport::PeerRole::Prefill,
+                transport::PeerRole::Decode,
+                transport::PeerRole::Aggregated,
+                transport::PeerRole::Any,
+            ][(u32_of(rng) % 5) as usize],
         },
         1 => Frame::Handoff(gen_msg(rng)),
         2 => Frame::Request(gen_worker_request(rng)),
@@ -704,7 +716,7 @@ mod tests {
     fn samples_cover_every_variant() {
         let frames = every_frame();
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
-        assert_eq!(kinds.len(), 10, "{kinds:?}");
+        assert_eq!(kinds.len(), 11, "{kinds:?}");
         let detailed: BTreeSet<String> = frames.iter().map(detailed_name).collect();
         // 10 events, 10 host operations/inputs, 4 handoff bodies, 3 requests,
         // and the 6 other kinds.

@@ -111,12 +111,31 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
         } else {
             Vec::new()
         };
-        workers.push(spawn_worker(bin, id, role, "127.0.0.1:0", 0, &connect, &common)?);
+        workers.push(spawn_worker(
+            bin,
+            id,
+            role,
+            "127.0.0.1:0",
+            0,
+            &connect,
+            &common,
+        )?);
     }
     let mut fe = Command::new(bin);
-    fe.args(["frontend", "--listen", "127.0.0.1:0", "--json", "--allow-failures"])
-        .args(["--requests", &o.requests.to_string(), "--rate", &o.rate.to_string()])
-        .args(&common);
+    fe.args([
+        "frontend",
+        "--listen",
+        "127.0.0.1:0",
+        "--json",
+        "--allow-failures",
+    ])
+    .args([
+        "--requests",
+        &o.requests.to_string(),
+        "--rate",
+        &o.rate.to_string(),
+    ])
+    .args(&common);
     for w in &workers {
         fe.args(["--worker", &format!("{}={}@{}", w.id, w.role, w.addr)]);
     }
@@ -172,7 +191,9 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
                     .map(|p| p.addr.clone()),
             );
             workers[i] = spawn_worker(bin, id, role, &addr, generation, &connect, &common)?;
-            eprintln!("soak: killed worker {id} ({role}) and restarted it as generation {generation}");
+            eprintln!(
+                "soak: killed worker {id} ({role}) and restarted it as generation {generation}"
+            );
             next_kill += Duration::from_secs_f64(o.kill_every);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -206,12 +227,14 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
             o.requests
         ));
     }
+    // Workers up at the end (survivors and restarted incarnations) are in
+    // the table; one killed too late to be back is not.
+    let listed = json.matches("\"drained\":").count();
     let drained = json.matches("\"drained\": true").count();
     let unused = json.matches("\"final_kv_used_blocks\": 0").count();
-    if drained != workers.len() || unused != workers.len() {
+    if listed + 1 < workers.len() || drained != listed || unused != listed {
         bad.push(format!(
-            "{drained} of {} workers drained, {unused} with no block in use",
-            workers.len()
+            "{drained} of {listed} workers up at the end drained, {unused} with no block in use"
         ));
     }
     if json.contains("\"stalled\": true") {

@@ -452,8 +452,13 @@ type Listed = Vec<(WorkerId, String)>;
 /// Drives worker processes with a workload over TCP.
 pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     let (cfg, specs, listed) = frontend_deployment(&a)?;
-    let ep = TcpEndpoint::bind_as(FRONTEND_ID, Generation(0), PeerRole::Frontend, a.listen.as_str())
-        .map_err(|e| format!("--listen {}: {e}", a.listen))?;
+    let ep = TcpEndpoint::bind_as(
+        FRONTEND_ID,
+        Generation(0),
+        PeerRole::Frontend,
+        a.listen.as_str(),
+    )
+    .map_err(|e| format!("--listen {}: {e}", a.listen))?;
     eprintln!("frontend listening on {}", ep.local_addr());
     let pools = deployment(&cfg);
     for ((id, addr), (_, pool)) in listed.iter().zip(&pools) {

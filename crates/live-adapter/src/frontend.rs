@@ -86,7 +86,7 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             w,
             Frame::Clock {
                 origin_unix_nanos: self.clock.origin_unix_nanos(),
-                speed: self.clock.speed(),
+                speed_micros: (self.clock.speed() * 1e6).round() as u64,
             },
         );
     }
@@ -221,6 +221,9 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             {
                 self.lost.push(peer);
                 self.run.workers_lost += 1;
+                // What the dead incarnation last said no longer holds; a
+                // worker still down at the end is missing from the table.
+                self.finals.remove(&peer);
                 let mut routes = std::mem::take(&mut self.routes);
                 self.director.on_worker_lost(peer, now, &mut routes);
                 self.routes = routes;

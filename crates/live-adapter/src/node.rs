@@ -159,8 +159,11 @@ impl<T: Transport> WorkerNode<T> {
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
                 Frame::Clock {
                     origin_unix_nanos,
-                    speed,
+                    speed_micros,
                 } if from == self.cfg.frontend => {
+                    // A speed of zero falls back to real time (WallClock
+                    // refuses non-positive speeds).
+                    let speed = speed_micros as f64 / 1e6;
                     self.clock = WallClock::from_unix(origin_unix_nanos, speed);
                     // The frontend holds every worker's final state; a new
                     // (or restarted) worker says at once that it is idle.

@@ -33,8 +33,6 @@ struct Flight {
     holder: WorkerId,
     /// Its current handoff attempt, if it is handed off.
     attempt: Option<HandoffId>,
-    /// Its destination activated: it is ordinary decode work on `holder`.
-    active: bool,
     /// It was migrated once already.
     migrated: bool,
 }
@@ -148,7 +146,6 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         }
         f.migrated = true;
         f.attempt = None;
-        f.active = false;
         let request = f.request.clone();
         self.frontend.request_lost(r);
         let routes = self.frontend.arrive(request, now);
@@ -207,7 +204,6 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 request: item.request.clone(),
                 holder: WorkerId(u32::MAX),
                 attempt: None,
-                active: false,
                 migrated: false,
             },
         );
@@ -247,8 +243,8 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             WorkerEvent::Transition(t)
                 if !stale && t.to == RoleState::Destination(DestinationState::Active) =>
             {
+                // Activated: it is ordinary decode work on that worker now.
                 if let Some(f) = self.flights.get_mut(&t.request) {
-                    f.active = true;
                     f.holder = t.worker;
                 }
             }
@@ -317,12 +313,15 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if !self.lost.contains(&w) {
             self.lost.push(w);
         }
-        // Requests with no live role on `w` to report their end: ordinary
-        // work and activated destinations (their roles released already).
+        // Every request last routed to `w` moves now: a dead process reports
+        // nothing, so waiting for its roles' ends would wait forever (live);
+        // the engine's teardown reports that follow are then of a voided
+        // attempt. Requests whose roles on `w` were the peers of roles
+        // elsewhere end there, when those peers hear of the loss.
         let mut hit: Vec<RequestId> = self
             .flights
             .iter()
-            .filter(|(_, f)| f.holder == w && (f.attempt.is_none() || f.active))
+            .filter(|(_, f)| f.holder == w)
             .map(|(r, _)| *r)
             .collect();
         // Deterministic order whatever the map's.

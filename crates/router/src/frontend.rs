@@ -11,8 +11,8 @@
 
 use crate::{PoolRole, Router, RouterConfig, RouterMode};
 use handoff_core::{
-    Duration, Generation, HandoffId, HandoffIdGen, HandoffPolicy, Instant, Request, RequestId, Role,
-    SourceReady, WorkerEvent, WorkerId, WorkerRequest,
+    Duration, Generation, HandoffId, HandoffIdGen, HandoffPolicy, Instant, Request, RequestId,
+    Role, SourceReady, WorkerEvent, WorkerId, WorkerRequest,
 };
 use std::collections::HashMap;
 

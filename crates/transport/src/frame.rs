@@ -60,13 +60,14 @@ pub enum Frame {
     Final(HostFinal),
     /// Wall clock, frontend to worker at the start of a session: model time
     /// zero is this moment (nanoseconds since the Unix epoch) and runs
-    /// `speed` times faster than wall time, so that every process stamps
-    /// its events on the frontend's clock.
+    /// `speed_micros / 1e6` times faster than wall time, so that every
+    /// process stamps its events on the frontend's clock. (An integer, so
+    /// that every value on the wire is a speed: no NaN.)
     Clock {
         /// Model time zero, in Unix nanoseconds.
         origin_unix_nanos: u64,
-        /// Model seconds per wall second.
-        speed: f64,
+        /// Model microseconds per wall second.
+        speed_micros: u64,
     },
 }
 
