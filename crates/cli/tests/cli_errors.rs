@@ -54,7 +54,9 @@ fn skip_bad_lines_counts_them() {
 fn bad_flags_are_errors_not_panics() {
     for args in [
         vec!["replay", "--decode-kv-tokens", "0"],
-        vec!["replay", "--speedup-ratio", "nan"],
+        vec!["replay", "--pass-speedup-ratio", "nan"],
+        vec!["replay", "--arrival-speedup-ratio", "0"],
+        vec!["replay", "--trace-block-size", "0"],
         vec!["replay", "--trace", "/nonexistent/trace.jsonl"],
         vec!["live", "--speed", "0", "--requests", "1"],
         vec!["scenario", "no-such-scenario"],
@@ -65,6 +67,26 @@ fn bad_flags_are_errors_not_panics() {
         assert!(err.starts_with("error:"), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn the_old_speedup_ratio_spelling_works_and_warns() {
+    let run = |flag: &str| {
+        Command::new(BIN)
+            .args(["replay", "--json", "--requests", "40", flag, "2"])
+            .output()
+            .expect("run")
+    };
+    let old = run("--speedup-ratio");
+    let new = run("--pass-speedup-ratio");
+    assert!(old.status.success() && new.status.success());
+    assert_eq!(old.stdout, new.stdout, "the same flag under two names");
+    let warned = String::from_utf8_lossy(&old.stderr);
+    assert!(
+        warned.contains("--speedup-ratio is deprecated"),
+        "{warned}"
+    );
+    assert!(!String::from_utf8_lossy(&new.stderr).contains("deprecated"));
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! # workload
 //!
-//! Where requests come from: a streaming reader for Mooncake JSONL traces
-//! ([`TraceReader`]), a writer for the same format ([`TraceWriter`]), a seeded
+//! Where requests come from: a streaming reader for Mooncake JSONL traces and
+//! Azure LLM inference CSV traces ([`TraceReader`], [`TraceFormat`]), a writer for the same format ([`TraceWriter`]), a seeded
 //! synthetic generator with Poisson arrivals and shared-prefix groups
 //! ([`SyntheticWorkload`]) and a synthetic agentic-session generator
 //! ([`generate_sessions`]).
@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod azure;
 pub mod dist;
 pub mod error;
 pub mod item;
@@ -29,7 +30,7 @@ pub mod writer;
 pub use dist::LengthDist;
 pub use error::{Problem, TraceError, TraceField};
 pub use item::{session_id_from_str, TraceItem};
-pub use reader::{ReaderOptions, ReaderStats, TraceReader};
+pub use reader::{ReaderOptions, ReaderStats, TraceFormat, TraceReader};
 pub use session::{generate_sessions, SessionConfig};
 pub use synthetic::{SyntheticConfig, SyntheticWorkload};
 pub use writer::{write_trace, TraceWriter};
