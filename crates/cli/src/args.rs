@@ -106,7 +106,12 @@ pub struct DeployArgs {
     #[arg(long, default_value_t = 1.0, value_name = "RATIO")]
     pub pass_speedup_ratio: f64,
     /// Deprecated spelling of `--pass-speedup-ratio` (warns).
-    #[arg(long, hide = true, value_name = "RATIO", conflicts_with = "pass_speedup_ratio")]
+    #[arg(
+        long,
+        hide = true,
+        value_name = "RATIO",
+        conflicts_with = "pass_speedup_ratio"
+    )]
     pub speedup_ratio: Option<f64>,
     /// Transfer timing model.
     #[arg(long, value_enum, default_value = "fixed")]
@@ -255,11 +260,12 @@ impl DeployArgs {
             multi_step,
             transcript: false,
             faults: self.faults()?,
+            engines: Vec::new(),
         };
         for s in [&prefill_spec, &decode_spec] {
             make_core(s).map_err(|e| e.to_string())?;
         }
-        let specs = replay::deployment(&cfg)
+        let specs: Vec<EngineSpec> = replay::deployment(&cfg)
             .iter()
             .map(|(_, pool)| {
                 if *pool == Pool::Decode {
@@ -269,6 +275,10 @@ impl DeployArgs {
                 }
             })
             .collect();
+        let cfg = ReplayConfig {
+            engines: specs.clone(),
+            ..cfg
+        };
         Ok((cfg, specs))
     }
 

@@ -82,10 +82,7 @@ fn the_old_speedup_ratio_spelling_works_and_warns() {
     assert!(old.status.success() && new.status.success());
     assert_eq!(old.stdout, new.stdout, "the same flag under two names");
     let warned = String::from_utf8_lossy(&old.stderr);
-    assert!(
-        warned.contains("--speedup-ratio is deprecated"),
-        "{warned}"
-    );
+    assert!(warned.contains("--speedup-ratio is deprecated"), "{warned}");
     assert!(!String::from_utf8_lossy(&new.stderr).contains("deprecated"));
 }
 

@@ -14,13 +14,15 @@ pub mod report;
 pub mod scenarios;
 pub mod serving;
 pub mod sim;
+pub mod timeline;
 
 pub use engines::{make_core, EngineSpec};
 pub use handoff_core::CoreBox;
 pub use handoff_core::TransferModel;
-pub use report::Report;
+pub use report::{Details, Report, RequestRecord};
 pub use router::Pool;
 pub use serving::Serving;
 pub use sim::{
     deployment, engine_config, frontend_config, serving, worker_policy, Replay, ReplayConfig,
+    ReplayOutcome,
 };

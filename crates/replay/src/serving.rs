@@ -3,7 +3,7 @@
 //! lifecycle [`Transcript`] is kept when asked. Replay and every live mode
 //! direct their engines with it, so they report the same way.
 
-use crate::report::{Recorder, Report};
+use crate::report::{Details, Recorder, Report, RequestSink};
 use handoff_core::engine::{Director, Route, Undeliverable};
 use handoff_core::fasthash::FastMap;
 use handoff_core::fault::FaultCounts;
@@ -28,6 +28,13 @@ pub struct Serving<I> {
     /// The worker each unfinished request was last routed to: a request
     /// whose worker is lost fails then, not at the end of the run.
     holders: FastMap<RequestId, WorkerId>,
+    /// Closed loop: requests allowed in flight (`None`: open loop, at the
+    /// workload's timestamps).
+    concurrency: Option<usize>,
+    /// The model time of the last callback (closed-loop arrivals happen
+    /// then).
+    now: Instant,
+    details: Option<Details>,
 }
 
 fn request_of(r: &WorkerRequest) -> RequestId {
@@ -58,12 +65,50 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             report: None,
             scratch: Vec::new(),
             holders: FastMap::default(),
+            concurrency: None,
+            now: Instant::ZERO,
+            details: None,
+        }
+    }
+
+    /// Closed loop: at most `n` requests in flight. Requests arrive when a
+    /// slot is free, at that model time, whatever their timestamps; the
+    /// engine must be asked again after a completion
+    /// ([`handoff_core::engine::Engine::arrivals_changed`]), which
+    /// [`crate::Replay::closed_loop`] does.
+    pub fn set_concurrency(&mut self, n: usize) {
+        self.concurrency = Some(n.max(1));
+    }
+
+    /// See [`Recorder::set_request_sink`].
+    pub fn set_request_sink(&mut self, sink: RequestSink) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.set_request_sink(sink);
+        }
+    }
+
+    /// See [`Recorder::keep_details`].
+    pub fn keep_details(&mut self, points: usize) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.keep_details(points);
+        }
+    }
+
+    /// See [`Recorder::capacity`].
+    pub fn capacity(&mut self, w: WorkerId, at: Instant, c: &handoff_core::KvCapacitySnapshot) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.capacity(w, at, c);
         }
     }
 
     /// The report and the transcript (if kept), once the engine finished.
     pub fn into_outcome(self) -> (Option<Report>, Option<Transcript>) {
         (self.report, self.transcript)
+    }
+
+    /// The report, the transcript and the [`Details`] (each if kept).
+    pub fn into_parts(self) -> (Option<Report>, Option<Transcript>, Option<Details>) {
+        (self.report, self.transcript, self.details)
     }
 
     /// Requests that arrived and have neither finished nor failed.
@@ -81,16 +126,28 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
 
 impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     fn next_arrival(&mut self) -> Option<Instant> {
+        if let Some(n) = self.concurrency {
+            if self.in_flight() >= n {
+                return None;
+            }
+        }
         if self.next.is_none() {
             self.next = self.workload.next();
         }
-        self.next.as_ref().map(|i| i.request.arrival)
+        match self.concurrency {
+            Some(_) => self.next.as_ref().map(|_| self.now),
+            None => self.next.as_ref().map(|i| i.request.arrival),
+        }
     }
 
     fn arrive(&mut self, now: Instant, out: &mut Vec<Route>) {
-        let Some(item) = self.next.take() else {
+        self.now = now;
+        let Some(mut item) = self.next.take() else {
             return;
         };
+        if self.concurrency.is_some() {
+            item.request.arrival = now;
+        }
         if let Some(rec) = self.rec.as_mut() {
             rec.arrival(&item.request);
         }
@@ -105,6 +162,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     }
 
     fn on_event(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant, out: &mut Vec<Route>) {
+        self.now = now;
         let pool = self.pool(w);
         if let (Some(t), WorkerEvent::Transition(tr)) = (self.transcript.as_mut(), e) {
             t.record(tr);
@@ -117,9 +175,12 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 self.holders.remove(request);
             }
         }
-        if let WorkerEvent::StartTransfer { id, tokens, at, .. } = e {
+        if let WorkerEvent::StartTransfer {
+            id, request, at, ..
+        } = e
+        {
             if let Some(rec) = self.rec.as_mut() {
-                rec.transfer_started(*id, *tokens, *at);
+                rec.transfer_started(*id, *request, *at);
             }
             return;
         }
@@ -142,21 +203,24 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         &mut self,
         _w: WorkerId,
         request: &WorkerRequest,
-        why: Undeliverable,
-        _now: Instant,
+        _why: Undeliverable,
+        now: Instant,
     ) {
+        self.now = now;
         if let Some(rec) = self.rec.as_mut() {
-            rec.undeliverable(request, why);
+            rec.undeliverable_at(request, Some(now));
         }
     }
 
     fn on_transfer_done(&mut self, id: HandoffId, _ok: bool, now: Instant) {
+        self.now = now;
         if let Some(rec) = self.rec.as_mut() {
             rec.transfer_done(id, now);
         }
     }
 
-    fn on_worker_lost(&mut self, w: WorkerId, _now: Instant) {
+    fn on_worker_lost(&mut self, w: WorkerId, now: Instant) {
+        self.now = now;
         self.frontend.worker_lost(w);
         let mut lost: Vec<RequestId> = self
             .holders
@@ -170,7 +234,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             self.holders.remove(&r);
             self.frontend.request_lost(r);
             if let Some(rec) = self.rec.as_mut() {
-                rec.fail(r, "worker-lost");
+                rec.fail_at(r, "worker-lost", Some(now));
             }
         }
     }
@@ -190,7 +254,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             rec.unresolved_teardown += torn_down;
             rec.faults = faults;
             let pools = &self.pools;
-            let report = rec.finish(
+            let (report, details) = rec.finish_detailed(
                 end,
                 finals.iter().map(|f| {
                     (
@@ -203,6 +267,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 }),
             );
             self.report = Some(report);
+            self.details = details;
         }
     }
 }

@@ -203,7 +203,13 @@ mod tests {
         );
         assert_eq!(parse_timestamp("1970-01-01 00:00:00"), Some(0));
         assert_eq!(parse_timestamp("2.5"), Some(2_500_000_000));
-        for bad in ["", "yesterday", "2023-13-01 00:00:00", "2023-11-16 18:15", "-1"] {
+        for bad in [
+            "",
+            "yesterday",
+            "2023-13-01 00:00:00",
+            "2023-11-16 18:15",
+            "-1",
+        ] {
             assert_eq!(parse_timestamp(bad), None, "{bad}");
         }
     }

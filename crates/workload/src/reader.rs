@@ -240,8 +240,16 @@ impl<R: BufRead> TraceReader<R> {
                 Problem::BeforeFirst { first_line },
             ));
         };
-        self.accept(arrival, input, output, Vec::new(), None, None, TraceField::AzureTimestamp)
-            .map(Some)
+        self.accept(
+            arrival,
+            input,
+            output,
+            Vec::new(),
+            None,
+            None,
+            TraceField::AzureTimestamp,
+        )
+        .map(Some)
     }
 
     fn parse_mooncake(&mut self) -> Result<TraceItem, (TraceField, Problem)> {
@@ -293,7 +301,15 @@ impl<R: BufRead> TraceReader<R> {
             )),
         };
         let ids = self.raw.ids.clone();
-        self.accept(arrival, input, output, ids, session, delay, TraceField::Timestamp)
+        self.accept(
+            arrival,
+            input,
+            output,
+            ids,
+            session,
+            delay,
+            TraceField::Timestamp,
+        )
     }
 
     /// Checks a parsed record's arrival against the previous one and, if it
@@ -690,8 +706,14 @@ mod tests {
         assert_eq!((a.prompt_tokens, a.max_output_tokens), (4808, 10));
         assert!(a.prefix_hashes.is_empty());
         assert_eq!(b.arrival, Instant(3_319_410_000));
-        assert_eq!(TraceFormat::from_path("x/t.CSV".as_ref()), TraceFormat::AzureCsv);
-        assert_eq!(TraceFormat::from_path("t.jsonl".as_ref()), TraceFormat::Mooncake);
+        assert_eq!(
+            TraceFormat::from_path("x/t.CSV".as_ref()),
+            TraceFormat::AzureCsv
+        );
+        assert_eq!(
+            TraceFormat::from_path("t.jsonl".as_ref()),
+            TraceFormat::Mooncake
+        );
     }
 
     #[test]
@@ -699,7 +721,10 @@ mod tests {
         let opts = || ReaderOptions::new("a.csv").with_format(TraceFormat::AzureCsv);
         let first = |text: &str, o: ReaderOptions| {
             let (items, _, _) = read_all(text, o);
-            items.into_iter().find_map(Result::err).map(|e| e.to_string())
+            items
+                .into_iter()
+                .find_map(Result::err)
+                .map(|e| e.to_string())
         };
         let head = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
         assert_eq!(
@@ -728,8 +753,7 @@ mod tests {
 
     #[test]
     fn trace_block_size_scales_the_hash_id_bound() {
-        let line =
-            r#"{"timestamp": 0, "input_length": 64, "output_length": 1, "hash_ids": [1, 2, 3, 4, 5]}"#;
+        let line = r#"{"timestamp": 0, "input_length": 64, "output_length": 1, "hash_ids": [1, 2, 3, 4, 5]}"#;
         let (items, _, _) = read_all(line, ReaderOptions::default().with_hash_block_tokens(16));
         let r = &items[0].as_ref().unwrap().request;
         assert_eq!(r.hash_block_tokens, 16);
