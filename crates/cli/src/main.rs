@@ -20,6 +20,7 @@ macro_rules! out {
 
 mod args;
 mod experiment_cmd;
+mod html;
 mod live_cmd;
 mod replay_cmd;
 mod report_out;

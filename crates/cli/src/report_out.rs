@@ -47,7 +47,27 @@ pub fn write_transcript(path: &std::path::Path, t: Option<&Transcript>) -> Resul
 /// Writes the report alone, as pretty JSON, to `path` (`--output`): the
 /// same bytes from `replay` and from a virtual-clock `live` or `frontend`.
 pub fn write_output(path: &std::path::Path, report: &Report) -> Result<(), String> {
-    let s = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+    write_output_with(path, report, &serde_json::Map::new())
+}
+
+/// [`write_output`] with `extra` top-level fields (`replay --wall-time`);
+/// with none, the bytes are the report's alone.
+pub fn write_output_with(
+    path: &std::path::Path,
+    report: &Report,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), String> {
+    let s = if extra.is_empty() {
+        serde_json::to_string_pretty(report)
+    } else {
+        serde_json::to_value(report).and_then(|mut v| {
+            if let Some(o) = v.as_object_mut() {
+                o.extend(extra.clone());
+            }
+            serde_json::to_string_pretty(&v)
+        })
+    }
+    .map_err(|e| e.to_string())?;
     std::fs::write(path, s + "\n").map_err(|e| format!("--output {}: {e}", path.display()))
 }
 

@@ -135,7 +135,8 @@ fn digits(s: &str, n: usize) -> Option<i64> {
 /// of seconds since zero.
 pub(crate) fn parse_timestamp(s: &str) -> Option<i128> {
     if let Ok(secs) = s.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0 && secs < 1e10)
+        return (0.0..1e10)
+            .contains(&secs)
             .then(|| (secs * 1e9).round() as i128);
     }
     let b = s.as_bytes();
