@@ -106,6 +106,15 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         (self.report, self.transcript)
     }
 
+    /// Bookings the routers of both pools still hold.
+    pub fn router_bookings(&self) -> usize {
+        self.frontend.prefill_router().live_bookings()
+            + self
+                .frontend
+                .decode_router()
+                .map_or(0, |d| d.live_bookings())
+    }
+
     /// The report, the transcript and the [`Details`] (each if kept).
     pub fn into_parts(self) -> (Option<Report>, Option<Transcript>, Option<Details>) {
         (self.report, self.transcript, self.details)

@@ -98,6 +98,9 @@ pub struct ReplayOutcome {
     pub transcript: Option<Transcript>,
     /// What the HTML report draws, when [`Replay::keep_details`] asked.
     pub details: Option<Details>,
+    /// Router bookings still held at the end, both pools (0 when every
+    /// request's load was released).
+    pub live_bookings: usize,
 }
 
 /// The workers of a deployment: ids `0..n`, prefill (or aggregated) first.
@@ -265,11 +268,13 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
             }
         }
         let (director, _) = self.engine.run();
+        let live_bookings = director.router_bookings();
         let (report, transcript, details) = director.into_parts();
         ReplayOutcome {
             report: report.expect("the engine finishes its director"),
             transcript,
             details,
+            live_bookings,
         }
     }
 
