@@ -13,6 +13,26 @@
 //!
 //! Sans-IO in spirit: the crate reads from any `BufRead` and writes to any
 //! `Write` the caller hands it; it never opens files or reads a clock.
+//!
+//! # Lifting it into a larger mocker
+//!
+//! Any `BufRead` will do; a mocker hands the items' requests to its own
+//! router. Both trace formats yield the same [`TraceItem`]s:
+//!
+//! ```
+//! use workload::{ReaderOptions, TraceFormat, TraceReader};
+//!
+//! let mooncake = r#"{"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [7, 8]}"#;
+//! let azure = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,1000,10\n2023-11-16 18:15:47,20,5\n";
+//! let m: Vec<_> = TraceReader::new(mooncake.as_bytes(), ReaderOptions::new("m.jsonl"))
+//!     .collect::<Result<_, _>>()
+//!     .unwrap();
+//! let opts = ReaderOptions::new("a.csv").with_format(TraceFormat::AzureCsv);
+//! let a: Vec<_> = TraceReader::new(azure.as_bytes(), opts).collect::<Result<_, _>>().unwrap();
+//! assert_eq!(m[0].request.prompt_tokens, a[0].request.prompt_tokens);
+//! // Azure arrivals count from the first row: the second came 0.5 s later.
+//! assert_eq!(a[1].request.arrival.0, 500_000_000);
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
