@@ -105,17 +105,20 @@ fn print_summary(r: &Report) {
         c.router
     );
     out!(
-        "requests {} completed {} failed {}  output tokens {}  simulated {:.1} s",
+        "requests {} completed {} failed {}  input tokens {}  output tokens {}  simulated {:.1} s",
         r.num_requests,
         r.completed_requests,
         r.failed_requests,
+        r.total_input_tokens,
         r.total_output_tokens,
         r.duration_s
     );
     out!(
-        "throughput {:.2} req/s  {:.1} tok/s",
+        "throughput {:.2} req/s  {:.1} output tok/s  {:.1} input tok/s  prefix cache reused {:.1}%",
         r.request_throughput_rps,
-        r.output_token_throughput_tps
+        r.output_token_throughput_tps,
+        r.input_throughput_tok_s,
+        r.prefix_cache_reused_ratio * 100.0
     );
     out!(
         "{:<28} {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -129,6 +132,7 @@ fn print_summary(r: &Report) {
     let l = &r.lifecycle;
     for (name, s) in [
         ("ttft", r.ttft_ms),
+        ("ttst (1st to 2nd token)", r.ttst_ms),
         ("tpot", r.tpot_ms),
         ("itl", r.itl_ms),
         ("e2e", r.e2e_latency_ms),
