@@ -40,8 +40,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay a Mooncake trace (or the embedded synthetic workload) on a
-    /// virtual clock and report latencies and handoff lifecycle figures.
+    /// Replay a trace (Mooncake JSONL or Azure CSV) or the embedded
+    /// synthetic workload on a virtual clock and report latencies and
+    /// handoff lifecycle figures (also as HTML, per request, closed loop).
     Replay(Box<replay_cmd::ReplayArgs>),
     /// Run every role live in this process (one thread per worker).
     Live(Box<live_cmd::LiveArgs>),
