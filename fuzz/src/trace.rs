@@ -252,7 +252,18 @@ fn fits(field: TraceField, p: &Problem) -> bool {
         Problem::Syntax(_) => field == F::Json,
         Problem::NotAnObject => field == F::Record,
         Problem::Io(_) => field == F::Io,
-        Problem::Decreasing { .. } => field == F::Timestamp,
+        Problem::Decreasing { .. } | Problem::BeforeFirst { .. } => {
+            matches!(field, F::Timestamp | F::AzureTimestamp)
+        }
+        // Azure CSV problems (this harness feeds Mooncake JSONL, so they
+        // should not occur; if they do, they must name CSV fields).
+        Problem::MissingColumn { .. } => field == F::Header,
+        Problem::MissingField | Problem::BadTimestamp => {
+            matches!(
+                field,
+                F::AzureTimestamp | F::ContextTokens | F::GeneratedTokens | F::Header
+            )
+        }
         Problem::TooManyHashIds { .. } | Problem::ExpectedArray | Problem::BadElement { .. } => {
             field == F::HashIds
         }
@@ -325,7 +336,7 @@ fn check_located(e: &TraceError, input: &[u8], want_line: Option<u64>, lines: u6
             nanos < previous_nanos && *previous_line >= 1 && *previous_line < e.line(),
             "decreasing timestamp with inconsistent details: {e}"
         ),
-        Problem::TooManyHashIds { got, max } => {
+        Problem::TooManyHashIds { got, max, .. } => {
             check!(*got as u64 > *max, "{got} hash ids reported as over {max}")
         }
         _ => {}

@@ -139,6 +139,7 @@ pub fn run(seed: u64) -> GenRun {
         multi_step: r.below(4) != 0,
         transcript: true,
         faults,
+        engines: Vec::new(),
     };
     let specs = (0..workers)
         .map(|w| spec(if w < prefill { prefill_kv } else { decode_kv }))

@@ -4,7 +4,7 @@
 
 use clap::{Args, ValueEnum};
 use handoff_core::fault::{Fault, FaultPlan};
-use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, TransferModel};
+use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant, TransferModel};
 use replay::{make_core, EngineSpec, ReplayConfig};
 use router::{Pool, RouterMode};
 use std::cell::RefCell;
@@ -13,7 +13,8 @@ use std::io::BufReader;
 use std::path::PathBuf;
 use std::rc::Rc;
 use workload::{
-    ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceItem, TraceReader,
+    ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat, TraceItem,
+    TraceReader,
 };
 
 /// `--backend`.
@@ -70,90 +71,129 @@ pub struct DeployArgs {
     /// Engine to imitate.
     #[arg(long, value_enum, default_value = "vllm")]
     pub backend: BackendArg,
-    /// Handoff ordering (default: the backend's own).
+    /// Handoff ordering [default: the backend's own: vllm and trtllm
+    /// source-first, sglang destination-first].
     #[arg(long, value_enum)]
     pub policy: Option<PolicyArg>,
     /// Prefill workers (aggregated workers with --decode 0).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_name = "N")]
     pub prefill: u32,
     /// Decode workers; 0 runs aggregated (no disaggregation).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_name = "N")]
     pub decode: u32,
     /// Router mode of both pools.
     #[arg(long, value_enum, default_value = "kv")]
     pub router: RouterArg,
     /// KV capacity of a prefill (or aggregated) worker, in tokens.
-    #[arg(long, default_value_t = 262_144)]
+    #[arg(long, default_value_t = 262_144, value_name = "TOKENS")]
     pub prefill_kv_tokens: u64,
     /// KV capacity of a decode worker, in tokens.
-    #[arg(long, default_value_t = 262_144)]
+    #[arg(long, default_value_t = 262_144, value_name = "TOKENS")]
     pub decode_kv_tokens: u64,
-    /// vLLM block size / SGLang page size (default 16 for vLLM, 1 for SGLang).
-    #[arg(long)]
+    /// vLLM block size / SGLang page size, in tokens [default: 16 for vllm
+    /// and trtllm, 1 for sglang].
+    #[arg(long, value_name = "TOKENS")]
     pub block_size: Option<u32>,
-    /// Running-batch limit per worker.
-    #[arg(long, default_value_t = 256)]
+    /// Running-batch limit per worker, in requests.
+    #[arg(long, default_value_t = 256, value_name = "N")]
     pub max_running: u32,
     /// Prefill tokens per pass (max_num_batched_tokens / chunked_prefill_size).
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
     pub max_batched_tokens: u32,
-    /// Divides every modelled pass time.
-    #[arg(long, default_value_t = 1.0)]
-    pub speedup_ratio: f64,
+    /// Divides every modelled forward-pass time (a faster GPU): 2 halves
+    /// prefill and decode pass times. Not Dynamo's `--speedup-ratio`, which
+    /// speeds up the wall clock (here: `--speed` on live commands).
+    #[arg(long, default_value_t = 1.0, value_name = "RATIO")]
+    pub pass_speedup_ratio: f64,
+    /// Deprecated spelling of `--pass-speedup-ratio` (warns).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "RATIO",
+        conflicts_with = "pass_speedup_ratio"
+    )]
+    pub speedup_ratio: Option<f64>,
     /// Transfer timing model.
     #[arg(long, value_enum, default_value = "fixed")]
     pub transfer: TransferArg,
     /// Fixed transfer time, or setup latency of the bytes models, in ms.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_name = "MS")]
     pub transfer_ms: f64,
-    /// KV bytes per token (bytes models). Default: a Llama-3-8B-like 128 KiB.
-    #[arg(long, default_value_t = 131_072)]
+    /// KV bytes per token (bytes models); the default is a Llama-3-8B-like
+    /// 128 KiB.
+    #[arg(long, default_value_t = 131_072, value_name = "BYTES")]
     pub bytes_per_token: u64,
     /// Link bandwidth in GB/s (bytes models).
-    #[arg(long, default_value_t = 25.0)]
+    #[arg(long, default_value_t = 25.0, value_name = "GBPS")]
     pub bandwidth_gbps: f64,
-    /// One-way control-message latency between workers, in µs (replay).
-    #[arg(long, default_value_t = 500)]
+    /// One-way control-message latency between workers, in µs (replay and
+    /// virtual-clock live; on the wall clock the network's own).
+    #[arg(long, default_value_t = 500, value_name = "US")]
     pub message_latency_us: u64,
-    /// Destination reservation lifetime in seconds.
-    #[arg(long)]
+    /// Destination reservation lifetime, in seconds [default: 300].
+    #[arg(long, value_name = "S")]
     pub reservation_ttl_s: Option<u64>,
-    /// Source lease lifetime in seconds (default: vLLM 480, SGLang 300).
-    #[arg(long)]
+    /// Source lease lifetime, in seconds [default: vllm and trtllm 480,
+    /// sglang 300].
+    #[arg(long, value_name = "S")]
     pub lease_ttl_s: Option<u64>,
     /// A destination waiting for room renews its source's lease by this many
-    /// seconds, every half of that (off by default: vLLM never renews).
-    #[arg(long)]
+    /// seconds, every half of that [default: off; vLLM never renews].
+    #[arg(long, value_name = "S")]
     pub renew_lease_s: Option<u64>,
     /// Seed for routers and the synthetic workload.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
     /// Faults to inject: a fault-plan file, or the plan itself with `;`
     /// between directives, e.g. "kill 2 at 1s; restart 2 at 3s; drop 0.01".
     /// Directives: seed N, kill W at T, restart W at T, partition A B from T
     /// to T, cancel R at T, drop P, duplicate P, delay P max T,
-    /// transfer-fail P (times with ns/us/ms/s).
+    /// transfer-fail P (times with ns/us/ms/s; P a probability) [default:
+    /// none].
     #[arg(long, value_name = "FILE|PLAN")]
     pub faults: Option<String>,
+}
+
+/// `--trace-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TraceFormatArg {
+    /// By extension: `.csv` is azure, anything else mooncake.
+    Auto,
+    /// Mooncake JSONL (`timestamp`, `input_length`, `output_length`, `hash_ids`).
+    Mooncake,
+    /// Azure LLM inference trace CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`).
+    Azure,
 }
 
 /// Where requests come from.
 #[derive(Args, Debug, Clone)]
 pub struct WorkloadArgs {
-    /// Mooncake JSONL trace; without it, the embedded synthetic workload runs.
-    #[arg(long)]
+    /// Trace file (Mooncake JSONL or Azure CSV); without it, the embedded
+    /// synthetic workload runs.
+    #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Format of --trace.
+    #[arg(long, value_enum, default_value = "auto", value_name = "FORMAT")]
+    pub trace_format: TraceFormatArg,
+    /// Prompt tokens each hash id of the trace covers (Mooncake's traces:
+    /// 512).
+    #[arg(long, default_value_t = 512, value_name = "TOKENS")]
+    pub trace_block_size: u32,
     /// Count and report malformed trace lines instead of failing on the first.
     #[arg(long)]
     pub skip_bad_lines: bool,
-    /// Synthetic workload: number of requests.
-    #[arg(long)]
+    /// Divides every arrival time (and think-time) of the workload: 2 sends
+    /// the same requests twice as fast (Dynamo's `--arrival-speedup-ratio`).
+    #[arg(long, default_value_t = 1.0, value_name = "RATIO")]
+    pub arrival_speedup_ratio: f64,
+    /// Synthetic workload: number of requests [default: 2000].
+    #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
-    /// Synthetic workload: arrival rate (requests/s).
-    #[arg(long)]
+    /// Synthetic workload: Poisson arrival rate, in requests/s [default: 16].
+    #[arg(long, value_name = "PER_S")]
     pub rate: Option<f64>,
-    /// Stop after this many requests.
-    #[arg(long)]
+    /// Stop after this many requests [default: all].
+    #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
 }
 
@@ -235,11 +275,12 @@ impl DeployArgs {
             multi_step,
             transcript: false,
             faults: self.faults()?,
+            engines: Vec::new(),
         };
         for s in [&prefill_spec, &decode_spec] {
             make_core(s).map_err(|e| e.to_string())?;
         }
-        let specs = replay::deployment(&cfg)
+        let specs: Vec<EngineSpec> = replay::deployment(&cfg)
             .iter()
             .map(|(_, pool)| {
                 if *pool == Pool::Decode {
@@ -249,12 +290,33 @@ impl DeployArgs {
                 }
             })
             .collect();
+        let cfg = ReplayConfig {
+            engines: specs.clone(),
+            ..cfg
+        };
         Ok((cfg, specs))
+    }
+
+    /// `--pass-speedup-ratio`, or the deprecated `--speedup-ratio` (with a
+    /// warning on stderr, once per process).
+    pub fn pass_speedup_ratio(&self) -> Result<f64, String> {
+        match self.speedup_ratio {
+            Some(x) => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    eprintln!(
+                        "warning: --speedup-ratio is deprecated; it divides pass times here, so use --pass-speedup-ratio (Dynamo's --speedup-ratio speeds up the wall clock: --speed on live commands; arrivals: --arrival-speedup-ratio)"
+                    )
+                });
+                positive("speedup-ratio", x)
+            }
+            None => positive("pass-speedup-ratio", self.pass_speedup_ratio),
+        }
     }
 
     /// Engine specs for a prefill and a decode worker.
     pub fn engines(&self) -> Result<(EngineSpec, EngineSpec), String> {
-        positive("speedup-ratio", self.speedup_ratio)?;
+        let pass_speedup = self.pass_speedup_ratio()?;
         let backend = self.backend();
         let block_size = self
             .block_size
@@ -278,7 +340,7 @@ impl DeployArgs {
                 block_size,
                 max_running: self.max_running,
                 max_batched_tokens: self.max_batched_tokens,
-                speedup_ratio: self.speedup_ratio,
+                speedup_ratio: pass_speedup,
                 source_lease_ttl: self.lease_ttl_s.map(Duration::from_secs),
             })
         };
@@ -479,12 +541,44 @@ impl Skipped {
 impl WorkloadArgs {
     /// Opens the trace, or builds the synthetic workload.
     pub fn open(&self, seed: u64) -> Result<Workload, String> {
+        let mut wl = self.open_unscaled(seed)?;
+        let ratio = positive("arrival-speedup-ratio", self.arrival_speedup_ratio)?;
+        if ratio != 1.0 {
+            let items = std::mem::replace(&mut wl.items, Box::new(std::iter::empty()));
+            wl.items = Box::new(items.map(move |mut it| {
+                it.request.arrival = Instant((it.request.arrival.0 as f64 / ratio).round() as u64);
+                it.delay = it
+                    .delay
+                    .map(|d| Duration::from_nanos((d.as_nanos() as f64 / ratio).round() as u64));
+                it
+            }));
+            wl.note.push_str(&format!(", arrivals {ratio}x faster"));
+        }
+        Ok(wl)
+    }
+
+    /// The trace format `--trace-format` names for `path`.
+    pub fn format(&self, path: &std::path::Path) -> TraceFormat {
+        match self.trace_format {
+            TraceFormatArg::Auto => TraceFormat::from_path(path),
+            TraceFormatArg::Mooncake => TraceFormat::Mooncake,
+            TraceFormatArg::Azure => TraceFormat::AzureCsv,
+        }
+    }
+
+    fn open_unscaled(&self, seed: u64) -> Result<Workload, String> {
         let error = Rc::new(RefCell::new(None));
         let skipped = Rc::new(RefCell::new(Skipped::default()));
+        if self.trace_block_size == 0 {
+            return Err("--trace-block-size: must be at least 1".into());
+        }
         match &self.trace {
             Some(path) => {
                 let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-                let mut opts = ReaderOptions::new(path.display().to_string());
+                let format = self.format(path);
+                let mut opts = ReaderOptions::new(path.display().to_string())
+                    .with_format(format)
+                    .with_hash_block_tokens(self.trace_block_size);
                 if self.skip_bad_lines {
                     opts = opts.skipping_bad_lines();
                 }
@@ -498,7 +592,7 @@ impl WorkloadArgs {
                 Ok(Workload {
                     items: Box::new(items),
                     error,
-                    note: format!("trace {}", path.display()),
+                    note: format!("trace {} ({})", path.display(), format.name()),
                     skipped,
                 })
             }

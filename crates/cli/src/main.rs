@@ -20,9 +20,11 @@ macro_rules! out {
 
 mod args;
 mod experiment_cmd;
+mod html;
 mod live_cmd;
 mod replay_cmd;
 mod report_out;
+mod scenario_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -38,8 +40,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay a Mooncake trace (or the embedded synthetic workload) on a
-    /// virtual clock and report latencies and handoff lifecycle figures.
+    /// Replay a trace (Mooncake JSONL or Azure CSV) or the embedded
+    /// synthetic workload on a virtual clock and report latencies and
+    /// handoff lifecycle figures (also as HTML, per request, closed loop).
     Replay(Box<replay_cmd::ReplayArgs>),
     /// Run every role live in this process (one thread per worker).
     Live(Box<live_cmd::LiveArgs>),
@@ -50,43 +53,10 @@ enum Command {
     /// Session-affine serving with D->P snapshot push (seed 002): `e4` runs
     /// E1/E3/E4/E4-ablate and judges H4-1..H4-3; `run` runs one configuration.
     Experiment(Box<experiment_cmd::ExperimentArgs>),
-    /// Run one of the DEP's test scenarios (stranded-source,
-    /// destination-gate, router-parity, no-false-overlap, failure-matrix, or
-    /// all) for vLLM and SGLang and print what was observed as JSON.
-    Scenario {
-        /// Scenario name, or `all`.
-        name: String,
-    },
-}
-
-fn scenario(name: &str) -> Result<(), String> {
-    let names: Vec<&str> = if name == "all" {
-        replay::scenarios::NAMES.to_vec()
-    } else {
-        vec![name]
-    };
-    let mut out = Vec::new();
-    for n in names {
-        match replay::scenarios::run(n) {
-            Some(v) => out.push(v),
-            None => {
-                return Err(format!(
-                    "unknown scenario {n:?}; one of: {}, all",
-                    replay::scenarios::NAMES.join(", ")
-                ))
-            }
-        }
-    }
-    let v = if out.len() == 1 {
-        out.remove(0)
-    } else {
-        serde_json::Value::Array(out)
-    };
-    out!(
-        "{}",
-        serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
-    );
-    Ok(())
+    /// Run the DEP's test scenarios for vLLM and SGLang on the real cores:
+    /// each prints what it expects, what it observed and a verdict as JSON,
+    /// and the command exits non-zero when any check fails.
+    Scenario(Box<scenario_cmd::ScenarioArgs>),
 }
 
 fn main() -> ExitCode {
@@ -96,7 +66,7 @@ fn main() -> ExitCode {
         Command::Live(args) => live_cmd::run_live(*args),
         Command::Worker(args) => live_cmd::run_worker(*args),
         Command::Frontend(args) => live_cmd::run_frontend(*args),
-        Command::Scenario { name } => scenario(&name),
+        Command::Scenario(args) => scenario_cmd::run(*args),
         Command::Experiment(args) => experiment_cmd::run(*args),
     };
     match result {

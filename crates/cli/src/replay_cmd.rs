@@ -1,11 +1,14 @@
 //! `handoff-mocker replay`.
 
 use crate::args::{DeployArgs, WorkloadArgs};
-use crate::report_out::{check_failures, print_report, write_output, write_transcript};
+use crate::report_out::{check_failures, print_report, write_output_with, write_transcript};
 use clap::Args;
 use replay::{make_core, Replay};
-use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::cell::RefCell;
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// Options of `replay`.
 #[derive(Args, Debug)]
@@ -30,6 +33,26 @@ pub struct ReplayArgs {
     /// Exit 0 even when requests failed.
     #[arg(long)]
     allow_failures: bool,
+    /// Closed loop: keep N requests in flight; the next request of the
+    /// workload arrives when one completes or fails, and trace timestamps
+    /// are ignored [default: open loop, at the workload's timestamps].
+    #[arg(long, value_name = "N")]
+    concurrency: Option<usize>,
+    /// Write one JSON object per request to FILE as requests end: id,
+    /// arrival, ttft/ttst/tpot/e2e, tokens, workers, outcome and failure
+    /// reason, handoff phase times (ms of model time).
+    #[arg(long, value_name = "FILE")]
+    per_request_jsonl: Option<PathBuf>,
+    /// Write a self-contained HTML report to FILE: latency CDFs, handoff
+    /// phase durations, per-worker stacked KV blocks and queue lengths
+    /// over time, the per-worker table.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Add `wall_time_ms` (how long the replay took, not deterministic) to
+    /// the JSON of --json and --output [default: off, so the same inputs
+    /// write the same bytes].
+    #[arg(long)]
+    wall_time: bool,
 }
 
 pub fn run(a: ReplayArgs) -> Result<(), String> {
@@ -48,34 +71,113 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
         Some(c) => c,
         None => make_core(&specs[w.0 as usize]).unwrap_or_else(|_| unreachable!("spec checked")),
     };
+    if a.concurrency == Some(0) {
+        return Err("--concurrency: must be at least 1".into());
+    }
     let mut wl = a.workload.open(a.deploy.seed)?;
     wl.check_fits(&specs, cfg.decode_workers as usize)?;
     let progress = std::io::stderr().is_terminal() && !a.json;
     let items = Progress::new(wl.take_items(), progress);
+    let jsonl = match &a.per_request_jsonl {
+        Some(p) => Some(JsonlSink::create(p)?),
+        None => None,
+    };
     let started = std::time::Instant::now();
-    let (report, transcript) = Replay::new(cfg, items, make).run();
+    let mut replay = match a.concurrency {
+        Some(n) => Replay::closed_loop(cfg, items, n, make),
+        None => Replay::new(cfg, items, make),
+    };
+    if let Some(sink) = &jsonl {
+        replay = replay.with_request_sink(sink.sink());
+    }
+    if a.html.is_some() {
+        replay = replay.keep_details(replay::timeline::DEFAULT_POINTS);
+    }
+    let outcome = replay.run_all();
+    let (report, transcript) = (outcome.report, outcome.transcript);
     if progress {
         eprintln!();
     }
     if let Some(e) = wl.error.borrow_mut().take() {
         // Nothing is written on a bad trace: the report would be partial.
+        if let (Some(sink), Some(p)) = (&jsonl, &a.per_request_jsonl) {
+            sink.abandon(p);
+        }
         return Err(e.to_string());
     }
     let wall = started.elapsed();
+    if let (Some(sink), Some(p)) = (&jsonl, &a.per_request_jsonl) {
+        sink.finish(p)?;
+    }
     if let Some(p) = &a.transcript {
         write_transcript(p, transcript.as_ref())?;
     }
+    let wall_ms = (wall.as_secs_f64() * 1e6).round() / 1e3;
+    let mut extra = serde_json::Map::new();
+    if a.wall_time {
+        extra.insert("wall_time_ms".into(), serde_json::json!(wall_ms));
+    }
     if let Some(p) = &a.output {
-        write_output(p, &report)?;
+        write_output_with(p, &report, &extra)?;
+    }
+    if let (Some(p), Some(d)) = (&a.html, outcome.details.as_ref()) {
+        let page = crate::html::render(&report, d, &wl.skipped.borrow().describe(&wl.note))?;
+        std::fs::write(p, page).map_err(|e| format!("--html {}: {e}", p.display()))?;
     }
     print_report(
         &report,
         a.json,
         &wl,
-        serde_json::Map::new(),
+        extra,
         &[format!("wall time {:.3} s", wall.as_secs_f64())],
     )?;
     check_failures(&report, a.allow_failures)
+}
+
+/// `--per-request-jsonl`: records written as requests end, through a
+/// buffer; the first write error is kept and reported at the end.
+struct JsonlSink {
+    out: Rc<RefCell<(BufWriter<File>, Option<std::io::Error>)>>,
+}
+
+impl JsonlSink {
+    fn create(path: &Path) -> Result<JsonlSink, String> {
+        let f = File::create(path)
+            .map_err(|e| format!("--per-request-jsonl {}: {e}", path.display()))?;
+        Ok(JsonlSink {
+            out: Rc::new(RefCell::new((BufWriter::with_capacity(1 << 20, f), None))),
+        })
+    }
+
+    fn sink(&self) -> replay::report::RequestSink {
+        let out = self.out.clone();
+        Box::new(move |r: &replay::RequestRecord| {
+            let mut o = out.borrow_mut();
+            if o.1.is_some() {
+                return;
+            }
+            let line = serde_json::to_string(r).unwrap_or_default();
+            if let Err(e) = writeln!(o.0, "{line}") {
+                o.1 = Some(e);
+            }
+        })
+    }
+
+    fn finish(&self, path: &Path) -> Result<(), String> {
+        let mut o = self.out.borrow_mut();
+        let flushed = o.0.flush();
+        match (o.1.take(), flushed) {
+            (Some(e), _) | (None, Err(e)) => {
+                Err(format!("--per-request-jsonl {}: {e}", path.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A failed run writes no records.
+    fn abandon(&self, path: &Path) {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// Counts requests as replay pulls them and, on a terminal, shows the count

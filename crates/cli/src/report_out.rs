@@ -47,7 +47,27 @@ pub fn write_transcript(path: &std::path::Path, t: Option<&Transcript>) -> Resul
 /// Writes the report alone, as pretty JSON, to `path` (`--output`): the
 /// same bytes from `replay` and from a virtual-clock `live` or `frontend`.
 pub fn write_output(path: &std::path::Path, report: &Report) -> Result<(), String> {
-    let s = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+    write_output_with(path, report, &serde_json::Map::new())
+}
+
+/// [`write_output`] with `extra` top-level fields (`replay --wall-time`);
+/// with none, the bytes are the report's alone.
+pub fn write_output_with(
+    path: &std::path::Path,
+    report: &Report,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), String> {
+    let s = if extra.is_empty() {
+        serde_json::to_string_pretty(report)
+    } else {
+        serde_json::to_value(report).and_then(|mut v| {
+            if let Some(o) = v.as_object_mut() {
+                o.extend(extra.clone());
+            }
+            serde_json::to_string_pretty(&v)
+        })
+    }
+    .map_err(|e| e.to_string())?;
     std::fs::write(path, s + "\n").map_err(|e| format!("--output {}: {e}", path.display()))
 }
 
@@ -85,17 +105,20 @@ fn print_summary(r: &Report) {
         c.router
     );
     out!(
-        "requests {} completed {} failed {}  output tokens {}  simulated {:.1} s",
+        "requests {} completed {} failed {}  input tokens {}  output tokens {}  simulated {:.1} s",
         r.num_requests,
         r.completed_requests,
         r.failed_requests,
+        r.total_input_tokens,
         r.total_output_tokens,
         r.duration_s
     );
     out!(
-        "throughput {:.2} req/s  {:.1} tok/s",
+        "throughput {:.2} req/s  {:.1} output tok/s  {:.1} input tok/s  prefix cache reused {:.1}%",
         r.request_throughput_rps,
-        r.output_token_throughput_tps
+        r.output_token_throughput_tps,
+        r.input_throughput_tok_s,
+        r.prefix_cache_reused_ratio * 100.0
     );
     out!(
         "{:<28} {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -109,6 +132,7 @@ fn print_summary(r: &Report) {
     let l = &r.lifecycle;
     for (name, s) in [
         ("ttft", r.ttft_ms),
+        ("ttst (1st to 2nd token)", r.ttst_ms),
         ("tpot", r.tpot_ms),
         ("itl", r.itl_ms),
         ("e2e", r.e2e_latency_ms),

@@ -54,7 +54,9 @@ fn skip_bad_lines_counts_them() {
 fn bad_flags_are_errors_not_panics() {
     for args in [
         vec!["replay", "--decode-kv-tokens", "0"],
-        vec!["replay", "--speedup-ratio", "nan"],
+        vec!["replay", "--pass-speedup-ratio", "nan"],
+        vec!["replay", "--arrival-speedup-ratio", "0"],
+        vec!["replay", "--trace-block-size", "0"],
         vec!["replay", "--trace", "/nonexistent/trace.jsonl"],
         vec!["live", "--speed", "0", "--requests", "1"],
         vec!["scenario", "no-such-scenario"],
@@ -65,6 +67,23 @@ fn bad_flags_are_errors_not_panics() {
         assert!(err.starts_with("error:"), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn the_old_speedup_ratio_spelling_works_and_warns() {
+    let run = |flag: &str| {
+        Command::new(BIN)
+            .args(["replay", "--json", "--requests", "40", flag, "2"])
+            .output()
+            .expect("run")
+    };
+    let old = run("--speedup-ratio");
+    let new = run("--pass-speedup-ratio");
+    assert!(old.status.success() && new.status.success());
+    assert_eq!(old.stdout, new.stdout, "the same flag under two names");
+    let warned = String::from_utf8_lossy(&old.stderr);
+    assert!(warned.contains("--speedup-ratio is deprecated"), "{warned}");
+    assert!(!String::from_utf8_lossy(&new.stderr).contains("deprecated"));
 }
 
 #[test]
@@ -137,4 +156,82 @@ fn a_run_with_failed_requests_says_why_and_exits_non_zero() {
         .output()
         .expect("run");
     assert!(ok.status.success());
+}
+
+#[test]
+fn per_request_jsonl_closed_loop_and_wall_time() {
+    let dir = std::env::temp_dir().join(format!("hm-jsonl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let jsonl = dir.join("r.jsonl");
+    let output = dir.join("r.json");
+    let run = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["replay", "--requests", "50", "--json"])
+            .args(extra)
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")
+    };
+    let open = run(&["--per-request-jsonl", jsonl.to_str().unwrap()]);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&jsonl)
+        .expect("jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one object per line"))
+        .collect();
+    assert_eq!(lines.len(), 50);
+    let mut ids: Vec<u64> = lines.iter().map(|l| l["id"].as_u64().unwrap()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..50).collect::<Vec<_>>());
+    for l in &lines {
+        assert_eq!(l["outcome"], "completed", "{l}");
+        assert!(l["ttft_ms"].as_f64().unwrap() > 0.0);
+        assert!(l["handoff"]["pinned_ms"].as_f64().is_some(), "{l}");
+        assert!(l["prefill_worker"].as_u64().unwrap() < 2);
+        assert!(l["decode_worker"].as_u64().unwrap() >= 2);
+    }
+    assert!(open.get("wall_time_ms").is_none(), "wall time is opt-in");
+    assert!(open["total_input_tokens"].as_u64().unwrap() > 0);
+    assert!(open.get("p95_ttft_ms").is_some() && open.get("std_ttst_ms").is_some());
+
+    // Closed loop: never more than 4 in flight, so arrivals follow
+    // completions and nothing waits behind more than 3 others.
+    let closed = run(&[
+        "--concurrency",
+        "4",
+        "--per-request-jsonl",
+        jsonl.to_str().unwrap(),
+    ]);
+    assert_eq!(closed["completed_requests"], 50);
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let spans: Vec<(f64, f64)> = recs
+        .iter()
+        .map(|r| {
+            (
+                r["arrival_ms"].as_f64().unwrap(),
+                r["end_ms"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    for (a, _) in &spans {
+        let in_flight = spans.iter().filter(|(s, e)| s <= a && e > a).count();
+        assert!(in_flight <= 4, "{in_flight} in flight at {a}");
+    }
+    assert_eq!(spans.iter().filter(|(a, _)| *a == 0.0).count(), 4);
+    assert_eq!(closed, run(&["--concurrency", "4"]), "deterministic");
+
+    let timed = run(&["--wall-time", "--output", output.to_str().unwrap()]);
+    assert!(timed["wall_time_ms"].as_f64().is_some());
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&output).unwrap()).unwrap();
+    assert!(written["wall_time_ms"].as_f64().is_some());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -87,6 +87,26 @@ impl fmt::Display for HandoffId {
     }
 }
 
+/// With the `uuid` feature: a [`HandoffId`] is a UUID with the same 128
+/// bits, so it prints the same and goes through systems that key on
+/// `uuid::Uuid` (Dynamo's request and transfer ids) unchanged.
+#[cfg(feature = "uuid")]
+impl From<HandoffId> for uuid::Uuid {
+    fn from(id: HandoffId) -> uuid::Uuid {
+        uuid::Uuid::from_u128(id.0)
+    }
+}
+
+/// With the `uuid` feature: the id whose bits are `u`'s. Any UUID converts;
+/// one this crate did not issue still names an attempt (its issuer,
+/// generation and sequence are read from the bits).
+#[cfg(feature = "uuid")]
+impl From<uuid::Uuid> for HandoffId {
+    fn from(u: uuid::Uuid) -> HandoffId {
+        HandoffId(u.as_u128())
+    }
+}
+
 /// Issues [`HandoffId`]s for one issuer incarnation.
 #[derive(Clone, Debug)]
 pub struct HandoffIdGen {
@@ -140,6 +160,18 @@ pub struct SessionId(pub u64);
 
 #[cfg(test)]
 mod tests {
+
+    #[cfg(feature = "uuid")]
+    #[test]
+    fn uuid_round_trip_keeps_bits_and_text() {
+        let id = HandoffIdGen::new(WorkerId(7), Generation(3)).next_id();
+        let u = uuid::Uuid::from(id);
+        assert_eq!(u.to_string(), id.to_string());
+        assert_eq!(HandoffId::from(u), id);
+        let v = uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        assert_eq!(HandoffId::from(v).to_string(), v.to_string());
+    }
+
     use super::*;
 
     #[test]

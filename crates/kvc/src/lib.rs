@@ -22,6 +22,21 @@
 //!
 //! Sans-IO and deterministic: time is virtual, randomness is seeded, and
 //! the same inputs give byte-identical reports and logs ([`log`]).
+//!
+//! # Lifting it into a larger mocker
+//!
+//! The model takes a session workload and a configuration and answers with
+//! per-request records, a summary and an accounting check:
+//!
+//! ```
+//! use kvc::{simulate, KvcConfig};
+//! use workload::{generate_sessions, SessionConfig};
+//!
+//! let items = generate_sessions(&SessionConfig { sessions: 3, ..SessionConfig::default() });
+//! let out = simulate(KvcConfig::default(), &items, "doc").unwrap();
+//! assert_eq!(out.summary.requests as usize, items.len());
+//! assert!(out.check.is_ok(), "every lease and reservation ended exactly once");
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

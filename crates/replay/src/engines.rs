@@ -49,6 +49,16 @@ impl EngineSpec {
         }
     }
 
+    /// The source lease lifetime the core runs with: the override, else the
+    /// backend's default (vLLM's `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`, 480 s;
+    /// SGLang's 300 s).
+    pub fn effective_source_lease_ttl(&self) -> handoff_core::Duration {
+        match self.backend {
+            Backend::Sglang => self.sglang().source_lease_ttl,
+            _ => self.vllm().source_lease_ttl,
+        }
+    }
+
     fn sglang(&self) -> SglangConfig {
         let mut c = SglangConfig::with_page_size(self.block_size.max(1));
         c.total_pages = (self.kv_tokens / u64::from(c.page_size)).max(1);

@@ -1,5 +1,8 @@
-//! The DEP's test scenarios 1–5, run on the real backend cores, reporting
-//! what was observed as JSON (`handoff-mocker scenario NAME`).
+//! The DEP's test scenarios, run on the real backend cores: each states what
+//! it expects, what it observed, and a verdict (`handoff-mocker scenario
+//! NAME`, which exits non-zero when any check fails). Scenarios 1–6 and 8
+//! run here; 7 (live/replay parity) needs the live adapter and runs in the
+//! command line, with the same [`Checks`].
 //!
 //! The lab is a configuration of the one [`Engine`]: a prefill and a decode
 //! [`WorkerHost`] in this thread ([`LocalHosts`], cores from
@@ -25,6 +28,7 @@ use handoff_core::{
     WorkerId, WorkerRequest,
 };
 use router::{Frontend, FrontendConfig, Pool, RouterMode};
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
@@ -39,14 +43,158 @@ pub const LATENCY: Duration = Duration::from_micros(500);
 /// How long every KV transfer takes.
 pub const TRANSFER: Duration = Duration::from_millis(1);
 
-/// Names accepted by [`run`].
-pub const NAMES: [&str; 5] = [
+/// Names accepted by [`run`] (the observations alone).
+pub const NAMES: [&str; 6] = [
     "stranded-source",
     "destination-gate",
     "router-parity",
     "no-false-overlap",
     "failure-matrix",
+    "duplicate-stale-late",
 ];
+
+/// The DEP's test scenarios, in its order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    /// Scenario 1: vLLM stranded source (and SGLang's gate in the same situation).
+    StrandedSource,
+    /// Scenario 2: SGLang destination gate: zero, partial and full prefix hits.
+    DestinationGate,
+    /// Scenario 3: Router booking vs physical reservation along one handoff.
+    RouterParity,
+    /// Scenario 4: A reservation publishes no KV-index visibility before activation.
+    NoFalseOverlap,
+    /// Scenario 5: Cancel, lose the channel or restart an owner at every phase.
+    FailureMatrix,
+    /// Scenario 6: Duplicate, stale and late facts: idempotent cleanup, attempt-id
+    /// isolation, no resurrection of released handoffs.
+    DuplicateStaleLate,
+    /// Scenario 7: The same trace on replay and on virtual- and wall-clock live
+    /// (run by the command line, which has the live adapter).
+    LiveReplayParity,
+    /// Scenario 8: Every supported disaggregated router mode.
+    RouterModes,
+}
+
+impl Scenario {
+    /// Every scenario, in the DEP's order.
+    pub const ALL: [Scenario; 8] = [
+        Scenario::StrandedSource,
+        Scenario::DestinationGate,
+        Scenario::RouterParity,
+        Scenario::NoFalseOverlap,
+        Scenario::FailureMatrix,
+        Scenario::DuplicateStaleLate,
+        Scenario::LiveReplayParity,
+        Scenario::RouterModes,
+    ];
+
+    /// Stable name (the command line's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::StrandedSource => "stranded-source",
+            Scenario::DestinationGate => "destination-gate",
+            Scenario::RouterParity => "router-parity",
+            Scenario::NoFalseOverlap => "no-false-overlap",
+            Scenario::FailureMatrix => "failure-matrix",
+            Scenario::DuplicateStaleLate => "duplicate-stale-late",
+            Scenario::LiveReplayParity => "live-replay-parity",
+            Scenario::RouterModes => "router-modes",
+        }
+    }
+}
+
+/// One expectation of a scenario, with what was observed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Check {
+    /// What is checked.
+    pub what: String,
+    /// What the DEP expects (a value, or a relation such as `> 0`).
+    pub expected: Value,
+    /// What the run showed.
+    pub observed: Value,
+    /// `pass` or `fail`.
+    pub verdict: &'static str,
+}
+
+/// A scenario's checks for one backend.
+#[derive(Clone, Debug, Default)]
+pub struct Checks {
+    checks: Vec<Check>,
+}
+
+impl Checks {
+    fn push(&mut self, what: impl Into<String>, expected: Value, observed: Value, ok: bool) {
+        self.checks.push(Check {
+            what: what.into(),
+            expected,
+            observed,
+            verdict: if ok { "pass" } else { "fail" },
+        });
+    }
+
+    /// `observed` must equal `expected`.
+    pub fn eq(
+        &mut self,
+        what: impl Into<String>,
+        expected: impl Into<Value>,
+        observed: impl Into<Value>,
+    ) {
+        let (e, o) = (expected.into(), observed.into());
+        let ok = e == o;
+        self.push(what, e, o, ok);
+    }
+
+    /// `observed` must be above zero.
+    pub fn positive(&mut self, what: impl Into<String>, observed: &Value) {
+        let ok = observed.as_f64().is_some_and(|x| x > 0.0);
+        self.push(what, json!("> 0"), observed.clone(), ok);
+    }
+
+    /// `observed` must be below `bound`.
+    pub fn below(&mut self, what: impl Into<String>, observed: &Value, bound: f64) {
+        let ok = observed.as_f64().is_some_and(|x| x < bound);
+        self.push(what, json!(format!("< {bound}")), observed.clone(), ok);
+    }
+
+    /// A check decided by the caller, with `expected` described in words.
+    pub fn holds(
+        &mut self,
+        what: impl Into<String>,
+        expected: &str,
+        observed: impl Into<Value>,
+        ok: bool,
+    ) {
+        self.push(what, json!(expected), observed.into(), ok);
+    }
+
+    /// Whether every check passed.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.verdict == "pass")
+    }
+
+    /// Breaks the first check on purpose (the command line's hidden
+    /// `--break-first-check`, so a test can see a failure exit non-zero):
+    /// it now expects anything but what it observed.
+    pub fn sabotage(&mut self) {
+        if let Some(c) = self.checks.first_mut() {
+            c.expected = json!(format!("anything but {}", c.observed));
+            c.verdict = "fail";
+        }
+    }
+
+    /// The scenario's outcome for `backend` as JSON: its verdict, checks
+    /// and the observations they were read from.
+    pub fn outcome(self, scenario: Scenario, backend: &str, observed: Value) -> Value {
+        json!({
+            "scenario": scenario.name(),
+            "backend": backend,
+            "verdict": if self.passed() { "pass" } else { "fail" },
+            "checks": self.checks,
+            "observed": observed,
+        })
+    }
+}
 
 /// The lab's [`Director`]: arrivals the scenario gives it, routed by the
 /// [`Frontend`] (`arrive` for new requests, `on_event` for what workers
@@ -89,6 +237,11 @@ struct LabDirector {
     at_routing: Option<(u64, u64)>,
     /// Transfers started whose completion the engine has not reported yet.
     transfers: BTreeSet<HandoffId>,
+    /// Every fact a worker sent: (from, to, fact), in order.
+    sent: Vec<(WorkerId, WorkerId, HandoffMsg)>,
+    /// Every fact a worker dropped: its attempt and whether it was dropped
+    /// as stale (its attempt already released).
+    dropped: Vec<(HandoffId, bool)>,
 }
 
 impl LabDirector {
@@ -110,6 +263,8 @@ impl LabDirector {
             decode_reserved: 0,
             at_routing: None,
             transfers: BTreeSet::new(),
+            sent: Vec::new(),
+            dropped: Vec::new(),
         }
     }
 
@@ -175,6 +330,13 @@ impl LabDirector {
                 self.transfers.insert(*id);
             }
             WorkerEvent::PrefillPinned { request, .. } => self.pinned.push(*request),
+            WorkerEvent::Dropped { id, reason, .. } => {
+                let stale = matches!(
+                    reason,
+                    handoff_core::DropReason::Rejected(handoff_core::TransitionError::Stale { .. })
+                );
+                self.dropped.push((*id, stale));
+            }
             WorkerEvent::RequestFinished { request, .. } => self.finished.push(*request),
             WorkerEvent::Kv { event, .. } if w == D => {
                 if let KvEventData::Stored { block_hashes, .. } = &event.data {
@@ -250,7 +412,8 @@ impl Director for LabDirector {
         }
     }
 
-    fn on_transmit(&mut self, _from: WorkerId, _to: WorkerId, msg: &HandoffMsg, _now: Instant) {
+    fn on_transmit(&mut self, from: WorkerId, to: WorkerId, msg: &HandoffMsg, _now: Instant) {
+        self.sent.push((from, to, *msg));
         if let MsgBody::DestinationReserved { summary } = msg.body {
             if let Some(r) = self.request_of.get(&msg.id) {
                 self.summaries.push((*r, summary));
@@ -264,6 +427,18 @@ impl Director for LabDirector {
 
     fn on_worker_lost(&mut self, w: WorkerId, _now: Instant, _out: &mut Vec<Route>) {
         self.frontend.worker_lost(w);
+        // The lab does not migrate: what a lost worker held ends with it,
+        // and the frontend releases every booking of those requests (their
+        // owner will never report them). The finished ones hold none.
+        let lost: Vec<RequestId> = self
+            .attempts
+            .iter()
+            .filter(|(r, a)| !self.finished.contains(r) && a.iter().any(|(x, _)| *x == w))
+            .map(|(r, _)| *r)
+            .collect();
+        for r in lost {
+            self.frontend.request_lost(r);
+        }
     }
 
     fn on_worker_back(
@@ -359,6 +534,12 @@ fn chunks(base: u64, n: u64) -> Vec<u64> {
 
 impl Lab {
     fn new(backend: Backend, decode_kv_tokens: u64) -> Lab {
+        Lab::with_faults(backend, decode_kv_tokens, FaultPlan::none())
+    }
+
+    /// A lab whose engine applies `faults` (its lossy-fact settings) to
+    /// every fact.
+    fn with_faults(backend: Backend, decode_kv_tokens: u64, faults: FaultPlan) -> Lab {
         let spec = |kv| EngineSpec {
             backend,
             kv_tokens: kv,
@@ -394,7 +575,7 @@ impl Lab {
             message_latency: LATENCY,
             transfer: TransferModel::Fixed(TRANSFER),
             multi_step: false,
-            faults: FaultPlan::none(),
+            faults,
         };
         Lab {
             engine: Engine::new(
@@ -695,6 +876,447 @@ fn failure_matrix(backend: Backend) -> Value {
     json!({ "scenario": "failure-matrix", "backend": backend.name(), "cases": rows })
 }
 
+/// Duplicate, stale and late facts. Every fact is duplicated (the second
+/// copy late) while two handoffs run, one after the other; then every fact
+/// ever sent is delivered again, after both attempts were released, while
+/// a third handoff is in flight.
+fn duplicate_stale_late(backend: Backend) -> Value {
+    let mut plan = FaultPlan::parse("seed 7; duplicate 1; delay 0.5 max 3ms").expect("valid plan");
+    plan.seed = 7;
+    let mut lab = Lab::with_faults(backend, 1 << 16, plan);
+    let released_once = |l: &Lab, r: u64| {
+        let ends = |role: Role| {
+            l.d()
+                .seen
+                .iter()
+                .filter(|t| {
+                    t.request == RequestId(r)
+                        && t.role == role
+                        && matches!(
+                            t.to,
+                            RoleState::Source(SS::Released)
+                                | RoleState::Destination(DestinationState::Released)
+                        )
+                })
+                .count()
+        };
+        (ends(Role::Source), ends(Role::Destination))
+    };
+    for r in [1, 2] {
+        lab.arrive(request(r, 2048, 8, &chunks(4000 + 10 * r, 4)));
+        lab.run_until(|e| e.d().finished.contains(&RequestId(r)) && e.host(P).is_drained());
+    }
+    lab.run_out();
+    let stats = |l: &Lab| (l.host(P).worker().stats(), l.host(D).worker().stats());
+    let (p0, d0) = stats(&lab);
+    let duplicates = p0.duplicates + d0.duplicates;
+    let drops_before = lab.d().dropped.len();
+    // Replay every fact, late, while request 3 is mid-handoff.
+    let old: Vec<(WorkerId, WorkerId, HandoffMsg)> = lab.d().sent.clone();
+    let old_ids: BTreeSet<HandoffId> = old.iter().map(|(_, _, m)| m.id).collect();
+    let transitions_before = lab.d().seen.len();
+    lab.arrive(request(3, 2048, 8, &chunks(4100, 4)));
+    lab.run_until(|e| e.d().saw_event(SE::PrefillPinned) && e.d().pinned.contains(&RequestId(3)));
+    for (from, to, msg) in &old {
+        lab.engine.inject(
+            *to,
+            HostInput::Message {
+                from: *from,
+                msg: *msg,
+            },
+        );
+    }
+    lab.run_until(|e| e.d().finished.contains(&RequestId(3)) && e.host(P).is_drained());
+    lab.run_out();
+    let stale_old = lab.d().dropped[drops_before..]
+        .iter()
+        .filter(|(id, stale)| *stale && old_ids.contains(id))
+        .count();
+    let resurrected = lab.d().seen[transitions_before..]
+        .iter()
+        .filter(|t| old_ids.contains(&t.id))
+        .count();
+    json!({
+        "scenario": "duplicate-stale-late",
+        "backend": backend.name(),
+        "duplicate_facts_ignored": duplicates,
+        "late_facts_replayed": old.len(),
+        "late_facts_dropped_as_stale": stale_old,
+        "transitions_of_released_attempts_after_replay": resurrected,
+        "roles_released": [released_once(&lab, 1), released_once(&lab, 2), released_once(&lab, 3)],
+        "third_request_finished": lab.d().finished.contains(&RequestId(3)),
+        "prefill_live_handoffs": lab.host(P).worker().live_handoffs(),
+        "decode_live_handoffs": lab.host(D).worker().live_handoffs(),
+        "end": lab.end(),
+    })
+}
+
+/// Every router mode of a disaggregated deployment (2 prefill + 2 decode
+/// workers), on a small synthetic workload: requests complete, bookings
+/// and KV come back, work spreads.
+fn router_modes(backend: Backend) -> Value {
+    let mut rows = Vec::new();
+    for mode in RouterMode::ALL {
+        let spec = |kv| EngineSpec {
+            backend,
+            kv_tokens: kv,
+            block_size: if backend == Backend::Sglang { 1 } else { 16 },
+            ..EngineSpec::default()
+        };
+        let specs = [spec(1 << 18), spec(1 << 18), spec(1 << 16), spec(1 << 16)];
+        let cfg = crate::ReplayConfig {
+            backend,
+            policy: backend.native_policy(),
+            prefill_workers: 2,
+            decode_workers: 2,
+            router: mode,
+            block_size: specs[0].event_block_tokens(),
+            seed: 3,
+            ..crate::ReplayConfig::default()
+        };
+        let workload = workload::SyntheticWorkload::new(workload::SyntheticConfig {
+            seed: 11,
+            requests: 60,
+            rate_per_sec: 30.0,
+            ..workload::SyntheticConfig::default()
+        });
+        let o = crate::Replay::new(cfg, workload, |w: WorkerId, _| {
+            make_core(&specs[w.0 as usize]).expect("scenario engines are valid")
+        })
+        .run_all();
+        let r = &o.report;
+        rows.push(json!({
+            "router": mode.name(),
+            "requests": r.num_requests,
+            "completed": r.completed_requests,
+            "failed": r.failed_requests,
+            "handoffs_activated": r.lifecycle.handoffs_activated,
+            "workers_drained": r.workers.iter().all(|w| w.drained),
+            "final_kv_used_blocks": r.workers.iter().map(|w| w.final_kv_used_blocks).sum::<u64>(),
+            "router_bookings_left": o.live_bookings,
+            "workers_with_steps": r.workers.iter().filter(|w| w.steps > 0).count(),
+        }));
+    }
+    json!({
+        "scenario": "router-modes",
+        "backend": backend.name(),
+        "modes": rows,
+        "device_aware_weighted": "not modelled: every worker of a pool runs the same engine spec and pass-time model, so device weights would all be equal and the mode would choose as least-loaded, which is covered",
+    })
+}
+
+fn as_u64(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(u64::MAX)
+}
+
+/// The checks of `scenario` on one backend's observations `o`.
+fn judge(scenario: Scenario, o: &Value) -> Checks {
+    let mut c = Checks::default();
+    let b = o["backend"].as_str().unwrap_or_default();
+    let end = |c: &mut Checks, e: &Value| {
+        for pool in ["prefill", "decode"] {
+            c.eq(
+                format!("{pool} worker drained at the end"),
+                true,
+                e[pool]["drained"].clone(),
+            );
+            c.eq(
+                format!("{pool} KV in use at the end, blocks"),
+                0,
+                e[pool]["kv_used_blocks"].clone(),
+            );
+        }
+    };
+    match scenario {
+        Scenario::StrandedSource => {
+            let w = &o["while_decode_full"];
+            c.eq(
+                "decode refuses the reservation while full",
+                true,
+                w["destination_reservation_unavailable"].clone(),
+            );
+            if b == "sglang" {
+                c.eq(
+                    "prefill is not dispatched before a destination reservation",
+                    false,
+                    w["prefill_dispatched"].clone(),
+                );
+                c.eq(
+                    "prefill pinned blocks while decode is full",
+                    0,
+                    w["prefill_pinned_blocks"].clone(),
+                );
+            } else {
+                c.positive(
+                    "prefill KV pinned (stranded) while decode is full, blocks",
+                    &w["prefill_pinned_blocks"],
+                );
+                c.eq(
+                    "prefill compute booking released at the pin, tokens",
+                    0,
+                    w["prefill_compute_booked_tokens"].clone(),
+                );
+                c.positive(
+                    "prefill request ownership still booked, blocks",
+                    &w["prefill_request_booked_blocks"],
+                );
+                c.positive(
+                    "source still pinned when the destination activates, blocks",
+                    &o["at_activation"]["source_still_pinned_at_activation_blocks"],
+                );
+            }
+            c.eq(
+                "decode publishes no handoff blocks before activation",
+                0,
+                o["at_activation"]["decode_stored_blocks_before_activation"].clone(),
+            );
+            c.positive(
+                "decode publishes the handoff blocks from activation on",
+                &o["stored_blocks_after_activation"],
+            );
+            end(&mut c, &o["end"]);
+        }
+        Scenario::DestinationGate => {
+            let r = &o["reservations"];
+            c.eq(
+                "reservations observed (zero, partial, full hit)",
+                3,
+                r.as_array().map_or(0, Vec::len),
+            );
+            c.eq(
+                "zero hit: matched prefix tokens",
+                0,
+                r[0]["matched_prefix_tokens"].clone(),
+            );
+            c.positive(
+                "partial hit: matched prefix tokens",
+                &r[1]["matched_prefix_tokens"],
+            );
+            c.below(
+                "partial hit: physical blocks fewer than a zero hit's",
+                &r[1]["physical_blocks"],
+                r[0]["physical_blocks"].as_f64().unwrap_or(0.0),
+            );
+            c.below(
+                "full hit: transfer tokens fewer than a partial hit's",
+                &r[2]["transfer_tokens"],
+                r[1]["transfer_tokens"].as_f64().unwrap_or(0.0),
+            );
+            if b == "sglang" {
+                c.eq(
+                    "full hit: delta pages reserved",
+                    0,
+                    r[2]["physical_blocks"].clone(),
+                );
+                for (i, hit) in ["zero", "partial", "full"].iter().enumerate() {
+                    c.eq(
+                        format!("{hit} hit: request slot reserved"),
+                        true,
+                        r[i]["request_slot"].clone(),
+                    );
+                    c.positive(
+                        format!("{hit} hit: decode headroom reserved, tokens"),
+                        &r[i]["decode_headroom_tokens"],
+                    );
+                }
+            }
+            end(&mut c, &o["end"]);
+        }
+        Scenario::RouterParity => {
+            let p = &o["points"];
+            c.positive(
+                "routed: decode router booked, blocks",
+                &p[0]["decode_router_booked_blocks"],
+            );
+            c.eq(
+                "routed: nothing reserved yet, blocks",
+                0,
+                p[0]["decode_reserved_blocks"].clone(),
+            );
+            c.positive(
+                "reserved: physical reservation, blocks",
+                &p[1]["decode_reserved_blocks"],
+            );
+            c.eq(
+                "reserved: booking unchanged since routing",
+                p[0]["decode_router_booked_blocks"].clone(),
+                p[1]["decode_router_booked_blocks"].clone(),
+            );
+            c.eq(
+                "activated: reservation moved to active, reserved blocks",
+                0,
+                p[2]["decode_reserved_blocks"].clone(),
+            );
+            c.positive("activated: active blocks", &p[2]["decode_active_blocks"]);
+            c.eq(
+                "activated: counted once (used == active)",
+                p[2]["decode_active_blocks"].clone(),
+                p[2]["decode_kv_used_blocks"].clone(),
+            );
+            c.eq(
+                "completed: booking released, blocks",
+                0,
+                p[3]["decode_router_booked_blocks"].clone(),
+            );
+            c.eq(
+                "completed: KV released, blocks",
+                0,
+                p[3]["decode_kv_used_blocks"].clone(),
+            );
+            end(&mut c, &o["end"]);
+        }
+        Scenario::NoFalseOverlap => {
+            c.eq(
+                "router overlap on decode while reserved, blocks",
+                0,
+                o["decode_overlap_blocks_while_reserved"].clone(),
+            );
+            c.eq(
+                "decode Stored events before activation, blocks",
+                0,
+                o["decode_stored_blocks_before_activation"].clone(),
+            );
+            c.positive(
+                "router overlap on decode after activation, blocks",
+                &o["decode_overlap_blocks_after_activation"],
+            );
+            end(&mut c, &o["end"]);
+        }
+        Scenario::FailureMatrix => {
+            let cases = o["cases"].as_array().cloned().unwrap_or_default();
+            c.eq("cases (6 points x 4 faults)", 24, cases.len());
+            for k in &cases {
+                let name = format!(
+                    "{} / {}",
+                    k["point"].as_str().unwrap_or("?"),
+                    k["fault"].as_str().unwrap_or("?")
+                );
+                let clean = k["reached"] == true
+                    && k["prefill_drained"] == true
+                    && k["decode_drained"] == true
+                    && [
+                        "prefill_kv_used_blocks",
+                        "decode_kv_used_blocks",
+                        "prefill_live_handoffs",
+                        "decode_live_handoffs",
+                        "prefill_router_booked_blocks",
+                        "decode_router_booked_blocks",
+                    ]
+                    .iter()
+                    .all(|f| k[*f] == 0);
+                c.holds(
+                    format!("{name}: phase reached, everything returned exactly once"),
+                    "reached; both drained; 0 KV, live handoffs and router bookings",
+                    k.clone(),
+                    clean,
+                );
+            }
+        }
+        Scenario::DuplicateStaleLate => {
+            c.positive(
+                "duplicated facts ignored as duplicates",
+                &o["duplicate_facts_ignored"],
+            );
+            c.eq(
+                "late facts of released attempts dropped as stale",
+                o["late_facts_replayed"].clone(),
+                o["late_facts_dropped_as_stale"].clone(),
+            );
+            c.eq(
+                "transitions of released attempts after the replay (resurrection)",
+                0,
+                o["transitions_of_released_attempts_after_replay"].clone(),
+            );
+            c.eq(
+                "each role of each attempt released exactly once",
+                json!([[1, 1], [1, 1], [1, 1]]),
+                o["roles_released"].clone(),
+            );
+            c.eq(
+                "the attempt in flight during the replay finished (isolation)",
+                true,
+                o["third_request_finished"].clone(),
+            );
+            c.eq(
+                "live handoffs at the end",
+                json!([0, 0]),
+                json!([o["prefill_live_handoffs"], o["decode_live_handoffs"]]),
+            );
+            end(&mut c, &o["end"]);
+        }
+        Scenario::RouterModes => {
+            for m in o["modes"].as_array().cloned().unwrap_or_default() {
+                let name = m["router"].as_str().unwrap_or("?").to_string();
+                c.eq(
+                    format!("{name}: completed requests"),
+                    m["requests"].clone(),
+                    m["completed"].clone(),
+                );
+                c.eq(format!("{name}: failed requests"), 0, m["failed"].clone());
+                c.eq(
+                    format!("{name}: handoffs activated"),
+                    m["requests"].clone(),
+                    m["handoffs_activated"].clone(),
+                );
+                c.eq(
+                    format!("{name}: every worker drained"),
+                    true,
+                    m["workers_drained"].clone(),
+                );
+                c.eq(
+                    format!("{name}: KV in use at the end, blocks"),
+                    0,
+                    m["final_kv_used_blocks"].clone(),
+                );
+                c.eq(
+                    format!("{name}: router bookings left"),
+                    0,
+                    m["router_bookings_left"].clone(),
+                );
+                let spread = as_u64(&m["workers_with_steps"]);
+                c.holds(
+                    format!("{name}: workers that ran"),
+                    ">= 3 of 4 (both pools used)",
+                    spread,
+                    (3..=4).contains(&spread),
+                );
+            }
+        }
+        Scenario::LiveReplayParity => {}
+    }
+    c
+}
+
+/// Runs `scenario` for vLLM and SGLang and judges it: one outcome per
+/// backend (see [`Checks::outcome`]). `None` for
+/// [`Scenario::LiveReplayParity`], which the command line runs. With
+/// `sabotage`, the first check of each outcome is broken on purpose.
+pub fn judged(scenario: Scenario, sabotage: bool) -> Option<Vec<Value>> {
+    let f: fn(Backend) -> Value = match scenario {
+        Scenario::StrandedSource => stranded,
+        Scenario::DestinationGate => gate,
+        Scenario::RouterParity => router_parity,
+        Scenario::NoFalseOverlap => no_false_overlap,
+        Scenario::FailureMatrix => failure_matrix,
+        Scenario::DuplicateStaleLate => duplicate_stale_late,
+        Scenario::RouterModes => router_modes,
+        Scenario::LiveReplayParity => return None,
+    };
+    Some(
+        [Backend::Vllm, Backend::Sglang]
+            .into_iter()
+            .map(|b| {
+                let o = f(b);
+                let mut c = judge(scenario, &o);
+                if sabotage {
+                    c.sabotage();
+                }
+                c.outcome(scenario, b.name(), o)
+            })
+            .collect(),
+    )
+}
+
 /// Runs scenario `name` for vLLM and SGLang; `None` for an unknown name.
 pub fn run(name: &str) -> Option<Value> {
     let f: fn(Backend) -> Value = match name {
@@ -703,6 +1325,8 @@ pub fn run(name: &str) -> Option<Value> {
         "router-parity" => router_parity,
         "no-false-overlap" => no_false_overlap,
         "failure-matrix" => failure_matrix,
+        "duplicate-stale-late" => duplicate_stale_late,
+        "router-modes" => router_modes,
         _ => return None,
     };
     Some(json!([f(Backend::Vllm), f(Backend::Sglang)]))

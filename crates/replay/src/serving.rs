@@ -13,7 +13,7 @@
 //! a voided attempt still reach the recorder's lifecycle figures but no
 //! longer move the router or the request's outcome.
 
-use crate::report::{Recorder, Report};
+use crate::report::{Details, Recorder, Report, RequestSink};
 use handoff_core::engine::{Director, Route, Undeliverable};
 use handoff_core::fasthash::FastMap;
 use handoff_core::fault::FaultCounts;
@@ -49,6 +49,13 @@ pub struct Serving<I> {
     scratch: Vec<(WorkerId, WorkerRequest, handoff_core::Duration)>,
     flights: FastMap<RequestId, Flight>,
     lost: Vec<WorkerId>,
+    /// Closed loop: requests allowed in flight (`None`: open loop, at the
+    /// workload's timestamps).
+    concurrency: Option<usize>,
+    /// The model time of the last callback (closed-loop arrivals happen
+    /// then).
+    now: Instant,
+    details: Option<Details>,
 }
 
 fn parts(r: &WorkerRequest) -> (RequestId, Option<HandoffId>) {
@@ -91,12 +98,59 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             scratch: Vec::new(),
             flights: FastMap::default(),
             lost: Vec::new(),
+            concurrency: None,
+            now: Instant::ZERO,
+            details: None,
+        }
+    }
+
+    /// Closed loop: at most `n` requests in flight. Requests arrive when a
+    /// slot is free, at that model time, whatever their timestamps; the
+    /// engine must be asked again after a completion
+    /// ([`handoff_core::engine::Engine::arrivals_changed`]), which
+    /// [`crate::Replay::closed_loop`] does.
+    pub fn set_concurrency(&mut self, n: usize) {
+        self.concurrency = Some(n.max(1));
+    }
+
+    /// See [`Recorder::set_request_sink`].
+    pub fn set_request_sink(&mut self, sink: RequestSink) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.set_request_sink(sink);
+        }
+    }
+
+    /// See [`Recorder::keep_details`].
+    pub fn keep_details(&mut self, points: usize) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.keep_details(points);
+        }
+    }
+
+    /// See [`Recorder::capacity`].
+    pub fn capacity(&mut self, w: WorkerId, at: Instant, c: &handoff_core::KvCapacitySnapshot) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.capacity(w, at, c);
         }
     }
 
     /// The report and the transcript (if kept), once the engine finished.
     pub fn into_outcome(self) -> (Option<Report>, Option<Transcript>) {
         (self.report, self.transcript)
+    }
+
+    /// Bookings the routers of both pools still hold.
+    pub fn router_bookings(&self) -> usize {
+        self.frontend.prefill_router().live_bookings()
+            + self
+                .frontend
+                .decode_router()
+                .map_or(0, |d| d.live_bookings())
+    }
+
+    /// The report, the transcript and the [`Details`] (each if kept).
+    pub fn into_parts(self) -> (Option<Report>, Option<Transcript>, Option<Details>) {
+        (self.report, self.transcript, self.details)
     }
 
     /// Requests that arrived and have neither finished nor failed.
@@ -125,8 +179,9 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     fn fail(&mut self, r: RequestId, reason: &'static str) {
         self.flights.remove(&r);
         self.frontend.request_lost(r);
+        let now = self.now;
         if let Some(rec) = self.rec.as_mut() {
-            rec.fail(r, reason);
+            rec.fail_at(r, reason, Some(now));
         }
     }
 
@@ -184,16 +239,28 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
 
 impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     fn next_arrival(&mut self) -> Option<Instant> {
+        if let Some(n) = self.concurrency {
+            if self.in_flight() >= n {
+                return None;
+            }
+        }
         if self.next.is_none() {
             self.next = self.workload.next();
         }
-        self.next.as_ref().map(|i| i.request.arrival)
+        match self.concurrency {
+            Some(_) => self.next.as_ref().map(|_| self.now),
+            None => self.next.as_ref().map(|i| i.request.arrival),
+        }
     }
 
     fn arrive(&mut self, now: Instant, out: &mut Vec<Route>) {
-        let Some(item) = self.next.take() else {
+        self.now = now;
+        let Some(mut item) = self.next.take() else {
             return;
         };
+        if self.concurrency.is_some() {
+            item.request.arrival = now;
+        }
         if let Some(rec) = self.rec.as_mut() {
             rec.arrival(&item.request);
         }
@@ -222,6 +289,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     }
 
     fn on_event(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant, out: &mut Vec<Route>) {
+        self.now = now;
         let pool = self.pool(w);
         if let (Some(t), WorkerEvent::Transition(tr)) = (self.transcript.as_mut(), e) {
             t.record(tr);
@@ -231,9 +299,11 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             rec.event(w, pool, e, stale);
         }
         match e {
-            WorkerEvent::StartTransfer { id, tokens, at, .. } => {
+            WorkerEvent::StartTransfer {
+                id, request, at, ..
+            } => {
                 if let Some(rec) = self.rec.as_mut() {
-                    rec.transfer_started(*id, *tokens, *at);
+                    rec.transfer_started(*id, *request, *at);
                 }
                 return;
             }
@@ -288,6 +358,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         now: Instant,
         out: &mut Vec<Route>,
     ) {
+        self.now = now;
         if let Some(rec) = self.rec.as_mut() {
             rec.undeliverable(why);
         }
@@ -303,12 +374,14 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     }
 
     fn on_transfer_done(&mut self, id: HandoffId, _ok: bool, now: Instant) {
+        self.now = now;
         if let Some(rec) = self.rec.as_mut() {
             rec.transfer_done(id, now);
         }
     }
 
     fn on_worker_lost(&mut self, w: WorkerId, now: Instant, out: &mut Vec<Route>) {
+        self.now = now;
         self.frontend.worker_lost(w);
         if !self.lost.contains(&w) {
             self.lost.push(w);
@@ -356,7 +429,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             rec.unresolved_teardown += torn_down;
             rec.faults = faults;
             let pools = &self.pools;
-            let report = rec.finish(
+            let (report, details) = rec.finish_detailed(
                 end,
                 finals.iter().map(|f| {
                     (
@@ -369,6 +442,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 }),
             );
             self.report = Some(report);
+            self.details = details;
         }
     }
 }

@@ -4,14 +4,16 @@
 //! the deployment (the live modes build the same one from the same
 //! functions).
 
-use crate::report::{Recorder, Report};
+use crate::engines::EngineSpec;
+use crate::report::{Details, Recorder, Report, RequestSink};
 use crate::serving::Serving;
 use handoff_core::engine::{Engine, EngineConfig, LocalHosts};
 use handoff_core::fault::FaultPlan;
 use handoff_core::host::WorkerHost;
 use handoff_core::TransferModel;
 use handoff_core::{
-    Backend, Duration, Generation, HandoffConfig, HandoffPolicy, Transcript, Worker, WorkerId,
+    Backend, Duration, Generation, HandoffConfig, HandoffPolicy, Instant, Transcript, Worker,
+    WorkerId,
 };
 use router::RouterMode;
 use router::{Frontend, FrontendConfig, Pool};
@@ -50,6 +52,10 @@ pub struct ReplayConfig {
     /// Faults to inject (kills, restarts, partitions, lossy facts, failed
     /// transfers, client cancels).
     pub faults: FaultPlan,
+    /// The workers' engines, by worker id, for the report's configuration
+    /// only (the cores come from the caller's factory; empty: not
+    /// reported).
+    pub engines: Vec<EngineSpec>,
 }
 
 impl Default for ReplayConfig {
@@ -68,6 +74,7 @@ impl Default for ReplayConfig {
             multi_step: true,
             transcript: false,
             faults: FaultPlan::none(),
+            engines: Vec::new(),
         }
     }
 }
@@ -76,6 +83,24 @@ impl Default for ReplayConfig {
 /// [`Serving`] director.
 pub struct Replay<'a, I: Iterator<Item = TraceItem>> {
     engine: Engine<LocalHosts<'a, CoreBox>, Serving<I>>,
+    /// Hand the recorder every host's capacity after each instant.
+    sample: bool,
+    /// Closed loop: re-ask the director for arrivals after every unit of
+    /// work (a completion frees a slot).
+    closed_loop: bool,
+}
+
+/// What a finished replay produced.
+pub struct ReplayOutcome {
+    /// The report.
+    pub report: Report,
+    /// The lifecycle transcript, when `cfg.transcript` asked for one.
+    pub transcript: Option<Transcript>,
+    /// What the HTML report draws, when [`Replay::keep_details`] asked.
+    pub details: Option<Details>,
+    /// Router bookings still held at the end, both pools (0 when every
+    /// request's load was released).
+    pub live_bookings: usize,
 }
 
 /// The workers of a deployment: ids `0..n`, prefill (or aggregated) first.
@@ -143,7 +168,16 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
     pub fn new(
         cfg: ReplayConfig,
         workload: I,
+        make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
+    ) -> Self {
+        Self::build(cfg, workload, make_core, None)
+    }
+
+    fn build(
+        cfg: ReplayConfig,
+        workload: I,
         mut make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
+        concurrency: Option<usize>,
     ) -> Self {
         let workers = deployment(&cfg);
         let policy = worker_policy(&cfg);
@@ -159,20 +193,99 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
             let pool = pools.get(w.0 as usize).copied().unwrap_or(Pool::Decode);
             make_core(w, pool)
         });
-        let director = serving(&cfg, workload);
+        let mut director = serving(&cfg, workload);
+        if let Some(n) = concurrency {
+            director.set_concurrency(n);
+        }
         Replay {
             engine: Engine::new(engine_config(&cfg), port, director),
+            sample: false,
+            closed_loop: concurrency.is_some(),
         }
+    }
+
+    /// A closed-loop replay: at most `concurrency` requests in flight; the
+    /// workload's first `concurrency` requests arrive at time zero and each
+    /// later one when a request before it completes or fails (its trace
+    /// timestamp is ignored). Deterministic like the open loop.
+    pub fn closed_loop(
+        cfg: ReplayConfig,
+        workload: I,
+        concurrency: usize,
+        make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
+    ) -> Self {
+        Self::build(cfg, workload, make_core, Some(concurrency.max(1)))
+    }
+
+    /// Hands every finished request's record to `sink` (`--per-request-jsonl`).
+    pub fn with_request_sink(mut self, sink: RequestSink) -> Self {
+        self.engine.director_mut().set_request_sink(sink);
+        self
+    }
+
+    /// Keeps what the HTML report draws: CDFs, and every worker's KV and
+    /// queue timeline, read from the hosts after each instant, at most
+    /// `points` per worker.
+    pub fn keep_details(mut self, points: usize) -> Self {
+        self.engine.director_mut().keep_details(points);
+        self.sample = true;
+        self
     }
 
     /// Runs to completion and returns the report (and the transcript when
     /// `cfg.transcript` asked for one).
     pub fn run(self) -> (Report, Option<Transcript>) {
+        let o = self.run_all();
+        (o.report, o.transcript)
+    }
+
+    /// Runs to completion and returns everything it produced.
+    pub fn run_all(mut self) -> ReplayOutcome {
+        if self.sample || self.closed_loop {
+            loop {
+                let at = self.engine.now();
+                let more = if self.closed_loop {
+                    let more = self.engine.run_event();
+                    self.engine.arrivals_changed();
+                    more
+                } else {
+                    self.engine.run_one()
+                };
+                if self.sample {
+                    self.sample_hosts(at);
+                }
+                if !more {
+                    // A completion in the last instant may have freed a
+                    // closed-loop slot: look once more.
+                    if self.closed_loop {
+                        self.engine.arrivals_changed();
+                        if self.engine.run_event() {
+                            continue;
+                        }
+                    }
+                    break;
+                }
+            }
+        }
         let (director, _) = self.engine.run();
-        let (report, transcript) = director.into_outcome();
-        (
-            report.expect("the engine finishes its director"),
+        let live_bookings = director.router_bookings();
+        let (report, transcript, details) = director.into_parts();
+        ReplayOutcome {
+            report: report.expect("the engine finishes its director"),
             transcript,
-        )
+            details,
+            live_bookings,
+        }
+    }
+
+    /// Hands the recorder every host's capacity as of instant `at`.
+    fn sample_hosts(&mut self, at: Instant) {
+        let n = self.engine.port().hosts().len();
+        for w in 0..n {
+            let cap = self.engine.port().hosts()[w].worker().capacity();
+            self.engine
+                .director_mut()
+                .capacity(WorkerId(w as u32), at, &cap);
+        }
     }
 }

@@ -91,7 +91,9 @@ fn multi_step_report_equals_one_pass_per_event() {
         assert_eq!(tf.render(), ts.render());
         let strip = |r: &Report| {
             let mut v: serde_json::Value = serde_json::to_value(r).expect("json");
-            // Pass counts differ by construction; everything else must not.
+            // Pass counts (and the configuration saying how they were
+            // stepped) differ by construction; everything else must not.
+            v["config"]["multi_step"] = serde_json::Value::Null;
             for w in v["workers"].as_array_mut().expect("workers") {
                 w["steps"] = serde_json::Value::Null;
             }
@@ -248,4 +250,100 @@ fn decode_pressure_strands_vllm_and_gates_sglang() {
             json(r)
         );
     }
+}
+
+/// Per-request records (`--per-request-jsonl`) and the capacity timelines
+/// do not depend on how passes are stepped, agree with the report, and a
+/// closed loop never holds more than its concurrency.
+#[test]
+fn records_timelines_and_closed_loop() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let run = |multi_step: bool, concurrency: Option<usize>, points: usize| {
+        let backend = Backend::Vllm;
+        let spec = |kv_tokens| EngineSpec {
+            backend,
+            kv_tokens,
+            ..EngineSpec::default()
+        };
+        let cfg = ReplayConfig {
+            decode_workers: 2,
+            multi_step,
+            block_size: spec(1).event_block_tokens(),
+            ..ReplayConfig::default()
+        };
+        let make = move |_w: WorkerId, pool: Pool| {
+            let kv = if pool == Pool::Decode {
+                20_000
+            } else {
+                1 << 18
+            };
+            make_core(&spec(kv)).expect("core")
+        };
+        let records = Rc::new(RefCell::new(Vec::new()));
+        let sink = records.clone();
+        let replay = match concurrency {
+            Some(n) => Replay::closed_loop(cfg, workload(60, 20.0), n, make),
+            None => Replay::new(cfg, workload(60, 20.0), make),
+        };
+        let o = replay
+            .with_request_sink(Box::new(move |r| sink.borrow_mut().push(r.clone())))
+            .keep_details(points)
+            .run_all();
+        let recs = records.borrow().clone();
+        (o, recs)
+    };
+    let (fast, a) = run(true, None, 1 << 20);
+    let (_, b) = run(false, None, 64);
+    assert_eq!(a, b, "records do not depend on multi-step");
+    assert_eq!(a.len(), 60);
+    let r = &fast.report;
+    assert_eq!(r.completed_requests, 60);
+    let ttst: Vec<f64> = a.iter().filter_map(|x| x.ttst_ms).collect();
+    let mean = ttst.iter().sum::<f64>() / ttst.len() as f64;
+    assert!(
+        (mean - r.flat.ttst.mean).abs() < 0.01,
+        "{mean} vs {}",
+        r.flat.ttst.mean
+    );
+    assert_eq!(
+        a.iter().map(|x| u64::from(x.input_tokens)).sum::<u64>(),
+        r.total_input_tokens
+    );
+    for x in &a {
+        let h = &x.handoff;
+        assert!(
+            h.pinned_ms <= h.source_released_ms && h.reserved_ms <= h.activated_ms,
+            "{x:?}"
+        );
+        assert!(x.ttft_ms.unwrap() <= x.e2e_ms.unwrap());
+    }
+    assert!(r.prefix_cache_reused_ratio > 0.0 && r.prefix_cache_reused_ratio < 1.0);
+    // Timelines, unbounded here: the physical pinned peak sampled from the
+    // hosts is at most the report's, which sums each attempt's lease (two
+    // pinned prefills sharing a cached prefix hold its blocks once).
+    let d = fast.details.expect("details");
+    assert_eq!(d.timelines.len(), 4);
+    for (w, pool, s) in &d.timelines {
+        let peak = s.points().iter().map(|p| p.pinned).max().unwrap_or(0);
+        let reported = r.workers[w.0 as usize].peak_pinned_blocks;
+        assert!(peak <= reported, "worker {w}: {peak} > {reported}");
+        assert_eq!(peak > 0, *pool == "prefill", "worker {w}");
+    }
+    assert_eq!(fast.live_bookings, 0);
+    // Closed loop: at most 3 in flight, arrivals at completions.
+    let (closed, c) = run(true, Some(3), 64);
+    assert_eq!(closed.report.completed_requests, 60);
+    for (_, _, s) in &closed.details.as_ref().expect("details").timelines {
+        assert!(s.points().len() <= 64 && !s.points().is_empty());
+    }
+    for x in &c {
+        let at = x.arrival_ms;
+        let n = c
+            .iter()
+            .filter(|y| y.arrival_ms <= at && y.end_ms > at)
+            .count();
+        assert!(n <= 3, "{n} in flight at {at}");
+    }
+    assert_eq!(c.iter().filter(|x| x.arrival_ms == 0.0).count(), 3);
 }

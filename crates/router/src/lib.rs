@@ -26,6 +26,29 @@
 //! the lowest worker id and no hash-map iteration order reaches a decision.
 //!
 //! Sans-IO: `now` is an argument; nothing reads a clock.
+//!
+//! # Lifting it into a larger mocker
+//!
+//! A mocker with its own workers keeps one [`Router`] per pool, books at
+//! selection and releases on its own completion events:
+//!
+//! ```
+//! use handoff_core::{Instant, Request, RequestId, WorkerId};
+//! use router::{PoolRole, Router, RouterConfig, RouterMode};
+//!
+//! let cfg = RouterConfig::new(PoolRole::Decode, RouterMode::LeastLoaded, 16);
+//! let mut r = Router::new(cfg, [WorkerId(0), WorkerId(1)]);
+//! let req = |id| Request {
+//!     id: RequestId(id), prompt_tokens: 1024, max_output_tokens: 64, prefix_hashes: vec![],
+//!     hash_block_tokens: 512, session: None, arrival: Instant::ZERO,
+//! };
+//! let a = r.select(&req(1), Instant::ZERO).unwrap();
+//! let b = r.select(&req(2), Instant::ZERO).unwrap();
+//! assert_ne!(a.worker, b.worker, "the second goes to the less booked worker");
+//! r.request_released(RequestId(1));
+//! r.request_released(RequestId(2));
+//! assert!(r.is_drained());
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

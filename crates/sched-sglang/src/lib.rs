@@ -52,6 +52,39 @@
 //! that cannot get a page is retracted rather than asserting; a request
 //! that could not be admitted even by an empty worker is refused as
 //! `Unsupported` instead of blocking its queue.
+//!
+//! # Lifting it into a larger mocker
+//!
+//! The core is a [`handoff_core::SchedulerCore`] with a pluggable pass-time
+//! model: a mocker drives it inside a [`handoff_core::Worker`] with its own
+//! clock and loop.
+//!
+//! ```
+//! use handoff_core::{
+//!     Generation, HandoffConfig, HandoffPolicy, Instant, PolynomialPerf, Request, RequestId,
+//!     Worker, WorkerEvent, WorkerId, WorkerRequest,
+//! };
+//! use sched_sglang::{SglangConfig, SglangCore};
+//!
+//! let mut cfg = SglangConfig::with_page_size(1);
+//! cfg.total_pages = 16_384;
+//! let core = SglangCore::new(cfg, PolynomialPerf { speedup_ratio: 1.0 }).unwrap();
+//! let mut w = Worker::new(WorkerId(0), Generation(0), HandoffPolicy::Disabled, HandoffConfig::default(), core);
+//! let r = Request {
+//!     id: RequestId(1), prompt_tokens: 600, max_output_tokens: 3, prefix_hashes: vec![],
+//!     hash_block_tokens: 512, session: None, arrival: Instant::ZERO,
+//! };
+//! w.handle_request(WorkerRequest::Ordinary(r), Instant::ZERO).unwrap();
+//! let (mut now, mut finished) = (Instant::ZERO, false);
+//! while let Some(end) = w.step(now, now) {
+//!     now = end;
+//!     while let Some(e) = w.poll_event() {
+//!         finished |= matches!(e, WorkerEvent::RequestFinished { .. });
+//!     }
+//! }
+//! assert!(finished);
+//! assert_eq!(w.capacity().kv_used_blocks(), 0);
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

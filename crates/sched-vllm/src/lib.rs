@@ -40,6 +40,41 @@
 //!   prompt is shorter than a block (NIXL frees those at once).
 //! - Sequences longer than the whole pool are refused as `Unsupported`, the
 //!   analogue of vLLM's `max_model_len` check.
+//!
+//! # Lifting it into a larger mocker
+//!
+//! The core is a [`handoff_core::SchedulerCore`]: a mocker drives it
+//! inside a [`handoff_core::Worker`] (which adds the handoff roles) with its
+//! own clock and loop. One request, prefilled and decoded, then every block
+//! back:
+//!
+//! ```
+//! use handoff_core::{
+//!     Generation, HandoffConfig, HandoffPolicy, Instant, Request, RequestId, Worker,
+//!     WorkerEvent, WorkerId, WorkerRequest,
+//! };
+//! use sched_vllm::{VllmConfig, VllmCore};
+//!
+//! let core = VllmCore::new(VllmConfig { num_blocks: 1024, block_size: 16, ..VllmConfig::default() });
+//! let mut w = Worker::new(WorkerId(0), Generation(0), HandoffPolicy::Disabled, HandoffConfig::default(), core);
+//! let r = Request {
+//!     id: RequestId(1), prompt_tokens: 600, max_output_tokens: 3, prefix_hashes: vec![],
+//!     hash_block_tokens: 512, session: None, arrival: Instant::ZERO,
+//! };
+//! w.handle_request(WorkerRequest::Ordinary(r), Instant::ZERO).unwrap();
+//! let (mut now, mut tokens) = (Instant::ZERO, 0);
+//! // One pass per step (horizon = now); the host's loop owns time.
+//! while let Some(end) = w.step(now, now) {
+//!     now = end;
+//!     while let Some(e) = w.poll_event() {
+//!         if let WorkerEvent::Tokens { tokens: n, .. } = e {
+//!             tokens += n;
+//!         }
+//!     }
+//! }
+//! assert_eq!(tokens, 3);
+//! assert_eq!(w.capacity().kv_used_blocks(), 0, "the prompt stays as reusable cache only");
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

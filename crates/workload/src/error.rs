@@ -24,6 +24,14 @@ pub enum TraceField {
     SessionId,
     /// `delay`.
     Delay,
+    /// The header row of a CSV trace.
+    Header,
+    /// `TIMESTAMP` of an Azure LLM inference trace (CSV).
+    AzureTimestamp,
+    /// `ContextTokens` of an Azure trace: prompt tokens.
+    ContextTokens,
+    /// `GeneratedTokens` of an Azure trace: tokens to generate.
+    GeneratedTokens,
     /// Reading the underlying stream failed.
     Io,
 }
@@ -41,6 +49,10 @@ impl TraceField {
             TraceField::HashIds => "hash_ids",
             TraceField::SessionId => "session_id",
             TraceField::Delay => "delay",
+            TraceField::Header => "header",
+            TraceField::AzureTimestamp => "TIMESTAMP",
+            TraceField::ContextTokens => "ContextTokens",
+            TraceField::GeneratedTokens => "GeneratedTokens",
             TraceField::Io => "io",
         }
     }
@@ -88,13 +100,25 @@ pub enum Problem {
     },
     /// The value must be at least 1.
     Zero,
-    /// More hash ids than the prompt has 512-token blocks, plus one.
+    /// More hash ids than the prompt has trace blocks, plus one.
     TooManyHashIds {
         /// Ids present.
         got: usize,
-        /// `ceil(input_length / 512) + 1`.
+        /// `ceil(input_length / block) + 1`.
         max: u64,
+        /// Tokens per hash id (the trace block size, 512 for Mooncake).
+        block: u32,
     },
+    /// A CSV header lacks a column the format needs.
+    MissingColumn {
+        /// The column's name.
+        column: &'static str,
+    },
+    /// A CSV row has fewer fields than its header.
+    MissingField,
+    /// Not a date-time of the form `YYYY-MM-DD HH:MM:SS[.fraction][Z|+HH:MM]`
+    /// nor a number of seconds.
+    BadTimestamp,
     /// The timestamp is earlier than the previous record's.
     Decreasing {
         /// This record's timestamp in nanoseconds.
@@ -103,6 +127,11 @@ pub enum Problem {
         previous_nanos: u64,
         /// The previous record's line.
         previous_line: u64,
+    },
+    /// A CSV row is earlier than the first row (arrivals count from it).
+    BeforeFirst {
+        /// The first row's line.
+        first_line: u64,
     },
     /// The stream failed; the I/O error's description.
     Io(String),
@@ -146,9 +175,14 @@ impl fmt::Display for Problem {
             }
             Problem::TooLarge { max } => write!(f, "must be at most {max}"),
             Problem::Zero => f.write_str("must be at least 1"),
-            Problem::TooManyHashIds { got, max } => write!(
+            Problem::TooManyHashIds { got, max, block } => write!(
                 f,
-                "{got} ids but ceil(input_length / 512) + 1 = {max} at most"
+                "{got} ids but ceil(input_length / {block}) + 1 = {max} at most"
+            ),
+            Problem::MissingColumn { column } => write!(f, "no {column} column"),
+            Problem::MissingField => f.write_str("fewer fields than the header names"),
+            Problem::BadTimestamp => f.write_str(
+                "expected a date-time like 2023-11-16 18:15:46.6805900 (optionally with Z or +HH:MM) or a number of seconds",
             ),
             Problem::Decreasing {
                 nanos,
@@ -159,6 +193,10 @@ impl fmt::Display for Problem {
                 "{} ms is earlier than {} ms on line {previous_line} (timestamps must not decrease)",
                 Millis(*nanos),
                 Millis(*previous_nanos)
+            ),
+            Problem::BeforeFirst { first_line } => write!(
+                f,
+                "earlier than the first row (line {first_line}); timestamps must not decrease"
             ),
             Problem::Io(msg) => write!(f, "{msg}"),
         }

@@ -1,4 +1,6 @@
-//! Streaming reader for Mooncake JSONL traces.
+//! Streaming reader for Mooncake JSONL traces and Azure LLM inference CSV
+//! traces ([`TraceFormat`]; the CSV columns are described in
+//! [`crate::azure`]).
 //!
 //! One JSON object per line, as published with Mooncake's FAST'25 traces
 //! (kvcache-ai/Mooncake `FAST25-release/traces/`) and consumed by Dynamo's
@@ -16,9 +18,13 @@
 //!
 //! Unknown keys are ignored; `null` for an optional key means absent.
 //!
+//! Each hash id covers [`ReaderOptions::hash_block_tokens`] prompt tokens
+//! (512 in Mooncake's traces; `--trace-block-size` on the command line).
+//!
 //! Validation rules (each violation is a [`TraceError`] naming the line):
-//! - `hash_ids.len() <= ceil(input_length / 512) + 1`. Mooncake traces have
-//!   exactly `ceil(input_length / 512)` ids; one spare id is tolerated for
+//! - `hash_ids.len() <= ceil(input_length / B) + 1` for that block size `B`.
+//!   Mooncake traces have exactly `ceil(input_length / 512)` ids; one spare
+//!   id is tolerated for
 //!   traces whose generator rounds differently. Fewer ids are fine: the
 //!   blocks past them get request-salted content hashes and never share.
 //! - timestamps never decrease from one accepted record to the next.
@@ -29,6 +35,7 @@
 //! [`ReaderOptions::first_request_id`]; turn indexes count earlier accepted
 //! records of the same session.
 
+use crate::azure::{self, Columns};
 use crate::error::{Problem, TraceError, TraceField};
 use crate::item::{session_id_from_str, TraceItem};
 use crate::line::{read_bounded_line, LineRead};
@@ -42,6 +49,36 @@ use std::sync::Arc;
 /// Default line limit: far above any real record (a 190K-token Mooncake
 /// prompt is a 2.6 KB line) and small enough to bound memory.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 16 << 20;
+
+/// The format of a trace file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TraceFormat {
+    /// Mooncake JSONL: one JSON object per line (the module docs' table).
+    #[default]
+    Mooncake,
+    /// Azure LLM inference trace CSV: a header naming `TIMESTAMP`,
+    /// `ContextTokens` and `GeneratedTokens`, then one row per request.
+    AzureCsv,
+}
+
+impl TraceFormat {
+    /// The format a file name suggests: `.csv` is Azure CSV, anything else
+    /// Mooncake JSONL.
+    pub fn from_path(path: &std::path::Path) -> TraceFormat {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("csv") => TraceFormat::AzureCsv,
+            _ => TraceFormat::Mooncake,
+        }
+    }
+
+    /// Stable lower-case name (reports, the command line).
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceFormat::Mooncake => "mooncake",
+            TraceFormat::AzureCsv => "azure",
+        }
+    }
+}
 
 /// How a [`TraceReader`] treats its input.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +94,11 @@ pub struct ReaderOptions {
     pub kept_errors: usize,
     /// Id of the first accepted record.
     pub first_request_id: u64,
+    /// What the input is.
+    pub format: TraceFormat,
+    /// Prompt tokens each trace hash id covers (Mooncake: 512). Becomes the
+    /// requests' [`Request::hash_block_tokens`].
+    pub hash_block_tokens: u32,
 }
 
 impl ReaderOptions {
@@ -68,7 +110,22 @@ impl ReaderOptions {
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             kept_errors: 16,
             first_request_id: 0,
+            format: TraceFormat::Mooncake,
+            hash_block_tokens: TRACE_HASH_BLOCK_TOKENS,
         }
+    }
+
+    /// The same options reading `format`.
+    pub fn with_format(mut self, format: TraceFormat) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// The same options with hash ids covering `tokens` prompt tokens each
+    /// (at least 1).
+    pub fn with_hash_block_tokens(mut self, tokens: u32) -> Self {
+        self.hash_block_tokens = tokens.max(1);
+        self
     }
 
     /// The same options with `skip_bad_lines` set.
@@ -97,7 +154,7 @@ pub struct ReaderStats {
     pub bad_lines: u64,
 }
 
-/// Iterates a Mooncake JSONL trace one line at a time, yielding
+/// Iterates a trace (Mooncake JSONL or Azure CSV) one line at a time, yielding
 /// `Result<TraceItem, TraceError>`.
 ///
 /// Strict mode yields the first error and then ends. With
@@ -114,6 +171,10 @@ pub struct TraceReader<R> {
     next_id: u64,
     last_timestamp: Option<(u64, u64)>,
     turns: HashMap<SessionId, u32>,
+    /// Azure CSV: the header's columns, once read.
+    columns: Option<Columns>,
+    /// Azure CSV: the first row's absolute time in nanoseconds, and its line.
+    base: Option<(i128, u64)>,
     stats: ReaderStats,
     errors: Vec<TraceError>,
     done: bool,
@@ -133,6 +194,8 @@ impl<R: BufRead> TraceReader<R> {
             line_no: 0,
             last_timestamp: None,
             turns: HashMap::new(),
+            columns: None,
+            base: None,
             stats: ReaderStats::default(),
             errors: Vec::new(),
             done: false,
@@ -153,7 +216,43 @@ impl<R: BufRead> TraceReader<R> {
         TraceError::new(self.name.clone(), self.line_no, field, problem)
     }
 
-    fn parse_line(&mut self) -> Result<TraceItem, (TraceField, Problem)> {
+    /// The line's record, or `None` for a CSV header.
+    fn parse_line(&mut self) -> Result<Option<TraceItem>, (TraceField, Problem)> {
+        match self.options.format {
+            TraceFormat::Mooncake => self.parse_mooncake().map(Some),
+            TraceFormat::AzureCsv => self.parse_azure(),
+        }
+    }
+
+    fn parse_azure(&mut self) -> Result<Option<TraceItem>, (TraceField, Problem)> {
+        let text = std::str::from_utf8(&self.line)
+            .map_err(|e| (TraceField::Line, Problem::Syntax(format!("not UTF-8: {e}"))))?;
+        let Some(cols) = self.columns else {
+            self.columns = Some(azure::parse_header(text)?);
+            return Ok(None);
+        };
+        let (at, input, output) = azure::parse_row(text, &cols)?;
+        let line = self.line_no;
+        let (base, first_line) = *self.base.get_or_insert((at, line));
+        let Ok(arrival) = u64::try_from(at - base) else {
+            return Err((
+                TraceField::AzureTimestamp,
+                Problem::BeforeFirst { first_line },
+            ));
+        };
+        self.accept(
+            arrival,
+            input,
+            output,
+            Vec::new(),
+            None,
+            None,
+            TraceField::AzureTimestamp,
+        )
+        .map(Some)
+    }
+
+    fn parse_mooncake(&mut self) -> Result<TraceItem, (TraceField, Problem)> {
         parse_record(&self.line, &mut self.raw)
             .map_err(|msg| (TraceField::Json, Problem::Syntax(msg)))?;
         let raw = &self.raw;
@@ -177,13 +276,15 @@ impl<R: BufRead> TraceReader<R> {
             }
             Some(HashIds::List) => {}
         }
-        let max_ids = u64::from(input).div_ceil(u64::from(TRACE_HASH_BLOCK_TOKENS)) + 1;
+        let block = self.options.hash_block_tokens.max(1);
+        let max_ids = u64::from(input).div_ceil(u64::from(block)) + 1;
         if raw.ids.len() as u64 > max_ids {
             return Err((
                 TraceField::HashIds,
                 Problem::TooManyHashIds {
                     got: raw.ids.len(),
                     max: max_ids,
+                    block,
                 },
             ));
         }
@@ -199,10 +300,35 @@ impl<R: BufRead> TraceReader<R> {
                 millis_to_nanos(s).map_err(|p| (TraceField::Delay, p))?,
             )),
         };
+        let ids = self.raw.ids.clone();
+        self.accept(
+            arrival,
+            input,
+            output,
+            ids,
+            session,
+            delay,
+            TraceField::Timestamp,
+        )
+    }
+
+    /// Checks a parsed record's arrival against the previous one and, if it
+    /// holds, turns the record into the next item.
+    #[allow(clippy::too_many_arguments)]
+    fn accept(
+        &mut self,
+        arrival: u64,
+        input: u32,
+        output: u32,
+        prefix_hashes: Vec<u64>,
+        session: Option<SessionId>,
+        delay: Option<Duration>,
+        time_field: TraceField,
+    ) -> Result<TraceItem, (TraceField, Problem)> {
         if let Some((previous_nanos, previous_line)) = self.last_timestamp {
             if arrival < previous_nanos {
                 return Err((
-                    TraceField::Timestamp,
+                    time_field,
                     Problem::Decreasing {
                         nanos: arrival,
                         previous_nanos,
@@ -228,8 +354,8 @@ impl<R: BufRead> TraceReader<R> {
                 id,
                 prompt_tokens: input,
                 max_output_tokens: output,
-                prefix_hashes: self.raw.ids.clone(),
-                hash_block_tokens: TRACE_HASH_BLOCK_TOKENS,
+                prefix_hashes,
+                hash_block_tokens: self.options.hash_block_tokens.max(1),
                 session,
                 arrival: Instant(arrival),
             },
@@ -320,13 +446,16 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                 }
             };
             match outcome {
-                Ok(item) => {
+                Ok(Some(item)) => {
                     self.stats.records += 1;
                     return Some(Ok(item));
                 }
+                // A CSV header: no record.
+                Ok(None) => {}
                 Err((field, problem)) => {
                     let err = self.error(field, problem);
-                    if self.options.skip_bad_lines {
+                    // A bad header leaves nothing readable: always fatal.
+                    if self.options.skip_bad_lines && field != TraceField::Header {
                         self.stats.bad_lines += 1;
                         if self.errors.len() < self.options.kept_errors {
                             self.errors.push(err);
@@ -560,6 +689,79 @@ mod tests {
         let e = r.next().unwrap().unwrap_err();
         assert_eq!(e.to_string(), "f:1: io: disk on fire");
         assert!(r.next().is_none());
+    }
+
+    #[test]
+    fn reads_azure_csv() {
+        let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+            2023-11-16 18:15:46.6805900,4808,10\n\
+            2023-11-16 18:15:50.0000000,1000,200\n";
+        let opts = ReaderOptions::new("azure.csv").with_format(TraceFormat::AzureCsv);
+        let (items, stats, _) = read_all(text, opts);
+        let items: Vec<TraceItem> = items.into_iter().map(Result::unwrap).collect();
+        assert_eq!(items.len(), 2);
+        assert_eq!(stats.records, 2);
+        let (a, b) = (&items[0].request, &items[1].request);
+        assert_eq!((a.id, a.arrival), (RequestId(0), Instant::ZERO));
+        assert_eq!((a.prompt_tokens, a.max_output_tokens), (4808, 10));
+        assert!(a.prefix_hashes.is_empty());
+        assert_eq!(b.arrival, Instant(3_319_410_000));
+        assert_eq!(
+            TraceFormat::from_path("x/t.CSV".as_ref()),
+            TraceFormat::AzureCsv
+        );
+        assert_eq!(
+            TraceFormat::from_path("t.jsonl".as_ref()),
+            TraceFormat::Mooncake
+        );
+    }
+
+    #[test]
+    fn azure_errors_name_line_and_column() {
+        let opts = || ReaderOptions::new("a.csv").with_format(TraceFormat::AzureCsv);
+        let first = |text: &str, o: ReaderOptions| {
+            let (items, _, _) = read_all(text, o);
+            items
+                .into_iter()
+                .find_map(Result::err)
+                .map(|e| e.to_string())
+        };
+        let head = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
+        assert_eq!(
+            first(&format!("{head}1.0,5,0\n"), opts()).as_deref(),
+            Some("a.csv:2: GeneratedTokens: must be at least 1")
+        );
+        assert_eq!(
+            first(&format!("{head}noon,5,1\n"), opts()).unwrap(),
+            format!("a.csv:2: TIMESTAMP: {}", Problem::BadTimestamp)
+        );
+        assert_eq!(
+            first(&format!("{head}5,1,1\n4,1,1\n"), opts()).as_deref(),
+            Some("a.csv:3: TIMESTAMP: earlier than the first row (line 2); timestamps must not decrease")
+        );
+        assert_eq!(
+            first(&format!("{head}5,1,1\n7,1,1\n6,1,1\n"), opts()).as_deref(),
+            Some("a.csv:4: TIMESTAMP: 1000 ms is earlier than 2000 ms on line 3 (timestamps must not decrease)")
+        );
+        // A bad header is fatal even when skipping bad lines.
+        let (items, _, _) = read_all("time,in,out\n1,1,1\n", opts().skipping_bad_lines());
+        assert_eq!(
+            items[0].as_ref().unwrap_err().to_string(),
+            "a.csv:1: header: no TIMESTAMP column"
+        );
+    }
+
+    #[test]
+    fn trace_block_size_scales_the_hash_id_bound() {
+        let line = r#"{"timestamp": 0, "input_length": 64, "output_length": 1, "hash_ids": [1, 2, 3, 4, 5]}"#;
+        let (items, _, _) = read_all(line, ReaderOptions::default().with_hash_block_tokens(16));
+        let r = &items[0].as_ref().unwrap().request;
+        assert_eq!(r.hash_block_tokens, 16);
+        let (items, _, _) = read_all(line, ReaderOptions::new("t").with_hash_block_tokens(32));
+        assert_eq!(
+            items[0].as_ref().unwrap_err().to_string(),
+            "t:1: hash_ids: 5 ids but ceil(input_length / 32) + 1 = 3 at most"
+        );
     }
 
     #[test]

@@ -3,11 +3,16 @@
 
 use proptest::prelude::*;
 use workload::{
-    write_trace, ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceItem, TraceReader,
+    write_trace, ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceFormat, TraceItem,
+    TraceReader,
 };
 
 fn check(bytes: &[u8], skip: bool, max_line: usize) {
-    let mut opts = ReaderOptions::new("fuzz.jsonl");
+    check_format(bytes, skip, max_line, TraceFormat::Mooncake);
+}
+
+fn check_format(bytes: &[u8], skip: bool, max_line: usize, format: TraceFormat) {
+    let mut opts = ReaderOptions::new("fuzz.jsonl").with_format(format);
     opts.skip_bad_lines = skip;
     opts.max_line_bytes = max_line;
     let mut reader = TraceReader::new(bytes, opts);
@@ -191,6 +196,16 @@ proptest! {
         }
         check(&buf, skip, 1 << 20);
         check(&buf, skip, 200);
+    }
+
+    #[test]
+    fn mutated_azure_csv_never_panics(muts in proptest::collection::vec(mutation(), 1..6), skip in any::<bool>()) {
+        let mut buf = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,4808,10\n2023-11-16 18:15:47.0000000+01:00,100,2\n3.5,7,7\n".to_vec();
+        for m in &muts {
+            apply(&mut buf, m);
+        }
+        check_format(&buf, skip, 1 << 20, TraceFormat::AzureCsv);
+        check_format(&buf, skip, 40, TraceFormat::AzureCsv);
     }
 
     #[test]

@@ -1,0 +1,430 @@
+//! `replay --html FILE`: one self-contained HTML page (no network: inline
+//! SVG drawn with `plotters`, inline CSS, a few lines of inline script that
+//! check the charts rendered) with the latency CDFs, the handoff phase
+//! durations, every worker's stacked active / pinned / reserved / cached KV
+//! blocks over time, the queue lengths, and the per-worker table.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use replay::timeline::Point;
+use replay::{Details, Report};
+use std::fmt::Write as _;
+
+/// Series colours, in order (colour-blind-safe Okabe–Ito).
+const COLOURS: [RGBColor; 8] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(230, 159, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(120, 120, 120),
+    RGBColor(0, 0, 0),
+];
+
+/// The KV categories, bottom to top of the stack, with their colours.
+const LAYERS: [(&str, RGBColor); 4] = [
+    ("active", RGBColor(0, 114, 178)),
+    ("pinned (source)", RGBColor(213, 94, 0)),
+    ("reserved (destination)", RGBColor(0, 158, 115)),
+    ("cached (free)", RGBColor(190, 190, 190)),
+];
+
+const W: u32 = 520;
+const H: u32 = 300;
+
+fn err<E: std::fmt::Debug>(e: E) -> String {
+    format!("drawing a chart: {e:?}")
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Draws into an SVG string of `W`×`H` with `draw`.
+fn svg(
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String>,
+) -> Result<String, String> {
+    let mut buf = String::new();
+    {
+        let root = SVGBackend::with_string(&mut buf, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        draw(&root)?;
+        root.present().map_err(err)?;
+    }
+    Ok(buf)
+}
+
+/// A CDF chart of `series` (value in ms, fraction at or below). The x axis
+/// ends a little past the largest 99.5th percentile, so one outlier does not
+/// flatten the curve; the caption says so when values lie beyond.
+fn cdf_chart(title: &str, series: &[(&str, &[(f64, f64)])]) -> Result<String, String> {
+    let p995 = series
+        .iter()
+        .filter_map(|(_, p)| p.iter().find(|(_, y)| *y >= 0.995).map(|(x, _)| *x))
+        .fold(0.0f64, f64::max);
+    let max = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+        .fold(0.0f64, f64::max);
+    let xmax = (p995 * 1.2).min(max).max(1e-3) * 1.05;
+    let caption = if max > xmax {
+        format!("{title}, axis to p99.5 (max {max:.1} ms)")
+    } else {
+        title.to_string()
+    };
+    svg(|root| {
+        let mut chart = ChartBuilder::on(root)
+            .caption(caption, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(38)
+            .y_label_area_size(46)
+            .build_cartesian_2d(0f64..xmax, 0f64..1.0f64)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("ms")
+            .y_desc("fraction of requests at or below")
+            .draw()
+            .map_err(err)?;
+        for (i, (name, pts)) in series.iter().enumerate() {
+            let c = COLOURS[i % COLOURS.len()];
+            // A step at each point: the CDF holds until the next value.
+            let mut path = vec![(0.0, 0.0)];
+            let mut prev = 0.0;
+            for &(x, y) in pts.iter() {
+                let x = x.min(xmax);
+                path.push((x, prev));
+                path.push((x, y));
+                prev = y;
+            }
+            chart
+                .draw_series(LineSeries::new(path, c.stroke_width(2)))
+                .map_err(err)?
+                .label(*name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+        Ok(())
+    })
+}
+
+fn secs(p: &Point) -> f64 {
+    p.at_ns as f64 / 1e9
+}
+
+/// `points` as a step function of `value`, ending at `end_s`.
+fn steps(points: &[Point], end_s: f64, value: impl Fn(&Point) -> f64) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(points.len() * 2 + 2);
+    for (i, p) in points.iter().enumerate() {
+        let v = value(p);
+        out.push((secs(p), v));
+        let next = points.get(i + 1).map_or(end_s, secs);
+        out.push((next, v));
+    }
+    out
+}
+
+/// One worker's stacked KV blocks over time.
+fn stack_chart(
+    title: &str,
+    points: &[Point],
+    total_blocks: u64,
+    end_s: f64,
+) -> Result<String, String> {
+    let ymax = points
+        .iter()
+        .map(|p| p.active + p.pinned + p.reserved + p.cached)
+        .max()
+        .unwrap_or(0)
+        .max(total_blocks.min(1))
+        .max(1) as f64
+        * 1.05;
+    svg(|root| {
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(38)
+            .y_label_area_size(58)
+            .build_cartesian_2d(0f64..end_s.max(1e-3), 0f64..ymax)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("model time, s")
+            .y_desc("KV blocks")
+            .draw()
+            .map_err(err)?;
+        // Top of the stack first; each lower layer is drawn over it.
+        for k in (0..LAYERS.len()).rev() {
+            let (name, c) = LAYERS[k];
+            let top = |p: &Point| {
+                let layers = [p.active, p.pinned, p.reserved, p.cached];
+                layers[..=k].iter().sum::<u64>() as f64
+            };
+            chart
+                .draw_series(AreaSeries::new(steps(points, end_s, top), 0.0, c.mix(0.85)))
+                .map_err(err)?
+                .label(name)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+        Ok(())
+    })
+}
+
+/// Queue lengths (`value`) of every worker over time.
+fn queue_chart(
+    title: &str,
+    y_desc: &str,
+    workers: &[(String, &[Point])],
+    end_s: f64,
+    value: fn(&Point) -> u64,
+) -> Result<String, String> {
+    let ymax = workers
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(value))
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64
+        * 1.1;
+    svg(|root| {
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(38)
+            .y_label_area_size(46)
+            .build_cartesian_2d(0f64..end_s.max(1e-3), 0f64..ymax)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("model time, s")
+            .y_desc(y_desc)
+            .draw()
+            .map_err(err)?;
+        for (i, (name, pts)) in workers.iter().enumerate() {
+            let c = COLOURS[i % COLOURS.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    steps(pts, end_s, |p| value(p) as f64),
+                    c.stroke_width(2),
+                ))
+                .map_err(err)?
+                .label(name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+        Ok(())
+    })
+}
+
+fn figure(out: &mut String, kind: &str, svg: &str) {
+    let _ = write!(out, "<figure data-chart=\"{kind}\">{svg}</figure>");
+}
+
+/// The page for `report` and its `details`.
+pub fn render(report: &Report, details: &Details, title: &str) -> Result<String, String> {
+    let mut body = String::new();
+    let c = &report.config;
+    let _ = write!(
+        body,
+        "<h1>handoff-mocker replay</h1><p class=\"note\">{}</p>\
+         <p>{} backend, {} ordering, {} prefill + {} decode workers, {} router, \
+         transfer {} ({} ms base), message latency {} µs, faults: {}</p>",
+        escape(title),
+        escape(c.backend),
+        escape(c.policy),
+        c.prefill_workers,
+        c.decode_workers,
+        escape(c.router),
+        escape(c.transfer.model),
+        c.transfer.base_ms,
+        c.message_latency_us,
+        if c.faults.is_empty() {
+            "none".to_string()
+        } else {
+            escape(&c.faults)
+        },
+    );
+    let _ = write!(
+        body,
+        "<p>{} requests: {} completed, {} failed; {} input and {} output tokens over {:.3} s of \
+         model time; {:.2} req/s, {:.1} output tok/s; prefix cache reused {:.1}%.</p>",
+        report.num_requests,
+        report.completed_requests,
+        report.failed_requests,
+        report.total_input_tokens,
+        report.total_output_tokens,
+        report.duration_s,
+        report.request_throughput_rps,
+        report.output_token_throughput_tps,
+        report.prefix_cache_reused_ratio * 100.0,
+    );
+    // Latency table.
+    body.push_str(
+        "<h2>Latencies (ms)</h2><table><tr><th></th><th>mean</th><th>p50</th>\
+         <th>p75</th><th>p90</th><th>p95</th><th>p99</th><th>max</th><th>std</th></tr>",
+    );
+    let f = &report.flat;
+    for (name, d) in [
+        ("time to first token", f.ttft),
+        ("time to second token", f.ttst),
+        ("time per output token", f.tpot),
+        ("inter-token latency", f.itl),
+        ("end to end", f.e2e_latency),
+    ] {
+        let _ = write!(
+            body,
+            "<tr><td>{name}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td>\
+             <td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td></tr>",
+            d.mean, d.median, d.p75, d.p90, d.p95, d.p99, d.max, d.std
+        );
+    }
+    body.push_str("</table>");
+    body.push_str("<h2>Latency distributions</h2><div class=\"grid\">");
+    for (name, pts) in &details.latency_cdfs {
+        let chart = cdf_chart(&format!("{name} (CDF)"), &[(name, pts.as_slice())])?;
+        figure(&mut body, "latency-cdf", &chart);
+    }
+    body.push_str("</div><h2>Handoff phase durations</h2><div class=\"grid\">");
+    let phases: Vec<(&str, &[(f64, f64)])> = details
+        .phase_cdfs
+        .iter()
+        .map(|(n, p)| (*n, p.as_slice()))
+        .collect();
+    figure(
+        &mut body,
+        "phase-cdf",
+        &cdf_chart("handoff phases (CDF)", &phases)?,
+    );
+    let l = &report.lifecycle;
+    let _ = write!(
+        body,
+        "<table><tr><th>phase (ms)</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th>\
+         <th>max</th></tr>"
+    );
+    for (name, s) in [
+        ("source pinned (stranded)", l.source_pinned_ms),
+        ("reservation wait", l.reservation_wait_ms),
+        ("transfer", l.transfer_ms),
+        ("reserved -> activated", l.reservation_to_activation_ms),
+    ] {
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td></tr>",
+            escape(name),
+            s.mean,
+            s.p50,
+            s.p90,
+            s.p99,
+            s.max
+        );
+    }
+    body.push_str("</table></div>");
+    let end_s = details
+        .timelines
+        .iter()
+        .filter_map(|(_, _, s)| s.points().last().map(secs))
+        .fold(report.duration_s, f64::max);
+    body.push_str(
+        "<h2>KV blocks per worker</h2><p class=\"note\">Stacked: active, pinned by a \
+         finished prefill waiting for its reader (stranding), reserved for incoming KV, and \
+         free blocks still holding prefix cache.</p><div class=\"grid\">",
+    );
+    for (w, pool, s) in &details.timelines {
+        let chart = stack_chart(
+            &format!("worker {} ({pool})", w.0),
+            s.points(),
+            s.total_blocks(),
+            end_s,
+        )?;
+        figure(&mut body, "kv-stack", &chart);
+    }
+    body.push_str("</div><h2>Queue lengths</h2><div class=\"grid\">");
+    let lanes: Vec<(String, &[Point])> = details
+        .timelines
+        .iter()
+        .map(|(w, pool, s)| (format!("worker {} ({pool})", w.0), s.points()))
+        .collect();
+    figure(
+        &mut body,
+        "queue",
+        &queue_chart("waiting for admission", "requests", &lanes, end_s, |p| {
+            p.waiting
+        })?,
+    );
+    figure(
+        &mut body,
+        "queue",
+        &queue_chart("running batch", "requests", &lanes, end_s, |p| p.running)?,
+    );
+    body.push_str(
+        "</div><h2>Workers</h2><table><tr><th>worker</th><th>pool</th><th>steps</th>\
+        <th>prefill tokens</th><th>peak pinned blocks</th><th>peak reserved blocks</th>\
+        <th>pinned block·s</th><th>reserved block·s</th><th>drained</th>\
+        <th>final used blocks</th></tr>",
+    );
+    for w in &report.workers {
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td></tr>",
+            w.worker,
+            w.pool,
+            w.steps,
+            w.prefill_tokens,
+            w.peak_pinned_blocks,
+            w.peak_reserved_blocks,
+            w.pinned_block_seconds,
+            w.reserved_block_seconds,
+            w.drained,
+            w.final_kv_used_blocks
+        );
+    }
+    body.push_str("</table>");
+    Ok(format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\
+         <title>handoff-mocker report</title><style>{CSS}</style></head>\
+         <body>{body}<script>{CHECK}</script></body></html>\n"
+    ))
+}
+
+const CSS: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1700px}\
+h1{font-size:22px}h2{font-size:18px;margin-top:28px}.note{color:#555}\
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;\
+text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}\
+.grid{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}";
+
+/// Marks the page once it rendered: the number of charts, and whether
+/// every one has a size (the headless-browser test reads both).
+const CHECK: &str = "(function(){var s=document.querySelectorAll('figure[data-chart] svg');\
+var ok=s.length>0;for(var i=0;i<s.length;i++){var b=s[i].getBoundingClientRect();\
+if(!(b.width>0&&b.height>0)){ok=false;}}\
+document.body.setAttribute('data-charts',String(s.length));\
+document.body.setAttribute('data-render-ok',ok?'true':'false');})();";

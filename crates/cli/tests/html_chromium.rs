@@ -1,0 +1,129 @@
+//! `replay --html` in a real browser: headless Chromium loads the page from
+//! disk with networking off, runs its inline check, and we read the DOM it
+//! dumps: every chart is present and has a size, and the browser logged no
+//! console error. Without `chromium` on the PATH the test says so and
+//! passes, unless `CI` is set (`.ci/run` installs it), where it fails.
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_handoff-mocker");
+
+fn chromium() -> Option<String> {
+    for name in ["chromium", "chromium-browser"] {
+        let ok = Command::new("sh")
+            .args(["-c", &format!("command -v {name}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Some(name.to_string());
+        }
+    }
+    None
+}
+
+#[test]
+fn html_report_renders_in_headless_chromium() {
+    let Some(browser) = chromium() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium is not installed (.ci/run installs it)"
+        );
+        eprintln!("skipped: chromium is not installed");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("hm-html-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let page = dir.join("report.html");
+    let out = Command::new(BIN)
+        .args([
+            "replay",
+            "--requests",
+            "120",
+            "--decode-kv-tokens",
+            "20000",
+            "--html",
+        ])
+        .arg(&page)
+        .output()
+        .expect("run replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).expect("page");
+    for outside in ["src=\"http", "href=\"http", "url(http", "@import"] {
+        assert!(!html.contains(outside), "the page loads {outside}...");
+    }
+    let (dom_text, log) = load(&browser, &dir, &page, "profile");
+    // 5 latency CDFs, 1 phase chart, 4 worker stacks, 2 queue charts.
+    assert!(
+        dom_text.contains("data-charts=\"12\""),
+        "{}",
+        &dom_text[..dom_text.len().min(400)]
+    );
+    assert!(dom_text.contains("data-render-ok=\"true\""));
+    for kind in ["latency-cdf", "phase-cdf", "kv-stack", "queue"] {
+        assert!(
+            dom_text.contains(&format!("data-chart=\"{kind}\"")),
+            "{kind} missing"
+        );
+    }
+    // The page writes nothing to the console; Chromium logs every console
+    // message and uncaught exception as a CONSOLE line (at one level).
+    assert_eq!(console(&log), Vec::<String>::new());
+    // The check itself sees errors: a page that throws is caught.
+    let bad = dir.join("bad.html");
+    std::fs::write(
+        &bad,
+        "<html><body><script>missing();</script></body></html>",
+    )
+    .expect("write");
+    let (_, bad_log) = load(&browser, &dir, &bad, "profile-bad");
+    assert!(
+        console(&bad_log).iter().any(|l| l.contains("Uncaught")),
+        "{bad_log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Chromium's console lines in `log`.
+fn console(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Loads `page` in headless Chromium with a fresh profile and no network
+/// services; returns the dumped DOM and the browser's log.
+fn load(
+    browser: &str,
+    dir: &std::path::Path,
+    page: &std::path::Path,
+    profile: &str,
+) -> (String, String) {
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join(profile).display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium");
+    assert!(out.status.success(), "chromium failed");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
