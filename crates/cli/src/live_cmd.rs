@@ -4,7 +4,7 @@
 //! time, `--speed` times faster).
 
 use crate::args::{DeployArgs, WorkloadArgs};
-use crate::report_out::{check_failures, print_report, write_output, write_transcript};
+use crate::report_out::OutputArgs;
 use clap::{Args, ValueEnum};
 use handoff_core::engine::Engine;
 use handoff_core::{CoreBox, Generation, HandoffPolicy, Worker, WorkerHost, WorkerId};
@@ -17,7 +17,6 @@ use replay::{
 };
 use router::{Pool, FRONTEND_ID};
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Duration as StdDuration;
 use transport::{PeerHello, PeerRole, TcpEndpoint};
 
@@ -91,18 +90,8 @@ pub struct LiveArgs {
     /// Wall clock: model time runs this many times faster than wall time.
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    json: bool,
-    /// Write the report alone, as JSON, to FILE.
-    #[arg(long, value_name = "FILE")]
-    output: Option<PathBuf>,
-    /// Write the lifecycle transcript to FILE.
-    #[arg(long, value_name = "FILE")]
-    transcript: Option<PathBuf>,
-    /// Exit 0 even when requests failed.
-    #[arg(long)]
-    allow_failures: bool,
+    #[command(flatten)]
+    out: OutputArgs,
 }
 
 /// The distance of a wall-clock run's report from replay's, as printed.
@@ -192,7 +181,7 @@ fn replay_of(
 /// Runs every role in this process, one thread per worker.
 pub fn run_live(a: LiveArgs) -> Result<(), String> {
     let (mut cfg, specs) = a.deploy.deployment(true)?;
-    cfg.transcript = a.transcript.is_some();
+    cfg.transcript = a.out.transcript.is_some();
     let mut wl = a.workload.open(a.deploy.seed)?;
     wl.check_fits(&specs, cfg.decode_workers as usize)?;
     let items = wl.take_items();
@@ -220,14 +209,9 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
     if let Some(e) = wl.error.borrow_mut().take() {
         return Err(e.to_string());
     }
-    if let Some(p) = &a.transcript {
-        write_transcript(p, transcript.as_ref())?;
-    }
-    if let Some(p) = &a.output {
-        write_output(p, &report)?;
-    }
-    print_report(&report, a.json, &wl, extra, &text)?;
-    check_failures(&report, a.allow_failures)
+    let none = serde_json::Map::new();
+    a.out
+        .finish(&report, transcript.as_ref(), &wl, &none, extra, &text)
 }
 
 /// `--role` of a worker process.
@@ -373,18 +357,8 @@ pub struct FrontendArgs {
     /// (match the workers).
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    json: bool,
-    /// Write the report alone, as JSON, to FILE.
-    #[arg(long, value_name = "FILE")]
-    output: Option<PathBuf>,
-    /// Write the lifecycle transcript to FILE.
-    #[arg(long, value_name = "FILE")]
-    transcript: Option<PathBuf>,
-    /// Exit 0 even when requests failed.
-    #[arg(long)]
-    allow_failures: bool,
+    #[command(flatten)]
+    out: OutputArgs,
     /// Address to listen on, so that a restarted worker can dial back in
     /// (`worker --generation N+1 --connect ADDR`).
     #[arg(long, default_value = "127.0.0.1:0")]
@@ -424,7 +398,7 @@ fn frontend_deployment(
     // The workers build their own cores; these specs serve the replay the
     // wall-clock run is measured against.
     let (mut cfg, specs) = d.deployment(true)?;
-    cfg.transcript = a.transcript.is_some();
+    cfg.transcript = a.out.transcript.is_some();
     let expected = deployment(&cfg);
     if prefill == 0 || expected.len() != listed.len() {
         return Err("--worker: at least one prefill or aggregated worker is needed".into());
@@ -516,12 +490,7 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     if let Some(e) = wl.error.borrow_mut().take() {
         return Err(e.to_string());
     }
-    if let Some(p) = &a.transcript {
-        write_transcript(p, transcript.as_ref())?;
-    }
-    if let Some(p) = &a.output {
-        write_output(p, &report)?;
-    }
-    print_report(&report, a.json, &wl, extra, &text)?;
-    check_failures(&report, a.allow_failures)
+    let none = serde_json::Map::new();
+    a.out
+        .finish(&report, transcript.as_ref(), &wl, &none, extra, &text)
 }

@@ -1,7 +1,7 @@
 //! `handoff-mocker replay`.
 
 use crate::args::{DeployArgs, WorkloadArgs};
-use crate::report_out::{check_failures, print_report, write_output_with, write_transcript};
+use crate::report_out::OutputArgs;
 use clap::Args;
 use replay::{make_core, Replay};
 use std::cell::RefCell;
@@ -20,19 +20,8 @@ pub struct ReplayArgs {
     /// Step one forward pass per event (slower; same report).
     #[arg(long)]
     no_multi_step: bool,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    json: bool,
-    /// Write the report alone, as JSON, to FILE.
-    #[arg(long, value_name = "FILE")]
-    output: Option<PathBuf>,
-    /// Write the lifecycle transcript (every handoff's transitions and the
-    /// workers' final states) to FILE.
-    #[arg(long, value_name = "FILE")]
-    transcript: Option<PathBuf>,
-    /// Exit 0 even when requests failed.
-    #[arg(long)]
-    allow_failures: bool,
+    #[command(flatten)]
+    out: OutputArgs,
     /// Closed loop: keep N requests in flight; the next request of the
     /// workload arrives when one completes or fails, and trace timestamps
     /// are ignored [default: open loop, at the workload's timestamps].
@@ -57,7 +46,7 @@ pub struct ReplayArgs {
 
 pub fn run(a: ReplayArgs) -> Result<(), String> {
     let (mut cfg, specs) = a.deploy.deployment(!a.no_multi_step)?;
-    cfg.transcript = a.transcript.is_some();
+    cfg.transcript = a.out.transcript.is_some();
     // Build every core up front so a bad configuration fails before any
     // work; a worker a fault plan restarts gets a fresh core of its spec.
     let mut cores = Vec::new();
@@ -76,7 +65,7 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
     }
     let mut wl = a.workload.open(a.deploy.seed)?;
     wl.check_fits(&specs, cfg.decode_workers as usize)?;
-    let progress = std::io::stderr().is_terminal() && !a.json;
+    let progress = std::io::stderr().is_terminal() && !a.out.json;
     let items = Progress::new(wl.take_items(), progress);
     let jsonl = match &a.per_request_jsonl {
         Some(p) => Some(JsonlSink::create(p)?),
@@ -109,29 +98,23 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
     if let (Some(sink), Some(p)) = (&jsonl, &a.per_request_jsonl) {
         sink.finish(p)?;
     }
-    if let Some(p) = &a.transcript {
-        write_transcript(p, transcript.as_ref())?;
-    }
     let wall_ms = (wall.as_secs_f64() * 1e6).round() / 1e3;
     let mut extra = serde_json::Map::new();
     if a.wall_time {
         extra.insert("wall_time_ms".into(), serde_json::json!(wall_ms));
     }
-    if let Some(p) = &a.output {
-        write_output_with(p, &report, &extra)?;
-    }
     if let (Some(p), Some(d)) = (&a.html, outcome.details.as_ref()) {
         let page = crate::html::render(&report, d, &wl.skipped.borrow().describe(&wl.note))?;
         std::fs::write(p, page).map_err(|e| format!("--html {}: {e}", p.display()))?;
     }
-    print_report(
+    a.out.finish(
         &report,
-        a.json,
+        transcript.as_ref(),
         &wl,
+        &extra.clone(),
         extra,
         &[format!("wall time {:.3} s", wall.as_secs_f64())],
-    )?;
-    check_failures(&report, a.allow_failures)
+    )
 }
 
 /// `--per-request-jsonl`: records written as requests end, through a

@@ -6,6 +6,49 @@ use crate::args::Workload;
 use handoff_core::Transcript;
 use replay::Report;
 
+/// What every workload-running command writes and how it ends: the same
+/// flags on `replay`, `live` and `frontend`, so their outputs compare.
+#[derive(clap::Args, Debug)]
+pub struct OutputArgs {
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the report alone, as JSON, to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+    /// Write the lifecycle transcript (every handoff's transitions and the
+    /// workers' final states) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub transcript: Option<std::path::PathBuf>,
+    /// Exit 0 even when requests failed.
+    #[arg(long)]
+    pub allow_failures: bool,
+}
+
+impl OutputArgs {
+    /// Writes the transcript and the report where asked (`extra` joins the
+    /// report's JSON in `--output` and `--json`), prints the report, and
+    /// fails the run if requests failed (unless allowed).
+    pub fn finish(
+        &self,
+        report: &Report,
+        transcript: Option<&Transcript>,
+        wl: &Workload,
+        output_extra: &serde_json::Map<String, serde_json::Value>,
+        extra: serde_json::Map<String, serde_json::Value>,
+        extra_text: &[String],
+    ) -> Result<(), String> {
+        if let Some(p) = &self.transcript {
+            write_transcript(p, transcript)?;
+        }
+        if let Some(p) = &self.output {
+            write_output_with(p, report, output_extra)?;
+        }
+        print_report(report, self.json, wl, extra, extra_text)?;
+        check_failures(report, self.allow_failures)
+    }
+}
+
 /// Prints `report` as pretty JSON (with the trace's skipped-line count and
 /// `extra` top-level fields) or as text (with `extra_text` lines after it).
 pub fn print_report(
@@ -44,14 +87,10 @@ pub fn write_transcript(path: &std::path::Path, t: Option<&Transcript>) -> Resul
     std::fs::write(path, text).map_err(|e| format!("--transcript {}: {e}", path.display()))
 }
 
-/// Writes the report alone, as pretty JSON, to `path` (`--output`): the
-/// same bytes from `replay` and from a virtual-clock `live` or `frontend`.
-pub fn write_output(path: &std::path::Path, report: &Report) -> Result<(), String> {
-    write_output_with(path, report, &serde_json::Map::new())
-}
-
-/// [`write_output`] with `extra` top-level fields (`replay --wall-time`);
-/// with none, the bytes are the report's alone.
+/// Writes the report as pretty JSON to `path` (`--output`), with `extra`
+/// top-level fields (`replay --wall-time`); with none, the bytes are the
+/// report's alone, the same from `replay` and a virtual-clock `live` or
+/// `frontend`.
 pub fn write_output_with(
     path: &std::path::Path,
     report: &Report,
