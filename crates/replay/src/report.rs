@@ -146,6 +146,9 @@ struct ReqRec {
     pinned_at: Option<Instant>,
     routed_at: Option<Instant>,
     reserved_at: Option<Instant>,
+    /// The frontend routed a destination for it: its fate is the
+    /// destination's from then on.
+    has_destination: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -321,14 +324,30 @@ impl Recorder {
         self.reqs.len()
     }
 
+    /// Whether `request` arrived and has neither finished nor failed.
+    pub fn is_in_flight(&self, request: RequestId) -> bool {
+        self.reqs.contains_key(&request)
+    }
+
+    /// The frontend routed a destination role for `r`. From then on a
+    /// source that ends early no longer fails the request by itself: the
+    /// destination ends too (its peer's abort or loss, its own timer) and
+    /// fails it then, or, having activated, decodes it to the end.
+    pub fn destination_routed(&mut self, r: RequestId) {
+        if let Some(rec) = self.reqs.get_mut(&r) {
+            rec.has_destination = true;
+        }
+    }
+
     /// A worker refused a request.
     pub fn refused(&mut self, _e: RequestError) {
         self.life.refused_requests += 1;
     }
 
-    /// A request could not be handed to its worker (the worker was down):
-    /// the request fails.
-    pub fn undeliverable(&mut self, request: &WorkerRequest, _why: Undeliverable) {
+    /// A request could not be handed to its worker (the worker was down, or
+    /// died and restarted while the request was on its way): the request
+    /// fails.
+    pub fn undeliverable(&mut self, request: &WorkerRequest, why: Undeliverable) {
         self.life.undeliverable_requests += 1;
         let rid = match request {
             WorkerRequest::Ordinary(r)
@@ -337,7 +356,11 @@ impl Recorder {
         };
         if self.reqs.remove(&rid).is_some() {
             self.failed += 1;
-            *self.life.failure_reasons.entry("worker-down").or_default() += 1;
+            let reason = match why {
+                Undeliverable::WorkerDown => "worker-down",
+                Undeliverable::WorkerRestarted => "worker-restarted",
+            };
+            *self.life.failure_reasons.entry(reason).or_default() += 1;
         }
     }
 
@@ -480,11 +503,19 @@ impl Recorder {
                     }
                     _ => {}
                 }
-                // Either role ending early ends the request: nothing retries
-                // a failed handoff (a source that fails before its
-                // destination was routed leaves no destination to fail).
-                let _ = role;
-                if self.reqs.remove(request).is_some() {
+                // A destination ending early ends the request: nothing
+                // retries a failed handoff. So does a source ending early
+                // before a destination was routed (it leaves none to fail);
+                // after that the destination decides (a source whose lease
+                // ran out after its reader activated, say, fails nothing).
+                let decided = match role {
+                    handoff_core::Role::Destination => true,
+                    handoff_core::Role::Source => self
+                        .reqs
+                        .get(request)
+                        .is_some_and(|rec| !rec.has_destination),
+                };
+                if decided && self.reqs.remove(request).is_some() {
                     self.failed += 1;
                     *self.life.failure_reasons.entry(reason.name()).or_default() += 1;
                 }

@@ -28,6 +28,9 @@ pub struct Serving<I> {
     /// The worker each unfinished request was last routed to: a request
     /// whose worker is lost fails then, not at the end of the run.
     holders: FastMap<RequestId, WorkerId>,
+    /// Each request's handoff roles that were routed and have not ended,
+    /// and where: what a client cancel must reach.
+    attempts: FastMap<RequestId, Vec<(WorkerId, HandoffId)>>,
 }
 
 fn request_of(r: &WorkerRequest) -> RequestId {
@@ -58,6 +61,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             report: None,
             scratch: Vec::new(),
             holders: FastMap::default(),
+            attempts: FastMap::default(),
         }
     }
 
@@ -69,6 +73,43 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// Requests that arrived and have neither finished nor failed.
     pub fn in_flight(&self) -> usize {
         self.rec.as_ref().map_or(0, Recorder::in_flight)
+    }
+
+    /// Whether `request` arrived and has neither finished nor failed (as
+    /// the report will count it); `false` once the run finished.
+    pub fn is_in_flight(&self, request: RequestId) -> bool {
+        self.rec.as_ref().is_some_and(|r| r.is_in_flight(request))
+    }
+
+    /// The router frontend, for inspection (its routers' bookings).
+    pub fn frontend(&self) -> &Frontend {
+        &self.frontend
+    }
+
+    /// Remembers where a routed handoff role lives, for client cancels, and
+    /// tells the recorder when a request gets a destination.
+    fn routed(&mut self, to: WorkerId, request: &WorkerRequest) {
+        let (WorkerRequest::HandoffSource { id, request: q }
+        | WorkerRequest::HandoffDestination { id, request: q, .. }) = request
+        else {
+            return;
+        };
+        if matches!(request, WorkerRequest::HandoffDestination { .. }) {
+            if let Some(rec) = self.rec.as_mut() {
+                rec.destination_routed(q.id);
+            }
+        }
+        self.attempts.entry(q.id).or_default().push((to, *id));
+    }
+
+    /// Forgets a role that ended (or never reached its worker).
+    fn unrouted(&mut self, w: WorkerId, request: RequestId, id: HandoffId) {
+        if let Some(v) = self.attempts.get_mut(&request) {
+            v.retain(|x| *x != (w, id));
+            if v.is_empty() {
+                self.attempts.remove(&request);
+            }
+        }
     }
 
     fn pool(&self, w: WorkerId) -> Pool {
@@ -94,13 +135,23 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.arrival(&item.request);
         }
+        let rid = item.request.id;
+        let n = out.len();
         for (to, request) in self.frontend.arrive(item.request, now) {
             self.holders.insert(request_of(&request), to);
+            self.routed(to, &request);
             out.push(Route {
                 to,
                 request,
                 delay: handoff_core::Duration::ZERO,
             });
+        }
+        if out.len() == n {
+            // Every worker of a pool it needs is down: nothing will ever
+            // report this request, so it fails now.
+            if let Some(rec) = self.rec.as_mut() {
+                rec.fail(rid, "no-worker");
+            }
         }
     }
 
@@ -117,6 +168,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 self.holders.remove(request);
             }
         }
+        if let WorkerEvent::RoleEnded { id, request, .. } = e {
+            self.unrouted(w, *request, *id);
+        }
         if let WorkerEvent::StartTransfer { id, tokens, at, .. } = e {
             if let Some(rec) = self.rec.as_mut() {
                 rec.transfer_started(*id, *tokens, *at);
@@ -127,6 +181,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         routed.extend(self.frontend.on_event(w, pool, e, now));
         for (to, request, delay) in routed.drain(..) {
             self.holders.insert(request_of(&request), to);
+            self.routed(to, &request);
             out.push(Route { to, request, delay });
         }
         self.scratch = routed;
@@ -140,11 +195,18 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
 
     fn on_undeliverable(
         &mut self,
-        _w: WorkerId,
+        w: WorkerId,
         request: &WorkerRequest,
         why: Undeliverable,
         _now: Instant,
     ) {
+        if let WorkerRequest::HandoffSource { id, request: q }
+        | WorkerRequest::HandoffDestination { id, request: q, .. } = request
+        {
+            self.unrouted(w, q.id, *id);
+        }
+        // No role there will ever report it: its booking there comes off.
+        self.frontend.request_lost(request_of(request), w);
         if let Some(rec) = self.rec.as_mut() {
             rec.undeliverable(request, why);
         }
@@ -168,11 +230,21 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         lost.sort_unstable();
         for r in lost {
             self.holders.remove(&r);
-            self.frontend.request_lost(r);
+            self.frontend.request_lost(r, w);
             if let Some(rec) = self.rec.as_mut() {
                 rec.fail(r, "worker-lost");
             }
         }
+    }
+
+    /// The client cancelled `request`: every handoff role of it that was
+    /// routed and has not ended, where it was routed (a delivery still on
+    /// its way arrives after the cancel, as it would on a network). Each
+    /// worker ends its role with `CancelReason::Client`; the roles' ends
+    /// then fail the request and release its bookings as any early end
+    /// does.
+    fn cancel(&mut self, request: RequestId, _now: Instant) -> Vec<(WorkerId, HandoffId)> {
+        self.attempts.get(&request).cloned().unwrap_or_default()
     }
 
     fn on_worker_back(&mut self, w: WorkerId, _generation: Generation, _now: Instant) {
