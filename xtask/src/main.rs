@@ -1,4 +1,13 @@
-//! Developer tasks: `cargo xtask bench`, `cargo xtask parity [--trace FILE]`.
+//! Developer tasks: `cargo xtask bench`, `cargo xtask parity [--trace FILE]`,
+//! `cargo xtask dst [--schedules N] [--seed S]`.
+//!
+//! `dst` builds the `dst` binary of the tests crate in release and runs
+//! deterministic-simulation schedules `S..S+N` on the real cores with every
+//! lifecycle check after every engine event (see `handoff_tests::dst`). It
+//! prints progress every 10% and a summary (wall time, faults by kind,
+//! lifecycle paths reached, violations), shrinks failing schedules to a
+//! reproduction with a ready-to-paste regression test, and exits non-zero
+//! on any violation.
 //!
 //! `parity` without `--trace` runs the canonical traces through replay,
 //! virtual-clock live and wall-clock live (in process) and compares their
@@ -601,15 +610,33 @@ fn soak_cmd(args: &[String]) -> bool {
     }
 }
 
+/// `cargo xtask dst [--schedules N] [--seed S] [--no-shrink]`: the release
+/// `dst` binary with the same arguments.
+fn dst(args: &[String]) -> bool {
+    run(cargo()
+        .args([
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "handoff-tests",
+            "--bin",
+            "dst",
+            "--",
+        ])
+        .args(args))
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let ok = match args.first().map(String::as_str) {
         Some("bench") => bench(),
         Some("parity") => parity(&args[1..]),
         Some("soak") => soak_cmd(&args[1..]),
+        Some("dst") => dst(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask bench\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]"
+                "usage: cargo xtask bench\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang]\n       cargo xtask dst [--schedules N] [--seed S] [--no-shrink]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]"
             );
             false
         }

@@ -237,7 +237,8 @@ pub enum DestinationAction {
     ActivateDestination,
     /// Source-first: tell the source its reader is done.
     SendReaderCompleted,
-    /// Free the reservation (`CancelDestination`).
+    /// Free the reservation, or abort the request decoding from it once
+    /// active (`CancelDestination`).
     CancelDestination,
     /// Ask the source to extend its lease (only if the worker renews).
     SendLeaseRenewal,
@@ -455,12 +456,22 @@ impl DestinationHandoff {
                 _ => return invalid,
             },
             DestinationEvent::Cancelled { reason } => {
+                // Once active the handoff has succeeded: the KV is here and
+                // the request decodes from it, so its peer giving up, being
+                // lost or restarting changes nothing (ending the role would
+                // report the request failed while it decodes on).
+                if from == S::Active && reason.peer_knows() {
+                    return Ok(Verdict::Duplicate);
+                }
                 match from {
                     S::Reserving => actions.push(A::DequeueReservation),
                     S::Reserved | S::Receiving => {
                         delta.reserved = -physical;
                         actions.push(A::CancelDestination);
                     }
+                    // A local cancel (client, teardown) of an active
+                    // destination aborts the request it is decoding.
+                    S::Active => actions.push(A::CancelDestination),
                     _ => {}
                 }
                 // Once active the handoff has succeeded; the peer needs no abort.

@@ -105,6 +105,10 @@ pub struct Route {
 pub enum Undeliverable {
     /// The worker it was routed to is down (killed, not yet restarted).
     WorkerDown,
+    /// The worker it was routed to died while it was on its way and is back
+    /// as a new incarnation: the request was lost with the old one's
+    /// connection, as a fact in flight is.
+    WorkerRestarted,
 }
 
 /// The frontend side of a run: what arrives, where it goes, and what is
@@ -270,7 +274,9 @@ pub struct Engine<P: HostPort, D: Director> {
     director: D,
     hosts: Vec<HostSlot>,
     msgs: Slots<(HandoffMsg, Instant)>,
-    submits: Slots<WorkerRequest>,
+    /// Requests on their way, with the incarnation of the worker they were
+    /// sent to.
+    submits: Slots<(WorkerRequest, Generation)>,
     transfers: TransferTimer,
     faults: FaultInjector,
     outs: Vec<HostOutput>,
@@ -607,7 +613,11 @@ impl<P: HostPort, D: Director> Engine<P, D> {
 
     fn route(&mut self, routes: &mut Vec<Route>) {
         for r in routes.drain(..) {
-            let slot = self.submits.put(r.request);
+            let generation = self
+                .hosts
+                .get(r.to.0 as usize)
+                .map_or(Generation(0), |h| h.generation);
+            let slot = self.submits.put((r.request, generation));
             let t = self.now + r.delay;
             self.at(t, Ev::Submit { to: r.to.0, slot });
         }
@@ -629,24 +639,22 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                 self.schedule_arrival();
             }
             Ev::Submit { to, slot } => {
-                let Some(req) = self.submits.take(slot) else {
+                let Some((req, generation)) = self.submits.take(slot) else {
                     return;
                 };
-                match self.hosts.get(to as usize) {
-                    Some(h) if h.up => self.deliver(to, HostInput::Request(req)),
-                    _ => {
-                        let mut routes = std::mem::take(&mut self.routes);
-                        self.director.on_undeliverable(
-                            WorkerId(to),
-                            &req,
-                            Undeliverable::WorkerDown,
-                            now,
-                            &mut routes,
-                        );
-                        self.route(&mut routes);
-                        self.routes = routes;
+                let why = match self.hosts.get(to as usize) {
+                    Some(h) if h.up && h.generation == generation => {
+                        self.deliver(to, HostInput::Request(req));
+                        return;
                     }
-                }
+                    Some(h) if h.up => Undeliverable::WorkerRestarted,
+                    _ => Undeliverable::WorkerDown,
+                };
+                let mut routes = std::mem::take(&mut self.routes);
+                self.director
+                    .on_undeliverable(WorkerId(to), &req, why, now, &mut routes);
+                self.route(&mut routes);
+                self.routes = routes;
             }
             Ev::Deliver { to, from, slot } => {
                 let Some((msg, _sent)) = self.msgs.take(slot) else {

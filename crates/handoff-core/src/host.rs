@@ -150,6 +150,22 @@ impl<S: SchedulerCore> WorkerHost<S> {
         &self.worker
     }
 
+    /// When the step in progress ends, if one is. Until then the step's
+    /// outputs are held (see [`WorkerHost::held`]): the worker's own state
+    /// is ahead of what its driver has seen.
+    pub fn step_end(&self) -> Option<Instant> {
+        self.step_end
+    }
+
+    /// The outputs of the step in progress, in the order the worker produced
+    /// them; they are released when the step ends. An input delivered
+    /// meanwhile releases its own outputs at once, so a driver sees them
+    /// before these although the worker produced these first: a checker
+    /// that follows roles in the worker's own order reads them here.
+    pub fn held(&self) -> &[HostOutput] {
+        &self.held
+    }
+
     /// The worker's id.
     pub fn id(&self) -> WorkerId {
         self.worker.id()

@@ -51,7 +51,10 @@ pub enum SchedulerCommand {
         id: HandoffId,
     },
     /// Abandon a reservation: unpublished pages are freed without Removed
-    /// events and any locked prefix is unlocked.
+    /// events and any locked prefix is unlocked. Once activated, abort the
+    /// request decoding from it instead (a client abort): its blocks are
+    /// freed as a finished request's are, and it reports no
+    /// `RequestFinished`.
     CancelDestination {
         /// The handoff attempt.
         id: HandoffId,
@@ -182,6 +185,15 @@ pub trait SchedulerCore {
     /// Physical occupancy and admission quantities now.
     fn capacity(&self) -> KvCapacitySnapshot;
 
+    /// Blocks neither referenced nor cached, counted by the allocator itself
+    /// rather than derived from [`KvCapacitySnapshot`]'s categories, so a
+    /// checker can test `free + cached + used == total` as an equation
+    /// between two independent counts. `None` (the default) when the core
+    /// has no separate count.
+    fn free_blocks(&self) -> Option<u64> {
+        None
+    }
+
     /// Moves pending KV events into `out` (appending).
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>);
 
@@ -208,6 +220,9 @@ impl<T: SchedulerCore + ?Sized> SchedulerCore for Box<T> {
     }
     fn capacity(&self) -> KvCapacitySnapshot {
         (**self).capacity()
+    }
+    fn free_blocks(&self) -> Option<u64> {
+        (**self).free_blocks()
     }
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
         (**self).drain_kv_events(out)

@@ -1173,13 +1173,13 @@ impl<S: SchedulerCore> Worker<S> {
             self.dests.remove(&id);
             self.active_dest.remove(&request_id);
             self.tombstone(id);
-            // Cancelled after activation is not an early end: the handoff
-            // succeeded and the request goes on as ordinary decode work
-            // (the role releases nothing), so it finishes or fails as such.
+            // An active destination ignores its source's fate (the role
+            // treats that as a duplicate), so a cancel that ends it is a
+            // client cancel or a teardown, which abort its request too: an
+            // early end either way.
+            let _ = from;
             let reason = match ev {
-                DestinationEvent::Cancelled { reason } if from != DestinationState::Active => {
-                    Some(reason)
-                }
+                DestinationEvent::Cancelled { reason } => Some(reason),
                 DestinationEvent::ReservationExpired => Some(CancelReason::ReservationExpired),
                 DestinationEvent::Unsupported => Some(CancelReason::Unsupported),
                 _ => None,

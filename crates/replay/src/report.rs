@@ -772,6 +772,11 @@ impl Recorder {
         self.reqs.len()
     }
 
+    /// Whether `request` arrived and has neither finished nor failed.
+    pub fn is_in_flight(&self, request: RequestId) -> bool {
+        self.reqs.contains_key(&request)
+    }
+
     /// A worker refused a request.
     pub fn refused(&mut self, _e: RequestError) {
         self.life.refused_requests += 1;

@@ -437,7 +437,7 @@ impl Director for LabDirector {
             .map(|(r, _)| *r)
             .collect();
         for r in lost {
-            self.frontend.request_lost(r);
+            self.frontend.request_lost(r, w);
         }
     }
 

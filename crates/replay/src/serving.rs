@@ -35,6 +35,13 @@ struct Flight {
     attempt: Option<HandoffId>,
     /// It was migrated once already.
     migrated: bool,
+    /// A destination was routed for its current attempt: from then on the
+    /// destination decides its fate (a source whose lease ran out after its
+    /// reader activated fails nothing).
+    has_destination: bool,
+    /// Roles of its current attempt routed and not yet ended, and where:
+    /// what a client cancel must reach.
+    roles: Vec<(WorkerId, HandoffId)>,
 }
 
 /// See the module docs.
@@ -48,6 +55,13 @@ pub struct Serving<I> {
     report: Option<Report>,
     scratch: Vec<(WorkerId, WorkerRequest, handoff_core::Duration)>,
     flights: FastMap<RequestId, Flight>,
+    /// Attempts a migration replaced: their events still feed the figures
+    /// but no longer move the router or the request's outcome.
+    voided: std::collections::HashSet<HandoffId>,
+    /// Requests ever migrated (the DST checker allows their second booking).
+    rerouted: std::collections::HashSet<RequestId>,
+    /// Migrate requests whose worker was lost (on by default).
+    migration: bool,
     lost: Vec<WorkerId>,
     /// Closed loop: requests allowed in flight (`None`: open loop, at the
     /// workload's timestamps).
@@ -97,6 +111,9 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             report: None,
             scratch: Vec::new(),
             flights: FastMap::default(),
+            voided: std::collections::HashSet::new(),
+            rerouted: std::collections::HashSet::new(),
+            migration: true,
             lost: Vec::new(),
             concurrency: None,
             now: Instant::ZERO,
@@ -158,6 +175,17 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         self.rec.as_ref().map_or(0, Recorder::in_flight)
     }
 
+    /// Whether `request` arrived and has neither finished nor failed (as
+    /// the report will count it); `false` once the run finished.
+    pub fn is_in_flight(&self, request: RequestId) -> bool {
+        self.rec.as_ref().is_some_and(|r| r.is_in_flight(request))
+    }
+
+    /// The router frontend, for inspection (its routers' bookings).
+    pub fn frontend(&self) -> &Frontend {
+        &self.frontend
+    }
+
     fn pool(&self, w: WorkerId) -> Pool {
         self.pools
             .get(w.0 as usize)
@@ -170,42 +198,64 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         let (rid, attempt) = parts(request);
         if let Some(f) = self.flights.get_mut(&rid) {
             f.holder = to;
-            if attempt.is_some() {
+            if let Some(id) = attempt {
                 f.attempt = attempt;
+                f.roles.push((to, id));
+            }
+            if matches!(request, WorkerRequest::HandoffDestination { .. }) {
+                f.has_destination = true;
             }
         }
     }
 
-    fn fail(&mut self, r: RequestId, reason: &'static str) {
+    /// Fails `r`. Its bookings come off as its roles end (each where it
+    /// lives), except on `lost`, a worker gone for good, where no role will
+    /// ever report it.
+    fn fail(&mut self, r: RequestId, reason: &'static str, lost: Option<WorkerId>) {
         self.flights.remove(&r);
-        self.frontend.request_lost(r);
+        if let Some(w) = lost {
+            self.frontend.request_lost(r, w);
+        }
         let now = self.now;
         if let Some(rec) = self.rec.as_mut() {
             rec.fail_at(r, reason, Some(now));
         }
     }
 
-    /// Migrates `r` once, or fails it for `reason`.
+    /// Migrates `r` once, or fails it for `reason`. Returns whether its
+    /// bookings were released here (a migration was tried): the event that
+    /// caused it must then not release them again.
     fn migrate_or_fail(
         &mut self,
         r: RequestId,
         reason: &'static str,
         now: Instant,
         out: &mut Vec<Route>,
-    ) {
+        lost: Option<WorkerId>,
+    ) -> bool {
         let Some(f) = self.flights.get_mut(&r) else {
-            return;
+            return false;
         };
-        if f.migrated {
-            return self.fail(r, reason);
+        if f.migrated || !self.migration {
+            self.fail(r, reason, lost);
+            return false;
         }
         f.migrated = true;
-        f.attempt = None;
+        if let Some(a) = f.attempt.take() {
+            self.voided.insert(a);
+        }
+        self.rerouted.insert(r);
+        let Some(f) = self.flights.get_mut(&r) else {
+            return false;
+        };
+        f.has_destination = false;
+        f.roles.clear();
         let request = f.request.clone();
-        self.frontend.request_lost(r);
+        self.frontend.request_rerouted(r);
         let routes = self.frontend.arrive(request, now);
         if routes.is_empty() {
-            return self.fail(r, reason);
+            self.fail(r, reason, None);
+            return true;
         }
         if let Some(rec) = self.rec.as_mut() {
             rec.migrated(r);
@@ -218,6 +268,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
                 delay: handoff_core::Duration::ZERO,
             });
         }
+        true
     }
 
     /// Whether `e` belongs to a voided attempt (one a migration replaced).
@@ -229,11 +280,8 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             | WorkerEvent::RoleEnded { id, request, .. } => (*id, *request),
             _ => return false,
         };
-        match self.flights.get(&request) {
-            Some(f) => f.attempt.is_some_and(|a| a != id),
-            // Ended requests: their late events only feed the figures.
-            None => true,
-        }
+        let _ = request;
+        self.voided.contains(&id)
     }
 }
 
@@ -272,11 +320,13 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 holder: WorkerId(u32::MAX),
                 attempt: None,
                 migrated: false,
+                has_destination: false,
+                roles: Vec::new(),
             },
         );
         let routes = self.frontend.arrive(item.request, now);
         if routes.is_empty() {
-            return self.fail(rid, "no-worker");
+            return self.fail(rid, "no-worker", None);
         }
         for (to, request) in routes {
             self.track(to, &request);
@@ -319,16 +369,29 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 }
             }
             WorkerEvent::RoleEnded {
+                id,
                 request,
-                reason: Some(reason),
+                role,
+                reason,
                 ..
             } if !stale => {
-                if migratable(*reason) {
-                    self.migrate_or_fail(*request, reason.name(), now, out);
-                } else {
-                    self.fail(*request, reason.name());
+                if let Some(f) = self.flights.get_mut(request) {
+                    f.roles.retain(|x| *x != (w, *id));
                 }
-                return;
+                if let Some(reason) = reason {
+                    let destination_decides = *role == handoff_core::Role::Source
+                        && self.flights.get(request).is_some_and(|f| f.has_destination);
+                    if destination_decides {
+                        // The destination lives on elsewhere (an active one
+                        // ignores its source's fate): it decides.
+                    } else if migratable(*reason) {
+                        if self.migrate_or_fail(*request, reason.name(), now, out, None) {
+                            return;
+                        }
+                    } else {
+                        self.fail(*request, reason.name(), None);
+                    }
+                }
             }
             _ => {}
         }
@@ -352,7 +415,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
 
     fn on_undeliverable(
         &mut self,
-        _w: WorkerId,
+        w: WorkerId,
         request: &WorkerRequest,
         why: Undeliverable,
         now: Instant,
@@ -369,7 +432,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             .is_some_and(|f| attempt.is_none() || f.attempt == attempt);
         if current {
             // Its worker went down while it travelled: the same as a loss.
-            self.migrate_or_fail(rid, "worker-down", now, out);
+            self.migrate_or_fail(rid, "worker-down", now, out, Some(w));
         }
     }
 
@@ -400,8 +463,19 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         // Deterministic order whatever the map's.
         hit.sort_unstable();
         for r in hit {
-            self.migrate_or_fail(r, "worker-lost", now, out);
+            self.migrate_or_fail(r, "worker-lost", now, out, Some(w));
         }
+    }
+
+    /// The client cancelled `request`: every role of its current attempt
+    /// that was routed and has not ended, where it was routed. Each worker
+    /// ends its role with `CancelReason::Client`, and those ends fail the
+    /// request as any early end does.
+    fn cancel(&mut self, request: RequestId, _now: Instant) -> Vec<(WorkerId, HandoffId)> {
+        self.flights
+            .get(&request)
+            .map(|f| f.roles.clone())
+            .unwrap_or_default()
     }
 
     fn on_worker_back(
@@ -444,5 +518,30 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             self.report = Some(report);
             self.details = details;
         }
+    }
+}
+
+impl<I> Serving<I> {
+    /// Turns migration off: a request whose worker is lost fails at once
+    /// (the behaviour before migration, which the DST checker's booking
+    /// model follows exactly).
+    pub fn set_migration(&mut self, on: bool) {
+        self.migration = on;
+    }
+
+    /// The current handoff attempt of request `r`, if it is in flight and
+    /// handed off.
+    pub fn attempt_of(&self, r: RequestId) -> Option<HandoffId> {
+        self.flights.get(&r).and_then(|f| f.attempt)
+    }
+
+    /// Whether request `r` was ever migrated as a new attempt.
+    pub fn was_migrated(&self, r: RequestId) -> bool {
+        self.rerouted.contains(&r)
+    }
+
+    /// Whether `id` is an attempt a migration voided.
+    pub fn is_voided(&self, id: HandoffId) -> bool {
+        self.voided.contains(&id)
     }
 }

@@ -148,9 +148,33 @@ impl Frontend {
         }
     }
 
-    /// Request `request` is gone with a lost worker: every booking it still
-    /// holds in either pool is released (its owners will never report it).
-    pub fn request_lost(&mut self, request: RequestId) {
+    /// Request `request` is gone from `worker` (lost with it, or never
+    /// delivered to it): its booking on that worker, in either pool, is
+    /// released, since no role there will ever report it. A booking on
+    /// another worker stays: the role there ends (and releases it) as any
+    /// role does.
+    pub fn request_lost(&mut self, request: RequestId, worker: WorkerId) {
+        if self
+            .prefill
+            .booking(request)
+            .is_some_and(|b| b.worker == worker)
+        {
+            let _ = self.prefill.prefill_completed(request);
+            let _ = self.prefill.request_released(request);
+            self.held.remove(&request);
+        }
+        if let Some(d) = self.decode.as_mut() {
+            if d.booking(request).is_some_and(|b| b.worker == worker) {
+                let _ = d.request_released(request);
+            }
+        }
+        self.waiting.retain(|x| x.3 != request);
+    }
+
+    /// Request `request` starts over as a new attempt (a migration): every
+    /// booking it still holds, in either pool and on any worker, is
+    /// released; its old attempt's roles end without moving the router.
+    pub fn request_rerouted(&mut self, request: RequestId) {
         let _ = self.prefill.prefill_completed(request);
         let _ = self.prefill.request_released(request);
         if let Some(d) = self.decode.as_mut() {
@@ -219,11 +243,12 @@ impl Frontend {
         }
     }
 
-    /// Routes a new request; returns where to deliver what.
+    /// Routes a new request; returns where to deliver what (nothing when a
+    /// pool it needs has no selectable worker; it then holds no booking).
     pub fn arrive(&mut self, request: Request, now: Instant) -> Vec<(WorkerId, WorkerRequest)> {
-        // Pools are never empty here (the replay builds at least one worker
-        // per pool); an empty pool leaves the request unserved, reported as
-        // failed at the end.
+        // A pool is empty when every worker of it is down (killed and not
+        // yet restarted); the request is then unserved and the caller fails
+        // it.
         let Some(p) = self.prefill.select(&request, now).map(|s| s.worker) else {
             return Vec::new();
         };
@@ -250,6 +275,9 @@ impl Frontend {
                     .and_then(|r| r.select(&request, now))
                     .map(|s| s.worker)
                 else {
+                    // No decode worker: the request goes nowhere, so the
+                    // prefill booking just made must not stay.
+                    let _ = self.prefill.request_released(request.id);
                     return Vec::new();
                 };
                 let dest = WorkerRequest::HandoffDestination {

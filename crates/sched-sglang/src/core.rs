@@ -504,6 +504,11 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
         }
     }
 
+    /// Pages outside the radix tree and every request's private pages.
+    fn free_blocks(&self) -> Option<u64> {
+        Some(self.free_pages())
+    }
+
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
         self.events.drain_into(out);
     }

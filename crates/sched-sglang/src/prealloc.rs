@@ -149,11 +149,53 @@ impl<P: PerfModel> SglangCore<P> {
 
     /// `CancelDestination`: the unpublished delta is freed without Removed
     /// events, the prefix unlocked (it stays cached) and the slot freed.
+    /// After activation the request is aborted wherever it is (prebuilt,
+    /// running, or retracted and waiting or re-prefilling), as SGLang's
+    /// `abort_request` does: its KV is released into the cache and its slot
+    /// freed, and it does not report finishing.
     pub(crate) fn cancel_destination(&mut self, id: HandoffId) -> CommandOutcome {
-        let Some(idx) = self.reservations.remove(&id) else {
+        if let Some(idx) = self.reservations.remove(&id) {
+            self.release_kv(idx, false);
+            self.seqs.remove(idx);
+            return CommandOutcome::Applied;
+        }
+        let mine = |i: &u32| {
+            self.seqs
+                .get(*i)
+                .is_some_and(|s| s.kind == Kind::Destination(id))
+        };
+        let idx = self
+            .running
+            .iter()
+            .find(|i| mine(i))
+            .or_else(|| self.prebuilt.iter().find(|i| mine(i)))
+            .or_else(|| self.waiting.iter().find(|i| mine(i)))
+            .or_else(|| self.chunked.as_ref().filter(|i| mine(i)))
+            .copied();
+        let Some(idx) = idx else {
             return CommandOutcome::Noop;
         };
-        self.release_kv(idx, false);
+        let (phase, computed, fill) = match self.seqs.get(idx) {
+            Some(s) => (s.phase, s.computed, s.retracted_fill),
+            None => return CommandOutcome::Noop,
+        };
+        match phase {
+            Phase::Running => {
+                self.running.retain(|&i| i != idx);
+                self.running_kv_tokens = self.running_kv_tokens.saturating_sub(computed);
+                self.running_shrank = true;
+            }
+            Phase::Prebuilt => self.prebuilt.retain(|&i| i != idx),
+            Phase::Waiting => self.waiting.retain(|&i| i != idx),
+            Phase::Chunked => {
+                if self.chunked == Some(idx) {
+                    self.chunked = None;
+                }
+            }
+            Phase::Held | Phase::Reserved => {}
+        }
+        self.retracted_fill = self.retracted_fill.saturating_sub(fill);
+        self.release_kv(idx, true);
         self.seqs.remove(idx);
         CommandOutcome::Applied
     }

@@ -366,6 +366,12 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
         }
     }
 
+    /// The free queue's length (vLLM `get_num_free_blocks`) less its cached
+    /// blocks: counted from the queue, not from the owner counters.
+    fn free_blocks(&self) -> Option<u64> {
+        Some(self.pool.free_len().saturating_sub(self.pool.cached()))
+    }
+
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
         self.events.drain_into(out);
     }

@@ -122,9 +122,25 @@ impl<P: PerfModel> VllmCore<P> {
     }
 
     /// Frees a reservation's fresh blocks (they were never published, so no
-    /// `Removed`) and unlocks its reused prefix.
+    /// `Removed`) and unlocks its reused prefix. After activation the
+    /// request is aborted wherever it is, running or waiting (vLLM
+    /// `Scheduler.finish_requests` with `FINISHED_ABORTED`): its blocks are
+    /// freed and stay as evictable cache, and it does not report finishing.
     pub(crate) fn cancel_destination(&mut self, id: HandoffId) -> CommandOutcome {
-        let Some(s) = self.destinations.remove(&id) else {
+        if let Some(s) = self.destinations.remove(&id) {
+            self.release_blocks(s);
+            self.seqs.remove(s);
+            return CommandOutcome::Applied;
+        }
+        let mine = |seqs: &crate::sequence::Slab, s: u32| seqs.get(s).kind == Kind::Destination(id);
+        let s = if let Some(pos) = self.running.iter().position(|&s| mine(&self.seqs, s)) {
+            self.running.remove(pos)
+        } else if let Some(pos) = self.waiting.iter().position(|&s| mine(&self.seqs, s)) {
+            match self.waiting.remove(pos) {
+                Some(s) => s,
+                None => return CommandOutcome::Noop,
+            }
+        } else {
             return CommandOutcome::Noop;
         };
         self.release_blocks(s);

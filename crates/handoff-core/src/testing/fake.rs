@@ -22,6 +22,8 @@ use std::collections::{BTreeMap, VecDeque};
 #[derive(Debug)]
 struct Running {
     id: RequestId,
+    /// The destination it was activated from, if any.
+    handoff: Option<HandoffId>,
     blocks: u64,
     remaining: u32,
     emitted: bool,
@@ -179,6 +181,7 @@ impl SchedulerCore for FakeCore {
                     });
                     self.running.push(Running {
                         id: request.id,
+                        handoff: Some(id),
                         blocks,
                         remaining: request.max_output_tokens.max(1),
                         emitted: false,
@@ -215,7 +218,17 @@ impl SchedulerCore for FakeCore {
                     CommandOutcome::Applied
                 }
                 None => {
-                    panic!("fake core: cancel of reservation {id} that is not held (double free?)")
+                    // Activated: abort the request it is decoding.
+                    match self.running.iter().position(|r| r.handoff == Some(id)) {
+                        Some(i) => {
+                            let r = self.running.swap_remove(i);
+                            self.give(r.blocks);
+                            CommandOutcome::Applied
+                        }
+                        None => panic!(
+                            "fake core: cancel of reservation {id} that is neither held nor active (double free?)"
+                        ),
+                    }
                 }
             },
         }
@@ -267,6 +280,7 @@ impl SchedulerCore for FakeCore {
                     let remaining = w.request.max_output_tokens.max(1) - 1;
                     self.running.push(Running {
                         id: w.request.id,
+                        handoff: None,
                         blocks,
                         remaining,
                         emitted: true,

@@ -417,17 +417,36 @@ fn cleanup_is_exactly_once_in_every_phase() {
         d.apply(SchedulerCommand::CancelDestination { id: r }),
         CommandOutcome::Noop
     );
-    // After activation the reservation is over: cancel is a no-op and the
-    // request completes normally.
+    // After activation the reservation is over: a cancel (a client abort)
+    // aborts the request, queued or decoding; it never finishes and a second
+    // cancel is a no-op.
     let s = HandoffId(11);
     d.reserve(s, req(11, 500, 5, &[2]));
     d.apply(SchedulerCommand::ActivateDestination { id: s });
     assert_eq!(
         d.apply(SchedulerCommand::CancelDestination { id: s }),
+        CommandOutcome::Applied
+    );
+    assert_eq!(
+        d.apply(SchedulerCommand::CancelDestination { id: s }),
         CommandOutcome::Noop
     );
     d.run_idle(10);
-    assert_eq!(d.tokens_of(11), 5);
+    assert_eq!(d.tokens_of(11), 0);
+    assert!(!d.finished(11));
+    let s = HandoffId(12);
+    d.reserve(s, req(12, 500, 5, &[3]));
+    d.apply(SchedulerCommand::ActivateDestination { id: s });
+    d.step();
+    d.step();
+    assert!(d.tokens_of(12) > 0 && !d.finished(12), "decoding");
+    assert_eq!(
+        d.apply(SchedulerCommand::CancelDestination { id: s }),
+        CommandOutcome::Applied
+    );
+    d.run_idle(10);
+    assert!(d.tokens_of(12) < 5 && !d.finished(12));
+    assert_eq!(d.cap().kv_used_blocks(), 0, "its pages are freed");
     // Unknown ids never panic.
     for cmd in [
         SchedulerCommand::ActivateDestination { id: HandoffId(99) },

@@ -140,7 +140,16 @@ impl Harness {
                     .open(id, Holding::DestinationReservation)
                     .unwrap_or_else(|e| panic!("{e}"));
             }
-            (Some((id, 'a' | 'd')), CommandOutcome::Applied) => {
+            (Some((id, 'a')), CommandOutcome::Applied) => {
+                self.ledger
+                    .end(id, Holding::DestinationReservation)
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            // A cancel after activation aborts the request: no reservation
+            // is left to end.
+            (Some((id, 'd')), CommandOutcome::Applied)
+                if self.ledger.is_open(id, Holding::DestinationReservation) =>
+            {
                 self.ledger
                     .end(id, Holding::DestinationReservation)
                     .unwrap_or_else(|e| panic!("{e}"));

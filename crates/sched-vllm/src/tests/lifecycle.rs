@@ -477,7 +477,8 @@ fn cancel_after_reservation_unlocks_prefix_without_removed_events() {
 }
 
 #[test]
-fn cancel_after_activation_is_a_noop_and_the_decode_frees_once() {
+fn cancel_after_activation_aborts_the_decode_and_frees_once() {
+    // Queued to decode: the abort takes it out of the waiting queue.
     let mut h = Harness::fixed(cfg(64));
     let id = hid(4);
     h.apply(C::ReserveDestination {
@@ -485,12 +486,32 @@ fn cancel_after_activation_is_a_noop_and_the_decode_frees_once() {
         request: req(1, 40, 3, &[]),
     });
     assert_eq!(h.apply(C::ActivateDestination { id }), O::Applied);
-    assert_eq!(h.apply(C::CancelDestination { id }), O::Noop);
     assert_eq!(h.cap().active_blocks, 3);
-    h.run_idle();
-    assert_eq!(h.tokens[&RequestId(1)], 3);
-    assert_eq!(h.finished.len(), 1);
+    assert_eq!(h.apply(C::CancelDestination { id }), O::Applied);
+    assert_eq!(h.cap().active_blocks, 0);
     assert_eq!(h.apply(C::CancelDestination { id }), O::Noop);
+    h.run_idle();
+    assert!(!h.tokens.contains_key(&RequestId(1)));
+    assert!(h.finished.is_empty());
+    let cap = h.cap();
+    assert_eq!(cap.free_blocks() + cap.cached_blocks, 64);
+    assert!(h.core.is_drained());
+    h.ledger.check_drained().unwrap();
+    // Decoding: the abort takes it out of the running batch; it never
+    // finishes and its blocks are freed once.
+    let id = hid(5);
+    h.apply(C::ReserveDestination {
+        id,
+        request: req(2, 40, 50, &[]),
+    });
+    h.apply(C::ActivateDestination { id });
+    h.step();
+    h.step();
+    assert!(h.tokens[&RequestId(2)] > 0);
+    assert_eq!(h.apply(C::CancelDestination { id }), O::Applied);
+    h.run_idle();
+    assert!(h.tokens[&RequestId(2)] < 50);
+    assert!(h.finished.is_empty());
     let cap = h.cap();
     assert_eq!(cap.free_blocks() + cap.cached_blocks, 64);
     assert!(h.core.is_drained());

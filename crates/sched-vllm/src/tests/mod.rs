@@ -275,7 +275,14 @@ impl<P: PerfModel> Harness<P> {
             (Some(id), 2, CommandOutcome::Reserved(_)) => {
                 self.ledger.open(id, Holding::DestinationReservation)
             }
-            (Some(id), 3 | 6, CommandOutcome::Applied) => {
+            (Some(id), 3, CommandOutcome::Applied) => {
+                self.ledger.end(id, Holding::DestinationReservation)
+            }
+            // A cancel after activation aborts the request: no reservation
+            // is left to end.
+            (Some(id), 6, CommandOutcome::Applied)
+                if self.ledger.is_open(id, Holding::DestinationReservation) =>
+            {
                 self.ledger.end(id, Holding::DestinationReservation)
             }
             (Some(id), 4, CommandOutcome::Applied) => self.ledger.end(id, Holding::SourceLease),
