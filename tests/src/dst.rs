@@ -1445,10 +1445,10 @@ pub struct Dst<I: Iterator<Item = TraceItem>> {
 impl<I: Iterator<Item = TraceItem>> Dst<I> {
     /// Wraps `inner`, checking with `check`.
     pub fn new(mut inner: Serving<I>, check: Checker) -> Self {
-        // The checker's booking model follows each role's own end; request
-        // migration moves bookings outside those ends and is not modelled
-        // here yet (see ARCHITECTURE.md, "Deterministic simulation").
-        inner.set_migration(false);
+        // Migration on, as users run it: the booking checks follow each
+        // role's own end, and a migrated request's bookings by the router
+        // (they move at the migration, outside any role's end).
+        inner.set_migration(true);
         Dst {
             inner,
             check,
@@ -1539,6 +1539,10 @@ impl<I: Iterator<Item = TraceItem>> Director for Dst<I> {
         self.inner.on_transfer_done(id, ok, now);
     }
 
+    fn on_worker_down(&mut self, w: WorkerId, now: Instant) {
+        self.inner.on_worker_down(w, now);
+    }
+
     fn on_worker_lost(&mut self, w: WorkerId, now: Instant, out: &mut Vec<Route>) {
         if self.trace {
             eprintln!("{:.6} {w} lost", now.as_nanos() as f64 / 1e9);
@@ -1560,11 +1564,15 @@ impl<I: Iterator<Item = TraceItem>> Director for Dst<I> {
         now: Instant,
         out: &mut Vec<Route>,
     ) {
+        self.check.now = now;
+        let live = self.check.live_requests();
         let n = out.len();
         self.inner.on_worker_back(w, generation, now, out);
         for r in &out[n..] {
             self.check.routed(r);
         }
+        // A returning decode worker books the prefills that waited for one.
+        self.check.after(&self.inner, Call::Other, &live);
     }
 
     fn cancel(&mut self, request: RequestId, now: Instant) -> Vec<(WorkerId, HandoffId)> {

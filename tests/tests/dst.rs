@@ -16,9 +16,6 @@ use replay::Pool;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[test]
-#[ignore = "open: with this stop's worker-loss handling (holder-based failure, waiting decode \
-            routing) a few of 200 schedules break the terminal and booking checks; run with \
-            `cargo test -p handoff-tests --test dst -- --ignored` (see the closing note)"]
 fn two_hundred_schedules_break_no_rule() {
     let sum = dst::run_many(1, 200, |_, _| {});
     let report: String = sum

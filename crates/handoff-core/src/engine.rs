@@ -146,9 +146,14 @@ pub trait Director {
     /// A transfer the engine timed finished (`ok`) or failed.
     fn on_transfer_done(&mut self, _id: HandoffId, _ok: bool, _now: Instant) {}
 
-    /// Worker `w` is down (a kill); route nothing more to it. Called before
-    /// its torn-down roles are reported, so that what the director routes
-    /// in answer avoids it.
+    /// Worker `w` has just died (a kill): route nothing more to it. Called
+    /// before what it had done by then (the outputs of a step that ended at
+    /// this instant) and its torn-down roles are reported, so that what the
+    /// director routes in answer avoids it.
+    fn on_worker_down(&mut self, _w: WorkerId, _now: Instant) {}
+
+    /// Worker `w` is down (a kill) and its roles' ends were reported: what
+    /// it still held is lost.
     fn on_worker_lost(&mut self, _w: WorkerId, _now: Instant, _out: &mut Vec<Route>) {}
 
     /// Worker `w` is back as `generation`.
@@ -772,12 +777,10 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             return;
         }
         self.hosts[w as usize].up = false;
-        // The director hears of the loss first, so that whatever it routes
-        // again (for the requests it held) avoids the dead worker.
-        let mut routes = std::mem::take(&mut self.routes);
-        self.director.on_worker_lost(WorkerId(w), now, &mut routes);
-        self.route(&mut routes);
-        self.routes = routes;
+        // The director hears first that the worker is down, so that
+        // whatever it routes again avoids it; then what the worker had done
+        // by now and its torn-down roles; then that it is lost.
+        self.director.on_worker_down(WorkerId(w), now);
         let mut outs = std::mem::take(&mut self.outs);
         let status = self
             .port
@@ -786,6 +789,10 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         self.absorb(w, &mut outs, false);
         self.outs = outs;
         self.update(w, status);
+        let mut routes = std::mem::take(&mut self.routes);
+        self.director.on_worker_lost(WorkerId(w), now, &mut routes);
+        self.route(&mut routes);
+        self.routes = routes;
         for p in 0..self.hosts.len() as u32 {
             if p != w && self.hosts[p as usize].up {
                 self.deliver(p, HostInput::PeerLost(WorkerId(w)));

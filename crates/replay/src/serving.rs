@@ -443,12 +443,16 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         }
     }
 
-    fn on_worker_lost(&mut self, w: WorkerId, now: Instant, out: &mut Vec<Route>) {
+    fn on_worker_down(&mut self, w: WorkerId, now: Instant) {
         self.now = now;
         self.frontend.worker_lost(w);
         if !self.lost.contains(&w) {
             self.lost.push(w);
         }
+    }
+
+    fn on_worker_lost(&mut self, w: WorkerId, now: Instant, out: &mut Vec<Route>) {
+        self.on_worker_down(w, now);
         // Every request last routed to `w` moves now: a dead process reports
         // nothing, so waiting for its roles' ends would wait forever (live);
         // the engine's teardown reports that follow are then of a voided
