@@ -15,7 +15,7 @@
 
 use crate::report::{Details, Recorder, Report, RequestSink};
 use handoff_core::engine::{Director, Route, Undeliverable};
-use handoff_core::fasthash::FastMap;
+use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::fault::FaultCounts;
 use handoff_core::host::HostFinal;
 use handoff_core::{
@@ -57,9 +57,9 @@ pub struct Serving<I> {
     flights: FastMap<RequestId, Flight>,
     /// Attempts a migration replaced: their events still feed the figures
     /// but no longer move the router or the request's outcome.
-    voided: std::collections::HashSet<HandoffId>,
+    voided: FastSet<HandoffId>,
     /// Requests ever migrated (the DST checker allows their second booking).
-    rerouted: std::collections::HashSet<RequestId>,
+    rerouted: FastSet<RequestId>,
     /// Migrate requests whose worker was lost (on by default).
     migration: bool,
     lost: Vec<WorkerId>,
@@ -111,8 +111,8 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             report: None,
             scratch: Vec::new(),
             flights: FastMap::default(),
-            voided: std::collections::HashSet::new(),
-            rerouted: std::collections::HashSet::new(),
+            voided: FastSet::default(),
+            rerouted: FastSet::default(),
             migration: true,
             lost: Vec::new(),
             concurrency: None,
