@@ -37,9 +37,9 @@ pub enum Frame {
     /// A report from a worker to the frontend. `StartTransfer` never travels:
     /// the worker's own driver executes it.
     Event(WorkerEvent),
-    /// A worker's drained state changed (sent to the frontend whenever it
-    /// flips, so the frontend holds every worker's final state without a
-    /// closing round trip).
+    /// A worker's drained state changed. Superseded by [`Frame::Final`]
+    /// (this version's nodes send that instead); kept so that the variant
+    /// indices of the frames after it stay as they are on the wire.
     Drained {
         /// The worker.
         worker: WorkerId,
