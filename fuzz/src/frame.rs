@@ -1,4 +1,4 @@
-//! The transport frame decoder ([`transport::FrameReader`]) under attack,
+//! The transport frame decoder ([`handoff_transport::FrameReader`]) under attack,
 //! as both transports use it.
 //!
 //! TCP: `tcp.rs` reads every connection with a `FrameReader<TcpStream>`:
@@ -37,13 +37,13 @@ use crate::mutate::{binary_number, fnv, mutate};
 use crate::rng::Rng;
 use crate::trace::Chunky;
 use handoff_core::{Generation, WorkerId};
-use std::collections::BTreeMap;
-use std::io::Read;
-use transport::codec::HEADER_LEN;
-use transport::{
+use handoff_transport::codec::HEADER_LEN;
+use handoff_transport::{
     encode_frame, ChannelEndpoint, ChannelNet, DecodeError, DecodeErrorKind, Frame, FrameReader,
     Incoming, ReadError, SendError, Transport, MAX_FRAME,
 };
+use std::collections::BTreeMap;
+use std::io::Read;
 
 /// Bytes one `read_frame` may allocate per byte it consumed. Where they
 /// go: the body buffer (< 2× the body, grown by doubling as bytes arrive);
@@ -579,7 +579,7 @@ impl Target for FrameTarget {
                     out.extend(encode(&Frame::Hello {
                         worker: WorkerId(rng.below(8) as u32),
                         generation: Generation(rng.below(4) as u32),
-                        role: transport::PeerRole::Any,
+                        role: handoff_transport::PeerRole::Any,
                     }));
                 }
                 for _ in 0..rng.range(1, 4) {
@@ -669,7 +669,7 @@ impl Target for FrameTarget {
                         None => encode(&Frame::Hello {
                             worker: WorkerId(1),
                             generation: Generation(0),
-                            role: transport::PeerRole::Decode,
+                            role: handoff_transport::PeerRole::Decode,
                         }),
                     }
                 };

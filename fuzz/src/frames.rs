@@ -15,7 +15,7 @@ use handoff_core::{
     SessionId, SourceEventKind, SourceReady, SourceState, Transition, TransitionError, Transmit,
     WorkerEvent, WorkerId, WorkerRequest, WorkerStats,
 };
-use transport::{Frame, HostReply};
+use handoff_transport::{Frame, HostReply};
 
 const CANCEL: [CancelReason; 9] = [
     CancelReason::Client,
@@ -221,7 +221,7 @@ pub fn every_frame() -> Vec<Frame> {
         Frame::Hello {
             worker: WorkerId(3),
             generation: Generation(9),
-            role: transport::PeerRole::Prefill,
+            role: handoff_transport::PeerRole::Prefill,
         },
         Frame::Clock {
             origin_unix_nanos: 1_700_000_000_000_000_000,
@@ -660,11 +660,11 @@ pub fn gen_frame(rng: &mut Rng) -> Frame {
             worker: WorkerId(u32_of(rng)),
             generation: Generation(u32_of(rng)),
             role: [
-                transport::PeerRole::Frontend,
-                transport::PeerRole::Prefill,
-                transport::PeerRole::Decode,
-                transport::PeerRole::Aggregated,
-                transport::PeerRole::Any,
+                handoff_transport::PeerRole::Frontend,
+                handoff_transport::PeerRole::Prefill,
+                handoff_transport::PeerRole::Decode,
+                handoff_transport::PeerRole::Aggregated,
+                handoff_transport::PeerRole::Any,
             ][(u32_of(rng) % 5) as usize],
         },
         1 => Frame::Handoff(gen_msg(rng)),
@@ -744,7 +744,7 @@ mod tests {
         for _ in 0..2000 {
             out.clear();
             let f = gen_frame(&mut rng);
-            transport::encode_frame(&f, &mut out).unwrap_or_else(|e| panic!("{f:?}: {e}"));
+            handoff_transport::encode_frame(&f, &mut out).unwrap_or_else(|e| panic!("{f:?}: {e}"));
         }
     }
 }

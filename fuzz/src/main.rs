@@ -8,8 +8,8 @@
 //! ```
 //!
 //! Targets: `trace` attacks the Mooncake JSONL reader
-//! ([`workload::TraceReader`]), `frame` the transport frame decoder
-//! ([`transport::FrameReader`]) as the TCP transport drives it (the channel
+//! ([`handoff_workload::TraceReader`]), `frame` the transport frame decoder
+//! ([`handoff_transport::FrameReader`]) as the TCP transport drives it (the channel
 //! transport moves typed values and has no decoder; decoded frames are sent
 //! through it too). The HTTP request parser has no target: it does not
 //! exist yet.

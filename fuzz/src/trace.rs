@@ -1,4 +1,4 @@
-//! The Mooncake JSONL trace reader ([`workload::TraceReader`]) under attack.
+//! The Mooncake JSONL trace reader ([`handoff_workload::TraceReader`]) under attack.
 //!
 //! Each input is a byte stream of one or more lines, read four ways:
 //! 1. strict, default line limit, from a slice: every `next()` is measured
@@ -27,13 +27,13 @@ use crate::alloc::{measure, Usage};
 use crate::engine::{Sig, Target};
 use crate::mutate::{fnv, mutate, TEXT_NUMBERS};
 use crate::rng::Rng;
+use handoff_workload::{
+    write_trace, Problem, ReaderOptions, TraceError, TraceField, TraceItem, TraceReader,
+};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read};
 use std::rc::Rc;
-use workload::{
-    write_trace, Problem, ReaderOptions, TraceError, TraceField, TraceItem, TraceReader,
-};
 
 /// Bytes one `next()` may allocate per byte of the longest line it
 /// consumed (capped at the reader's line limit). Where it goes: the line

@@ -75,11 +75,11 @@ use handoff_core::{
     SourceEventKind as SE, SourceState as SS, TransferModel, Transition, Worker, WorkerEvent,
     WorkerHost, WorkerId, WorkerRequest,
 };
-use replay::{EngineSpec, Pool, ReplayConfig, Serving};
-use router::RouterMode;
+use handoff_replay::{EngineSpec, Pool, ReplayConfig, Serving};
+use handoff_router::RouterMode;
+use handoff_workload::TraceItem;
 use std::collections::BTreeMap;
 use std::fmt;
-use workload::TraceItem;
 
 // ------------------------------------------------------------ violations
 
@@ -1797,7 +1797,7 @@ impl Schedule {
 
     /// The trace as Mooncake JSONL.
     pub fn trace_jsonl(&self) -> String {
-        let mut w = workload::TraceWriter::new(Vec::new());
+        let mut w = handoff_workload::TraceWriter::new(Vec::new());
         for i in &self.items {
             w.write(i)
                 .expect("generated requests use 512-token hash blocks");
@@ -1949,9 +1949,9 @@ impl Schedule {
             transcript: false,
             faults: FaultPlan::parse(plan).map_err(|e| format!("plan: {e}"))?,
         };
-        let reader = workload::TraceReader::new(
+        let reader = handoff_workload::TraceReader::new(
             std::io::BufReader::new(trace.as_bytes()),
-            workload::ReaderOptions::new("regression"),
+            handoff_workload::ReaderOptions::new("regression"),
         );
         let items = reader
             .collect::<Result<Vec<_>, _>>()
@@ -2009,11 +2009,11 @@ pub fn check(s: &Schedule) -> Outcome {
 
 fn run_checked(s: &Schedule) -> Outcome {
     let cfg = &s.cfg;
-    let workers = replay::deployment(cfg);
-    let policy = replay::worker_policy(cfg);
+    let workers = handoff_replay::deployment(cfg);
+    let policy = handoff_replay::worker_policy(cfg);
     let make = |w: WorkerId| -> CoreBox {
         let spec = s.specs.get(w.0 as usize).copied().unwrap_or_default();
-        replay::make_core(&spec).expect("generated specs are valid")
+        handoff_replay::make_core(&spec).expect("generated specs are valid")
     };
     let hosts = workers
         .iter()
@@ -2031,8 +2031,11 @@ fn run_checked(s: &Schedule) -> Outcome {
     let pools: Vec<Pool> = workers.iter().map(|(_, p)| *p).collect();
     let arrivals = s.items.iter().map(|i| i.request.id).collect();
     let check = Checker::new(pools, cfg.block_size, arrivals);
-    let director = Dst::new(replay::serving(cfg, s.items.clone().into_iter()), check);
-    let mut engine = Engine::new(replay::engine_config(cfg), port, director);
+    let director = Dst::new(
+        handoff_replay::serving(cfg, s.items.clone().into_iter()),
+        check,
+    );
+    let mut engine = Engine::new(handoff_replay::engine_config(cfg), port, director);
     engine.director_mut().trace = std::env::var_os("DST_TRACE").is_some();
     let mut units = 0u64;
     while engine.run_event() {

@@ -7,9 +7,9 @@ use handoff_core::fault::FaultPlan;
 use handoff_core::{
     Backend, Duration, HandoffConfig, Instant, Request, RequestId, Rng, TransferModel,
 };
-use replay::{EngineSpec, ReplayConfig};
-use router::RouterMode;
-use workload::TraceItem;
+use handoff_replay::{EngineSpec, ReplayConfig};
+use handoff_router::RouterMode;
+use handoff_workload::TraceItem;
 
 /// One generated run.
 #[derive(Clone, Debug)]

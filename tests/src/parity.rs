@@ -12,10 +12,10 @@
 use handoff_core::{
     Backend, Duration, HandoffConfig, HandoffPolicy, Instant, Request, RequestId, Transcript,
 };
-use live_adapter::{run_in_process, run_virtual_threads, LiveOutcome};
-use replay::{deployment, make_core, EngineSpec, Replay, ReplayConfig, Report};
-use router::{Pool, RouterMode};
-use workload::TraceItem;
+use handoff_live::{run_in_process, run_virtual_threads, LiveOutcome};
+use handoff_replay::{deployment, make_core, EngineSpec, Replay, ReplayConfig, Report};
+use handoff_router::{Pool, RouterMode};
+use handoff_workload::TraceItem;
 
 /// One canonical trace with its deployment.
 #[derive(Clone, Debug)]

@@ -11,8 +11,8 @@ use handoff_core::{
     KvEventData, LifecycleEvent, OwnershipDelta, Request, RequestId, Role, RoleState,
     SourceEventKind as SE, SourceState as SS, Transition, WorkerEvent, WorkerId, WorkerRequest,
 };
+use handoff_replay::Pool;
 use handoff_tests::dst::{self, Checker, Kind, ServingView};
-use replay::Pool;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[test]

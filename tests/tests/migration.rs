@@ -4,10 +4,10 @@
 
 use handoff_core::fault::{Fault, FaultPlan};
 use handoff_core::{Backend, Instant, WorkerId};
+use handoff_replay::{EngineSpec, ReplayConfig};
+use handoff_router::RouterMode;
 use handoff_tests::parity::{compare, replay_run};
-use replay::{EngineSpec, ReplayConfig};
-use router::RouterMode;
-use workload::{SyntheticConfig, SyntheticWorkload, TraceItem};
+use handoff_workload::{SyntheticConfig, SyntheticWorkload, TraceItem};
 
 fn items(n: u64, rate_per_sec: f64) -> Vec<TraceItem> {
     SyntheticWorkload::new(SyntheticConfig {

@@ -3,10 +3,10 @@
 //! on a realistic slice of the Mooncake conversation trace.
 
 use handoff_core::Backend;
+use handoff_replay::{EngineSpec, ReplayConfig};
+use handoff_router::RouterMode;
 use handoff_tests::parity::{cases, compare, run_live, run_replay, setup};
-use replay::{EngineSpec, ReplayConfig};
-use router::RouterMode;
-use workload::{ReaderOptions, TraceReader};
+use handoff_workload::{ReaderOptions, TraceReader};
 
 #[test]
 fn live_equals_replay_equals_snapshot() {
@@ -33,7 +33,7 @@ fn live_equals_replay_equals_snapshot() {
 }
 
 /// The first `n` lines of the committed conversation slice.
-fn slice(n: usize) -> Vec<workload::TraceItem> {
+fn slice(n: usize) -> Vec<handoff_workload::TraceItem> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/conversation_2000.jsonl");
     let file = std::fs::File::open(path).expect("the committed slice is in the repo");
     TraceReader::new(std::io::BufReader::new(file), ReaderOptions::new(path))

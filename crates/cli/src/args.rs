@@ -5,17 +5,17 @@
 use clap::{Args, ValueEnum};
 use handoff_core::fault::{Fault, FaultPlan};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant, TransferModel};
-use replay::{make_core, EngineSpec, ReplayConfig};
-use router::{Pool, RouterMode};
+use handoff_replay::{make_core, EngineSpec, ReplayConfig};
+use handoff_router::{Pool, RouterMode};
+use handoff_workload::{
+    ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat, TraceItem,
+    TraceReader,
+};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
 use std::rc::Rc;
-use workload::{
-    ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat, TraceItem,
-    TraceReader,
-};
 
 /// `--backend`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -280,7 +280,7 @@ impl DeployArgs {
         for s in [&prefill_spec, &decode_spec] {
             make_core(s).map_err(|e| e.to_string())?;
         }
-        let specs: Vec<EngineSpec> = replay::deployment(&cfg)
+        let specs: Vec<EngineSpec> = handoff_replay::deployment(&cfg)
             .iter()
             .map(|(_, pool)| {
                 if *pool == Pool::Decode {

@@ -6,14 +6,14 @@
 
 use clap::{Args, ValueEnum};
 use handoff_core::{Duration, TransferModel};
-use kvc::{
+use handoff_experiments::{
     run_experiment, simulate, ExperimentReport, KvcConfig, RequestRecord, RunOutput, ServingMode,
     Timings,
 };
+use handoff_workload::{generate_sessions, ReaderOptions, SessionConfig, TraceItem, TraceReader};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use workload::{generate_sessions, ReaderOptions, SessionConfig, TraceItem, TraceReader};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Which {

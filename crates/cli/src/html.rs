@@ -4,10 +4,10 @@
 //! durations, every worker's stacked active / pinned / reserved / cached KV
 //! blocks over time, the queue lengths, and the per-worker table.
 
+use handoff_replay::timeline::Point;
+use handoff_replay::{Details, Report};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use replay::timeline::Point;
-use replay::{Details, Report};
 use std::fmt::Write as _;
 
 /// Series colours, in order (colour-blind-safe Okabe–Ito).

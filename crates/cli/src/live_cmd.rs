@@ -8,17 +8,17 @@ use crate::report_out::OutputArgs;
 use clap::{Args, ValueEnum};
 use handoff_core::engine::Engine;
 use handoff_core::{CoreBox, Generation, HandoffPolicy, Worker, WorkerHost, WorkerId};
-use live_adapter::{
+use handoff_live::{
     run_in_process, run_virtual_threads, serve_virtual, FrontendNode, LiveOutcome, NodeConfig,
     RemotePort, WallClock, WorkerNode,
 };
-use replay::{
+use handoff_replay::{
     deployment, engine_config, make_core, serving, EngineSpec, Replay, ReplayConfig, Report,
 };
-use router::{Pool, FRONTEND_ID};
+use handoff_router::{Pool, FRONTEND_ID};
+use handoff_transport::{PeerHello, PeerRole, TcpEndpoint};
 use std::io::Write;
 use std::time::Duration as StdDuration;
-use transport::{PeerHello, PeerRole, TcpEndpoint};
 
 /// The role a worker of `pool` announces.
 fn peer_role(pool: Pool) -> PeerRole {
@@ -460,7 +460,7 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     let (report, transcript, extra, text) = match a.clock {
         ClockArg::Virtual => {
             let workers = listed.len() as u32;
-            let port = RemotePort::new(ep, workers, live_adapter::virtual_run::NODE_TIMEOUT);
+            let port = RemotePort::new(ep, workers, handoff_live::virtual_run::NODE_TIMEOUT);
             let engine = Engine::new(engine_config(&cfg), port, serving(&cfg, items));
             let (director, port) = engine.run();
             if let Some(e) = port.error() {

@@ -3,7 +3,7 @@
 use crate::args::{DeployArgs, WorkloadArgs};
 use crate::report_out::OutputArgs;
 use clap::Args;
-use replay::{make_core, Replay};
+use handoff_replay::{make_core, Replay};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -80,7 +80,7 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
         replay = replay.with_request_sink(sink.sink());
     }
     if a.html.is_some() {
-        replay = replay.keep_details(replay::timeline::DEFAULT_POINTS);
+        replay = replay.keep_details(handoff_replay::timeline::DEFAULT_POINTS);
     }
     let outcome = replay.run_all();
     let (report, transcript) = (outcome.report, outcome.transcript);
@@ -132,9 +132,9 @@ impl JsonlSink {
         })
     }
 
-    fn sink(&self) -> replay::report::RequestSink {
+    fn sink(&self) -> handoff_replay::report::RequestSink {
         let out = self.out.clone();
-        Box::new(move |r: &replay::RequestRecord| {
+        Box::new(move |r: &handoff_replay::RequestRecord| {
             let mut o = out.borrow_mut();
             if o.1.is_some() {
                 return;

@@ -2,13 +2,13 @@
 //! expectations, observations and verdicts as JSON; the command exits
 //! non-zero when any check fails. Scenario 7 (live/replay parity) runs here
 //! because it needs the live adapter; the others run in
-//! `replay::scenarios`.
+//! `handoff_replay::scenarios`.
 
 use clap::{Args, ValueEnum};
 use handoff_core::{Backend, Transcript};
-use replay::scenarios::{judged, Checks, Scenario};
-use replay::{make_core, EngineSpec, Replay, ReplayConfig};
-use router::RouterMode;
+use handoff_replay::scenarios::{judged, Checks, Scenario};
+use handoff_replay::{make_core, EngineSpec, Replay, ReplayConfig};
+use handoff_router::RouterMode;
 use serde_json::{json, Value};
 
 /// A scenario name.
@@ -155,11 +155,11 @@ fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, String> {
             ..ReplayConfig::default()
         };
         let items = || {
-            workload::SyntheticWorkload::new(workload::SyntheticConfig {
+            handoff_workload::SyntheticWorkload::new(handoff_workload::SyntheticConfig {
                 seed: 5,
                 requests: 40,
                 rate_per_sec: 8.0,
-                ..workload::SyntheticConfig::default()
+                ..handoff_workload::SyntheticConfig::default()
             })
         };
         let (replayed, rt) = Replay::new(cfg.clone(), items(), |w: handoff_core::WorkerId, _| {
@@ -167,13 +167,13 @@ fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, String> {
         })
         .run();
         let rt = rt.unwrap_or_default();
-        let virt = live_adapter::run_virtual_threads(&cfg, &specs, items())
+        let virt = handoff_live::run_virtual_threads(&cfg, &specs, items())
             .map_err(|e| format!("live-replay-parity: virtual live: {e}"))?;
         let vt = virt.transcript.unwrap_or_default();
-        let (wall, _) = live_adapter::run_in_process(&cfg, &specs, 20.0, items())
+        let (wall, _) = handoff_live::run_in_process(&cfg, &specs, 20.0, items())
             .map_err(|e| format!("live-replay-parity: wall-clock live: {e}"))?;
         let wt = wall.transcript.unwrap_or_default();
-        let json = |r: &replay::Report| serde_json::to_string(r).unwrap_or_default();
+        let json = |r: &handoff_replay::Report| serde_json::to_string(r).unwrap_or_default();
         let mut c = Checks::default();
         c.eq(
             "virtual live transcript equals replay's (byte for byte)",

@@ -1,0 +1,294 @@
+//! A wall-clock live worker: one [`WorkerHost`] on its own thread (or in its
+//! own process), driven by a [`WallClock`] and a [`Transport`]. It blocks on
+//! its incoming channel until the host's next deadline or the next transfer
+//! completion, never spinning. The driver protocol (when to step, holding a
+//! step's outputs until it ends, timers) is the host's, the same one the
+//! engine drives in replay and virtual-clock live; this file only moves
+//! frames and reads the clock.
+//!
+//! Wall-clock runs are for real-time use: timing follows the machine, so
+//! their reports are close to replay's but not equal (the virtual clock,
+//! [`crate::remote`], is exact). Transfers started here are timed here, with
+//! contention among this worker's own transfers only.
+
+use crate::clock::WallClock;
+use crossbeam_channel::RecvTimeoutError;
+use handoff_core::{
+    CoreBox, Generation, HandoffConfig, HandoffPolicy, HostFinal, HostInput, HostOutput, Instant,
+    TransferModel, TransferTimer, Worker, WorkerEvent, WorkerHost, WorkerId,
+};
+use handoff_transport::{Frame, Incoming, Transport};
+
+/// Counters of one node's run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Frames handled.
+    pub frames: u64,
+    /// Forward passes (steps; a step may cover several passes in replay,
+    /// one here).
+    pub steps: u64,
+    /// Transfers this node timed.
+    pub transfers: u64,
+    /// Frames that could not be sent (peer gone).
+    pub send_failures: u64,
+    /// Peers lost.
+    pub peers_lost: u64,
+    /// Peer generation announcements handled.
+    pub peer_announcements: u64,
+}
+
+/// How a node runs.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeConfig {
+    /// This worker.
+    pub id: WorkerId,
+    /// Its incarnation.
+    pub generation: Generation,
+    /// Handoff ordering.
+    pub policy: HandoffPolicy,
+    /// Lifecycle timers.
+    pub handoff: HandoffConfig,
+    /// Where worker events go.
+    pub frontend: WorkerId,
+    /// How long transfers this node starts take.
+    pub transfer: TransferModel,
+}
+
+/// A worker node; see the module docs.
+pub struct WorkerNode<T: Transport> {
+    cfg: NodeConfig,
+    host: WorkerHost<CoreBox>,
+    transport: T,
+    clock: WallClock,
+    transfers: TransferTimer,
+    /// Predicted completions: (when, attempt, prediction version).
+    completions: Vec<handoff_core::Completion>,
+    last_final: Option<(bool, handoff_core::KvCapacitySnapshot)>,
+    outs: Vec<HostOutput>,
+    stats: NodeStats,
+}
+
+impl<T: Transport> WorkerNode<T> {
+    /// A node running `core` over `transport`.
+    pub fn new(cfg: NodeConfig, core: CoreBox, transport: T, clock: WallClock) -> Self {
+        let worker = Worker::new(cfg.id, cfg.generation, cfg.policy, cfg.handoff, core);
+        WorkerNode {
+            host: WorkerHost::new(worker),
+            transfers: TransferTimer::new(cfg.transfer),
+            cfg,
+            transport,
+            clock,
+            completions: Vec::new(),
+            last_final: None,
+            outs: Vec::new(),
+            stats: NodeStats::default(),
+        }
+    }
+
+    /// The host (for inspection).
+    pub fn host(&self) -> &WorkerHost<CoreBox> {
+        &self.host
+    }
+
+    /// Runs until the frontend goes away (or the transport closes), then
+    /// releases everything locally and returns the counters and final state.
+    pub fn run(mut self) -> (NodeStats, HostFinal) {
+        loop {
+            let now = self.clock.now();
+            self.fire_due(now);
+            if self.host.wants_step() {
+                let mut outs = std::mem::take(&mut self.outs);
+                if self.host.step(now, now, &mut outs).is_some() {
+                    self.stats.steps += 1;
+                }
+                self.dispatch(&mut outs, now);
+                self.outs = outs;
+                self.report_final();
+                continue;
+            }
+            let incoming = match self.next_deadline() {
+                Some(t) => self.transport.incoming().recv_deadline(self.clock.real(t)),
+                None => self
+                    .transport
+                    .incoming()
+                    .recv()
+                    .map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match incoming {
+                Ok(inc) => {
+                    if !self.handle(inc) {
+                        break;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let now = self.clock.now();
+        let mut outs = std::mem::take(&mut self.outs);
+        self.host.teardown(now, &mut outs);
+        self.dispatch(&mut outs, now);
+        // The transport stays open: a worker process serves the next
+        // frontend session on the same endpoint (dropping it closes it).
+        (self.stats, self.host.final_state())
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let transfer = self.completions.iter().map(|c| c.at).min();
+        match (self.host.next_deadline(), transfer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn deliver(&mut self, input: HostInput, now: Instant) {
+        let mut outs = std::mem::take(&mut self.outs);
+        self.host.deliver(input, now, &mut outs);
+        self.dispatch(&mut outs, now);
+        self.outs = outs;
+        self.report_final();
+    }
+
+    /// Handles one input; `false` ends the run.
+    fn handle(&mut self, inc: Incoming) -> bool {
+        let now = self.clock.now();
+        self.stats.frames += 1;
+        match inc {
+            Incoming::Frame { from, frame } => match frame {
+                Frame::Handoff(msg) => self.deliver(HostInput::Message { from, msg }, now),
+                Frame::Request(req) => self.deliver(HostInput::Request(req), now),
+                Frame::Clock {
+                    origin_unix_nanos,
+                    speed_micros,
+                } if from == self.cfg.frontend => {
+                    // A speed of zero falls back to real time (WallClock
+                    // refuses non-positive speeds).
+                    let speed = speed_micros as f64 / 1e6;
+                    self.clock = WallClock::from_unix(origin_unix_nanos, speed);
+                    // The frontend holds every worker's final state; a new
+                    // (or restarted) worker says at once that it is idle.
+                    self.last_final = None;
+                    self.report_final();
+                }
+                _ => {}
+            },
+            Incoming::PeerUp { peer, generation } => {
+                if peer != self.cfg.frontend {
+                    self.stats.peer_announcements += 1;
+                    self.deliver(HostInput::PeerGeneration { peer, generation }, now);
+                }
+            }
+            Incoming::PeerLost { peer } => {
+                self.stats.peers_lost += 1;
+                if peer == self.cfg.frontend {
+                    return false;
+                }
+                self.deliver(HostInput::PeerLost(peer), now);
+            }
+            Incoming::BadPeer { .. } => {}
+        }
+        true
+    }
+
+    fn fire_due(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.completions.len() {
+            let c = self.completions[i];
+            if c.at > now {
+                i += 1;
+                continue;
+            }
+            self.completions.swap_remove(i);
+            if !self.transfers.is_current(&c) {
+                continue;
+            }
+            for n in self.transfers.finish(c.id, now) {
+                self.predicted(n);
+            }
+            self.deliver(HostInput::TransferDone { id: c.id, ok: true }, now);
+            i = 0;
+        }
+        if self.host.next_deadline().is_some_and(|t| t <= now) {
+            let mut outs = std::mem::take(&mut self.outs);
+            self.host.advance(now, &mut outs);
+            self.dispatch(&mut outs, now);
+            self.outs = outs;
+            self.report_final();
+        }
+    }
+
+    fn predicted(&mut self, c: handoff_core::Completion) {
+        self.completions.retain(|x| x.id != c.id);
+        self.completions.push(c);
+    }
+
+    /// Sends facts to peers and events to the frontend; transfers this
+    /// worker must time are started here.
+    fn dispatch(&mut self, outs: &mut Vec<HostOutput>, now: Instant) {
+        let mut lost = Vec::new();
+        while !outs.is_empty() {
+            for o in outs.drain(..) {
+                self.dispatch_one(o, now, &mut lost);
+            }
+            // A peer found gone ends the attempts with it, which may have
+            // more to say.
+            for peer in lost.drain(..) {
+                self.host.deliver(HostInput::PeerLost(peer), now, outs);
+            }
+        }
+    }
+
+    fn dispatch_one(&mut self, o: HostOutput, now: Instant, lost: &mut Vec<WorkerId>) {
+        {
+            match o {
+                HostOutput::Transmit(t) => {
+                    if self.transport.send(t.to, Frame::Handoff(t.msg)).is_err() {
+                        self.stats.send_failures += 1;
+                        if !lost.contains(&t.to) {
+                            lost.push(t.to);
+                        }
+                    }
+                }
+                HostOutput::Event(e) => {
+                    if let WorkerEvent::StartTransfer {
+                        id,
+                        source,
+                        destination,
+                        tokens,
+                        ..
+                    } = e
+                    {
+                        self.stats.transfers += 1;
+                        let at = now.max(self.clock.now());
+                        for c in
+                            self.transfers
+                                .start(id, self.cfg.id, source, destination, tokens, at)
+                        {
+                            self.predicted(c);
+                        }
+                    }
+                    let _ = self.transport.send(self.cfg.frontend, Frame::Event(e));
+                }
+                HostOutput::Refused(_) => {
+                    // A refused request (duplicate id, disabled policy) is the
+                    // frontend's bug; the worker already kept its state clean.
+                }
+            }
+        }
+    }
+
+    /// Tells the frontend whenever this worker's drained state or capacity
+    /// changes while drained, so it holds every worker's final state without
+    /// a closing round trip.
+    fn report_final(&mut self) {
+        let drained = self.host.is_drained() && self.completions.is_empty();
+        let capacity = self.host.worker().capacity();
+        let key = (drained, capacity);
+        if self.last_final != Some(key) && (drained || self.last_final.is_none_or(|k| k.0)) {
+            self.last_final = Some(key);
+            let mut f = self.host.final_state();
+            f.drained = drained;
+            let _ = self.transport.send(self.cfg.frontend, Frame::Final(f));
+        }
+    }
+}

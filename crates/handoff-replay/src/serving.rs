@@ -1,0 +1,551 @@
+//! [`Serving`]: the engine's [`Director`] for serving a workload: the shared
+//! [`handoff_router::Frontend`] routes, the [`Recorder`] measures, and the
+//! lifecycle [`Transcript`] is kept when asked. Replay and every live mode
+//! direct their engines with it, so they report the same way.
+//!
+//! It also decides each request's outcome. A request whose current handoff
+//! attempt ends early because a worker was lost (torn down, peer lost or
+//! restarted) or its transfer failed is migrated once, as Dynamo does: its
+//! bookings are released, the attempt is voided and the request is routed
+//! again as a new attempt (a new handoff id) to the workers still up. It
+//! fails only when it already was migrated, the reason is not a loss
+//! (expiries, refusals, client cancels), or no worker can take it. Events of
+//! a voided attempt still reach the recorder's lifecycle figures but no
+//! longer move the router or the request's outcome.
+
+use crate::report::{Details, Recorder, Report, RequestSink};
+use handoff_core::engine::{Director, Route, Undeliverable};
+use handoff_core::fasthash::{FastMap, FastSet};
+use handoff_core::fault::FaultCounts;
+use handoff_core::host::HostFinal;
+use handoff_core::{
+    CancelReason, DestinationState, Generation, HandoffId, Instant, Request, RequestError,
+    RequestId, RoleState, Transcript, WorkerEvent, WorkerId, WorkerRequest,
+};
+use handoff_router::{Frontend, Pool};
+use handoff_workload::TraceItem;
+
+/// What the director keeps of a request until it ends.
+struct Flight {
+    /// The request as it arrived, to route it again.
+    request: Request,
+    /// The worker it was last routed to.
+    holder: WorkerId,
+    /// Its current handoff attempt, if it is handed off.
+    attempt: Option<HandoffId>,
+    /// It was migrated once already.
+    migrated: bool,
+    /// A destination was routed for its current attempt: from then on the
+    /// destination decides its fate (a source whose lease ran out after its
+    /// reader activated fails nothing).
+    has_destination: bool,
+    /// Roles of its current attempt routed and not yet ended, and where:
+    /// what a client cancel must reach.
+    roles: Vec<(WorkerId, HandoffId)>,
+}
+
+/// See the module docs.
+pub struct Serving<I> {
+    frontend: Frontend,
+    pools: Vec<Pool>,
+    workload: I,
+    next: Option<TraceItem>,
+    rec: Option<Recorder>,
+    transcript: Option<Transcript>,
+    report: Option<Report>,
+    scratch: Vec<(WorkerId, WorkerRequest, handoff_core::Duration)>,
+    flights: FastMap<RequestId, Flight>,
+    /// Attempts a migration replaced: their events still feed the figures
+    /// but no longer move the router or the request's outcome.
+    voided: FastSet<HandoffId>,
+    /// Requests ever migrated (the DST checker allows their second booking).
+    rerouted: FastSet<RequestId>,
+    /// Migrate requests whose worker was lost (on by default).
+    migration: bool,
+    lost: Vec<WorkerId>,
+    /// Closed loop: requests allowed in flight (`None`: open loop, at the
+    /// workload's timestamps).
+    concurrency: Option<usize>,
+    /// The model time of the last callback (closed-loop arrivals happen
+    /// then).
+    now: Instant,
+    details: Option<Details>,
+}
+
+fn parts(r: &WorkerRequest) -> (RequestId, Option<HandoffId>) {
+    match r {
+        WorkerRequest::Ordinary(q) => (q.id, None),
+        WorkerRequest::HandoffSource { request, id }
+        | WorkerRequest::HandoffDestination { request, id, .. } => (request.id, Some(*id)),
+    }
+}
+
+/// Whether an early end of `reason` is a loss a new attempt can get past.
+fn migratable(reason: CancelReason) -> bool {
+    matches!(
+        reason,
+        CancelReason::Teardown
+            | CancelReason::PeerLost
+            | CancelReason::PeerRestarted
+            | CancelReason::TransferFailed
+    )
+}
+
+impl<I: Iterator<Item = TraceItem>> Serving<I> {
+    /// Serves `workload` through `frontend` to workers whose pools are
+    /// `pools` (indexed by worker id), recording into `rec`.
+    pub fn new(
+        frontend: Frontend,
+        pools: Vec<Pool>,
+        workload: I,
+        rec: Recorder,
+        transcript: bool,
+    ) -> Self {
+        Serving {
+            frontend,
+            pools,
+            workload,
+            next: None,
+            rec: Some(rec),
+            transcript: transcript.then(Transcript::new),
+            report: None,
+            scratch: Vec::new(),
+            flights: FastMap::default(),
+            voided: FastSet::default(),
+            rerouted: FastSet::default(),
+            migration: true,
+            lost: Vec::new(),
+            concurrency: None,
+            now: Instant::ZERO,
+            details: None,
+        }
+    }
+
+    /// Closed loop: at most `n` requests in flight. Requests arrive when a
+    /// slot is free, at that model time, whatever their timestamps; the
+    /// engine must be asked again after a completion
+    /// ([`handoff_core::engine::Engine::arrivals_changed`]), which
+    /// [`crate::Replay::closed_loop`] does.
+    pub fn set_concurrency(&mut self, n: usize) {
+        self.concurrency = Some(n.max(1));
+    }
+
+    /// See [`Recorder::set_request_sink`].
+    pub fn set_request_sink(&mut self, sink: RequestSink) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.set_request_sink(sink);
+        }
+    }
+
+    /// See [`Recorder::keep_details`].
+    pub fn keep_details(&mut self, points: usize) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.keep_details(points);
+        }
+    }
+
+    /// See [`Recorder::capacity`].
+    pub fn capacity(&mut self, w: WorkerId, at: Instant, c: &handoff_core::KvCapacitySnapshot) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.capacity(w, at, c);
+        }
+    }
+
+    /// The report and the transcript (if kept), once the engine finished.
+    pub fn into_outcome(self) -> (Option<Report>, Option<Transcript>) {
+        (self.report, self.transcript)
+    }
+
+    /// Bookings the routers of both pools still hold.
+    pub fn router_bookings(&self) -> usize {
+        self.frontend.prefill_router().live_bookings()
+            + self
+                .frontend
+                .decode_router()
+                .map_or(0, |d| d.live_bookings())
+    }
+
+    /// The report, the transcript and the [`Details`] (each if kept).
+    pub fn into_parts(self) -> (Option<Report>, Option<Transcript>, Option<Details>) {
+        (self.report, self.transcript, self.details)
+    }
+
+    /// Requests that arrived and have neither finished nor failed.
+    pub fn in_flight(&self) -> usize {
+        self.rec.as_ref().map_or(0, Recorder::in_flight)
+    }
+
+    /// Whether `request` arrived and has neither finished nor failed (as
+    /// the report will count it); `false` once the run finished.
+    pub fn is_in_flight(&self, request: RequestId) -> bool {
+        self.rec.as_ref().is_some_and(|r| r.is_in_flight(request))
+    }
+
+    /// The router frontend, for inspection (its routers' bookings).
+    pub fn frontend(&self) -> &Frontend {
+        &self.frontend
+    }
+
+    fn pool(&self, w: WorkerId) -> Pool {
+        self.pools
+            .get(w.0 as usize)
+            .copied()
+            .unwrap_or(Pool::Decode)
+    }
+
+    /// Notes where each routed request went and under which attempt.
+    fn track(&mut self, to: WorkerId, request: &WorkerRequest) {
+        let (rid, attempt) = parts(request);
+        if let Some(f) = self.flights.get_mut(&rid) {
+            f.holder = to;
+            if let Some(id) = attempt {
+                f.attempt = attempt;
+                f.roles.push((to, id));
+            }
+            if matches!(request, WorkerRequest::HandoffDestination { .. }) {
+                f.has_destination = true;
+            }
+        }
+    }
+
+    /// Fails `r`. Its bookings come off as its roles end (each where it
+    /// lives), except on `lost`, a worker gone for good, where no role will
+    /// ever report it.
+    fn fail(&mut self, r: RequestId, reason: &'static str, lost: Option<WorkerId>) {
+        self.flights.remove(&r);
+        if let Some(w) = lost {
+            self.frontend.request_lost(r, w);
+        }
+        let now = self.now;
+        if let Some(rec) = self.rec.as_mut() {
+            rec.fail_at(r, reason, Some(now));
+        }
+    }
+
+    /// Migrates `r` once, or fails it for `reason`. Returns whether its
+    /// bookings were released here (a migration was tried): the event that
+    /// caused it must then not release them again.
+    fn migrate_or_fail(
+        &mut self,
+        r: RequestId,
+        reason: &'static str,
+        now: Instant,
+        out: &mut Vec<Route>,
+        lost: Option<WorkerId>,
+    ) -> bool {
+        let Some(f) = self.flights.get_mut(&r) else {
+            return false;
+        };
+        if f.migrated || !self.migration {
+            self.fail(r, reason, lost);
+            return false;
+        }
+        f.migrated = true;
+        if let Some(a) = f.attempt.take() {
+            self.voided.insert(a);
+        }
+        self.rerouted.insert(r);
+        let Some(f) = self.flights.get_mut(&r) else {
+            return false;
+        };
+        f.has_destination = false;
+        f.roles.clear();
+        let request = f.request.clone();
+        self.frontend.request_rerouted(r);
+        let routes = self.frontend.arrive(request, now);
+        if routes.is_empty() {
+            self.fail(r, reason, None);
+            return true;
+        }
+        if let Some(rec) = self.rec.as_mut() {
+            rec.migrated(r);
+        }
+        for (to, request) in routes {
+            self.track(to, &request);
+            out.push(Route {
+                to,
+                request,
+                delay: handoff_core::Duration::ZERO,
+            });
+        }
+        true
+    }
+
+    /// Whether `e` belongs to a voided attempt (one a migration replaced).
+    fn stale(&self, e: &WorkerEvent) -> bool {
+        let (id, request) = match e {
+            WorkerEvent::Transition(t) => (t.id, t.request),
+            WorkerEvent::PrefillPinned { id, request, .. }
+            | WorkerEvent::StartTransfer { id, request, .. }
+            | WorkerEvent::RoleEnded { id, request, .. } => (*id, *request),
+            _ => return false,
+        };
+        let _ = request;
+        self.voided.contains(&id)
+    }
+}
+
+impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
+    fn next_arrival(&mut self) -> Option<Instant> {
+        if let Some(n) = self.concurrency {
+            if self.in_flight() >= n {
+                return None;
+            }
+        }
+        if self.next.is_none() {
+            self.next = self.workload.next();
+        }
+        match self.concurrency {
+            Some(_) => self.next.as_ref().map(|_| self.now),
+            None => self.next.as_ref().map(|i| i.request.arrival),
+        }
+    }
+
+    fn arrive(&mut self, now: Instant, out: &mut Vec<Route>) {
+        self.now = now;
+        let Some(mut item) = self.next.take() else {
+            return;
+        };
+        if self.concurrency.is_some() {
+            item.request.arrival = now;
+        }
+        if let Some(rec) = self.rec.as_mut() {
+            rec.arrival(&item.request);
+        }
+        let rid = item.request.id;
+        self.flights.insert(
+            rid,
+            Flight {
+                request: item.request.clone(),
+                holder: WorkerId(u32::MAX),
+                attempt: None,
+                migrated: false,
+                has_destination: false,
+                roles: Vec::new(),
+            },
+        );
+        let routes = self.frontend.arrive(item.request, now);
+        if routes.is_empty() {
+            return self.fail(rid, "no-worker", None);
+        }
+        for (to, request) in routes {
+            self.track(to, &request);
+            out.push(Route {
+                to,
+                request,
+                delay: handoff_core::Duration::ZERO,
+            });
+        }
+    }
+
+    fn on_event(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant, out: &mut Vec<Route>) {
+        self.now = now;
+        let pool = self.pool(w);
+        if let (Some(t), WorkerEvent::Transition(tr)) = (self.transcript.as_mut(), e) {
+            t.record(tr);
+        }
+        let stale = self.stale(e);
+        if let Some(rec) = self.rec.as_mut() {
+            rec.event(w, pool, e, stale);
+        }
+        match e {
+            WorkerEvent::StartTransfer {
+                id, request, at, ..
+            } => {
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.transfer_started(*id, *request, *at);
+                }
+                return;
+            }
+            WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
+                self.flights.remove(request);
+            }
+            WorkerEvent::Transition(t)
+                if !stale && t.to == RoleState::Destination(DestinationState::Active) =>
+            {
+                // Activated: it is ordinary decode work on that worker now.
+                if let Some(f) = self.flights.get_mut(&t.request) {
+                    f.holder = t.worker;
+                }
+            }
+            WorkerEvent::RoleEnded {
+                id,
+                request,
+                role,
+                reason,
+                ..
+            } if !stale => {
+                if let Some(f) = self.flights.get_mut(request) {
+                    f.roles.retain(|x| *x != (w, *id));
+                }
+                if let Some(reason) = reason {
+                    let destination_decides = *role == handoff_core::Role::Source
+                        && self.flights.get(request).is_some_and(|f| f.has_destination);
+                    if destination_decides {
+                        // The destination lives on elsewhere (an active one
+                        // ignores its source's fate): it decides.
+                    } else if migratable(*reason) {
+                        if self.migrate_or_fail(*request, reason.name(), now, out, None) {
+                            return;
+                        }
+                    } else {
+                        self.fail(*request, reason.name(), None);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if stale {
+            return;
+        }
+        let mut routed = std::mem::take(&mut self.scratch);
+        routed.extend(self.frontend.on_event(w, pool, e, now));
+        for (to, request, delay) in routed.drain(..) {
+            self.track(to, &request);
+            out.push(Route { to, request, delay });
+        }
+        self.scratch = routed;
+    }
+
+    fn on_refused(&mut self, _w: WorkerId, e: RequestError, _now: Instant) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.refused(e);
+        }
+    }
+
+    fn on_undeliverable(
+        &mut self,
+        w: WorkerId,
+        request: &WorkerRequest,
+        why: Undeliverable,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) {
+        self.now = now;
+        if let Some(rec) = self.rec.as_mut() {
+            rec.undeliverable(why);
+        }
+        let (rid, attempt) = parts(request);
+        let current = self
+            .flights
+            .get(&rid)
+            .is_some_and(|f| attempt.is_none() || f.attempt == attempt);
+        if current {
+            // Its worker went down while it travelled: the same as a loss.
+            self.migrate_or_fail(rid, "worker-down", now, out, Some(w));
+        }
+    }
+
+    fn on_transfer_done(&mut self, id: HandoffId, _ok: bool, now: Instant) {
+        self.now = now;
+        if let Some(rec) = self.rec.as_mut() {
+            rec.transfer_done(id, now);
+        }
+    }
+
+    fn on_worker_down(&mut self, w: WorkerId, now: Instant) {
+        self.now = now;
+        self.frontend.worker_lost(w);
+        if !self.lost.contains(&w) {
+            self.lost.push(w);
+        }
+    }
+
+    fn on_worker_lost(&mut self, w: WorkerId, now: Instant, out: &mut Vec<Route>) {
+        self.on_worker_down(w, now);
+        // Every request last routed to `w` moves now: a dead process reports
+        // nothing, so waiting for its roles' ends would wait forever (live);
+        // the engine's teardown reports that follow are then of a voided
+        // attempt. Requests whose roles on `w` were the peers of roles
+        // elsewhere end there, when those peers hear of the loss.
+        let mut hit: Vec<RequestId> = self
+            .flights
+            .iter()
+            .filter(|(_, f)| f.holder == w)
+            .map(|(r, _)| *r)
+            .collect();
+        // Deterministic order whatever the map's.
+        hit.sort_unstable();
+        for r in hit {
+            self.migrate_or_fail(r, "worker-lost", now, out, Some(w));
+        }
+    }
+
+    /// The client cancelled `request`: every role of its current attempt
+    /// that was routed and has not ended, where it was routed. Each worker
+    /// ends its role with `CancelReason::Client`, and those ends fail the
+    /// request as any early end does.
+    fn cancel(&mut self, request: RequestId, _now: Instant) -> Vec<(WorkerId, HandoffId)> {
+        self.flights
+            .get(&request)
+            .map(|f| f.roles.clone())
+            .unwrap_or_default()
+    }
+
+    fn on_worker_back(
+        &mut self,
+        w: WorkerId,
+        _generation: Generation,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) {
+        self.lost.retain(|x| *x != w);
+        let pool = self.pool(w);
+        for (to, request, delay) in self.frontend.worker_back(w, pool, now) {
+            self.track(to, &request);
+            out.push(Route { to, request, delay });
+        }
+    }
+
+    fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {
+        if let Some(t) = self.transcript.as_mut() {
+            for f in finals {
+                t.finish_worker(f.worker, f.drained, f.capacity);
+            }
+        }
+        if let Some(mut rec) = self.rec.take() {
+            rec.unresolved_teardown += torn_down;
+            rec.faults = faults;
+            let pools = &self.pools;
+            let (report, details) = rec.finish_detailed(
+                end,
+                finals.iter().map(|f| {
+                    (
+                        *f,
+                        pools
+                            .get(f.worker.0 as usize)
+                            .copied()
+                            .unwrap_or(Pool::Decode),
+                    )
+                }),
+            );
+            self.report = Some(report);
+            self.details = details;
+        }
+    }
+}
+
+impl<I> Serving<I> {
+    /// Turns migration off: a request whose worker is lost fails at once
+    /// (the behaviour before migration, which the DST checker's booking
+    /// model follows exactly).
+    pub fn set_migration(&mut self, on: bool) {
+        self.migration = on;
+    }
+
+    /// The current handoff attempt of request `r`, if it is in flight and
+    /// handed off.
+    pub fn attempt_of(&self, r: RequestId) -> Option<HandoffId> {
+        self.flights.get(&r).and_then(|f| f.attempt)
+    }
+
+    /// Whether request `r` was ever migrated as a new attempt.
+    pub fn was_migrated(&self, r: RequestId) -> bool {
+        self.rerouted.contains(&r)
+    }
+
+    /// Whether `id` is an attempt a migration voided.
+    pub fn is_voided(&self, id: HandoffId) -> bool {
+        self.voided.contains(&id)
+    }
+}

@@ -1,0 +1,291 @@
+//! The replay: the one [`Engine`] on a virtual clock with N prefill and M
+//! decode worker hosts in this thread. Everything about a handoff's
+//! lifecycle comes from the workers' role machines; this file only builds
+//! the deployment (the live modes build the same one from the same
+//! functions).
+
+use crate::engines::EngineSpec;
+use crate::report::{Details, Recorder, Report, RequestSink};
+use crate::serving::Serving;
+use handoff_core::engine::{Engine, EngineConfig, LocalHosts};
+use handoff_core::fault::FaultPlan;
+use handoff_core::host::WorkerHost;
+use handoff_core::TransferModel;
+use handoff_core::{
+    Backend, Duration, Generation, HandoffConfig, HandoffPolicy, Instant, Transcript, Worker,
+    WorkerId,
+};
+use handoff_router::RouterMode;
+use handoff_router::{Frontend, FrontendConfig, Pool};
+use handoff_workload::TraceItem;
+
+pub use handoff_core::CoreBox;
+
+/// Everything a replay needs besides the workload and the cores.
+#[derive(Clone, Debug)]
+pub struct ReplayConfig {
+    /// The engine imitated (for the report).
+    pub backend: Backend,
+    /// The handoff ordering.
+    pub policy: HandoffPolicy,
+    /// Prefill workers (aggregated workers when `decode_workers == 0`).
+    pub prefill_workers: u32,
+    /// Decode workers; 0 runs aggregated (no disaggregation).
+    pub decode_workers: u32,
+    /// How both routers choose.
+    pub router: RouterMode,
+    /// KV block size the routers hash requests with.
+    pub block_size: u32,
+    /// Transfer timing.
+    pub transfer: TransferModel,
+    /// One-way latency of a control message between workers (and the
+    /// frontend hop that routes decode after a source-first prefill).
+    pub message_latency: Duration,
+    /// Lifecycle timers.
+    pub handoff: HandoffConfig,
+    /// Seed for the routers.
+    pub seed: u64,
+    /// Advance stable decode passes as one event (off: one pass per event).
+    pub multi_step: bool,
+    /// Record the lifecycle transcript (parity tests).
+    pub transcript: bool,
+    /// Faults to inject (kills, restarts, partitions, lossy facts, failed
+    /// transfers, client cancels).
+    pub faults: FaultPlan,
+    /// The workers' engines, by worker id, for the report's configuration
+    /// only (the cores come from the caller's factory; empty: not
+    /// reported).
+    pub engines: Vec<EngineSpec>,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            backend: Backend::Vllm,
+            policy: HandoffPolicy::SourceFirst,
+            prefill_workers: 2,
+            decode_workers: 2,
+            router: RouterMode::KvAware,
+            block_size: 16,
+            transfer: TransferModel::default(),
+            message_latency: Duration::from_micros(500),
+            handoff: HandoffConfig::default(),
+            seed: 0,
+            multi_step: true,
+            transcript: false,
+            faults: FaultPlan::none(),
+            engines: Vec::new(),
+        }
+    }
+}
+
+/// A replay run: the one [`Engine`] with every host in this thread and the
+/// [`Serving`] director.
+pub struct Replay<'a, I: Iterator<Item = TraceItem>> {
+    engine: Engine<LocalHosts<'a, CoreBox>, Serving<I>>,
+    /// Hand the recorder every host's capacity after each instant.
+    sample: bool,
+    /// Closed loop: re-ask the director for arrivals after every unit of
+    /// work (a completion frees a slot).
+    closed_loop: bool,
+}
+
+/// What a finished replay produced.
+pub struct ReplayOutcome {
+    /// The report.
+    pub report: Report,
+    /// The lifecycle transcript, when `cfg.transcript` asked for one.
+    pub transcript: Option<Transcript>,
+    /// What the HTML report draws, when [`Replay::keep_details`] asked.
+    pub details: Option<Details>,
+    /// Router bookings still held at the end, both pools (0 when every
+    /// request's load was released).
+    pub live_bookings: usize,
+}
+
+/// The workers of a deployment: ids `0..n`, prefill (or aggregated) first.
+pub fn deployment(cfg: &ReplayConfig) -> Vec<(WorkerId, Pool)> {
+    let aggregated = cfg.decode_workers == 0;
+    let prefill = cfg.prefill_workers.max(1);
+    (0..prefill + cfg.decode_workers)
+        .map(|i| {
+            let pool = if aggregated {
+                Pool::Aggregated
+            } else if i < prefill {
+                Pool::Prefill
+            } else {
+                Pool::Decode
+            };
+            (WorkerId(i), pool)
+        })
+        .collect()
+}
+
+/// The handoff policy the workers run (none when aggregated).
+pub fn worker_policy(cfg: &ReplayConfig) -> HandoffPolicy {
+    if cfg.decode_workers == 0 {
+        HandoffPolicy::Disabled
+    } else {
+        cfg.policy
+    }
+}
+
+/// The frontend's configuration for `cfg`.
+pub fn frontend_config(cfg: &ReplayConfig) -> FrontendConfig {
+    FrontendConfig {
+        policy: cfg.policy,
+        aggregated: cfg.decode_workers == 0,
+        mode: cfg.router,
+        block_size: cfg.block_size,
+        seed: cfg.seed,
+        hop: cfg.message_latency,
+        disabled_delay: cfg.transfer.base(),
+    }
+}
+
+/// The engine's configuration for `cfg`.
+pub fn engine_config(cfg: &ReplayConfig) -> EngineConfig {
+    EngineConfig {
+        message_latency: cfg.message_latency,
+        transfer: cfg.transfer,
+        multi_step: cfg.multi_step,
+        faults: cfg.faults.clone(),
+    }
+}
+
+/// The director that serves `workload` on `cfg`'s deployment.
+pub fn serving<I: Iterator<Item = TraceItem>>(cfg: &ReplayConfig, workload: I) -> Serving<I> {
+    let workers = deployment(cfg);
+    let frontend = Frontend::new(frontend_config(cfg), &workers);
+    let rec = Recorder::new(cfg, workers.iter().copied());
+    let pools = workers.iter().map(|(_, p)| *p).collect();
+    Serving::new(frontend, pools, workload, rec, cfg.transcript)
+}
+
+impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
+    /// A replay of `workload` with cores made by `make_core(worker, pool)`
+    /// (called again for a worker a fault plan restarts).
+    pub fn new(
+        cfg: ReplayConfig,
+        workload: I,
+        make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
+    ) -> Self {
+        Self::build(cfg, workload, make_core, None)
+    }
+
+    fn build(
+        cfg: ReplayConfig,
+        workload: I,
+        mut make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
+        concurrency: Option<usize>,
+    ) -> Self {
+        let workers = deployment(&cfg);
+        let policy = worker_policy(&cfg);
+        let hosts = workers
+            .iter()
+            .map(|&(id, pool)| {
+                let core = make_core(id, pool);
+                WorkerHost::new(Worker::new(id, Generation(0), policy, cfg.handoff, core))
+            })
+            .collect();
+        let pools: Vec<Pool> = workers.iter().map(|(_, p)| *p).collect();
+        let port = LocalHosts::new(hosts, move |w: WorkerId| {
+            let pool = pools.get(w.0 as usize).copied().unwrap_or(Pool::Decode);
+            make_core(w, pool)
+        });
+        let mut director = serving(&cfg, workload);
+        if let Some(n) = concurrency {
+            director.set_concurrency(n);
+        }
+        Replay {
+            engine: Engine::new(engine_config(&cfg), port, director),
+            sample: false,
+            closed_loop: concurrency.is_some(),
+        }
+    }
+
+    /// A closed-loop replay: at most `concurrency` requests in flight; the
+    /// workload's first `concurrency` requests arrive at time zero and each
+    /// later one when a request before it completes or fails (its trace
+    /// timestamp is ignored). Deterministic like the open loop.
+    pub fn closed_loop(
+        cfg: ReplayConfig,
+        workload: I,
+        concurrency: usize,
+        make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
+    ) -> Self {
+        Self::build(cfg, workload, make_core, Some(concurrency.max(1)))
+    }
+
+    /// Hands every finished request's record to `sink` (`--per-request-jsonl`).
+    pub fn with_request_sink(mut self, sink: RequestSink) -> Self {
+        self.engine.director_mut().set_request_sink(sink);
+        self
+    }
+
+    /// Keeps what the HTML report draws: CDFs, and every worker's KV and
+    /// queue timeline, read from the hosts after each instant, at most
+    /// `points` per worker.
+    pub fn keep_details(mut self, points: usize) -> Self {
+        self.engine.director_mut().keep_details(points);
+        self.sample = true;
+        self
+    }
+
+    /// Runs to completion and returns the report (and the transcript when
+    /// `cfg.transcript` asked for one).
+    pub fn run(self) -> (Report, Option<Transcript>) {
+        let o = self.run_all();
+        (o.report, o.transcript)
+    }
+
+    /// Runs to completion and returns everything it produced.
+    pub fn run_all(mut self) -> ReplayOutcome {
+        if self.sample || self.closed_loop {
+            loop {
+                let at = self.engine.now();
+                let more = if self.closed_loop {
+                    let more = self.engine.run_event();
+                    self.engine.arrivals_changed();
+                    more
+                } else {
+                    self.engine.run_one()
+                };
+                if self.sample {
+                    self.sample_hosts(at);
+                }
+                if !more {
+                    // A completion in the last instant may have freed a
+                    // closed-loop slot: look once more.
+                    if self.closed_loop {
+                        self.engine.arrivals_changed();
+                        if self.engine.run_event() {
+                            continue;
+                        }
+                    }
+                    break;
+                }
+            }
+        }
+        let (director, _) = self.engine.run();
+        let live_bookings = director.router_bookings();
+        let (report, transcript, details) = director.into_parts();
+        ReplayOutcome {
+            report: report.expect("the engine finishes its director"),
+            transcript,
+            details,
+            live_bookings,
+        }
+    }
+
+    /// Hands the recorder every host's capacity as of instant `at`.
+    fn sample_hosts(&mut self, at: Instant) {
+        let n = self.engine.port().hosts().len();
+        for w in 0..n {
+            let cap = self.engine.port().hosts()[w].worker().capacity();
+            self.engine
+                .director_mut()
+                .capacity(WorkerId(w as u32), at, &cap);
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! # sched-vllm
+//!
+//! A scheduler core that behaves like one vLLM v1 worker, for
+//! handoff-mocker: it implements [`handoff_core::SchedulerCore`] with the
+//! semantics of these upstream pieces (vLLM, as reviewed by the DEP at
+//! d1586e1a and on current main):
+//!
+//! - `vllm/v1/core/block_pool.py` `BlockPool` and
+//!   `vllm/v1/core/kv_cache_utils.py` `FreeKVCacheBlockQueue`: fixed-size
+//!   blocks with reference counts, an LRU free queue in which cached blocks
+//!   stay reusable until evicted from the front, `Stored`/`Removed` KV events
+//!   (modules `block_pool`, `free_queue`, `events`).
+//! - `vllm/v1/core/kv_cache_manager.py` `KVCacheManager.get_computed_blocks`
+//!   and `allocate_slots`: prefix hits by chained block hashes (never the
+//!   last prompt token), full-sequence admission
+//!   (`scheduler_reserve_full_isl`), the watermark (module `core`).
+//! - `vllm/v1/core/sched/scheduler.py` `Scheduler.schedule`,
+//!   `update_from_output`, `_preempt_request`, `finish_requests`,
+//!   `_free_request`: running first, then FCFS admission within
+//!   `max_num_seqs` and `max_num_batched_tokens`, chunked prefill, recompute
+//!   preemption of the newest running request (module `step`).
+//! - `vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`
+//!   (`request_finished` delaying the free, `get_num_new_matched_tokens`,
+//!   `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` = 480 s) and
+//!   `Scheduler._update_waiting_for_remote_kv`: a completed handoff prefill
+//!   keeps its blocks pinned until released; a destination reserves blocks
+//!   for the uncached prompt suffix and waits as `WAITING_FOR_REMOTE_KVS`
+//!   outside the running batch until activated (module `handoff`).
+//!
+//! Deliberate simplifications, each documented where it lives:
+//! - Only prompt blocks are hashed and published; blocks filled by decoding
+//!   are never cached (vLLM caches them too).
+//! - One canonical physical block per hash: a second copy of a cached hash
+//!   is swapped for the canonical block and freed (the mocker's
+//!   `BlockDuplicationPolicy::Reject`; vLLM tolerates duplicates).
+//! - No null block: all `num_blocks` are usable.
+//! - An activated destination joins the back of the waiting queue (vLLM
+//!   leaves it where it waited since reservation).
+//! - A handoff prefill samples no token and is always held, even when its
+//!   prompt is shorter than a block (NIXL frees those at once).
+//! - Sequences longer than the whole pool are refused as `Unsupported`, the
+//!   analogue of vLLM's `max_model_len` check.
+//!
+//! # Lifting it into a larger mocker
+//!
+//! The core is a [`handoff_core::SchedulerCore`]: a mocker drives it
+//! inside a [`handoff_core::Worker`] (which adds the handoff roles) with its
+//! own clock and loop. One request, prefilled and decoded, then every block
+//! back:
+//!
+//! ```
+//! use handoff_core::{
+//!     Generation, HandoffConfig, HandoffPolicy, Instant, Request, RequestId, Worker,
+//!     WorkerEvent, WorkerId, WorkerRequest,
+//! };
+//! use handoff_vllm::{VllmConfig, VllmCore};
+//!
+//! let core = VllmCore::new(VllmConfig { num_blocks: 1024, block_size: 16, ..VllmConfig::default() });
+//! let mut w = Worker::new(WorkerId(0), Generation(0), HandoffPolicy::Disabled, HandoffConfig::default(), core);
+//! let r = Request {
+//!     id: RequestId(1), prompt_tokens: 600, max_output_tokens: 3, prefix_hashes: vec![],
+//!     hash_block_tokens: 512, session: None, arrival: Instant::ZERO,
+//! };
+//! w.handle_request(WorkerRequest::Ordinary(r), Instant::ZERO).unwrap();
+//! let (mut now, mut tokens) = (Instant::ZERO, 0);
+//! // One pass per step (horizon = now); the host's loop owns time.
+//! while let Some(end) = w.step(now, now) {
+//!     now = end;
+//!     while let Some(e) = w.poll_event() {
+//!         if let WorkerEvent::Tokens { tokens: n, .. } = e {
+//!             tokens += n;
+//!         }
+//!     }
+//! }
+//! assert_eq!(tokens, 3);
+//! assert_eq!(w.capacity().kv_used_blocks(), 0, "the prompt stays as reusable cache only");
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod block_pool;
+mod config;
+mod core;
+mod events;
+mod free_queue;
+mod handoff;
+mod sequence;
+mod step;
+
+#[cfg(test)]
+mod tests;
+
+pub use crate::config::{VllmConfig, NIXL_ABORT_REQUEST_TIMEOUT};
+pub use crate::core::VllmCore;
