@@ -5,7 +5,7 @@
 use clap::{Args, ValueEnum};
 use handoff_core::fault::{Fault, FaultPlan};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant, TransferModel};
-use handoff_replay::{make_core, EngineSpec, ReplayConfig};
+use handoff_replay::{make_core, EngineSpec, PerfChoice, ReplayConfig};
 use handoff_router::{Pool, RouterMode};
 use handoff_workload::{
     ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat, TraceItem,
@@ -16,6 +16,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// `--backend`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -113,6 +114,13 @@ pub struct DeployArgs {
         conflicts_with = "pass_speedup_ratio"
     )]
     pub speedup_ratio: Option<f64>,
+    /// Step-time model: `dynamo-polynomial` (Dynamo's legacy fit: decode
+    /// by KV fraction of the pool, cached-prefix attention free) or
+    /// `profile:FILE` (interpolation over a measured profile, prefill by
+    /// new and cached tokens, decode by batch and context tokens; format in
+    /// profiles/README.md, e.g. profile:profiles/qwen3-4b-a100-sglang.json).
+    #[arg(long, default_value = "dynamo-polynomial", value_name = "MODEL")]
+    pub perf: String,
     /// Transfer timing model.
     #[arg(long, value_enum, default_value = "fixed")]
     pub transfer: TransferArg,
@@ -284,9 +292,9 @@ impl DeployArgs {
             .iter()
             .map(|(_, pool)| {
                 if *pool == Pool::Decode {
-                    decode_spec
+                    decode_spec.clone()
                 } else {
-                    prefill_spec
+                    prefill_spec.clone()
                 }
             })
             .collect();
@@ -314,9 +322,25 @@ impl DeployArgs {
         }
     }
 
+    /// The step-time model of `--perf` (a profile is read and checked here).
+    pub fn perf(&self) -> Result<PerfChoice, String> {
+        match self.perf.as_str() {
+            "dynamo-polynomial" => Ok(PerfChoice::DynamoPolynomial),
+            other => match other.strip_prefix("profile:") {
+                Some(path) if !path.is_empty() => handoff_replay::profile_file::load(path.as_ref())
+                    .map(|p| PerfChoice::Profile(Arc::new(p)))
+                    .map_err(|e| format!("--perf: {e}")),
+                _ => Err(format!(
+                    "--perf: `{other}`: expected dynamo-polynomial or profile:FILE"
+                )),
+            },
+        }
+    }
+
     /// Engine specs for a prefill and a decode worker.
     pub fn engines(&self) -> Result<(EngineSpec, EngineSpec), String> {
         let pass_speedup = self.pass_speedup_ratio()?;
+        let perf = self.perf()?;
         let backend = self.backend();
         let block_size = self
             .block_size
@@ -341,6 +365,7 @@ impl DeployArgs {
                 max_running: self.max_running,
                 max_batched_tokens: self.max_batched_tokens,
                 speedup_ratio: pass_speedup,
+                perf: perf.clone(),
                 source_lease_ttl: self.lease_ttl_s.map(Duration::from_secs),
             })
         };

@@ -73,6 +73,9 @@ pub struct EngineReport {
     pub max_batched_tokens: u32,
     /// Divisor of every modelled pass time.
     pub pass_speedup_ratio: f64,
+    /// The step-time model (`--perf`): `dynamo-polynomial` or
+    /// `profile:NAME`.
+    pub perf: String,
     /// Source lease lifetime in seconds (the backend's default when not
     /// overridden).
     pub source_lease_ttl_s: f64,
@@ -161,6 +164,7 @@ impl ReportConfig {
                 max_running: spec.max_running,
                 max_batched_tokens: spec.max_batched_tokens,
                 pass_speedup_ratio: spec.speedup_ratio,
+                perf: spec.perf.label(),
                 source_lease_ttl_s: secs(spec.effective_source_lease_ttl()),
             };
             match engines.last_mut() {
