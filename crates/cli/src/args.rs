@@ -95,9 +95,13 @@ pub struct DeployArgs {
     /// and trtllm, 1 for sglang].
     #[arg(long, value_name = "TOKENS")]
     pub block_size: Option<u32>,
-    /// Running-batch limit per worker, in requests.
-    #[arg(long, default_value_t = 256, value_name = "N")]
-    pub max_running: u32,
+    /// Running-batch limit per worker, in requests [default: vllm and
+    /// trtllm 256 (vLLM's max_num_seqs); sglang derived from the worker's KV
+    /// pool as SGLang derives --max-running-requests: min(clamp(KV tokens /
+    /// 131072 context × 512, 2048, 4096), KV tokens / 2), so 2048 for the
+    /// default 262144-token pool].
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<u32>,
     /// Prefill tokens per pass (max_num_batched_tokens / chunked_prefill_size).
     #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
     pub max_batched_tokens: u32,
@@ -121,8 +125,9 @@ pub struct DeployArgs {
     /// profiles/README.md, e.g. profile:profiles/qwen3-4b-a100-sglang.json).
     #[arg(long, default_value = "dynamo-polynomial", value_name = "MODEL")]
     pub perf: String,
-    /// Transfer timing model.
-    #[arg(long, value_enum, default_value = "fixed")]
+    /// Transfer timing model; the default scales with the bytes moved
+    /// (setup --transfer-ms + KV bytes / bandwidth).
+    #[arg(long, value_enum, default_value = "bytes")]
     pub transfer: TransferArg,
     /// Fixed transfer time, or setup latency of the bytes models, in ms.
     #[arg(long, default_value_t = 10.0, value_name = "MS")]
@@ -348,7 +353,7 @@ impl DeployArgs {
         if block_size == 0 {
             return Err("--block-size: must be at least 1".into());
         }
-        if self.max_running == 0 {
+        if self.max_running == Some(0) {
             return Err("--max-running: must be at least 1".into());
         }
         if self.max_batched_tokens == 0 {
@@ -362,7 +367,9 @@ impl DeployArgs {
                 backend,
                 kv_tokens,
                 block_size,
-                max_running: self.max_running,
+                max_running: self
+                    .max_running
+                    .unwrap_or_else(|| EngineSpec::default_max_running(backend, kv_tokens)),
                 max_batched_tokens: self.max_batched_tokens,
                 speedup_ratio: pass_speedup,
                 perf: perf.clone(),

@@ -73,6 +73,20 @@ impl Default for EngineSpec {
 }
 
 impl EngineSpec {
+    /// The running-batch limit a backend runs with when not told: vLLM's
+    /// `max_num_seqs` default of 256, or SGLang's derivation from the pool
+    /// (`handoff_sglang::default_max_running_requests` at
+    /// `handoff_sglang::ASSUMED_CONTEXT_LEN`).
+    pub fn default_max_running(backend: Backend, kv_tokens: u64) -> u32 {
+        match backend {
+            Backend::Sglang => handoff_sglang::default_max_running_requests(
+                kv_tokens,
+                handoff_sglang::ASSUMED_CONTEXT_LEN,
+            ),
+            _ => 256,
+        }
+    }
+
     /// The granularity of the engine's KV events, which routers must hash
     /// requests with.
     pub fn event_block_tokens(&self) -> u32 {

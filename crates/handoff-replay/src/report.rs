@@ -2,7 +2,7 @@
 //! report, plus the lifecycle figures this project exists for (stranding,
 //! reservation waits, transfers, held and reserved block-time per worker).
 
-use crate::metrics::{Distribution, Histogram, Summary};
+use crate::metrics::{Accuracy, Distribution, Histogram, Summary};
 use crate::sim::ReplayConfig;
 use crate::timeline::Series;
 use handoff_core::engine::Undeliverable;
@@ -329,10 +329,13 @@ pub struct Report {
     pub ttst_ms: Summary,
     /// Time per output token after the first, per request.
     pub tpot_ms: Summary,
-    /// Inter-token latency over all tokens (histogram, ±1.6%).
+    /// Inter-token latency over all tokens (HdrHistogram: percentiles
+    /// within `latency_accuracy.itl_max_relative_error`).
     pub itl_ms: Summary,
     /// End-to-end latency.
     pub e2e_latency_ms: Summary,
+    /// How exact the latency figures above and the flat fields below are.
+    pub latency_accuracy: Accuracy,
     /// Dynamo's flat latency fields (`mean_ttft_ms`, `median_ttft_ms`,
     /// `p75_ttft_ms`, ... `max_itl_ms`, ... `std_e2e_latency_ms`).
     #[serde(flatten)]
@@ -1110,6 +1113,7 @@ impl Recorder {
             tpot_ms: flat.tpot.summary(),
             itl_ms: flat.itl.summary(),
             e2e_latency_ms: flat.e2e_latency.summary(),
+            latency_accuracy: Accuracy::REPORTED,
             flat,
             lifecycle: life,
             workers: out,

@@ -102,7 +102,8 @@ mod seq;
 mod source;
 
 pub use crate::config::{
-    default_prealloc_slot_margin, ConfigError, SglangConfig, DEFAULT_EVENT_BLOCK_TOKENS,
+    default_max_running_requests, default_prealloc_slot_margin, ConfigError, SglangConfig,
+    ASSUMED_CONTEXT_LEN, DEFAULT_EVENT_BLOCK_TOKENS,
 };
 pub use crate::core::SglangCore;
 
