@@ -1813,8 +1813,8 @@ impl Schedule {
     pub fn deployment(&self) -> String {
         let c = &self.cfg;
         let ns = |d: Duration| d.as_nanos();
-        let pre = self.specs.first().copied().unwrap_or_default();
-        let dec = self.specs.last().copied().unwrap_or_default();
+        let pre = self.specs.first().cloned().unwrap_or_default();
+        let dec = self.specs.last().cloned().unwrap_or_default();
         let transfer = match c.transfer {
             TransferModel::Fixed(d) => format!("fixed:{}", ns(d)),
             TransferModel::Bytes {
@@ -1959,7 +1959,13 @@ impl Schedule {
         Ok(Schedule {
             seed: cfg.seed,
             specs: (0..prefill + decode)
-                .map(|w| if w < prefill { pre } else { dec })
+                .map(|w| {
+                    if w < prefill {
+                        pre.clone()
+                    } else {
+                        dec.clone()
+                    }
+                })
                 .collect(),
             cfg,
             items,
@@ -2012,7 +2018,7 @@ fn run_checked(s: &Schedule) -> Outcome {
     let workers = handoff_replay::deployment(cfg);
     let policy = handoff_replay::worker_policy(cfg);
     let make = |w: WorkerId| -> CoreBox {
-        let spec = s.specs.get(w.0 as usize).copied().unwrap_or_default();
+        let spec = s.specs.get(w.0 as usize).cloned().unwrap_or_default();
         handoff_replay::make_core(&spec).expect("generated specs are valid")
     };
     let hosts = workers

@@ -5,7 +5,7 @@
 use clap::{Args, ValueEnum};
 use handoff_core::fault::{Fault, FaultPlan};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant, TransferModel};
-use handoff_replay::{make_core, EngineSpec, ReplayConfig};
+use handoff_replay::{make_core, EngineSpec, PerfChoice, ReplayConfig};
 use handoff_router::{Pool, RouterMode};
 use handoff_workload::{
     ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat, TraceItem,
@@ -16,6 +16,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// `--backend`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -94,9 +95,13 @@ pub struct DeployArgs {
     /// and trtllm, 1 for sglang].
     #[arg(long, value_name = "TOKENS")]
     pub block_size: Option<u32>,
-    /// Running-batch limit per worker, in requests.
-    #[arg(long, default_value_t = 256, value_name = "N")]
-    pub max_running: u32,
+    /// Running-batch limit per worker, in requests [default: vllm and
+    /// trtllm 256 (vLLM's max_num_seqs); sglang derived from the worker's KV
+    /// pool as SGLang derives --max-running-requests: min(clamp(KV tokens /
+    /// 131072 context × 512, 2048, 4096), KV tokens / 2), so 2048 for the
+    /// default 262144-token pool].
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<u32>,
     /// Prefill tokens per pass (max_num_batched_tokens / chunked_prefill_size).
     #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
     pub max_batched_tokens: u32,
@@ -113,8 +118,16 @@ pub struct DeployArgs {
         conflicts_with = "pass_speedup_ratio"
     )]
     pub speedup_ratio: Option<f64>,
-    /// Transfer timing model.
-    #[arg(long, value_enum, default_value = "fixed")]
+    /// Step-time model: `dynamo-polynomial` (Dynamo's legacy fit: decode
+    /// by KV fraction of the pool, cached-prefix attention free) or
+    /// `profile:FILE` (interpolation over a measured profile, prefill by
+    /// new and cached tokens, decode by batch and context tokens; format in
+    /// profiles/README.md, e.g. profile:profiles/qwen3-4b-a100-sglang.json).
+    #[arg(long, default_value = "dynamo-polynomial", value_name = "MODEL")]
+    pub perf: String,
+    /// Transfer timing model; the default scales with the bytes moved
+    /// (setup --transfer-ms + KV bytes / bandwidth).
+    #[arg(long, value_enum, default_value = "bytes")]
     pub transfer: TransferArg,
     /// Fixed transfer time, or setup latency of the bytes models, in ms.
     #[arg(long, default_value_t = 10.0, value_name = "MS")]
@@ -284,9 +297,9 @@ impl DeployArgs {
             .iter()
             .map(|(_, pool)| {
                 if *pool == Pool::Decode {
-                    decode_spec
+                    decode_spec.clone()
                 } else {
-                    prefill_spec
+                    prefill_spec.clone()
                 }
             })
             .collect();
@@ -314,9 +327,25 @@ impl DeployArgs {
         }
     }
 
+    /// The step-time model of `--perf` (a profile is read and checked here).
+    pub fn perf(&self) -> Result<PerfChoice, String> {
+        match self.perf.as_str() {
+            "dynamo-polynomial" => Ok(PerfChoice::DynamoPolynomial),
+            other => match other.strip_prefix("profile:") {
+                Some(path) if !path.is_empty() => handoff_replay::profile_file::load(path.as_ref())
+                    .map(|p| PerfChoice::Profile(Arc::new(p)))
+                    .map_err(|e| format!("--perf: {e}")),
+                _ => Err(format!(
+                    "--perf: `{other}`: expected dynamo-polynomial or profile:FILE"
+                )),
+            },
+        }
+    }
+
     /// Engine specs for a prefill and a decode worker.
     pub fn engines(&self) -> Result<(EngineSpec, EngineSpec), String> {
         let pass_speedup = self.pass_speedup_ratio()?;
+        let perf = self.perf()?;
         let backend = self.backend();
         let block_size = self
             .block_size
@@ -324,7 +353,7 @@ impl DeployArgs {
         if block_size == 0 {
             return Err("--block-size: must be at least 1".into());
         }
-        if self.max_running == 0 {
+        if self.max_running == Some(0) {
             return Err("--max-running: must be at least 1".into());
         }
         if self.max_batched_tokens == 0 {
@@ -338,9 +367,12 @@ impl DeployArgs {
                 backend,
                 kv_tokens,
                 block_size,
-                max_running: self.max_running,
+                max_running: self
+                    .max_running
+                    .unwrap_or_else(|| EngineSpec::default_max_running(backend, kv_tokens)),
                 max_batched_tokens: self.max_batched_tokens,
                 speedup_ratio: pass_speedup,
+                perf: perf.clone(),
                 source_lease_ttl: self.lease_ttl_s.map(Duration::from_secs),
             })
         };

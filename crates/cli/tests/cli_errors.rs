@@ -235,3 +235,56 @@ fn per_request_jsonl_closed_loop_and_wall_time() {
     assert!(written["wall_time_ms"].as_f64().is_some());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_bad_perf_profile_fails_with_its_location() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join("bad_profile.json");
+    std::fs::write(&path, "{\n  \"name\": \"x\",\n  \"source\": 3\n}\n").expect("write profile");
+    let out = Command::new(BIN)
+        .args(["replay", "--json", "--perf"])
+        .arg(format!("profile:{}", path.display()))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "no partial report");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--perf: ") && err.contains("bad_profile.json:3:"),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .args(["replay", "--perf", "polynomial"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("expected dynamo-polynomial or profile:FILE"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_shipped_profile_runs_and_is_named_in_the_report() {
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../profiles/qwen3-4b-a100-sglang.json"
+    );
+    let out = Command::new(BIN)
+        .args(["replay", "--json", "--perf"])
+        .arg(format!("profile:{profile}"))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        v["config"]["engines"][0]["perf"],
+        "profile:qwen3-4b-a100-sglang"
+    );
+    assert_eq!(v["latency_accuracy"]["itl"], "hdrhistogram");
+}

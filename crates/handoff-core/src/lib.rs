@@ -90,7 +90,10 @@ pub use ids::{
 };
 pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds, KvEventQueue};
 pub use msg::{FactKind, HandoffMsg, MsgBody, Role};
-pub use perf::{FixedPerf, PerfModel, PolynomialPerf};
+pub use perf::{
+    FixedPerf, Pass, PerfModel, PerfProfile, PerfTable, PolynomialPerf, ProfileError,
+    ProfileErrorKind, ProfilePerf, StepModel, TableKind,
+};
 pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
 pub use request::Request;
 pub use rng::Rng;

@@ -7,7 +7,7 @@
 //! workers (§9, "1P3D").
 
 use handoff_core::TransferModel;
-use handoff_core::{Duration, FixedPerf, Instant, PerfModel, PolynomialPerf, SessionId};
+use handoff_core::{Duration, FixedPerf, Instant, Pass, PerfModel, PolynomialPerf, SessionId};
 
 /// KV bytes per token assumed by the seed: its §6 log example moves
 /// 4.2 GB for a ~50K-token session.
@@ -104,17 +104,10 @@ pub enum Perf {
 }
 
 impl PerfModel for Perf {
-    fn prefill(&self, new_tokens: u64) -> Duration {
+    fn pass(&self, pass: &Pass) -> Duration {
         match self {
-            Perf::Polynomial(p) => p.prefill(new_tokens),
-            Perf::Fixed(p) => p.prefill(new_tokens),
-        }
-    }
-
-    fn decode(&self, batch: u64, active: u64, total: u64) -> Duration {
-        match self {
-            Perf::Polynomial(p) => p.decode(batch, active, total),
-            Perf::Fixed(p) => p.decode(batch, active, total),
+            Perf::Polynomial(p) => p.pass(pass),
+            Perf::Fixed(p) => p.pass(pass),
         }
     }
 }

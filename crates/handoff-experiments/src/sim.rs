@@ -43,9 +43,10 @@ use crate::store::{EvictReason, Lookup, MissReason, PrefillSnapshotStore, Reserv
 use handoff_core::accounting::{Holding, Ledger};
 use handoff_core::{
     CancelReason, Completion, DestinationAction, DestinationEvent, DestinationHandoff,
-    DestinationState, Duration, Generation, HandoffId, HandoffPolicy, Instant, PerfModel, Request,
-    ReservationSummary, Rng, SessionId, SourceAction, SourceEvent, SourceHandoff, SourceLease,
-    SourceLeaseId, SourceReady, SourceState, TransferTimer, TransitionError, Verdict, WorkerId,
+    DestinationState, Duration, Generation, HandoffId, HandoffPolicy, Instant, Pass, PerfModel,
+    Request, ReservationSummary, Rng, SessionId, SourceAction, SourceEvent, SourceHandoff,
+    SourceLease, SourceLeaseId, SourceReady, SourceState, TransferTimer, TransitionError, Verdict,
+    WorkerId,
 };
 use handoff_router::{PoolRole, Router, RouterConfig, RouterMode};
 use handoff_workload::TraceItem;
@@ -577,11 +578,11 @@ impl Simulation {
         self.reqs[r].first_token = Some(self.now);
         let w = &mut self.decodes[d];
         w.decoding += 1;
-        let step =
-            self.cfg
-                .timings
-                .perf
-                .decode(u64::from(w.decoding), w.running_tokens(), w.capacity());
+        let step = self.cfg.timings.perf.pass(&Pass::decode(
+            u64::from(w.decoding),
+            w.running_tokens(),
+            w.capacity(),
+        ));
         let rest = self.reqs[r].request.max_output_tokens.saturating_sub(1);
         let done = self.now + step * rest;
         self.schedule(done, Ev::DecodeDone { req: r, d, gen });

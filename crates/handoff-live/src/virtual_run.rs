@@ -51,7 +51,7 @@ pub fn run_virtual_threads(
     let coordinator = net.endpoint(FRONTEND_ID, Generation(0));
     let policy = worker_policy(cfg);
     let mut threads = Vec::new();
-    for (i, spec) in specs.iter().copied().enumerate() {
+    for (i, spec) in specs.iter().cloned().enumerate() {
         let id = WorkerId(i as u32);
         let ep = net.endpoint(id, Generation(0));
         let handoff = cfg.handoff;

@@ -1,12 +1,42 @@
 //! Building scheduler cores of either backend from one backend-neutral spec.
 
 use crate::sim::CoreBox;
-use handoff_core::{Backend, PolynomialPerf};
+use handoff_core::{Backend, PerfProfile, PolynomialPerf, ProfilePerf, StepModel};
 use handoff_sglang::{SglangConfig, SglangCore};
 use handoff_vllm::{VllmConfig, VllmCore};
+use std::sync::Arc;
+
+/// The step-time model an engine is timed by (`--perf`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum PerfChoice {
+    /// Dynamo's legacy polynomial ([`PolynomialPerf`]), the default.
+    #[default]
+    DynamoPolynomial,
+    /// Interpolation over a measured profile ([`ProfilePerf`]), loaded
+    /// with [`crate::profile_file::load`]; shared by every worker.
+    Profile(Arc<PerfProfile>),
+}
+
+impl PerfChoice {
+    /// The model at `speedup_ratio`.
+    pub fn model(&self, speedup_ratio: f64) -> StepModel {
+        match self {
+            PerfChoice::DynamoPolynomial => StepModel::Polynomial(PolynomialPerf { speedup_ratio }),
+            PerfChoice::Profile(p) => {
+                StepModel::Profile(ProfilePerf::new(p.clone(), speedup_ratio))
+            }
+        }
+    }
+
+    /// As `--perf` and the report's `config.engines[].perf` spell it:
+    /// `dynamo-polynomial`, or `profile:NAME` with the profile's own name.
+    pub fn label(&self) -> String {
+        self.model(1.0).label()
+    }
+}
 
 /// One worker's engine, in backend-neutral terms.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EngineSpec {
     /// Which engine.
     pub backend: Backend,
@@ -21,6 +51,8 @@ pub struct EngineSpec {
     pub max_batched_tokens: u32,
     /// Divides modelled pass times.
     pub speedup_ratio: f64,
+    /// The step-time model.
+    pub perf: PerfChoice,
     /// Overrides the backend's source lease lifetime (vLLM 480 s, SGLang 300 s).
     pub source_lease_ttl: Option<handoff_core::Duration>,
 }
@@ -34,12 +66,27 @@ impl Default for EngineSpec {
             max_running: 256,
             max_batched_tokens: 8192,
             speedup_ratio: 1.0,
+            perf: PerfChoice::DynamoPolynomial,
             source_lease_ttl: None,
         }
     }
 }
 
 impl EngineSpec {
+    /// The running-batch limit a backend runs with when not told: vLLM's
+    /// `max_num_seqs` default of 256, or SGLang's derivation from the pool
+    /// (`handoff_sglang::default_max_running_requests` at
+    /// `handoff_sglang::ASSUMED_CONTEXT_LEN`).
+    pub fn default_max_running(backend: Backend, kv_tokens: u64) -> u32 {
+        match backend {
+            Backend::Sglang => handoff_sglang::default_max_running_requests(
+                kv_tokens,
+                handoff_sglang::ASSUMED_CONTEXT_LEN,
+            ),
+            _ => 256,
+        }
+    }
+
     /// The granularity of the engine's KV events, which routers must hash
     /// requests with.
     pub fn event_block_tokens(&self) -> u32 {
@@ -103,17 +150,13 @@ impl std::fmt::Display for EngineError {
 
 impl std::error::Error for EngineError {}
 
-/// A core for `spec`.
+/// A core for `spec`, timed by its [`EngineSpec::perf`] model.
 pub fn make_core(spec: &EngineSpec) -> Result<CoreBox, EngineError> {
+    let perf = spec.perf.model(spec.speedup_ratio);
     match spec.backend {
-        Backend::Vllm | Backend::TrtLlm => Ok(Box::new(VllmCore::new(spec.vllm()))),
-        Backend::Sglang => {
-            let perf = PolynomialPerf {
-                speedup_ratio: spec.speedup_ratio,
-            };
-            SglangCore::new(spec.sglang(), perf)
-                .map(|c| Box::new(c) as CoreBox)
-                .map_err(|e| EngineError(format!("sglang config: {e:?}")))
-        }
+        Backend::Vllm | Backend::TrtLlm => Ok(Box::new(VllmCore::with_perf(spec.vllm(), perf))),
+        Backend::Sglang => SglangCore::new(spec.sglang(), perf)
+            .map(|c| Box::new(c) as CoreBox)
+            .map_err(|e| EngineError(format!("sglang config: {e:?}"))),
     }
 }

@@ -29,13 +29,14 @@
 
 pub mod engines;
 pub mod metrics;
+pub mod profile_file;
 pub mod report;
 pub mod scenarios;
 pub mod serving;
 pub mod sim;
 pub mod timeline;
 
-pub use engines::{make_core, EngineSpec};
+pub use engines::{make_core, EngineSpec, PerfChoice};
 pub use handoff_core::CoreBox;
 pub use handoff_core::TransferModel;
 pub use handoff_router::Pool;

@@ -2,7 +2,7 @@
 //! report, plus the lifecycle figures this project exists for (stranding,
 //! reservation waits, transfers, held and reserved block-time per worker).
 
-use crate::metrics::{Distribution, Histogram, Summary};
+use crate::metrics::{Accuracy, Distribution, Histogram, Summary};
 use crate::sim::ReplayConfig;
 use crate::timeline::Series;
 use handoff_core::engine::Undeliverable;
@@ -73,6 +73,9 @@ pub struct EngineReport {
     pub max_batched_tokens: u32,
     /// Divisor of every modelled pass time.
     pub pass_speedup_ratio: f64,
+    /// The step-time model (`--perf`): `dynamo-polynomial` or
+    /// `profile:NAME`.
+    pub perf: String,
     /// Source lease lifetime in seconds (the backend's default when not
     /// overridden).
     pub source_lease_ttl_s: f64,
@@ -161,6 +164,7 @@ impl ReportConfig {
                 max_running: spec.max_running,
                 max_batched_tokens: spec.max_batched_tokens,
                 pass_speedup_ratio: spec.speedup_ratio,
+                perf: spec.perf.label(),
                 source_lease_ttl_s: secs(spec.effective_source_lease_ttl()),
             };
             match engines.last_mut() {
@@ -325,10 +329,13 @@ pub struct Report {
     pub ttst_ms: Summary,
     /// Time per output token after the first, per request.
     pub tpot_ms: Summary,
-    /// Inter-token latency over all tokens (histogram, ±1.6%).
+    /// Inter-token latency over all tokens (HdrHistogram: percentiles
+    /// within `latency_accuracy.itl_max_relative_error`).
     pub itl_ms: Summary,
     /// End-to-end latency.
     pub e2e_latency_ms: Summary,
+    /// How exact the latency figures above and the flat fields below are.
+    pub latency_accuracy: Accuracy,
     /// Dynamo's flat latency fields (`mean_ttft_ms`, `median_ttft_ms`,
     /// `p75_ttft_ms`, ... `max_itl_ms`, ... `std_e2e_latency_ms`).
     #[serde(flatten)]
@@ -1106,6 +1113,7 @@ impl Recorder {
             tpot_ms: flat.tpot.summary(),
             itl_ms: flat.itl.summary(),
             e2e_latency_ms: flat.e2e_latency.summary(),
+            latency_accuracy: Accuracy::REPORTED,
             flat,
             lifecycle: life,
             workers: out,

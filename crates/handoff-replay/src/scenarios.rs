@@ -548,6 +548,8 @@ impl Lab {
             ..EngineSpec::default()
         };
         let specs = [spec(1 << 18), spec(decode_kv_tokens)];
+        let (block_size, decode_block_tokens) =
+            (specs[0].event_block_tokens(), specs[1].event_block_tokens());
         let policy = backend.native_policy();
         let handoff = HandoffConfig {
             reservation_ttl: Duration::from_secs(30),
@@ -564,7 +566,7 @@ impl Lab {
                 policy,
                 aggregated: false,
                 mode: RouterMode::KvAware,
-                block_size: specs[0].event_block_tokens(),
+                block_size,
                 seed: 0,
                 hop: LATENCY,
                 disabled_delay: TRANSFER,
@@ -583,7 +585,7 @@ impl Lab {
                 LocalHosts::new(hosts, core),
                 LabDirector::new(frontend),
             ),
-            decode_block_tokens: specs[1].event_block_tokens(),
+            decode_block_tokens,
         }
     }
 

@@ -9,17 +9,40 @@ use handoff_core::Duration;
 /// Tokens a KV event hash covers by default.
 pub const DEFAULT_EVENT_BLOCK_TOKENS: u32 = 64;
 
+/// Context length assumed when deriving SGLang's request limits from the
+/// pool ([`default_max_running_requests`]): Llama-3.1-8B's 131,072 (SGLang
+/// reads the served model's `context_len` from its config).
+pub const ASSUMED_CONTEXT_LEN: u64 = 131_072;
+
+/// `--max-running-requests` as SGLang derives it when the flag is unset:
+/// the request-to-token pool holds `clamp(max_total_num_tokens /
+/// context_len × 512, 2048, 4096)` requests (`ModelRunner.init_memory_pool`,
+/// `max_num_reqs`, in `python/sglang/srt/model_executor/model_runner.py`),
+/// and the running limit is the smaller of that and `max_total_num_tokens /
+/// 2` (`ModelRunner` / `TpModelWorker` `max_running_requests`). The
+/// attention backend's own cap is not modelled. At least 1.
+pub fn default_max_running_requests(total_tokens: u64, context_len: u64) -> u32 {
+    let pool = (total_tokens as f64 / context_len.max(1) as f64 * 512.0) as u64;
+    let pool = pool.clamp(2048, 4096);
+    u32::try_from(pool.min(total_tokens / 2).max(1)).unwrap_or(u32::MAX)
+}
+
 /// The knobs of one SGLang worker.
 ///
-/// Defaults are SGLang's (`server_args.py`, `environ.py`) except for the pool
-/// size, which SGLang derives from GPU memory and a mocker must be told.
+/// Defaults are SGLang's (`server_args.py`, `environ.py`) except for the
+/// pool size, which SGLang derives from GPU memory and a mocker must be
+/// told, and `max_running_requests`, which SGLang derives from the pool
+/// ([`default_max_running_requests`]; the command line does so) and which
+/// defaults to 256 here so library users and tests get the same batch
+/// limit on both backends.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SglangConfig {
     /// Pages in the token-to-KV pool (`max_total_num_tokens / page_size`).
     pub total_pages: u64,
     /// Tokens per page (`--page-size`, default 1).
     pub page_size: u32,
-    /// Requests the decode batch may hold (`--max-running-requests`).
+    /// Requests the running batch may hold, prefill and decode alike
+    /// (`--max-running-requests`).
     pub max_running_requests: u32,
     /// Extra request slots beyond `max_running_requests` for preallocated and
     /// transferring requests (SGLang's `DecodeReqToTokenPool` `pre_alloc_size`:
@@ -237,6 +260,19 @@ impl std::error::Error for ConfigError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_running_requests_derive_from_the_pool_as_sglang_does() {
+        // 262,144 tokens at a 131,072 context: 1,024 slots, raised to 2,048.
+        assert_eq!(default_max_running_requests(262_144, 131_072), 2048);
+        // 2M tokens at 32K: 32,768, capped at 4,096.
+        assert_eq!(default_max_running_requests(1 << 21, 32_768), 4096);
+        // 3M tokens at 131,072: 12,000, capped at 4,096.
+        assert_eq!(default_max_running_requests(3_000_000, 131_072), 4096);
+        // A tiny pool: half its tokens.
+        assert_eq!(default_max_running_requests(1000, 131_072), 500);
+        assert_eq!(default_max_running_requests(1, 131_072), 1);
+    }
 
     #[test]
     fn defaults_match_sglang() {

@@ -22,7 +22,7 @@ use crate::radix::{Owner, RadixCache, NIL};
 use crate::ratio::NewTokenRatio;
 use crate::seq::{Kind, Phase, Seq, Slab};
 use handoff_core::{
-    Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent,
+    Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent, Pass,
     PerfModel, PolynomialPerf, Request, SchedulerCommand, SchedulerCore, StepOutput, TokenEmission,
 };
 use std::collections::{HashMap, VecDeque};
@@ -359,10 +359,20 @@ impl<P: PerfModel> SglangCore<P> {
         let total = self.total_tokens();
         if let Some(p) = self.prefill_pass(out) {
             out.prefill_tokens += p.tokens;
-            return Some(self.perf.step(p.tokens, p.mixed_batch, p.kv_tokens, total));
+            // The mixed decodes read the running batch's context; the
+            // chunks, their cached prefixes.
+            let pass = Pass {
+                prefill_tokens: p.tokens,
+                prefill_prefix_work: p.prefix_work,
+                decode_batch: p.mixed_batch,
+                decode_context_tokens: p.kv_tokens,
+                kv_tokens: p.kv_tokens,
+                pool_tokens: total,
+            };
+            return Some(self.perf.pass(&pass));
         }
         let (batch, kv) = self.decode_pass(out)?;
-        Some(self.perf.step(0, batch, kv, total))
+        Some(self.perf.pass(&Pass::decode(batch, kv, total)))
     }
 
     /// `get_new_prebuilt_batch`: activated destinations join the batch as

@@ -23,7 +23,7 @@
 use crate::core::SglangCore;
 use crate::ratio::ratio_after_retract;
 use crate::seq::Phase;
-use handoff_core::{Duration, Instant, PerfModel, StepOutput};
+use handoff_core::{Duration, Instant, Pass, PerfModel, StepOutput};
 
 /// Passes added after the first one of a `step` call.
 #[derive(Clone, Copy, Debug, Default)]
@@ -232,7 +232,7 @@ impl<P: PerfModel> SglangCore<P> {
             let mut more = MorePasses::default();
             let (mut t, mut kv) = (start, self.running_kv_tokens);
             while more.passes < passes && t < horizon {
-                let d = perf.step(0, bs, kv, total);
+                let d = perf.pass(&Pass::decode(bs, kv, total));
                 t = t + d;
                 kv += bs;
                 more.passes += 1;

@@ -30,7 +30,9 @@
 //!
 //! Timing comes from a [`handoff_core::PerfModel`] (default
 //! [`handoff_core::PolynomialPerf`]): a pass costs
-//! `perf.step(prefill tokens, decode batch, batch context tokens, pool tokens)`.
+//! `perf.pass(&Pass)`: the chunks with their cached prefixes, the decode batch
+//! with its context tokens, and the pool size (which only the legacy
+//! polynomial reads).
 //! A `step` call runs one pass, then as many further pure-decode passes as
 //! cannot change the batch, in time independent of their number apart from
 //! one perf evaluation per pass.
@@ -100,7 +102,8 @@ mod seq;
 mod source;
 
 pub use crate::config::{
-    default_prealloc_slot_margin, ConfigError, SglangConfig, DEFAULT_EVENT_BLOCK_TOKENS,
+    default_max_running_requests, default_prealloc_slot_margin, ConfigError, SglangConfig,
+    ASSUMED_CONTEXT_LEN, DEFAULT_EVENT_BLOCK_TOKENS,
 };
 pub use crate::core::SglangCore;
 

@@ -40,6 +40,9 @@ pub(crate) struct PrefillWork {
     pub(crate) mixed_batch: u64,
     /// Context tokens of the decode batch at the start of the pass.
     pub(crate) kv_tokens: u64,
+    /// Σ chunk tokens × tokens already cached before the chunk
+    /// ([`handoff_core::Pass::prefill_prefix_work`]).
+    pub(crate) prefix_work: u64,
 }
 
 /// The admission outcome of one request (`AddReqResult`).
@@ -293,6 +296,7 @@ impl<P: PerfModel> SglangCore<P> {
         };
 
         let mut tokens = 0u64;
+        let mut prefix_work = 0u64;
         for &(idx, extend) in &batch {
             let (c, fill) = match self.seqs.get(idx) {
                 Some(s) => (s.computed, s.fill_len()),
@@ -304,6 +308,7 @@ impl<P: PerfModel> SglangCore<P> {
                 s.computed += extend;
             }
             tokens += extend;
+            prefix_work = prefix_work.saturating_add(extend.saturating_mul(c));
             self.cache_prompt_blocks(idx);
             if c + extend >= fill {
                 self.prefill_complete(idx, out);
@@ -318,6 +323,7 @@ impl<P: PerfModel> SglangCore<P> {
             tokens,
             mixed_batch,
             kv_tokens,
+            prefix_work,
         })
     }
 

@@ -16,11 +16,10 @@
 //!    runs it is passed over instead, for liveness). Chunked prefill
 //!    lets a long prompt take what is left of the budget and continue in
 //!    later passes.
-//! 3. The pass costs `perf.step(prefill tokens, decode batch, active KV
-//!    tokens, total KV tokens)`, where the active KV tokens are the context
-//!    lengths of the scheduled requests after the pass (what attention
-//!    reads), so in a pure decode run they grow by exactly the batch size per
-//!    pass.
+//! 3. The pass costs `perf.pass(&Pass)`: each prefill chunk with the prefix
+//!    already computed before it, each decode with its context after the
+//!    pass (what attention reads), so in a pure decode run the context grows
+//!    by exactly the batch size per pass.
 //! 4. A request whose computed tokens reach its sequence samples one token;
 //!    the first is flagged `first`. A handoff prefill instead moves to held
 //!    ownership at that point and emits nothing. A request that reached its
@@ -44,7 +43,7 @@
 
 use crate::core::VllmCore;
 use crate::sequence::{Kind, Phase};
-use handoff_core::{Duration, Instant, PerfModel, StepOutput, TokenEmission};
+use handoff_core::{Duration, Instant, Pass, PerfModel, StepOutput, TokenEmission};
 
 /// What one full pass did.
 #[derive(Clone, Copy, Debug)]
@@ -126,20 +125,19 @@ impl<P: PerfModel> VllmCore<P> {
             return None;
         }
 
-        let mut prefill_tokens = 0u64;
-        let mut batch = 0u64;
-        let mut active = 0u64;
+        let mut pass = Pass::on_pool(self.pool.total() * self.bs());
         for &(s, new) in &self.sched {
             let seq = self.seqs.get(s);
             if seq.decoding {
-                batch += 1;
+                pass.add_decode(seq.computed + new);
             } else {
-                prefill_tokens += new;
+                // The chunk's attention reads the prefix already computed
+                // (cache hits and earlier chunks).
+                pass.add_prefill(new, seq.computed);
             }
-            active += seq.computed + new;
         }
-        let total_tokens = self.pool.total() * self.bs();
-        let duration = self.perf.step(prefill_tokens, batch, active, total_tokens);
+        let prefill_tokens = pass.prefill_tokens;
+        let duration = self.perf.pass(&pass);
 
         let mut left_batch = false;
         for k in 0..self.sched.len() {
@@ -331,7 +329,9 @@ impl<P: PerfModel> VllmCore<P> {
         let mut t = start;
         while k < k_max && t < horizon {
             k += 1;
-            let d = self.perf.step(0, batch, context + batch * k, total_tokens);
+            let d = self
+                .perf
+                .pass(&Pass::decode(batch, context + batch * k, total_tokens));
             out.duration += d;
             out.last_step = d;
             t = t + d;

@@ -1,0 +1,529 @@
+//! The profile-driven step-time model: interpolation over measured tables.
+//!
+//! A [`PerfProfile`] holds two tables of pass times in milliseconds:
+//!
+//! - **prefill** by (new tokens, cached-prefix tokens): one chunk of `n` new
+//!   tokens whose attention also reads `c` tokens already in KV (prefix-cache
+//!   hits and earlier chunks of the same prompt), so chunking a long prompt
+//!   no longer makes its attention cheaper;
+//! - **decode** by (batch size, context tokens summed over the batch): what a
+//!   decode pass reads, independent of how large the pool is.
+//!
+//! Lookups are bilinear inside the table, clamped below the first point of
+//! an axis (the fixed cost of a pass) and linearly extrapolated past the
+//! last (the slope of the last segment). A pass with several prefill chunks
+//! is looked up at its total new tokens and their new-token-weighted mean
+//! prefix ([`Pass::mean_cached_tokens`]); the linear layers batch over all
+//! new tokens and attention work is linear in the prefix of each chunk.
+//!
+//! **Mixed passes** (chunked prefill with piggybacked decodes, vLLM's
+//! unified batch, SGLang's `--enable-mixed-chunk`) cost
+//! `prefill + decode − pass_overhead_ms`: both table entries include the
+//! per-pass fixed cost (weights read once, kernel launches, sampling), which
+//! one pass pays once. [`PerfProfile::new`] requires the overhead to be at
+//! most every table value, so a mixed pass never costs less than either part.
+//!
+//! The tables must be non-decreasing along both axes, and the extrapolated
+//! edges must keep that: along the last segment of one axis, the step
+//! between adjacent points of the other axis may not shrink. Together these
+//! make every lookup non-decreasing in every input, which
+//! [`PerfProfile::new`] checks with errors that name the table, row and
+//! column. The file format (JSON) and its parser live at the edge
+//! (`handoff-replay`'s `profile_file`); this module has no dependency.
+
+use super::{scaled_ms, Pass, PerfModel};
+use crate::time::Duration;
+use std::sync::Arc;
+
+/// Most points an axis may have (bounds the tables before allocation).
+pub const MAX_AXIS_POINTS: usize = 256;
+
+/// A table of pass times over two axes, row-major: `ms[i * ys.len() + j]`
+/// is the time at `xs[i]`, `ys[j]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerfTable {
+    xs: Vec<f64>,
+    ys: Vec<f64>,
+    ms: Vec<f64>,
+}
+
+/// Which table of a profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableKind {
+    /// Prefill by (new tokens, cached tokens).
+    Prefill,
+    /// Decode by (batch, context tokens).
+    Decode,
+}
+
+impl TableKind {
+    /// The table's name in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            TableKind::Prefill => "prefill",
+            TableKind::Decode => "decode",
+        }
+    }
+}
+
+/// What is wrong with a profile.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ProfileErrorKind {
+    /// The profile has no name.
+    EmptyName,
+    /// An axis has no point, or more than [`MAX_AXIS_POINTS`].
+    AxisLength {
+        /// Points given.
+        len: usize,
+    },
+    /// An axis value is negative, not finite, or not above the previous.
+    AxisNotIncreasing {
+        /// Index of the offending point.
+        index: usize,
+    },
+    /// The table has a row count or row length other than its axes'.
+    Shape {
+        /// Values expected.
+        expected: usize,
+        /// Values found.
+        found: usize,
+    },
+    /// A time is not finite or not positive.
+    BadValue {
+        /// Row (first axis).
+        row: usize,
+        /// Column (second axis).
+        col: usize,
+    },
+    /// A time is below its predecessor along an axis.
+    Decreasing {
+        /// Row (first axis).
+        row: usize,
+        /// Column (second axis).
+        col: usize,
+    },
+    /// Past the table's last row or column, extrapolation would decrease:
+    /// the step between two points of one axis shrinks across the last
+    /// segment of the other.
+    EdgeSlope {
+        /// Row (first axis).
+        row: usize,
+        /// Column (second axis).
+        col: usize,
+    },
+    /// The mixed-pass overhead is negative, not finite, or above a table
+    /// value.
+    Overhead,
+}
+
+/// A profile rejected by [`PerfProfile::new`], naming where.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfileError {
+    /// The table (none: the profile's own fields).
+    pub table: Option<TableKind>,
+    /// The axis or field (`new_tokens`, `cached_tokens`, `batch`,
+    /// `context_tokens`, `ms`, `name`, `pass_overhead_ms`).
+    pub field: &'static str,
+    /// What is wrong.
+    pub kind: ProfileErrorKind,
+}
+
+impl std::fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(t) = self.table {
+            write!(f, "{}.", t.name())?;
+        }
+        write!(f, "{}: ", self.field)?;
+        match &self.kind {
+            ProfileErrorKind::EmptyName => write!(f, "must not be empty"),
+            ProfileErrorKind::AxisLength { len } => {
+                write!(f, "needs 1..={MAX_AXIS_POINTS} points, has {len}")
+            }
+            ProfileErrorKind::AxisNotIncreasing { index } => write!(
+                f,
+                "point {index} must be finite, non-negative and above the one before"
+            ),
+            ProfileErrorKind::Shape { expected, found } => {
+                write!(f, "expected {expected} values, found {found}")
+            }
+            ProfileErrorKind::BadValue { row, col } => {
+                write!(f, "[{row}][{col}] must be a positive finite time")
+            }
+            ProfileErrorKind::Decreasing { row, col } => write!(
+                f,
+                "[{row}][{col}] is below the value before it (tables must be non-decreasing)"
+            ),
+            ProfileErrorKind::EdgeSlope { row, col } => write!(
+                f,
+                "[{row}][{col}]: extrapolating past the last row or column would decrease"
+            ),
+            ProfileErrorKind::Overhead => write!(
+                f,
+                "must be a finite time between 0 and the smallest table value"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ProfileError {}
+
+fn check_axis(axis: &[f64], table: TableKind, field: &'static str) -> Result<(), ProfileError> {
+    let err = |kind| ProfileError {
+        table: Some(table),
+        field,
+        kind,
+    };
+    if axis.is_empty() || axis.len() > MAX_AXIS_POINTS {
+        return Err(err(ProfileErrorKind::AxisLength { len: axis.len() }));
+    }
+    for (i, &v) in axis.iter().enumerate() {
+        if !v.is_finite() || v < 0.0 || (i > 0 && v <= axis[i - 1]) {
+            return Err(err(ProfileErrorKind::AxisNotIncreasing { index: i }));
+        }
+    }
+    Ok(())
+}
+
+impl PerfTable {
+    /// A table over `xs` × `ys` with `ms[i][j]` at (`xs[i]`, `ys[j]`),
+    /// checked as the module docs say. `names` are the axes' field names.
+    pub fn new(
+        kind: TableKind,
+        names: (&'static str, &'static str),
+        xs: Vec<f64>,
+        ys: Vec<f64>,
+        rows: &[Vec<f64>],
+    ) -> Result<PerfTable, ProfileError> {
+        check_axis(&xs, kind, names.0)?;
+        check_axis(&ys, kind, names.1)?;
+        let err = |kind_| ProfileError {
+            table: Some(kind),
+            field: "ms",
+            kind: kind_,
+        };
+        if rows.len() != xs.len() {
+            return Err(err(ProfileErrorKind::Shape {
+                expected: xs.len(),
+                found: rows.len(),
+            }));
+        }
+        let (nx, ny) = (xs.len(), ys.len());
+        let mut ms = Vec::with_capacity(nx * ny);
+        for row in rows {
+            if row.len() != ny {
+                return Err(err(ProfileErrorKind::Shape {
+                    expected: ny,
+                    found: row.len(),
+                }));
+            }
+            ms.extend_from_slice(row);
+        }
+        let at = |i: usize, j: usize| ms[i * ny + j];
+        for i in 0..nx {
+            for j in 0..ny {
+                let v = at(i, j);
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(err(ProfileErrorKind::BadValue { row: i, col: j }));
+                }
+                if (i > 0 && v < at(i - 1, j)) || (j > 0 && v < at(i, j - 1)) {
+                    return Err(err(ProfileErrorKind::Decreasing { row: i, col: j }));
+                }
+            }
+        }
+        // Past the last column, a row's step must not shrink from the
+        // second-last column to the last (and likewise past the last row),
+        // or bilinear extrapolation would turn down. Steps are differences
+        // of decimal values, so equal steps may differ by float noise.
+        const NOISE: f64 = 1e-9;
+        if ny > 1 {
+            for i in 1..nx {
+                let d_last = at(i, ny - 1) - at(i - 1, ny - 1);
+                let d_prev = at(i, ny - 2) - at(i - 1, ny - 2);
+                if d_last < d_prev - NOISE {
+                    return Err(err(ProfileErrorKind::EdgeSlope {
+                        row: i,
+                        col: ny - 1,
+                    }));
+                }
+            }
+        }
+        if nx > 1 {
+            for j in 1..ny {
+                let d_last = at(nx - 1, j) - at(nx - 1, j - 1);
+                let d_prev = at(nx - 2, j) - at(nx - 2, j - 1);
+                if d_last < d_prev - NOISE {
+                    return Err(err(ProfileErrorKind::EdgeSlope {
+                        row: nx - 1,
+                        col: j,
+                    }));
+                }
+            }
+        }
+        Ok(PerfTable { xs, ys, ms })
+    }
+
+    /// The first axis.
+    pub fn xs(&self) -> &[f64] {
+        &self.xs
+    }
+
+    /// The second axis.
+    pub fn ys(&self) -> &[f64] {
+        &self.ys
+    }
+
+    /// The smallest time in the table (its first entry: tables are
+    /// non-decreasing).
+    pub fn min_ms(&self) -> f64 {
+        self.ms[0]
+    }
+
+    /// The time at (`x`, `y`), in ms: bilinear inside, clamped below the
+    /// first point of an axis, linear past the last.
+    pub fn at(&self, x: f64, y: f64) -> f64 {
+        let (i, tx) = segment(&self.xs, x);
+        let (j, ty) = segment(&self.ys, y);
+        let ny = self.ys.len();
+        let v = |a: usize, b: usize| self.ms[a * ny + b];
+        let (i1, j1) = ((i + 1).min(self.xs.len() - 1), (j + 1).min(ny - 1));
+        let lo = v(i, j) + tx * (v(i1, j) - v(i, j));
+        let hi = v(i, j1) + tx * (v(i1, j1) - v(i, j1));
+        lo + ty * (hi - lo)
+    }
+}
+
+/// The segment of `axis` to interpolate `v` in: its first index and the
+/// position in it (0 at or below the first point; above 1 past the last).
+fn segment(axis: &[f64], v: f64) -> (usize, f64) {
+    let n = axis.len();
+    if n == 1 || v <= axis[0] {
+        return (0, 0.0);
+    }
+    // Axes are short (a few dozen points): a linear scan beats a search.
+    let mut i = 0;
+    while i + 2 < n && v >= axis[i + 1] {
+        i += 1;
+    }
+    (i, (v - axis[i]) / (axis[i + 1] - axis[i]))
+}
+
+/// A checked step-time profile (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerfProfile {
+    name: String,
+    source: String,
+    prefill: PerfTable,
+    decode: PerfTable,
+    pass_overhead_ms: f64,
+}
+
+impl PerfProfile {
+    /// A profile named `name` (what the report shows), measured as `source`
+    /// says, with its tables and mixed-pass overhead.
+    pub fn new(
+        name: String,
+        source: String,
+        prefill: PerfTable,
+        decode: PerfTable,
+        pass_overhead_ms: f64,
+    ) -> Result<PerfProfile, ProfileError> {
+        if name.is_empty() {
+            return Err(ProfileError {
+                table: None,
+                field: "name",
+                kind: ProfileErrorKind::EmptyName,
+            });
+        }
+        let ok = pass_overhead_ms.is_finite()
+            && pass_overhead_ms >= 0.0
+            && pass_overhead_ms <= prefill.min_ms().min(decode.min_ms());
+        if !ok {
+            return Err(ProfileError {
+                table: None,
+                field: "pass_overhead_ms",
+                kind: ProfileErrorKind::Overhead,
+            });
+        }
+        Ok(PerfProfile {
+            name,
+            source,
+            prefill,
+            decode,
+            pass_overhead_ms,
+        })
+    }
+
+    /// The profile's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where its numbers come from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Prefill by (new tokens, cached tokens).
+    pub fn prefill_table(&self) -> &PerfTable {
+        &self.prefill
+    }
+
+    /// Decode by (batch, context tokens).
+    pub fn decode_table(&self) -> &PerfTable {
+        &self.decode
+    }
+
+    /// The fixed cost a mixed pass pays once, in ms.
+    pub fn pass_overhead_ms(&self) -> f64 {
+        self.pass_overhead_ms
+    }
+
+    /// The pass time in ms, before any speedup.
+    pub fn pass_ms(&self, pass: &Pass) -> f64 {
+        let p = if pass.prefill_tokens > 0 {
+            self.prefill
+                .at(pass.prefill_tokens as f64, pass.mean_cached_tokens())
+        } else {
+            0.0
+        };
+        let d = if pass.decode_batch > 0 {
+            self.decode
+                .at(pass.decode_batch as f64, pass.decode_context_tokens as f64)
+        } else {
+            0.0
+        };
+        if p > 0.0 && d > 0.0 {
+            p + d - self.pass_overhead_ms
+        } else {
+            p + d
+        }
+    }
+}
+
+/// [`PerfProfile`] as a [`PerfModel`], every time divided by
+/// `speedup_ratio`. Shared, so that every worker of a run reads one copy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfilePerf {
+    profile: Arc<PerfProfile>,
+    /// Divides every predicted time; must be positive.
+    pub speedup_ratio: f64,
+}
+
+impl ProfilePerf {
+    /// The model of `profile` at `speedup_ratio`.
+    pub fn new(profile: Arc<PerfProfile>, speedup_ratio: f64) -> ProfilePerf {
+        ProfilePerf {
+            profile,
+            speedup_ratio,
+        }
+    }
+
+    /// The profile.
+    pub fn profile(&self) -> &PerfProfile {
+        &self.profile
+    }
+}
+
+impl PerfModel for ProfilePerf {
+    fn pass(&self, pass: &Pass) -> Duration {
+        if pass.prefill_tokens == 0 && pass.decode_batch == 0 {
+            return Duration::ZERO;
+        }
+        // At least 1 µs, so token-emitting passes never share a timestamp.
+        scaled_ms(self.profile.pass_ms(pass), self.speedup_ratio).max(Duration::from_micros(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(xs: &[f64], ys: &[f64], rows: &[&[f64]]) -> Result<PerfTable, ProfileError> {
+        let rows: Vec<Vec<f64>> = rows.iter().map(|r| r.to_vec()).collect();
+        PerfTable::new(
+            TableKind::Prefill,
+            ("new_tokens", "cached_tokens"),
+            xs.to_vec(),
+            ys.to_vec(),
+            &rows,
+        )
+    }
+
+    #[test]
+    fn interpolates_clamps_and_extrapolates() {
+        let t = table(
+            &[100.0, 200.0],
+            &[0.0, 1000.0],
+            &[&[10.0, 20.0], &[30.0, 60.0]],
+        )
+        .unwrap();
+        assert_eq!(t.at(100.0, 0.0), 10.0);
+        assert_eq!(t.at(200.0, 1000.0), 60.0);
+        assert_eq!(t.at(150.0, 0.0), 20.0);
+        assert_eq!(t.at(150.0, 500.0), (15.0 + 45.0) / 2.0);
+        // Below the first point: clamped.
+        assert_eq!(t.at(1.0, 0.0), 10.0);
+        // Past the last: the last segment's slope.
+        assert_eq!(t.at(300.0, 0.0), 50.0);
+        assert_eq!(t.at(100.0, 2000.0), 30.0);
+        assert_eq!(
+            t.at(300.0, 2000.0),
+            10.0 + 2.0 * 20.0 + 2.0 * 10.0 + 4.0 * 20.0
+        );
+    }
+
+    #[test]
+    fn rejects_bad_tables_with_their_place() {
+        let e = table(&[1.0, 1.0], &[0.0], &[&[1.0], &[2.0]]).unwrap_err();
+        assert_eq!(e.field, "new_tokens");
+        assert_eq!(e.kind, ProfileErrorKind::AxisNotIncreasing { index: 1 });
+        let e = table(&[1.0, 2.0], &[0.0], &[&[1.0]]).unwrap_err();
+        assert_eq!(
+            e.kind,
+            ProfileErrorKind::Shape {
+                expected: 2,
+                found: 1
+            }
+        );
+        let e = table(&[1.0, 2.0], &[0.0, 1.0], &[&[1.0, 2.0], &[3.0, f64::NAN]]).unwrap_err();
+        assert_eq!(e.kind, ProfileErrorKind::BadValue { row: 1, col: 1 });
+        let e = table(&[1.0, 2.0], &[0.0, 1.0], &[&[1.0, 2.0], &[3.0, 1.5]]).unwrap_err();
+        assert_eq!(e.kind, ProfileErrorKind::Decreasing { row: 1, col: 1 });
+        // Monotone, but the x-step shrinks in the last column: past it the
+        // extrapolation would fall.
+        let e = table(&[1.0, 2.0], &[0.0, 1.0], &[&[1.0, 5.0], &[4.0, 6.0]]).unwrap_err();
+        assert_eq!(e.kind, ProfileErrorKind::EdgeSlope { row: 1, col: 1 });
+        assert_eq!(
+            e.to_string(),
+            "prefill.ms: [1][1]: extrapolating past the last row or column would decrease"
+        );
+        let ok = table(&[1.0], &[0.0], &[&[3.0]]).unwrap();
+        let p = |o| PerfProfile::new("p".into(), String::new(), ok.clone(), ok.clone(), o);
+        assert_eq!(p(3.5).unwrap_err().kind, ProfileErrorKind::Overhead);
+        assert!(p(3.0).is_ok());
+    }
+
+    #[test]
+    fn mixed_pass_pays_the_overhead_once() {
+        let pre = table(&[1.0, 1000.0], &[0.0], &[&[10.0], &[100.0]]).unwrap();
+        let dec = PerfTable::new(
+            TableKind::Decode,
+            ("batch", "context_tokens"),
+            vec![1.0, 64.0],
+            vec![0.0, 1e6],
+            &[vec![8.0, 20.0], vec![9.0, 30.0]],
+        )
+        .unwrap();
+        let prof = PerfProfile::new("t".into(), String::new(), pre, dec, 7.0).unwrap();
+        let m = ProfilePerf::new(Arc::new(prof), 1.0);
+        let mut mixed = Pass::on_pool(1 << 20);
+        mixed.add_prefill(1000, 0);
+        mixed.add_decode(0);
+        assert_eq!(m.pass(&Pass::prefill(1000, 0)), Duration::from_millis(100));
+        assert_eq!(m.pass(&Pass::decode(1, 0, 1)), Duration::from_millis(8));
+        assert_eq!(m.pass(&mixed), Duration::from_millis(101));
+        assert_eq!(m.pass(&Pass::default()), Duration::ZERO);
+        let fast = ProfilePerf::new(m.profile.clone(), 2.0);
+        assert_eq!(fast.pass(&mixed) * 2, m.pass(&mixed));
+    }
+}
