@@ -43,5 +43,5 @@ pub mod vllm_wire;
 pub mod zmq_pub;
 
 pub use dynamo_events::RouterEventWriter;
-pub use server::{per_worker, serve, ServeConfig};
+pub use server::{per_worker, serve, serve_until, ServeConfig};
 pub use zmq_pub::KvEndpoints;

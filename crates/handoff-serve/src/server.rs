@@ -55,15 +55,28 @@ pub fn per_worker(base: &str, n: usize, flag: &str) -> Result<Vec<String>, Strin
 /// Runs the server until SIGINT/SIGTERM; `on_listen` is told the bound
 /// HTTP address first. Returns the run's report.
 pub fn serve(c: ServeConfig, on_listen: impl FnOnce(SocketAddr)) -> Result<Report, String> {
+    serve_until(c, on_listen, shutdown_signal())
+}
+
+/// [`serve`] until `stop` completes instead of a signal (tests, embedders).
+pub fn serve_until(
+    c: ServeConfig,
+    on_listen: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Report, String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))?;
-    rt.block_on(run(c, on_listen))
+    rt.block_on(run(c, on_listen, stop))
 }
 
-async fn run(c: ServeConfig, on_listen: impl FnOnce(SocketAddr)) -> Result<Report, String> {
+async fn run(
+    c: ServeConfig,
+    on_listen: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Report, String> {
     let workers = deployment(&c.cfg);
     if c.specs.len() != workers.len() {
         return Err("one engine spec per worker is needed".into());
@@ -110,7 +123,7 @@ async fn run(c: ServeConfig, on_listen: impl FnOnce(SocketAddr)) -> Result<Repor
     });
     on_listen(addr);
     let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(stop)
         .await;
     let _ = tx.send(Cmd::Shutdown);
     let report = engine
