@@ -119,8 +119,8 @@ pub struct HttpDirector {
     block_size: u32,
     flows: FastMap<RequestId, Flow>,
     blocks: BlockTokens,
-    /// Wire events per worker since the last flush.
-    wire: Vec<Vec<WireEvent>>,
+    /// Wire events per worker since the last flush, with their ids.
+    wire: Vec<Vec<(u64, WireEvent)>>,
     jsonl: Option<RouterEventWriter>,
     metrics: Arc<Metrics>,
     /// Destinations waiting for a reservation, since when.
@@ -197,13 +197,19 @@ impl HttpDirector {
         self.flows.len()
     }
 
-    /// The vLLM wire events each worker produced since the last call.
+    /// The vLLM wire events each worker produced since the last call, in
+    /// the worker's event id order: an input handled inside a step releases
+    /// its events before the step's held ones (ARCHITECTURE.md, "Known
+    /// modelling gap"), and a subscriber applies events in the order sent.
     pub fn take_wire(&mut self) -> impl Iterator<Item = (usize, Vec<WireEvent>)> + '_ {
         self.wire
             .iter_mut()
             .enumerate()
             .filter(|(_, v)| !v.is_empty())
-            .map(|(i, v)| (i, std::mem::take(v)))
+            .map(|(i, v)| {
+                v.sort_by_key(|(id, _)| *id);
+                (i, v.drain(..).map(|(_, e)| e).collect())
+            })
     }
 
     /// The serving director, for its report at the end.
@@ -300,7 +306,7 @@ impl HttpDirector {
             }
         };
         if let Some(v) = self.wire.get_mut(wi) {
-            v.push(wire);
+            v.push((ev.event_id, wire));
         }
     }
 

@@ -64,10 +64,7 @@ fn piece_len(s: &str) -> usize {
     };
     let word_start = if c0 == ' ' || c0 == '\n' {
         // A space attaches to the word after it, if one follows.
-        match chars.peek() {
-            Some((_, c)) if c.is_alphanumeric() => true,
-            _ => false,
-        }
+        matches!(chars.peek(), Some((_, c)) if c.is_alphanumeric())
     } else {
         c0.is_alphanumeric()
     };

@@ -143,7 +143,7 @@ fn whole_streamed_errors_and_disconnect() {
         .as_u64()
         .expect("cached");
     assert!(
-        cached > 0 && cached % 16 == 0 && cached < prompt_tokens,
+        cached > 0 && cached.is_multiple_of(16) && cached < prompt_tokens,
         "{cached}"
     );
 
