@@ -603,4 +603,59 @@ mod tests {
             assert_eq!(n, r.output_tokens());
         }
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        const SEEDS: [&str; 4] = [
+            r#"{"model":"m","prompt":"hello world","max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}"#,
+            r#"{"model":"m","prompt":[1,2,3],"min_tokens":2,"ignore_eos":true}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_completion_tokens":3}"#,
+            r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}],"n":1}"#,
+        ];
+
+        fn check(body: &[u8]) {
+            for e in [Endpoint::Completions, Endpoint::Chat] {
+                match parse(e, body, &limits()) {
+                    Ok(r) => {
+                        assert!(r.max_tokens >= 1 && r.min_tokens <= r.max_tokens);
+                        assert!(r.prompt.len() as u64 + u64::from(r.max_tokens) <= 100);
+                        assert!(!r.prompt.is_empty());
+                        let n = r.output_tokens();
+                        assert!(n >= 1 && n <= r.max_tokens);
+                    }
+                    Err(err) => {
+                        assert!((400..500).contains(&err.status));
+                        assert!(!err.message.is_empty());
+                    }
+                }
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+                check(&body);
+            }
+
+            #[test]
+            fn mutated_bodies_never_panic(
+                seed in 0usize..SEEDS.len(),
+                edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..8),
+            ) {
+                let mut b = SEEDS[seed].as_bytes().to_vec();
+                for (at, byte, op) in edits {
+                    let i = at % (b.len() + 1);
+                    match op {
+                        0 => b.insert(i, byte),
+                        1 if i < b.len() => { b.remove(i); }
+                        _ if i < b.len() => b[i] = byte,
+                        _ => b.push(byte),
+                    }
+                }
+                check(&b);
+            }
+        }
+    }
 }
