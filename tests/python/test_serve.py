@@ -327,12 +327,18 @@ def test_kv_events_decode_with_vllm_structs(s: Server, sub: Subscriber) -> None:
     c = s.client()
     for q in ["install?", "cabling?", "warranty?", "install?"]:
         c.completions.create(model=MODEL, prompt=SYSTEM + q, max_tokens=4)
+    # Distinct long prompts overflow the prefill worker's small pool
+    # (--prefill-kv-tokens), so it evicts: Removed events follow.
+    for i in range(12):
+        c.completions.create(model=MODEL, prompt=f"Unrelated text number {i}: " + "lorem ipsum dolor " * 60, max_tokens=2)
     s.wait_drained()
     time.sleep(0.3)
     chain: dict[int, int] = {}
     stored = {w: check_event_stream(sub.batches[w], chain) for w in (0, 1) if sub.batches[w]}
     assert stored.get(0), "the prefill worker published nothing"
     assert stored.get(1), "the decode worker published nothing (activation stores the prompt)"
+    removed = [e for _, b in sub.batches[0] for e in b.events if isinstance(e, BlockRemoved)]
+    assert removed, "the small prefill pool evicted nothing"
     # The replay socket returns the same batches from any start.
     full = replay(s, 0, 0)
     assert [q for q, _ in full] == list(range(len(full)))
@@ -486,7 +492,8 @@ def main() -> int:
             print(f"FAIL {name}", flush=True)
             traceback.print_exc()
 
-    s = Server()
+    # A small prefill pool (128 blocks), so that the KV event check sees evictions.
+    s = Server("--prefill-kv-tokens", "2048")
     sub = Subscriber(s)
     try:
         run("openai client streams chat and completion", test_openai_client_streams_chat_and_completion, s)
