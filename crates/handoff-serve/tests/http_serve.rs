@@ -18,12 +18,17 @@ struct Running {
 
 impl Running {
     fn start() -> Running {
+        Running::start_with(ReplayConfig::default(), EngineSpec::default())
+    }
+
+    /// One prefill and one decode worker of `spec`'s engine.
+    fn start_with(base: ReplayConfig, spec: EngineSpec) -> Running {
         let cfg = ReplayConfig {
             prefill_workers: 1,
             decode_workers: 1,
-            ..ReplayConfig::default()
+            ..base
         };
-        let specs = vec![EngineSpec::default(); 2];
+        let specs = vec![spec; 2];
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (atx, arx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -220,4 +225,41 @@ fn whole_streamed_errors_and_disconnect() {
     assert_eq!(report.completed_requests, 3);
     assert_eq!(report.failed_requests, 1);
     assert_eq!(report.lifecycle.failure_reasons.get("client"), Some(&1));
+}
+
+#[test]
+fn sglang_destination_first_serves_with_its_metric_names() {
+    let spec = EngineSpec {
+        backend: handoff_core::Backend::Sglang,
+        ..EngineSpec::default()
+    };
+    let cfg = ReplayConfig {
+        backend: handoff_core::Backend::Sglang,
+        policy: handoff_core::HandoffPolicy::DestinationFirst,
+        block_size: spec.event_block_tokens(),
+        ..ReplayConfig::default()
+    };
+    let s = Running::start_with(cfg, spec);
+    let body = format!(r#"{{"model":"m","prompt":"{PROMPT}","max_tokens":4,"ignore_eos":true}}"#);
+    let (status, text) = s.call("POST", "/v1/completions", &body);
+    assert_eq!(status, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["usage"]["completion_tokens"], 4);
+    s.wait_drained();
+    let (status, metrics) = s.call("GET", "/metrics", "");
+    assert_eq!(status, 200);
+    for name in [
+        "sglang:num_running_reqs{",
+        "sglang:num_queue_reqs{",
+        "sglang:token_usage{",
+        "sglang:cache_hit_rate{",
+        "sglang:handoff_reserved_destination_blocks{",
+        "sglang:e2e_request_latency_seconds_count{",
+    ] {
+        assert!(metrics.contains(name), "{name} missing");
+    }
+    assert!(!metrics.contains("vllm:"));
+    let report = s.stop();
+    assert_eq!(report.completed_requests, 1);
+    assert_eq!(report.lifecycle.handoffs_activated, 1);
 }
