@@ -194,7 +194,7 @@ fn failure(reason: &str) -> ApiError {
     ApiError {
         status: 503,
         message: format!("the request failed in the engine: {reason}"),
-        kind: ErrorKind::InvalidRequest,
+        kind: ErrorKind::Unavailable,
         param: None,
     }
 }

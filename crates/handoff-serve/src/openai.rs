@@ -54,6 +54,8 @@ pub enum ErrorKind {
     NotFound,
     /// The body is too large.
     TooLarge,
+    /// The engine failed the request or is gone (a 5xx).
+    Unavailable,
 }
 
 impl ErrorKind {
@@ -62,6 +64,7 @@ impl ErrorKind {
             ErrorKind::InvalidRequest => "invalid_request_error",
             ErrorKind::NotFound => "not_found_error",
             ErrorKind::TooLarge => "invalid_request_error",
+            ErrorKind::Unavailable => "service_unavailable_error",
         }
     }
 }
