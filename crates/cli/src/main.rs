@@ -25,6 +25,7 @@ mod live_cmd;
 mod replay_cmd;
 mod report_out;
 mod scenario_cmd;
+mod serve_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -57,6 +58,9 @@ enum Command {
     /// each prints what it expects, what it observed and a verdict as JSON,
     /// and the command exits non-zero when any check fails.
     Scenario(Box<scenario_cmd::ScenarioArgs>),
+    /// Serve the deployment over OpenAI-compatible HTTP on the wall clock,
+    /// with vLLM-format KV events on ZMQ and Prometheus metrics.
+    Serve(Box<serve_cmd::ServeArgs>),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         Command::Frontend(args) => live_cmd::run_frontend(*args),
         Command::Scenario(args) => scenario_cmd::run(*args),
         Command::Experiment(args) => experiment_cmd::run(*args),
+        Command::Serve(args) => serve_cmd::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

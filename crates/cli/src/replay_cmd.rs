@@ -42,6 +42,10 @@ pub struct ReplayArgs {
     /// write the same bytes].
     #[arg(long)]
     wall_time: bool,
+    /// Write every KV event the workers report as a Dynamo `RouterEvent`
+    /// JSON line to FILE (worker_id, event_id, stored/removed/cleared).
+    #[arg(long, value_name = "FILE")]
+    kv_events_out: Option<PathBuf>,
 }
 
 pub fn run(a: ReplayArgs) -> Result<(), String> {
@@ -79,6 +83,25 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
     if let Some(sink) = &jsonl {
         replay = replay.with_request_sink(sink.sink());
     }
+    let kv_out = match &a.kv_events_out {
+        Some(p) => {
+            let f = File::create(p).map_err(|e| format!("--kv-events-out {}: {e}", p.display()))?;
+            let w = handoff_serve::RouterEventWriter::new(Box::new(BufWriter::with_capacity(
+                1 << 20,
+                f,
+            )));
+            let w = Rc::new(RefCell::new(Some(w)));
+            let sink = w.clone();
+            replay = replay.with_kv_sink(Box::new(move |worker, ev, _at| {
+                if let Some(w) = sink.borrow_mut().as_mut() {
+                    // A trace has no token content: tokens_hash falls back.
+                    w.write(worker, ev, |_| None);
+                }
+            }));
+            Some(w)
+        }
+        None => None,
+    };
     if a.html.is_some() {
         replay = replay.keep_details(handoff_replay::timeline::DEFAULT_POINTS);
     }
@@ -95,6 +118,12 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
         return Err(e.to_string());
     }
     let wall = started.elapsed();
+    if let (Some(w), Some(p)) = (kv_out, &a.kv_events_out) {
+        if let Some(w) = w.borrow_mut().take() {
+            w.finish()
+                .map_err(|e| format!("--kv-events-out {}: {e}", p.display()))?;
+        }
+    }
     if let (Some(sink), Some(p)) = (&jsonl, &a.per_request_jsonl) {
         sink.finish(p)?;
     }

@@ -288,3 +288,60 @@ fn the_shipped_profile_runs_and_is_named_in_the_report() {
     );
     assert_eq!(v["latency_accuracy"]["itl"], "hdrhistogram");
 }
+
+#[test]
+fn serve_refuses_bad_addresses_before_serving() {
+    for (args, expect) in [
+        (
+            vec![
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--kv-events",
+                "127.0.0.1:5557",
+            ],
+            "--kv-events 127.0.0.1:5557: expected tcp://HOST:PORT",
+        ),
+        (
+            vec![
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--kv-events",
+                "tcp://127.0.0.1:65535",
+            ],
+            "port is past 65535",
+        ),
+        (
+            vec!["serve", "--http", "not-an-address"],
+            "--http not-an-address",
+        ),
+        (vec!["serve", "--speed", "0"], "--speed"),
+    ] {
+        let out = Command::new(BIN).args(&args).output().expect("run");
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn replay_writes_dynamo_router_events() {
+    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv_events.jsonl");
+    let out = Command::new(BIN)
+        .args(["replay", "--requests", "20", "--kv-events-out"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&path).expect("written");
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().next().expect("a line")).expect("json line");
+    assert!(first["worker_id"].is_u64());
+    assert!(first["event"]["event_id"].is_u64());
+    assert!(first["event"]["data"]["stored"]["blocks"][0]["block_hash"].is_u64());
+}

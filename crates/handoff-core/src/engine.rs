@@ -416,6 +416,50 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         self.now
     }
 
+    /// When the next scheduled event is due, if any: what a wall-clock
+    /// driver sleeps until (it may wake earlier for an input it injects).
+    pub fn next_event_at(&self) -> Option<Instant> {
+        self.queue.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Runs every instant due at or before `limit`, in the same order as
+    /// [`Engine::run_one`], then moves the clock to `limit` without
+    /// handling anything later. A wall-clock driver calls it with the wall
+    /// clock's model time, so arrivals it injects afterwards (at `limit`)
+    /// are never in the engine's past. Nothing is torn down: the run goes on.
+    pub fn advance_to(&mut self, limit: Instant) {
+        loop {
+            match self.unit_until(limit) {
+                Unit::Handled | Unit::Stepped => {}
+                Unit::Moved(true) => {}
+                Unit::Moved(false) => break,
+            }
+        }
+        self.now = self.now.max(limit);
+    }
+
+    /// [`Engine::unit`], except that the clock does not move past `limit`
+    /// (`Moved(false)`: nothing more is due by then).
+    fn unit_until(&mut self, limit: Instant) -> Unit {
+        let due = matches!(self.queue.peek(), Some(Reverse((t, _, _))) if *t <= self.now);
+        if due {
+            if let Some(Reverse((_, _, ev))) = self.queue.pop() {
+                self.handle(ev);
+            }
+            Unit::Handled
+        } else if self.step_hosts() {
+            Unit::Stepped
+        } else {
+            match self.next_event_at() {
+                Some(t) if t <= limit => {
+                    self.now = self.now.max(t);
+                    Unit::Moved(true)
+                }
+                _ => Unit::Moved(false),
+            }
+        }
+    }
+
     fn at(&mut self, t: Instant, ev: Ev) {
         self.seq += 1;
         self.queue.push(Reverse((t.max(self.now), self.seq, ev)));

@@ -70,7 +70,13 @@ pub struct Serving<I> {
     /// then).
     now: Instant,
     details: Option<Details>,
+    /// Every worker's KV events as they are reported (`--kv-events-out`).
+    kv_sink: Option<KvSink>,
 }
+
+/// Receives every KV event a worker reports, with the worker and when
+/// (`Serving::set_kv_sink`).
+pub type KvSink = Box<dyn FnMut(WorkerId, &handoff_core::KvEvent, Instant)>;
 
 fn parts(r: &WorkerRequest) -> (RequestId, Option<HandoffId>) {
     match r {
@@ -118,6 +124,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             concurrency: None,
             now: Instant::ZERO,
             details: None,
+            kv_sink: None,
         }
     }
 
@@ -128,6 +135,12 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// [`crate::Replay::closed_loop`] does.
     pub fn set_concurrency(&mut self, n: usize) {
         self.concurrency = Some(n.max(1));
+    }
+
+    /// Hands every KV event the workers report to `sink`, physical events
+    /// all (a voided attempt's blocks were still stored and evicted).
+    pub fn set_kv_sink(&mut self, sink: KvSink) {
+        self.kv_sink = Some(sink);
     }
 
     /// See [`Recorder::set_request_sink`].
@@ -341,6 +354,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     fn on_event(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant, out: &mut Vec<Route>) {
         self.now = now;
         let pool = self.pool(w);
+        if let (Some(sink), WorkerEvent::Kv { event, at }) = (self.kv_sink.as_mut(), e) {
+            sink(w, event, *at);
+        }
         if let (Some(t), WorkerEvent::Transition(tr)) = (self.transcript.as_mut(), e) {
             t.record(tr);
         }

@@ -223,6 +223,12 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
         self
     }
 
+    /// Hands every KV event the workers report to `sink` (`--kv-events-out`).
+    pub fn with_kv_sink(mut self, sink: crate::serving::KvSink) -> Self {
+        self.engine.director_mut().set_kv_sink(sink);
+        self
+    }
+
     /// Keeps what the HTML report draws: CDFs, and every worker's KV and
     /// queue timeline, read from the hosts after each instant, at most
     /// `points` per worker.

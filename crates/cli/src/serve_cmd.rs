@@ -1,0 +1,100 @@
+//! `serve`: the deployment behind an OpenAI-compatible HTTP server, with
+//! vLLM-format KV events on ZMQ and Prometheus metrics (`handoff-serve`).
+//! Requests run through the one engine and the shared serving director on
+//! the wall clock; on SIGINT/SIGTERM the run's report is written like any
+//! other run's.
+
+use crate::args::DeployArgs;
+use handoff_serve::{per_worker, KvEndpoints, RouterEventWriter, ServeConfig};
+use std::path::PathBuf;
+
+/// Options of `serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    deploy: DeployArgs,
+    /// Where HTTP listens (port 0 picks a free one; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
+    http: String,
+    /// The model name served (requests must name it).
+    #[arg(long, default_value = "handoff-mocker", value_name = "NAME")]
+    model: String,
+    /// Prompt plus output tokens per request, at most.
+    #[arg(long, default_value_t = 32_768, value_name = "TOKENS")]
+    max_model_len: u32,
+    /// Model time runs this many times faster than wall time.
+    #[arg(long, default_value_t = 1.0)]
+    speed: f64,
+    /// Publish KV events in vLLM's ZMQ format: worker i binds a PUB socket
+    /// on PORT + i.
+    #[arg(long, value_name = "tcp://HOST:PORT")]
+    kv_events: Option<String>,
+    /// vLLM's ROUTER replay socket for the KV events: worker i on PORT + i
+    /// (needs --kv-events).
+    #[arg(long, value_name = "tcp://HOST:PORT", requires = "kv_events")]
+    kv_replay: Option<String>,
+    /// The topic frame of every KV event message (vLLM's default: empty).
+    #[arg(long, default_value = "", value_name = "TOPIC")]
+    kv_topic: String,
+    /// Write every KV event as a Dynamo `RouterEvent` JSON line to FILE.
+    #[arg(long, value_name = "FILE")]
+    kv_events_out: Option<PathBuf>,
+    /// Write the run's report, as JSON, to FILE at shutdown.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// Runs `serve` until SIGINT/SIGTERM.
+pub fn run(a: ServeArgs) -> Result<(), String> {
+    if !(a.speed.is_finite() && a.speed > 0.0) {
+        return Err("--speed: must be a positive number".into());
+    }
+    if a.max_model_len == 0 {
+        return Err("--max-model-len: must be at least 1".into());
+    }
+    let (cfg, specs) = a.deploy.deployment(false)?;
+    let n = specs.len();
+    let kv = match &a.kv_events {
+        Some(base) => Some(KvEndpoints {
+            publish: per_worker(base, n, "--kv-events")?,
+            replay: match &a.kv_replay {
+                Some(r) => per_worker(r, n, "--kv-replay")?,
+                None => Vec::new(),
+            },
+            topic: a.kv_topic.clone(),
+        }),
+        None => None,
+    };
+    let kv_jsonl = match &a.kv_events_out {
+        Some(p) => {
+            let f = std::fs::File::create(p)
+                .map_err(|e| format!("--kv-events-out {}: {e}", p.display()))?;
+            Some(RouterEventWriter::new(Box::new(std::io::BufWriter::new(f))))
+        }
+        None => None,
+    };
+    let c = ServeConfig {
+        cfg,
+        specs,
+        speed: a.speed,
+        http: a.http.clone(),
+        model: a.model.clone(),
+        max_model_len: a.max_model_len,
+        kv,
+        kv_jsonl,
+    };
+    let report = handoff_serve::serve(c, |addr| {
+        eprintln!(
+            "handoff-mocker serve: listening on http://{addr} (model {})",
+            a.model
+        );
+    })?;
+    eprintln!(
+        "handoff-mocker serve: stopped after {} requests ({} completed, {} failed)",
+        report.num_requests, report.completed_requests, report.failed_requests
+    );
+    if let Some(p) = &a.output {
+        crate::report_out::write_output_with(p, &report, &serde_json::Map::new())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,498 @@
+//! [`HttpDirector`]: the engine's director when requests come over HTTP.
+//!
+//! It is the shared [`Serving`] director (router frontend, recorder,
+//! migration, request outcomes) with three taps on what passes through it,
+//! none of which changes a decision:
+//!
+//! - output tokens (`WorkerEvent::Tokens` from decode or aggregated
+//!   workers, as the report counts them) go to the request's HTTP stream as
+//!   they are reported, its end (`RequestFinished`) or failure (the request
+//!   is no longer in flight without having finished) closes it;
+//! - KV events become vLLM wire events (with the stored blocks' token ids,
+//!   kept from the prompts they came from) and, when asked, Dynamo
+//!   `RouterEvent` lines;
+//! - lifecycle figures feed the Prometheus families.
+
+use crate::dynamo_events::RouterEventWriter;
+use crate::metrics::Metrics;
+use crate::prompt::chained_block_hashes;
+use crate::vllm_wire::WireEvent;
+use handoff_core::engine::{Director, Route, Undeliverable};
+use handoff_core::fasthash::FastMap;
+use handoff_core::fault::FaultCounts;
+use handoff_core::msg::HandoffMsg;
+use handoff_core::{
+    CancelReason, DestinationState, Generation, HandoffId, HostFinal, Instant, KvEvent,
+    KvEventData, Request, RequestError, RequestId, RoleState, WorkerEvent, WorkerId, WorkerRequest,
+};
+use handoff_replay::Serving;
+use handoff_router::Pool;
+use handoff_workload::TraceItem;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What the engine tells one HTTP request, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamMsg {
+    /// It was routed; this many prompt tokens were cached on the worker
+    /// that prefills it.
+    Started {
+        /// `usage.prompt_tokens_details.cached_tokens`.
+        cached_tokens: u32,
+    },
+    /// Output tokens were produced.
+    Tokens(u32),
+    /// It finished.
+    Finished,
+    /// It failed (`reason` as the report names it).
+    Failed(&'static str),
+}
+
+/// The workload as HTTP hands it over: requests pushed as they arrive.
+#[derive(Clone, Default)]
+pub struct Arrivals(Rc<RefCell<VecDeque<TraceItem>>>);
+
+impl Arrivals {
+    /// Queues `item` (arriving at `item.request.arrival`).
+    pub fn push(&self, item: TraceItem) {
+        self.0.borrow_mut().push_back(item);
+    }
+}
+
+impl Iterator for Arrivals {
+    type Item = TraceItem;
+    fn next(&mut self) -> Option<TraceItem> {
+        self.0.borrow_mut().pop_front()
+    }
+}
+
+/// One HTTP request while it is in flight.
+struct Flow {
+    tx: UnboundedSender<StreamMsg>,
+    arrival: Instant,
+    last_token: Option<Instant>,
+    prompt_tokens: u32,
+    /// The prompt's chained block hashes (for `cached_tokens` and the KV
+    /// event token ids).
+    hashes: Vec<u64>,
+}
+
+/// Token ids of blocks that may be published, by chained hash.
+#[derive(Default)]
+struct BlockTokens {
+    /// Blocks of prompts in flight, with how many flows hold each.
+    pending: FastMap<u64, (Arc<[u32]>, u32)>,
+    /// Blocks each worker has published as stored.
+    stored: Vec<FastMap<u64, Arc<[u32]>>>,
+}
+
+impl BlockTokens {
+    fn lookup(&self, h: u64) -> Option<Arc<[u32]>> {
+        if let Some((t, _)) = self.pending.get(&h) {
+            return Some(t.clone());
+        }
+        self.stored.iter().find_map(|m| m.get(&h).cloned())
+    }
+
+    fn release(&mut self, hashes: &[u64]) {
+        for h in hashes {
+            if let Some(e) = self.pending.get_mut(h) {
+                e.1 -= 1;
+                if e.1 == 0 {
+                    self.pending.remove(h);
+                }
+            }
+        }
+    }
+}
+
+/// See the module docs.
+pub struct HttpDirector {
+    inner: Serving<Arrivals>,
+    arrivals: Arrivals,
+    /// Requests pushed and not yet arrived, in order.
+    arriving: VecDeque<RequestId>,
+    pools: Vec<Pool>,
+    block_size: u32,
+    flows: FastMap<RequestId, Flow>,
+    blocks: BlockTokens,
+    /// Wire events per worker since the last flush, with their ids.
+    wire: Vec<Vec<(u64, WireEvent)>>,
+    jsonl: Option<RouterEventWriter>,
+    metrics: Arc<Metrics>,
+    /// Destinations waiting for a reservation, since when.
+    reserving: FastMap<HandoffId, Instant>,
+}
+
+impl HttpDirector {
+    /// Wraps `inner`, whose workload is `arrivals`, for workers of `pools`.
+    pub fn new(
+        inner: Serving<Arrivals>,
+        arrivals: Arrivals,
+        pools: Vec<Pool>,
+        block_size: u32,
+        metrics: Arc<Metrics>,
+        jsonl: Option<RouterEventWriter>,
+    ) -> Self {
+        let n = pools.len();
+        HttpDirector {
+            inner,
+            arrivals,
+            arriving: VecDeque::new(),
+            pools,
+            block_size,
+            flows: FastMap::default(),
+            blocks: BlockTokens {
+                pending: FastMap::default(),
+                stored: (0..n).map(|_| FastMap::default()).collect(),
+            },
+            wire: vec![Vec::new(); n],
+            jsonl,
+            metrics,
+            reserving: FastMap::default(),
+        }
+    }
+
+    /// Queues an HTTP request: `tokens` is its prompt, `request` the
+    /// engine's view of it (from [`crate::prompt::request_for`]).
+    pub fn submit(&mut self, request: Request, tokens: &[u32], tx: UnboundedSender<StreamMsg>) {
+        let bs = self.block_size.max(1) as usize;
+        let hashes = chained_block_hashes(tokens, self.block_size);
+        for (h, block) in hashes.iter().zip(tokens.chunks_exact(bs)) {
+            self.blocks
+                .pending
+                .entry(*h)
+                .or_insert_with(|| (Arc::from(block), 0))
+                .1 += 1;
+        }
+        let id = request.id;
+        self.flows.insert(
+            id,
+            Flow {
+                tx,
+                arrival: request.arrival,
+                last_token: None,
+                prompt_tokens: request.prompt_tokens,
+                hashes,
+            },
+        );
+        self.arriving.push_back(id);
+        self.arrivals.push(TraceItem {
+            request,
+            turn: None,
+            delay: None,
+        });
+    }
+
+    /// Requests the director still tracks (the serving director's count).
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+
+    /// HTTP requests not yet ended.
+    pub fn open_streams(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// The vLLM wire events each worker produced since the last call, in
+    /// the worker's event id order: an input handled inside a step releases
+    /// its events before the step's held ones (ARCHITECTURE.md, "Known
+    /// modelling gap"), and a subscriber applies events in the order sent.
+    pub fn take_wire(&mut self) -> impl Iterator<Item = (usize, Vec<WireEvent>)> + '_ {
+        self.wire
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(i, v)| {
+                v.sort_by_key(|(id, _)| *id);
+                (i, v.drain(..).map(|(_, e)| e).collect())
+            })
+    }
+
+    /// The serving director, for its report at the end.
+    pub fn into_serving(self) -> Serving<Arrivals> {
+        self.inner
+    }
+
+    fn pool(&self, w: WorkerId) -> Pool {
+        self.pools
+            .get(w.0 as usize)
+            .copied()
+            .unwrap_or(Pool::Decode)
+    }
+
+    fn end(&mut self, r: RequestId, msg: StreamMsg) {
+        if let Some(f) = self.flows.remove(&r) {
+            let _ = f.tx.send(msg);
+            self.blocks.release(&f.hashes);
+        }
+    }
+
+    /// Ends the stream of `r` if the serving director no longer has it in
+    /// flight (it failed; a finished request was ended already).
+    fn check(&mut self, r: RequestId, why: &'static str) {
+        if self.flows.contains_key(&r) && !self.inner.is_in_flight(r) {
+            self.end(r, StreamMsg::Failed(why));
+        }
+    }
+
+    fn check_all(&mut self, why: &'static str) {
+        let mut gone: Vec<RequestId> = self
+            .flows
+            .keys()
+            .copied()
+            .filter(|r| !self.inner.is_in_flight(*r))
+            .collect();
+        gone.sort_unstable();
+        for r in gone {
+            self.end(r, StreamMsg::Failed(why));
+        }
+    }
+
+    fn kv(&mut self, w: WorkerId, ev: &KvEvent) {
+        let wi = w.0 as usize;
+        if let Some(j) = self.jsonl.as_mut() {
+            j.write(w, ev, |h| self.blocks.lookup(h));
+        }
+        let wire = match &ev.data {
+            KvEventData::Stored {
+                parent_hash,
+                block_hashes,
+            } => {
+                let mut token_ids =
+                    Vec::with_capacity(block_hashes.len() * self.block_size as usize);
+                let mut complete = true;
+                for h in block_hashes {
+                    match self.blocks.lookup(*h) {
+                        Some(t) => {
+                            token_ids.extend_from_slice(&t);
+                            if let Some(m) = self.blocks.stored.get_mut(wi) {
+                                m.insert(*h, t);
+                            }
+                        }
+                        None => complete = false,
+                    }
+                }
+                if !complete {
+                    // Not from an HTTP prompt: the ids are unknown, and a
+                    // partial list would misalign the blocks.
+                    token_ids.clear();
+                }
+                WireEvent::BlockStored {
+                    block_hashes: block_hashes.clone(),
+                    parent_block_hash: *parent_hash,
+                    token_ids,
+                    block_size: self.block_size,
+                }
+            }
+            KvEventData::Removed { block_hashes } => {
+                if let Some(m) = self.blocks.stored.get_mut(wi) {
+                    for h in block_hashes {
+                        m.remove(h);
+                    }
+                }
+                WireEvent::BlockRemoved {
+                    block_hashes: block_hashes.clone(),
+                }
+            }
+            KvEventData::Cleared => {
+                if let Some(m) = self.blocks.stored.get_mut(wi) {
+                    m.clear();
+                }
+                WireEvent::AllBlocksCleared
+            }
+        };
+        if let Some(v) = self.wire.get_mut(wi) {
+            v.push((ev.event_id, wire));
+        }
+    }
+
+    /// Tokens of `r`'s prompt cached on `w` now: its leading blocks that
+    /// `w` published as stored, never the whole prompt (the last token is
+    /// always computed, as in vLLM).
+    fn cached_on(&self, w: WorkerId, r: RequestId) -> u32 {
+        let (Some(f), Some(m)) = (self.flows.get(&r), self.blocks.stored.get(w.0 as usize)) else {
+            return 0;
+        };
+        let n = f.hashes.iter().take_while(|h| m.contains_key(h)).count() as u32;
+        let tokens = n * self.block_size;
+        if tokens >= f.prompt_tokens {
+            n.saturating_sub(1) * self.block_size
+        } else {
+            tokens
+        }
+    }
+
+    fn observe(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant) {
+        let wi = w.0 as usize;
+        let pool = self.pool(w);
+        match e {
+            WorkerEvent::Kv { event, .. } => self.kv(w, event),
+            WorkerEvent::Tokens {
+                request, tokens, ..
+            } if pool != Pool::Prefill && *tokens > 0 => {
+                if let Some(f) = self.flows.get_mut(request) {
+                    match f.last_token {
+                        None => self.metrics.ttft(wi, (now - f.arrival).as_secs_f64()),
+                        Some(t) => {
+                            let gap = (now - t).as_secs_f64() / f64::from(*tokens);
+                            for _ in 0..*tokens {
+                                self.metrics.itl(wi, gap);
+                            }
+                        }
+                    }
+                    f.last_token = Some(now);
+                    let _ = f.tx.send(StreamMsg::Tokens(*tokens));
+                }
+            }
+            WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
+                if let Some(f) = self.flows.get(request) {
+                    self.metrics.e2e(wi, (now - f.arrival).as_secs_f64());
+                }
+                self.end(*request, StreamMsg::Finished);
+            }
+            WorkerEvent::Preempted { .. } => self.metrics.preempted(wi),
+            WorkerEvent::Transition(t) => match t.to {
+                RoleState::Destination(DestinationState::Reserving) => {
+                    self.reserving.insert(t.id, now);
+                }
+                RoleState::Destination(s) if s != DestinationState::Reserving => {
+                    if let Some(since) = self.reserving.remove(&t.id) {
+                        if s == DestinationState::Reserved && now > since {
+                            self.metrics
+                                .reservation_wait(wi, (now - since).as_secs_f64());
+                        }
+                    }
+                }
+                _ => {}
+            },
+            WorkerEvent::RoleEnded { id, reason, .. } => {
+                self.reserving.remove(id);
+                match reason {
+                    Some(CancelReason::LeaseExpired) => self.metrics.lease_expired(wi),
+                    Some(CancelReason::ReservationExpired) => self.metrics.reservation_expired(wi),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn request_of(e: &WorkerEvent) -> Option<RequestId> {
+    match e {
+        WorkerEvent::Transition(t) => Some(t.request),
+        WorkerEvent::Tokens { request, .. }
+        | WorkerEvent::RequestFinished { request, .. }
+        | WorkerEvent::Preempted { request, .. }
+        | WorkerEvent::PrefillPinned { request, .. }
+        | WorkerEvent::StartTransfer { request, .. }
+        | WorkerEvent::RoleEnded { request, .. } => Some(*request),
+        _ => None,
+    }
+}
+
+impl Director for HttpDirector {
+    fn next_arrival(&mut self) -> Option<Instant> {
+        self.inner.next_arrival()
+    }
+
+    fn arrive(&mut self, now: Instant, out: &mut Vec<Route>) {
+        let before = out.len();
+        self.inner.arrive(now, out);
+        let Some(rid) = self.arriving.pop_front() else {
+            return;
+        };
+        // The worker that prefills it: the first route to a prefill or
+        // aggregated worker (destination-first also books the decode
+        // worker now).
+        let prefill = out[before..]
+            .iter()
+            .map(|r| r.to)
+            .find(|w| self.pool(*w) != Pool::Decode);
+        if let Some(w) = prefill {
+            let cached = self.cached_on(w, rid);
+            if let Some(f) = self.flows.get(&rid) {
+                self.metrics.prefix_query(
+                    w.0 as usize,
+                    u64::from(f.prompt_tokens),
+                    u64::from(cached),
+                );
+                let _ = f.tx.send(StreamMsg::Started {
+                    cached_tokens: cached,
+                });
+            }
+        }
+        self.check(rid, "no-worker");
+    }
+
+    fn on_event(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant, out: &mut Vec<Route>) {
+        self.observe(w, e, now);
+        self.inner.on_event(w, e, now, out);
+        if let Some(r) = request_of(e) {
+            let why = match e {
+                WorkerEvent::RoleEnded {
+                    reason: Some(reason),
+                    ..
+                } => reason.name(),
+                _ => "failed",
+            };
+            self.check(r, why);
+        }
+    }
+
+    fn on_transmit(&mut self, from: WorkerId, to: WorkerId, msg: &HandoffMsg, now: Instant) {
+        self.inner.on_transmit(from, to, msg, now);
+    }
+
+    fn on_refused(&mut self, w: WorkerId, e: RequestError, now: Instant) {
+        self.inner.on_refused(w, e, now);
+    }
+
+    fn on_undeliverable(
+        &mut self,
+        w: WorkerId,
+        request: &WorkerRequest,
+        why: Undeliverable,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) {
+        self.inner.on_undeliverable(w, request, why, now, out);
+        self.check_all("worker-down");
+    }
+
+    fn on_transfer_done(&mut self, id: HandoffId, ok: bool, now: Instant) {
+        self.inner.on_transfer_done(id, ok, now);
+    }
+
+    fn on_worker_down(&mut self, w: WorkerId, now: Instant) {
+        self.inner.on_worker_down(w, now);
+    }
+
+    fn on_worker_lost(&mut self, w: WorkerId, now: Instant, out: &mut Vec<Route>) {
+        self.inner.on_worker_lost(w, now, out);
+        self.check_all("worker-lost");
+    }
+
+    fn on_worker_back(
+        &mut self,
+        w: WorkerId,
+        generation: Generation,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) {
+        self.inner.on_worker_back(w, generation, now, out);
+    }
+
+    fn cancel(&mut self, request: RequestId, now: Instant) -> Vec<(WorkerId, HandoffId)> {
+        self.inner.cancel(request, now)
+    }
+
+    fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {
+        self.inner.finish(end, finals, torn_down, faults);
+        self.check_all("shutdown");
+    }
+}

@@ -1,0 +1,178 @@
+//! KV events as Dynamo's router reads them: one `RouterEvent` JSON object
+//! per line (ai-dynamo/dynamo `lib/llm/src/kv_router/protocols.rs`:
+//! `RouterEvent { worker_id, event: KvCacheEvent { event_id, data, dp_rank } }`,
+//! `KvCacheEventData` externally tagged in snake case: `stored` with
+//! `parent_hash` and `blocks` of `{block_hash, tokens_hash}`, `removed`
+//! with `block_hashes`, and the unit `cleared`).
+//!
+//! `tokens_hash` (Dynamo's `LocalBlockHash`, a hash of the block's tokens
+//! alone) is [`crate::prompt::block_content_hash`] of the block's token ids
+//! when they are known (HTTP prompts); a trace gives no token content, so
+//! replay writes the block's own hash there.
+
+use crate::prompt::block_content_hash;
+use handoff_core::{KvEvent, KvEventData, WorkerId};
+use serde::Serialize;
+use std::io::Write;
+use std::sync::Arc;
+
+#[derive(Serialize)]
+struct StoredBlock {
+    block_hash: u64,
+    tokens_hash: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Data {
+    Stored {
+        parent_hash: Option<u64>,
+        blocks: Vec<StoredBlock>,
+    },
+    Removed {
+        block_hashes: Vec<u64>,
+    },
+    Cleared,
+}
+
+#[derive(Serialize)]
+struct Event {
+    event_id: u64,
+    data: Data,
+    dp_rank: u32,
+}
+
+#[derive(Serialize)]
+struct RouterEvent {
+    worker_id: u64,
+    event: Event,
+}
+
+/// The `RouterEvent` JSON line (without the newline) of `ev` on `worker`;
+/// `tokens(h)` gives a block's token ids when known.
+pub fn router_event_json(
+    worker: WorkerId,
+    ev: &KvEvent,
+    tokens: impl Fn(u64) -> Option<Arc<[u32]>>,
+) -> String {
+    let data = match &ev.data {
+        KvEventData::Stored {
+            parent_hash,
+            block_hashes,
+        } => Data::Stored {
+            parent_hash: *parent_hash,
+            blocks: block_hashes
+                .iter()
+                .map(|h| StoredBlock {
+                    block_hash: *h,
+                    tokens_hash: tokens(*h).map_or(*h, |t| block_content_hash(&t)),
+                })
+                .collect(),
+        },
+        KvEventData::Removed { block_hashes } => Data::Removed {
+            block_hashes: block_hashes.clone(),
+        },
+        KvEventData::Cleared => Data::Cleared,
+    };
+    let e = RouterEvent {
+        worker_id: u64::from(worker.0),
+        event: Event {
+            event_id: ev.event_id,
+            data,
+            dp_rank: 0,
+        },
+    };
+    // Plain structs of numbers serialise infallibly.
+    serde_json::to_string(&e).unwrap_or_default()
+}
+
+/// Writes `RouterEvent` lines to a file (`--kv-events-out`); the first
+/// write error is kept and stops further writes.
+pub struct RouterEventWriter {
+    out: Box<dyn Write + Send>,
+    error: Option<std::io::Error>,
+    /// Lines written.
+    pub lines: u64,
+}
+
+impl RouterEventWriter {
+    /// A writer into `out`.
+    pub fn new(out: Box<dyn Write + Send>) -> Self {
+        RouterEventWriter {
+            out,
+            error: None,
+            lines: 0,
+        }
+    }
+
+    /// Writes `ev` of `worker` as one line.
+    pub fn write(
+        &mut self,
+        worker: WorkerId,
+        ev: &KvEvent,
+        tokens: impl Fn(u64) -> Option<Arc<[u32]>>,
+    ) {
+        if self.error.is_some() {
+            return;
+        }
+        let line = router_event_json(worker, ev, tokens);
+        match writeln!(self.out, "{line}") {
+            Ok(()) => self.lines += 1,
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// Flushes, returning the first error met.
+    pub fn finish(mut self) -> std::io::Result<u64> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.out.flush()?;
+        Ok(self.lines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_dynamos() {
+        let stored = KvEvent {
+            event_id: 3,
+            data: KvEventData::Stored {
+                parent_hash: Some(1),
+                block_hashes: vec![32, 64],
+            },
+        };
+        let t: Arc<[u32]> = Arc::from(vec![5u32, 6]);
+        let line = router_event_json(WorkerId(2), &stored, |h| (h == 32).then(|| t.clone()));
+        let v: serde_json::Value = serde_json::from_str(&line).expect("json");
+        assert_eq!(v["worker_id"], 2);
+        assert_eq!(v["event"]["event_id"], 3);
+        assert_eq!(v["event"]["dp_rank"], 0);
+        let s = &v["event"]["data"]["stored"];
+        assert_eq!(s["parent_hash"], 1);
+        assert_eq!(s["blocks"][0]["block_hash"], 32);
+        assert_eq!(s["blocks"][0]["tokens_hash"], block_content_hash(&[5, 6]));
+        assert_eq!(s["blocks"][1]["tokens_hash"], 64);
+        let removed = KvEvent {
+            event_id: 4,
+            data: KvEventData::Removed {
+                block_hashes: vec![32],
+            },
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&router_event_json(WorkerId(0), &removed, |_| None))
+                .expect("json");
+        assert_eq!(v["event"]["data"]["removed"]["block_hashes"][0], 32);
+        let cleared = KvEvent {
+            event_id: 5,
+            data: KvEventData::Cleared,
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&router_event_json(WorkerId(0), &cleared, |_| None))
+                .expect("json");
+        assert_eq!(v["event"]["data"], "cleared");
+    }
+}

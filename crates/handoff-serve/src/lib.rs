@@ -1,0 +1,47 @@
+//! # handoff-serve
+//!
+//! The serving edge of handoff-mocker: what lets real routers, gateways,
+//! load generators, metrics scrapers and KV indexers talk to the mocked
+//! engines.
+//!
+//! - **HTTP** ([`http`], [`openai`]): `POST /v1/completions` and
+//!   `POST /v1/chat/completions` (streamed as SSE or whole, with `usage`
+//!   and `prompt_tokens_details.cached_tokens`), `GET /v1/models`,
+//!   `/health`, `/ready`, `/metrics`, `/workers/{id}/metrics`,
+//!   `/debug/workers`.
+//! - **The engine** ([`driver`], [`director`]): requests go through the one
+//!   [`handoff_core::engine::Engine`] and the shared
+//!   [`handoff_replay::Serving`] director (router frontend, recorder,
+//!   handoff lifecycle) to the real worker cores, paced by the wall clock
+//!   (`speed` times faster); tokens stream as the workers report them, and
+//!   a client that goes away cancels its request.
+//! - **KV events** ([`zmq_pub`], [`vllm_wire`], [`dynamo_events`]): each
+//!   worker publishes vLLM-format `KVEventBatch`es on a ZMQ PUB socket,
+//!   with vLLM's ROUTER replay socket; Dynamo `RouterEvent` JSONL on
+//!   request.
+//! - **Metrics** ([`metrics`]): the engines' own Prometheus names.
+//! - **Prompts** ([`tokenizer`], [`prompt`]): a documented stand-in
+//!   tokenizer and the chained block hashes an external indexer can
+//!   recompute.
+//!
+//! Only this crate depends on tokio, axum, zeromq, rmpv and
+//! prometheus-client; `handoff-core` and the backend crates know nothing of
+//! it.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod director;
+pub mod driver;
+pub mod dynamo_events;
+pub mod http;
+pub mod metrics;
+pub mod openai;
+pub mod prompt;
+pub mod server;
+pub mod tokenizer;
+pub mod vllm_wire;
+pub mod zmq_pub;
+
+pub use dynamo_events::RouterEventWriter;
+pub use server::{per_worker, serve, serve_until, ServeConfig};
+pub use zmq_pub::KvEndpoints;

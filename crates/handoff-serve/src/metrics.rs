@@ -1,0 +1,416 @@
+//! Prometheus metrics with the engines' own names, one label set per worker.
+//!
+//! vLLM (`vllm/v1/metrics/loggers.py`, `PrometheusStatLogger`):
+//! `vllm:num_requests_running`, `vllm:num_requests_waiting`,
+//! `vllm:kv_cache_usage_perc` (a 0-1 fraction despite the name),
+//! `vllm:prefix_cache_queries_total` and `vllm:prefix_cache_hits_total`
+//! (tokens), `vllm:num_preemptions_total`, and the histograms
+//! `vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds`,
+//! `vllm:e2e_request_latency_seconds`, `vllm:request_queue_time_seconds`.
+//! SGLang (`sglang/srt/metrics/collector.py`): `sglang:num_running_reqs`,
+//! `sglang:num_queue_reqs`, `sglang:token_usage`, `sglang:cache_hit_rate`,
+//! `sglang:time_to_first_token_seconds`, `sglang:inter_token_latency_seconds`,
+//! `sglang:e2e_request_latency_seconds`, `sglang:queue_time_seconds`.
+//! Both: this project's handoff series in the same style
+//! (`<engine>:handoff_pinned_source_blocks`,
+//! `<engine>:handoff_reserved_destination_blocks`,
+//! `<engine>:handoff_reservation_waits_total`,
+//! `<engine>:handoff_lease_expiries_total`,
+//! `<engine>:handoff_reservation_expiries_total`).
+//!
+//! Labels: `model_name`, `engine` (the worker id, as vLLM labels its
+//! data-parallel engines) and `role` (prefill, decode, aggregated). Gauges
+//! are set from each worker's `KvCapacitySnapshot` after every engine
+//! instant; latencies are in model seconds (wall seconds at `--speed 1`).
+//! How the counted quantities are defined here: a prefix cache query is a
+//! prompt routed to a prefill (or aggregated) worker, counted in tokens, and
+//! its hits are the tokens of the leading prompt blocks that worker had
+//! published as stored when the request was routed (the same number the
+//! response's `cached_tokens` reports). Queue time is how long a destination
+//! waited for its reservation (`Reserving` to `Reserved`); prefill-side
+//! queueing is not visible in worker events.
+
+use handoff_core::{Backend, KvCapacitySnapshot};
+use handoff_router::Pool;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// One worker's labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabels {
+    /// The served model name.
+    pub model_name: String,
+    /// The worker id.
+    pub engine: String,
+    /// prefill, decode or aggregated.
+    pub role: String,
+}
+
+type FGauge = Family<WorkerLabels, Gauge<f64, AtomicU64>>;
+type IGauge = Family<WorkerLabels, Gauge>;
+type Count = Family<WorkerLabels, Counter>;
+type Hist = Family<WorkerLabels, Histogram, fn() -> Histogram>;
+
+fn latency_hist() -> Histogram {
+    // vLLM's TTFT buckets, which cover the other latencies well enough.
+    Histogram::new([
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+        20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+    ])
+}
+
+/// The registry and every family in it.
+pub struct Metrics {
+    registry: Registry,
+    labels: Vec<WorkerLabels>,
+    running: IGauge,
+    waiting: IGauge,
+    usage: FGauge,
+    cache_hit_rate: Option<FGauge>,
+    pinned: IGauge,
+    reserved: IGauge,
+    queries: Count,
+    hits: Count,
+    preemptions: Count,
+    reservation_waits: Count,
+    lease_expiries: Count,
+    reservation_expiries: Count,
+    ttft: Hist,
+    itl: Hist,
+    e2e: Hist,
+    queue: Hist,
+}
+
+fn role(p: Pool) -> &'static str {
+    match p {
+        Pool::Prefill => "prefill",
+        Pool::Decode => "decode",
+        Pool::Aggregated => "aggregated",
+    }
+}
+
+impl Metrics {
+    /// Metrics for `workers` (their pools, by id) of `backend`, serving
+    /// `model`.
+    pub fn new(backend: Backend, model: &str, workers: &[Pool]) -> Self {
+        let sglang = backend == Backend::Sglang;
+        let p = if sglang { "sglang:" } else { "vllm:" };
+        let mut registry = Registry::default();
+        let labels = workers
+            .iter()
+            .enumerate()
+            .map(|(i, pool)| WorkerLabels {
+                model_name: model.to_string(),
+                engine: i.to_string(),
+                role: role(*pool).to_string(),
+            })
+            .collect();
+        let hist = || Hist::new_with_constructor(latency_hist as fn() -> Histogram);
+        let m = Metrics {
+            labels,
+            running: IGauge::default(),
+            waiting: IGauge::default(),
+            usage: FGauge::default(),
+            cache_hit_rate: sglang.then(FGauge::default),
+            pinned: IGauge::default(),
+            reserved: IGauge::default(),
+            queries: Count::default(),
+            hits: Count::default(),
+            preemptions: Count::default(),
+            reservation_waits: Count::default(),
+            lease_expiries: Count::default(),
+            reservation_expiries: Count::default(),
+            ttft: hist(),
+            itl: hist(),
+            e2e: hist(),
+            queue: hist(),
+            registry: Registry::default(),
+        };
+        let (running, waiting, usage, queue) = if sglang {
+            (
+                "num_running_reqs",
+                "num_queue_reqs",
+                "token_usage",
+                "queue_time_seconds",
+            )
+        } else {
+            (
+                "num_requests_running",
+                "num_requests_waiting",
+                "kv_cache_usage_perc",
+                "request_queue_time_seconds",
+            )
+        };
+        let n = |s: &str| format!("{p}{s}");
+        registry.register(
+            n(running),
+            "Requests in the running batch",
+            m.running.clone(),
+        );
+        registry.register(
+            n(waiting),
+            "Requests waiting for admission",
+            m.waiting.clone(),
+        );
+        registry.register(
+            n(usage),
+            "KV cache usage: used blocks (active, pinned, reserved) over total, 0-1",
+            m.usage.clone(),
+        );
+        if let Some(c) = &m.cache_hit_rate {
+            registry.register(
+                n("cache_hit_rate"),
+                "Prefix cache hit rate: hit tokens over queried tokens",
+                c.clone(),
+            );
+        }
+        registry.register(
+            n("prefix_cache_queries"),
+            "Prompt tokens routed to this worker's prefix cache",
+            m.queries.clone(),
+        );
+        registry.register(
+            n("prefix_cache_hits"),
+            "Prompt tokens found in this worker's prefix cache",
+            m.hits.clone(),
+        );
+        registry.register(
+            n("num_preemptions"),
+            "Preempted (vLLM) or retracted (SGLang) requests",
+            m.preemptions.clone(),
+        );
+        registry.register(
+            n("handoff_pinned_source_blocks"),
+            "KV blocks of finished prefills held for their reader",
+            m.pinned.clone(),
+        );
+        registry.register(
+            n("handoff_reserved_destination_blocks"),
+            "KV blocks reserved for incoming handoffs, not yet active",
+            m.reserved.clone(),
+        );
+        registry.register(
+            n("handoff_reservation_waits"),
+            "Destination reservations that had to wait for capacity",
+            m.reservation_waits.clone(),
+        );
+        registry.register(
+            n("handoff_lease_expiries"),
+            "Source leases that expired before their reader completed",
+            m.lease_expiries.clone(),
+        );
+        registry.register(
+            n("handoff_reservation_expiries"),
+            "Destination reservations that expired",
+            m.reservation_expiries.clone(),
+        );
+        registry.register(
+            n("time_to_first_token_seconds"),
+            "Time to first token",
+            m.ttft.clone(),
+        );
+        registry.register(
+            n("inter_token_latency_seconds"),
+            "Time between output tokens",
+            m.itl.clone(),
+        );
+        registry.register(
+            n("e2e_request_latency_seconds"),
+            "End-to-end request latency",
+            m.e2e.clone(),
+        );
+        registry.register(
+            n(queue),
+            "Time a destination waited for its reservation",
+            m.queue.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    fn l(&self, w: usize) -> Option<&WorkerLabels> {
+        self.labels.get(w)
+    }
+
+    /// Sets worker `w`'s gauges from its capacity snapshot.
+    pub fn capacity(&self, w: usize, c: &KvCapacitySnapshot) {
+        let Some(l) = self.l(w) else { return };
+        let i = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+        self.running.get_or_create(l).set(i(c.running_requests));
+        self.waiting.get_or_create(l).set(i(c.waiting_requests));
+        self.usage.get_or_create(l).set(c.usage());
+        self.pinned.get_or_create(l).set(i(c.pinned_source_blocks));
+        self.reserved
+            .get_or_create(l)
+            .set(i(c.reserved_destination_blocks));
+    }
+
+    /// A prompt of `tokens` was routed to worker `w` with `hit` of them cached.
+    pub fn prefix_query(&self, w: usize, tokens: u64, hit: u64) {
+        let Some(l) = self.l(w) else { return };
+        let q = self.queries.get_or_create(l).inc_by(tokens) + tokens;
+        let h = self.hits.get_or_create(l).inc_by(hit) + hit;
+        if let Some(rate) = &self.cache_hit_rate {
+            rate.get_or_create(l)
+                .set(if q == 0 { 0.0 } else { h as f64 / q as f64 });
+        }
+    }
+
+    /// Worker `w` preempted a request.
+    pub fn preempted(&self, w: usize) {
+        if let Some(l) = self.l(w) {
+            self.preemptions.get_or_create(l).inc();
+        }
+    }
+
+    /// A destination on `w` waited `secs` for its reservation.
+    pub fn reservation_wait(&self, w: usize, secs: f64) {
+        if let Some(l) = self.l(w) {
+            self.reservation_waits.get_or_create(l).inc();
+            self.queue.get_or_create(l).observe(secs);
+        }
+    }
+
+    /// A source lease on `w` expired.
+    pub fn lease_expired(&self, w: usize) {
+        if let Some(l) = self.l(w) {
+            self.lease_expiries.get_or_create(l).inc();
+        }
+    }
+
+    /// A destination reservation on `w` expired.
+    pub fn reservation_expired(&self, w: usize) {
+        if let Some(l) = self.l(w) {
+            self.reservation_expiries.get_or_create(l).inc();
+        }
+    }
+
+    /// Latency observations on `w`, in seconds.
+    pub fn ttft(&self, w: usize, secs: f64) {
+        if let Some(l) = self.l(w) {
+            self.ttft.get_or_create(l).observe(secs);
+        }
+    }
+
+    /// An inter-token gap on `w`, in seconds.
+    pub fn itl(&self, w: usize, secs: f64) {
+        if let Some(l) = self.l(w) {
+            self.itl.get_or_create(l).observe(secs);
+        }
+    }
+
+    /// A request's end-to-end latency on its decode worker `w`, in seconds.
+    pub fn e2e(&self, w: usize, secs: f64) {
+        if let Some(l) = self.l(w) {
+            self.e2e.get_or_create(l).observe(secs);
+        }
+    }
+
+    /// The OpenMetrics text of every worker, or of worker `only`.
+    pub fn render(&self, only: Option<usize>) -> String {
+        let mut s = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        match only {
+            None => s,
+            Some(w) => {
+                // Keep one worker's samples; metadata lines stay.
+                let tag = format!("engine=\"{w}\"");
+                let mut out = String::with_capacity(s.len());
+                for line in s.lines() {
+                    if line.starts_with('#') || line.contains(&tag) {
+                        out.push_str(line);
+                        out.push('\n');
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// Registers every worker's series, so a scrape before any traffic
+    /// already lists them (at zero).
+    pub fn touch_all(&self) {
+        for l in &self.labels {
+            let _ = self.running.get_or_create(l);
+            let _ = self.waiting.get_or_create(l);
+            let _ = self.usage.get_or_create(l);
+            if let Some(c) = &self.cache_hit_rate {
+                let _ = c.get_or_create(l);
+            }
+            let _ = self.pinned.get_or_create(l);
+            let _ = self.reserved.get_or_create(l);
+            let _ = self.queries.get_or_create(l);
+            let _ = self.hits.get_or_create(l);
+            let _ = self.preemptions.get_or_create(l);
+            let _ = self.reservation_waits.get_or_create(l);
+            let _ = self.lease_expiries.get_or_create(l);
+            let _ = self.reservation_expiries.get_or_create(l);
+            let _ = self.ttft.get_or_create(l);
+            let _ = self.itl.get_or_create(l);
+            let _ = self.e2e.get_or_create(l);
+            let _ = self.queue.get_or_create(l);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_values() {
+        let m = Metrics::new(Backend::Vllm, "mock", &[Pool::Prefill, Pool::Decode]);
+        m.touch_all();
+        m.capacity(
+            1,
+            &KvCapacitySnapshot {
+                total_blocks: 100,
+                active_blocks: 20,
+                reserved_destination_blocks: 5,
+                running_requests: 3,
+                ..KvCapacitySnapshot::default()
+            },
+        );
+        m.prefix_query(0, 64, 32);
+        let text = m.render(None);
+        assert!(text.contains(
+            "vllm:num_requests_running{model_name=\"mock\",engine=\"1\",role=\"decode\"} 3"
+        ));
+        assert!(text.contains(
+            "vllm:kv_cache_usage_perc{model_name=\"mock\",engine=\"1\",role=\"decode\"} 0.25"
+        ));
+        assert!(text.contains(
+            "vllm:prefix_cache_hits_total{model_name=\"mock\",engine=\"0\",role=\"prefill\"} 32"
+        ));
+        assert!(text.contains("vllm:handoff_reserved_destination_blocks{model_name=\"mock\",engine=\"1\",role=\"decode\"} 5"));
+        assert!(text.contains("# TYPE vllm:time_to_first_token_seconds histogram"));
+        let one = m.render(Some(0));
+        assert!(!one.contains("engine=\"1\""));
+        assert!(one.contains("engine=\"0\""));
+    }
+
+    #[test]
+    fn sglang_names() {
+        let m = Metrics::new(Backend::Sglang, "mock", &[Pool::Aggregated]);
+        m.touch_all();
+        m.prefix_query(0, 10, 5);
+        let text = m.render(None);
+        for name in [
+            "sglang:num_running_reqs",
+            "sglang:num_queue_reqs",
+            "sglang:token_usage",
+            "sglang:cache_hit_rate",
+            "sglang:e2e_request_latency_seconds",
+        ] {
+            assert!(text.contains(name), "{name} missing");
+        }
+        assert!(text.contains(
+            "sglang:cache_hit_rate{model_name=\"mock\",engine=\"0\",role=\"aggregated\"} 0.5"
+        ));
+    }
+}

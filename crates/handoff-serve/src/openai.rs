@@ -1,0 +1,664 @@
+//! The OpenAI-compatible request and response bodies: parsing with located,
+//! typed errors (never a panic), and the JSON of responses and stream
+//! chunks.
+//!
+//! Honoured: `model` (must be the served one, else 404 as vLLM answers),
+//! `prompt` (a string, a one-element list of strings, a list of token ids,
+//! or a one-element list of those), `messages` (string content or a list
+//! of `{type: "text", text}` parts), `max_tokens` (chat also
+//! `max_completion_tokens`; default [`DEFAULT_MAX_TOKENS`]), `min_tokens`,
+//! `ignore_eos`, `stream`, `stream_options.include_usage`, `n` (only 1).
+//! Other fields are accepted and ignored, as vLLM ignores sampling
+//! parameters that do not apply.
+//!
+//! Output length: with `ignore_eos` the request generates exactly
+//! `max_tokens`; without it the synthetic model "emits EOS" at a position
+//! drawn from the prompt's hash in `[max(min_tokens, 1), max_tokens]`, so
+//! the same prompt always stops at the same place (`finish_reason`
+//! `"stop"`, or `"length"` when that position is `max_tokens`).
+
+use crate::tokenizer::{chat_prompt, fnv1a64, tokenize, VOCAB};
+use serde_json::{json, Value};
+
+/// `max_tokens` when the request gives none (OpenAI's completions default).
+pub const DEFAULT_MAX_TOKENS: u32 = 16;
+
+/// Which endpoint a body was sent to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /v1/completions`.
+    Completions,
+    /// `POST /v1/chat/completions`.
+    Chat,
+}
+
+/// An error as the OpenAI API returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status (4xx).
+    pub status: u16,
+    /// What is wrong.
+    pub message: String,
+    /// OpenAI's error type.
+    pub kind: ErrorKind,
+    /// The offending field, if one.
+    pub param: Option<&'static str>,
+}
+
+/// OpenAI's error `type`s used here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A malformed or out-of-range request.
+    InvalidRequest,
+    /// An unknown model or route.
+    NotFound,
+    /// The body is too large.
+    TooLarge,
+    /// The engine failed the request or is gone (a 5xx).
+    Unavailable,
+}
+
+impl ErrorKind {
+    fn name(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequest => "invalid_request_error",
+            ErrorKind::NotFound => "not_found_error",
+            ErrorKind::TooLarge => "invalid_request_error",
+            ErrorKind::Unavailable => "service_unavailable_error",
+        }
+    }
+}
+
+impl ApiError {
+    /// A 400 about `param`.
+    pub fn invalid(param: Option<&'static str>, message: impl Into<String>) -> Self {
+        ApiError {
+            status: 400,
+            message: message.into(),
+            kind: ErrorKind::InvalidRequest,
+            param,
+        }
+    }
+
+    /// A 404.
+    pub fn not_found(param: Option<&'static str>, message: impl Into<String>) -> Self {
+        ApiError {
+            status: 404,
+            message: message.into(),
+            kind: ErrorKind::NotFound,
+            param,
+        }
+    }
+
+    /// The response body: `{"error": {message, type, param, code}}`.
+    pub fn body(&self) -> Value {
+        json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind.name(),
+                "param": self.param,
+                "code": self.status,
+            }
+        })
+    }
+}
+
+/// What the server checks requests against.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// The served model name.
+    pub model: String,
+    /// Prompt plus output tokens may not exceed this.
+    pub max_model_len: u32,
+}
+
+/// A parsed generation request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GenRequest {
+    /// Which endpoint.
+    pub endpoint: Endpoint,
+    /// Prompt token ids (stand-in tokenizer, or as given).
+    pub prompt: Vec<u32>,
+    /// `max_tokens`.
+    pub max_tokens: u32,
+    /// `min_tokens`.
+    pub min_tokens: u32,
+    /// `ignore_eos`.
+    pub ignore_eos: bool,
+    /// `stream`.
+    pub stream: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+}
+
+impl GenRequest {
+    /// How many tokens it generates (see the module docs).
+    pub fn output_tokens(&self) -> u32 {
+        if self.ignore_eos {
+            return self.max_tokens;
+        }
+        let lo = self.min_tokens.max(1).min(self.max_tokens);
+        let mut bytes = Vec::with_capacity(self.prompt.len() * 4);
+        for t in &self.prompt {
+            bytes.extend_from_slice(&t.to_le_bytes());
+        }
+        let span = u64::from(self.max_tokens - lo) + 1;
+        lo + (handoff_core::request::mix64(fnv1a64(&bytes)) % span) as u32
+    }
+}
+
+fn uint(v: &Value, field: &'static str, max: u64) -> Result<Option<u64>, ApiError> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => match x.as_u64() {
+            Some(n) if n <= max => Ok(Some(n)),
+            Some(_) => Err(ApiError::invalid(
+                Some(field),
+                format!("{field} must be at most {max}"),
+            )),
+            None => Err(ApiError::invalid(
+                Some(field),
+                format!("{field} must be a non-negative integer"),
+            )),
+        },
+    }
+}
+
+fn boolean(v: &Value, field: &'static str) -> Result<bool, ApiError> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(ApiError::invalid(
+            Some(field),
+            format!("{field} must be a boolean"),
+        )),
+    }
+}
+
+fn token_ids(a: &[Value]) -> Result<Vec<u32>, ApiError> {
+    a.iter()
+        .map(|t| match t.as_u64() {
+            Some(n) if n < u64::from(VOCAB) => Ok(n as u32),
+            _ => Err(ApiError::invalid(
+                Some("prompt"),
+                format!("token ids must be integers in [0, {VOCAB})"),
+            )),
+        })
+        .collect()
+}
+
+fn prompt_tokens(v: &Value) -> Result<Vec<u32>, ApiError> {
+    let bad = || {
+        ApiError::invalid(
+            Some("prompt"),
+            "prompt must be a string, a list of token ids, or a one-element list of either",
+        )
+    };
+    match v.get("prompt") {
+        None | Some(Value::Null) => Err(ApiError::invalid(Some("prompt"), "prompt is required")),
+        Some(Value::String(s)) => Ok(tokenize(s)),
+        Some(Value::Array(a)) => match a.as_slice() {
+            [Value::String(s)] => Ok(tokenize(s)),
+            [Value::Array(ids)] => token_ids(ids),
+            ids if ids.iter().all(Value::is_number) && !ids.is_empty() => token_ids(ids),
+            [] => Err(ApiError::invalid(
+                Some("prompt"),
+                "prompt must not be empty",
+            )),
+            _ => Err(ApiError::invalid(
+                Some("prompt"),
+                "batched prompts are not supported: send one prompt per request",
+            )),
+        },
+        Some(_) => Err(bad()),
+    }
+}
+
+fn chat_tokens(v: &Value) -> Result<Vec<u32>, ApiError> {
+    let Some(Value::Array(msgs)) = v.get("messages") else {
+        return Err(ApiError::invalid(
+            Some("messages"),
+            "messages must be a list of messages",
+        ));
+    };
+    if msgs.is_empty() {
+        return Err(ApiError::invalid(
+            Some("messages"),
+            "messages must not be empty",
+        ));
+    }
+    let mut parts: Vec<(String, String)> = Vec::with_capacity(msgs.len());
+    for (i, m) in msgs.iter().enumerate() {
+        let Some(role) = m.get("role").and_then(Value::as_str) else {
+            return Err(ApiError::invalid(
+                Some("messages"),
+                format!("messages[{i}].role must be a string"),
+            ));
+        };
+        let content = match m.get("content") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(ps)) => {
+                let mut s = String::new();
+                for (j, p) in ps.iter().enumerate() {
+                    match (p.get("type").and_then(Value::as_str), p.get("text")) {
+                        (Some("text"), Some(Value::String(t))) => s.push_str(t),
+                        _ => {
+                            return Err(ApiError::invalid(
+                                Some("messages"),
+                                format!(
+                                    "messages[{i}].content[{j}]: only text parts are supported"
+                                ),
+                            ))
+                        }
+                    }
+                }
+                s
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    Some("messages"),
+                    format!("messages[{i}].content must be a string or a list of parts"),
+                ))
+            }
+        };
+        parts.push((role.to_string(), content));
+    }
+    Ok(tokenize(&chat_prompt(
+        parts.iter().map(|(r, c)| (r.as_str(), c.as_str())),
+    )))
+}
+
+/// Parses `body` sent to `endpoint`.
+pub fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<GenRequest, ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid(
+            None,
+            format!(
+                "the body is not valid JSON: {e} (line {}, column {})",
+                e.line(),
+                e.column()
+            ),
+        )
+    })?;
+    if !v.is_object() {
+        return Err(ApiError::invalid(None, "the body must be a JSON object"));
+    }
+    match v.get("model") {
+        Some(Value::String(m)) if *m == limits.model => {}
+        Some(Value::String(m)) => {
+            return Err(ApiError::not_found(
+                Some("model"),
+                format!("The model `{m}` does not exist."),
+            ))
+        }
+        _ => return Err(ApiError::invalid(Some("model"), "model must be a string")),
+    }
+    if let Some(n) = uint(&v, "n", u64::from(u32::MAX))? {
+        if n != 1 {
+            return Err(ApiError::invalid(Some("n"), "only n = 1 is supported"));
+        }
+    }
+    let prompt = match endpoint {
+        Endpoint::Completions => prompt_tokens(&v)?,
+        Endpoint::Chat => chat_tokens(&v)?,
+    };
+    if prompt.is_empty() {
+        return Err(ApiError::invalid(
+            Some("prompt"),
+            "the prompt has no tokens",
+        ));
+    }
+    let cap = u64::from(limits.max_model_len);
+    let max_tokens = match (endpoint, uint(&v, "max_completion_tokens", cap)?) {
+        (Endpoint::Chat, Some(n)) => Some(n),
+        _ => uint(&v, "max_tokens", cap)?,
+    }
+    .unwrap_or(u64::from(DEFAULT_MAX_TOKENS)) as u32;
+    if max_tokens == 0 {
+        return Err(ApiError::invalid(
+            Some("max_tokens"),
+            "max_tokens must be at least 1",
+        ));
+    }
+    let min_tokens = uint(&v, "min_tokens", cap)?.unwrap_or(0) as u32;
+    if min_tokens > max_tokens {
+        return Err(ApiError::invalid(
+            Some("min_tokens"),
+            format!("min_tokens ({min_tokens}) must not exceed max_tokens ({max_tokens})"),
+        ));
+    }
+    let total = prompt.len() as u64 + u64::from(max_tokens);
+    if total > cap {
+        return Err(ApiError::invalid(
+            Some("max_tokens"),
+            format!(
+                "This model's maximum context length is {cap} tokens. However, you requested \
+                 {total} tokens ({} in the prompt, {max_tokens} in the completion). Please \
+                 reduce the length of the prompt or completion.",
+                prompt.len()
+            ),
+        ));
+    }
+    let stream = boolean(&v, "stream")?;
+    let include_usage = match v.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(o @ Value::Object(_)) => {
+            if !stream {
+                return Err(ApiError::invalid(
+                    Some("stream_options"),
+                    "stream_options can only be set when stream is true",
+                ));
+            }
+            boolean(o, "include_usage")?
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Some("stream_options"),
+                "stream_options must be an object",
+            ))
+        }
+    };
+    Ok(GenRequest {
+        endpoint,
+        prompt,
+        max_tokens,
+        min_tokens,
+        ignore_eos: boolean(&v, "ignore_eos")?,
+        stream,
+        include_usage,
+    })
+}
+
+/// Token counts of a finished request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt: u32,
+    /// Generated tokens.
+    pub completion: u32,
+    /// Prompt tokens served from the prefix cache.
+    pub cached: u32,
+}
+
+impl Usage {
+    /// The `usage` object.
+    pub fn json(&self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt,
+            "completion_tokens": self.completion,
+            "total_tokens": self.prompt + self.completion,
+            "prompt_tokens_details": {"cached_tokens": self.cached},
+        })
+    }
+}
+
+/// Ids and names shared by one response's bodies.
+#[derive(Clone, Debug)]
+pub struct Meta {
+    /// `cmpl-…` or `chatcmpl-…`.
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model.
+    pub model: String,
+    /// Which endpoint.
+    pub endpoint: Endpoint,
+}
+
+impl Meta {
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.endpoint, chunk) {
+            (Endpoint::Completions, _) => "text_completion",
+            (Endpoint::Chat, false) => "chat.completion",
+            (Endpoint::Chat, true) => "chat.completion.chunk",
+        }
+    }
+
+    /// The whole (non-streamed) response.
+    pub fn response(&self, text: &str, finish: &str, usage: Usage) -> Value {
+        let choice = match self.endpoint {
+            Endpoint::Completions => json!({
+                "index": 0, "text": text, "logprobs": null, "finish_reason": finish,
+            }),
+            Endpoint::Chat => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+        };
+        json!({
+            "id": self.id, "object": self.object(false), "created": self.created,
+            "model": self.model, "choices": [choice], "usage": usage.json(),
+        })
+    }
+
+    /// A stream chunk carrying `text` (chat: the first carries the role),
+    /// or the finish reason.
+    pub fn chunk(&self, text: &str, first: bool, finish: Option<&str>) -> Value {
+        let choice = match self.endpoint {
+            Endpoint::Completions => json!({
+                "index": 0, "text": text, "logprobs": null, "finish_reason": finish,
+            }),
+            Endpoint::Chat => {
+                let delta = if first {
+                    json!({"role": "assistant", "content": text})
+                } else if finish.is_some() && text.is_empty() {
+                    json!({})
+                } else {
+                    json!({"content": text})
+                };
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            }
+        };
+        json!({
+            "id": self.id, "object": self.object(true), "created": self.created,
+            "model": self.model, "choices": [choice],
+        })
+    }
+
+    /// The closing usage chunk (`stream_options.include_usage`).
+    pub fn usage_chunk(&self, usage: Usage) -> Value {
+        json!({
+            "id": self.id, "object": self.object(true), "created": self.created,
+            "model": self.model, "choices": [], "usage": usage.json(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            model: "m".into(),
+            max_model_len: 100,
+        }
+    }
+
+    fn p(e: Endpoint, body: &str) -> Result<GenRequest, ApiError> {
+        parse(e, body.as_bytes(), &limits())
+    }
+
+    #[test]
+    fn completion_forms() {
+        let a = p(
+            Endpoint::Completions,
+            r#"{"model":"m","prompt":"hello world"}"#,
+        )
+        .unwrap();
+        assert_eq!(a.prompt, tokenize("hello world"));
+        assert_eq!(a.max_tokens, DEFAULT_MAX_TOKENS);
+        let b = p(
+            Endpoint::Completions,
+            r#"{"model":"m","prompt":["hello world"]}"#,
+        )
+        .unwrap();
+        assert_eq!(a.prompt, b.prompt);
+        let c = p(
+            Endpoint::Completions,
+            r#"{"model":"m","prompt":[1,2,3],"max_tokens":5}"#,
+        )
+        .unwrap();
+        assert_eq!(c.prompt, vec![1, 2, 3]);
+        let d = p(Endpoint::Completions, r#"{"model":"m","prompt":[[1,2,3]]}"#).unwrap();
+        assert_eq!(d.prompt, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn chat_forms_and_options() {
+        let a = p(
+            Endpoint::Chat,
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],
+                "max_completion_tokens":7,"stream":true,"stream_options":{"include_usage":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(a.max_tokens, 7);
+        assert!(a.stream && a.include_usage);
+        let b = p(
+            Endpoint::Chat,
+            r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(b.prompt, tokenize(&chat_prompt([("user", "hi")])));
+    }
+
+    #[test]
+    fn errors_are_located_4xx() {
+        let cases = [
+            (r#"{"model":"m","prompt":"x""#, 400, None),
+            (r#"[]"#, 400, None),
+            (r#"{"model":"other","prompt":"x"}"#, 404, Some("model")),
+            (r#"{"prompt":"x"}"#, 400, Some("model")),
+            (r#"{"model":"m"}"#, 400, Some("prompt")),
+            (r#"{"model":"m","prompt":""}"#, 400, Some("prompt")),
+            (r#"{"model":"m","prompt":[]}"#, 400, Some("prompt")),
+            (r#"{"model":"m","prompt":["a","b"]}"#, 400, Some("prompt")),
+            (r#"{"model":"m","prompt":[-1]}"#, 400, Some("prompt")),
+            (
+                r#"{"model":"m","prompt":"x","max_tokens":0}"#,
+                400,
+                Some("max_tokens"),
+            ),
+            (
+                r#"{"model":"m","prompt":"x","max_tokens":-3}"#,
+                400,
+                Some("max_tokens"),
+            ),
+            (
+                r#"{"model":"m","prompt":"x","max_tokens":1e30}"#,
+                400,
+                Some("max_tokens"),
+            ),
+            (
+                r#"{"model":"m","prompt":"x","max_tokens":100}"#,
+                400,
+                Some("max_tokens"),
+            ),
+            (
+                r#"{"model":"m","prompt":"x","max_tokens":4,"min_tokens":5}"#,
+                400,
+                Some("min_tokens"),
+            ),
+            (r#"{"model":"m","prompt":"x","n":2}"#, 400, Some("n")),
+            (
+                r#"{"model":"m","prompt":"x","stream":"yes"}"#,
+                400,
+                Some("stream"),
+            ),
+            (
+                r#"{"model":"m","prompt":"x","stream_options":{"include_usage":true}}"#,
+                400,
+                Some("stream_options"),
+            ),
+        ];
+        for (body, status, param) in cases {
+            let e = p(Endpoint::Completions, body).expect_err(body);
+            assert_eq!((e.status, e.param), (status, param), "{body}");
+            assert_eq!(e.body()["error"]["code"], status);
+        }
+        let e = p(Endpoint::Chat, r#"{"model":"m","messages":[]}"#).unwrap_err();
+        assert_eq!(e.param, Some("messages"));
+        let e = p(
+            Endpoint::Chat,
+            r#"{"model":"m","messages":[{"content":"x"}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.param, Some("messages"));
+    }
+
+    #[test]
+    fn output_length_rules() {
+        let mut r = p(
+            Endpoint::Completions,
+            r#"{"model":"m","prompt":"abc","max_tokens":9}"#,
+        )
+        .unwrap();
+        r.ignore_eos = true;
+        assert_eq!(r.output_tokens(), 9);
+        r.ignore_eos = false;
+        for min in 0..=9 {
+            r.min_tokens = min;
+            let n = r.output_tokens();
+            assert!(n >= min.max(1) && n <= 9, "{min} -> {n}");
+            assert_eq!(n, r.output_tokens());
+        }
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        const SEEDS: [&str; 4] = [
+            r#"{"model":"m","prompt":"hello world","max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}"#,
+            r#"{"model":"m","prompt":[1,2,3],"min_tokens":2,"ignore_eos":true}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_completion_tokens":3}"#,
+            r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}],"n":1}"#,
+        ];
+
+        fn check(body: &[u8]) {
+            for e in [Endpoint::Completions, Endpoint::Chat] {
+                match parse(e, body, &limits()) {
+                    Ok(r) => {
+                        assert!(r.max_tokens >= 1 && r.min_tokens <= r.max_tokens);
+                        assert!(r.prompt.len() as u64 + u64::from(r.max_tokens) <= 100);
+                        assert!(!r.prompt.is_empty());
+                        let n = r.output_tokens();
+                        assert!(n >= 1 && n <= r.max_tokens);
+                    }
+                    Err(err) => {
+                        assert!((400..500).contains(&err.status));
+                        assert!(!err.message.is_empty());
+                    }
+                }
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+                check(&body);
+            }
+
+            #[test]
+            fn mutated_bodies_never_panic(
+                seed in 0usize..SEEDS.len(),
+                edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..8),
+            ) {
+                let mut b = SEEDS[seed].as_bytes().to_vec();
+                for (at, byte, op) in edits {
+                    let i = at % (b.len() + 1);
+                    match op {
+                        0 => b.insert(i, byte),
+                        1 if i < b.len() => { b.remove(i); }
+                        _ if i < b.len() => b[i] = byte,
+                        _ => b.push(byte),
+                    }
+                }
+                check(&b);
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Starting and stopping a server: the tokio runtime (HTTP and ZMQ), the
+//! engine thread, and shutdown on SIGINT/SIGTERM (or a caller's signal).
+
+use crate::driver::{self, Cmd, DriverConfig, EngineView};
+use crate::dynamo_events::RouterEventWriter;
+use crate::http::{router, AppState};
+use crate::metrics::Metrics;
+use crate::openai::Limits;
+use crate::zmq_pub::{KvEndpoints, KvPublishers};
+use handoff_replay::{deployment, EngineSpec, ReplayConfig, Report};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+/// Everything `serve` needs.
+pub struct ServeConfig {
+    /// The deployment (as replay builds it).
+    pub cfg: ReplayConfig,
+    /// Every worker's engine, by id.
+    pub specs: Vec<EngineSpec>,
+    /// Model time runs this much faster than wall time.
+    pub speed: f64,
+    /// Where HTTP listens (`127.0.0.1:0` picks a free port).
+    pub http: String,
+    /// The served model name.
+    pub model: String,
+    /// Prompt plus output tokens per request, at most.
+    pub max_model_len: u32,
+    /// ZMQ KV event sockets, if asked for.
+    pub kv: Option<KvEndpoints>,
+    /// `--kv-events-out`.
+    pub kv_jsonl: Option<RouterEventWriter>,
+}
+
+/// `tcp://HOST:PORT` with `PORT + i` for each of `n` workers.
+pub fn per_worker(base: &str, n: usize, flag: &str) -> Result<Vec<String>, String> {
+    let rest = base
+        .strip_prefix("tcp://")
+        .ok_or_else(|| format!("{flag} {base}: expected tcp://HOST:PORT"))?;
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{flag} {base}: expected tcp://HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{flag} {base}: the port is not a number"))?;
+    (0..n)
+        .map(|i| {
+            let p = u16::try_from(usize::from(port) + i)
+                .map_err(|_| format!("{flag} {base}: worker {i}'s port is past 65535"))?;
+            Ok(format!("tcp://{host}:{p}"))
+        })
+        .collect()
+}
+
+/// Runs the server until SIGINT/SIGTERM; `on_listen` is told the bound
+/// HTTP address first. Returns the run's report.
+pub fn serve(c: ServeConfig, on_listen: impl FnOnce(SocketAddr)) -> Result<Report, String> {
+    serve_until(c, on_listen, shutdown_signal())
+}
+
+/// [`serve`] until `stop` completes instead of a signal (tests, embedders).
+pub fn serve_until(
+    c: ServeConfig,
+    on_listen: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Report, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    rt.block_on(run(c, on_listen, stop))
+}
+
+async fn run(
+    c: ServeConfig,
+    on_listen: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Report, String> {
+    let workers = deployment(&c.cfg);
+    if c.specs.len() != workers.len() {
+        return Err("one engine spec per worker is needed".into());
+    }
+    let pools: Vec<_> = workers.iter().map(|(_, p)| *p).collect();
+    let metrics = Arc::new(Metrics::new(c.cfg.backend, &c.model, &pools));
+    let kv = match &c.kv {
+        Some(ep) => Some(KvPublishers::start(ep).await?),
+        None => None,
+    };
+    let listener = tokio::net::TcpListener::bind(&c.http)
+        .await
+        .map_err(|e| format!("--http {}: {e}", c.http))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("--http {}: {e}", c.http))?;
+    let view = Arc::new(Mutex::new(EngineView::default()));
+    let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
+    let d = DriverConfig {
+        cfg: c.cfg,
+        specs: c.specs,
+        speed: c.speed,
+        metrics: metrics.clone(),
+        kv,
+        jsonl: c.kv_jsonl,
+        view: view.clone(),
+    };
+    let engine = std::thread::Builder::new()
+        .name("engine".into())
+        .spawn(move || driver::run(d, rx))
+        .map_err(|e| format!("starting the engine thread: {e}"))?;
+    let state = Arc::new(AppState {
+        tx: tx.clone(),
+        next_id: AtomicU64::new(0),
+        limits: Limits {
+            model: c.model,
+            max_model_len: c.max_model_len,
+        },
+        metrics,
+        view,
+        created: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    });
+    on_listen(addr);
+    let served = axum::serve(listener, router(state))
+        .with_graceful_shutdown(stop)
+        .await;
+    let _ = tx.send(Cmd::Shutdown);
+    let report = engine
+        .join()
+        .map_err(|_| "the engine thread panicked".to_string())?;
+    served.map_err(|e| format!("http: {e}"))?;
+    report
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_worker_ports() {
+        assert_eq!(
+            per_worker("tcp://127.0.0.1:5557", 3, "--kv-events").unwrap(),
+            vec![
+                "tcp://127.0.0.1:5557",
+                "tcp://127.0.0.1:5558",
+                "tcp://127.0.0.1:5559"
+            ]
+        );
+        assert!(per_worker("127.0.0.1:5557", 1, "--kv-events").is_err());
+        assert!(per_worker("tcp://h:x", 1, "--kv-events").is_err());
+        assert!(per_worker("tcp://h:65535", 2, "--kv-events").is_err());
+    }
+}

@@ -1,0 +1,145 @@
+//! vLLM's KV event wire format, as its ZMQ publisher sends it
+//! (`vllm/distributed/kv_events.py`: `EventBatch`, `KVEventBatch`,
+//! `BlockStored`, `BlockRemoved`, `AllBlocksCleared`; `ZmqEventPublisher`).
+//!
+//! - A message is three ZMQ frames: the topic, the batch's sequence number
+//!   as 8 bytes big-endian, and the msgpack payload.
+//! - The payload is a `KVEventBatch`, a msgspec struct with
+//!   `array_like=True`: the array `[ts, events, data_parallel_rank]` (`ts`
+//!   a float of Unix seconds; the rank is written, as vLLM does when it is
+//!   set).
+//! - Each event is a msgspec struct with `array_like=True, tag=True`: an
+//!   array whose first element is the class name, then the fields in
+//!   order: `["BlockStored", block_hashes, parent_block_hash, token_ids,
+//!   block_size, lora_id, medium]`, `["BlockRemoved", block_hashes,
+//!   medium]`, `["AllBlocksCleared"]`. Hashes are unsigned 64-bit ints
+//!   (vLLM's `ExternalBlockHash` may be an int).
+//! - The replay socket is a ROUTER: a client sends `[b"", start_seq (8
+//!   bytes big-endian)]`; it is answered, frame for frame, with every
+//!   buffered message whose sequence is at least `start_seq` as
+//!   `[b"", seq, payload]`, then `[b"", END_SEQ, b""]` with `END_SEQ` = -1
+//!   as 8 bytes big-endian two's complement.
+
+use rmpv::Value;
+
+/// The sequence number vLLM's replay socket ends a replay with (-1).
+pub const END_SEQ: [u8; 8] = (-1i64).to_be_bytes();
+
+/// The storage medium written in events (vLLM's `"GPU"` for device KV).
+pub const MEDIUM: &str = "GPU";
+
+/// One KV cache event in vLLM's terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WireEvent {
+    /// `BlockStored`.
+    BlockStored {
+        /// Chained hashes, in prefix order.
+        block_hashes: Vec<u64>,
+        /// The block these extend, `None` at the root.
+        parent_block_hash: Option<u64>,
+        /// The stored blocks' token ids, concatenated (`block_size` each).
+        token_ids: Vec<u32>,
+        /// Tokens per block.
+        block_size: u32,
+    },
+    /// `BlockRemoved`.
+    BlockRemoved {
+        /// Hashes no longer cached.
+        block_hashes: Vec<u64>,
+    },
+    /// `AllBlocksCleared`.
+    AllBlocksCleared,
+}
+
+fn hashes(h: &[u64]) -> Value {
+    Value::Array(h.iter().map(|x| Value::from(*x)).collect())
+}
+
+impl WireEvent {
+    fn to_value(&self) -> Value {
+        match self {
+            WireEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+            } => Value::Array(vec![
+                Value::from("BlockStored"),
+                hashes(block_hashes),
+                parent_block_hash.map_or(Value::Nil, Value::from),
+                Value::Array(token_ids.iter().map(|t| Value::from(*t)).collect()),
+                Value::from(*block_size),
+                Value::Nil,
+                Value::from(MEDIUM),
+            ]),
+            WireEvent::BlockRemoved { block_hashes } => Value::Array(vec![
+                Value::from("BlockRemoved"),
+                hashes(block_hashes),
+                Value::from(MEDIUM),
+            ]),
+            WireEvent::AllBlocksCleared => Value::Array(vec![Value::from("AllBlocksCleared")]),
+        }
+    }
+}
+
+/// The msgpack payload of a `KVEventBatch` of `events` at `ts` (Unix
+/// seconds) from data-parallel rank `dp_rank`.
+pub fn encode_batch(ts: f64, events: &[WireEvent], dp_rank: u32) -> Vec<u8> {
+    let v = Value::Array(vec![
+        Value::F64(ts),
+        Value::Array(events.iter().map(WireEvent::to_value).collect()),
+        Value::from(dp_rank),
+    ]);
+    let mut out = Vec::with_capacity(64);
+    // Writing to a Vec cannot fail.
+    let _ = rmpv::encode::write_value(&mut out, &v);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_layout_is_vllms() {
+        let ev = [
+            WireEvent::BlockStored {
+                block_hashes: vec![u64::MAX, 32],
+                parent_block_hash: None,
+                token_ids: vec![1, 2, 3, 4],
+                block_size: 2,
+            },
+            WireEvent::BlockRemoved {
+                block_hashes: vec![7],
+            },
+            WireEvent::AllBlocksCleared,
+        ];
+        let bytes = encode_batch(1.5, &ev, 0);
+        let v = rmpv::decode::read_value(&mut &bytes[..]).expect("valid msgpack");
+        let top = v.as_array().expect("array-like batch");
+        assert_eq!(top.len(), 3);
+        assert_eq!(top[0].as_f64(), Some(1.5));
+        assert_eq!(top[2].as_u64(), Some(0));
+        let events = top[1].as_array().expect("events");
+        let stored = events[0].as_array().expect("tagged array");
+        assert_eq!(stored[0].as_str(), Some("BlockStored"));
+        assert_eq!(stored.len(), 7);
+        assert_eq!(
+            stored[1].as_array().map(|a| a[0].as_u64()),
+            Some(Some(u64::MAX))
+        );
+        assert!(stored[2].is_nil());
+        assert_eq!(stored[4].as_u64(), Some(2));
+        assert!(stored[5].is_nil());
+        assert_eq!(stored[6].as_str(), Some("GPU"));
+        let removed = events[1].as_array().expect("tagged array");
+        assert_eq!(removed[0].as_str(), Some("BlockRemoved"));
+        assert_eq!(removed.len(), 3);
+        assert_eq!(events[2].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn end_marker_is_minus_one() {
+        assert_eq!(END_SEQ, [0xff; 8]);
+    }
+}

@@ -1,0 +1,265 @@
+//! The server end to end over loopback with a plain HTTP/1.1 client: whole
+//! and streamed completions, OpenAI errors, and a client that disconnects
+//! mid-stream leaving every worker drained (its lease and reservation
+//! ended). The Python suite (`tests/python/`) checks the same with real
+//! clients; this one runs with `cargo test`.
+
+use handoff_replay::{EngineSpec, ReplayConfig};
+use handoff_serve::{serve_until, ServeConfig};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+struct Running {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<handoff_replay::Report, String>>>,
+}
+
+impl Running {
+    fn start() -> Running {
+        Running::start_with(ReplayConfig::default(), EngineSpec::default())
+    }
+
+    /// One prefill and one decode worker of `spec`'s engine.
+    fn start_with(base: ReplayConfig, spec: EngineSpec) -> Running {
+        let cfg = ReplayConfig {
+            prefill_workers: 1,
+            decode_workers: 1,
+            ..base
+        };
+        let specs = vec![spec; 2];
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (atx, arx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            serve_until(
+                ServeConfig {
+                    cfg,
+                    specs,
+                    speed: 1.0,
+                    http: "127.0.0.1:0".into(),
+                    model: "m".into(),
+                    max_model_len: 65_536,
+                    kv: None,
+                    kv_jsonl: None,
+                },
+                move |a| {
+                    let _ = atx.send(a);
+                },
+                async move {
+                    let _ = rx.await;
+                },
+            )
+        });
+        let addr = arx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the server listens");
+        Running {
+            addr,
+            stop: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn send(&self, method: &str, path: &str, body: &str) -> TcpStream {
+        let mut s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).ok();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("write");
+        s
+    }
+
+    /// Status and body of a request read to the end.
+    fn call(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let mut s = self.send(method, path, body);
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("read");
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("status line");
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    fn json(&self, path: &str) -> serde_json::Value {
+        let (status, body) = self.call("GET", path, "");
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).expect("json body")
+    }
+
+    fn wait_drained(&self) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let v = self.json("/debug/workers");
+            let drained = v["workers"]
+                .as_array()
+                .is_some_and(|ws| ws.iter().all(|w| w["drained"] == true));
+            if drained && v["in_flight"] == 0 && v["open_streams"] == 0 {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "not drained: {v}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(mut self) -> handoff_replay::Report {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.thread
+            .take()
+            .expect("running")
+            .join()
+            .expect("no panic")
+            .expect("the run reports")
+    }
+}
+
+const PROMPT: &str = "The quick brown fox jumps over the lazy dog while the mock engine \
+    prefills every block of this prompt and hands its KV to the decode worker.";
+
+#[test]
+fn whole_streamed_errors_and_disconnect() {
+    let s = Running::start();
+    // Whole completion, usage and token counts.
+    let body = format!(r#"{{"model":"m","prompt":"{PROMPT}","max_tokens":6,"ignore_eos":true}}"#);
+    let (status, text) = s.call("POST", "/v1/completions", &body);
+    assert_eq!(status, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    let prompt_tokens = v["usage"]["prompt_tokens"].as_u64().expect("count");
+    assert!(prompt_tokens > 16);
+
+    // The same prompt again hits the prefill worker's prefix cache.
+    let (_, text) = s.call("POST", "/v1/completions", &body);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .expect("cached");
+    assert!(
+        cached > 0 && cached.is_multiple_of(16) && cached < prompt_tokens,
+        "{cached}"
+    );
+
+    // Streamed chat: one chunk per token, usage, then [DONE].
+    let chat = r#"{"model":"m","messages":[{"role":"user","content":"hi there"}],"max_tokens":5,
+        "ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}"#;
+    let (status, text) = s.call("POST", "/v1/chat/completions", chat);
+    assert_eq!(status, 200);
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"));
+    let chunks: Vec<serde_json::Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("chunk json"))
+        .collect();
+    let content = chunks
+        .iter()
+        .filter(|c| c["choices"][0]["delta"]["content"].is_string())
+        .count();
+    assert_eq!(content, 5);
+    assert_eq!(
+        chunks.last().expect("usage")["usage"]["completion_tokens"],
+        5
+    );
+
+    // Errors are OpenAI JSON with a 4xx status.
+    for (path, body, status) in [
+        ("/v1/completions", "{not json", 400),
+        ("/v1/completions", r#"{"model":"x","prompt":"a"}"#, 404),
+        (
+            "/v1/completions",
+            r#"{"model":"m","prompt":"a","max_tokens":70000}"#,
+            400,
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"model":"m","messages":[]}"#,
+            400,
+        ),
+        ("/nope", "", 404),
+    ] {
+        let (got, text) = s.call("POST", path, body);
+        assert_eq!(got, status, "{path} {body}: {text}");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("error json");
+        assert_eq!(v["error"]["code"], status);
+    }
+
+    // A client that goes away mid-stream: its request is cancelled and
+    // every worker drains (lease released, reservation ended).
+    let long = format!(
+        r#"{{"model":"m","prompt":"{PROMPT} and more","max_tokens":30000,"ignore_eos":true,"stream":true}}"#
+    );
+    let mut conn = s.send("POST", "/v1/completions", &long);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.windows(6).filter(|w| w == b"data: ").count() < 4 {
+        let n = conn.read(&mut buf).expect("read");
+        assert!(n > 0, "the stream ended early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let v = s.json("/debug/workers");
+    assert_eq!(v["open_streams"], 1);
+    drop(conn);
+    let v = s.wait_drained();
+    for w in v["workers"].as_array().expect("workers") {
+        assert_eq!(w["live_handoffs"], 0);
+        assert_eq!(w["capacity"]["pinned_source_blocks"], 0);
+        assert_eq!(w["capacity"]["reserved_destination_blocks"], 0);
+        assert_eq!(w["capacity"]["active_blocks"], 0);
+    }
+    let report = s.stop();
+    assert_eq!(report.completed_requests, 3);
+    assert_eq!(report.failed_requests, 1);
+    assert_eq!(report.lifecycle.failure_reasons.get("client"), Some(&1));
+}
+
+#[test]
+fn sglang_destination_first_serves_with_its_metric_names() {
+    let spec = EngineSpec {
+        backend: handoff_core::Backend::Sglang,
+        ..EngineSpec::default()
+    };
+    let cfg = ReplayConfig {
+        backend: handoff_core::Backend::Sglang,
+        policy: handoff_core::HandoffPolicy::DestinationFirst,
+        block_size: spec.event_block_tokens(),
+        ..ReplayConfig::default()
+    };
+    let s = Running::start_with(cfg, spec);
+    let body = format!(r#"{{"model":"m","prompt":"{PROMPT}","max_tokens":4,"ignore_eos":true}}"#);
+    let (status, text) = s.call("POST", "/v1/completions", &body);
+    assert_eq!(status, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["usage"]["completion_tokens"], 4);
+    s.wait_drained();
+    let (status, metrics) = s.call("GET", "/metrics", "");
+    assert_eq!(status, 200);
+    for name in [
+        "sglang:num_running_reqs{",
+        "sglang:num_queue_reqs{",
+        "sglang:token_usage{",
+        "sglang:cache_hit_rate{",
+        "sglang:handoff_reserved_destination_blocks{",
+        "sglang:e2e_request_latency_seconds_count{",
+    ] {
+        assert!(metrics.contains(name), "{name} missing");
+    }
+    assert!(!metrics.contains("vllm:"));
+    let report = s.stop();
+    assert_eq!(report.completed_requests, 1);
+    assert_eq!(report.lifecycle.handoffs_activated, 1);
+}
