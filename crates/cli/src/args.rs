@@ -130,7 +130,8 @@ pub struct DeployArgs {
     /// virtual-clock live; on the wall clock the network's own).
     #[arg(long, default_value_t = 500, value_name = "US")]
     pub message_latency_us: u64,
-    /// Destination reservation lifetime, in seconds [default: 300].
+    /// Destination reservation lifetime, in seconds [default: vllm and
+    /// trtllm none (vLLM has no decode-side deadline), sglang 300].
     #[arg(long, value_name = "S")]
     pub reservation_ttl_s: Option<u64>,
     /// Source lease lifetime, in seconds [default: vllm and trtllm 480,
@@ -406,7 +407,7 @@ impl DeployArgs {
 
     /// Lifecycle timers.
     pub fn handoff(&self) -> HandoffConfig {
-        let mut h = HandoffConfig::default();
+        let mut h = HandoffConfig::for_backend(self.backend());
         if let Some(s) = self.reservation_ttl_s {
             h.reservation_ttl = Duration::from_secs(s);
         }

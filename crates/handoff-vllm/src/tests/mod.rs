@@ -3,9 +3,11 @@
 //! identity ([`check_identity`]), the exactly-once [`Ledger`] and a full
 //! internal audit (every reference accounted for by exactly one owner).
 
+mod generated;
 mod lifecycle;
 mod multistep;
 mod state_machine;
+mod waiting_loop;
 
 use crate::block_pool::Owner;
 use crate::core::VllmCore;
