@@ -94,9 +94,12 @@ pub struct DeployArgs {
     /// and trtllm, 1 for sglang].
     #[arg(long, value_name = "TOKENS")]
     pub block_size: Option<u32>,
-    /// Running-batch limit per worker, in requests.
-    #[arg(long, default_value_t = 256, value_name = "N")]
-    pub max_running: u32,
+    /// Running-batch limit per worker, in requests [default: vllm and
+    /// trtllm 1024, vLLM's max_num_seqs as `vllm serve` derives it on an
+    /// H100-class GPU (>= 70 GiB, not A100; EngineArgs.get_batch_defaults);
+    /// sglang 256].
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<u32>,
     /// Prefill tokens per pass (max_num_batched_tokens / chunked_prefill_size).
     #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
     pub max_batched_tokens: u32,
@@ -325,7 +328,10 @@ impl DeployArgs {
         if block_size == 0 {
             return Err("--block-size: must be at least 1".into());
         }
-        if self.max_running == 0 {
+        let max_running = self
+            .max_running
+            .unwrap_or(EngineSpec::default_max_running(backend));
+        if max_running == 0 {
             return Err("--max-running: must be at least 1".into());
         }
         if self.max_batched_tokens == 0 {
@@ -339,7 +345,7 @@ impl DeployArgs {
                 backend,
                 kv_tokens,
                 block_size,
-                max_running: self.max_running,
+                max_running,
                 max_batched_tokens: self.max_batched_tokens,
                 speedup_ratio: pass_speedup,
                 source_lease_ttl: self.lease_ttl_s.map(Duration::from_secs),

@@ -31,7 +31,7 @@ impl Default for EngineSpec {
             backend: Backend::Vllm,
             kv_tokens: 16_384 * 16,
             block_size: 16,
-            max_running: 256,
+            max_running: EngineSpec::default_max_running(Backend::Vllm),
             max_batched_tokens: 8192,
             speedup_ratio: 1.0,
             source_lease_ttl: None,
@@ -40,6 +40,17 @@ impl Default for EngineSpec {
 }
 
 impl EngineSpec {
+    /// The running-batch limit a `backend` worker gets unless told: vLLM's
+    /// `max_num_seqs` as `vllm serve` derives it on the H100-class GPU the
+    /// mocker assumes ([`handoff_vllm::DEFAULT_MAX_NUM_SEQS`], 1024); SGLang
+    /// 256.
+    pub fn default_max_running(backend: Backend) -> u32 {
+        match backend {
+            Backend::Sglang => 256,
+            Backend::Vllm | Backend::TrtLlm => handoff_vllm::DEFAULT_MAX_NUM_SEQS,
+        }
+    }
+
     /// The granularity of the engine's KV events, which routers must hash
     /// requests with.
     pub fn event_block_tokens(&self) -> u32 {
