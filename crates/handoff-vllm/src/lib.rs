@@ -46,6 +46,10 @@
 //! - A reservation is granted at the end of the pass whose waiting loop
 //!   granted it (vLLM allocates at the start of the step and starts the NIXL
 //!   read during it); a pass that only grants takes no time.
+//! - While nothing is running, the waiting loop passes over a request or
+//!   destination that does not fit instead of stopping (liveness; upstream
+//!   can wedge there), and a queued destination a call could not grant is
+//!   reported once as `StepOutput::unavailable` (the role's `Unavailable`).
 //! - Generated tokens have no ids, so their blocks' hashes stand for "this
 //!   request's own output": they never match another request's blocks.
 //! - A handoff prefill samples no token and is always held, even when its

@@ -8,7 +8,10 @@
 //!    is not free preempts the newest running request by recompute, repeatedly,
 //!    possibly itself (`self.running.pop()` + `_preempt_request`).
 //! 2. Only if nothing was preempted, waiting requests are admitted FIFO while
-//!    a running slot (`max_num_seqs`) and token budget remain. A prefix-cache
+//!    a running slot (`max_num_seqs`) and token budget remain. Queued
+//!    destinations in that queue are granted their blocks there (taking no
+//!    slot or budget; the first that does not fit stops the loop), and
+//!    destinations waiting for their KV are skipped in place. A prefix-cache
 //!    hit skips its full blocks (never the last prompt token); admission needs
 //!    the whole sequence to fit, plus the watermark while anything runs
 //!    (`allocate_slots(full_sequence_must_fit=scheduler_reserve_full_isl)`);
@@ -26,7 +29,7 @@
 //!    ownership at that point and emits nothing. A request that reached its
 //!    output length finishes and frees its blocks.
 //!
-//! Multi-pass: a first pass that finished, pinned or preempted anything ends
+//! Multi-pass: a first pass that finished, pinned, preempted or granted anything ends
 //! the call, so those facts always happen at the call's end, where the
 //! caller timestamps them. Tokens flagged `first` can only come from the
 //! first pass (the planned passes are pure decodes of requests that already
