@@ -96,10 +96,11 @@ pub struct DeployArgs {
     #[arg(long, value_name = "TOKENS")]
     pub block_size: Option<u32>,
     /// Running-batch limit per worker, in requests [default: vllm and
-    /// trtllm 256 (vLLM's max_num_seqs); sglang derived from the worker's KV
-    /// pool as SGLang derives --max-running-requests: min(clamp(KV tokens /
-    /// 131072 context × 512, 2048, 4096), KV tokens / 2), so 2048 for the
-    /// default 262144-token pool].
+    /// trtllm 1024, vLLM's max_num_seqs as `vllm serve` derives it on an
+    /// H100-class GPU (>= 70 GiB, not A100; EngineArgs.get_batch_defaults);
+    /// sglang derived from the worker's KV pool as SGLang derives
+    /// --max-running-requests: min(clamp(KV tokens / 131072 context × 512,
+    /// 2048, 4096), KV tokens / 2), so 2048 for the default 262144-token pool].
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
     /// Prefill tokens per pass (max_num_batched_tokens / chunked_prefill_size).
@@ -143,7 +144,8 @@ pub struct DeployArgs {
     /// virtual-clock live; on the wall clock the network's own).
     #[arg(long, default_value_t = 500, value_name = "US")]
     pub message_latency_us: u64,
-    /// Destination reservation lifetime, in seconds [default: 300].
+    /// Destination reservation lifetime, in seconds [default: vllm and
+    /// trtllm none (vLLM has no decode-side deadline), sglang 300].
     #[arg(long, value_name = "S")]
     pub reservation_ttl_s: Option<u64>,
     /// Source lease lifetime, in seconds [default: vllm and trtllm 480,
@@ -438,7 +440,7 @@ impl DeployArgs {
 
     /// Lifecycle timers.
     pub fn handoff(&self) -> HandoffConfig {
-        let mut h = HandoffConfig::default();
+        let mut h = HandoffConfig::for_backend(self.backend());
         if let Some(s) = self.reservation_ttl_s {
             h.reservation_ttl = Duration::from_secs(s);
         }

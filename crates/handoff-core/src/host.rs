@@ -317,14 +317,57 @@ mod tests {
     use crate::testing::FakeCore;
 
     fn host() -> WorkerHost<FakeCore> {
+        host_with(HandoffConfig::default())
+    }
+
+    fn host_with(config: HandoffConfig) -> WorkerHost<FakeCore> {
         let core = FakeCore::new(Backend::Vllm, 64, 16);
         WorkerHost::new(Worker::new(
             WorkerId(0),
             Generation(0),
             HandoffPolicy::SourceFirst,
-            HandoffConfig::default(),
+            config,
             core,
         ))
+    }
+
+    /// vLLM has no decode-side reservation deadline: a routed destination
+    /// arms no timer (one at `Instant::MAX` would move a driver's clock
+    /// there), while the SGLang default still does.
+    #[test]
+    fn vllm_destinations_arm_no_reservation_timer() {
+        use crate::request::Request;
+        use crate::worker::WorkerRequest;
+        use crate::{HandoffId, RequestId};
+        let route = |h: &mut WorkerHost<FakeCore>| {
+            let request = Request {
+                id: RequestId(1),
+                prompt_tokens: 32,
+                max_output_tokens: 1,
+                prefix_hashes: vec![],
+                hash_block_tokens: 16,
+                session: None,
+                arrival: Instant::ZERO,
+            };
+            let req = WorkerRequest::HandoffDestination {
+                id: HandoffId(7),
+                request,
+                source: WorkerId(1),
+                ready: None,
+            };
+            let mut out = Vec::new();
+            h.deliver(HostInput::Request(req), Instant::ZERO, &mut out);
+            h.next_deadline()
+        };
+        let vllm = HandoffConfig::for_backend(Backend::Vllm);
+        assert!(!vllm.reservation_expires());
+        assert_eq!(route(&mut host_with(vllm)), None);
+        let sglang = HandoffConfig::for_backend(Backend::Sglang);
+        assert!(sglang.reservation_expires());
+        assert_eq!(
+            route(&mut host_with(sglang)),
+            Some(Instant::ZERO + sglang.reservation_ttl)
+        );
     }
 
     #[test]

@@ -83,6 +83,8 @@ pub struct Capabilities {
 pub struct HandoffConfig {
     /// A destination reservation not activated within this time expires and
     /// is cancelled locally (the owner guard of DEP "Failure and cleanup").
+    /// [`HandoffConfig::NO_DEADLINE`] turns the guard off
+    /// ([`HandoffConfig::for_backend`] does for vLLM).
     pub reservation_ttl: Duration,
     /// When set, each failed reservation attempt renews the source lease by
     /// this much; vLLM has no renewal, so the default is `None`.
@@ -92,6 +94,30 @@ pub struct HandoffConfig {
     pub early_fact_ttl: Duration,
     /// How many released ids are remembered to classify late facts as stale.
     pub tombstones: usize,
+}
+
+impl HandoffConfig {
+    /// A `reservation_ttl` that never expires: no timer is armed.
+    pub const NO_DEADLINE: Duration = Duration::MAX;
+
+    /// The defaults for a deployment of `backend`. vLLM (and the TRT-LLM
+    /// refusal mode, which never reserves) has no decode-side deadline: a
+    /// `WAITING_FOR_REMOTE_KVS` request waits in `Scheduler.waiting` until its
+    /// KV arrives or it is aborted (`vllm/v1/core/sched/scheduler.py`); only
+    /// the prefill side frees its delayed blocks after
+    /// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`. SGLang keeps the 300 s guard.
+    pub fn for_backend(backend: Backend) -> Self {
+        let mut c = HandoffConfig::default();
+        if matches!(backend, Backend::Vllm | Backend::TrtLlm) {
+            c.reservation_ttl = HandoffConfig::NO_DEADLINE;
+        }
+        c
+    }
+
+    /// Whether reservations expire at all.
+    pub fn reservation_expires(&self) -> bool {
+        self.reservation_ttl != HandoffConfig::NO_DEADLINE
+    }
 }
 
 impl Default for HandoffConfig {

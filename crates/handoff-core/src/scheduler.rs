@@ -27,7 +27,9 @@ pub enum SchedulerCommand {
         /// The request to prefill.
         request: Request,
     },
-    /// Reserve destination capacity for `request`, all or nothing.
+    /// Reserve destination capacity for `request`, all or nothing. A core
+    /// that reserves inside its own scheduling loop (vLLM) answers
+    /// [`CommandOutcome::Queued`] and grants it in a later `step`.
     ReserveDestination {
         /// The handoff attempt.
         id: HandoffId,
@@ -93,6 +95,13 @@ pub enum CommandOutcome {
     Unavailable(Option<Request>),
     /// The backend cannot do this at all; retrying is pointless.
     Unsupported(Option<Request>),
+    /// The core took the reservation into its own scheduling queue: a later
+    /// `step` reports the grant in [`StepOutput::reserved`] (or, once, that a
+    /// pass could not grant it, in [`StepOutput::unavailable`]); until then
+    /// nothing is held. vLLM allocates remote-KV requests only inside
+    /// `Scheduler.schedule`'s waiting loop (`vllm/v1/core/sched/scheduler.py`),
+    /// so its core answers this.
+    Queued,
     /// The command took effect.
     Applied,
     /// Nothing to do (unknown or already-ended id): idempotent cleanup.
@@ -147,6 +156,12 @@ pub struct StepOutput {
     pub pinned: Vec<PrefillPinned>,
     /// Requests preempted (vLLM recompute) or retracted (SGLang).
     pub preempted: Vec<RequestId>,
+    /// Queued destination reservations ([`CommandOutcome::Queued`]) granted
+    /// by this call's first pass, in grant order.
+    pub reserved: Vec<(HandoffId, ReservationSummary)>,
+    /// Queued destination reservations this call left ungranted, each
+    /// reported once (the first call that could not grant it).
+    pub unavailable: Vec<HandoffId>,
 }
 
 impl StepOutput {
@@ -161,6 +176,8 @@ impl StepOutput {
         self.finished.clear();
         self.pinned.clear();
         self.preempted.clear();
+        self.reserved.clear();
+        self.unavailable.clear();
     }
 }
 
@@ -179,7 +196,9 @@ pub trait SchedulerCore {
     /// composition cannot change (no request finishes, no block allocation
     /// can fail, no waiting request could be admitted), further passes whose
     /// start time is before `horizon`. Pass `horizon <= now` for exactly one
-    /// pass. `out` is cleared first. With no runnable work, `out.steps == 0`.
+    /// pass. `out` is cleared first. With no runnable work, `out.steps == 0`;
+    /// a call may still grant queued reservations then (a pass that
+    /// schedules no token takes no time).
     fn step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput);
 
     /// Physical occupancy and admission quantities now.

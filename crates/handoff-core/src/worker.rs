@@ -289,6 +289,9 @@ struct DestEntry {
     role: DestinationHandoff,
     request_id: RequestId,
     request: Option<Request>,
+    /// The core answered `Queued`: the attempt waits in the core's own
+    /// scheduling queue (vLLM), which grants it in a step.
+    in_core: bool,
 }
 
 #[derive(Debug)]
@@ -485,6 +488,7 @@ impl<S: SchedulerCore> Worker<S> {
                         role: DestinationHandoff::new(id, self.policy, self.config.reservation_ttl),
                         request_id,
                         request: Some(request),
+                        in_core: false,
                     },
                 );
                 self.dest_event(id, DestinationEvent::Routed { source, ready }, now);
@@ -884,6 +888,10 @@ impl<S: SchedulerCore> Worker<S> {
             }
             Some(end)
         };
+        // Reservations the core granted (or could not grant) in its own
+        // scheduling loop happen with the pass that did it: at its end, or
+        // at `now` for a call that scheduled no token (it took no time).
+        self.take_core_reservations(&out, result.unwrap_or(now));
         self.step_out = out;
         let at = result.unwrap_or(now);
         self.pump_reservations(at);
@@ -1204,16 +1212,27 @@ impl<S: SchedulerCore> Worker<S> {
         let source = self.dests.get(&id).and_then(|e| e.role.source());
         match action {
             DestinationAction::QueueReservation => self.reserve_queue.push_back(id),
-            DestinationAction::DequeueReservation => self.reserve_queue.retain(|x| *x != id),
+            DestinationAction::DequeueReservation => {
+                self.reserve_queue.retain(|x| *x != id);
+                // Queued in the core: it must forget the attempt too, or it
+                // would grant a reservation nobody ends.
+                if let Some(e) = self.dests.get_mut(&id).filter(|e| e.in_core) {
+                    e.in_core = false;
+                    self.core
+                        .apply(SchedulerCommand::CancelDestination { id }, now);
+                }
+            }
             DestinationAction::SendDestinationReserved { summary } => {
                 if let Some(s) = source {
                     self.send(s, id, MsgBody::DestinationReserved { summary }, now);
                 }
             }
-            DestinationAction::ArmReservation { deadline } => {
-                self.timers
-                    .push(Reverse((deadline, id, TimerKind::Reservation)))
-            }
+            // No deadline (vLLM's default): no timer, so nothing wakes the
+            // driver for it.
+            DestinationAction::ArmReservation { deadline } if deadline < Instant::MAX => self
+                .timers
+                .push(Reverse((deadline, id, TimerKind::Reservation))),
+            DestinationAction::ArmReservation { .. } => {}
             DestinationAction::StartTransfer => {
                 let summary = self
                     .dests
@@ -1284,6 +1303,35 @@ impl<S: SchedulerCore> Worker<S> {
             .push(Reverse((now + extend / 2, id, TimerKind::Renewal)));
     }
 
+    /// Turns the reservations a step granted or refused ([`StepOutput::reserved`],
+    /// [`StepOutput::unavailable`]) into role events at `at`.
+    fn take_core_reservations(&mut self, out: &StepOutput, at: Instant) {
+        for &(id, summary) in &out.reserved {
+            let waiting = self
+                .dests
+                .get_mut(&id)
+                .filter(|e| e.in_core && e.role.state() == DestinationState::Reserving);
+            match waiting {
+                Some(e) => {
+                    e.in_core = false;
+                    self.dest_event(id, DestinationEvent::Reserved { summary }, at);
+                }
+                None => {
+                    // Nobody waits for it (cannot happen while dequeueing
+                    // cancels in the core): end it at once, exactly once.
+                    self.stats.stale += 1;
+                    self.core
+                        .apply(SchedulerCommand::CancelDestination { id }, at);
+                }
+            }
+        }
+        for &id in &out.unavailable {
+            if self.dests.get(&id).is_some_and(|e| e.in_core) {
+                self.dest_event(id, DestinationEvent::Unavailable, at);
+            }
+        }
+    }
+
     /// Tries the reservation queue in FIFO order, stopping at the first
     /// attempt that does not fit (head-of-line blocking, as SGLang's
     /// `DecodePreallocQueue` and vLLM's waiting queue both do).
@@ -1301,6 +1349,14 @@ impl<S: SchedulerCore> Worker<S> {
                 CommandOutcome::Reserved(summary) => {
                     self.reserve_queue.pop_front();
                     self.dest_event(id, DestinationEvent::Reserved { summary }, now);
+                }
+                CommandOutcome::Queued => {
+                    // The core orders it among its own waiting work and
+                    // grants it in a step; nothing blocks behind it here.
+                    self.reserve_queue.pop_front();
+                    if let Some(e) = self.dests.get_mut(&id) {
+                        e.in_core = true;
+                    }
                 }
                 CommandOutcome::Unavailable(back) => {
                     if let Some(e) = self.dests.get_mut(&id) {

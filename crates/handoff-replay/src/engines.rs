@@ -63,7 +63,7 @@ impl Default for EngineSpec {
             backend: Backend::Vllm,
             kv_tokens: 16_384 * 16,
             block_size: 16,
-            max_running: 256,
+            max_running: EngineSpec::default_max_running(Backend::Vllm, 16_384 * 16),
             max_batched_tokens: 8192,
             speedup_ratio: 1.0,
             perf: PerfChoice::DynamoPolynomial,
@@ -73,8 +73,10 @@ impl Default for EngineSpec {
 }
 
 impl EngineSpec {
-    /// The running-batch limit a backend runs with when not told: vLLM's
-    /// `max_num_seqs` default of 256, or SGLang's derivation from the pool
+    /// The running-batch limit a `backend` worker gets unless told: vLLM's
+    /// `max_num_seqs` as `vllm serve` derives it on the H100-class GPU the
+    /// mocker assumes ([`handoff_vllm::DEFAULT_MAX_NUM_SEQS`], 1024), or
+    /// SGLang's derivation from the pool
     /// (`handoff_sglang::default_max_running_requests` at
     /// `handoff_sglang::ASSUMED_CONTEXT_LEN`).
     pub fn default_max_running(backend: Backend, kv_tokens: u64) -> u32 {
@@ -83,7 +85,7 @@ impl EngineSpec {
                 kv_tokens,
                 handoff_sglang::ASSUMED_CONTEXT_LEN,
             ),
-            _ => 256,
+            Backend::Vllm | Backend::TrtLlm => handoff_vllm::DEFAULT_MAX_NUM_SEQS,
         }
     }
 

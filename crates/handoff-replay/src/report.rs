@@ -110,8 +110,10 @@ pub struct TransferReport {
 /// The lifecycle timers as reported.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TimersReport {
-    /// Destination reservation lifetime, s.
-    pub reservation_ttl_s: f64,
+    /// Destination reservation lifetime, s (absent: reservations never
+    /// expire, vLLM's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation_ttl_s: Option<f64>,
     /// Lease renewal by a waiting destination, s (absent: never).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub renew_source_lease_s: Option<f64>,
@@ -188,7 +190,10 @@ impl ReportConfig {
             transfer,
             message_latency_us: round3(cfg.message_latency.as_nanos() as f64 / 1e3),
             timers: TimersReport {
-                reservation_ttl_s: secs(cfg.handoff.reservation_ttl),
+                reservation_ttl_s: cfg
+                    .handoff
+                    .reservation_expires()
+                    .then(|| secs(cfg.handoff.reservation_ttl)),
                 renew_source_lease_s: cfg.handoff.renew_source_lease.map(secs),
                 early_fact_ttl_s: secs(cfg.handoff.early_fact_ttl),
                 tombstones: cfg.handoff.tombstones,

@@ -41,7 +41,9 @@ pub struct ReplayConfig {
     /// One-way latency of a control message between workers (and the
     /// frontend hop that routes decode after a source-first prefill).
     pub message_latency: Duration,
-    /// Lifecycle timers.
+    /// Lifecycle timers. The default is `HandoffConfig::for_backend` of the
+    /// default backend (vLLM: reservations never expire); set it with the
+    /// backend.
     pub handoff: HandoffConfig,
     /// Seed for the routers.
     pub seed: u64,
@@ -69,7 +71,7 @@ impl Default for ReplayConfig {
             block_size: 16,
             transfer: TransferModel::default(),
             message_latency: Duration::from_micros(500),
-            handoff: HandoffConfig::default(),
+            handoff: HandoffConfig::for_backend(Backend::Vllm),
             seed: 0,
             multi_step: true,
             transcript: false,

@@ -10,6 +10,19 @@ use handoff_core::Duration;
 /// the delayed blocks.
 pub const NIXL_ABORT_REQUEST_TIMEOUT: Duration = Duration::from_secs(480);
 
+/// Default running-batch limit: what vLLM's `EngineArgs.get_batch_defaults`
+/// (`vllm/engine/arg_utils.py`) picks for `vllm serve` (the OpenAI API
+/// server usage context) on the hardware this mocker assumes, a GPU with at
+/// least 70 GiB that is not an A100 (H100/H200 class): `max_num_seqs` 1024
+/// with `max_num_batched_tokens` 8192 ([`DEFAULT_MAX_NUM_BATCHED_TOKENS`]).
+/// Smaller GPUs and A100s get 256 and 2048. The KV pool of the defaults
+/// (16,384 blocks of 16 tokens at 128 KiB a token, 32 GiB) is also an
+/// 80 GB-GPU serving of a Llama-3-8B-sized model.
+pub const DEFAULT_MAX_NUM_SEQS: u32 = 1024;
+
+/// Default token budget of one pass; see [`DEFAULT_MAX_NUM_SEQS`].
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 8192;
+
 /// Configuration of a [`crate::VllmCore`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct VllmConfig {
@@ -18,9 +31,11 @@ pub struct VllmConfig {
     pub num_blocks: u32,
     /// Tokens per block (vLLM `block_size`, default 16).
     pub block_size: u32,
-    /// Running-batch size limit (vLLM `max_num_seqs`, default 256).
+    /// Running-batch size limit (vLLM `max_num_seqs`; default
+    /// [`DEFAULT_MAX_NUM_SEQS`]).
     pub max_num_seqs: u32,
-    /// Token budget of one forward pass (vLLM `max_num_batched_tokens`).
+    /// Token budget of one forward pass (vLLM `max_num_batched_tokens`;
+    /// default [`DEFAULT_MAX_NUM_BATCHED_TOKENS`]).
     pub max_num_batched_tokens: u32,
     /// Fraction of the pool kept free when admitting waiting or preempted
     /// requests and reservations (vLLM `SchedulerConfig.watermark`, applied in
@@ -47,8 +62,8 @@ impl Default for VllmConfig {
         VllmConfig {
             num_blocks: 16_384,
             block_size: 16,
-            max_num_seqs: 256,
-            max_num_batched_tokens: 8192,
+            max_num_seqs: DEFAULT_MAX_NUM_SEQS,
+            max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
             watermark: 0.0,
             enable_prefix_caching: true,
             source_lease_ttl: NIXL_ABORT_REQUEST_TIMEOUT,
@@ -88,6 +103,14 @@ impl VllmConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn defaults_are_vllm_serve_on_an_h100_class_gpu() {
+        let c = VllmConfig::default();
+        // `get_batch_defaults`, OPENAI_API_SERVER, >= 70 GiB, not A100.
+        assert_eq!((c.max_num_seqs, c.max_num_batched_tokens), (1024, 8192));
+        assert_eq!(c.block_size, 16);
+    }
 
     #[test]
     fn watermark_rounds_down_and_ignores_nonsense() {

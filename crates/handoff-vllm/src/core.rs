@@ -30,12 +30,20 @@ pub struct VllmCore<P: PerfModel = PolynomialPerf> {
     pub(crate) seqs: Slab,
     /// Admission order; preemption takes the back (vLLM `self.running`).
     pub(crate) running: Vec<u32>,
-    /// vLLM `self.waiting` (FCFS): new and activated requests at the back,
-    /// preempted ones at the front.
+    /// vLLM `self.waiting` (FCFS): new requests and destinations at the
+    /// back, preempted ones at the front. A destination stays where it
+    /// arrived while it is queued for its blocks, waits for its KV and is
+    /// activated.
     pub(crate) waiting: VecDeque<u32>,
+    /// Entries of `waiting` in [`Phase::Reserved`] (waiting for their KV, not
+    /// runnable).
+    pub(crate) awaiting_kv: usize,
+    /// Entries of `waiting` in [`Phase::Queued`] not yet reported as not
+    /// granted.
+    pub(crate) unreported: usize,
     /// Handoff prefills, computing or held.
     pub(crate) sources: HashMap<HandoffId, u32>,
-    /// Reservations not yet activated.
+    /// Destinations not yet activated: queued for their blocks or reserved.
     pub(crate) destinations: HashMap<HandoffId, u32>,
     pub(crate) next_lease: u64,
     pub(crate) next_reservation: u64,
@@ -44,12 +52,11 @@ pub struct VllmCore<P: PerfModel = PolynomialPerf> {
     pub(crate) call: u64,
     /// Requests scheduled in the current pass and their token counts.
     pub(crate) sched: Vec<(u32, u64)>,
-    /// Reused buffers: prefix hits, hashes of a reservation being tried, and
-    /// the block-boundary histogram of the multi-pass planner.
+    /// Reused buffers: prefix hits and the block-boundary histogram of the
+    /// multi-pass planner.
     pub(crate) hits: Vec<u32>,
-    pub(crate) scratch_hashes: Vec<u64>,
     pub(crate) room_hist: Vec<u64>,
-    /// The running batch sorted (stably) by room, with each room's start
+    /// The running batch's positions sorted (stably) by room, with each room's start
     /// offset and a fill cursor: boundary allocations go pass by pass.
     pub(crate) by_room: Vec<u32>,
     pub(crate) room_start: Vec<usize>,
@@ -78,6 +85,8 @@ impl<P: PerfModel> VllmCore<P> {
             seqs: Slab::default(),
             running: Vec::with_capacity(seqs_hint),
             waiting: VecDeque::new(),
+            awaiting_kv: 0,
+            unreported: 0,
             sources: HashMap::new(),
             destinations: HashMap::new(),
             next_lease: 0,
@@ -85,7 +94,6 @@ impl<P: PerfModel> VllmCore<P> {
             call: 0,
             sched: Vec::with_capacity(seqs_hint),
             hits: Vec::new(),
-            scratch_hashes: Vec::new(),
             room_hist: vec![0; cfg.block_tokens() as usize],
             by_room: Vec::with_capacity(seqs_hint),
             room_start: vec![0; cfg.block_tokens() as usize + 1],
@@ -111,9 +119,15 @@ impl<P: PerfModel> VllmCore<P> {
             .count()
     }
 
-    /// Destination reservations not yet activated or cancelled.
+    /// Destination reservations granted and not yet activated or cancelled.
     pub fn reservations(&self) -> usize {
-        self.destinations.len()
+        self.awaiting_kv
+    }
+
+    /// Destinations queued for a reservation the waiting loop has not
+    /// granted yet.
+    pub fn queued_reservations(&self) -> usize {
+        self.destinations.len() - self.awaiting_kv
     }
 
     pub(crate) fn bs(&self) -> u64 {
@@ -189,25 +203,30 @@ impl<P: PerfModel> VllmCore<P> {
         }
     }
 
-    /// Publishes the prompt's full blocks covered by the first `upto` tokens
-    /// (vLLM `KVCacheManager.cache_blocks` / `BlockPool.cache_full_blocks`):
-    /// each newly valid block becomes the canonical cache of its hash and a
-    /// `Stored` event names every contiguous run. A block whose hash another
-    /// block already caches is swapped for that canonical block and its own
-    /// copy freed, without an event. Only prompt blocks carry hashes; blocks
-    /// filled by decoding are never published.
-    pub(crate) fn commit_prompt(&mut self, s: u32, upto: u64) {
+    /// Publishes the full blocks covered by the first `upto` tokens, generated
+    /// ones included (vLLM `KVCacheManager.cache_blocks` /
+    /// `BlockPool.cache_full_blocks`, which hashes every full block of the
+    /// request's token sequence and emits `BlockStored` for it): each newly
+    /// valid block becomes the canonical cache of its hash and a `Stored`
+    /// event names every contiguous run. A block whose hash another block
+    /// already caches is swapped for that canonical block and its own copy
+    /// freed, without an event. Blocks past the prompt get stand-in hashes
+    /// ([`generated_hash`]), so a preempted request re-admitted later hits
+    /// the blocks it had generated.
+    pub(crate) fn commit(&mut self, s: u32, upto: u64) {
         if !self.cfg.enable_prefix_caching {
             return;
         }
         let bs = self.bs();
         let seq = self.seqs.get_mut(s);
-        let full = (upto.min(u64::from(seq.prompt)) / bs)
-            .min(seq.hashes.len() as u64)
-            .min(seq.blocks.len() as u64) as usize;
+        let full = (upto / bs).min(seq.blocks.len() as u64) as usize;
         let start = seq.published as usize;
         if full <= start {
             return;
+        }
+        while seq.hashes.len() < full {
+            let h = generated_hash(seq, seq.hashes.len());
+            seq.hashes.push(h);
         }
         let mut run: Vec<u64> = Vec::with_capacity(full - start);
         let mut run_parent: Option<u64> = None;
@@ -288,16 +307,22 @@ impl<P: PerfModel> VllmCore<P> {
         });
     }
 
+    /// Fills `s`'s prompt block hashes (none with prefix caching off).
+    pub(crate) fn hash_prompt(&mut self, s: u32, request: &Request) {
+        let seq = self.seqs.get_mut(s);
+        if self.cfg.enable_prefix_caching {
+            request.block_hashes(self.cfg.block_tokens(), &mut seq.hashes);
+        }
+        seq.prompt_hashes = seq.hashes.len() as u32;
+    }
+
     /// Queues an ordinary request or a handoff prefill.
     pub(crate) fn submit(&mut self, request: Request, kind: Kind) -> CommandOutcome {
         if !self.fits_pool(&request, matches!(kind, Kind::Source(_))) {
             return CommandOutcome::Unsupported(Some(request));
         }
         let s = self.seqs.insert(&request, kind, Phase::Waiting);
-        if self.cfg.enable_prefix_caching {
-            let bs = self.cfg.block_tokens();
-            request.block_hashes(bs, &mut self.seqs.get_mut(s).hashes);
-        }
+        self.hash_prompt(s, &request);
         if let Kind::Source(id) = kind {
             self.sources.insert(id, s);
         }
@@ -376,12 +401,35 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
         self.events.drain_into(out);
     }
 
-    /// Reservations waiting for their KV and held sources are not runnable.
+    /// Reservations waiting for their KV and held sources are not runnable;
+    /// a destination queued for its blocks is (a step grants it).
     fn is_empty(&self) -> bool {
-        self.running.is_empty() && self.waiting.is_empty()
+        self.running.is_empty() && self.waiting.len() == self.awaiting_kv
     }
 
     fn is_drained(&self) -> bool {
         self.is_empty() && self.sources.is_empty() && self.destinations.is_empty()
     }
+}
+
+/// The stand-in hash of block `i` of `seq`, a block past its prompt's full
+/// blocks, filled (partly or wholly) by generated tokens. The mocker has no
+/// token ids, so the hash stands for "this request's own tokens": it is
+/// chained from the prompt's last full block hash (as vLLM's
+/// `hash_block_tokens` chains every block from its parent) and mixed with
+/// the request id, so it never matches another request's blocks, and a
+/// re-admitted request finds exactly the blocks it generated before. Like
+/// prompt hashes (`Request::block_hashes`), consecutive blocks count up from
+/// a base aligned to the hash tables' group, so a request's generated blocks
+/// share groups.
+pub(crate) fn generated_hash(seq: &crate::sequence::Seq, i: usize) -> u64 {
+    use handoff_core::fasthash::GROUP_KEYS;
+    use handoff_core::request::mix64;
+    let anchor = match (seq.prompt_hashes as usize).checked_sub(1) {
+        Some(last) => seq.hashes[last],
+        None => mix64(seq.id.0 ^ 0x9e4e_7a7e_d000_0000),
+    };
+    let i = i as u64;
+    let base = mix64(anchor ^ mix64(seq.id.0 ^ (i / GROUP_KEYS) ^ 0x6e4e_2a7e_d0c5));
+    (base & !(GROUP_KEYS - 1)) | (i % GROUP_KEYS)
 }

@@ -11,26 +11,36 @@
 //! expires. Here the reader's completion and the expiry both arrive as
 //! [`SchedulerCommand::ReleaseSource`](handoff_core::SchedulerCommand).
 //!
-//! Destination side: NIXL's `get_num_new_matched_tokens` reports the
+//! Destination side: the decode request joins the back of `Scheduler.waiting`
+//! like any request and holds nothing. Only `Scheduler.schedule`'s waiting
+//! loop allocates for it, once per engine step, in FCFS order with the rest
+//! of the queue (so behind preempted requests, which go to the front), not
+//! in a step that preempted, and only while a running slot (`max_num_seqs`)
+//! and token budget remain: NIXL's `get_num_new_matched_tokens` reports the
 //! uncached prompt suffix as loadable asynchronously, `allocate_slots` is
-//! called with `delay_cache_blocks=True` (blocks owned, nothing cached), and
-//! the request waits as `WAITING_FOR_REMOTE_KVS` outside the running batch.
-//! When the transfer completes, `Scheduler._update_waiting_for_remote_kv`
-//! caches the blocks, sets `num_computed_tokens` to the prompt length minus
-//! one (the last prompt token is recomputed to sample the first output
-//! token) and the request becomes ordinary waiting work.
+//! called with `delay_cache_blocks=True` (blocks owned, nothing cached), the
+//! first that does not fit stops the loop, and the request waits as
+//! `WAITING_FOR_REMOTE_KVS` in its place in the queue, outside the running
+//! batch, skipped by later waiting loops. The core answers
+//! `ReserveDestination` with `Queued` and reports the grant in the step's
+//! `StepOutput::reserved`. When the transfer completes,
+//! `Scheduler._update_waiting_for_remote_kv` caches the blocks, sets
+//! `num_computed_tokens` to the prompt length minus one (the last prompt
+//! token is recomputed to sample the first output token) and the request
+//! becomes ordinary waiting work, still in its place.
 
 use crate::block_pool::Owner;
 use crate::core::VllmCore;
 use crate::sequence::{Kind, Phase};
 use handoff_core::{
     CommandOutcome, DestinationReservationId, HandoffId, PerfModel, Request, ReservationSummary,
+    StepOutput,
 };
 
 impl<P: PerfModel> VllmCore<P> {
-    /// Pins the cached prefix and allocates fresh, unpublished blocks for the
-    /// rest of the prompt, all or nothing. On `Unavailable` nothing observable
-    /// changed: only scratch buffers were written.
+    /// Takes a destination into the waiting queue, at its back, holding
+    /// nothing: its blocks are allocated when the waiting loop reaches it
+    /// ([`VllmCore::grant`]). Refuses only what can never be reserved.
     pub(crate) fn reserve(&mut self, id: HandoffId, request: Request) -> CommandOutcome {
         if self.cfg.refuse_destination_reservation
             || self.destinations.contains_key(&id)
@@ -38,96 +48,155 @@ impl<P: PerfModel> VllmCore<P> {
         {
             return CommandOutcome::Unsupported(Some(request));
         }
-        let bs = self.bs();
-        let prompt = u64::from(request.prompt_tokens);
-        let mut hashes = std::mem::take(&mut self.scratch_hashes);
-        if self.cfg.enable_prefix_caching {
-            request.block_hashes(self.cfg.block_tokens(), &mut hashes);
-        } else {
-            hashes.clear();
-        }
-        let mut hits = std::mem::take(&mut self.hits);
-        // vLLM never hits the whole prompt: the last token is recomputed.
-        let evictable = self.find_hits(&hashes, (prompt - 1) / bs, &mut hits);
-        let matched = hits.len() as u64;
-        let fresh = self.blocks_for(prompt) - matched;
-        let required = fresh + evictable + self.watermark_now();
-        if required > self.pool.free_len() {
-            self.scratch_hashes = hashes;
-            self.hits = hits;
-            return CommandOutcome::Unavailable(Some(request));
-        }
-
-        let table_cap = self.blocks_for(prompt + u64::from(request.max_output_tokens.max(1)));
         let s = self
             .seqs
-            .insert(&request, Kind::Destination(id), Phase::Reserved);
+            .insert(&request, Kind::Destination(id), Phase::Queued);
+        self.hash_prompt(s, &request);
+        self.waiting.push_back(s);
+        self.destinations.insert(id, s);
+        self.unreported += 1;
+        CommandOutcome::Queued
+    }
+
+    /// Whether queued destination `s` fits now: pins of its cached prefix
+    /// (written to `hits`) and fresh blocks for the rest of the prompt, plus
+    /// the watermark while anything runs (vLLM `KVCacheManager.allocate_slots`
+    /// with `num_external_computed_tokens`, never hitting the last prompt
+    /// token). Returns the evictable hits on success. Changes nothing.
+    pub(crate) fn reservation_fits(&self, s: u32, hits: &mut Vec<u32>) -> Option<u64> {
+        let seq = self.seqs.get(s);
+        let prompt = u64::from(seq.prompt);
+        let evictable = self.find_hits(&seq.hashes, (prompt - 1) / self.bs(), hits);
+        let fresh = self.blocks_for(prompt) - hits.len() as u64;
+        (fresh + evictable + self.watermark_now() <= self.pool.free_len()).then_some(evictable)
+    }
+
+    /// The waiting loop reached queued destination `s` (vLLM
+    /// `Scheduler.schedule`: `get_num_new_matched_tokens` reports the prompt
+    /// as loadable asynchronously, `allocate_slots` runs with
+    /// `delay_cache_blocks=True` and the request turns
+    /// `WAITING_FOR_REMOTE_KVS` where it stands). All or nothing: on
+    /// success the cached prefix is pinned, fresh unpublished blocks hold the
+    /// rest and the grant is reported in `out.reserved`; otherwise nothing
+    /// changed and `false` is returned.
+    pub(crate) fn grant(&mut self, s: u32, hits: &mut Vec<u32>, out: &mut StepOutput) -> bool {
+        if self.reservation_fits(s, hits).is_none() {
+            return false;
+        }
+        let bs = self.bs();
         self.next_reservation += 1;
         let reservation = DestinationReservationId(self.next_reservation);
+        let (id, prompt, max_out) = {
+            let seq = self.seqs.get(s);
+            (seq.kind, u64::from(seq.prompt), u64::from(seq.max_out))
+        };
+        let Kind::Destination(id) = id else {
+            return false;
+        };
+        let matched = hits.len() as u64;
+        let fresh = self.blocks_for(prompt) - matched;
+        let table_cap = self.blocks_for(prompt + max_out);
         {
             let seq = self.seqs.get_mut(s);
-            std::mem::swap(&mut seq.hashes, &mut hashes);
+            seq.phase = Phase::Reserved;
             seq.owner = Owner::Reserved;
             seq.reservation = reservation;
             seq.matched = matched as u32;
             seq.published = matched as u32;
             seq.blocks.reserve(table_cap as usize);
-            for &b in &hits {
+            if !seq.reported_unavailable {
+                self.unreported -= 1;
+            }
+            for &b in hits.iter() {
                 self.pool.touch(b, Owner::Reserved);
                 seq.blocks.push(b);
             }
         }
         self.grow(s, prompt);
-        self.scratch_hashes = hashes;
-        self.hits = hits;
-        self.destinations.insert(id, s);
-        CommandOutcome::Reserved(ReservationSummary {
-            reservation: Some(reservation),
-            physical_blocks: fresh,
-            matched_prefix_tokens: matched * bs,
-            transfer_tokens: prompt - matched * bs,
-            transfer_blocks: fresh,
-            request_slot: false,
-            decode_headroom_tokens: 0,
-        })
+        self.awaiting_kv += 1;
+        out.reserved.push((
+            id,
+            ReservationSummary {
+                reservation: Some(reservation),
+                physical_blocks: fresh,
+                matched_prefix_tokens: matched * bs,
+                transfer_tokens: prompt - matched * bs,
+                transfer_blocks: fresh,
+                request_slot: false,
+                decode_headroom_tokens: 0,
+            },
+        ));
+        true
     }
 
-    /// The incoming KV is valid: the reservation's blocks become active,
-    /// newly valid prompt blocks are published once (the reused prefix is
-    /// not), a suffix block cached meanwhile by someone else is replaced by
-    /// the canonical one, and the request queues to decode without
-    /// recomputing or reallocating its prompt.
-    pub(crate) fn activate(&mut self, id: HandoffId) -> CommandOutcome {
-        let Some(s) = self.destinations.remove(&id) else {
-            return CommandOutcome::Noop;
-        };
-        {
-            let seq = self.seqs.get_mut(s);
-            for &b in &seq.blocks {
-                self.pool.retag(b, Owner::Reserved, Owner::Active);
-            }
-            seq.owner = Owner::Active;
+    /// Reports every queued destination not reported yet as not granted by
+    /// this call (once each: the role counts a repeat as a duplicate).
+    pub(crate) fn report_ungranted(&mut self, out: &mut StepOutput) {
+        if self.unreported == 0 {
+            return;
         }
-        let prompt = u64::from(self.seqs.get(s).prompt);
-        self.commit_prompt(s, prompt);
-        let seq = self.seqs.get_mut(s);
-        seq.computed = prompt.saturating_sub(1);
-        seq.prebuilt = true;
-        // Its one-token pass samples from KV that is all in place: it is
-        // timed as a decode, not as a prefill.
-        seq.decoding = true;
-        seq.phase = Phase::Waiting;
-        self.waiting.push_back(s);
-        CommandOutcome::Applied
+        for &s in &self.waiting {
+            let seq = self.seqs.get_mut(s);
+            if seq.phase == Phase::Queued && !seq.reported_unavailable {
+                seq.reported_unavailable = true;
+                if let Kind::Destination(id) = seq.kind {
+                    out.unavailable.push(id);
+                }
+            }
+        }
+        self.unreported = 0;
     }
 
-    /// Frees a reservation's fresh blocks (they were never published, so no
-    /// `Removed`) and unlocks its reused prefix. After activation the
+    /// The incoming KV is valid (vLLM `_update_waiting_for_remote_kv`): the
+    /// reservation's blocks become active, newly valid prompt blocks are
+    /// published once (the reused prefix is not), a suffix block cached
+    /// meanwhile by someone else is replaced by the canonical one, and the
+    /// request becomes ordinary waiting work where it stands in the queue,
+    /// without recomputing or reallocating its prompt.
+    pub(crate) fn activate(&mut self, id: HandoffId) -> CommandOutcome {
+        match self.destinations.get(&id) {
+            Some(&s) if self.seqs.get(s).phase == Phase::Reserved => {
+                self.destinations.remove(&id);
+                self.awaiting_kv -= 1;
+                {
+                    let seq = self.seqs.get_mut(s);
+                    for &b in &seq.blocks {
+                        self.pool.retag(b, Owner::Reserved, Owner::Active);
+                    }
+                    seq.owner = Owner::Active;
+                }
+                let prompt = u64::from(self.seqs.get(s).prompt);
+                self.commit(s, prompt);
+                let seq = self.seqs.get_mut(s);
+                seq.computed = prompt.saturating_sub(1);
+                seq.prebuilt = true;
+                // Its one-token pass samples from KV that is all in place: it
+                // is timed as a decode, not as a prefill.
+                seq.decoding = true;
+                seq.phase = Phase::Waiting;
+                CommandOutcome::Applied
+            }
+            // Not granted yet: there is nothing to activate.
+            _ => CommandOutcome::Noop,
+        }
+    }
+
+    /// Forgets a queued destination, or frees a reservation's fresh blocks
+    /// (they were never published, so no `Removed`) and unlocks its reused
+    /// prefix; either way it leaves the waiting queue. After activation the
     /// request is aborted wherever it is, running or waiting (vLLM
     /// `Scheduler.finish_requests` with `FINISHED_ABORTED`): its blocks are
     /// freed and stay as evictable cache, and it does not report finishing.
     pub(crate) fn cancel_destination(&mut self, id: HandoffId) -> CommandOutcome {
         if let Some(s) = self.destinations.remove(&id) {
+            match self.seqs.get(s).phase {
+                Phase::Reserved => self.awaiting_kv -= 1,
+                _ if !self.seqs.get(s).reported_unavailable => self.unreported -= 1,
+                _ => {}
+            }
+            if let Some(pos) = self.waiting.iter().position(|&w| w == s) {
+                self.waiting.remove(pos);
+            }
             self.release_blocks(s);
             self.seqs.remove(s);
             return CommandOutcome::Applied;
@@ -180,7 +249,7 @@ impl<P: PerfModel> VllmCore<P> {
                     self.waiting.remove(pos);
                 }
             }
-            Phase::Held | Phase::Reserved | Phase::Vacant => {}
+            Phase::Held | Phase::Queued | Phase::Reserved | Phase::Vacant => {}
         }
         self.release_blocks(s);
         self.seqs.remove(s);

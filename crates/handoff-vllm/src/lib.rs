@@ -1,4 +1,4 @@
-//! # sched-vllm
+//! # handoff-vllm
 //!
 //! A scheduler core that behaves like one vLLM v1 worker, for
 //! handoff-mocker: it implements [`handoff_core::SchedulerCore`] with the
@@ -23,19 +23,35 @@
 //!   (`request_finished` delaying the free, `get_num_new_matched_tokens`,
 //!   `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` = 480 s) and
 //!   `Scheduler._update_waiting_for_remote_kv`: a completed handoff prefill
-//!   keeps its blocks pinned until released; a destination reserves blocks
-//!   for the uncached prompt suffix and waits as `WAITING_FOR_REMOTE_KVS`
-//!   outside the running batch until activated (module `handoff`).
+//!   keeps its blocks pinned until released; a destination joins the waiting
+//!   queue holding nothing, is allocated blocks for the uncached prompt
+//!   suffix only by the waiting loop of a step (`ReserveDestination` answers
+//!   `Queued`, the grant comes in `StepOutput::reserved`), and waits there
+//!   as `WAITING_FOR_REMOTE_KVS`, outside the running batch and in its place
+//!   in the queue, until activated (module `handoff`).
+//! - `vllm/v1/core/block_pool.py` `BlockPool.cache_full_blocks`: every full
+//!   block is hashed and published, generated tokens included, with
+//!   deterministic stand-in hashes for generated tokens chained from the
+//!   prompt's last full block (`core::generated_hash`), so a preempted
+//!   request re-admitted later recomputes at most its last partial block.
+//! - `vllm/engine/arg_utils.py` `EngineArgs.get_batch_defaults`: the
+//!   defaults [`DEFAULT_MAX_NUM_SEQS`] and [`DEFAULT_MAX_NUM_BATCHED_TOKENS`]
+//!   are `vllm serve`'s on an H100-class GPU.
 //!
 //! Deliberate simplifications, each documented where it lives:
-//! - Only prompt blocks are hashed and published; blocks filled by decoding
-//!   are never cached (vLLM caches them too).
 //! - One canonical physical block per hash: a second copy of a cached hash
 //!   is swapped for the canonical block and freed (the mocker's
 //!   `BlockDuplicationPolicy::Reject`; vLLM tolerates duplicates).
 //! - No null block: all `num_blocks` are usable.
-//! - An activated destination joins the back of the waiting queue (vLLM
-//!   leaves it where it waited since reservation).
+//! - A reservation is granted at the end of the pass whose waiting loop
+//!   granted it (vLLM allocates at the start of the step and starts the NIXL
+//!   read during it); a pass that only grants takes no time.
+//! - While nothing is running, the waiting loop passes over a request or
+//!   destination that does not fit instead of stopping (liveness; upstream
+//!   can wedge there), and a queued destination a call could not grant is
+//!   reported once as `StepOutput::unavailable` (the role's `Unavailable`).
+//! - Generated tokens have no ids, so their blocks' hashes stand for "this
+//!   request's own output": they never match another request's blocks.
 //! - A handoff prefill samples no token and is always held, even when its
 //!   prompt is shorter than a block (NIXL frees those at once).
 //! - Sequences longer than the whole pool are refused as `Unsupported`, the
@@ -90,5 +106,7 @@ mod step;
 #[cfg(test)]
 mod tests;
 
-pub use crate::config::{VllmConfig, NIXL_ABORT_REQUEST_TIMEOUT};
+pub use crate::config::{
+    VllmConfig, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, NIXL_ABORT_REQUEST_TIMEOUT,
+};
 pub use crate::core::VllmCore;

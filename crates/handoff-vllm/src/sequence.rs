@@ -31,8 +31,13 @@ pub(crate) enum Phase {
     Running,
     /// A completed handoff prefill whose blocks are held (NIXL delayed free).
     Held,
+    /// A destination in the waiting queue that holds nothing yet: its
+    /// blocks are allocated when the scheduler's waiting loop reaches it
+    /// (vLLM `Scheduler.schedule`, `load_kv_async`).
+    Queued,
     /// Destination blocks reserved, KV not yet valid
-    /// (`WAITING_FOR_REMOTE_KVS`).
+    /// (`WAITING_FOR_REMOTE_KVS`): still in the waiting queue, where the
+    /// waiting loop skips it (keeping its place) until it is activated.
     Reserved,
 }
 
@@ -67,6 +72,11 @@ pub(crate) struct Seq {
     pub(crate) reservation: DestinationReservationId,
     /// Prefix blocks reused at reservation (not republished on activation).
     pub(crate) matched: u32,
+    /// How many of `hashes` belong to the prompt; the rest are stand-ins
+    /// for blocks filled by generated tokens.
+    pub(crate) prompt_hashes: u32,
+    /// A queued destination was already reported as not granted.
+    pub(crate) reported_unavailable: bool,
     /// The `step` call whose output holds this request's emission, and where.
     pub(crate) emit_call: u64,
     pub(crate) emit_idx: usize,
@@ -91,6 +101,8 @@ impl Seq {
             lease: SourceLeaseId(0),
             reservation: DestinationReservationId(0),
             matched: 0,
+            prompt_hashes: 0,
+            reported_unavailable: false,
             emit_call: 0,
             emit_idx: 0,
         }
@@ -145,6 +157,8 @@ impl Slab {
         s.lease = SourceLeaseId(0);
         s.reservation = DestinationReservationId(0);
         s.matched = 0;
+        s.prompt_hashes = 0;
+        s.reported_unavailable = false;
         s.emit_call = 0;
         s.emit_idx = 0;
         idx

@@ -8,7 +8,10 @@
 //!    is not free preempts the newest running request by recompute, repeatedly,
 //!    possibly itself (`self.running.pop()` + `_preempt_request`).
 //! 2. Only if nothing was preempted, waiting requests are admitted FIFO while
-//!    a running slot (`max_num_seqs`) and token budget remain. A prefix-cache
+//!    a running slot (`max_num_seqs`) and token budget remain. Queued
+//!    destinations in that queue are granted their blocks there (taking no
+//!    slot or budget; the first that does not fit stops the loop), and
+//!    destinations waiting for their KV are skipped in place. A prefix-cache
 //!    hit skips its full blocks (never the last prompt token); admission needs
 //!    the whole sequence to fit, plus the watermark while anything runs
 //!    (`allocate_slots(full_sequence_must_fit=scheduler_reserve_full_isl)`);
@@ -25,7 +28,7 @@
 //!    ownership at that point and emits nothing. A request that reached its
 //!    output length finishes and frees its blocks.
 //!
-//! Multi-pass: a first pass that finished, pinned or preempted anything ends
+//! Multi-pass: a first pass that finished, pinned, preempted or granted anything ends
 //! the call, so those facts always happen at the call's end, where the
 //! caller timestamps them. Tokens flagged `first` can only come from the
 //! first pass (the planned passes are pure decodes of requests that already
@@ -58,7 +61,10 @@ impl<P: PerfModel> VllmCore<P> {
     pub(crate) fn run_step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput) {
         out.clear();
         self.call = self.call.wrapping_add(1);
-        let Some(first) = self.run_pass(out) else {
+        let first = self.run_pass(out);
+        // Whatever this call leaves queued waited a pass without a grant.
+        self.report_ungranted(out);
+        let Some(first) = first else {
             return;
         };
         out.steps = 1;
@@ -70,7 +76,10 @@ impl<P: PerfModel> VllmCore<P> {
         // A pass that finished, pinned or preempted something ends the call,
         // so every such fact happens at the call's end, where the caller
         // timestamps it.
-        let changed = first.preempted || !out.finished.is_empty() || !out.pinned.is_empty();
+        let changed = first.preempted
+            || !out.finished.is_empty()
+            || !out.pinned.is_empty()
+            || !out.reserved.is_empty();
         if next_start >= horizon || changed || !self.batch_is_stable() {
             return;
         }
@@ -112,14 +121,14 @@ impl<P: PerfModel> VllmCore<P> {
                 break;
             }
             self.grow(s, end);
-            self.commit_prompt(s, end);
+            self.commit(s, end);
             self.sched.push((s, new));
             budget -= new;
             i += 1;
         }
 
         if !preempted {
-            self.admit_waiting(budget);
+            self.admit_waiting(budget, out);
         }
         if self.sched.is_empty() && !preempted {
             return None;
@@ -182,19 +191,38 @@ impl<P: PerfModel> VllmCore<P> {
         })
     }
 
-    /// The waiting half of `Scheduler.schedule`: FCFS, stopping at the first
-    /// request that does not fit. One liveness exception: while nothing is
-    /// running, a request that does not fit is passed over. Otherwise a
-    /// preempted request at the head could wait forever behind activated
-    /// destinations that hold their blocks in the waiting queue (upstream can
-    /// wedge this way); passing over lets those run and free their blocks.
-    fn admit_waiting(&mut self, mut budget: u64) {
+    /// The waiting half of `Scheduler.schedule`: FCFS while a running slot
+    /// and token budget remain, stopping at the first request that does not
+    /// fit. A destination waiting for its KV (`WAITING_FOR_REMOTE_KVS`) is
+    /// skipped and keeps its place; a queued destination is granted its
+    /// blocks here (`load_kv_async`: it takes no budget and no slot, and
+    /// stays in the queue), or stops the loop like any request that does not
+    /// fit. One liveness exception: while nothing is running, a request or
+    /// destination that does not fit is passed over. Otherwise a preempted
+    /// request at the head could wait forever behind activated destinations
+    /// that hold their blocks in the waiting queue (upstream can wedge this
+    /// way); passing over lets those run and free their blocks.
+    fn admit_waiting(&mut self, mut budget: u64, out: &mut StepOutput) {
         let mut hits = std::mem::take(&mut self.hits);
         let mut idx = 0;
         while budget > 0 && (self.running.len() as u64) < u64::from(self.cfg.max_num_seqs) {
             let Some(&s) = self.waiting.get(idx) else {
                 break;
             };
+            match self.seqs.get(s).phase {
+                Phase::Reserved => {
+                    idx += 1;
+                    continue;
+                }
+                Phase::Queued => {
+                    if self.grant(s, &mut hits, out) || self.running.is_empty() {
+                        idx += 1;
+                        continue;
+                    }
+                    break;
+                }
+                _ => {}
+            }
             let Some(new) = self.plan_admission(s, budget, &mut hits) else {
                 if self.running.is_empty() {
                     idx += 1;
@@ -224,7 +252,7 @@ impl<P: PerfModel> VllmCore<P> {
             seq.phase = Phase::Running;
             let end = seq.computed + new;
             self.grow(s, end);
-            self.commit_prompt(s, end);
+            self.commit(s, end);
             self.running.push(s);
             self.sched.push((s, new));
             budget -= new;
@@ -274,9 +302,20 @@ impl<P: PerfModel> VllmCore<P> {
         let slots_left = (self.running.len() as u64) < u64::from(self.cfg.max_num_seqs);
         let budget_left = u64::from(self.cfg.max_num_batched_tokens) - self.running.len() as u64;
         if slots_left && budget_left > 0 {
-            if let Some(&head) = self.waiting.front() {
+            // The first entry the waiting loop would not skip: refused now,
+            // it stays refused while free blocks only shrink.
+            let head = self
+                .waiting
+                .iter()
+                .copied()
+                .find(|&s| self.seqs.get(s).phase != Phase::Reserved);
+            if let Some(head) = head {
                 let mut hits = std::mem::take(&mut self.hits);
-                let admissible = self.plan_admission(head, budget_left, &mut hits).is_some();
+                let admissible = if self.seqs.get(head).phase == Phase::Queued {
+                    self.reservation_fits(head, &mut hits).is_some()
+                } else {
+                    self.plan_admission(head, budget_left, &mut hits).is_some()
+                };
                 self.hits = hits;
                 if admissible {
                     return false;
@@ -387,12 +426,16 @@ impl<P: PerfModel> VllmCore<P> {
             .min(self.bs() - 1)
     }
 
-    /// Gives the running batch the blocks `k` decode passes need, in the
-    /// order `k` single passes would take them: pass by pass, and within a
-    /// pass in running order. A request with room `r` crosses a block
-    /// boundary at passes `r + 1`, `r + 1 + bs`, ..., so pass `j` serves the
-    /// requests whose room is `(j - 1) mod bs`; a stable counting sort by
-    /// room makes each pass O(its crossings).
+    /// Gives the running batch the blocks `k` decode passes need and
+    /// publishes the blocks those passes fill, in the order `k` single passes
+    /// would: pass by pass, and within a pass in running order, each request
+    /// allocating before it publishes. A request with room `r` crosses a
+    /// block boundary at passes `r + 1`, `r + 1 + bs`, ... and fills a block
+    /// at passes `r`, `r + bs`, ..., so pass `j` (from 1) allocates for the
+    /// requests whose room is `(j - 1) mod bs` and publishes for those whose
+    /// room is `j mod bs`; a stable counting sort by room makes each pass
+    /// O(its crossings), and merging the two runs by running position keeps
+    /// the order of the KV events exactly that of single passes.
     fn allocate_boundaries(&mut self, k: u64) {
         let bs = self.bs() as usize;
         self.room_start[0] = 0;
@@ -403,19 +446,37 @@ impl<P: PerfModel> VllmCore<P> {
         self.by_room.clear();
         self.by_room.resize(self.running.len(), 0);
         for i in 0..self.running.len() {
-            let s = self.running[i];
-            let r = self.room(s) as usize;
-            self.by_room[self.room_cursor[r]] = s;
+            let r = self.room(self.running[i]) as usize;
+            self.by_room[self.room_cursor[r]] = i as u32;
             self.room_cursor[r] += 1;
         }
+        let publish = self.cfg.enable_prefix_caching;
         for j in 0..k {
-            let r = (j % bs as u64) as usize;
-            for idx in self.room_start[r]..self.room_start[r + 1] {
-                let s = self.by_room[idx];
-                let seq = self.seqs.get_mut(s);
-                self.events.seal();
-                if let Some(b) = self.pool.allocate(seq.owner, &mut self.events) {
-                    seq.blocks.push(b);
+            let ra = (j % bs as u64) as usize;
+            let rp = ((j + 1) % bs as u64) as usize;
+            let (mut a, a_end) = (self.room_start[ra], self.room_start[ra + 1]);
+            let (mut p, p_end) = if publish {
+                (self.room_start[rp], self.room_start[rp + 1])
+            } else {
+                (0, 0)
+            };
+            while a < a_end || p < p_end {
+                let next_a = if a < a_end { self.by_room[a] } else { u32::MAX };
+                let next_p = if p < p_end { self.by_room[p] } else { u32::MAX };
+                if next_a <= next_p {
+                    let s = self.running[next_a as usize];
+                    let seq = self.seqs.get_mut(s);
+                    self.events.seal();
+                    if let Some(b) = self.pool.allocate(seq.owner, &mut self.events) {
+                        seq.blocks.push(b);
+                    }
+                    a += 1;
+                } else {
+                    let s = self.running[next_p as usize];
+                    // Its pass `j + 1` computes up to here.
+                    let upto = self.seqs.get(s).computed + j + 1;
+                    self.commit(s, upto);
+                    p += 1;
                 }
             }
         }

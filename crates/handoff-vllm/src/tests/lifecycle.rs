@@ -154,23 +154,28 @@ fn dep_scenario_1_stranded_source() {
     d.step();
     assert_eq!(d.cap().running_requests, 4);
     assert!(d.cap().free_blocks() + d.cap().cached_blocks < 256);
-    let before = d.core.fingerprint();
-    let back = d.apply(C::ReserveDestination {
-        id,
-        request: r.clone(),
-    });
-    assert_eq!(back, O::Unavailable(Some(r.clone())));
-    assert_eq!(d.core.fingerprint(), before);
+    let free_before = d.cap().free_blocks();
+    assert_eq!(d.reserve(id, r.clone()), O::Unavailable(None));
+    assert_eq!(d.cap().reserved_destination_blocks, 0);
+    assert!(d.cap().free_blocks() <= free_before, "nothing was reserved");
 
-    // Pressure holds until decode capacity frees.
-    while !d.core.is_empty() {
+    // Pressure holds until decode capacity frees: the waiting loop grants
+    // the reservation in the first pass after the decodes finished.
+    let mut grant = None;
+    while grant.is_none() {
+        assert!(d.core.reservations() == 0);
         d.step();
+        grant = d.out.reserved.first().map(|&(g, s)| (g, s));
         assert_eq!(p.cap().pinned_source_blocks, 256);
+        assert!(d.out.unavailable.is_empty(), "a refusal is reported once");
     }
-    let s = summary(&d.apply(C::ReserveDestination {
-        id,
-        request: r.clone(),
-    }));
+    assert_eq!(
+        d.finished.len(),
+        4,
+        "granted only once the decodes were gone"
+    );
+    let (granted, s) = grant.unwrap();
+    assert_eq!(granted, id);
     assert_eq!(s.physical_blocks, 256);
     assert_eq!(
         (
@@ -191,6 +196,7 @@ fn dep_scenario_1_stranded_source() {
     assert!(d.core.is_empty() && !d.core.is_drained());
     d.take_events();
     assert_eq!(d.step(), 0, "a reservation is not runnable");
+    assert!(d.out.reserved.is_empty(), "granted once");
 
     // Transfer completes: activation publishes once.
     assert_eq!(d.apply(C::ActivateDestination { id }), O::Applied);
@@ -236,10 +242,7 @@ fn reserved_blocks_are_not_hits_and_not_published_before_activation() {
     let mut h = Harness::fixed(cfg(128));
     let a = hid(1);
     let ra = req(1, 160, 2, &content(4, 10));
-    let s = summary(&h.apply(C::ReserveDestination {
-        id: a,
-        request: ra.clone(),
-    }));
+    let s = summary(&h.reserve(a, ra.clone()));
     assert_eq!((s.physical_blocks, s.matched_prefix_tokens), (10, 0));
     assert!(h.take_events().is_empty());
 
@@ -286,10 +289,7 @@ fn second_reservation_shares_the_cached_prefix_not_the_unpublished_suffix() {
     let ra = req(2, 160, 2, &full);
     let rb = req(3, 160, 2, &full);
     let (a, b) = (hid(10), hid(11));
-    let sa = summary(&h.apply(C::ReserveDestination {
-        id: a,
-        request: ra.clone(),
-    }));
+    let sa = summary(&h.reserve(a, ra.clone()));
     assert_eq!(
         (
             sa.matched_prefix_tokens,
@@ -298,10 +298,7 @@ fn second_reservation_shares_the_cached_prefix_not_the_unpublished_suffix() {
         ),
         (80, 5, 80)
     );
-    let sb = summary(&h.apply(C::ReserveDestination {
-        id: b,
-        request: rb.clone(),
-    }));
+    let sb = summary(&h.reserve(b, rb.clone()));
     assert_eq!(
         (
             sb.matched_prefix_tokens,
@@ -362,31 +359,26 @@ fn failed_reservation_leaves_everything_as_it_was() {
         request: req(2, 200, 1, &content(2, 12)),
     });
     h.step();
-    h.apply(C::ReserveDestination {
-        id: hid(2),
-        request: req(3, 100, 1, &content(1, 6)),
-    });
+    h.reserve(hid(2), req(3, 100, 1, &content(1, 6)));
     h.apply(C::Submit(req(4, 64, 40, &[])));
     h.step();
     let cap = h.cap();
     assert!(cap.pinned_source_blocks > 0 && cap.reserved_destination_blocks > 0);
     assert!(cap.active_blocks > 0 && cap.cached_blocks > 0);
     // Events are still queued inside the core: they must stay exactly so.
-    let before = h.core.fingerprint();
+    // A pass that cannot grant a queued reservation does exactly what it
+    // would have done without it.
+    let mut without = h.core.clone();
     let big = req(5, 700, 1, &content(7, 44));
-    let out = h.core.apply(
-        C::ReserveDestination {
-            id: hid(3),
-            request: big.clone(),
-        },
-        h.now,
-    );
-    assert_eq!(out, O::Unavailable(Some(big)));
-    assert_eq!(h.core.fingerprint(), before);
+    let now = h.now;
+    assert_eq!(h.reserve(hid(3), big), O::Unavailable(None));
+    let mut out = StepOutput::default();
+    without.step(now, now, &mut out);
+    assert_eq!(h.apply(C::CancelDestination { id: hid(3) }), O::Applied);
+    assert_eq!(h.core.fingerprint(), without.fingerprint());
     h.check();
     let mut a = Vec::new();
-    let mut clone = h.core.clone();
-    clone.drain_kv_events(&mut a);
+    without.drain_kv_events(&mut a);
     let mut b = Vec::new();
     h.core.drain_kv_events(&mut b);
     assert_eq!(a, b);
@@ -459,10 +451,7 @@ fn cancel_after_reservation_unlocks_prefix_without_removed_events() {
     h.run_idle();
     h.take_events();
     let id = hid(3);
-    let s = summary(&h.apply(C::ReserveDestination {
-        id,
-        request: req(2, 160, 1, &content(1, 10)),
-    }));
+    let s = summary(&h.reserve(id, req(2, 160, 1, &content(1, 10))));
     assert_eq!((s.matched_prefix_tokens, s.physical_blocks), (80, 5));
     assert_eq!(h.cap().reserved_destination_blocks, 10);
     assert_eq!(h.apply(C::CancelDestination { id }), O::Applied);
@@ -481,10 +470,7 @@ fn cancel_after_activation_aborts_the_decode_and_frees_once() {
     // Queued to decode: the abort takes it out of the waiting queue.
     let mut h = Harness::fixed(cfg(64));
     let id = hid(4);
-    h.apply(C::ReserveDestination {
-        id,
-        request: req(1, 40, 3, &[]),
-    });
+    h.reserve(id, req(1, 40, 3, &[]));
     assert_eq!(h.apply(C::ActivateDestination { id }), O::Applied);
     assert_eq!(h.cap().active_blocks, 3);
     assert_eq!(h.apply(C::CancelDestination { id }), O::Applied);
@@ -500,10 +486,7 @@ fn cancel_after_activation_aborts_the_decode_and_frees_once() {
     // Decoding: the abort takes it out of the running batch; it never
     // finishes and its blocks are freed once.
     let id = hid(5);
-    h.apply(C::ReserveDestination {
-        id,
-        request: req(2, 40, 50, &[]),
-    });
+    h.reserve(id, req(2, 40, 50, &[]));
     h.apply(C::ActivateDestination { id });
     h.step();
     h.step();
@@ -520,30 +503,34 @@ fn cancel_after_activation_aborts_the_decode_and_frees_once() {
 
 #[test]
 fn activated_destination_waits_for_a_running_slot() {
+    // vLLM's waiting loop stops at `max_num_seqs` running: with the one slot
+    // taken, a queued destination is not even allocated.
     let mut c = cfg(256);
     c.max_num_seqs = 1;
     let mut h = Harness::fixed(c);
     h.apply(C::Submit(req(1, 32, 5, &[])));
     h.step();
     let id = hid(5);
-    summary(&h.apply(C::ReserveDestination {
-        id,
-        request: req(2, 64, 2, &[]),
-    }));
-    h.apply(C::ActivateDestination { id });
-    assert_eq!(h.cap().waiting_requests, 1);
-    for _ in 0..4 {
+    assert_eq!(h.reserve(id, req(2, 64, 2, &[])), O::Unavailable(None));
+    for _ in 0..3 {
         assert_eq!(h.cap().running_requests, 1);
+        assert_eq!(h.cap().reserved_destination_blocks, 0);
         h.step();
+        assert!(h.out.reserved.is_empty());
     }
-    // Request 1 finished in that pass; the activated one joins the next.
+    // Request 1 finished in that pass; the next pass grants the blocks.
     assert_eq!(h.finished.len(), 1);
     assert_eq!(h.cap().running_requests, 0);
+    h.step();
+    assert_eq!(h.granted.len(), 1);
+    assert_eq!(h.cap().reserved_destination_blocks, 4);
+    h.apply(C::ActivateDestination { id });
     assert_eq!(h.cap().waiting_requests, 1);
     h.run_idle();
     assert_eq!(h.tokens[&RequestId(2)], 2);
     assert_eq!(h.firsts[&RequestId(2)], 1);
     assert!(h.core.is_drained());
+    h.ledger.check_drained().unwrap();
 }
 
 #[test]
@@ -555,10 +542,7 @@ fn preemption_under_pressure_never_touches_held_or_reserved_blocks() {
         request: req(1, 256, 1, &content(1, 16)),
     });
     h.step();
-    summary(&h.apply(C::ReserveDestination {
-        id: dst,
-        request: req(2, 256, 1, &content(2, 16)),
-    }));
+    summary(&h.reserve(dst, req(2, 256, 1, &content(2, 16))));
     let pinned_blocks: Vec<u32> = {
         let s = h.core.sources[&src];
         h.core.seqs.get(s).blocks.clone()
@@ -615,13 +599,7 @@ fn trtllm_mode_refuses_reservation() {
     assert!(!caps.destination_reservation);
     let before = h.core.fingerprint();
     let r = req(1, 32, 1, &[]);
-    assert_eq!(
-        h.apply(C::ReserveDestination {
-            id: hid(1),
-            request: r.clone()
-        }),
-        O::Unsupported(Some(r))
-    );
+    assert_eq!(h.reserve(hid(1), r.clone()), O::Unsupported(Some(r)));
     assert_eq!(h.core.fingerprint(), before);
     assert_eq!(h.apply(C::ActivateDestination { id: hid(1) }), O::Noop);
 
@@ -708,10 +686,7 @@ fn prefix_caching_off_hashes_and_publishes_nothing() {
     h.step();
     assert_eq!(h.out.prefill_tokens, 100);
     let id = hid(1);
-    let s = summary(&h.apply(C::ReserveDestination {
-        id,
-        request: req(3, 100, 1, &content(1, 6)),
-    }));
+    let s = summary(&h.reserve(id, req(3, 100, 1, &content(1, 6))));
     assert_eq!(s.matched_prefix_tokens, 0);
     h.apply(C::ActivateDestination { id });
     h.run_idle();

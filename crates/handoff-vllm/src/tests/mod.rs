@@ -3,9 +3,11 @@
 //! identity ([`check_identity`]), the exactly-once [`Ledger`] and a full
 //! internal audit (every reference accounted for by exactly one owner).
 
+mod generated;
 mod lifecycle;
 mod multistep;
 mod state_machine;
+mod waiting_loop;
 
 use crate::block_pool::Owner;
 use crate::core::VllmCore;
@@ -74,14 +76,28 @@ impl<P: PerfModel> VllmCore<P> {
                 ));
             }
         }
+        let (mut awaiting_kv, mut unreported) = (0, 0);
         for &s in &self.waiting {
             reach(s, "waiting")?;
-            if self.seqs.get(s).phase != Phase::Waiting {
-                return Err(format!(
-                    "waiting slot {s} has phase {:?}",
-                    self.seqs.get(s).phase
-                ));
+            let seq = self.seqs.get(s);
+            match seq.phase {
+                Phase::Waiting => {}
+                Phase::Reserved => awaiting_kv += 1,
+                Phase::Queued => unreported += usize::from(!seq.reported_unavailable),
+                other => return Err(format!("waiting slot {s} has phase {other:?}")),
             }
+            if matches!(seq.phase, Phase::Queued | Phase::Reserved) {
+                match seq.kind {
+                    Kind::Destination(id) if self.destinations.get(&id) == Some(&s) => {}
+                    other => return Err(format!("waiting destination {s} is {other:?}")),
+                }
+            }
+        }
+        if (awaiting_kv, unreported) != (self.awaiting_kv, self.unreported) {
+            return Err(format!(
+                "counters awaiting_kv/unreported {}/{} vs recount {awaiting_kv}/{unreported}",
+                self.awaiting_kv, self.unreported
+            ));
         }
         for (&id, &s) in &self.sources {
             let seq = self.seqs.get(s);
@@ -96,9 +112,13 @@ impl<P: PerfModel> VllmCore<P> {
             }
         }
         for (&id, &s) in &self.destinations {
-            reach(s, "reserved")?;
             let seq = self.seqs.get(s);
-            if seq.phase != Phase::Reserved || seq.owner != Owner::Reserved {
+            let ok = match seq.phase {
+                Phase::Reserved => seq.owner == Owner::Reserved,
+                Phase::Queued => seq.blocks.is_empty(),
+                _ => false,
+            };
+            if !ok || seq.kind != Kind::Destination(id) {
                 return Err(format!("reservation {id}: {:?}/{:?}", seq.phase, seq.owner));
             }
         }
@@ -114,7 +134,7 @@ impl<P: PerfModel> VllmCore<P> {
                 Phase::Reserved => Owner::Reserved,
                 _ => Owner::Active,
             };
-            if seq.owner != expect_owner {
+            if seq.owner != expect_owner && seq.phase != Phase::Queued {
                 return Err(format!(
                     "{:?} in {:?} owns as {:?}",
                     seq.id, seq.phase, seq.owner
@@ -126,6 +146,7 @@ impl<P: PerfModel> VllmCore<P> {
             let want_blocks = match seq.phase {
                 Phase::Waiting if seq.prebuilt => self.blocks_for(u64::from(seq.prompt)),
                 Phase::Reserved => self.blocks_for(u64::from(seq.prompt)),
+                Phase::Queued => 0,
                 Phase::Held => self.blocks_for(u64::from(seq.prompt)),
                 _ => self.blocks_for(seq.computed),
             };
@@ -139,6 +160,9 @@ impl<P: PerfModel> VllmCore<P> {
                 ));
             }
             if self.cfg.enable_prefix_caching {
+                if seq.hashes.len() < seq.published as usize {
+                    return Err(format!("{:?} published past its hashes", seq.id));
+                }
                 for i in 0..seq.published as usize {
                     if self.pool.hash_of(seq.blocks[i]) != Some(seq.hashes[i]) {
                         return Err(format!("{:?} block {i} is not the published hash", seq.id));
@@ -212,6 +236,12 @@ pub(crate) struct Harness<P: PerfModel> {
     pub(crate) first_at: Vec<(RequestId, Instant)>,
     pub(crate) finished: Vec<(RequestId, Instant)>,
     pub(crate) preempted: Vec<RequestId>,
+    /// Destinations the core queued and has not granted or forgotten.
+    pub(crate) queued: BTreeSet<HandoffId>,
+    /// Grants, with the start of the call that granted them.
+    pub(crate) granted: Vec<(HandoffId, Instant)>,
+    /// Queued destinations reported as not granted, in report order.
+    pub(crate) refused: Vec<HandoffId>,
     pub(crate) passes: u64,
 }
 
@@ -235,6 +265,9 @@ impl<P: PerfModel> Harness<P> {
             first_at: Vec::new(),
             finished: Vec::new(),
             preempted: Vec::new(),
+            queued: BTreeSet::new(),
+            granted: Vec::new(),
+            refused: Vec::new(),
             passes: 0,
         };
         h.check();
@@ -272,8 +305,9 @@ impl<P: PerfModel> Harness<P> {
                 assert!(self.computing.insert(id), "{id} submitted twice");
                 Ok(())
             }
-            (Some(id), 2, CommandOutcome::Reserved(_)) => {
-                self.ledger.open(id, Holding::DestinationReservation)
+            (Some(id), 2, CommandOutcome::Queued) => {
+                assert!(self.queued.insert(id), "{id} queued twice");
+                Ok(())
             }
             (Some(id), 3, CommandOutcome::Applied) => {
                 self.ledger.end(id, Holding::DestinationReservation)
@@ -285,6 +319,7 @@ impl<P: PerfModel> Harness<P> {
             {
                 self.ledger.end(id, Holding::DestinationReservation)
             }
+            (Some(id), 6, CommandOutcome::Applied) if self.queued.remove(&id) => Ok(()),
             (Some(id), 4, CommandOutcome::Applied) => self.ledger.end(id, Holding::SourceLease),
             (Some(id), 5, CommandOutcome::Applied) => {
                 if self.computing.remove(&id) {
@@ -328,6 +363,19 @@ impl<P: PerfModel> Harness<P> {
         for &r in &self.out.finished {
             self.finished.push((r, end));
         }
+        for &(id, sum) in &self.out.reserved {
+            assert!(self.queued.remove(&id), "{id} granted but not queued");
+            assert_eq!(sum.physical_blocks, sum.transfer_blocks);
+            self.ledger
+                .open(id, Holding::DestinationReservation)
+                .unwrap_or_else(|e| panic!("ledger: {e}"));
+            self.granted.push((id, start));
+        }
+        for id in &self.out.unavailable {
+            assert!(self.queued.contains(id), "{id} refused but not queued");
+            assert!(!self.refused.contains(id), "{id} refused twice");
+        }
+        self.refused.extend_from_slice(&self.out.unavailable);
         self.preempted.extend_from_slice(&self.out.preempted);
         self.core.drain_kv_events(&mut self.events);
         self.now = end;
@@ -350,6 +398,25 @@ impl<P: PerfModel> Harness<P> {
             }
         }
         panic!("core never went idle");
+    }
+
+    /// Queues a destination reservation and runs one pass (the waiting loop
+    /// is where vLLM grants it); answers `Reserved` with the grant,
+    /// `Unavailable(None)` when that pass could not grant it, or the
+    /// command's own refusal.
+    pub(crate) fn reserve(&mut self, id: HandoffId, request: Request) -> CommandOutcome {
+        match self.apply(SchedulerCommand::ReserveDestination { id, request }) {
+            CommandOutcome::Queued => {}
+            other => return other,
+        }
+        self.step();
+        if let Some(&(_, sum)) = self.out.reserved.iter().find(|(g, _)| *g == id) {
+            CommandOutcome::Reserved(sum)
+        } else if self.out.unavailable.contains(&id) {
+            CommandOutcome::Unavailable(None)
+        } else {
+            CommandOutcome::Queued
+        }
     }
 
     /// Events drained since the last call.

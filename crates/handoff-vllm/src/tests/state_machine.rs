@@ -102,13 +102,11 @@ proptest! {
                 Op::Reserve(s) => {
                     let id = HandoffId(u128::from(n) | 1 << 100);
                     let r = request(n, s);
+                    // Granted (or not) by a later step's waiting loop; the
+                    // harness checks the grant and keeps the ledger.
                     match h.apply(C::ReserveDestination { id, request: r.clone() }) {
-                        CommandOutcome::Reserved(sum) => {
-                            prop_assert_eq!(sum.transfer_tokens + sum.matched_prefix_tokens, u64::from(s.prompt));
-                            prop_assert_eq!(sum.physical_blocks, sum.transfer_blocks);
-                            dests.push(id);
-                        }
-                        CommandOutcome::Unavailable(back) | CommandOutcome::Unsupported(back) => {
+                        CommandOutcome::Queued => dests.push(id),
+                        CommandOutcome::Unsupported(back) => {
                             prop_assert_eq!(back, Some(r));
                         }
                         other => prop_assert!(false, "reserve answered {:?}", other),
