@@ -113,6 +113,13 @@ pub struct DeployArgs {
         conflicts_with = "pass_speedup_ratio"
     )]
     pub speedup_ratio: Option<f64>,
+    /// SGLang decode workers keep a radix prefix cache (SGLang's flag of
+    /// the same name): only the prompt's uncached delta is preallocated and
+    /// transferred, and decode publishes KV events (the DEP's locked-prefix
+    /// mode). Without it decode runs SGLang's default chunk cache: no prefix
+    /// reuse, the whole prompt moves, no decode KV events.
+    #[arg(long)]
+    pub disaggregation_decode_enable_radix_cache: bool,
     /// Transfer timing model.
     #[arg(long, value_enum, default_value = "fixed")]
     pub transfer: TransferArg,
@@ -342,12 +349,14 @@ impl DeployArgs {
                 max_batched_tokens: self.max_batched_tokens,
                 speedup_ratio: pass_speedup,
                 source_lease_ttl: self.lease_ttl_s.map(Duration::from_secs),
+                decode_radix_cache: false,
             })
         };
-        Ok((
-            spec(self.prefill_kv_tokens, "prefill-kv-tokens")?,
-            spec(self.decode_kv_tokens, "decode-kv-tokens")?,
-        ))
+        let decode = EngineSpec {
+            decode_radix_cache: self.disaggregation_decode_enable_radix_cache,
+            ..spec(self.decode_kv_tokens, "decode-kv-tokens")?
+        };
+        Ok((spec(self.prefill_kv_tokens, "prefill-kv-tokens")?, decode))
     }
 
     /// The transfer model.

@@ -141,8 +141,22 @@ pub struct StepOutput {
     pub prefill_tokens: u64,
     /// Tokens emitted per request.
     pub tokens: Vec<TokenEmission>,
+    /// Requests whose first output token was sampled by their prefill
+    /// worker and arrived with the KV: streamed at the start of the call,
+    /// before its first pass, without a forward pass here. SGLang PD decode
+    /// does this (`disaggregation/decode.py`:
+    /// `DecodeTransferQueue._commit_transfer_to_req` appends the prefill's
+    /// output id, `get_next_disagg_decode_batch_to_run` streams it through
+    /// `process_batch_result_prebuilt` before merging the request into the
+    /// running batch). vLLM never fills it: its P/D prefill's token is
+    /// discarded and decode samples the first token itself.
+    pub shipped_first_tokens: Vec<RequestId>,
     /// Requests that finished (output complete) and freed their KV.
     pub finished: Vec<RequestId>,
+    /// How many of the first `finished` entries ended at the start of the
+    /// call, by their shipped first token alone (one-token requests); the
+    /// rest end with the call. All of them when `steps == 0`.
+    pub finished_at_start: usize,
     /// Handoff prefills that completed into held ownership.
     pub pinned: Vec<PrefillPinned>,
     /// Requests preempted (vLLM recompute) or retracted (SGLang).
@@ -158,7 +172,9 @@ impl StepOutput {
         self.last_step = Duration::ZERO;
         self.prefill_tokens = 0;
         self.tokens.clear();
+        self.shipped_first_tokens.clear();
         self.finished.clear();
+        self.finished_at_start = 0;
         self.pinned.clear();
         self.preempted.clear();
     }
@@ -179,7 +195,9 @@ pub trait SchedulerCore {
     /// composition cannot change (no request finishes, no block allocation
     /// can fail, no waiting request could be admitted), further passes whose
     /// start time is before `horizon`. Pass `horizon <= now` for exactly one
-    /// pass. `out` is cleared first. With no runnable work, `out.steps == 0`.
+    /// pass. `out` is cleared first. With no runnable work, `out.steps == 0`
+    /// (and only `shipped_first_tokens` and the requests they finished may
+    /// be non-empty).
     fn step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput);
 
     /// Physical occupancy and admission quantities now.

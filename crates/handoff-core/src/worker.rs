@@ -165,6 +165,22 @@ pub enum WorkerEvent {
         /// Whether the first is the request's first output token.
         first: bool,
     },
+    /// A request's first output token, streamed without a forward pass on
+    /// this worker: its prefill worker sampled it and it arrived with the
+    /// KV (SGLang PD decode, `disaggregation/decode.py`:
+    /// `DecodeTransferQueue._commit_transfer_to_req` takes the output id from
+    /// the transfer's metadata buffer and `process_batch_result_prebuilt`
+    /// streams it when the request joins the running batch). Decode then
+    /// generates the remaining tokens. vLLM never reports it: in vLLM P/D the
+    /// proxy discards the prefill's token and the decode worker recomputes
+    /// the last prompt token to sample the first one
+    /// (`v1/core/sched/scheduler.py` `_update_waiting_for_remote_kv`).
+    FirstTokenFromPrefill {
+        /// The request.
+        request: RequestId,
+        /// When it was streamed (the start of the step that merged it).
+        at: Instant,
+    },
     /// A request finished decoding and freed its KV.
     RequestFinished {
         /// The request.
@@ -843,7 +859,16 @@ impl<S: SchedulerCore> Worker<S> {
     pub fn step(&mut self, now: Instant, horizon: Instant) -> Option<Instant> {
         let mut out = std::mem::take(&mut self.step_out);
         self.core.step(now, horizon, &mut out);
+        for &request in &out.shipped_first_tokens {
+            self.events
+                .push_back(WorkerEvent::FirstTokenFromPrefill { request, at: now });
+        }
         let result = if out.steps == 0 {
+            // No pass ran; a shipped first token may still have completed
+            // a one-token request, which ends now.
+            for &request in &out.finished {
+                self.request_finished(request, now);
+            }
             None
         } else {
             let end = now + out.duration;
@@ -875,12 +900,9 @@ impl<S: SchedulerCore> Worker<S> {
                 };
                 self.source_event(p.id, SourceEvent::PrefillPinned { lease }, end);
             }
-            for &request in &out.finished {
-                self.events
-                    .push_back(WorkerEvent::RequestFinished { request, at: end });
-                if let Some(id) = self.active_dest.remove(&request) {
-                    self.dest_event(id, DestinationEvent::Finished, end);
-                }
+            for (i, &request) in out.finished.iter().enumerate() {
+                let at = if i < out.finished_at_start { now } else { end };
+                self.request_finished(request, at);
             }
             Some(end)
         };
@@ -889,6 +911,15 @@ impl<S: SchedulerCore> Worker<S> {
         self.pump_reservations(at);
         self.flush_kv(at);
         result
+    }
+
+    /// Reports a finished request and ends its active destination role.
+    fn request_finished(&mut self, request: RequestId, at: Instant) {
+        self.events
+            .push_back(WorkerEvent::RequestFinished { request, at });
+        if let Some(id) = self.active_dest.remove(&request) {
+            self.dest_event(id, DestinationEvent::Finished, at);
+        }
     }
 
     /// The next fact for a peer.

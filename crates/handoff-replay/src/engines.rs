@@ -23,6 +23,10 @@ pub struct EngineSpec {
     pub speedup_ratio: f64,
     /// Overrides the backend's source lease lifetime (vLLM 480 s, SGLang 300 s).
     pub source_lease_ttl: Option<handoff_core::Duration>,
+    /// SGLang decode servers keep a radix prefix cache
+    /// (`--disaggregation-decode-enable-radix-cache`; off: a chunk cache).
+    /// Ignored by vLLM.
+    pub decode_radix_cache: bool,
 }
 
 impl Default for EngineSpec {
@@ -35,6 +39,7 @@ impl Default for EngineSpec {
             max_batched_tokens: 8192,
             speedup_ratio: 1.0,
             source_lease_ttl: None,
+            decode_radix_cache: false,
         }
     }
 }
@@ -66,6 +71,7 @@ impl EngineSpec {
         c.prealloc_slot_margin =
             handoff_sglang::default_prealloc_slot_margin(c.max_running_requests);
         c.chunked_prefill_size = self.max_batched_tokens.max(1);
+        c.disaggregation_decode_enable_radix_cache = self.decode_radix_cache;
         if let Some(ttl) = self.source_lease_ttl {
             c.source_lease_ttl = ttl;
         }

@@ -96,6 +96,7 @@ mod prealloc;
 mod prefill;
 mod radix;
 mod ratio;
+mod retracted;
 mod seq;
 mod source;
 

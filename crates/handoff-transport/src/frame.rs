@@ -262,6 +262,10 @@ pub(crate) mod samples {
                 tokens: 2,
                 first: true,
             },
+            WorkerEvent::FirstTokenFromPrefill {
+                request: RequestId(1),
+                at: Instant(8),
+            },
             WorkerEvent::RequestFinished {
                 request: RequestId(1),
                 at: Instant(9),
@@ -554,6 +558,7 @@ mod tests {
             WorkerEvent::Transition(_) => "Transition",
             WorkerEvent::Step { .. } => "Step",
             WorkerEvent::Tokens { .. } => "Tokens",
+            WorkerEvent::FirstTokenFromPrefill { .. } => "FirstTokenFromPrefill",
             WorkerEvent::RequestFinished { .. } => "RequestFinished",
             WorkerEvent::Preempted { .. } => "Preempted",
             WorkerEvent::PrefillPinned { .. } => "PrefillPinned",
@@ -576,7 +581,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(events.len(), 10, "{events:?}");
+        assert_eq!(events.len(), 11, "{events:?}");
     }
 
     /// Core types no frame carries yet still serialise (a driver may ship
