@@ -114,6 +114,19 @@ pub struct PrefillPinned {
     pub tokens: u64,
 }
 
+/// KV of a handoff prefill's finished chunk, ready to stream to its
+/// destination while later chunks compute (SGLang `disaggregation/prefill.py`
+/// `send_kv_chunk`, called for every chunk a chunked prefill finishes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvChunk {
+    /// The handoff attempt.
+    pub id: HandoffId,
+    /// Prompt tokens whose KV is now complete, from the start of the prompt
+    /// (cumulative, whole pages; the final partial page waits for the last
+    /// chunk, whose KV goes with the transfer itself).
+    pub ready_tokens: u64,
+}
+
 /// Tokens a request emitted in a step call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenEmission {
@@ -159,6 +172,9 @@ pub struct StepOutput {
     pub finished_at_start: usize,
     /// Handoff prefills that completed into held ownership.
     pub pinned: Vec<PrefillPinned>,
+    /// Handoff prefills that finished a chunk but not their prompt (cores
+    /// that stream KV per chunk; vLLM's NIXL reads the whole prompt once).
+    pub kv_chunks: Vec<KvChunk>,
     /// Requests preempted (vLLM recompute) or retracted (SGLang).
     pub preempted: Vec<RequestId>,
 }
@@ -176,6 +192,7 @@ impl StepOutput {
         self.finished.clear();
         self.finished_at_start = 0;
         self.pinned.clear();
+        self.kv_chunks.clear();
         self.preempted.clear();
     }
 }

@@ -228,6 +228,28 @@ pub enum WorkerEvent {
         /// When.
         at: Instant,
     },
+    /// Part of a transfer's KV is ready before the prefill ends: a chunk of a
+    /// handoff prefill whose destination is already reserved finished, and
+    /// its KV streams while later chunks compute (SGLang
+    /// `disaggregation/prefill.py` `send_kv_chunk`). The driver's transfer
+    /// timer may move these tokens ahead of the `StartTransfer` that follows
+    /// at the pin, which carries the whole transfer; reported by the worker
+    /// that will start it.
+    KvChunkReady {
+        /// The attempt.
+        id: HandoffId,
+        /// The request.
+        request: RequestId,
+        /// Prefill worker.
+        source: WorkerId,
+        /// Decode worker.
+        destination: WorkerId,
+        /// Tokens of the transfer ready so far (cumulative; the
+        /// destination's reused prefix excluded).
+        tokens: u64,
+        /// When.
+        at: Instant,
+    },
     /// A role ended. `reason` is `None` on success. The router's request guard
     /// keys its cleanup on these.
     RoleEnded {
@@ -891,6 +913,10 @@ impl<S: SchedulerCore> Worker<S> {
                 self.events
                     .push_back(WorkerEvent::Preempted { request, at: end });
             }
+            let chunk_end = now + out.first_step;
+            for c in &out.kv_chunks {
+                self.kv_chunk_ready(c.id, c.ready_tokens, chunk_end);
+            }
             for p in &out.pinned {
                 let lease = SourceLease {
                     id: p.lease,
@@ -911,6 +937,31 @@ impl<S: SchedulerCore> Worker<S> {
         self.pump_reservations(at);
         self.flush_kv(at);
         result
+    }
+
+    /// Streams a finished chunk of source `id` when its destination is
+    /// reserved (destination-first; a source-first prefill has nowhere to
+    /// send yet), clipped to the reservation's transfer.
+    fn kv_chunk_ready(&mut self, id: HandoffId, ready: u64, at: Instant) {
+        let Some(e) = self.sources.get(&id) else {
+            return;
+        };
+        let (Some(summary), Some(destination)) = (e.role.reservation(), e.peer) else {
+            return;
+        };
+        let tokens = ready
+            .saturating_sub(summary.matched_prefix_tokens)
+            .min(summary.transfer_tokens);
+        if tokens > 0 {
+            self.events.push_back(WorkerEvent::KvChunkReady {
+                id,
+                request: e.request_id,
+                source: self.id,
+                destination,
+                tokens,
+                at,
+            });
+        }
     }
 
     /// Reports a finished request and ends its active destination role.

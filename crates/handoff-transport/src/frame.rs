@@ -290,6 +290,14 @@ pub(crate) mod samples {
                 blocks: 4,
                 at: Instant(11),
             },
+            WorkerEvent::KvChunkReady {
+                id,
+                request: RequestId(1),
+                source: WorkerId(0),
+                destination: WorkerId(1),
+                tokens: 32,
+                at: Instant(10),
+            },
             WorkerEvent::RoleEnded {
                 id,
                 request: RequestId(1),
@@ -563,6 +571,7 @@ mod tests {
             WorkerEvent::Preempted { .. } => "Preempted",
             WorkerEvent::PrefillPinned { .. } => "PrefillPinned",
             WorkerEvent::StartTransfer { .. } => "StartTransfer",
+            WorkerEvent::KvChunkReady { .. } => "KvChunkReady",
             WorkerEvent::RoleEnded { .. } => "RoleEnded",
             WorkerEvent::Kv { .. } => "Kv",
             WorkerEvent::Dropped { .. } => "Dropped",
@@ -581,7 +590,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(events.len(), 11, "{events:?}");
+        assert_eq!(events.len(), 12, "{events:?}");
     }
 
     /// Core types no frame carries yet still serialise (a driver may ship
