@@ -165,22 +165,6 @@ pub enum WorkerEvent {
         /// Whether the first is the request's first output token.
         first: bool,
     },
-    /// A request's first output token, streamed without a forward pass on
-    /// this worker: its prefill worker sampled it and it arrived with the
-    /// KV (SGLang PD decode, `disaggregation/decode.py`:
-    /// `DecodeTransferQueue._commit_transfer_to_req` takes the output id from
-    /// the transfer's metadata buffer and `process_batch_result_prebuilt`
-    /// streams it when the request joins the running batch). Decode then
-    /// generates the remaining tokens. vLLM never reports it: in vLLM P/D the
-    /// proxy discards the prefill's token and the decode worker recomputes
-    /// the last prompt token to sample the first one
-    /// (`v1/core/sched/scheduler.py` `_update_waiting_for_remote_kv`).
-    FirstTokenFromPrefill {
-        /// The request.
-        request: RequestId,
-        /// When it was streamed (the start of the step that merged it).
-        at: Instant,
-    },
     /// A request finished decoding and freed its KV.
     RequestFinished {
         /// The request.
@@ -228,28 +212,6 @@ pub enum WorkerEvent {
         /// When.
         at: Instant,
     },
-    /// Part of a transfer's KV is ready before the prefill ends: a chunk of a
-    /// handoff prefill whose destination is already reserved finished, and
-    /// its KV streams while later chunks compute (SGLang
-    /// `disaggregation/prefill.py` `send_kv_chunk`). The driver's transfer
-    /// timer may move these tokens ahead of the `StartTransfer` that follows
-    /// at the pin, which carries the whole transfer; reported by the worker
-    /// that will start it.
-    KvChunkReady {
-        /// The attempt.
-        id: HandoffId,
-        /// The request.
-        request: RequestId,
-        /// Prefill worker.
-        source: WorkerId,
-        /// Decode worker.
-        destination: WorkerId,
-        /// Tokens of the transfer ready so far (cumulative; the
-        /// destination's reused prefix excluded).
-        tokens: u64,
-        /// When.
-        at: Instant,
-    },
     /// A role ended. `reason` is `None` on success. The router's request guard
     /// keys its cleanup on these.
     RoleEnded {
@@ -281,6 +243,45 @@ pub enum WorkerEvent {
         fact: FactKind,
         /// Why.
         reason: DropReason,
+        /// When.
+        at: Instant,
+    },
+    // New variants go last: the wire (bincode) numbers them by position.
+    /// A request's first output token, streamed without a forward pass on
+    /// this worker: its prefill worker sampled it and it arrived with the
+    /// KV (SGLang PD decode, `disaggregation/decode.py`:
+    /// `DecodeTransferQueue._commit_transfer_to_req` takes the output id from
+    /// the transfer's metadata buffer and `process_batch_result_prebuilt`
+    /// streams it when the request joins the running batch). Decode then
+    /// generates the remaining tokens. vLLM never reports it: in vLLM P/D the
+    /// proxy discards the prefill's token and the decode worker recomputes
+    /// the last prompt token to sample the first one
+    /// (`v1/core/sched/scheduler.py` `_update_waiting_for_remote_kv`).
+    FirstTokenFromPrefill {
+        /// The request.
+        request: RequestId,
+        /// When it was streamed (the start of the step that merged it).
+        at: Instant,
+    },
+    /// Part of a transfer's KV is ready before the prefill ends: a chunk of a
+    /// handoff prefill whose destination is already reserved finished, and
+    /// its KV streams while later chunks compute (SGLang
+    /// `disaggregation/prefill.py` `send_kv_chunk`). The driver's transfer
+    /// timer may move these tokens ahead of the `StartTransfer` that follows
+    /// at the pin, which carries the whole transfer; reported by the worker
+    /// that will start it.
+    KvChunkReady {
+        /// The attempt.
+        id: HandoffId,
+        /// The request.
+        request: RequestId,
+        /// Prefill worker.
+        source: WorkerId,
+        /// Decode worker.
+        destination: WorkerId,
+        /// Tokens of the transfer ready so far (cumulative; the
+        /// destination's reused prefix excluded).
+        tokens: u64,
         /// When.
         at: Instant,
     },
