@@ -69,10 +69,12 @@ fn event_name(e: &WorkerEvent) -> &'static str {
         WorkerEvent::Transition(_) => "Transition",
         WorkerEvent::Step { .. } => "Step",
         WorkerEvent::Tokens { .. } => "Tokens",
+        WorkerEvent::FirstTokenFromPrefill { .. } => "FirstTokenFromPrefill",
         WorkerEvent::RequestFinished { .. } => "RequestFinished",
         WorkerEvent::Preempted { .. } => "Preempted",
         WorkerEvent::PrefillPinned { .. } => "PrefillPinned",
         WorkerEvent::StartTransfer { .. } => "StartTransfer",
+        WorkerEvent::KvChunkReady { .. } => "KvChunkReady",
         WorkerEvent::RoleEnded { .. } => "RoleEnded",
         WorkerEvent::Kv { .. } => "Kv",
         WorkerEvent::Dropped { .. } => "Dropped",
@@ -122,6 +124,10 @@ fn every_event() -> Vec<WorkerEvent> {
             tokens: 2,
             first: true,
         },
+        WorkerEvent::FirstTokenFromPrefill {
+            request: RequestId(1),
+            at: Instant(8),
+        },
         WorkerEvent::RequestFinished {
             request: RequestId(1),
             at: Instant(9),
@@ -145,6 +151,14 @@ fn every_event() -> Vec<WorkerEvent> {
             tokens: 64,
             blocks: 4,
             at: Instant(11),
+        },
+        WorkerEvent::KvChunkReady {
+            id,
+            request: RequestId(1),
+            source: WorkerId(0),
+            destination: WorkerId(1),
+            tokens: 32,
+            at: Instant(10),
         },
         WorkerEvent::RoleEnded {
             id,
@@ -479,7 +493,7 @@ fn gen_lifecycle(rng: &mut Rng) -> (LifecycleEvent, RoleState) {
 }
 
 fn gen_event(rng: &mut Rng) -> WorkerEvent {
-    match rng.below(10) {
+    match rng.below(12) {
         0 => {
             let (event, from) = gen_lifecycle(rng);
             let (_, to) = gen_lifecycle(rng);
@@ -541,6 +555,18 @@ fn gen_event(rng: &mut Rng) -> WorkerEvent {
             request: RequestId(rng.interesting_u64()),
             role: gen_role(rng),
             reason: rng.coin().then(|| *rng.pick(&CANCEL)),
+            at: instant(rng),
+        },
+        10 => WorkerEvent::KvChunkReady {
+            id: id(rng),
+            request: RequestId(rng.interesting_u64()),
+            source: WorkerId(u32_of(rng)),
+            destination: WorkerId(u32_of(rng)),
+            tokens: rng.interesting_u64(),
+            at: instant(rng),
+        },
+        9 => WorkerEvent::FirstTokenFromPrefill {
+            request: RequestId(rng.interesting_u64()),
             at: instant(rng),
         },
         8 => WorkerEvent::Kv {
@@ -718,11 +744,11 @@ mod tests {
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
         assert_eq!(kinds.len(), 11, "{kinds:?}");
         let detailed: BTreeSet<String> = frames.iter().map(detailed_name).collect();
-        // 10 events, 10 host operations/inputs, 4 handoff bodies, 3 requests,
+        // 12 events, 10 host operations/inputs, 4 handoff bodies, 3 requests,
         // and the 6 other kinds.
         assert_eq!(
             detailed.iter().filter(|n| n.starts_with("Event/")).count(),
-            10
+            12
         );
         assert_eq!(
             detailed.iter().filter(|n| n.starts_with("Host/")).count(),

@@ -1760,8 +1760,22 @@ impl Schedule {
             transcript: false,
             faults,
         };
+        // SGLang decode runs its default chunk cache or, half the time, the
+        // radix cache (drawn apart from the stream above, so every other
+        // choice of a seed stays as it was).
+        let decode_radix =
+            backend == Backend::Sglang && Rng::seeded(seed ^ 0x7ad1_c5ac).below(2) == 0;
         let specs = (0..workers)
-            .map(|w| spec(if w < prefill { prefill_kv } else { decode_kv }))
+            .map(|w| {
+                if w < prefill {
+                    spec(prefill_kv)
+                } else {
+                    EngineSpec {
+                        decode_radix_cache: decode_radix,
+                        ..spec(decode_kv)
+                    }
+                }
+            })
             .collect();
         Schedule {
             seed,
@@ -1832,7 +1846,7 @@ impl Schedule {
             "seed={} backend={} policy={} prefill={} decode={} router={} router_block={} \
              page={} prefill_kv={} decode_kv={} max_running={} max_batched={} lease_ns={} \
              reservation_ns={} renew_ns={} early_ns={} tombstones={} transfer={transfer} \
-             latency_ns={} multi_step={}",
+             latency_ns={} multi_step={} decode_radix={}",
             c.seed,
             c.backend.name(),
             c.policy.name(),
@@ -1851,7 +1865,8 @@ impl Schedule {
             ns(c.handoff.early_fact_ttl),
             c.handoff.tombstones,
             ns(c.message_latency),
-            c.multi_step
+            c.multi_step,
+            dec.decode_radix_cache
         )
     }
 
@@ -1927,7 +1942,13 @@ impl Schedule {
         };
         let prefill = num("prefill")? as u32;
         let decode = num("decode")? as u32;
-        let (pre, dec) = (spec(num("prefill_kv")?)?, spec(num("decode_kv")?)?);
+        let (pre, mut dec) = (spec(num("prefill_kv")?)?, spec(num("decode_kv")?)?);
+        // Absent from lines written before the decode chunk cache existed,
+        // which ran SGLang's decode with a radix cache.
+        dec.decode_radix_cache = match kv.get("decode_radix") {
+            Some(v) => *v == "true",
+            None => backend == Backend::Sglang,
+        };
         let cfg = ReplayConfig {
             engines: Vec::new(),
             backend,

@@ -28,6 +28,9 @@ pub struct Case {
     pub policy: HandoffPolicy,
     /// KV tokens of each decode worker.
     pub decode_kv_tokens: u64,
+    /// SGLang decode keeps a radix cache (the DEP's locked-prefix mode)
+    /// instead of its default chunk cache.
+    pub decode_radix_cache: bool,
     /// Source lease lifetime.
     pub lease_ttl: Duration,
     /// Destination reservation lifetime.
@@ -68,6 +71,7 @@ pub fn cases() -> Vec<Case> {
             backend,
             policy,
             decode_kv_tokens: 6 * 1024,
+            decode_radix_cache: false,
             lease_ttl: Duration::from_secs(60),
             reservation_ttl: Duration::from_secs(60),
             items: vec![
@@ -75,7 +79,8 @@ pub fn cases() -> Vec<Case> {
                 item(1, 50, 4096, 40, &[11, 12, 13, 14, 15, 16, 17, 18]),
             ],
         });
-        // Destination prefix hits: none, then partial, then full.
+        // Destination prefix hits: none, then partial, then full (SGLang's
+        // decode in locked-prefix mode; its chunk cache never hits).
         out.push(Case {
             name: if backend == Backend::Vllm {
                 "prefix-hits-vllm"
@@ -85,6 +90,7 @@ pub fn cases() -> Vec<Case> {
             backend,
             policy,
             decode_kv_tokens: 1 << 16,
+            decode_radix_cache: true,
             lease_ttl: Duration::from_secs(60),
             reservation_ttl: Duration::from_secs(60),
             items: vec![
@@ -106,6 +112,7 @@ pub fn cases() -> Vec<Case> {
             backend,
             policy,
             decode_kv_tokens: 6 * 1024,
+            decode_radix_cache: false,
             // The waiting side's timer fires first, 2 s before the other's.
             lease_ttl: Duration::from_secs(if backend == Backend::Vllm { 2 } else { 4 }),
             reservation_ttl: Duration::from_secs(if backend == Backend::Vllm { 4 } else { 2 }),
@@ -169,7 +176,10 @@ pub fn setup(case: &Case) -> (ReplayConfig, Vec<EngineSpec>) {
         ..ReplayConfig::default()
     };
     let specs = (0..PREFILL + DECODE)
-        .map(|i| spec(case, kv_of(case, pool_of(i))))
+        .map(|i| EngineSpec {
+            decode_radix_cache: case.decode_radix_cache && pool_of(i) == Pool::Decode,
+            ..spec(case, kv_of(case, pool_of(i)))
+        })
         .collect();
     (cfg, specs)
 }

@@ -126,6 +126,13 @@ pub struct DeployArgs {
     /// profiles/README.md, e.g. profile:profiles/qwen3-4b-a100-sglang.json).
     #[arg(long, default_value = "dynamo-polynomial", value_name = "MODEL")]
     pub perf: String,
+    /// SGLang decode workers keep a radix prefix cache (SGLang's flag of
+    /// the same name): only the prompt's uncached delta is preallocated and
+    /// transferred, and decode publishes KV events (the DEP's locked-prefix
+    /// mode). Without it decode runs SGLang's default chunk cache: no prefix
+    /// reuse, the whole prompt moves, no decode KV events.
+    #[arg(long)]
+    pub disaggregation_decode_enable_radix_cache: bool,
     /// Transfer timing model; the default scales with the bytes moved
     /// (setup --transfer-ms + KV bytes / bandwidth).
     #[arg(long, value_enum, default_value = "bytes")]
@@ -376,12 +383,14 @@ impl DeployArgs {
                 speedup_ratio: pass_speedup,
                 perf: perf.clone(),
                 source_lease_ttl: self.lease_ttl_s.map(Duration::from_secs),
+                decode_radix_cache: false,
             })
         };
-        Ok((
-            spec(self.prefill_kv_tokens, "prefill-kv-tokens")?,
-            spec(self.decode_kv_tokens, "decode-kv-tokens")?,
-        ))
+        let decode = EngineSpec {
+            decode_radix_cache: self.disaggregation_decode_enable_radix_cache,
+            ..spec(self.decode_kv_tokens, "decode-kv-tokens")?
+        };
+        Ok((spec(self.prefill_kv_tokens, "prefill-kv-tokens")?, decode))
     }
 
     /// The transfer model.

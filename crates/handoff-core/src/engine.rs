@@ -636,21 +636,38 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                 }
                 HostOutput::Refused(e) => self.director.on_refused(WorkerId(w), e, now),
                 HostOutput::Event(e) => {
-                    if let WorkerEvent::StartTransfer {
-                        id,
-                        source,
-                        destination,
-                        tokens,
-                        at,
-                        ..
-                    } = e
-                    {
-                        for c in
+                    let changed = match e {
+                        WorkerEvent::StartTransfer {
+                            id,
+                            source,
+                            destination,
+                            tokens,
+                            at,
+                            ..
+                        } => self
+                            .transfers
+                            .start(id, WorkerId(w), source, destination, tokens, at),
+                        WorkerEvent::KvChunkReady {
+                            id,
+                            source,
+                            destination,
+                            tokens,
+                            at,
+                            ..
+                        } => {
                             self.transfers
-                                .start(id, WorkerId(w), source, destination, tokens, at)
-                        {
-                            self.at(c.at, Ev::TransferDone(c));
+                                .stream(id, WorkerId(w), source, destination, tokens, at)
                         }
+                        WorkerEvent::RoleEnded {
+                            id,
+                            role: crate::msg::Role::Source,
+                            at,
+                            ..
+                        } => self.transfers.abandon(id, at),
+                        _ => Vec::new(),
+                    };
+                    for c in changed {
+                        self.at(c.at, Ev::TransferDone(c));
                     }
                     self.director.on_event(WorkerId(w), &e, now, &mut routes);
                 }
@@ -728,6 +745,12 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             }
             Ev::TransferDone(c) => {
                 if !self.transfers.is_current(&c) {
+                    return;
+                }
+                if c.drain {
+                    for n in self.transfers.reflow(now) {
+                        self.at(n.at, Ev::TransferDone(n));
+                    }
                     return;
                 }
                 for n in self.transfers.finish(c.id, now) {

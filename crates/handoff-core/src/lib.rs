@@ -98,8 +98,8 @@ pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
 pub use request::Request;
 pub use rng::Rng;
 pub use scheduler::{
-    CommandOutcome, CoreBox, PrefillPinned, ReservationSummary, SchedulerCommand, SchedulerCore,
-    StepOutput, TokenEmission,
+    CommandOutcome, CoreBox, KvChunk, PrefillPinned, ReservationSummary, SchedulerCommand,
+    SchedulerCore, StepOutput, TokenEmission,
 };
 pub use source::{
     SourceAction, SourceEvent, SourceEventKind, SourceHandoff, SourceLease, SourceState,

@@ -123,6 +123,19 @@ pub struct PrefillPinned {
     pub tokens: u64,
 }
 
+/// KV of a handoff prefill's finished chunk, ready to stream to its
+/// destination while later chunks compute (SGLang `disaggregation/prefill.py`
+/// `send_kv_chunk`, called for every chunk a chunked prefill finishes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvChunk {
+    /// The handoff attempt.
+    pub id: HandoffId,
+    /// Prompt tokens whose KV is now complete, from the start of the prompt
+    /// (cumulative, whole pages; the final partial page waits for the last
+    /// chunk, whose KV goes with the transfer itself).
+    pub ready_tokens: u64,
+}
+
 /// Tokens a request emitted in a step call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenEmission {
@@ -150,10 +163,27 @@ pub struct StepOutput {
     pub prefill_tokens: u64,
     /// Tokens emitted per request.
     pub tokens: Vec<TokenEmission>,
+    /// Requests whose first output token was sampled by their prefill
+    /// worker and arrived with the KV: streamed at the start of the call,
+    /// before its first pass, without a forward pass here. SGLang PD decode
+    /// does this (`disaggregation/decode.py`:
+    /// `DecodeTransferQueue._commit_transfer_to_req` appends the prefill's
+    /// output id, `get_next_disagg_decode_batch_to_run` streams it through
+    /// `process_batch_result_prebuilt` before merging the request into the
+    /// running batch). vLLM never fills it: its P/D prefill's token is
+    /// discarded and decode samples the first token itself.
+    pub shipped_first_tokens: Vec<RequestId>,
     /// Requests that finished (output complete) and freed their KV.
     pub finished: Vec<RequestId>,
+    /// How many of the first `finished` entries ended at the start of the
+    /// call, by their shipped first token alone (one-token requests); the
+    /// rest end with the call. All of them when `steps == 0`.
+    pub finished_at_start: usize,
     /// Handoff prefills that completed into held ownership.
     pub pinned: Vec<PrefillPinned>,
+    /// Handoff prefills that finished a chunk but not their prompt (cores
+    /// that stream KV per chunk; vLLM's NIXL reads the whole prompt once).
+    pub kv_chunks: Vec<KvChunk>,
     /// Requests preempted (vLLM recompute) or retracted (SGLang).
     pub preempted: Vec<RequestId>,
     /// Queued destination reservations ([`CommandOutcome::Queued`]) granted
@@ -173,8 +203,11 @@ impl StepOutput {
         self.last_step = Duration::ZERO;
         self.prefill_tokens = 0;
         self.tokens.clear();
+        self.shipped_first_tokens.clear();
         self.finished.clear();
+        self.finished_at_start = 0;
         self.pinned.clear();
+        self.kv_chunks.clear();
         self.preempted.clear();
         self.reserved.clear();
         self.unavailable.clear();
@@ -198,7 +231,8 @@ pub trait SchedulerCore {
     /// start time is before `horizon`. Pass `horizon <= now` for exactly one
     /// pass. `out` is cleared first. With no runnable work, `out.steps == 0`;
     /// a call may still grant queued reservations then (a pass that
-    /// schedules no token takes no time).
+    /// schedules no token takes no time), and `shipped_first_tokens` and the
+    /// requests they finished may be non-empty.
     fn step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput);
 
     /// Physical occupancy and admission quantities now.

@@ -85,6 +85,21 @@ struct Flow {
     remaining: f64,
     started: Instant,
     ready_at: Instant,
+    /// Tokens offered so far.
+    tokens: u64,
+    /// Still streaming chunks: it cannot complete until `start` closes it,
+    /// and it takes a share of its links only while it has bytes to move.
+    open: bool,
+}
+
+/// A transfer streamed chunk by chunk under the bytes model: one sender
+/// moving chunks in order.
+#[derive(Clone, Copy, Debug)]
+struct Serial {
+    /// Tokens offered so far.
+    tokens: u64,
+    /// When the bytes offered so far are through.
+    busy_until: Instant,
 }
 
 /// A transfer whose completion time is now known.
@@ -99,6 +114,18 @@ pub struct Completion {
     /// Invalidation token: a completion is current only while its version
     /// matches (contention moves completion times).
     pub version: u64,
+    /// Not a completion: a transfer still streaming chunks runs out of
+    /// ready bytes then, so the other flows' shares change; the driver calls
+    /// [`TransferTimer::reflow`] (contention only).
+    pub drain: bool,
+}
+
+impl Flow {
+    /// Whether it takes a share of its links: a streaming flow only while
+    /// it has ready bytes to move.
+    fn moving(&self) -> bool {
+        !self.open || self.remaining > 0.0
+    }
 }
 
 /// Tracks transfers in flight and predicts completions.
@@ -106,6 +133,7 @@ pub struct Completion {
 pub struct TransferTimer {
     model: Option<TransferModel>,
     flows: BTreeMap<HandoffId, Flow>,
+    serial: BTreeMap<HandoffId, Serial>,
     last: Instant,
     version: u64,
     /// Bytes moved so far (finished transfers).
@@ -133,8 +161,10 @@ impl TransferTimer {
         }
     }
 
-    /// Starts a transfer; returns the completions whose times are now known
-    /// or changed (all of them, under contention).
+    /// Starts a transfer of `tokens` in all, taking over what
+    /// [`TransferTimer::stream`] already offered for `id`; returns the
+    /// completions whose times are now known or changed (all of them, under
+    /// contention).
     pub fn start(
         &mut self,
         id: HandoffId,
@@ -153,39 +183,148 @@ impl TransferTimer {
                     owner,
                     at: now + d,
                     version: self.version,
+                    drain: false,
                 }]
             }
             TransferModel::Bytes {
                 base, bandwidth, ..
             } => {
                 self.version += 1;
-                let b = self.bytes(tokens);
+                let (from, sent) = match self.serial.remove(&id) {
+                    Some(s) => (now.max(s.busy_until), s.tokens),
+                    None => (now + base, 0),
+                };
+                let b = self.bytes(tokens.saturating_sub(sent));
                 self.bytes_moved += b;
                 let secs = if bandwidth > 0.0 { b / bandwidth } else { 0.0 };
                 vec![Completion {
                     id,
                     owner,
-                    at: now + base + Duration::from_secs_f64(secs),
+                    at: from + Duration::from_secs_f64(secs),
                     version: self.version,
+                    drain: false,
                 }]
             }
             TransferModel::Contention { base, .. } => {
                 self.advance(now);
-                let remaining = self.bytes(tokens);
-                self.flows.insert(
-                    id,
-                    Flow {
-                        id,
-                        owner,
-                        src,
-                        dst,
-                        remaining,
-                        started: now,
-                        ready_at: now + base,
-                    },
-                );
+                let bytes_per_token = self.bytes_per_token();
+                match self.flows.get_mut(&id) {
+                    Some(f) if f.open => {
+                        let more = tokens.saturating_sub(f.tokens);
+                        f.tokens = f.tokens.max(tokens);
+                        f.open = false;
+                        f.remaining += more.saturating_mul(bytes_per_token) as f64;
+                    }
+                    _ => {
+                        let remaining = self.bytes(tokens);
+                        self.flows.insert(
+                            id,
+                            Flow {
+                                id,
+                                owner,
+                                src,
+                                dst,
+                                remaining,
+                                started: now,
+                                ready_at: now + base,
+                                tokens,
+                                open: false,
+                            },
+                        );
+                    }
+                }
                 self.predict(now)
             }
+        }
+    }
+
+    /// Offers the first `tokens` of `id`'s transfer (cumulative) before it
+    /// starts: KV of finished prefill chunks streams while later chunks
+    /// compute (SGLang `send_kv_chunk`), so the transfer overlaps the
+    /// prefill. The setup latency is paid once, at the first chunk. No
+    /// effect under the fixed model. Returns changed completions.
+    pub fn stream(
+        &mut self,
+        id: HandoffId,
+        owner: WorkerId,
+        src: WorkerId,
+        dst: WorkerId,
+        tokens: u64,
+        now: Instant,
+    ) -> Vec<Completion> {
+        match self.model.unwrap_or_default() {
+            TransferModel::Fixed(_) => Vec::new(),
+            TransferModel::Bytes {
+                base, bandwidth, ..
+            } => {
+                let s = self.serial.entry(id).or_insert(Serial {
+                    tokens: 0,
+                    busy_until: now + base,
+                });
+                let more = tokens.saturating_sub(s.tokens);
+                s.tokens = s.tokens.max(tokens);
+                let b = more.saturating_mul(self.bytes_per_token()) as f64;
+                let secs = if bandwidth > 0.0 { b / bandwidth } else { 0.0 };
+                let s = self.serial.get_mut(&id).expect("just inserted");
+                s.busy_until = now.max(s.busy_until) + Duration::from_secs_f64(secs);
+                self.bytes_moved += b;
+                Vec::new()
+            }
+            TransferModel::Contention { base, .. } => {
+                self.advance(now);
+                let bytes_per_token = self.bytes_per_token();
+                let f = self.flows.entry(id).or_insert(Flow {
+                    id,
+                    owner,
+                    src,
+                    dst,
+                    remaining: 0.0,
+                    started: now,
+                    ready_at: now + base,
+                    tokens: 0,
+                    open: true,
+                });
+                if !f.open {
+                    return Vec::new();
+                }
+                let more = tokens.saturating_sub(f.tokens);
+                f.tokens = f.tokens.max(tokens);
+                f.remaining += more.saturating_mul(bytes_per_token) as f64;
+                self.predict(now)
+            }
+        }
+    }
+
+    /// Forgets a transfer that streamed chunks but will never start (its
+    /// source ended first). Returns changed completions.
+    pub fn abandon(&mut self, id: HandoffId, now: Instant) -> Vec<Completion> {
+        self.serial.remove(&id);
+        if !self.flows.get(&id).is_some_and(|f| f.open) {
+            return Vec::new();
+        }
+        self.advance(now);
+        self.flows.remove(&id);
+        self.predict(now)
+    }
+
+    /// Re-predicts every flow after a [`Completion::drain`].
+    pub fn reflow(&mut self, now: Instant) -> Vec<Completion> {
+        if !matches!(self.model, Some(TransferModel::Contention { .. })) {
+            return Vec::new();
+        }
+        self.advance(now);
+        self.predict(now)
+    }
+
+    fn bytes_per_token(&self) -> u64 {
+        match self.model {
+            Some(TransferModel::Bytes {
+                bytes_per_token, ..
+            })
+            | Some(TransferModel::Contention {
+                bytes_per_token, ..
+            }) => bytes_per_token,
+            _ => 0,
         }
     }
 
@@ -209,12 +348,13 @@ impl TransferTimer {
             return BTreeMap::new();
         };
         let mut per_link: BTreeMap<WorkerId, u32> = BTreeMap::new();
-        for f in self.flows.values() {
+        for f in self.flows.values().filter(|f| f.moving()) {
             *per_link.entry(f.src).or_default() += 1;
             *per_link.entry(f.dst).or_default() += 1;
         }
         self.flows
             .values()
+            .filter(|f| f.moving())
             .map(|f| {
                 let n = per_link[&f.src].max(per_link[&f.dst]).max(1);
                 (f.id, bandwidth / f64::from(n))
@@ -230,6 +370,11 @@ impl TransferTimer {
                 let moved = rates.get(&f.id).copied().unwrap_or(0.0) * (now - from).as_secs_f64();
                 self.bytes_moved += moved.min(f.remaining);
                 f.remaining = (f.remaining - moved).max(0.0);
+                // A streaming flow's drain time is rounded to the ns: what
+                // is left then is rounding, not bytes.
+                if f.open && f.remaining < 1.0 {
+                    f.remaining = 0.0;
+                }
             }
         }
         self.last = now;
@@ -240,15 +385,22 @@ impl TransferTimer {
         let rates = self.rates();
         self.flows
             .values()
+            .filter(|f| !f.open || f.remaining > 0.0)
             .map(|f| {
                 let rate = rates.get(&f.id).copied().unwrap_or(0.0);
                 let secs = if rate > 0.0 { f.remaining / rate } else { 0.0 };
                 let start = now.max(f.ready_at);
+                let mut at = start + Duration::from_secs_f64(secs);
+                if f.open {
+                    // Later than now, so the reflow it causes makes progress.
+                    at = at.max(now + Duration::from_nanos(1));
+                }
                 Completion {
                     id: f.id,
                     owner: f.owner,
-                    at: start + Duration::from_secs_f64(secs),
+                    at,
                     version: self.version,
+                    drain: f.open,
                 }
             })
             .collect()
@@ -285,6 +437,72 @@ mod tests {
             Instant::ZERO,
         );
         assert_eq!(c[0].at, Instant::from_millis(501));
+    }
+
+    /// `send_kv_chunk`: chunks offered during the prefill move while later
+    /// chunks compute, so only what is left when the transfer starts (at
+    /// the pin) is on the critical path; the setup latency is paid once.
+    #[test]
+    fn bytes_model_streams_chunks_ahead_of_the_start() {
+        let model = TransferModel::Bytes {
+            base: Duration::from_millis(1),
+            bytes_per_token: 1000,
+            bandwidth: 1e6,
+        };
+        let (id, w0, w1) = (HandoffId(1), WorkerId(0), WorkerId(1));
+        let mut t = TransferTimer::new(model);
+        assert!(t.stream(id, w0, w0, w1, 300, Instant::ZERO).is_empty());
+        // Ready at 1 + 300 ms; the next chunk queues behind it.
+        t.stream(id, w0, w0, w1, 500, Instant::from_millis(100));
+        let c = t.start(id, w0, w0, w1, 1000, Instant::from_millis(600));
+        assert_eq!(c[0].at, Instant::from_millis(1100));
+        assert!((t.bytes_moved - 1e6).abs() < 1e-6);
+        // Without chunks the whole transfer follows the start.
+        let mut plain = TransferTimer::new(model);
+        let c = plain.start(id, w0, w0, w1, 1000, Instant::from_millis(600));
+        assert_eq!(c[0].at, Instant::from_millis(1601));
+    }
+
+    /// Under contention a streaming flow shares its links only while it has
+    /// bytes: when it drains, the timer says so and the others speed up.
+    #[test]
+    fn contention_streaming_flow_shares_only_while_it_moves() {
+        let model = TransferModel::Contention {
+            base: Duration::ZERO,
+            bytes_per_token: 1,
+            bandwidth: 1000.0,
+        };
+        let (a, b) = (HandoffId(1), HandoffId(2));
+        let (w0, w1, w2) = (WorkerId(0), WorkerId(1), WorkerId(2));
+        let mut t = TransferTimer::new(model);
+        t.stream(a, w0, w0, w1, 100, Instant::ZERO);
+        let now = t.start(b, w0, w0, w2, 1000, Instant::ZERO);
+        // a drains its 100 bytes at half the link: 200 ms.
+        let drain = now.iter().find(|c| c.id == a).copied().expect("a");
+        assert!(drain.drain && drain.at == Instant::from_millis(200));
+        assert!(t.is_current(&drain));
+        // b alone again from 200 ms: 900 bytes left at full rate.
+        let after = t.reflow(drain.at);
+        let done = after.iter().find(|c| c.id == b).expect("b");
+        assert!(!done.drain);
+        assert_eq!(done.at, Instant::from_millis(1100));
+        assert!(
+            after.iter().all(|c| c.id != a),
+            "a idle, nothing to predict"
+        );
+        // a's prefill ends: its last 50 tokens and its completion.
+        let closed = t.start(a, w0, w0, w1, 150, Instant::from_millis(300));
+        let ca = closed.iter().find(|c| c.id == a).expect("a");
+        assert!(!ca.drain && ca.at == Instant::from_millis(400));
+        // A stream whose source ended before starting is forgotten.
+        t.stream(HandoffId(3), w0, w0, w1, 10, Instant::from_millis(300));
+        assert!(!t
+            .abandon(HandoffId(3), Instant::from_millis(301))
+            .is_empty());
+        assert!(
+            t.abandon(a, Instant::from_millis(301)).is_empty(),
+            "a started"
+        );
     }
 
     #[test]

@@ -246,6 +246,45 @@ pub enum WorkerEvent {
         /// When.
         at: Instant,
     },
+    // New variants go last: the wire (bincode) numbers them by position.
+    /// A request's first output token, streamed without a forward pass on
+    /// this worker: its prefill worker sampled it and it arrived with the
+    /// KV (SGLang PD decode, `disaggregation/decode.py`:
+    /// `DecodeTransferQueue._commit_transfer_to_req` takes the output id from
+    /// the transfer's metadata buffer and `process_batch_result_prebuilt`
+    /// streams it when the request joins the running batch). Decode then
+    /// generates the remaining tokens. vLLM never reports it: in vLLM P/D the
+    /// proxy discards the prefill's token and the decode worker recomputes
+    /// the last prompt token to sample the first one
+    /// (`v1/core/sched/scheduler.py` `_update_waiting_for_remote_kv`).
+    FirstTokenFromPrefill {
+        /// The request.
+        request: RequestId,
+        /// When it was streamed (the start of the step that merged it).
+        at: Instant,
+    },
+    /// Part of a transfer's KV is ready before the prefill ends: a chunk of a
+    /// handoff prefill whose destination is already reserved finished, and
+    /// its KV streams while later chunks compute (SGLang
+    /// `disaggregation/prefill.py` `send_kv_chunk`). The driver's transfer
+    /// timer may move these tokens ahead of the `StartTransfer` that follows
+    /// at the pin, which carries the whole transfer; reported by the worker
+    /// that will start it.
+    KvChunkReady {
+        /// The attempt.
+        id: HandoffId,
+        /// The request.
+        request: RequestId,
+        /// Prefill worker.
+        source: WorkerId,
+        /// Decode worker.
+        destination: WorkerId,
+        /// Tokens of the transfer ready so far (cumulative; the
+        /// destination's reused prefix excluded).
+        tokens: u64,
+        /// When.
+        at: Instant,
+    },
 }
 
 /// Counters a driver can report.
@@ -847,7 +886,16 @@ impl<S: SchedulerCore> Worker<S> {
     pub fn step(&mut self, now: Instant, horizon: Instant) -> Option<Instant> {
         let mut out = std::mem::take(&mut self.step_out);
         self.core.step(now, horizon, &mut out);
+        for &request in &out.shipped_first_tokens {
+            self.events
+                .push_back(WorkerEvent::FirstTokenFromPrefill { request, at: now });
+        }
         let result = if out.steps == 0 {
+            // No pass ran; a shipped first token may still have completed
+            // a one-token request, which ends now.
+            for &request in &out.finished {
+                self.request_finished(request, now);
+            }
             None
         } else {
             let end = now + out.duration;
@@ -870,6 +918,10 @@ impl<S: SchedulerCore> Worker<S> {
                 self.events
                     .push_back(WorkerEvent::Preempted { request, at: end });
             }
+            let chunk_end = now + out.first_step;
+            for c in &out.kv_chunks {
+                self.kv_chunk_ready(c.id, c.ready_tokens, chunk_end);
+            }
             for p in &out.pinned {
                 let lease = SourceLease {
                     id: p.lease,
@@ -879,12 +931,9 @@ impl<S: SchedulerCore> Worker<S> {
                 };
                 self.source_event(p.id, SourceEvent::PrefillPinned { lease }, end);
             }
-            for &request in &out.finished {
-                self.events
-                    .push_back(WorkerEvent::RequestFinished { request, at: end });
-                if let Some(id) = self.active_dest.remove(&request) {
-                    self.dest_event(id, DestinationEvent::Finished, end);
-                }
+            for (i, &request) in out.finished.iter().enumerate() {
+                let at = if i < out.finished_at_start { now } else { end };
+                self.request_finished(request, at);
             }
             Some(end)
         };
@@ -897,6 +946,40 @@ impl<S: SchedulerCore> Worker<S> {
         self.pump_reservations(at);
         self.flush_kv(at);
         result
+    }
+
+    /// Streams a finished chunk of source `id` when its destination is
+    /// reserved (destination-first; a source-first prefill has nowhere to
+    /// send yet), clipped to the reservation's transfer.
+    fn kv_chunk_ready(&mut self, id: HandoffId, ready: u64, at: Instant) {
+        let Some(e) = self.sources.get(&id) else {
+            return;
+        };
+        let (Some(summary), Some(destination)) = (e.role.reservation(), e.peer) else {
+            return;
+        };
+        let tokens = ready
+            .saturating_sub(summary.matched_prefix_tokens)
+            .min(summary.transfer_tokens);
+        if tokens > 0 {
+            self.events.push_back(WorkerEvent::KvChunkReady {
+                id,
+                request: e.request_id,
+                source: self.id,
+                destination,
+                tokens,
+                at,
+            });
+        }
+    }
+
+    /// Reports a finished request and ends its active destination role.
+    fn request_finished(&mut self, request: RequestId, at: Instant) {
+        self.events
+            .push_back(WorkerEvent::RequestFinished { request, at });
+        if let Some(id) = self.active_dest.remove(&request) {
+            self.dest_event(id, DestinationEvent::Finished, at);
+        }
     }
 
     /// The next fact for a peer.

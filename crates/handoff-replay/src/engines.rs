@@ -55,6 +55,10 @@ pub struct EngineSpec {
     pub perf: PerfChoice,
     /// Overrides the backend's source lease lifetime (vLLM 480 s, SGLang 300 s).
     pub source_lease_ttl: Option<handoff_core::Duration>,
+    /// SGLang decode servers keep a radix prefix cache
+    /// (`--disaggregation-decode-enable-radix-cache`; off: a chunk cache).
+    /// Ignored by vLLM.
+    pub decode_radix_cache: bool,
 }
 
 impl Default for EngineSpec {
@@ -68,6 +72,7 @@ impl Default for EngineSpec {
             speedup_ratio: 1.0,
             perf: PerfChoice::DynamoPolynomial,
             source_lease_ttl: None,
+            decode_radix_cache: false,
         }
     }
 }
@@ -115,6 +120,7 @@ impl EngineSpec {
         c.prealloc_slot_margin =
             handoff_sglang::default_prealloc_slot_margin(c.max_running_requests);
         c.chunked_prefill_size = self.max_batched_tokens.max(1);
+        c.disaggregation_decode_enable_radix_cache = self.decode_radix_cache;
         if let Some(ttl) = self.source_lease_ttl {
             c.source_lease_ttl = ttl;
         }

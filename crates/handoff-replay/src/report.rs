@@ -79,6 +79,10 @@ pub struct EngineReport {
     /// Source lease lifetime in seconds (the backend's default when not
     /// overridden).
     pub source_lease_ttl_s: f64,
+    /// SGLang decode radix cache (`--disaggregation-decode-enable-radix-cache`);
+    /// written only when on.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub decode_radix_cache: bool,
 }
 
 impl EngineReport {
@@ -168,6 +172,8 @@ impl ReportConfig {
                 pass_speedup_ratio: spec.speedup_ratio,
                 perf: spec.perf.label(),
                 source_lease_ttl_s: secs(spec.effective_source_lease_ttl()),
+                decode_radix_cache: spec.decode_radix_cache
+                    && spec.backend == handoff_core::Backend::Sglang,
             };
             match engines.last_mut() {
                 Some(last) if last.same_engine(&e) => last.workers.push(w.0),
@@ -900,6 +906,17 @@ impl Recorder {
                     shape.end_of(k)
                 });
                 rec.tokens += k;
+            }
+            // SGLang PD decode streams the prefill's token when the request
+            // joins its batch: the first token, with no pass of its own.
+            WorkerEvent::FirstTokenFromPrefill { request, at } if pool != Pool::Prefill => {
+                if let Some(rec) = self.reqs.get_mut(request) {
+                    rec.decode_worker = Some(w);
+                    rec.first = Some(*at);
+                    rec.second = None;
+                    rec.last = Some(*at);
+                    rec.tokens += 1;
+                }
             }
             WorkerEvent::RequestFinished { request, at } if pool != Pool::Prefill => {
                 if let Some(rec) = self.reqs.remove(request) {

@@ -540,6 +540,17 @@ impl Lab {
     /// A lab whose engine applies `faults` (its lossy-fact settings) to
     /// every fact.
     fn with_faults(backend: Backend, decode_kv_tokens: u64, faults: FaultPlan) -> Lab {
+        Lab::build(backend, decode_kv_tokens, faults, false)
+    }
+
+    /// A lab whose SGLang decode worker runs the DEP's locked-prefix mode
+    /// (`--disaggregation-decode-enable-radix-cache`) instead of SGLang's
+    /// default chunk cache.
+    fn locked_prefix(backend: Backend, decode_kv_tokens: u64) -> Lab {
+        Lab::build(backend, decode_kv_tokens, FaultPlan::none(), true)
+    }
+
+    fn build(backend: Backend, decode_kv_tokens: u64, faults: FaultPlan, radix: bool) -> Lab {
         let spec = |kv| EngineSpec {
             backend,
             kv_tokens: kv,
@@ -547,7 +558,13 @@ impl Lab {
             source_lease_ttl: Some(Duration::from_secs(30)),
             ..EngineSpec::default()
         };
-        let specs = [spec(1 << 18), spec(decode_kv_tokens)];
+        let specs = [
+            spec(1 << 18),
+            EngineSpec {
+                decode_radix_cache: radix,
+                ..spec(decode_kv_tokens)
+            },
+        ];
         let (block_size, decode_block_tokens) =
             (specs[0].event_block_tokens(), specs[1].event_block_tokens());
         let policy = backend.native_policy();
@@ -686,9 +703,11 @@ fn stranded(backend: Backend) -> Value {
     })
 }
 
-/// Zero, partial and full destination-prefix hits after decode learned a prefix.
+/// Zero, partial and full destination-prefix hits after decode learned a
+/// prefix; SGLang's decode keeps a radix cache here (the DEP's locked-prefix
+/// mode), as its default chunk cache never hits.
 fn gate(backend: Backend) -> Value {
-    let mut lab = Lab::new(backend, 1 << 16);
+    let mut lab = Lab::locked_prefix(backend, 1 << 16);
     let mut hits = Vec::new();
     let prefix = chunks(500, 4);
     let cases = [
@@ -755,9 +774,11 @@ fn router_parity(backend: Backend) -> Value {
     json!({ "scenario": "router-parity", "backend": backend.name(), "points": points, "end": lab.end() })
 }
 
-/// Overlap a router sees on decode for a request's prefix, before and after activation.
+/// Overlap a router sees on decode for a request's prefix, before and after
+/// activation. SGLang's decode keeps a radix cache here (the DEP's
+/// locked-prefix mode): its default chunk cache publishes nothing at all.
 fn no_false_overlap(backend: Backend) -> Value {
-    let mut lab = Lab::new(backend, 1 << 16);
+    let mut lab = Lab::locked_prefix(backend, 1 << 16);
     let r = request(1, 2048, 8, &chunks(800, 4));
     lab.watch(&r);
     lab.arrive(r.clone());
@@ -1073,10 +1094,19 @@ fn judge(scenario: Scenario, o: &Value) -> Checks {
                 0,
                 o["at_activation"]["decode_stored_blocks_before_activation"].clone(),
             );
-            c.positive(
-                "decode publishes the handoff blocks from activation on",
-                &o["stored_blocks_after_activation"],
-            );
+            if b == "sglang" {
+                // SGLang's default decode chunk cache publishes nothing.
+                c.eq(
+                    "decode publishes nothing (SGLang chunk cache)",
+                    0,
+                    o["stored_blocks_after_activation"].clone(),
+                );
+            } else {
+                c.positive(
+                    "decode publishes the handoff blocks from activation on",
+                    &o["stored_blocks_after_activation"],
+                );
+            }
             end(&mut c, &o["end"]);
         }
         Scenario::DestinationGate => {
@@ -1367,13 +1397,15 @@ mod tests {
             "{sglang}"
         );
         assert_eq!(sglang["while_decode_full"]["prefill_pinned_blocks"], 0);
+        // SGLang's decode runs its default chunk cache: no decode events.
+        assert_eq!(sglang["stored_blocks_after_activation"], 0, "{sglang}");
+        assert!(
+            vllm["stored_blocks_after_activation"].as_u64() > Some(0),
+            "{vllm}"
+        );
         for b in [vllm, sglang] {
             assert_eq!(
                 b["at_activation"]["decode_stored_blocks_before_activation"], 0,
-                "{b}"
-            );
-            assert!(
-                b["stored_blocks_after_activation"].as_u64() > Some(0),
                 "{b}"
             );
             assert_eq!(b["end"]["prefill"]["drained"], true, "{b}");

@@ -347,3 +347,109 @@ fn records_timelines_and_closed_loop() {
     }
     assert_eq!(c.iter().filter(|x| x.arrival_ms == 0.0).count(), 3);
 }
+
+/// Where the first token comes from in P/D. SGLang's prefill samples it and
+/// ships it with the KV: the decode worker streams it when the request joins
+/// its batch, with no pass (an idle decode worker: at activation), and
+/// decodes the other N−1 (`disaggregation/decode.py`
+/// `_commit_transfer_to_req`, `process_batch_result_prebuilt`). vLLM's
+/// decode samples it in its first pass (the proxy discards the prefill's
+/// token), so its TTFT carries that pass.
+#[test]
+fn first_token_source_by_backend() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    for backend in [Backend::Sglang, Backend::Vllm] {
+        let spec = EngineSpec {
+            backend,
+            block_size: 16,
+            ..EngineSpec::default()
+        };
+        let cfg = ReplayConfig {
+            backend,
+            policy: backend.native_policy(),
+            prefill_workers: 1,
+            decode_workers: 1,
+            block_size: spec.event_block_tokens(),
+            transfer: TransferModel::Fixed(Duration::from_millis(5)),
+            ..ReplayConfig::default()
+        };
+        let records = Rc::new(RefCell::new(Vec::new()));
+        let sink = records.clone();
+        // Spaced out: every decode worker is idle when a transfer lands.
+        let o = Replay::new(cfg, workload(8, 0.5), |_, _| {
+            make_core(&spec).expect("core")
+        })
+        .with_request_sink(Box::new(move |r| sink.borrow_mut().push(r.clone())))
+        .run_all();
+        assert_eq!(o.report.completed_requests, 8);
+        for x in records.borrow().iter() {
+            let ttft = x.ttft_ms.expect("ttft");
+            let activated = x.handoff.activated_ms.expect("activated") - x.arrival_ms;
+            if backend == Backend::Sglang {
+                assert!((ttft - activated).abs() < 1e-6, "{x:?}");
+            } else {
+                assert!(ttft > activated + 1.0, "a decode pass: {x:?}");
+            }
+            // TPOT spans the N−1 tokens after the first either way.
+            assert!(x.tpot_ms.expect("tpot") > 0.0);
+        }
+    }
+}
+
+/// SGLang's prefill sends each finished chunk's KV (`send_kv_chunk`), so
+/// under the bytes model the transfer of a long prompt overlaps its prefill:
+/// after the pin only the last chunk's bytes remain. Two 8K chunks of 128
+/// KiB tokens at 25 GB/s: the whole prompt would take 86 ms after the pin,
+/// the last chunk takes 43 ms.
+#[test]
+fn sglang_streams_kv_per_prefill_chunk() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let spec = EngineSpec {
+        backend: Backend::Sglang,
+        block_size: 1,
+        ..EngineSpec::default()
+    };
+    let (bytes_per_token, bandwidth) = (131_072u64, 25e9);
+    let cfg = ReplayConfig {
+        backend: Backend::Sglang,
+        policy: HandoffPolicy::DestinationFirst,
+        prefill_workers: 1,
+        decode_workers: 1,
+        block_size: spec.event_block_tokens(),
+        transfer: TransferModel::Bytes {
+            base: Duration::from_millis(1),
+            bytes_per_token,
+            bandwidth,
+        },
+        ..ReplayConfig::default()
+    };
+    let workload = SyntheticWorkload::new(SyntheticConfig {
+        seed: 3,
+        requests: 3,
+        rate_per_sec: 0.2,
+        input_tokens: LengthDist::Fixed(16_384),
+        output_tokens: LengthDist::Fixed(4),
+        ..SyntheticConfig::default()
+    });
+    let records = Rc::new(RefCell::new(Vec::new()));
+    let sink = records.clone();
+    let o = Replay::new(cfg, workload, |_, _| make_core(&spec).expect("core"))
+        .with_request_sink(Box::new(move |r| sink.borrow_mut().push(r.clone())))
+        .run_all();
+    assert_eq!(o.report.completed_requests, 3);
+    let whole_ms = 16_384.0 * bytes_per_token as f64 / bandwidth * 1e3;
+    for x in records.borrow().iter() {
+        let h = &x.handoff;
+        let after_pin = h.activated_ms.expect("activated") - h.pinned_ms.expect("pinned");
+        assert!(
+            after_pin < 0.6 * whole_ms,
+            "{after_pin} ms after the pin, whole transfer {whole_ms} ms: {x:?}"
+        );
+        assert!(
+            after_pin > 0.45 * whole_ms,
+            "the last chunk still moves: {x:?}"
+        );
+    }
+}

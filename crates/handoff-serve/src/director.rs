@@ -326,6 +326,24 @@ impl HttpDirector {
         }
     }
 
+    /// `tokens` output tokens of `request` reached the client at `now`:
+    /// the stream, TTFT and ITL see them.
+    fn stream(&mut self, wi: usize, request: RequestId, tokens: u32, now: Instant) {
+        if let Some(f) = self.flows.get_mut(&request) {
+            match f.last_token {
+                None => self.metrics.ttft(wi, (now - f.arrival).as_secs_f64()),
+                Some(t) => {
+                    let gap = (now - t).as_secs_f64() / f64::from(tokens);
+                    for _ in 0..tokens {
+                        self.metrics.itl(wi, gap);
+                    }
+                }
+            }
+            f.last_token = Some(now);
+            let _ = f.tx.send(StreamMsg::Tokens(tokens));
+        }
+    }
+
     fn observe(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant) {
         let wi = w.0 as usize;
         let pool = self.pool(w);
@@ -333,20 +351,11 @@ impl HttpDirector {
             WorkerEvent::Kv { event, .. } => self.kv(w, event),
             WorkerEvent::Tokens {
                 request, tokens, ..
-            } if pool != Pool::Prefill && *tokens > 0 => {
-                if let Some(f) = self.flows.get_mut(request) {
-                    match f.last_token {
-                        None => self.metrics.ttft(wi, (now - f.arrival).as_secs_f64()),
-                        Some(t) => {
-                            let gap = (now - t).as_secs_f64() / f64::from(*tokens);
-                            for _ in 0..*tokens {
-                                self.metrics.itl(wi, gap);
-                            }
-                        }
-                    }
-                    f.last_token = Some(now);
-                    let _ = f.tx.send(StreamMsg::Tokens(*tokens));
-                }
+            } if pool != Pool::Prefill && *tokens > 0 => self.stream(wi, *request, *tokens, now),
+            // SGLang PD decode streams the token its prefill sampled when the
+            // request joins the decode batch: the first token, no pass of its own.
+            WorkerEvent::FirstTokenFromPrefill { request, at } if pool != Pool::Prefill => {
+                self.stream(wi, *request, 1, *at)
             }
             WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
                 if let Some(f) = self.flows.get(request) {
@@ -390,7 +399,8 @@ fn request_of(e: &WorkerEvent) -> Option<RequestId> {
         | WorkerEvent::Preempted { request, .. }
         | WorkerEvent::PrefillPinned { request, .. }
         | WorkerEvent::StartTransfer { request, .. }
-        | WorkerEvent::RoleEnded { request, .. } => Some(*request),
+        | WorkerEvent::RoleEnded { request, .. }
+        | WorkerEvent::FirstTokenFromPrefill { request, .. } => Some(*request),
         _ => None,
     }
 }

@@ -81,6 +81,22 @@ pub struct SglangConfig {
     /// `SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 300 s). The caller enforces it
     /// by sending `ReleaseSource`.
     pub source_lease_ttl: Duration,
+    /// Keep a radix prefix cache on a PD decode server
+    /// (`--disaggregation-decode-enable-radix-cache`, off by default).
+    ///
+    /// Off, as upstream defaults, a decode server runs a chunk cache
+    /// (`mem_cache/chunk_cache.py`: no prefix matching, a finished request's
+    /// KV is freed, nothing is published): every preallocation takes and
+    /// every transfer moves the whole prompt, and the decode side reports
+    /// no KV events (`disaggregation/decode.py` `pop_preallocated`, whose
+    /// `use_decode_radix_cache` gates `_match_prefix_and_lock`). On, it is
+    /// the DEP's locked-prefix mode: the prompt is matched against the
+    /// decode radix tree and locked, only the page-aligned delta is
+    /// allocated and transferred, and activation publishes the delta.
+    ///
+    /// Applies to destination (decode-side) requests only: a worker of this
+    /// model is a decode server exactly when it takes destinations.
+    pub disaggregation_decode_enable_radix_cache: bool,
     /// Tokens each KV event hash (and each radix node) covers. Must be a
     /// multiple of `page_size`. SGLang itself reports one hash per page; a
     /// coarser granularity keeps long prompts at page size 1 cheap, at the
@@ -116,6 +132,7 @@ impl Default for SglangConfig {
             retract_decode_steps: 20,
             enable_mixed_chunk: false,
             source_lease_ttl: Duration::from_secs(300),
+            disaggregation_decode_enable_radix_cache: false,
             event_block_tokens: DEFAULT_EVENT_BLOCK_TOKENS,
         }
     }
@@ -288,6 +305,8 @@ mod tests {
         assert_eq!(c.source_lease_ttl, Duration::from_secs(300));
         assert_eq!(c.prealloc_slot_margin, 0);
         assert_eq!(default_prealloc_slot_margin(8), 16);
+        // `server_args.py`: `disaggregation_decode_enable_radix_cache = False`.
+        assert!(!c.disaggregation_decode_enable_radix_cache);
     }
 
     #[test]

@@ -65,6 +65,12 @@ pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     pub(crate) running: Vec<u32>,
     /// Activated destinations not yet merged into the batch.
     pub(crate) prebuilt: VecDeque<u32>,
+    /// Decode-side requests retracted with their KV offloaded to host
+    /// memory, in retraction order (`DecodePreallocQueue.retracted_queue`).
+    pub(crate) retracted: VecDeque<u32>,
+    /// What the retracted queue needs back: the sum of `offloaded +
+    /// num_reserved_decode_tokens` over it (`_prealloc_required_tokens`).
+    pub(crate) retracted_required: u64,
     /// Handoff prefills, computing or held, by attempt.
     pub(crate) sources: HashMap<HandoffId, u32>,
     /// Destination reservations by attempt.
@@ -113,6 +119,8 @@ impl<P: PerfModel> SglangCore<P> {
             chunked: None,
             running: Vec::with_capacity(config.max_running_requests as usize),
             prebuilt: VecDeque::new(),
+            retracted: VecDeque::new(),
+            retracted_required: 0,
             sources: HashMap::new(),
             reservations: HashMap::new(),
             sources_computing: 0,
@@ -355,7 +363,8 @@ impl<P: PerfModel> SglangCore<P> {
             self.batch_is_full = false;
             self.running_shrank = false;
         }
-        self.merge_prebuilt();
+        self.resume_retracted();
+        self.merge_prebuilt(out);
         let total = self.total_tokens();
         if let Some(p) = self.prefill_pass(out) {
             out.prefill_tokens += p.tokens;
@@ -377,17 +386,36 @@ impl<P: PerfModel> SglangCore<P> {
 
     /// `get_new_prebuilt_batch`: activated destinations join the batch as
     /// far as `max_running_requests` allows, without recompute.
-    fn merge_prebuilt(&mut self) {
+    ///
+    /// A destination that has not emitted yet carries its first token from
+    /// the prefill (`DecodeTransferQueue._commit_transfer_to_req` appends the
+    /// metadata buffer's output id): it is streamed now, at the start of the
+    /// call, by `process_batch_result_prebuilt`, and a request that asked for
+    /// one token ends with it. Decode passes then generate the rest; the
+    /// first token's KV is written by the first of them, so `computed`
+    /// stays `prompt + emitted - 1`.
+    fn merge_prebuilt(&mut self, out: &mut StepOutput) {
         let max = self.cfg.max_running_requests as usize;
         while self.running.len() < max {
             let Some(idx) = self.prebuilt.pop_front() else {
                 break;
             };
-            if let Some(seq) = self.seqs.get_mut(idx) {
-                seq.phase = Phase::Running;
-                self.running_kv_tokens += seq.computed;
-                self.running.push(idx);
+            let Some(seq) = self.seqs.get_mut(idx) else {
+                continue;
+            };
+            if seq.emitted == 0 {
+                seq.emitted = 1;
+                out.shipped_first_tokens.push(seq.id);
+                if seq.emitted >= seq.max_output {
+                    // Merging comes before any pass, so these lead `finished`.
+                    self.finish(idx, out);
+                    out.finished_at_start = out.finished.len();
+                    continue;
+                }
             }
+            seq.phase = Phase::Running;
+            self.running_kv_tokens += seq.computed;
+            self.running.push(idx);
         }
     }
 
@@ -437,6 +465,17 @@ impl<P: PerfModel> SglangCore<P> {
             .sum();
         if retracted != self.retracted_fill {
             return Err("retracted fill drifted".into());
+        }
+        let reserved = u64::from(self.cfg.num_reserved_decode_tokens);
+        let mut offloaded = 0u64;
+        for s in self.retracted.iter().filter_map(|&i| self.seqs.get(i)) {
+            if s.phase != Phase::Retracted || s.has_slot || s.private_pages > 0 {
+                return Err(format!("{:?} in the retracted queue holds KV", s.id));
+            }
+            offloaded += s.offloaded + reserved;
+        }
+        if offloaded != self.retracted_required {
+            return Err("retracted queue requirement drifted".into());
         }
         Ok(())
     }
@@ -510,6 +549,7 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
             running_requests: self.running.len() as u64,
             waiting_requests: self.waiting.len() as u64
                 + self.prebuilt.len() as u64
+                + self.retracted.len() as u64
                 + u64::from(self.chunked.is_some()),
         }
     }
@@ -528,6 +568,7 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
             && self.waiting.is_empty()
             && self.chunked.is_none()
             && self.prebuilt.is_empty()
+            && self.retracted.is_empty()
     }
 
     fn is_drained(&self) -> bool {

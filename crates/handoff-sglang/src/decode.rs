@@ -9,8 +9,10 @@
 //! - when the free pages do not cover that, the cache is evicted (LRU
 //!   unlocked leaves); if still short, requests are retracted — fewest
 //!   output tokens first, longest prompt first among equals — until the
-//!   survivors fit, their KV released without caching, and they go back to
-//!   the waiting queue to be recomputed; the new-token ratio is re-estimated
+//!   survivors fit, their KV released without caching; ordinary requests go
+//!   back to the waiting queue to be recomputed, decode-side ones to the
+//!   retracted queue with their KV offloaded ([`crate::retracted`]); the
+//!   new-token ratio is re-estimated
 //!   from the survivors, otherwise it decays by one step per pass.
 //!
 //! Multi-pass: while nothing can change the batch — no chunked or admissible
@@ -22,7 +24,7 @@
 
 use crate::core::SglangCore;
 use crate::ratio::ratio_after_retract;
-use crate::seq::Phase;
+use crate::seq::{Kind, Phase};
 use handoff_core::{Duration, Instant, Pass, PerfModel, StepOutput};
 
 /// Passes added after the first one of a `step` call.
@@ -171,11 +173,22 @@ impl<P: PerfModel> SglangCore<P> {
         self.scratch_order = order;
     }
 
-    /// Releases a running request's KV without caching it and queues it to
-    /// be recomputed (`release_req` with `is_insert=False`).
+    /// Releases a running request's KV without caching it (`release_req`
+    /// with `is_insert=False`). A decode-side (destination) request is
+    /// offloaded to the retracted queue and resumes without recompute
+    /// (see [`crate::retracted`]); an ordinary one is queued to be
+    /// recomputed.
     fn retract_one(&mut self, idx: u32, out: &mut StepOutput) {
         let kv = self.seqs.get(idx).map_or(0, |s| s.computed);
         self.running_kv_tokens = self.running_kv_tokens.saturating_sub(kv);
+        if self
+            .seqs
+            .get(idx)
+            .is_some_and(|s| matches!(s.kind, Kind::Destination(_)))
+        {
+            self.offload_retracted(idx, out);
+            return;
+        }
         self.release_kv(idx, false);
         if let Some(s) = self.seqs.get_mut(idx) {
             s.phase = Phase::Waiting;
@@ -190,8 +203,10 @@ impl<P: PerfModel> SglangCore<P> {
     pub(crate) fn decode_is_stable(&self) -> bool {
         let admission_skipped =
             self.waiting.is_empty() || (self.batch_is_full && !self.running_shrank);
+        // A non-empty retracted queue may resume at any pass start.
         !self.running.is_empty()
             && self.chunked.is_none()
+            && self.retracted.is_empty()
             && admission_skipped
             && (self.prebuilt.is_empty()
                 || self.running.len() >= self.cfg.max_running_requests as usize)

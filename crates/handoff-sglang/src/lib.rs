@@ -21,12 +21,24 @@
 //!   decay and post-retraction re-estimate (`managers/scheduler.py`).
 //! - **Destination-first handoff** — `DecodePreallocQueue.pop_preallocated`
 //!   and `_allocatable_tokens` (`disaggregation/decode.py`): slot first,
-//!   locked prefix, page-aligned delta pages, `num_reserved_decode_tokens`
-//!   headroom as an admission-only quantity; activation publishes the delta
-//!   once and joins the batch as a prebuilt extend.
+//!   the whole prompt's pages (SGLang's default decode chunk cache: no
+//!   prefix match, no decode KV events) or, with
+//!   [`SglangConfig::disaggregation_decode_enable_radix_cache`], a locked
+//!   prefix and page-aligned delta pages; `num_reserved_decode_tokens`
+//!   headroom as an admission-only quantity; activation (publishing the
+//!   delta once, radix mode only) queues a prebuilt request that joins the
+//!   batch without recompute, streaming the first token its prefill
+//!   sampled (`_commit_transfer_to_req`, `process_batch_result_prebuilt`),
+//!   so decode generates the other N−1.
+//! - **Decode retraction** — to the retracted queue with the KV offloaded
+//!   to host memory, resumed without recompute, new preallocation held
+//!   back while it is not empty (`resume_retracted_reqs`,
+//!   `process_decode_queue`; the `retracted` module has the details).
 //! - **Source** — the prefill server's bootstrap and inflight queues
-//!   (`disaggregation/prefill.py`): a completed handoff prefill keeps its
-//!   pages, slot and radix lock until `release_kv_cache`.
+//!   (`disaggregation/prefill.py`): every finished chunk of a handoff
+//!   prefill reports its KV for streaming (`send_kv_chunk`); a completed
+//!   handoff prefill keeps its pages, slot and radix lock until
+//!   `release_kv_cache`.
 //!
 //! Timing comes from a [`handoff_core::PerfModel`] (default
 //! [`handoff_core::PolynomialPerf`]): a pass costs
@@ -49,8 +61,8 @@
 //! blocks ([`SglangConfig::event_block_tokens`], default 64 tokens) where
 //! SGLang works per page; finished requests cache only their prompt's full
 //! event blocks (output tokens are freed, never matched by later prompts in
-//! this model anyway); a retracted request is recomputed locally (SGLang's
-//! PD decode offloads its KV to host memory and reloads it); a lone request
+//! this model anyway); host offload and reload of a retracted decode
+//! request take no modelled time; a lone request
 //! that cannot get a page is retracted rather than asserting; a request
 //! that could not be admitted even by an empty worker is refused as
 //! `Unsupported` instead of blocking its queue.
@@ -98,6 +110,7 @@ mod prealloc;
 mod prefill;
 mod radix;
 mod ratio;
+mod retracted;
 mod seq;
 mod source;
 

@@ -36,9 +36,14 @@ use handoff_core::{
 };
 
 impl<P: PerfModel> SglangCore<P> {
-    /// `_allocatable_tokens` with `newly_locked` pages about to leave the
-    /// evictable pool; also returns the retractable tokens of the batch.
-    fn allocatable_tokens(&self, newly_locked: u64) -> (i128, i128) {
+    /// `_allocatable_token_budgets` with `newly_locked` pages about to leave
+    /// the evictable pool, counting what the retracted queue needs back when
+    /// `count_retracted`; also returns the retractable tokens of the batch.
+    pub(crate) fn allocatable_tokens_with(
+        &self,
+        newly_locked: u64,
+        count_retracted: bool,
+    ) -> (i128, i128) {
         let clip = u64::from(self.cfg.max_new_tokens_clip);
         let available = i128::from(
             (self.free_pages() + self.radix.evictable_pages()).saturating_sub(newly_locked),
@@ -53,7 +58,11 @@ impl<P: PerfModel> SglangCore<P> {
         let need_single = largest.map_or(0, |l| l - retractable);
         let headroom = i128::from(self.cfg.num_reserved_decode_tokens)
             * i128::from(self.decode_bound_requests());
-        let allocatable = available - headroom.max(need_single) - i128::from(self.retracted_fill);
+        let mut allocatable =
+            available - headroom.max(need_single) - i128::from(self.retracted_fill);
+        if count_retracted {
+            allocatable -= i128::from(self.retracted_required);
+        }
         (allocatable, retractable)
     }
 
@@ -70,11 +79,19 @@ impl<P: PerfModel> SglangCore<P> {
         if whole > self.total_tokens() || !self.fits_empty_pool(prompt, max_out) {
             return CommandOutcome::Unsupported(Some(request));
         }
-        if self.free_slots == 0 {
+        // `process_decode_queue`: while retracted requests wait to resume,
+        // nothing new is preallocated.
+        if self.free_slots == 0 || !self.retracted.is_empty() {
             return CommandOutcome::Unavailable(Some(request));
         }
         request.block_hashes(self.cfg.event_block_tokens, &mut self.scratch_hashes);
-        let (matched, deepest) = self.radix.match_prefix(&self.scratch_hashes);
+        // A chunk cache matches nothing: the whole prompt is allocated and
+        // transferred.
+        let (matched, deepest) = if self.cfg.disaggregation_decode_enable_radix_cache {
+            self.radix.match_prefix(&self.scratch_hashes)
+        } else {
+            (0, NIL)
+        };
         let prefix_tokens = matched * self.block_tokens;
         let delta_pages = self.pages_for(prompt) - prefix_tokens / self.page;
         let newly_locked = if deepest == NIL {
@@ -82,7 +99,7 @@ impl<P: PerfModel> SglangCore<P> {
         } else {
             self.radix.unlocked_pages_on_path(deepest)
         };
-        let (allocatable, retractable) = self.allocatable_tokens(newly_locked);
+        let (allocatable, retractable) = self.allocatable_tokens_with(newly_locked, true);
         let required = i128::from(delta_pages * self.page + reserved_decode);
         let projected = i128::from(prompt - prefix_tokens + clipped_new) - retractable;
         if required.max(projected) > allocatable {
@@ -131,15 +148,18 @@ impl<P: PerfModel> SglangCore<P> {
         })
     }
 
-    /// `ActivateDestination`: the KV is valid. The delta becomes active and
-    /// is published; the request queues to join the batch without
-    /// recompute, and its first decode pass emits its first token.
+    /// `ActivateDestination`: the KV is valid. The delta becomes active and,
+    /// with the decode radix cache on, is published (a chunk cache publishes
+    /// nothing); the request queues to join the batch without recompute,
+    /// carrying the first token its prefill sampled.
     pub(crate) fn activate(&mut self, id: HandoffId) -> CommandOutcome {
         let Some(idx) = self.reservations.remove(&id) else {
             return CommandOutcome::Noop;
         };
         self.relabel(idx, Owner::Active);
-        self.cache_prompt_blocks(idx);
+        if self.cfg.disaggregation_decode_enable_radix_cache {
+            self.cache_prompt_blocks(idx);
+        }
         if let Some(s) = self.seqs.get_mut(idx) {
             s.phase = Phase::Prebuilt;
         }
@@ -150,7 +170,7 @@ impl<P: PerfModel> SglangCore<P> {
     /// `CancelDestination`: the unpublished delta is freed without Removed
     /// events, the prefix unlocked (it stays cached) and the slot freed.
     /// After activation the request is aborted wherever it is (prebuilt,
-    /// running, or retracted and waiting or re-prefilling), as SGLang's
+    /// running, or retracted and offloaded), as SGLang's
     /// `abort_request` does: its KV is released into the cache and its slot
     /// freed, and it does not report finishing.
     pub(crate) fn cancel_destination(&mut self, id: HandoffId) -> CommandOutcome {
@@ -171,6 +191,7 @@ impl<P: PerfModel> SglangCore<P> {
             .or_else(|| self.prebuilt.iter().find(|i| mine(i)))
             .or_else(|| self.waiting.iter().find(|i| mine(i)))
             .or_else(|| self.chunked.as_ref().filter(|i| mine(i)))
+            .or_else(|| self.retracted.iter().find(|i| mine(i)))
             .copied();
         let Some(idx) = idx else {
             return CommandOutcome::Noop;
@@ -192,6 +213,7 @@ impl<P: PerfModel> SglangCore<P> {
                     self.chunked = None;
                 }
             }
+            Phase::Retracted => self.forget_retracted(idx),
             Phase::Held | Phase::Reserved => {}
         }
         self.retracted_fill = self.retracted_fill.saturating_sub(fill);

@@ -29,7 +29,7 @@
 use crate::core::SglangCore;
 use crate::radix::{Owner, NIL};
 use crate::seq::{Kind, Phase};
-use handoff_core::{PerfModel, PrefillPinned, SourceLeaseId, StepOutput};
+use handoff_core::{KvChunk, PerfModel, PrefillPinned, SourceLeaseId, StepOutput};
 
 /// What a prefill pass computed.
 #[derive(Clone, Copy, Debug)]
@@ -312,6 +312,8 @@ impl<P: PerfModel> SglangCore<P> {
             self.cache_prompt_blocks(idx);
             if c + extend >= fill {
                 self.prefill_complete(idx, out);
+            } else {
+                self.kv_chunk_done(idx, c + extend, out);
             }
         }
         self.chunked = next_chunked;
@@ -338,6 +340,20 @@ impl<P: PerfModel> SglangCore<P> {
         let bs = self.running.len() as u64;
         self.advance_running(1, out);
         bs
+    }
+
+    /// A handoff prefill finished a chunk but not its prompt: its KV so far,
+    /// in whole pages, is sent to the destination now (SGLang
+    /// `disaggregation/prefill.py` `send_kv_chunk` with `last_chunk=False`,
+    /// which holds back the trailing partial page), overlapping the
+    /// transfer with the chunks still to compute.
+    fn kv_chunk_done(&mut self, idx: u32, computed: u64, out: &mut StepOutput) {
+        if let Some(Kind::Source(id)) = self.seqs.get(idx).map(|s| s.kind) {
+            let ready_tokens = computed / self.page * self.page;
+            if ready_tokens > 0 {
+                out.kv_chunks.push(KvChunk { id, ready_tokens });
+            }
+        }
     }
 
     /// The prompt (or refill) is computed: sample, hold, or finish.

@@ -31,6 +31,9 @@ pub(crate) enum Phase {
     Held,
     /// Preallocated destination awaiting its KV.
     Reserved,
+    /// A retracted decode-side request whose KV was offloaded to host
+    /// memory: holds no pages and no slot, and resumes without recompute.
+    Retracted,
 }
 
 /// One request's scheduler state. KV is described by counts only: the radix
@@ -64,6 +67,9 @@ pub(crate) struct Seq {
     /// already re-admitted); counted against preallocation like SGLang's
     /// `retracted_queue`.
     pub(crate) retracted_fill: u64,
+    /// Tokens whose KV a decode-side retraction offloaded to host memory
+    /// (`prompt + emitted - 1`, SGLang's `_pre_alloc_fill_len`); 0 otherwise.
+    pub(crate) offloaded: u64,
     /// The step call whose output already has an emission for this request.
     pub(crate) emit_call: u64,
     /// Index of that emission in `StepOutput::tokens`.
@@ -95,6 +101,7 @@ impl Seq {
             private_pages: 0,
             has_slot: false,
             retracted_fill: 0,
+            offloaded: 0,
             emit_call: 0,
             emit_idx: 0,
         }

@@ -28,9 +28,12 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(pages: u64, page: u32) -> Self {
+    /// A worker; `decode_radix` runs a decode server in the DEP's
+    /// locked-prefix mode (`--disaggregation-decode-enable-radix-cache`).
+    fn new(pages: u64, page: u32, decode_radix: bool) -> Self {
         let cfg = SglangConfig {
             total_pages: pages,
+            disaggregation_decode_enable_radix_cache: decode_radix,
             ..SglangConfig::with_page_size(page)
         };
         Worker {
@@ -64,8 +67,8 @@ impl Worker {
 #[test]
 fn destination_gate_then_handoff_then_release() {
     let mut ledger = Ledger::new();
-    let mut decode = Worker::new(16_384 / 16, 16);
-    let mut prefill = Worker::new(65_536 / 16, 16);
+    let mut decode = Worker::new(16_384 / 16, 16, true);
+    let mut prefill = Worker::new(65_536 / 16, 16, false);
     let caps = decode.core.capabilities();
     assert_eq!(caps.backend, Backend::Sglang);
     assert!(caps.destination_reservation);
@@ -149,8 +152,12 @@ fn destination_gate_then_handoff_then_release() {
         CommandOutcome::Noop
     );
 
+    // The prefill's token arrives with the KV and is streamed first; decode
+    // generates the other 19.
     let mut tokens = 0;
+    let mut shipped = 0;
     while decode.step() > 0 {
+        shipped += decode.out.shipped_first_tokens.len();
         tokens += decode
             .out
             .tokens
@@ -159,7 +166,7 @@ fn destination_gate_then_handoff_then_release() {
             .map(|e| e.tokens)
             .sum::<u32>();
     }
-    assert_eq!(tokens, 20);
+    assert_eq!((shipped, tokens), (1, 19));
     assert!(decode.core.is_drained() && prefill.core.is_drained());
     ledger.check_drained().unwrap();
     for w in [&decode, &prefill] {

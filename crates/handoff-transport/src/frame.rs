@@ -262,6 +262,10 @@ pub(crate) mod samples {
                 tokens: 2,
                 first: true,
             },
+            WorkerEvent::FirstTokenFromPrefill {
+                request: RequestId(1),
+                at: Instant(8),
+            },
             WorkerEvent::RequestFinished {
                 request: RequestId(1),
                 at: Instant(9),
@@ -285,6 +289,14 @@ pub(crate) mod samples {
                 tokens: 64,
                 blocks: 4,
                 at: Instant(11),
+            },
+            WorkerEvent::KvChunkReady {
+                id,
+                request: RequestId(1),
+                source: WorkerId(0),
+                destination: WorkerId(1),
+                tokens: 32,
+                at: Instant(10),
             },
             WorkerEvent::RoleEnded {
                 id,
@@ -554,10 +566,12 @@ mod tests {
             WorkerEvent::Transition(_) => "Transition",
             WorkerEvent::Step { .. } => "Step",
             WorkerEvent::Tokens { .. } => "Tokens",
+            WorkerEvent::FirstTokenFromPrefill { .. } => "FirstTokenFromPrefill",
             WorkerEvent::RequestFinished { .. } => "RequestFinished",
             WorkerEvent::Preempted { .. } => "Preempted",
             WorkerEvent::PrefillPinned { .. } => "PrefillPinned",
             WorkerEvent::StartTransfer { .. } => "StartTransfer",
+            WorkerEvent::KvChunkReady { .. } => "KvChunkReady",
             WorkerEvent::RoleEnded { .. } => "RoleEnded",
             WorkerEvent::Kv { .. } => "Kv",
             WorkerEvent::Dropped { .. } => "Dropped",
@@ -576,7 +590,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(events.len(), 10, "{events:?}");
+        assert_eq!(events.len(), 12, "{events:?}");
     }
 
     /// Core types no frame carries yet still serialise (a driver may ship

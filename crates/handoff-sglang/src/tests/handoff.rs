@@ -8,9 +8,12 @@ use handoff_core::{
     SchedulerCore,
 };
 
+/// A decode server in the DEP's locked-prefix mode
+/// (`--disaggregation-decode-enable-radix-cache`).
 fn decode_cfg(page: u32) -> SglangConfig {
     SglangConfig {
         total_pages: 8192 / u64::from(page),
+        disaggregation_decode_enable_radix_cache: true,
         ..SglangConfig::with_page_size(page)
     }
 }
@@ -201,11 +204,14 @@ fn dep_scenario_2(page: u32, hit: Hit) {
     );
     assert_eq!(pf.cap().cached_blocks, u64::from(PROMPT) / p);
 
-    // Decode runs with no prefill: the first pass emits the first token.
+    // Decode runs with no prefill: the prefill's token is streamed as the
+    // request joins the batch, and the first pass emits the second.
     d.step();
     assert_eq!(d.out.prefill_tokens, 0);
+    assert_eq!(d.out.shipped_first_tokens, vec![RequestId(7)]);
     assert_eq!(d.out.tokens.len(), 1);
-    assert!(d.out.tokens[0].first);
+    assert!(!d.out.tokens[0].first);
+    assert_eq!(d.tokens_of(7), 2);
     d.run_idle(100);
     assert_eq!(d.tokens_of(7), 50);
     d.assert_drained();
@@ -225,6 +231,7 @@ fn dep_scenario_2_zero_partial_full_hits_all_page_sizes() {
 fn locked_prefix_survives_eviction_while_reserved() {
     let mut d = Harness::new(SglangConfig {
         total_pages: 3000,
+        disaggregation_decode_enable_radix_cache: true,
         ..SglangConfig::default()
     });
     d.submit(req(1, 1024, 1, &prompt_chunks()));

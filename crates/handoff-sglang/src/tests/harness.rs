@@ -194,6 +194,12 @@ impl Harness {
         self.core.step(now, horizon, &mut self.out);
         let out = std::mem::take(&mut self.out);
         let end = now + out.duration;
+        for r in &out.shipped_first_tokens {
+            let s = self.seen.entry(*r).or_default();
+            assert_eq!(s.tokens, 0, "a shipped token is the first of {r:?}");
+            s.first_at = Some(now);
+            s.tokens = 1;
+        }
         let mut ids = HashSet::new();
         for e in &out.tokens {
             assert!(ids.insert(e.request), "one emission per request per call");
@@ -207,10 +213,10 @@ impl Harness {
             s.tokens += u64::from(e.tokens);
             assert!(s.finished_at.is_none(), "tokens after finish");
         }
-        for r in &out.finished {
+        for (i, r) in out.finished.iter().enumerate() {
             let s = self.seen.entry(*r).or_default();
             assert!(s.finished_at.is_none(), "finished twice");
-            s.finished_at = Some(end);
+            s.finished_at = Some(if i < out.finished_at_start { now } else { end });
         }
         for r in &out.preempted {
             self.seen.entry(*r).or_default().preempted += 1;
@@ -228,7 +234,8 @@ impl Harness {
                 "one pass means one duration"
             );
         } else {
-            assert!(out.tokens.is_empty() && out.finished.is_empty());
+            assert!(out.tokens.is_empty());
+            assert_eq!(out.finished.len(), out.finished_at_start);
         }
         self.passes += out.steps;
         self.now = end;

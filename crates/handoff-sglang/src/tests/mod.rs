@@ -5,5 +5,6 @@
 mod handoff;
 mod harness;
 mod ordinary;
+mod pd_decode;
 mod props;
 mod stepping;

@@ -101,6 +101,11 @@ fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
         check_identity(&core.capacity()).expect("identity");
         core.check_consistency().expect("consistent");
         let end = now + out.duration;
+        for r in &out.shipped_first_tokens {
+            let entry = t.requests.entry(*r).or_default();
+            entry.1 = Some(now);
+            entry.0 += 1;
+        }
         for e in &out.tokens {
             let entry = t.requests.entry(e.request).or_default();
             if e.first {
@@ -108,8 +113,9 @@ fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
             }
             entry.0 += u64::from(e.tokens);
         }
-        for r in &out.finished {
-            t.requests.entry(*r).or_default().2 = Some(end);
+        for (i, r) in out.finished.iter().enumerate() {
+            let at = if i < out.finished_at_start { now } else { end };
+            t.requests.entry(*r).or_default().2 = Some(at);
         }
         for r in &out.preempted {
             t.requests.entry(*r).or_default().3 += 1;
