@@ -97,12 +97,22 @@ mod prefill;
 mod radix;
 mod ratio;
 mod seq;
+mod session;
+mod snapshot_store;
 mod source;
 
 pub use crate::config::{
-    default_prealloc_slot_margin, ConfigError, SglangConfig, DEFAULT_EVENT_BLOCK_TOKENS,
+    default_prealloc_slot_margin, ConfigError, SessionConfig, SglangConfig,
+    DEFAULT_EVENT_BLOCK_TOKENS,
 };
 pub use crate::core::SglangCore;
+pub use crate::session::{
+    MissReason, PushFailure, PushResult, SessionCapacity, SessionEvent, SlotEvictReason,
+    SnapshotEvictReason,
+};
+pub use crate::snapshot_store::{
+    PrefillSnapshotStore, SnapshotEntry, SnapshotRefusal, SnapshotReservation,
+};
 
 #[cfg(test)]
 mod tests;

@@ -40,8 +40,10 @@ impl<P: PerfModel> SglangCore<P> {
     /// evictable pool; also returns the retractable tokens of the batch.
     fn allocatable_tokens(&self, newly_locked: u64) -> (i128, i128) {
         let clip = u64::from(self.cfg.max_new_tokens_clip);
+        // Idle session slots and snapshots are evicted like cache.
         let available = i128::from(
-            (self.free_pages() + self.radix.evictable_pages()).saturating_sub(newly_locked),
+            (self.free_pages() + self.radix.evictable_pages() + self.evictable_session_pages())
+                .saturating_sub(newly_locked),
         ) * i128::from(self.page);
         let mut retractable = 0i128;
         let mut largest = None::<i128>;
@@ -70,10 +72,15 @@ impl<P: PerfModel> SglangCore<P> {
         if whole > self.total_tokens() || !self.fits_empty_pool(prompt, max_out) {
             return CommandOutcome::Unsupported(Some(request));
         }
-        if self.free_slots == 0 {
+        if self.free_slots == 0 && !self.can_reclaim_request_slot() {
             return CommandOutcome::Unavailable(Some(request));
         }
         request.block_hashes(self.cfg.event_block_tokens, &mut self.scratch_hashes);
+        // A session's KV lives in its slot, outside the shared tree.
+        let session = request.session.filter(|_| self.sessions_on());
+        if session.is_some() {
+            self.scratch_hashes.clear();
+        }
         let (matched, deepest) = self.radix.match_prefix(&self.scratch_hashes);
         let prefix_tokens = matched * self.block_tokens;
         let delta_pages = self.pages_for(prompt) - prefix_tokens / self.page;
@@ -89,6 +96,8 @@ impl<P: PerfModel> SglangCore<P> {
             return CommandOutcome::Unavailable(Some(request));
         }
 
+        // Admitted: now an idle session may give up its request slot.
+        self.reclaim_request_slot();
         let hashes = std::mem::take(&mut self.scratch_hashes);
         let mut seq = Seq::new(
             request.id,
@@ -99,6 +108,7 @@ impl<P: PerfModel> SglangCore<P> {
             hashes,
         );
         seq.owner = Owner::Reserved;
+        seq.session = session;
         seq.has_slot = true;
         seq.node = deepest;
         seq.tree_blocks = matched;
@@ -192,7 +202,7 @@ impl<P: PerfModel> SglangCore<P> {
                     self.chunked = None;
                 }
             }
-            Phase::Held | Phase::Reserved => {}
+            Phase::Held | Phase::Reserved | Phase::SessionIdle => {}
         }
         self.retracted_fill = self.retracted_fill.saturating_sub(fill);
         self.release_kv(idx, true);

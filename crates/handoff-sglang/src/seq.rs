@@ -2,7 +2,7 @@
 //! and the running batch move small indices instead of requests.
 
 use crate::radix::{Owner, NIL};
-use handoff_core::{HandoffId, RequestId};
+use handoff_core::{HandoffId, Instant, RequestId, SessionId};
 
 /// Why the request is on this worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +31,8 @@ pub(crate) enum Phase {
     Held,
     /// Preallocated destination awaiting its KV.
     Reserved,
+    /// A finished turn whose KV its session slot keeps for the next turn.
+    SessionIdle,
 }
 
 /// One request's scheduler state. KV is described by counts only: the radix
@@ -68,6 +70,16 @@ pub(crate) struct Seq {
     pub(crate) emit_call: u64,
     /// Index of that emission in `StepOutput::tokens`.
     pub(crate) emit_idx: usize,
+    /// The session it is a turn of, when sessions are on (`None` otherwise,
+    /// even if the request names one).
+    pub(crate) session: Option<SessionId>,
+    /// Whether the prefill bypass was already tried for it (hit or miss),
+    /// so a request held at the queue head is checked and logged once.
+    pub(crate) bypass_checked: bool,
+    /// Its KV came from a snapshot entry (a bypassing reseed): when it
+    /// ends, the KV goes back to the snapshot store instead of being freed.
+    /// Holds the entry's ingest time.
+    pub(crate) lent_snapshot: Option<Instant>,
 }
 
 impl Seq {
@@ -97,6 +109,9 @@ impl Seq {
             retracted_fill: 0,
             emit_call: 0,
             emit_idx: 0,
+            session: None,
+            bypass_checked: false,
+            lent_snapshot: None,
         }
     }
 

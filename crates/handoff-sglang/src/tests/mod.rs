@@ -6,4 +6,5 @@ mod handoff;
 mod harness;
 mod ordinary;
 mod props;
+mod sessions;
 mod stepping;
