@@ -41,6 +41,7 @@ pub fn detailed_name(f: &Frame) -> String {
                 WorkerRequest::Ordinary(_) => "Ordinary",
                 WorkerRequest::HandoffSource { .. } => "HandoffSource",
                 WorkerRequest::HandoffDestination { .. } => "HandoffDestination",
+                WorkerRequest::CloseSession(_) => "CloseSession",
             }
         ),
         Frame::Host(op) => format!(
@@ -75,6 +76,7 @@ fn event_name(e: &WorkerEvent) -> &'static str {
         WorkerEvent::StartTransfer { .. } => "StartTransfer",
         WorkerEvent::RoleEnded { .. } => "RoleEnded",
         WorkerEvent::Kv { .. } => "Kv",
+        WorkerEvent::Session { .. } => "Session",
         WorkerEvent::Dropped { .. } => "Dropped",
     }
 }
@@ -179,6 +181,15 @@ fn every_event() -> Vec<WorkerEvent> {
             },
             at: Instant(14),
         },
+        WorkerEvent::Session {
+            event: handoff_core::session::SessionEvent::PushFailed {
+                session: SessionId(4),
+                lock: handoff_core::SourceLeaseId(3),
+                reason: handoff_core::session::PushFailure::Transfer,
+                retry: true,
+            },
+            at: Instant(15),
+        },
         WorkerEvent::Dropped {
             from: WorkerId(1),
             id,
@@ -265,6 +276,7 @@ pub fn every_frame() -> Vec<Frame> {
                 tokens: 30,
             }),
         }),
+        Frame::Request(WorkerRequest::CloseSession(SessionId(4))),
         Frame::Drained {
             worker: WorkerId(2),
             drained: true,

@@ -50,6 +50,13 @@ pub enum SchedulerCommand {
         /// The handoff attempt.
         id: HandoffId,
     },
+    /// The client closed `session`: free its session slot (after a running
+    /// turn) and any snapshot of it, aborting a push in flight. `Noop` on a
+    /// core without sessions or holding nothing of it.
+    ReleaseSession {
+        /// The session.
+        session: crate::ids::SessionId,
+    },
     /// Abandon a reservation: unpublished pages are freed without Removed
     /// events and any locked prefix is unlocked. Once activated, abort the
     /// request decoding from it instead (a client abort): its blocks are
@@ -197,6 +204,12 @@ pub trait SchedulerCore {
     /// Moves pending KV events into `out` (appending).
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>);
 
+    /// Moves pending session events into `out` (appending), in order. Cores
+    /// without a session layer have none (the default).
+    fn drain_session_events(&mut self, out: &mut Vec<crate::session::SessionEvent>) {
+        let _ = out;
+    }
+
     /// No runnable work (nothing running or waiting to run).
     fn is_empty(&self) -> bool;
 
@@ -226,6 +239,9 @@ impl<T: SchedulerCore + ?Sized> SchedulerCore for Box<T> {
     }
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
         (**self).drain_kv_events(out)
+    }
+    fn drain_session_events(&mut self, out: &mut Vec<crate::session::SessionEvent>) {
+        (**self).drain_session_events(out)
     }
     fn is_empty(&self) -> bool {
         (**self).is_empty()

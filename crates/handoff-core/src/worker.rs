@@ -52,6 +52,8 @@ pub enum WorkerRequest {
         /// pinned (source-first).
         ready: Option<SourceReady>,
     },
+    /// The client closed a session: free what this worker holds of it.
+    CloseSession(crate::ids::SessionId),
 }
 
 /// A request the worker refused.
@@ -233,6 +235,15 @@ pub enum WorkerEvent {
         /// When.
         at: Instant,
     },
+    /// The core's session layer did something (a slot kept, appended or
+    /// evicted; a push locked, sent or failed; a snapshot ingested or
+    /// evicted; a prefill bypassed or not).
+    Session {
+        /// What.
+        event: crate::session::SessionEvent,
+        /// When.
+        at: Instant,
+    },
     /// An incoming fact was dropped.
     Dropped {
         /// Sender.
@@ -319,6 +330,7 @@ pub struct Worker<S: SchedulerCore> {
     events: VecDeque<WorkerEvent>,
     step_out: StepOutput,
     kv_buf: Vec<KvEvent>,
+    session_buf: Vec<crate::session::SessionEvent>,
     stats: WorkerStats,
 }
 
@@ -380,6 +392,7 @@ impl<S: SchedulerCore> Worker<S> {
             events: VecDeque::new(),
             step_out: StepOutput::default(),
             kv_buf: Vec::new(),
+            session_buf: Vec::new(),
             stats: WorkerStats::default(),
         }
     }
@@ -454,6 +467,11 @@ impl<S: SchedulerCore> Worker<S> {
                     CommandOutcome::Submitted => Ok(()),
                     _ => Err(RequestError::Refused(rid)),
                 }
+            }
+            WorkerRequest::CloseSession(session) => {
+                self.core
+                    .apply(SchedulerCommand::ReleaseSession { session }, now);
+                Ok(())
             }
             WorkerRequest::HandoffSource { id, request } => {
                 self.check_new(id)?;
@@ -905,6 +923,11 @@ impl<S: SchedulerCore> Worker<S> {
         self.core.drain_kv_events(&mut self.kv_buf);
         for event in self.kv_buf.drain(..) {
             self.events.push_back(WorkerEvent::Kv { event, at: now });
+        }
+        self.core.drain_session_events(&mut self.session_buf);
+        for event in self.session_buf.drain(..) {
+            self.events
+                .push_back(WorkerEvent::Session { event, at: now });
         }
     }
 

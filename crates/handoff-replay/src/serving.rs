@@ -72,11 +72,14 @@ pub struct Serving<I> {
     details: Option<Details>,
 }
 
-fn parts(r: &WorkerRequest) -> (RequestId, Option<HandoffId>) {
+/// The request and attempt `r` carries (`None` for a session close, which
+/// belongs to no request).
+fn parts(r: &WorkerRequest) -> Option<(RequestId, Option<HandoffId>)> {
     match r {
-        WorkerRequest::Ordinary(q) => (q.id, None),
+        WorkerRequest::Ordinary(q) => Some((q.id, None)),
         WorkerRequest::HandoffSource { request, id }
-        | WorkerRequest::HandoffDestination { request, id, .. } => (request.id, Some(*id)),
+        | WorkerRequest::HandoffDestination { request, id, .. } => Some((request.id, Some(*id))),
+        WorkerRequest::CloseSession(_) => None,
     }
 }
 
@@ -195,7 +198,9 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
 
     /// Notes where each routed request went and under which attempt.
     fn track(&mut self, to: WorkerId, request: &WorkerRequest) {
-        let (rid, attempt) = parts(request);
+        let Some((rid, attempt)) = parts(request) else {
+            return;
+        };
         if let Some(f) = self.flights.get_mut(&rid) {
             f.holder = to;
             if let Some(id) = attempt {
@@ -425,7 +430,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.undeliverable(why);
         }
-        let (rid, attempt) = parts(request);
+        let Some((rid, attempt)) = parts(request) else {
+            return;
+        };
         let current = self
             .flights
             .get(&rid)

@@ -502,6 +502,7 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
             SchedulerCommand::CancelDestination { id } => self.cancel_destination(id),
             SchedulerCommand::ReleaseSource { id } => self.release_source(id),
             SchedulerCommand::CancelSource { id } => self.cancel_source(id),
+            SchedulerCommand::ReleaseSession { session } => self.release_session(session),
         }
     }
 
@@ -563,6 +564,10 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
 
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
         self.events.drain_into(out);
+    }
+
+    fn drain_session_events(&mut self, out: &mut Vec<handoff_core::session::SessionEvent>) {
+        SglangCore::drain_session_events(self, out);
     }
 
     fn is_empty(&self) -> bool {

@@ -106,12 +106,12 @@ pub use crate::config::{
     DEFAULT_EVENT_BLOCK_TOKENS,
 };
 pub use crate::core::SglangCore;
-pub use crate::session::{
-    MissReason, PushFailure, PushResult, SessionCapacity, SessionEvent, SlotEvictReason,
-    SnapshotEvictReason,
-};
+pub use crate::session::SessionCapacity;
 pub use crate::snapshot_store::{
     PrefillSnapshotStore, SnapshotEntry, SnapshotRefusal, SnapshotReservation,
+};
+pub use handoff_core::session::{
+    MissReason, PushFailure, PushResult, SessionEvent, SlotEvictReason, SnapshotEvictReason,
 };
 
 #[cfg(test)]

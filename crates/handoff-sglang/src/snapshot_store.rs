@@ -28,7 +28,7 @@
 use crate::core::SglangCore;
 use crate::radix::Owner;
 use crate::seq::Kind;
-use crate::session::{MissReason, SessionEvent, SnapshotEvictReason};
+use handoff_core::session::{MissReason, SessionEvent, SnapshotEvictReason};
 use handoff_core::{HandoffId, Instant, PerfModel, SessionId};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -226,6 +226,7 @@ pub(crate) mod samples {
                     tokens: 30,
                 }),
             }),
+            Frame::Request(WorkerRequest::CloseSession(handoff_core::SessionId(4))),
             Frame::Drained {
                 worker: WorkerId(2),
                 drained: true,
@@ -291,6 +292,14 @@ pub(crate) mod samples {
                 request: RequestId(1),
                 role: Role::Destination,
                 reason: Some(CancelReason::PeerRestarted),
+                at: Instant(12),
+            },
+            WorkerEvent::Session {
+                event: handoff_core::session::SessionEvent::BypassMiss {
+                    session: handoff_core::SessionId(4),
+                    request: RequestId(1),
+                    reason: handoff_core::session::MissReason::SeqlenShort,
+                },
                 at: Instant(12),
             },
             WorkerEvent::Kv {
@@ -560,6 +569,7 @@ mod tests {
             WorkerEvent::StartTransfer { .. } => "StartTransfer",
             WorkerEvent::RoleEnded { .. } => "RoleEnded",
             WorkerEvent::Kv { .. } => "Kv",
+            WorkerEvent::Session { .. } => "Session",
             WorkerEvent::Dropped { .. } => "Dropped",
         }
     }
@@ -576,7 +586,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(events.len(), 10, "{events:?}");
+        assert_eq!(events.len(), 11, "{events:?}");
     }
 
     /// Core types no frame carries yet still serialise (a driver may ship

@@ -337,6 +337,8 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
             SchedulerCommand::ReleaseSource { id } => self.release_source(id),
             SchedulerCommand::CancelSource { id } => self.cancel_source(id),
             SchedulerCommand::CancelDestination { id } => self.cancel_destination(id),
+            // vLLM keeps no session slots.
+            SchedulerCommand::ReleaseSession { .. } => CommandOutcome::Noop,
         }
     }
 

@@ -211,6 +211,7 @@ impl SchedulerCore for FakeCore {
                 }
                 CommandOutcome::Applied
             }
+            SchedulerCommand::ReleaseSession { .. } => CommandOutcome::Noop,
             SchedulerCommand::CancelDestination { id } => match self.reserved.remove(&id) {
                 Some((_, blocks)) => {
                     self.end(id, Holding::DestinationReservation);

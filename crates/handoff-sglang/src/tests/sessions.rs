@@ -731,3 +731,54 @@ proptest! {
         h.assert_drained();
     }
 }
+
+#[test]
+fn a_worker_reports_session_events_and_closes_sessions() {
+    use handoff_core::{
+        Generation, HandoffConfig, HandoffPolicy, WorkerEvent, WorkerId, WorkerRequest,
+    };
+    let core =
+        crate::SglangCore::new(sessions_cfg(100_000, false), super::harness::fixed_perf()).unwrap();
+    let mut w = handoff_core::Worker::new(
+        WorkerId(1),
+        Generation(0),
+        HandoffPolicy::DestinationFirst,
+        HandoffConfig::default(),
+        core,
+    );
+    w.handle_request(WorkerRequest::Ordinary(turn(1, 3, 700, 2)), Instant::ZERO)
+        .unwrap();
+    let mut now = Instant::ZERO;
+    let mut seen = Vec::new();
+    while let Some(end) = w.step(now, now) {
+        now = end;
+        while let Some(e) = w.poll_event() {
+            if let WorkerEvent::Session { event, at } = e {
+                seen.push((event, at));
+            }
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![(
+            SessionEvent::Committed {
+                session: SessionId(3),
+                request: RequestId(1),
+                tokens: 701
+            },
+            now
+        )]
+    );
+    w.handle_request(WorkerRequest::CloseSession(SessionId(3)), now)
+        .unwrap();
+    let closed: Vec<_> = std::iter::from_fn(|| w.poll_event()).collect();
+    assert!(closed.contains(&WorkerEvent::Session {
+        event: SessionEvent::SlotEvicted {
+            session: SessionId(3),
+            tokens: 701,
+            reason: SlotEvictReason::Closed
+        },
+        at: now
+    }));
+    assert_eq!(w.capacity().kv_used_blocks(), 0);
+}
