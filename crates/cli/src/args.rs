@@ -342,6 +342,7 @@ impl DeployArgs {
                 max_batched_tokens: self.max_batched_tokens,
                 speedup_ratio: pass_speedup,
                 source_lease_ttl: self.lease_ttl_s.map(Duration::from_secs),
+                sessions: Default::default(),
             })
         };
         Ok((

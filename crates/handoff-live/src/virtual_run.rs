@@ -5,7 +5,8 @@ use crate::remote::{serve_virtual, RemoteError, RemotePort};
 use handoff_core::engine::Engine;
 use handoff_core::{CoreBox, Generation, Transcript, Worker, WorkerHost, WorkerId};
 use handoff_replay::{
-    engine_config, make_core, serving, worker_policy, EngineSpec, ReplayConfig, Report,
+    engine_config, make_core, run_closed_loop, serving, worker_policy, EngineSpec, ReplayConfig,
+    Report, SessionServing,
 };
 use handoff_router::FRONTEND_ID;
 use handoff_transport::ChannelNet;
@@ -44,6 +45,26 @@ pub fn run_virtual_threads(
     specs: &[EngineSpec],
     items: impl Iterator<Item = TraceItem>,
 ) -> Result<VirtualOutcome, RemoteError> {
+    run_virtual(cfg, specs, items, None)
+}
+
+/// [`run_virtual_threads`] with closed-loop sessions and session-affine
+/// routing, as [`handoff_replay::Replay::sessions`] runs them.
+pub fn run_virtual_sessions(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: impl Iterator<Item = TraceItem>,
+    sessions: SessionServing,
+) -> Result<VirtualOutcome, RemoteError> {
+    run_virtual(cfg, specs, items, Some(sessions))
+}
+
+fn run_virtual(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: impl Iterator<Item = TraceItem>,
+    sessions: Option<SessionServing>,
+) -> Result<VirtualOutcome, RemoteError> {
     for s in specs {
         make_core(s).map_err(|e| RemoteError::Send(WorkerId(0), e.to_string()))?;
     }
@@ -63,7 +84,11 @@ pub fn run_virtual_threads(
         }));
     }
     let port = RemotePort::new(coordinator, specs.len() as u32, NODE_TIMEOUT);
-    let engine = Engine::new(engine_config(cfg), port, serving(cfg, items));
+    let mut engine = Engine::new(engine_config(cfg), port, serving(cfg, items));
+    if let Some(s) = sessions {
+        engine.director_mut().set_sessions(s.routing, s.close_delay);
+        run_closed_loop(&mut engine, |_, _| {});
+    }
     let (director, port) = engine.run();
     let result = match port.error() {
         Some(e) => Err(e.clone()),

@@ -23,6 +23,9 @@ pub struct EngineSpec {
     pub speedup_ratio: f64,
     /// Overrides the backend's source lease lifetime (vLLM 480 s, SGLang 300 s).
     pub source_lease_ttl: Option<handoff_core::Duration>,
+    /// SGLang session slots, snapshot store and bypass (seed 002); off by
+    /// default and ignored by vLLM.
+    pub sessions: handoff_sglang::SessionConfig,
 }
 
 impl Default for EngineSpec {
@@ -35,6 +38,7 @@ impl Default for EngineSpec {
             max_batched_tokens: 8192,
             speedup_ratio: 1.0,
             source_lease_ttl: None,
+            sessions: handoff_sglang::SessionConfig::default(),
         }
     }
 }
@@ -69,6 +73,7 @@ impl EngineSpec {
         if let Some(ttl) = self.source_lease_ttl {
             c.source_lease_ttl = ttl;
         }
+        c.sessions = self.sessions;
         c
     }
 

@@ -12,6 +12,13 @@
 //! (expiries, refusals, client cancels), or no worker can take it. Events of
 //! a voided attempt still reach the recorder's lifecycle figures but no
 //! longer move the router or the request's outcome.
+//!
+//! Closed-loop sessions ([`Serving::set_sessions`]): a session's first turn
+//! arrives at its trace time; each later turn arrives its think time
+//! (`TraceItem::delay`) after the previous turn finished or failed, and the
+//! client closes the session `close_delay` after its last turn, which frees
+//! its slot and snapshots on the workers (`WorkerRequest::CloseSession`).
+//! Routing is the frontend's session-affine mode.
 
 use crate::report::{Details, Recorder, Report, RequestSink};
 use handoff_core::engine::{Director, Route, Undeliverable};
@@ -22,8 +29,53 @@ use handoff_core::{
     CancelReason, DestinationState, Generation, HandoffId, Instant, Request, RequestError,
     RequestId, RoleState, Transcript, WorkerEvent, WorkerId, WorkerRequest,
 };
-use handoff_router::{Frontend, Pool};
+use handoff_core::{Duration, SessionId};
+use handoff_router::{Frontend, Pool, SessionRouting};
 use handoff_workload::TraceItem;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Something due in a closed-loop session run.
+enum Due {
+    Turn(Box<TraceItem>),
+    Close(SessionId),
+}
+
+/// Closed-loop session arrivals; see the module docs.
+struct SessionLoop {
+    close_delay: Duration,
+    /// Turns not sent yet, per session, in order.
+    turns: BTreeMap<SessionId, VecDeque<TraceItem>>,
+    /// What is due, by (time, order of scheduling).
+    due: BTreeMap<(Instant, u64), Due>,
+    order: u64,
+    /// The session of each turn in flight.
+    of_request: FastMap<RequestId, SessionId>,
+}
+
+impl SessionLoop {
+    fn schedule(&mut self, at: Instant, what: Due) {
+        self.order += 1;
+        self.due.insert((at, self.order), what);
+    }
+
+    /// The turn `r` ended (finished or failed): its session's next turn
+    /// after its think time, or the close.
+    fn turn_ended(&mut self, r: RequestId, now: Instant) {
+        let Some(s) = self.of_request.remove(&r) else {
+            return;
+        };
+        match self.turns.get_mut(&s).and_then(VecDeque::pop_front) {
+            Some(item) => {
+                let at = now + item.delay.unwrap_or(Duration::ZERO);
+                self.schedule(at, Due::Turn(Box::new(item)));
+            }
+            None => {
+                self.turns.remove(&s);
+                self.schedule(now + self.close_delay, Due::Close(s));
+            }
+        }
+    }
+}
 
 /// What the director keeps of a request until it ends.
 struct Flight {
@@ -66,6 +118,8 @@ pub struct Serving<I> {
     /// Closed loop: requests allowed in flight (`None`: open loop, at the
     /// workload's timestamps).
     concurrency: Option<usize>,
+    /// Closed-loop sessions, when on.
+    sessions: Option<SessionLoop>,
     /// The model time of the last callback (closed-loop arrivals happen
     /// then).
     now: Instant,
@@ -119,6 +173,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             migration: true,
             lost: Vec::new(),
             concurrency: None,
+            sessions: None,
             now: Instant::ZERO,
             details: None,
         }
@@ -131,6 +186,35 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// [`crate::Replay::closed_loop`] does.
     pub fn set_concurrency(&mut self, n: usize) {
         self.concurrency = Some(n.max(1));
+    }
+
+    /// Closed-loop session arrivals with session-affine routing (see the
+    /// module docs); the engine must be asked again after every unit of
+    /// work, as for [`Serving::set_concurrency`]. Reads the whole workload
+    /// now (turns wait for their predecessors). Turns of no session arrive
+    /// at their trace times.
+    pub fn set_sessions(&mut self, routing: SessionRouting, close_delay: Duration) {
+        self.frontend.set_sessions(routing);
+        let mut lp = SessionLoop {
+            close_delay,
+            turns: BTreeMap::new(),
+            due: BTreeMap::new(),
+            order: 0,
+            of_request: FastMap::default(),
+        };
+        for item in self.next.take().into_iter().chain(self.workload.by_ref()) {
+            match item.request.session {
+                Some(s) => lp.turns.entry(s).or_default().push_back(item),
+                None => lp.schedule(item.request.arrival, Due::Turn(Box::new(item))),
+            }
+        }
+        let firsts: Vec<SessionId> = lp.turns.keys().copied().collect();
+        for s in firsts {
+            if let Some(item) = lp.turns.get_mut(&s).and_then(VecDeque::pop_front) {
+                lp.schedule(item.request.arrival, Due::Turn(Box::new(item)));
+            }
+        }
+        self.sessions = Some(lp);
     }
 
     /// See [`Recorder::set_request_sink`].
@@ -218,6 +302,9 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// ever report it.
     fn fail(&mut self, r: RequestId, reason: &'static str, lost: Option<WorkerId>) {
         self.flights.remove(&r);
+        if let Some(lp) = self.sessions.as_mut() {
+            lp.turn_ended(r, self.now);
+        }
         if let Some(w) = lost {
             self.frontend.request_lost(r, w);
         }
@@ -292,6 +379,9 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
 
 impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     fn next_arrival(&mut self) -> Option<Instant> {
+        if let Some(lp) = self.sessions.as_ref() {
+            return lp.due.keys().next().map(|&(t, _)| t.max(self.now));
+        }
         if let Some(n) = self.concurrency {
             if self.in_flight() >= n {
                 return None;
@@ -308,10 +398,32 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
 
     fn arrive(&mut self, now: Instant, out: &mut Vec<Route>) {
         self.now = now;
-        let Some(mut item) = self.next.take() else {
+        let next = match self.sessions.as_mut() {
+            Some(lp) => match lp.due.pop_first() {
+                Some((_, Due::Turn(item))) => {
+                    if let Some(s) = item.request.session {
+                        lp.of_request.insert(item.request.id, s);
+                    }
+                    Some(*item)
+                }
+                Some((_, Due::Close(s))) => {
+                    for (to, request) in self.frontend.close_session(s) {
+                        out.push(Route {
+                            to,
+                            request,
+                            delay: handoff_core::Duration::ZERO,
+                        });
+                    }
+                    return;
+                }
+                None => None,
+            },
+            None => self.next.take(),
+        };
+        let Some(mut item) = next else {
             return;
         };
-        if self.concurrency.is_some() {
+        if self.concurrency.is_some() || self.sessions.is_some() {
             item.request.arrival = now;
         }
         if let Some(rec) = self.rec.as_mut() {
@@ -364,6 +476,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             }
             WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
                 self.flights.remove(request);
+                if let Some(lp) = self.sessions.as_mut() {
+                    lp.turn_ended(*request, now);
+                }
             }
             WorkerEvent::Transition(t)
                 if !stale && t.to == RoleState::Destination(DestinationState::Active) =>

@@ -78,7 +78,7 @@ pub struct SglangConfig {
 /// session's next request appends to it. On a prefill worker the
 /// [`crate::PrefillSnapshotStore`] holds snapshots decode workers pushed
 /// back, and a reseed covered by one bypasses its prefill.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SessionConfig {
     /// Keep session KV between turns and accept snapshots.
     pub enabled: bool,
