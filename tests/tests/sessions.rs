@@ -4,10 +4,13 @@
 //! byte for byte, on a generated session workload.
 
 use handoff_core::{Backend, Duration, HandoffPolicy, Instant};
+use handoff_replay::RequestRecord;
 use handoff_replay::{make_core, EngineSpec, Replay, ReplayConfig, SessionServing};
 use handoff_router::{RouterMode, SessionRouting};
 use handoff_tests::parity::report_divergence;
 use handoff_workload::{generate_sessions, LengthDist, SessionConfig, TraceItem};
+use std::cell::RefCell;
+use std::rc::Rc;
 
 fn workload(sessions: u32, turns: u32) -> Vec<TraceItem> {
     generate_sessions(&SessionConfig {
@@ -58,15 +61,44 @@ fn deployment(decode_kv_tokens: u64) -> (ReplayConfig, Vec<EngineSpec>, SessionS
     (cfg, specs, sessions)
 }
 
+struct Run {
+    report: handoff_replay::Report,
+    transcript: handoff_core::Transcript,
+    log: Vec<String>,
+    records: Vec<RequestRecord>,
+}
+
 fn replay(
     cfg: &ReplayConfig,
     specs: &[EngineSpec],
     sessions: SessionServing,
     items: &[TraceItem],
 ) -> (handoff_replay::Report, handoff_core::Transcript) {
+    let r = replay_all(cfg, specs, sessions, items);
+    (r.report, r.transcript)
+}
+
+fn replay_all(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    sessions: SessionServing,
+    items: &[TraceItem],
+) -> Run {
     let make = |w: handoff_core::WorkerId, _| make_core(&specs[w.0 as usize]).expect("valid spec");
-    let (r, t) = Replay::sessions(cfg.clone(), items.iter().cloned(), sessions, make).run();
-    (r, t.expect("transcript asked for"))
+    let records = Rc::new(RefCell::new(Vec::new()));
+    let sink = Rc::clone(&records);
+    let o = Replay::sessions(cfg.clone(), items.iter().cloned(), sessions, make)
+        .with_request_sink(Box::new(move |r: &RequestRecord| {
+            sink.borrow_mut().push(r.clone())
+        }))
+        .run_all();
+    let records = records.borrow().clone();
+    Run {
+        report: o.report,
+        transcript: o.transcript.expect("transcript asked for"),
+        log: o.session_log,
+        records,
+    }
 }
 
 #[test]
@@ -108,7 +140,8 @@ fn virtual_live_equals_replay_on_a_session_workload() {
     for decode_kv in [1 << 17, 16_000] {
         let items = workload(5, 3);
         let (cfg, specs, sessions) = deployment(decode_kv);
-        let (rr, rt) = replay(&cfg, &specs, sessions, &items);
+        let run = replay_all(&cfg, &specs, sessions, &items);
+        let (rr, rt) = (run.report, run.transcript);
         let live =
             handoff_live::run_virtual_sessions(&cfg, &specs, items.iter().cloned(), sessions)
                 .expect("virtual live runs");
@@ -121,5 +154,59 @@ fn virtual_live_equals_replay_on_a_session_workload() {
             "decode kv {decode_kv}"
         );
         assert_eq!(rr.completed_requests as usize, items.len());
+        assert!(!run.log.is_empty());
+        assert_eq!(
+            run.log, live.session_log,
+            "decode kv {decode_kv}: session logs"
+        );
     }
+}
+
+#[test]
+fn session_runs_report_modes_per_request_and_in_the_summary() {
+    let items = workload(4, 3);
+    let (cfg, specs, sessions) = deployment(16_000);
+    let run = replay_all(&cfg, &specs, sessions, &items);
+    assert_eq!(run.records.len(), items.len());
+    let sum = run
+        .report
+        .sessions
+        .as_ref()
+        .expect("a session run has a summary");
+    let modes = |m: &str| {
+        run.records
+            .iter()
+            .filter(|r| r.session.is_some_and(|s| s.execution_mode == m))
+            .count()
+    };
+    assert_eq!(modes("seed"), 4);
+    assert_eq!(
+        modes("seed") + modes("direct") + modes("reseed"),
+        items.len()
+    );
+    assert_eq!(
+        sum.modes.get("reseed").copied().unwrap_or(0) as usize,
+        modes("reseed")
+    );
+    assert!(modes("reseed") > 0);
+    assert!(sum.slot_evictions.get("capacity").is_some_and(|&n| n > 0));
+    // Sessions still resident at the end were closed by their client.
+    let closes = run
+        .log
+        .iter()
+        .filter(|l| l.contains("\"reason\":\"session_close\""))
+        .count();
+    assert!((1..=4).contains(&closes), "{:#?}", run.log);
+    // No pushes without D->P sync; reseeds re-prefill (no snapshot).
+    assert_eq!(sum.pushes_enqueued, 0);
+    assert!(run
+        .records
+        .iter()
+        .all(|r| r.session.is_some_and(|s| !s.d_to_p_snapshot_used)));
+    let json = serde_json::to_string(&run.records[0]).unwrap();
+    assert!(json.contains("\"execution_mode\":\"seed\""), "{json}");
+    assert!(
+        json.contains("\"d_to_p_push_count_during_session\":0"),
+        "{json}"
+    );
 }

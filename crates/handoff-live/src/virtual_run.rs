@@ -27,6 +27,8 @@ pub struct VirtualOutcome {
     pub transcript: Option<Transcript>,
     /// Host operations sent to the nodes.
     pub calls: u64,
+    /// The seed's §6 session log, JSONL (session runs only).
+    pub session_log: Vec<String>,
 }
 
 /// Builds the core of one worker from its spec; a spec that cannot build
@@ -89,7 +91,8 @@ fn run_virtual(
         engine.director_mut().set_sessions(s.routing, s.close_delay);
         run_closed_loop(&mut engine, |_, _| {});
     }
-    let (director, port) = engine.run();
+    let (mut director, port) = engine.run();
+    let session_log = director.take_session_lines();
     let result = match port.error() {
         Some(e) => Err(e.clone()),
         None => {
@@ -99,6 +102,7 @@ fn run_virtual(
                     report,
                     transcript,
                     calls: port.calls(),
+                    session_log,
                 }),
                 None => Err(RemoteError::Closed),
             }

@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod report;
 pub mod scenarios;
 pub mod serving;
+pub mod session_log;
 pub mod sim;
 pub mod timeline;
 

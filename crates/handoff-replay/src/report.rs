@@ -337,6 +337,9 @@ pub struct Report {
     pub lifecycle: Lifecycle,
     /// Per worker.
     pub workers: Vec<WorkerReport>,
+    /// Session-affine serving (session runs only; seed 002).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<crate::session_log::SessionSummary>,
 }
 
 /// The latency distributions under Dynamo's flat names: for each metric
@@ -403,6 +406,7 @@ struct ReqRec {
     transfer_end: Option<Instant>,
     activated_at: Option<Instant>,
     released_at: Option<Instant>,
+    session: Option<crate::session_log::SessionFields>,
 }
 
 /// How one request ended, as `--per-request-jsonl` writes it: one JSON
@@ -440,6 +444,9 @@ pub struct RequestRecord {
     /// Handoff phase times, ms of model time (absent when the request had
     /// no handoff or never reached the phase).
     pub handoff: HandoffTimes,
+    /// Session fields (session runs only; seed 002 §6).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub session: Option<crate::session_log::SessionFields>,
 }
 
 /// When one request's handoff reached each phase, ms of model time.
@@ -684,6 +691,14 @@ impl Recorder {
         }
     }
 
+    /// The session fields of in-flight request `r` (a session run's
+    /// director keeps them current).
+    pub fn set_session(&mut self, r: RequestId, fields: crate::session_log::SessionFields) {
+        if let Some(rec) = self.reqs.get_mut(&r) {
+            rec.session = Some(fields);
+        }
+    }
+
     /// A request arrived.
     pub fn arrival(&mut self, r: &Request) {
         self.num_requests += 1;
@@ -749,6 +764,7 @@ impl Recorder {
                 source_released_ms: rec.released_at.map(at_ms),
                 source_pinned_for_ms: since(rec.released_at, rec.pinned_at),
             },
+            session: rec.session,
         };
         sink(&record);
     }
@@ -1109,6 +1125,7 @@ impl Recorder {
             flat,
             lifecycle: life,
             workers: out,
+            sessions: None,
         };
         (report, details)
     }

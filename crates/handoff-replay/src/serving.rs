@@ -120,6 +120,8 @@ pub struct Serving<I> {
     concurrency: Option<usize>,
     /// Closed-loop sessions, when on.
     sessions: Option<SessionLoop>,
+    /// The seed's §6 log and per-request session fields (session runs).
+    session_log: Option<crate::session_log::SessionLog>,
     /// The model time of the last callback (closed-loop arrivals happen
     /// then).
     now: Instant,
@@ -174,6 +176,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             lost: Vec::new(),
             concurrency: None,
             sessions: None,
+            session_log: None,
             now: Instant::ZERO,
             details: None,
         }
@@ -215,6 +218,12 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             }
         }
         self.sessions = Some(lp);
+        self.session_log = Some(crate::session_log::SessionLog::new(true));
+    }
+
+    /// The session log (session runs only).
+    pub fn session_log(&self) -> Option<&crate::session_log::SessionLog> {
+        self.session_log.as_ref()
     }
 
     /// See [`Recorder::set_request_sink`].
@@ -236,6 +245,14 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.capacity(w, at, c);
         }
+    }
+
+    /// The session log's JSONL lines (empty unless a session run).
+    pub fn take_session_lines(&mut self) -> Vec<String> {
+        self.session_log
+            .as_mut()
+            .map(crate::session_log::SessionLog::take_lines)
+            .unwrap_or_default()
     }
 
     /// The report and the transcript (if kept), once the engine finished.
@@ -304,6 +321,9 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         self.flights.remove(&r);
         if let Some(lp) = self.sessions.as_mut() {
             lp.turn_ended(r, self.now);
+        }
+        if let Some(log) = self.session_log.as_mut() {
+            log.take_fields(r);
         }
         if let Some(w) = lost {
             self.frontend.request_lost(r, w);
@@ -441,7 +461,18 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 roles: Vec::new(),
             },
         );
+        let session = item.request.session;
         let routes = self.frontend.arrive(item.request, now);
+        if let (Some(log), Some(s), Some(route)) = (
+            self.session_log.as_mut(),
+            session,
+            self.frontend.last_session_route(),
+        ) {
+            log.routed(rid, s, route);
+            if let (Some(rec), Some(f)) = (self.rec.as_mut(), log.fields(rid)) {
+                rec.set_session(rid, f);
+            }
+        }
         if routes.is_empty() {
             return self.fail(rid, "no-worker", None);
         }
@@ -462,6 +493,14 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             t.record(tr);
         }
         let stale = self.stale(e);
+        if let (Some(log), WorkerEvent::Session { event, at }) = (self.session_log.as_mut(), e) {
+            log.event(w, event, *at);
+            if let handoff_core::session::SessionEvent::BypassHit { request, .. } = event {
+                if let (Some(rec), Some(f)) = (self.rec.as_mut(), log.fields(*request)) {
+                    rec.set_session(*request, f);
+                }
+            }
+        }
         if let Some(rec) = self.rec.as_mut() {
             rec.event(w, pool, e, stale);
         }
@@ -478,6 +517,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 self.flights.remove(request);
                 if let Some(lp) = self.sessions.as_mut() {
                     lp.turn_ended(*request, now);
+                }
+                if let Some(log) = self.session_log.as_mut() {
+                    log.take_fields(*request);
                 }
             }
             WorkerEvent::Transition(t)
@@ -629,7 +671,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             rec.unresolved_teardown += torn_down;
             rec.faults = faults;
             let pools = &self.pools;
-            let (report, details) = rec.finish_detailed(
+            let (mut report, details) = rec.finish_detailed(
                 end,
                 finals.iter().map(|f| {
                     (
@@ -641,6 +683,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                     )
                 }),
             );
+            report.sessions = self.session_log.as_ref().map(|l| l.summary().clone());
             self.report = Some(report);
             self.details = details;
         }

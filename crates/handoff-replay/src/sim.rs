@@ -135,6 +135,8 @@ pub struct ReplayOutcome {
     /// Router bookings still held at the end, both pools (0 when every
     /// request's load was released).
     pub live_bookings: usize,
+    /// The seed's §6 session log, JSONL (session runs only).
+    pub session_log: Vec<String>,
 }
 
 /// The workers of a deployment: ids `0..n`, prefill (or aggregated) first.
@@ -311,14 +313,16 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
                 }
             }
         }
-        let (director, _) = self.engine.run();
+        let (mut director, _) = self.engine.run();
         let live_bookings = director.router_bookings();
+        let session_log = director.take_session_lines();
         let (report, transcript, details) = director.into_parts();
         ReplayOutcome {
             report: report.expect("the engine finishes its director"),
             transcript,
             details,
             live_bookings,
+            session_log,
         }
     }
 }
