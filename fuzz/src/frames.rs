@@ -42,6 +42,9 @@ pub fn detailed_name(f: &Frame) -> String {
                 WorkerRequest::HandoffSource { .. } => "HandoffSource",
                 WorkerRequest::HandoffDestination { .. } => "HandoffDestination",
                 WorkerRequest::CloseSession(_) => "CloseSession",
+                WorkerRequest::EvictSession(_) => "EvictSession",
+                WorkerRequest::PushSource { .. } => "PushSource",
+                WorkerRequest::PushDestination { .. } => "PushDestination",
             }
         ),
         Frame::Host(op) => format!(
@@ -277,6 +280,21 @@ pub fn every_frame() -> Vec<Frame> {
             }),
         }),
         Frame::Request(WorkerRequest::CloseSession(SessionId(4))),
+        Frame::Request(WorkerRequest::EvictSession(SessionId(4))),
+        Frame::Request(WorkerRequest::PushSource {
+            id,
+            request: RequestId(1 << 63),
+            session: SessionId(4),
+            lock: handoff_core::SourceLeaseId(2),
+            tokens: 4096,
+        }),
+        Frame::Request(WorkerRequest::PushDestination {
+            id,
+            request: RequestId(1 << 63),
+            session: SessionId(4),
+            tokens: 4096,
+            source: WorkerId(2),
+        }),
         Frame::Drained {
             worker: WorkerId(2),
             drained: true,

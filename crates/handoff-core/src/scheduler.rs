@@ -50,6 +50,43 @@ pub enum SchedulerCommand {
         /// The handoff attempt.
         id: HandoffId,
     },
+    /// Destination of a D→P snapshot push (a reversed handoff): reserve
+    /// room for `tokens` of `session`'s KV in the snapshot store, all or
+    /// nothing. `Reserved` or `Unavailable(None)` / `Unsupported(None)`.
+    ReserveSnapshot {
+        /// The push attempt.
+        id: HandoffId,
+        /// The session.
+        session: crate::ids::SessionId,
+        /// Tokens to receive.
+        tokens: u64,
+    },
+    /// The push's KV landed: the reservation becomes the session's snapshot.
+    IngestSnapshot {
+        /// The push attempt.
+        id: HandoffId,
+    },
+    /// Abandon a snapshot reservation (the push failed or was aborted).
+    CancelSnapshot {
+        /// The push attempt.
+        id: HandoffId,
+    },
+    /// Source of a D→P push: the push under the slot lock `lock` ended.
+    FinishPush {
+        /// The session.
+        session: crate::ids::SessionId,
+        /// The slot lock (the push's source lease).
+        lock: SourceLeaseId,
+        /// How it ended.
+        result: crate::session::PushResult,
+    },
+    /// Evict `session`'s slot as a capacity eviction would, now or once it
+    /// is idle and unlocked (a forced "not resident"; the seed's §8 smoke
+    /// test). `Noop` on a core without sessions.
+    EvictSession {
+        /// The session.
+        session: crate::ids::SessionId,
+    },
     /// The client closed `session`: free its session slot (after a running
     /// turn) and any snapshot of it, aborting a push in flight. `Noop` on a
     /// core without sessions or holding nothing of it.

@@ -88,7 +88,9 @@ fn run_virtual(
     let port = RemotePort::new(coordinator, specs.len() as u32, NODE_TIMEOUT);
     let mut engine = Engine::new(engine_config(cfg), port, serving(cfg, items));
     if let Some(s) = sessions {
-        engine.director_mut().set_sessions(s.routing, s.close_delay);
+        engine
+            .director_mut()
+            .set_sessions(s.routing, s.close_delay, s.evict_after_turn);
         run_closed_loop(&mut engine, |_, _| {});
     }
     let (mut director, port) = engine.run();

@@ -48,8 +48,10 @@ struct SessionLoop {
     /// What is due, by (time, order of scheduling).
     due: BTreeMap<(Instant, u64), Due>,
     order: u64,
-    /// The session of each turn in flight.
-    of_request: FastMap<RequestId, SessionId>,
+    /// The session and turn index of each turn in flight.
+    of_request: FastMap<RequestId, (SessionId, u32)>,
+    /// Force a capacity eviction of the session's slot after this turn.
+    evict_after_turn: Option<u32>,
 }
 
 impl SessionLoop {
@@ -61,7 +63,7 @@ impl SessionLoop {
     /// The turn `r` ended (finished or failed): its session's next turn
     /// after its think time, or the close.
     fn turn_ended(&mut self, r: RequestId, now: Instant) {
-        let Some(s) = self.of_request.remove(&r) else {
+        let Some((s, _)) = self.of_request.remove(&r) else {
             return;
         };
         match self.turns.get_mut(&s).and_then(VecDeque::pop_front) {
@@ -135,7 +137,10 @@ fn parts(r: &WorkerRequest) -> Option<(RequestId, Option<HandoffId>)> {
         WorkerRequest::Ordinary(q) => Some((q.id, None)),
         WorkerRequest::HandoffSource { request, id }
         | WorkerRequest::HandoffDestination { request, id, .. } => Some((request.id, Some(*id))),
-        WorkerRequest::CloseSession(_) => None,
+        WorkerRequest::CloseSession(_)
+        | WorkerRequest::EvictSession(_)
+        | WorkerRequest::PushSource { .. }
+        | WorkerRequest::PushDestination { .. } => None,
     }
 }
 
@@ -196,9 +201,17 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// work, as for [`Serving::set_concurrency`]. Reads the whole workload
     /// now (turns wait for their predecessors). Turns of no session arrive
     /// at their trace times.
-    pub fn set_sessions(&mut self, routing: SessionRouting, close_delay: Duration) {
+    /// `evict_after_turn` forces a capacity eviction of a session's slot
+    /// after its turn of that index finishes (the seed's §8 smoke test).
+    pub fn set_sessions(
+        &mut self,
+        routing: SessionRouting,
+        close_delay: Duration,
+        evict_after_turn: Option<u32>,
+    ) {
         self.frontend.set_sessions(routing);
         let mut lp = SessionLoop {
+            evict_after_turn,
             close_delay,
             turns: BTreeMap::new(),
             due: BTreeMap::new(),
@@ -383,6 +396,18 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         true
     }
 
+    /// Whether `e` is a D→P push's.
+    fn push_event(&self, e: &WorkerEvent) -> bool {
+        let request = match e {
+            WorkerEvent::Transition(t) => t.request,
+            WorkerEvent::PrefillPinned { request, .. }
+            | WorkerEvent::StartTransfer { request, .. }
+            | WorkerEvent::RoleEnded { request, .. } => *request,
+            _ => return false,
+        };
+        handoff_router::is_push(request)
+    }
+
     /// Whether `e` belongs to a voided attempt (one a migration replaced).
     fn stale(&self, e: &WorkerEvent) -> bool {
         let (id, request) = match e {
@@ -422,7 +447,8 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             Some(lp) => match lp.due.pop_first() {
                 Some((_, Due::Turn(item))) => {
                     if let Some(s) = item.request.session {
-                        lp.of_request.insert(item.request.id, s);
+                        lp.of_request
+                            .insert(item.request.id, (s, item.turn.unwrap_or(0)));
                     }
                     Some(*item)
                 }
@@ -492,6 +518,18 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let (Some(t), WorkerEvent::Transition(tr)) = (self.transcript.as_mut(), e) {
             t.record(tr);
         }
+        if self.push_event(e) {
+            // A D→P push (a reversed handoff) serves no client request: it
+            // is in the transcript and the session log, not in the request
+            // figures, and its end decides no request's fate.
+            let mut routed = std::mem::take(&mut self.scratch);
+            routed.extend(self.frontend.on_event(w, pool, e, now));
+            for (to, request, delay) in routed.drain(..) {
+                out.push(Route { to, request, delay });
+            }
+            self.scratch = routed;
+            return;
+        }
         let stale = self.stale(e);
         if let (Some(log), WorkerEvent::Session { event, at }) = (self.session_log.as_mut(), e) {
             log.event(w, event, *at);
@@ -516,6 +554,16 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
                 self.flights.remove(request);
                 if let Some(lp) = self.sessions.as_mut() {
+                    let turn = lp.of_request.get(request).copied();
+                    if let (Some((s, k)), Some(n)) = (turn, lp.evict_after_turn) {
+                        if k == n {
+                            out.push(Route {
+                                to: w,
+                                request: WorkerRequest::EvictSession(s),
+                                delay: handoff_core::Duration::ZERO,
+                            });
+                        }
+                    }
                     lp.turn_ended(*request, now);
                 }
                 if let Some(log) = self.session_log.as_mut() {

@@ -87,6 +87,9 @@ pub struct SessionServing {
     pub routing: handoff_router::SessionRouting,
     /// From a session's last turn ending to the client closing it.
     pub close_delay: Duration,
+    /// Force a capacity eviction of a session's slot after its turn of
+    /// this index (the seed's §8 smoke test); `None` in normal runs.
+    pub evict_after_turn: Option<u32>,
 }
 
 /// Runs `engine` to the end asking its director for arrivals after every
@@ -265,9 +268,11 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
         make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
     ) -> Self {
         let mut r = Self::build(cfg, workload, make_core, None);
-        r.engine
-            .director_mut()
-            .set_sessions(sessions.routing, sessions.close_delay);
+        r.engine.director_mut().set_sessions(
+            sessions.routing,
+            sessions.close_delay,
+            sessions.evict_after_turn,
+        );
         r.closed_loop = true;
         r
     }

@@ -30,6 +30,15 @@ use std::collections::{BTreeMap, HashMap};
 /// The worker that mints handoff ids (the frontend itself).
 pub const FRONTEND_ID: WorkerId = WorkerId(u32::MAX);
 
+/// D→P pushes serve no client request; their transitions carry request ids
+/// from this bit up, which no trace uses.
+pub const PUSH_REQUESTS: u64 = 1 << 63;
+
+/// Whether `r` names a D→P push rather than a client request.
+pub fn is_push(r: RequestId) -> bool {
+    r.0 & PUSH_REQUESTS != 0
+}
+
 /// How the frontend routes.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FrontendConfig {
@@ -137,6 +146,11 @@ struct SessionTable {
     gone: BTreeMap<SessionId, ReseedCause>,
     /// Sessions seen (a turn of one not seen is a seed).
     seen: BTreeMap<SessionId, ()>,
+    /// The prefill worker that last prefilled each session: where its
+    /// decode worker pushes snapshots.
+    prefill_of: BTreeMap<SessionId, WorkerId>,
+    /// Pushes routed (their transitions carry `PUSH_REQUESTS + n`).
+    pushes: u64,
     last_route: Option<SessionRoute>,
 }
 
@@ -240,6 +254,7 @@ impl Frontend {
         }
         self.sessions.gone.remove(&session);
         self.sessions.seen.remove(&session);
+        self.sessions.prefill_of.remove(&session);
         if let Some(d) = self.sessions.resident.remove(&session) {
             out.push((d, WorkerRequest::CloseSession(session)));
         }
@@ -310,6 +325,58 @@ impl Frontend {
                 out.push((old, WorkerRequest::CloseSession(session)));
             }
         }
+    }
+
+    /// A decode worker locked a slot for a D→P push: route the reversed
+    /// handoff, `w` the source, the session's prefill worker the
+    /// destination.
+    fn route_push(
+        &mut self,
+        w: WorkerId,
+        event: &SessionEvent,
+        out: &mut Vec<(WorkerId, WorkerRequest, Duration)>,
+    ) {
+        let SessionEvent::PushEnqueued {
+            session,
+            lock,
+            tokens,
+            ..
+        } = *event
+        else {
+            return;
+        };
+        if self.sessions.routing.is_none() {
+            return;
+        }
+        let known = self.sessions.prefill_of.get(&session).copied();
+        let Some(p) = known.or_else(|| self.prefill.workers().next()) else {
+            return;
+        };
+        let id = self.ids.next_id();
+        self.sessions.pushes += 1;
+        let request = RequestId(PUSH_REQUESTS | self.sessions.pushes);
+        out.push((
+            w,
+            WorkerRequest::PushSource {
+                id,
+                request,
+                session,
+                lock,
+                tokens,
+            },
+            Duration::ZERO,
+        ));
+        out.push((
+            p,
+            WorkerRequest::PushDestination {
+                id,
+                request,
+                session,
+                tokens,
+                source: w,
+            },
+            Duration::ZERO,
+        ));
     }
 
     /// The session table follows slot evictions.
@@ -476,6 +543,12 @@ impl Frontend {
             let dest = routes.iter().find_map(|(w, r)| {
                 matches!(r, WorkerRequest::HandoffDestination { .. }).then_some(*w)
             });
+            let source = routes
+                .iter()
+                .find_map(|(w, r)| matches!(r, WorkerRequest::HandoffSource { .. }).then_some(*w));
+            if let Some(p) = source {
+                self.sessions.prefill_of.insert(s, p);
+            }
             if let Some(d) = dest {
                 self.reseeded(s, d, &mut routes);
             }
@@ -539,7 +612,10 @@ impl Frontend {
     ) -> Vec<(WorkerId, WorkerRequest, Duration)> {
         let mut out = Vec::new();
         match event {
-            WorkerEvent::Session { event, .. } => self.on_session_event(w, event),
+            WorkerEvent::Session { event, .. } => {
+                self.on_session_event(w, event);
+                self.route_push(w, event, &mut out);
+            }
             WorkerEvent::Kv { event, .. } => match pool {
                 Pool::Decode => {
                     if let Some(d) = self.decode.as_mut() {

@@ -60,7 +60,8 @@ pub mod router;
 
 pub use config::{PoolRole, RouterConfig, RouterMode};
 pub use frontend::{
-    Frontend, FrontendConfig, Pool, ReseedCause, SessionRoute, SessionRouting, FRONTEND_ID,
+    is_push, Frontend, FrontendConfig, Pool, ReseedCause, SessionRoute, SessionRouting,
+    FRONTEND_ID, PUSH_REQUESTS,
 };
 pub use load::{Booking, Release, RouterStats, Selection, WorkerLoad};
 pub use prefix::PrefixIndex;

@@ -503,6 +503,49 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
             SchedulerCommand::ReleaseSource { id } => self.release_source(id),
             SchedulerCommand::CancelSource { id } => self.cancel_source(id),
             SchedulerCommand::ReleaseSession { session } => self.release_session(session),
+            SchedulerCommand::EvictSession { session } => {
+                if self.evict_session(session) {
+                    CommandOutcome::Applied
+                } else {
+                    CommandOutcome::Noop
+                }
+            }
+            SchedulerCommand::ReserveSnapshot {
+                id,
+                session,
+                tokens,
+            } => match self.reserve_snapshot(id, session, tokens) {
+                Ok(r) => CommandOutcome::Reserved(handoff_core::ReservationSummary {
+                    reservation: None,
+                    physical_blocks: r.pages,
+                    matched_prefix_tokens: 0,
+                    transfer_tokens: tokens,
+                    transfer_blocks: r.pages,
+                    request_slot: false,
+                    decode_headroom_tokens: 0,
+                }),
+                Err(crate::SnapshotRefusal::Unavailable) => CommandOutcome::Unavailable(None),
+                Err(_) => CommandOutcome::Unsupported(None),
+            },
+            SchedulerCommand::IngestSnapshot { id } => {
+                if self.ingest_snapshot(id, now) {
+                    CommandOutcome::Applied
+                } else {
+                    CommandOutcome::Noop
+                }
+            }
+            SchedulerCommand::CancelSnapshot { id } => {
+                if self.cancel_snapshot(id) {
+                    CommandOutcome::Applied
+                } else {
+                    CommandOutcome::Noop
+                }
+            }
+            SchedulerCommand::FinishPush {
+                session,
+                lock,
+                result,
+            } => self.finish_push(session, lock, result),
         }
     }
 

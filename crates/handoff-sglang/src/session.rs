@@ -80,6 +80,8 @@ pub(crate) struct Slot {
     pub(crate) push: Option<Push>,
     /// Close when the running turn commits.
     pub(crate) close_after_turn: bool,
+    /// A forced eviction waits for the running turn or the push.
+    pub(crate) evict_pending: bool,
     pub(crate) lru: u64,
 }
 
@@ -281,6 +283,7 @@ impl<P: PerfModel> SglangCore<P> {
             pushed: 0,
             push: None,
             close_after_turn: false,
+            evict_pending: false,
             lru: tick,
         });
         slot.idx = idx;
@@ -301,7 +304,21 @@ impl<P: PerfModel> SglangCore<P> {
             self.set_evictable(session, true);
             self.offer_push(session, 1);
         }
+        self.evict_if_pending(session);
         true
+    }
+
+    /// Carries out a deferred forced eviction once the slot is idle and
+    /// unlocked.
+    fn evict_if_pending(&mut self, session: SessionId) {
+        let due = self
+            .sessions
+            .slots
+            .get(&session)
+            .is_some_and(|s| s.evict_pending && !s.running && s.push.is_none());
+        if due {
+            self.free_slot(session, SlotEvictReason::Forced);
+        }
     }
 
     /// Locks the slot for a push if it grew by `K_DELTA` since the last one.
@@ -398,6 +415,10 @@ impl<P: PerfModel> SglangCore<P> {
         }
         self.sessions.locks = self.sessions.locks.saturating_sub(1);
         if !slot.running {
+            if slot.evict_pending {
+                self.evict_if_pending(session);
+                return CommandOutcome::Applied;
+            }
             self.set_evictable(session, true);
             // A turn that committed during the push may be due one itself.
             if push.attempt == 1 || result == PushResult::Sent {
@@ -433,15 +454,22 @@ impl<P: PerfModel> SglangCore<P> {
         }
     }
 
-    /// Evicts the session's slot if it is idle and unlocked, as a capacity
-    /// eviction would (a forced "session not resident"). Whether it did.
+    /// Evicts the session's slot as a capacity eviction would (a forced
+    /// "session not resident", the seed's §8 smoke test's shrunken
+    /// admission budget): now if it is idle and unlocked, otherwise once
+    /// its running turn commits and its push ends (a running or locked slot
+    /// is never evicted). Whether it was evicted now.
     pub fn evict_session(&mut self, session: SessionId) -> bool {
-        match self.sessions.slots.get(&session) {
+        match self.sessions.slots.get_mut(&session) {
             Some(s) if !s.running && s.push.is_none() => {
                 self.free_slot(session, SlotEvictReason::Forced);
                 true
             }
-            _ => false,
+            Some(s) => {
+                s.evict_pending = true;
+                false
+            }
+            None => false,
         }
     }
 

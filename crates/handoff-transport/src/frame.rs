@@ -227,6 +227,21 @@ pub(crate) mod samples {
                 }),
             }),
             Frame::Request(WorkerRequest::CloseSession(handoff_core::SessionId(4))),
+            Frame::Request(WorkerRequest::EvictSession(handoff_core::SessionId(4))),
+            Frame::Request(WorkerRequest::PushSource {
+                id,
+                request: RequestId(1 << 63),
+                session: handoff_core::SessionId(4),
+                lock: handoff_core::SourceLeaseId(2),
+                tokens: 4096,
+            }),
+            Frame::Request(WorkerRequest::PushDestination {
+                id,
+                request: RequestId(1 << 63),
+                session: handoff_core::SessionId(4),
+                tokens: 4096,
+                source: WorkerId(2),
+            }),
             Frame::Drained {
                 worker: WorkerId(2),
                 drained: true,
