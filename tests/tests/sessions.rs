@@ -62,9 +62,9 @@ fn deployment_with(
         spec(decode_kv_tokens),
     ];
     let sessions = SessionServing {
-        routing: SessionRouting {
+        routing: Some(SessionRouting {
             rebalance_threshold: 0,
-        },
+        }),
         close_delay: Duration::from_millis(100),
         evict_after_turn: None,
     };
@@ -296,9 +296,9 @@ fn smoke(bypass: bool) -> Smoke {
     let records = Rc::new(RefCell::new(Vec::new()));
     let sink = Rc::clone(&records);
     let sessions = SessionServing {
-        routing: SessionRouting {
+        routing: Some(SessionRouting {
             rebalance_threshold: 0,
-        },
+        }),
         close_delay: Duration::from_millis(100),
         // The seed forces a capacity eviction after turn 2's append.
         evict_after_turn: Some(1),

@@ -196,20 +196,24 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         self.concurrency = Some(n.max(1));
     }
 
-    /// Closed-loop session arrivals with session-affine routing (see the
+    /// Closed-loop session arrivals, with session-affine routing (see the
     /// module docs); the engine must be asked again after every unit of
     /// work, as for [`Serving::set_concurrency`]. Reads the whole workload
     /// now (turns wait for their predecessors). Turns of no session arrive
     /// at their trace times.
     /// `evict_after_turn` forces a capacity eviction of a session's slot
     /// after its turn of that index finishes (the seed's §8 smoke test).
+    /// Without `routing` the turns are routed like any request (naive PD
+    /// disaggregation on a session trace, the seed's E1).
     pub fn set_sessions(
         &mut self,
-        routing: SessionRouting,
+        routing: Option<SessionRouting>,
         close_delay: Duration,
         evict_after_turn: Option<u32>,
     ) {
-        self.frontend.set_sessions(routing);
+        if let Some(r) = routing {
+            self.frontend.set_sessions(r);
+        }
         let mut lp = SessionLoop {
             evict_after_turn,
             close_delay,

@@ -53,6 +53,8 @@ pub struct SessionSummary {
     pub pushes_enqueued: u64,
     /// Pushes that landed.
     pub pushes_sent: u64,
+    /// Tokens of KV those pushes moved.
+    pub pushed_tokens: u64,
     /// Pushes that failed, by reason.
     pub pushes_failed: BTreeMap<&'static str, u64>,
     /// Pushes aborted by a session release.
@@ -65,7 +67,8 @@ pub struct SessionSummary {
     pub snapshot_evictions: BTreeMap<&'static str, u64>,
     /// Reseeds whose prefill a snapshot bypassed.
     pub bypass_hits: u64,
-    /// Reseeds that re-prefilled, by reason.
+    /// Reseeds that re-prefilled, by reason (a session's first turn, which
+    /// can have no snapshot, is logged but not counted).
     pub bypass_misses: BTreeMap<&'static str, u64>,
 }
 
@@ -228,6 +231,7 @@ impl SessionLog {
                 session, tokens, ..
             } => {
                 s.pushes_sent += 1;
+                s.pushed_tokens += tokens;
                 *self.pushes.entry(session).or_default() += 1;
                 self.line(
                     at,
@@ -316,9 +320,17 @@ impl SessionLog {
                 );
             }
             SessionEvent::BypassMiss {
-                session, reason, ..
+                session,
+                request,
+                reason,
             } => {
-                bump(&mut s.bypass_misses, reason.name());
+                let seed = self
+                    .fields
+                    .get(&request)
+                    .is_some_and(|f| f.execution_mode == "seed");
+                if !seed {
+                    bump(&mut s.bypass_misses, reason.name());
+                }
                 self.line(
                     at,
                     "snapshot_bypass_miss",

@@ -83,8 +83,9 @@ impl Default for ReplayConfig {
 /// replay and virtual-clock live both run it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionServing {
-    /// The frontend's session routing.
-    pub routing: handoff_router::SessionRouting,
+    /// The frontend's session routing; `None` routes turns like any
+    /// request (naive PD on a session trace).
+    pub routing: Option<handoff_router::SessionRouting>,
     /// From a session's last turn ending to the client closing it.
     pub close_delay: Duration,
     /// Force a capacity eviction of a session's slot after its turn of
