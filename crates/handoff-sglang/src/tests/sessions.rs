@@ -782,3 +782,145 @@ fn a_worker_reports_session_events_and_closes_sessions() {
     }));
     assert_eq!(w.capacity().kv_used_blocks(), 0);
 }
+
+/// Drives a D→P push between two real workers by hand: facts cross
+/// directly, transfers complete at once with `ok`. Returns every session
+/// event each side reported.
+fn push_once(oks: &[bool]) -> (Vec<SessionEvent>, Vec<SessionEvent>) {
+    use handoff_core::{
+        Generation, HandoffConfig, HandoffPolicy, Worker, WorkerEvent, WorkerId, WorkerRequest,
+    };
+    let (dw, pw) = (WorkerId(1), WorkerId(0));
+    let mk = |id| {
+        let core =
+            crate::SglangCore::new(sessions_cfg(100_000, true), super::harness::fixed_perf())
+                .unwrap();
+        Worker::new(
+            id,
+            Generation(0),
+            HandoffPolicy::DestinationFirst,
+            HandoffConfig::default(),
+            core,
+        )
+    };
+    let (mut d, mut p) = (mk(dw), mk(pw));
+    let now = Instant::ZERO;
+    d.handle_request(WorkerRequest::Ordinary(turn(1, 3, 2000, 1)), now)
+        .unwrap();
+    while d.step(now, now).is_some() {}
+    let (mut d_events, mut p_events) = (Vec::new(), Vec::new());
+    let mut oks = oks.iter().copied();
+    let mut attempt = 0u128;
+    for _ in 0..50 {
+        let mut enqueued = None;
+        while let Some(e) = d.poll_event() {
+            match e {
+                WorkerEvent::Session { event, .. } => {
+                    if let SessionEvent::PushEnqueued { lock, tokens, .. } = event {
+                        enqueued = Some((lock, tokens));
+                    }
+                    d_events.push(event);
+                }
+                WorkerEvent::StartTransfer { id, .. } => {
+                    d.handle_transfer_done(id, oks.next().unwrap_or(true), now)
+                }
+                _ => {}
+            }
+        }
+        while let Some(e) = p.poll_event() {
+            if let WorkerEvent::Session { event, .. } = e {
+                p_events.push(event);
+            }
+        }
+        if let Some((lock, tokens)) = enqueued {
+            attempt += 1;
+            let (id, request) = (HandoffId(attempt), RequestId(1 << 63 | attempt as u64));
+            let session = SessionId(3);
+            d.handle_request(
+                WorkerRequest::PushSource {
+                    id,
+                    request,
+                    session,
+                    lock,
+                    tokens,
+                },
+                now,
+            )
+            .unwrap();
+            p.handle_request(
+                WorkerRequest::PushDestination {
+                    id,
+                    request,
+                    session,
+                    tokens,
+                    source: dw,
+                },
+                now,
+            )
+            .unwrap();
+        }
+        let mut moved = false;
+        while let Some(t) = d.poll_transmit() {
+            p.handle_message(dw, t.msg, now);
+            moved = true;
+        }
+        while let Some(t) = p.poll_transmit() {
+            d.handle_message(pw, t.msg, now);
+            moved = true;
+        }
+        if !moved && enqueued.is_none() && d.is_drained() && p.is_drained() {
+            break;
+        }
+    }
+    assert!(d.is_drained() && p.is_drained(), "every push role ended");
+    (d_events, p_events)
+}
+
+#[test]
+fn a_push_through_two_workers_lands_in_the_prefill_store() {
+    let (d, p) = push_once(&[true]);
+    assert!(
+        d.iter()
+            .any(|e| matches!(e, SessionEvent::PushSent { tokens: 2000, .. })),
+        "{d:?}"
+    );
+    assert!(
+        p.iter().any(|e| matches!(
+            e,
+            SessionEvent::SnapshotIngested {
+                tokens: 2000,
+                double_push: false,
+                ..
+            }
+        )),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn a_failed_push_transfer_is_retried_once_through_a_new_attempt() {
+    let (d, p) = push_once(&[false, true]);
+    let failed: Vec<_> = d
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::PushFailed { reason, retry, .. } => Some((*reason, *retry)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, vec![(PushFailure::Transfer, true)]);
+    assert!(d.iter().any(|e| matches!(e, SessionEvent::PushSent { .. })));
+    assert_eq!(
+        p.iter()
+            .filter(|e| matches!(e, SessionEvent::SnapshotIngested { .. }))
+            .count(),
+        1
+    );
+    // Twice failed: abandoned, nothing ingested.
+    let (d, p) = push_once(&[false, false]);
+    assert!(d
+        .iter()
+        .any(|e| matches!(e, SessionEvent::PushFailed { retry: false, .. })));
+    assert!(!p
+        .iter()
+        .any(|e| matches!(e, SessionEvent::SnapshotIngested { .. })));
+}
