@@ -296,15 +296,6 @@ pub enum WorkerEvent {
         /// When.
         at: Instant,
     },
-    /// The core's session layer did something (a slot kept, appended or
-    /// evicted; a push locked, sent or failed; a snapshot ingested or
-    /// evicted; a prefill bypassed or not).
-    Session {
-        /// What.
-        event: crate::session::SessionEvent,
-        /// When.
-        at: Instant,
-    },
     /// An incoming fact was dropped.
     Dropped {
         /// Sender.
@@ -315,6 +306,16 @@ pub enum WorkerEvent {
         fact: FactKind,
         /// Why.
         reason: DropReason,
+        /// When.
+        at: Instant,
+    },
+    /// The core's session layer (last, so the wire's earlier variant
+    /// indices stay as they were) did something (a slot kept, appended or
+    /// evicted; a push locked, sent or failed; a snapshot ingested or
+    /// evicted; a prefill bypassed or not).
+    Session {
+        /// What.
+        event: crate::session::SessionEvent,
         /// When.
         at: Instant,
     },
