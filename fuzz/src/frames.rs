@@ -748,11 +748,11 @@ mod tests {
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
         assert_eq!(kinds.len(), 11, "{kinds:?}");
         let detailed: BTreeSet<String> = frames.iter().map(detailed_name).collect();
-        // 10 events, 10 host operations/inputs, 4 handoff bodies, 3 requests,
-        // and the 6 other kinds.
+        // 11 events, 10 host operations/inputs, 4 handoff bodies, 7
+        // requests, and the 6 other kinds.
         assert_eq!(
             detailed.iter().filter(|n| n.starts_with("Event/")).count(),
-            10
+            11
         );
         assert_eq!(
             detailed.iter().filter(|n| n.starts_with("Host/")).count(),
@@ -763,7 +763,7 @@ mod tests {
                 .iter()
                 .filter(|n| n.starts_with("Request/"))
                 .count(),
-            3
+            7
         );
     }
 
