@@ -27,6 +27,13 @@
 //! - **Source** — the prefill server's bootstrap and inflight queues
 //!   (`disaggregation/prefill.py`): a completed handoff prefill keeps its
 //!   pages, slot and radix lock until `release_kv_cache`.
+//! - **Sessions** (seed 002, off unless [`SessionConfig::enabled`]) —
+//!   streaming session slots that keep a turn's KV for the next turn's
+//!   append (`managers/session_controller.py`, the session-aware cache),
+//!   LRU among idle slots, push locks for the D→P snapshot push, the
+//!   prefill worker's [`PrefillSnapshotStore`] in its own pool, and the
+//!   prefill bypass at admission; what they do is reported as typed
+//!   [`SessionEvent`]s.
 //!
 //! Timing comes from a [`handoff_core::PerfModel`] (default
 //! [`handoff_core::PolynomialPerf`]): a pass costs
