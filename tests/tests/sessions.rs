@@ -383,3 +383,40 @@ fn seed_section_8_smoke_test() {
     );
     assert_eq!(log(&without, "snapshot_bypass_hit"), 0);
 }
+
+/// The experiment's variants are engine configurations: each runs on
+/// virtual-clock live with the same report and session log as replay.
+#[test]
+fn experiment_variants_run_on_virtual_live_with_parity() {
+    use handoff_experiments::{engine_specs, replay_config, run_variant, serving_of};
+    use handoff_experiments::{ExperimentConfig, Variant};
+    let items = generate_sessions(&SessionConfig {
+        sessions: 6,
+        turns: LengthDist::Fixed(4),
+        final_context_tokens: 30_000,
+        ..SessionConfig::default()
+    });
+    let cfg = ExperimentConfig {
+        decode_kv_tokens: 60_000,
+        prefill_kv_tokens: 120_000,
+        ..ExperimentConfig::default()
+    };
+    for v in Variant::ALL {
+        let replay = run_variant(&cfg, v, &items).expect("runs");
+        let specs = engine_specs(&cfg, v).expect("polynomial timings have specs");
+        let live = handoff_live::run_virtual_sessions(
+            &replay_config(&cfg),
+            &specs,
+            items.iter().cloned(),
+            serving_of(&cfg, v),
+        )
+        .expect("virtual live runs");
+        assert_eq!(
+            report_divergence(&replay.report, &live.report),
+            None,
+            "{v:?}"
+        );
+        assert_eq!(replay.log, live.session_log, "{v:?}");
+        assert_eq!(replay.summary.completed as usize, items.len(), "{v:?}");
+    }
+}

@@ -39,4 +39,4 @@ pub use experiment::{
     judge, run_experiment, ExperimentOutput, ExperimentReport, Status, Variant, Verdict,
 };
 pub use metrics::RunSummary;
-pub use run::{run_variant, RunOutput};
+pub use run::{engine_specs, replay_config, run_variant, serving_of, RunOutput};

@@ -8,8 +8,10 @@
 use crate::config::{ExperimentConfig, TimingMode};
 use crate::experiment::Variant;
 use crate::metrics::RunSummary;
-use handoff_core::{Backend, CoreBox, HandoffPolicy, PolynomialPerf, WorkerId};
-use handoff_replay::{Pool, Replay, ReplayConfig, Report, RequestRecord, SessionServing};
+use handoff_core::{Backend, CoreBox, HandoffPolicy, WorkerId};
+use handoff_replay::{
+    make_core, EngineSpec, Pool, Replay, ReplayConfig, Report, RequestRecord, SessionServing,
+};
 use handoff_router::{RouterMode, SessionRouting};
 use handoff_sglang::{SessionConfig, SglangConfig, SglangCore};
 use handoff_workload::TraceItem;
@@ -76,6 +78,26 @@ pub fn serving_of(cfg: &ExperimentConfig, variant: Variant) -> SessionServing {
     }
 }
 
+/// The workers' engine specs of `variant` (prefill first), as virtual-clock
+/// live builds its cores from them; `None` under the seed's timings, which
+/// no spec expresses (replay only).
+pub fn engine_specs(cfg: &ExperimentConfig, variant: Variant) -> Option<Vec<EngineSpec>> {
+    if cfg.timing != TimingMode::Polynomial {
+        return None;
+    }
+    let sessions = sessions_of(cfg, variant);
+    let spec = |kv_tokens| EngineSpec {
+        backend: Backend::Sglang,
+        kv_tokens,
+        block_size: 1,
+        sessions,
+        ..EngineSpec::default()
+    };
+    let mut specs = vec![spec(cfg.prefill_kv_tokens)];
+    specs.extend((0..cfg.decode_workers).map(|_| spec(cfg.decode_kv_tokens)));
+    Some(specs)
+}
+
 /// Runs `variant` of `cfg` over `items` on the engine.
 pub fn run_variant(
     cfg: &ExperimentConfig,
@@ -98,16 +120,14 @@ pub fn run_variant(
             .validate()
             .map_err(|e| format!("sglang config: {e}"))?;
     }
-    let timing = cfg.timing;
-    let make = move |_: WorkerId, pool: Pool| -> CoreBox {
-        let c = core_cfg(pool);
-        let core = match timing {
-            TimingMode::Polynomial => {
-                SglangCore::new(c, PolynomialPerf::default()).map(|c| Box::new(c) as CoreBox)
-            }
-            TimingMode::Seed => {
-                SglangCore::new(c, TimingMode::seed_perf()).map(|c| Box::new(c) as CoreBox)
-            }
+    let specs = engine_specs(cfg, variant);
+    let make = move |w: WorkerId, pool: Pool| -> CoreBox {
+        // Polynomial: the very cores virtual live builds from the same specs.
+        let core = match specs.as_ref().and_then(|s| s.get(w.0 as usize)) {
+            Some(spec) => make_core(spec).map_err(|e| e.0),
+            None => SglangCore::new(core_cfg(pool), TimingMode::seed_perf())
+                .map(|c| Box::new(c) as CoreBox)
+                .map_err(|e| e.to_string()),
         };
         match core {
             Ok(c) => c,
