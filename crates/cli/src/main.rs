@@ -25,6 +25,8 @@ mod live_cmd;
 mod replay_cmd;
 mod report_out;
 mod scenario_cmd;
+mod sweep_cmd;
+mod sweep_grid;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -57,6 +59,11 @@ enum Command {
     /// each prints what it expects, what it observed and a verdict as JSON,
     /// and the command exits non-zero when any check fails.
     Scenario(Box<scenario_cmd::ScenarioArgs>),
+    /// Replay a grid of configurations (a TOML/JSON grid file or repeated
+    /// `--set key=v1,v2,...`) in parallel on every core: one report per
+    /// configuration and a CSV + JSON summary; `--shard I/N` and `sweep
+    /// merge` split a grid across hosts.
+    Sweep(Box<sweep_cmd::SweepArgs>),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +75,7 @@ fn main() -> ExitCode {
         Command::Frontend(args) => live_cmd::run_frontend(*args),
         Command::Scenario(args) => scenario_cmd::run(*args),
         Command::Experiment(args) => experiment_cmd::run(*args),
+        Command::Sweep(args) => sweep_cmd::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
