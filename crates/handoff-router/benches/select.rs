@@ -149,10 +149,10 @@ fn bench(mode: RouterMode, requests: &[Request], workers: u32) {
 
 fn main() {
     let requests = make_requests(50_000);
-    // 4 workers as in the README's deployments; 64 as one pool of the
-    // 64P+64D cluster-scale replay, where per-worker scoring used to cost
-    // workers x matched blocks per selection.
-    for workers in [4, 64] {
+    // 4 workers as in the README's deployments (scored worker by worker);
+    // 16, the smallest pool that keeps the pool-wide index; 64 as one pool
+    // of the 64P+64D cluster-scale replay.
+    for workers in [4, 16, 64] {
         for mode in RouterMode::ALL {
             bench(mode, &requests, workers);
         }

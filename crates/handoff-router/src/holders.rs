@@ -34,29 +34,15 @@ pub struct Holders {
 impl Holders {
     /// Slot `bit` now holds every hash of `hashes`.
     pub fn add(&mut self, hashes: &[u64], bit: Slots) {
-        let mut near = Near::default();
-        for &h in hashes {
-            let s = self.table.get_near(h, &mut near).unwrap_or(0);
-            self.table.insert_near(h, s | bit, &mut near);
-        }
+        self.table
+            .update_all(hashes, |s| Some(s.unwrap_or(0) | bit));
     }
 
     /// Slot `bit` no longer holds any hash of `hashes` (hashes it did not
     /// hold are left alone).
-    pub fn remove(&mut self, hashes: impl IntoIterator<Item = u64>, bit: Slots) {
-        let mut near = Near::default();
-        for h in hashes {
-            match self.table.get_near(h, &mut near) {
-                Some(s) if s & bit != 0 => {
-                    if s == bit {
-                        self.table.remove_near(h, &mut near);
-                    } else {
-                        self.table.insert_near(h, s & !bit, &mut near);
-                    }
-                }
-                _ => {}
-            }
-        }
+    pub fn remove(&mut self, hashes: &[u64], bit: Slots) {
+        self.table
+            .update_all(hashes, |s| s.map(|s| s & !bit).filter(|s| *s != 0));
     }
 
     /// Forgets everything.
@@ -146,10 +132,10 @@ mod tests {
             "slot 0 not alive"
         );
         assert!(walk(&h, &[12, 11], 0b010).is_empty(), "a hole at the start");
-        h.remove([11u64, 99], bit(0));
+        h.remove(&[11, 99], bit(0));
         assert_eq!(walk(&h, &[10, 11, 12], 0b111), [(0b1, 1), (0b10, 2)]);
-        h.remove([10u64, 11], bit(1));
-        h.remove([10u64, 12], bit(0));
+        h.remove(&[10, 11], bit(1));
+        h.remove(&[10, 12], bit(0));
         assert_eq!(h.len(), 2, "11 and 12 of slot 2");
         h.clear();
         assert!(h.is_empty());

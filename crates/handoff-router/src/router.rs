@@ -64,8 +64,9 @@ struct Entry {
 ///
 /// That zero-overlap cost orders workers exactly as the integer
 /// [`Router::load_key`] does (see there), which is why this path is taken
-/// only for a power-of-two block size; other pools, and pools of more than
-/// [`MAX_SLOTS`] workers, score every worker as before. Both paths choose
+/// only for a power-of-two block size; other pools, pools of more than
+/// [`MAX_SLOTS`] workers and pools of fewer than [`INDEX_MIN_WORKERS`]
+/// (where upkeep costs more than it saves) score every worker as before. Both paths choose
 /// the same worker (`indexed_selection_equals_the_scan` checks it).
 #[derive(Clone, Debug, Default)]
 struct Scoring {
@@ -93,10 +94,21 @@ pub struct Router {
     scoring: Option<Scoring>,
     /// Reused by the indexed pick: (slot, overlap) of workers that match.
     matched: Vec<(usize, u32)>,
-    /// Tests compare the indexed pick with the scan it replaces.
+    /// Tests force the indexed pick (`Some(true)`) or the scan
+    /// (`Some(false)`) whatever the pool's size, to compare them.
     #[cfg(test)]
-    scan_only: bool,
+    force_index: Option<bool>,
 }
+
+/// Smallest pool that uses [`Scoring`]. Keeping the pool-wide index costs
+/// a probe per published and evicted block; scoring worker by worker costs
+/// a prefix lookup per worker per selection. Measured on the conversation
+/// trace at 4 workers per pool the index made replay ~25% slower (17 M
+/// block events against a few lookups per request); at 64 workers per pool
+/// (`--requests 50000 --rate 512 --prefill 64 --decode 64`) it cut the
+/// router from 21% of replay time to 9% (selection plus index upkeep).
+/// 16 lies between the two measured points.
+pub const INDEX_MIN_WORKERS: usize = 16;
 
 impl Router {
     /// A router over `workers` (duplicates ignored).
@@ -112,7 +124,7 @@ impl Router {
             scoring: None,
             matched: Vec::new(),
             #[cfg(test)]
-            scan_only: false,
+            force_index: None,
         };
         for w in workers {
             r.add_worker(w);
@@ -122,11 +134,14 @@ impl Router {
 
     /// Whether kv-aware selection can use [`Scoring`] for this pool.
     fn can_index(&self) -> bool {
+        #[allow(unused_mut)]
+        let mut big_enough = self.workers.len() >= INDEX_MIN_WORKERS;
         #[cfg(test)]
-        if self.scan_only {
-            return false;
+        if let Some(f) = self.force_index {
+            big_enough = f;
         }
-        self.config.mode == RouterMode::KvAware
+        big_enough
+            && self.config.mode == RouterMode::KvAware
             && self.config.block_size.is_power_of_two()
             && self.workers.len() <= MAX_SLOTS
     }
@@ -348,7 +363,8 @@ impl Router {
     /// (before its own index forgets them).
     fn forget_published(&mut self, i: usize) {
         if let Some(sc) = self.scoring.as_mut() {
-            sc.holders.remove(self.workers[i].prefix.hashes(), bit(i));
+            let held: Vec<u64> = self.workers[i].prefix.hashes().collect();
+            sc.holders.remove(&held, bit(i));
         }
     }
 
@@ -638,10 +654,11 @@ impl Router {
             // Removals and a clear leave the pool-wide index first, while
             // this worker's own index still says what it held.
             match &event.data {
-                KvEventData::Removed { block_hashes } => {
-                    sc.holders.remove(block_hashes.iter().copied(), bit(i));
+                KvEventData::Removed { block_hashes } => sc.holders.remove(block_hashes, bit(i)),
+                KvEventData::Cleared => {
+                    let held: Vec<u64> = w.prefix.hashes().collect();
+                    sc.holders.remove(&held, bit(i));
                 }
-                KvEventData::Cleared => sc.holders.remove(w.prefix.hashes(), bit(i)),
                 KvEventData::Stored { .. } => {}
             }
         }
@@ -1200,6 +1217,27 @@ mod tests {
         assert_eq!((s.overlap_blocks, s.prefill_tokens), (16, 256));
     }
 
+    #[test]
+    fn only_large_kv_aware_pools_keep_the_index() {
+        let big = router(PoolRole::Prefill, RouterMode::KvAware, 64);
+        assert!(big.scoring.is_some());
+        assert_eq!(big.scoring.as_ref().unwrap().by_load.len(), 64);
+        assert!(router(PoolRole::Decode, RouterMode::KvAware, 4)
+            .scoring
+            .is_none());
+        assert!(router(PoolRole::Decode, RouterMode::RoundRobin, 64)
+            .scoring
+            .is_none());
+        let odd = Router::new(
+            RouterConfig::new(PoolRole::Decode, RouterMode::KvAware, 10),
+            (0..64).map(WorkerId),
+        );
+        assert!(
+            odd.scoring.is_none(),
+            "block size 10: float costs are not exact"
+        );
+    }
+
     mod indexed {
         use super::*;
         use proptest::prelude::*;
@@ -1280,9 +1318,11 @@ mod tests {
             ) {
                 let role = if prefill { PoolRole::Prefill } else { PoolRole::Decode };
                 let cfg = RouterConfig::new(role, RouterMode::KvAware, BS);
-                let mut fast = Router::new(cfg.clone(), (0..4).map(WorkerId));
+                let mut fast = Router::new(cfg, (0..4).map(WorkerId));
+                fast.force_index = Some(true);
+                fast.rebuild_scoring();
                 let mut scan = fast.clone();
-                scan.scan_only = true;
+                scan.force_index = Some(false);
                 scan.rebuild_scoring();
                 prop_assert!(fast.scoring.is_some() && scan.scoring.is_none());
                 let mut booked: Vec<RequestId> = Vec::new();
