@@ -14,7 +14,8 @@
 //! (user + system, what the machine's other users disturb least), wall time
 //! and peak RSS (when `/usr/bin/time` is there). With `--baseline REV` the
 //! binary of REV is built in a temporary worktree and run interleaved with
-//! this one, and each figure gets its ratio to REV's.
+//! this one, and each figure gets its ratio to REV's (`--baseline-bin FILE`:
+//! a baseline binary already built).
 //!
 //! The trace is `../shared/traces/conversation_trace.jsonl` next to the
 //! checkout, or `--trace FILE`; without one only `cluster` runs.
@@ -27,6 +28,7 @@ struct Opts {
     runs: usize,
     trace: Option<PathBuf>,
     baseline: Option<String>,
+    baseline_bin: Option<PathBuf>,
     workloads: Vec<String>,
     cluster_requests: u64,
     micro: bool,
@@ -37,6 +39,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         runs: 3,
         trace: None,
         baseline: None,
+        baseline_bin: None,
         workloads: vec!["cluster".into(), "conversation".into(), "x2".into()],
         cluster_requests: 200_000,
         micro: true,
@@ -58,6 +61,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             }
             "--trace" => o.trace = Some(PathBuf::from(val("--trace")?)),
             "--baseline" => o.baseline = Some(val("--baseline")?),
+            "--baseline-bin" => o.baseline_bin = Some(PathBuf::from(val("--baseline-bin")?)),
             "--workloads" => {
                 o.workloads = val("--workloads")?.split(',').map(str::to_string).collect();
                 for w in &o.workloads {
@@ -176,9 +180,10 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
-/// Builds REV's release binary in a temporary worktree (sharing this
-/// target directory, so only the workspace's own crates rebuild) and
-/// copies it out; the worktree is removed.
+/// Builds REV's release binary in a temporary worktree and copies it out;
+/// the worktree is removed. It builds into `TARGET/bench-baseline`, kept
+/// between runs, so this checkout's `release/handoff-mocker` is never
+/// overwritten and a second run of the same REV only relinks.
 fn build_baseline(rev: &str) -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("xtask-bench-baseline-{}", std::process::id()));
     let git = |args: &[&str]| {
@@ -194,12 +199,13 @@ fn build_baseline(rev: &str) -> Result<PathBuf, String> {
     if !git(&["worktree", "add", "--detach", &d, rev]) {
         return Err(format!("--baseline {rev}: git worktree add failed"));
     }
+    let target = target_dir().join("bench-baseline");
     let built = run(cargo()
         .current_dir(&dir)
-        .env("CARGO_TARGET_DIR", target_dir())
+        .env("CARGO_TARGET_DIR", &target)
         .args(["build", "--release", "-q", "-p", "handoff-mocker"]));
     let bin = std::env::temp_dir().join(format!("handoff-mocker-baseline-{}", std::process::id()));
-    let copied = built && std::fs::copy(target_dir().join("release/handoff-mocker"), &bin).is_ok();
+    let copied = built && std::fs::copy(target.join("release/handoff-mocker"), &bin).is_ok();
     git(&["worktree", "remove", "--force", &d]);
     if !copied {
         return Err(format!("--baseline {rev}: build failed"));
@@ -226,8 +232,8 @@ pub fn bench(args: &[String]) -> bool {
             ok &= run(cargo().args(["bench", "-q", "-p", pkg, "--bench", bench]));
         }
     }
-    // The baseline first: it shares the target directory's binary path.
-    let baseline = match o.baseline.as_deref().map(build_baseline).transpose() {
+    let built = o.baseline.as_deref().map(build_baseline).transpose();
+    let baseline = match built.map(|b| b.or(o.baseline_bin.clone())) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("{e}");
@@ -383,7 +389,8 @@ pub fn bench(args: &[String]) -> bool {
     if let Some(p) = x2 {
         let _ = std::fs::remove_file(p);
     }
-    if let Some(b) = baseline {
+    if let (Some(b), Some(_)) = (baseline, &o.baseline) {
+        // Only a binary this run built; never a --baseline-bin.
         let _ = std::fs::remove_file(b);
     }
     ok
