@@ -54,6 +54,7 @@
 
 pub mod config;
 pub mod frontend;
+pub mod holders;
 pub mod load;
 pub mod prefix;
 pub mod router;
