@@ -8,8 +8,11 @@
 use clap::{Args, ValueEnum};
 use handoff_core::{Duration, TransferModel};
 use handoff_experiments::{
-    run_experiment, run_variant, ExperimentConfig, ExperimentReport, RunOutput, TimingMode, Variant,
+    run_experiment_on, run_variant_on, EngineRun, ExperimentConfig, ExperimentReport, RunOutput,
+    TimingMode, Variant,
 };
+use handoff_replay::report::RequestSink;
+use handoff_replay::{EngineSpec, ReplayConfig, SessionServing};
 use handoff_workload::{generate_sessions, ReaderOptions, SessionConfig, TraceItem, TraceReader};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -41,12 +44,48 @@ pub enum LinkArg {
     Contention,
 }
 
+/// `experiment --clock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExperimentClock {
+    /// In-process replay.
+    Replay,
+    /// Virtual-clock live, one thread per worker.
+    Virtual,
+}
+
+/// Runs one variant on virtual-clock live (`--clock virtual`).
+fn on_virtual_live(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: &[TraceItem],
+    serving: SessionServing,
+    sink: RequestSink,
+) -> Result<EngineRun, String> {
+    let out = handoff_live::run_virtual_sessions_recorded(
+        cfg,
+        specs,
+        items.iter().cloned(),
+        serving,
+        sink,
+    )
+    .map_err(|e| format!("virtual live: {e}"))?;
+    Ok(EngineRun {
+        report: out.report,
+        log: out.session_log,
+    })
+}
+
 /// Options of `experiment`.
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
     /// `e4` (the four-configuration comparison) or `run` (one configuration).
     #[arg(value_enum)]
     which: Which,
+    /// Where the engine's workers run: `replay` (in this thread) or
+    /// `virtual` (virtual-clock live: one thread per worker over channels,
+    /// the same bytes as replay; polynomial timings only).
+    #[arg(long, value_enum, default_value = "replay")]
+    clock: ExperimentClock,
     /// Mooncake JSONL trace with session_id/delay; without it, the default
     /// agentic session workload (50 sessions growing to ~50K tokens).
     #[arg(long)]
@@ -291,13 +330,17 @@ pub fn run(a: ExperimentArgs) -> Result<(), String> {
         return Err("the trace has no requests".into());
     }
     let started = std::time::Instant::now();
+    let runner: Option<handoff_experiments::EngineRunner<'_>> = match a.clock {
+        ExperimentClock::Replay => None,
+        ExperimentClock::Virtual => Some(&on_virtual_live),
+    };
     let (report, outputs) = match variant {
         None => {
-            let out = run_experiment(&cfg, &items)?;
+            let out = run_experiment_on(&cfg, &items, runner)?;
             (out.report, out.outputs)
         }
         Some(v) => {
-            let out = run_variant(&cfg, v, &items)?;
+            let out = run_variant_on(&cfg, v, &items, runner)?;
             let report = ExperimentReport {
                 requests: items.len() as u64,
                 sessions: sessions_of(&items),

@@ -6,7 +6,7 @@
 
 use crate::config::ExperimentConfig;
 use crate::metrics::RunSummary;
-use crate::run::{run_variant, RunOutput};
+use crate::run::{run_variant_on, EngineRunner, RunOutput};
 use handoff_workload::TraceItem;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -97,14 +97,25 @@ pub struct ExperimentOutput {
     pub outputs: Vec<RunOutput>,
 }
 
-/// Runs the four variants of `base` over `items`, each on the one engine.
+/// Runs the four variants of `base` over `items`, each on the one engine
+/// (in replay).
 pub fn run_experiment(
     base: &ExperimentConfig,
     items: &[TraceItem],
 ) -> Result<ExperimentOutput, String> {
+    run_experiment_on(base, items, None)
+}
+
+/// [`run_experiment`], each variant on `runner` when given (see
+/// [`EngineRunner`]).
+pub fn run_experiment_on(
+    base: &ExperimentConfig,
+    items: &[TraceItem],
+    runner: Option<EngineRunner<'_>>,
+) -> Result<ExperimentOutput, String> {
     let mut outputs = Vec::with_capacity(4);
     for v in Variant::ALL {
-        outputs.push(run_variant(base, v, items)?);
+        outputs.push(run_variant_on(base, v, items, runner)?);
     }
     let runs: Vec<RunSummary> = outputs.iter().map(|o| o.summary.clone()).collect();
     let mut sessions: Vec<u64> = items

@@ -36,7 +36,11 @@ pub mod run;
 
 pub use config::{ExperimentConfig, SyncConfig, TimingMode};
 pub use experiment::{
-    judge, run_experiment, ExperimentOutput, ExperimentReport, Status, Variant, Verdict,
+    judge, run_experiment, run_experiment_on, ExperimentOutput, ExperimentReport, Status, Variant,
+    Verdict,
 };
 pub use metrics::RunSummary;
-pub use run::{engine_specs, replay_config, run_variant, serving_of, RunOutput};
+pub use run::{
+    engine_specs, replay_config, run_variant, run_variant_on, serving_of, EngineRun, EngineRunner,
+    RunOutput,
+};

@@ -9,6 +9,7 @@ use crate::config::{ExperimentConfig, TimingMode};
 use crate::experiment::Variant;
 use crate::metrics::RunSummary;
 use handoff_core::{Backend, CoreBox, HandoffPolicy, WorkerId};
+use handoff_replay::report::RequestSink;
 use handoff_replay::{
     make_core, EngineSpec, Pool, Replay, ReplayConfig, Report, RequestRecord, SessionServing,
 };
@@ -98,11 +99,43 @@ pub fn engine_specs(cfg: &ExperimentConfig, variant: Variant) -> Option<Vec<Engi
     Some(specs)
 }
 
-/// Runs `variant` of `cfg` over `items` on the engine.
+/// What an [`EngineRunner`] hands back: the report and the §6 session log.
+pub struct EngineRun {
+    /// The engine's report.
+    pub report: Report,
+    /// The seed's §6 JSONL log.
+    pub log: Vec<String>,
+}
+
+/// Runs one variant's configuration somewhere other than in-process replay
+/// (virtual-clock live: `handoff_live::run_virtual_sessions_recorded`):
+/// the deployment, the workers' specs (prefill first), the workload, how
+/// the director serves it, and the per-request sink. This crate does not
+/// depend on live; the command line injects it.
+pub type EngineRunner<'a> = &'a dyn Fn(
+    &ReplayConfig,
+    &[EngineSpec],
+    &[TraceItem],
+    SessionServing,
+    RequestSink,
+) -> Result<EngineRun, String>;
+
+/// Runs `variant` of `cfg` over `items` on the engine, in replay.
 pub fn run_variant(
     cfg: &ExperimentConfig,
     variant: Variant,
     items: &[TraceItem],
+) -> Result<RunOutput, String> {
+    run_variant_on(cfg, variant, items, None)
+}
+
+/// [`run_variant`], on `runner` when given (replay otherwise). The seed's
+/// timings are expressible by no engine spec, so they run in replay only.
+pub fn run_variant_on(
+    cfg: &ExperimentConfig,
+    variant: Variant,
+    items: &[TraceItem],
+    runner: Option<EngineRunner<'_>>,
 ) -> Result<RunOutput, String> {
     cfg.validate()?;
     let sessions = sessions_of(cfg, variant);
@@ -136,28 +169,47 @@ pub fn run_variant(
     };
     let records = Rc::new(RefCell::new(Vec::new()));
     let sink = Rc::clone(&records);
-    let out = Replay::sessions(
-        replay_config(cfg),
-        items.iter().cloned(),
-        serving_of(cfg, variant),
-        make,
-    )
-    .with_request_sink(Box::new(move |r: &RequestRecord| {
-        sink.borrow_mut().push(r.clone())
-    }))
-    .run_all();
+    let sink: RequestSink = Box::new(move |r: &RequestRecord| sink.borrow_mut().push(r.clone()));
+    let (report, log) = match runner {
+        Some(run) => {
+            let Some(specs) = engine_specs(cfg, variant) else {
+                return Err(
+                    "the seed's timings run in replay only (no engine spec expresses them)".into(),
+                );
+            };
+            let out = run(
+                &replay_config(cfg),
+                &specs,
+                items,
+                serving_of(cfg, variant),
+                sink,
+            )?;
+            (out.report, out.log)
+        }
+        None => {
+            let out = Replay::sessions(
+                replay_config(cfg),
+                items.iter().cloned(),
+                serving_of(cfg, variant),
+                make,
+            )
+            .with_request_sink(sink)
+            .run_all();
+            (out.report, out.session_log)
+        }
+    };
     let records = records.take();
     let summary = RunSummary::of(
         variant.label(),
         (sessions.push, sessions.bypass),
-        &out.report,
+        &report,
         &records,
         cfg.bytes_per_token(),
     );
     Ok(RunOutput {
         summary,
-        report: out.report,
+        report,
         records,
-        log: out.session_log,
+        log,
     })
 }

@@ -4,6 +4,7 @@
 use crate::remote::{serve_virtual, RemoteError, RemotePort};
 use handoff_core::engine::Engine;
 use handoff_core::{CoreBox, Generation, Transcript, Worker, WorkerHost, WorkerId};
+use handoff_replay::report::RequestSink;
 use handoff_replay::{
     engine_config, make_core, run_closed_loop, serving, worker_policy, EngineSpec, ReplayConfig,
     Report, SessionServing,
@@ -47,7 +48,7 @@ pub fn run_virtual_threads(
     specs: &[EngineSpec],
     items: impl Iterator<Item = TraceItem>,
 ) -> Result<VirtualOutcome, RemoteError> {
-    run_virtual(cfg, specs, items, None)
+    run_virtual(cfg, specs, items, None, None)
 }
 
 /// [`run_virtual_threads`] with closed-loop sessions and session-affine
@@ -58,7 +59,19 @@ pub fn run_virtual_sessions(
     items: impl Iterator<Item = TraceItem>,
     sessions: SessionServing,
 ) -> Result<VirtualOutcome, RemoteError> {
-    run_virtual(cfg, specs, items, Some(sessions))
+    run_virtual(cfg, specs, items, Some(sessions), None)
+}
+
+/// [`run_virtual_sessions`] with every finished request's record handed to
+/// `sink` as it ends (as [`handoff_replay::Replay::with_request_sink`]).
+pub fn run_virtual_sessions_recorded(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: impl Iterator<Item = TraceItem>,
+    sessions: SessionServing,
+    sink: RequestSink,
+) -> Result<VirtualOutcome, RemoteError> {
+    run_virtual(cfg, specs, items, Some(sessions), Some(sink))
 }
 
 fn run_virtual(
@@ -66,6 +79,7 @@ fn run_virtual(
     specs: &[EngineSpec],
     items: impl Iterator<Item = TraceItem>,
     sessions: Option<SessionServing>,
+    sink: Option<RequestSink>,
 ) -> Result<VirtualOutcome, RemoteError> {
     for s in specs {
         make_core(s).map_err(|e| RemoteError::Send(WorkerId(0), e.to_string()))?;
@@ -87,6 +101,9 @@ fn run_virtual(
     }
     let port = RemotePort::new(coordinator, specs.len() as u32, NODE_TIMEOUT);
     let mut engine = Engine::new(engine_config(cfg), port, serving(cfg, items));
+    if let Some(sink) = sink {
+        engine.director_mut().set_request_sink(sink);
+    }
     if let Some(s) = sessions {
         engine
             .director_mut()
