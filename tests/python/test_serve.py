@@ -17,7 +17,6 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-import httpx
 import msgspec
 import openai
 import zmq
@@ -478,25 +477,28 @@ def test_reservation_publishes_nothing_before_activation() -> None:
         s.stop()
 
 
+def post_json(url: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
 def proxy_completion(prefill_url: str, decode_url: str, body: dict) -> dict:
     """vLLM's toy proxy (tests/v1/kv_connector/nixl_integration/
     toy_proxy_server.py) in a few lines: the prefill with max_tokens=1 and
     do_remote_decode, then the original request with the returned
     kv_transfer_params to the decode worker."""
-    with httpx.Client(timeout=30) as h:
-        pre = dict(body, max_tokens=1, stream=False)
-        pre["kv_transfer_params"] = {
-            "do_remote_decode": True, "do_remote_prefill": False,
-            "remote_engine_id": None, "remote_block_ids": None,
-            "remote_host": None, "remote_port": None,
-        }
-        r = h.post(prefill_url + "/v1/completions", json=pre)
-        r.raise_for_status()
-        params = r.json()["kv_transfer_params"]
-        dec = dict(body, kv_transfer_params=params)
-        r = h.post(decode_url + "/v1/completions", json=dec)
-        r.raise_for_status()
-        return {"prefill": params, "decode": r.json()}
+    pre = dict(body, max_tokens=1, stream=False)
+    pre["kv_transfer_params"] = {
+        "do_remote_decode": True, "do_remote_prefill": False,
+        "remote_engine_id": None, "remote_block_ids": None,
+        "remote_host": None, "remote_port": None,
+    }
+    params = post_json(prefill_url + "/v1/completions", pre)["kv_transfer_params"]
+    dec = dict(body, kv_transfer_params=params)
+    return {"prefill": params, "decode": post_json(decode_url + "/v1/completions", dec)}
 
 
 def test_disaggregation_proxy() -> None:
@@ -519,12 +521,10 @@ def test_disaggregation_proxy() -> None:
 
         # The decode streamed with the official client on the decode worker's
         # listener, the params as extra_body.
-        with httpx.Client(timeout=30) as h:
-            r = h.post(prefill + "/v1/completions", json={
-                "model": MODEL, "prompt": prompt + " again", "max_tokens": 1,
-                "kv_transfer_params": {"do_remote_decode": True},
-            })
-            params = r.json()["kv_transfer_params"]
+        params = post_json(prefill + "/v1/completions", {
+            "model": MODEL, "prompt": prompt + " again", "max_tokens": 1,
+            "kv_transfer_params": {"do_remote_decode": True},
+        })["kv_transfer_params"]
         c = openai.OpenAI(base_url=decode + "/v1", api_key="unused", max_retries=0)
         chunks = list(c.completions.create(
             model=MODEL, prompt=prompt + " again", max_tokens=4, stream=True,
