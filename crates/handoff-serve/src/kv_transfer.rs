@@ -369,4 +369,48 @@ mod tests {
         assert_eq!(ProxyError::UnknownHandoff.api().status, 404);
         assert_eq!(ProxyError::AlreadyAttached.api().status, 409);
     }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn leaf() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(|n| json!(n)),
+                any::<u64>().prop_map(|n| json!(n.to_string())),
+                "[a-z0-9]{0,6}".prop_map(Value::String),
+                proptest::collection::vec(any::<i32>(), 0..4).prop_map(|v| json!(v)),
+            ]
+        }
+
+        proptest! {
+            /// Any mix of the known fields with any values parses or is a
+            /// 400, never a panic; a decode reference always names its ids.
+            #[test]
+            fn params_never_panic(
+                fields in proptest::collection::vec((0usize..8, leaf()), 0..8)
+            ) {
+                const NAMES: [&str; 8] = [
+                    "do_remote_decode", "do_remote_prefill", "remote_engine_id",
+                    "remote_block_ids", "remote_host", "remote_port",
+                    "remote_request_id", "handoff_id",
+                ];
+                let mut o = serde_json::Map::new();
+                for (i, v) in fields {
+                    o.insert(NAMES[i].to_string(), v);
+                }
+                let body = json!({"kv_transfer_params": o}).to_string();
+                match parse(body.as_bytes()) {
+                    Ok(KvTransfer::RemotePrefill(r)) => {
+                        prop_assert!(o.get("do_remote_prefill") == Some(&Value::Bool(true)));
+                        prop_assert!(r.blocks <= MAX_BLOCK_IDS as u64);
+                    }
+                    Ok(_) => {}
+                    Err(e) => prop_assert_eq!(e.api().status, 400),
+                }
+            }
+        }
+    }
 }
