@@ -41,6 +41,10 @@ pub fn detailed_name(f: &Frame) -> String {
                 WorkerRequest::Ordinary(_) => "Ordinary",
                 WorkerRequest::HandoffSource { .. } => "HandoffSource",
                 WorkerRequest::HandoffDestination { .. } => "HandoffDestination",
+                WorkerRequest::CloseSession(_) => "CloseSession",
+                WorkerRequest::EvictSession(_) => "EvictSession",
+                WorkerRequest::PushSource { .. } => "PushSource",
+                WorkerRequest::PushDestination { .. } => "PushDestination",
             }
         ),
         Frame::Host(op) => format!(
@@ -77,6 +81,7 @@ fn event_name(e: &WorkerEvent) -> &'static str {
         WorkerEvent::KvChunkReady { .. } => "KvChunkReady",
         WorkerEvent::RoleEnded { .. } => "RoleEnded",
         WorkerEvent::Kv { .. } => "Kv",
+        WorkerEvent::Session { .. } => "Session",
         WorkerEvent::Dropped { .. } => "Dropped",
     }
 }
@@ -193,6 +198,15 @@ fn every_event() -> Vec<WorkerEvent> {
             },
             at: Instant(14),
         },
+        WorkerEvent::Session {
+            event: handoff_core::session::SessionEvent::PushFailed {
+                session: SessionId(4),
+                lock: handoff_core::SourceLeaseId(3),
+                reason: handoff_core::session::PushFailure::Transfer,
+                retry: true,
+            },
+            at: Instant(15),
+        },
         WorkerEvent::Dropped {
             from: WorkerId(1),
             id,
@@ -278,6 +292,22 @@ pub fn every_frame() -> Vec<Frame> {
                 blocks: 2,
                 tokens: 30,
             }),
+        }),
+        Frame::Request(WorkerRequest::CloseSession(SessionId(4))),
+        Frame::Request(WorkerRequest::EvictSession(SessionId(4))),
+        Frame::Request(WorkerRequest::PushSource {
+            id,
+            request: RequestId(1 << 63),
+            session: SessionId(4),
+            lock: handoff_core::SourceLeaseId(2),
+            tokens: 4096,
+        }),
+        Frame::Request(WorkerRequest::PushDestination {
+            id,
+            request: RequestId(1 << 63),
+            session: SessionId(4),
+            tokens: 4096,
+            source: WorkerId(2),
         }),
         Frame::Drained {
             worker: WorkerId(2),
@@ -744,11 +774,11 @@ mod tests {
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
         assert_eq!(kinds.len(), 11, "{kinds:?}");
         let detailed: BTreeSet<String> = frames.iter().map(detailed_name).collect();
-        // 12 events, 10 host operations/inputs, 4 handoff bodies, 3 requests,
-        // and the 6 other kinds.
+        // 13 events, 10 host operations/inputs, 4 handoff bodies, 7
+        // requests, and the 6 other kinds.
         assert_eq!(
             detailed.iter().filter(|n| n.starts_with("Event/")).count(),
-            12
+            13
         );
         assert_eq!(
             detailed.iter().filter(|n| n.starts_with("Host/")).count(),
@@ -759,7 +789,7 @@ mod tests {
                 .iter()
                 .filter(|n| n.starts_with("Request/"))
                 .count(),
-            3
+            7
         );
     }
 

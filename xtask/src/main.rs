@@ -21,12 +21,11 @@
 //! prints, without failing on timing noise. It exits non-zero on any
 //! difference or broken invariant.
 //!
-//! `bench` runs the release-mode micro-benchmarks of the crates and replays
-//! `../shared/traces/conversation_trace.jsonl` (when present) disaggregated,
-//! 4 prefill + 4 decode, for each backend, printing wall time and simulated
-//! requests per second. Timings are medians of several runs: the machine is
-//! shared and noisy.
+//! `bench` runs the crates' micro-benchmarks and the replay workloads
+//! (cluster-scale 64P+64D, the conversation trace and its x2-output twin),
+//! optionally against a baseline revision; see `bench.rs`.
 
+mod bench;
 mod soak;
 
 use std::path::{Path, PathBuf};
@@ -46,90 +45,6 @@ fn root() -> PathBuf {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default()
-}
-
-fn bench() -> bool {
-    let mut ok = true;
-    for (pkg, bench) in [
-        ("handoff-core", "transitions"),
-        ("sched-vllm", "decode_step"),
-        ("sched-sglang", "decode_step"),
-    ] {
-        ok &= run(cargo().args(["bench", "-q", "-p", pkg, "--bench", bench]));
-    }
-    ok &= run(cargo().args(["build", "--release", "-q", "-p", "handoff-mocker"]));
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
-    let bin = target.join("release/handoff-mocker");
-    let trace = root().join("../shared/traces/conversation_trace.jsonl");
-    if !trace.exists() {
-        eprintln!(
-            "{} not present: skipping the trace replay benchmark",
-            trace.display()
-        );
-        return ok;
-    }
-    for backend in ["vllm", "sglang"] {
-        let mut walls = Vec::new();
-        let mut summary = String::new();
-        let mut completed = 0u64;
-        let mut tokens = 0u64;
-        // Five runs, median and fastest: the machines this runs on are
-        // shared and noisy, and the replay itself is deterministic.
-        for _ in 0..5 {
-            let start = std::time::Instant::now();
-            let out = Command::new(&bin)
-                .args(["replay", "--trace"])
-                .arg(&trace)
-                .args([
-                    "--backend",
-                    backend,
-                    "--prefill",
-                    "4",
-                    "--decode",
-                    "4",
-                    "--json",
-                ])
-                .output();
-            let wall = start.elapsed().as_secs_f64();
-            match out {
-                Ok(o) if o.status.success() => {
-                    walls.push(wall);
-                    let text = String::from_utf8_lossy(&o.stdout);
-                    completed = json_u64(&text, "completed_requests");
-                    tokens = json_u64(&text, "total_output_tokens");
-                    summary = text
-                        .lines()
-                        .filter(|l| {
-                            l.contains("\"completed_requests\"")
-                                || l.contains("\"total_output_tokens\"")
-                                || l.contains("\"duration_s\"")
-                        })
-                        .map(str::trim)
-                        .collect::<Vec<_>>()
-                        .join(" ");
-                }
-                Ok(o) => {
-                    eprintln!("{}", String::from_utf8_lossy(&o.stderr));
-                    return false;
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    return false;
-                }
-            }
-        }
-        walls.sort_by(|a, b| a.total_cmp(b));
-        let median = walls[walls.len() / 2];
-        println!(
-            "replay conversation_trace {backend} 4P+4D: wall {median:.3} s (median of {}, fastest {:.3} s), {:.0} simulated requests/s and {:.3} us per output token of wall time; {summary}",
-            walls.len(),
-            walls[0],
-            completed as f64 / median,
-            median * 1e6 / (tokens.max(1) as f64)
-        );
-    }
-    ok
 }
 
 /// The integer value of top-level field `key` in the report's pretty JSON
@@ -630,13 +545,13 @@ fn dst(args: &[String]) -> bool {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let ok = match args.first().map(String::as_str) {
-        Some("bench") => bench(),
+        Some("bench") => bench::bench(&args[1..]),
         Some("parity") => parity(&args[1..]),
         Some("soak") => soak_cmd(&args[1..]),
         Some("dst") => dst(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask bench\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang]\n       cargo xtask dst [--schedules N] [--seed S] [--no-shrink]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]"
+                "usage: cargo xtask bench [--runs N] [--trace FILE] [--baseline REV | --baseline-bin FILE] [--workloads cluster,conversation,x2] [--cluster-requests N] [--no-micro]\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang]\n       cargo xtask dst [--schedules N] [--seed S] [--no-shrink]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]"
             );
             false
         }

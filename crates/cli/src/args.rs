@@ -384,6 +384,7 @@ impl DeployArgs {
                 perf: perf.clone(),
                 source_lease_ttl: self.lease_ttl_s.map(Duration::from_secs),
                 decode_radix_cache: false,
+                sessions: Default::default(),
             })
         };
         let decode = EngineSpec {

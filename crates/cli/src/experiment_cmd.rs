@@ -1,15 +1,18 @@
 //! `handoff-mocker experiment`: session-affine serving with D→P snapshot
-//! push (seed 002). `experiment e4` runs the seed's §9 matrix (E1, E3, E4,
-//! E4-ablate) on one session trace and prints the comparison table and the
-//! H4-1..H4-3 verdicts; `experiment run` runs a single configuration chosen
-//! by the flags.
+//! push (seed 002) on the one engine and the real SGLang cores.
+//! `experiment e4` runs the seed's §9 matrix (E1, E3, E4, E4-ablate) on one
+//! session trace and prints the comparison table and the H4-1..H4-3
+//! verdicts; `experiment run` runs a single configuration chosen by the
+//! flags.
 
 use clap::{Args, ValueEnum};
 use handoff_core::{Duration, TransferModel};
 use handoff_experiments::{
-    run_experiment, simulate, ExperimentReport, KvcConfig, RequestRecord, RunOutput, ServingMode,
-    Timings,
+    run_experiment_on, run_variant_on, EngineRun, ExperimentConfig, ExperimentReport, RunOutput,
+    TimingMode, Variant,
 };
+use handoff_replay::report::RequestSink;
+use handoff_replay::{EngineSpec, ReplayConfig, SessionServing};
 use handoff_workload::{generate_sessions, ReaderOptions, SessionConfig, TraceItem, TraceReader};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -26,10 +29,9 @@ pub enum Which {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum TimingsArg {
-    /// PolynomialPerf compute and contended links.
+    /// PolynomialPerf compute (the engines' default).
     Polynomial,
-    /// The seed's §3.2 table (P open 50 ms, ~45 µs/token re-prefill, RDMA
-    /// ~300 ms per 50K tokens, D' start 50 ms).
+    /// The seed's §3.2 table: ~45 µs/token re-prefill, 20 ms decode passes.
     Seed,
 }
 
@@ -37,12 +39,40 @@ pub enum TimingsArg {
 pub enum LinkArg {
     /// Every transfer alone on its links (`TransferModel::Bytes`).
     Bytes,
-    /// Full-duplex links: transfers of one direction share a worker's
-    /// bandwidth (`TransferModel::Contention` per direction).
-    Duplex,
-    /// Half-duplex bound: every transfer touching a worker shares its link,
-    /// so D→P pushes slow P→D reseeds.
-    Shared,
+    /// Transfers touching a worker share its link bandwidth
+    /// (`TransferModel::Contention`).
+    Contention,
+}
+
+/// `experiment --clock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExperimentClock {
+    /// In-process replay.
+    Replay,
+    /// Virtual-clock live, one thread per worker.
+    Virtual,
+}
+
+/// Runs one variant on virtual-clock live (`--clock virtual`).
+fn on_virtual_live(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: &[TraceItem],
+    serving: SessionServing,
+    sink: RequestSink,
+) -> Result<EngineRun, String> {
+    let out = handoff_live::run_virtual_sessions_recorded(
+        cfg,
+        specs,
+        items.iter().cloned(),
+        serving,
+        sink,
+    )
+    .map_err(|e| format!("virtual live: {e}"))?;
+    Ok(EngineRun {
+        report: out.report,
+        log: out.session_log,
+    })
 }
 
 /// Options of `experiment`.
@@ -51,6 +81,11 @@ pub struct ExperimentArgs {
     /// `e4` (the four-configuration comparison) or `run` (one configuration).
     #[arg(value_enum)]
     which: Which,
+    /// Where the engine's workers run: `replay` (in this thread) or
+    /// `virtual` (virtual-clock live: one thread per worker over channels,
+    /// the same bytes as replay; polynomial timings only).
+    #[arg(long, value_enum, default_value = "replay")]
+    clock: ExperimentClock,
     /// Mooncake JSONL trace with session_id/delay; without it, the default
     /// agentic session workload (50 sessions growing to ~50K tokens).
     #[arg(long)]
@@ -74,7 +109,8 @@ pub struct ExperimentArgs {
     /// when the sessions outgrow it, idle ones are evicted and reseed.
     #[arg(long, default_value_t = 384_000)]
     decode_kv_tokens: u64,
-    /// KV capacity of the prefill worker (prefix cache + in-flight), tokens.
+    /// KV capacity of the prefill worker (in-flight prefills, its radix
+    /// cache and the snapshot store share it), tokens.
     #[arg(long, default_value_t = 384_000)]
     prefill_kv_tokens: u64,
     /// `run` only: naive PD (E1) instead of KVC.
@@ -91,22 +127,13 @@ pub struct ExperimentArgs {
     d_to_p_sync_delta_tokens: u64,
     /// Snapshots the prefill worker keeps (LRU).
     #[arg(long, default_value_t = 4)]
-    d_to_p_sync_max_sessions: usize,
-    /// Token budget of the snapshot store (default 64K per session).
-    #[arg(long)]
-    d_to_p_sync_store_tokens: Option<u64>,
+    d_to_p_sync_max_sessions: u32,
     /// K_TAIL_TOLERANCE: a snapshot may lack this many input tokens.
     #[arg(long, default_value_t = 4096)]
     k_tail_tolerance: u64,
     /// Snapshots older than this many seconds are stale.
     #[arg(long)]
     snapshot_max_age_s: Option<f64>,
-    /// Concurrent pushes per decode worker.
-    #[arg(long, default_value_t = 2)]
-    push_concurrency: u32,
-    /// Probability that a push transfer fails (retried once).
-    #[arg(long, default_value_t = 0.0)]
-    push_failure_rate: f64,
     /// Timing calibration.
     #[arg(long, value_enum, default_value = "polynomial")]
     timings: TimingsArg,
@@ -120,7 +147,7 @@ pub struct ExperimentArgs {
     /// From a session's last turn to the client closing it, ms.
     #[arg(long, default_value_t = 100)]
     session_close_delay_ms: u64,
-    /// Seed of the push-failure draws and the router.
+    /// Router seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Write the structured JSONL log (seed §6 events) here.
@@ -134,65 +161,61 @@ pub struct ExperimentArgs {
     json: bool,
 }
 
-fn config(a: &ExperimentArgs) -> Result<KvcConfig, String> {
-    let mut c = KvcConfig {
+fn config(a: &ExperimentArgs) -> Result<(ExperimentConfig, Option<Variant>), String> {
+    let mut c = ExperimentConfig {
         decode_workers: a.decode,
         decode_kv_tokens: a.decode_kv_tokens,
         prefill_kv_tokens: a.prefill_kv_tokens,
-        timings: match a.timings {
-            TimingsArg::Polynomial => Timings::polynomial(),
-            TimingsArg::Seed => Timings::seed(),
+        timing: match a.timings {
+            TimingsArg::Polynomial => TimingMode::Polynomial,
+            TimingsArg::Seed => TimingMode::Seed,
         },
         rebalance_threshold: a.rebalance_threshold,
         session_close_delay: Duration::from_millis(a.session_close_delay_ms),
         seed: a.seed,
-        log: a.log.is_some(),
-        ..KvcConfig::default()
+        ..ExperimentConfig::default()
     };
-    if let Some(link) = a.link {
-        let (base, bytes_per_token, bandwidth) = match c.timings.transfer {
-            TransferModel::Bytes {
-                base,
-                bytes_per_token,
-                bandwidth,
-            }
-            | TransferModel::Contention {
-                base,
-                bytes_per_token,
-                bandwidth,
-            } => (base, bytes_per_token, bandwidth),
-            TransferModel::Fixed(d) => (d, 0, 1.0),
-        };
-        c.timings.transfer = match link {
-            LinkArg::Bytes => TransferModel::Bytes {
-                base,
-                bytes_per_token,
-                bandwidth,
-            },
-            LinkArg::Duplex | LinkArg::Shared => TransferModel::Contention {
-                base,
-                bytes_per_token,
-                bandwidth,
-            },
-        };
-        c.timings.duplex = !matches!(link, LinkArg::Shared);
-    }
+    // The seed's timings move each transfer alone on its link.
+    let link = a.link.unwrap_or(match a.timings {
+        TimingsArg::Polynomial => LinkArg::Contention,
+        TimingsArg::Seed => LinkArg::Bytes,
+    });
+    let (base, bytes_per_token, bandwidth) = match c.transfer {
+        TransferModel::Bytes {
+            base,
+            bytes_per_token,
+            bandwidth,
+        }
+        | TransferModel::Contention {
+            base,
+            bytes_per_token,
+            bandwidth,
+        } => (base, bytes_per_token, bandwidth),
+        TransferModel::Fixed(d) => (d, 0, 1.0),
+    };
+    c.transfer = match link {
+        LinkArg::Bytes => TransferModel::Bytes {
+            base,
+            bytes_per_token,
+            bandwidth,
+        },
+        LinkArg::Contention => TransferModel::Contention {
+            base,
+            bytes_per_token,
+            bandwidth,
+        },
+    };
     let s = &mut c.sync;
     s.delta_tokens = a.d_to_p_sync_delta_tokens;
     s.max_sessions = a.d_to_p_sync_max_sessions;
-    s.store_kv_tokens = a
-        .d_to_p_sync_store_tokens
-        .unwrap_or(64_000 * a.d_to_p_sync_max_sessions as u64);
     s.tail_tolerance = a.k_tail_tolerance;
-    s.push_concurrency = a.push_concurrency;
-    s.push_failure_rate = a.push_failure_rate;
     if let Some(age) = a.snapshot_max_age_s {
         if !(age.is_finite() && age >= 0.0) {
             return Err("--snapshot-max-age-s: must be a non-negative number".into());
         }
         s.max_age = Some(Duration::from_secs_f64(age));
     }
-    match a.which {
+    let variant = match a.which {
         Which::E4 => {
             if a.naive || a.enable_d_to_p_sync || a.disable_prefill_bypass {
                 return Err(
@@ -201,19 +224,19 @@ fn config(a: &ExperimentArgs) -> Result<KvcConfig, String> {
                         .into(),
                 );
             }
+            None
         }
-        Which::Run => {
-            c.mode = if a.naive {
-                ServingMode::NaivePd
-            } else {
-                ServingMode::Kvc
-            };
-            c.sync.enabled = a.enable_d_to_p_sync;
-            c.sync.bypass = !a.disable_prefill_bypass;
-        }
-    }
+        Which::Run => Some(
+            match (a.naive, a.enable_d_to_p_sync, a.disable_prefill_bypass) {
+                (true, _, _) => Variant::E1,
+                (false, false, _) => Variant::E3,
+                (false, true, false) => Variant::E4,
+                (false, true, true) => Variant::E4Ablate,
+            },
+        ),
+    };
     c.validate()?;
-    Ok(c)
+    Ok((c, variant))
 }
 
 fn load(a: &ExperimentArgs) -> Result<Vec<TraceItem>, String> {
@@ -258,8 +281,15 @@ fn write_outputs(a: &ExperimentArgs, outputs: &[RunOutput]) -> Result<(), String
     let io = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
     if let Some(path) = &a.log {
         let mut w = create(path)?;
-        for line in outputs.iter().flat_map(|o| o.log.iter()) {
-            writeln!(w, "{line}").map_err(|e| io(path, e))?;
+        for o in outputs {
+            for line in &o.log {
+                // Several runs in one file: each line names its run.
+                let tagged = match line.strip_suffix('}') {
+                    Some(body) => format!("{body},\"run\":\"{}\"}}", o.summary.label),
+                    None => line.clone(),
+                };
+                writeln!(w, "{tagged}").map_err(|e| io(path, e))?;
+            }
         }
         w.flush().map_err(|e| io(path, e))?;
     }
@@ -275,7 +305,7 @@ fn write_outputs(a: &ExperimentArgs, outputs: &[RunOutput]) -> Result<(), String
     Ok(())
 }
 
-fn metrics_line(label: &str, r: &RequestRecord) -> Result<String, String> {
+fn metrics_line(label: &str, r: &handoff_replay::RequestRecord) -> Result<String, String> {
     let mut v = serde_json::to_value(r).map_err(|e| e.to_string())?;
     if let Some(m) = v.as_object_mut() {
         m.insert("run".into(), serde_json::Value::from(label));
@@ -294,25 +324,23 @@ fn sessions_of(items: &[TraceItem]) -> u64 {
 }
 
 pub fn run(a: ExperimentArgs) -> Result<(), String> {
-    let cfg = config(&a)?;
+    let (cfg, variant) = config(&a)?;
     let items = load(&a)?;
     if items.is_empty() {
         return Err("the trace has no requests".into());
     }
     let started = std::time::Instant::now();
-    let (report, outputs) = match a.which {
-        Which::E4 => {
-            let out = run_experiment(&cfg, &items)?;
+    let runner: Option<handoff_experiments::EngineRunner<'_>> = match a.clock {
+        ExperimentClock::Replay => None,
+        ExperimentClock::Virtual => Some(&on_virtual_live),
+    };
+    let (report, outputs) = match variant {
+        None => {
+            let out = run_experiment_on(&cfg, &items, runner)?;
             (out.report, out.outputs)
         }
-        Which::Run => {
-            let label = match (cfg.mode, cfg.sync.enabled, cfg.sync.bypass) {
-                (ServingMode::NaivePd, _, _) => "naive-pd",
-                (ServingMode::Kvc, false, _) => "kvc",
-                (ServingMode::Kvc, true, true) => "kvc+d2p",
-                (ServingMode::Kvc, true, false) => "kvc+d2p-no-bypass",
-            };
-            let out = simulate(cfg, &items, label)?;
+        Some(v) => {
+            let out = run_variant_on(&cfg, v, &items, runner)?;
             let report = ExperimentReport {
                 requests: items.len() as u64,
                 sessions: sessions_of(&items),
@@ -331,10 +359,14 @@ pub fn run(a: ExperimentArgs) -> Result<(), String> {
         print!("{}", report.table());
         out!("wall time {:.3} s", wall.as_secs_f64());
     }
-    // A run that leaks a lease or a reservation is a bug, not a result.
+    // A run that leaks a lease or a reservation, or fails a request, is a
+    // bug, not a result.
     for o in &outputs {
-        if let Err(e) = &o.check {
-            return Err(format!("{}: accounting check failed: {e}", o.summary.label));
+        if !o.summary.drained {
+            return Err(format!(
+                "{}: not drained ({} failed requests)",
+                o.summary.label, o.summary.failed
+            ));
         }
     }
     Ok(())

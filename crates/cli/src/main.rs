@@ -26,6 +26,8 @@ mod replay_cmd;
 mod report_out;
 mod scenario_cmd;
 mod serve_cmd;
+mod sweep_cmd;
+mod sweep_grid;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -61,6 +63,11 @@ enum Command {
     /// Serve the deployment over OpenAI-compatible HTTP on the wall clock,
     /// with vLLM-format KV events on ZMQ and Prometheus metrics.
     Serve(Box<serve_cmd::ServeArgs>),
+    /// Replay a grid of configurations (a TOML/JSON grid file or repeated
+    /// `--set key=v1,v2,...`) in parallel on every core: one report per
+    /// configuration and a CSV + JSON summary; `--shard I/N` and `sweep
+    /// merge` split a grid across hosts.
+    Sweep(Box<sweep_cmd::SweepArgs>),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +80,7 @@ fn main() -> ExitCode {
         Command::Scenario(args) => scenario_cmd::run(*args),
         Command::Experiment(args) => experiment_cmd::run(*args),
         Command::Serve(args) => serve_cmd::run(*args),
+        Command::Sweep(args) => sweep_cmd::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

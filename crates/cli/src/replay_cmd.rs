@@ -48,7 +48,63 @@ pub struct ReplayArgs {
     kv_events_out: Option<PathBuf>,
 }
 
-pub fn run(a: ReplayArgs) -> Result<(), String> {
+/// What one replay produced (see [`simulate`]).
+pub struct Simulated {
+    /// The report.
+    pub report: handoff_replay::Report,
+    /// The lifecycle transcript, when the configuration asked for it.
+    pub transcript: Option<handoff_core::Transcript>,
+    /// Capacity timelines, when `--html` asked for them.
+    pub details: Option<handoff_replay::Details>,
+    /// The workload, for its description and skipped-line count.
+    pub workload: crate::args::Workload,
+    /// How long the replay itself took.
+    pub wall: std::time::Duration,
+}
+
+impl ReplayArgs {
+    /// Checks the configuration without running it: the deployment builds,
+    /// `--concurrency` is positive, the workload opens.
+    pub fn check(&self) -> Result<(), String> {
+        self.deploy.deployment(!self.no_multi_step)?;
+        if self.concurrency == Some(0) {
+            return Err("--concurrency: must be at least 1".into());
+        }
+        self.workload.open(self.deploy.seed).map(|_| ())
+    }
+
+    /// Output flags that make no sense once per configuration of a sweep
+    /// (the sweep writes each report itself), as `--flag` names; empty when
+    /// none is set.
+    pub fn per_run_outputs(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        for (set, name) in [
+            (self.out.json, "--json"),
+            (self.out.output.is_some(), "--output"),
+            (self.out.transcript.is_some(), "--transcript"),
+            (self.out.allow_failures, "--allow-failures"),
+            (self.per_request_jsonl.is_some(), "--per-request-jsonl"),
+            (self.html.is_some(), "--html"),
+            (self.wall_time, "--wall-time"),
+            (self.kv_events_out.is_some(), "--kv-events-out"),
+        ] {
+            if set {
+                v.push(name);
+            }
+        }
+        v
+    }
+}
+
+/// Runs the replay `a` describes and returns its report: the configuration
+/// construction `replay` and `sweep` share. `progress` counts requests on
+/// stderr; `sink` receives per-request records. A malformed trace is an
+/// error (no partial report).
+pub fn simulate(
+    a: &ReplayArgs,
+    progress: bool,
+    sink: Option<handoff_replay::report::RequestSink>,
+) -> Result<Simulated, String> {
     let (mut cfg, specs) = a.deploy.deployment(!a.no_multi_step)?;
     cfg.transcript = a.out.transcript.is_some();
     // Build every core up front so a bad configuration fails before any
@@ -69,19 +125,14 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
     }
     let mut wl = a.workload.open(a.deploy.seed)?;
     wl.check_fits(&specs, cfg.decode_workers as usize)?;
-    let progress = std::io::stderr().is_terminal() && !a.out.json;
     let items = Progress::new(wl.take_items(), progress);
-    let jsonl = match &a.per_request_jsonl {
-        Some(p) => Some(JsonlSink::create(p)?),
-        None => None,
-    };
     let started = std::time::Instant::now();
     let mut replay = match a.concurrency {
         Some(n) => Replay::closed_loop(cfg, items, n, make),
         None => Replay::new(cfg, items, make),
     };
-    if let Some(sink) = &jsonl {
-        replay = replay.with_request_sink(sink.sink());
+    if let Some(sink) = sink {
+        replay = replay.with_request_sink(sink);
     }
     let kv_out = match &a.kv_events_out {
         Some(p) => {
@@ -106,15 +157,10 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
         replay = replay.keep_details(handoff_replay::timeline::DEFAULT_POINTS);
     }
     let outcome = replay.run_all();
-    let (report, transcript) = (outcome.report, outcome.transcript);
     if progress {
         eprintln!();
     }
     if let Some(e) = wl.error.borrow_mut().take() {
-        // Nothing is written on a bad trace: the report would be partial.
-        if let (Some(sink), Some(p)) = (&jsonl, &a.per_request_jsonl) {
-            sink.abandon(p);
-        }
         return Err(e.to_string());
     }
     let wall = started.elapsed();
@@ -124,6 +170,38 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
                 .map_err(|e| format!("--kv-events-out {}: {e}", p.display()))?;
         }
     }
+    Ok(Simulated {
+        report: outcome.report,
+        transcript: outcome.transcript,
+        details: outcome.details,
+        workload: wl,
+        wall,
+    })
+}
+
+pub fn run(a: ReplayArgs) -> Result<(), String> {
+    let progress = std::io::stderr().is_terminal() && !a.out.json;
+    let jsonl = match &a.per_request_jsonl {
+        Some(p) => Some(JsonlSink::create(p)?),
+        None => None,
+    };
+    let sim = match simulate(&a, progress, jsonl.as_ref().map(JsonlSink::sink)) {
+        Ok(sim) => sim,
+        Err(e) => {
+            // Nothing is written on a failed run: the records would be partial.
+            if let (Some(sink), Some(p)) = (&jsonl, &a.per_request_jsonl) {
+                sink.abandon(p);
+            }
+            return Err(e);
+        }
+    };
+    let Simulated {
+        report,
+        transcript,
+        details,
+        workload: wl,
+        wall,
+    } = sim;
     if let (Some(sink), Some(p)) = (&jsonl, &a.per_request_jsonl) {
         sink.finish(p)?;
     }
@@ -132,7 +210,7 @@ pub fn run(a: ReplayArgs) -> Result<(), String> {
     if a.wall_time {
         extra.insert("wall_time_ms".into(), serde_json::json!(wall_ms));
     }
-    if let (Some(p), Some(d)) = (&a.html, outcome.details.as_ref()) {
+    if let (Some(p), Some(d)) = (&a.html, details.as_ref()) {
         let page = crate::html::render(&report, d, &wl.skipped.borrow().describe(&wl.note))?;
         std::fs::write(p, page).map_err(|e| format!("--html {}: {e}", p.display()))?;
     }

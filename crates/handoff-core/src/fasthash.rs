@@ -383,6 +383,54 @@ impl<V: Copy + Default> U64Table<V> {
         absent
     }
 
+    /// Replaces the value of every key of `keys` by `f(value)` (`None`:
+    /// absent); `f` returning `None` leaves the key absent, removing it if
+    /// present. Consecutive keys of one group share one probe, and a key
+    /// repeated within such a run is updated once.
+    pub fn update_all(&mut self, keys: &[u64], mut f: impl FnMut(Option<V>) -> Option<V>) {
+        let mut near = Near::default();
+        for_group_runs(keys, |high, mask, _| {
+            let found = self.find_near(high, &mut near);
+            let (i, present) = match found {
+                Ok(i) => (i, self.heads[i].present),
+                Err(i) => (i, 0),
+            };
+            let (mut set, mut m) = (0u32, mask);
+            // In place: a lane left absent may hold garbage, as always.
+            let vals = &mut self.values[i];
+            while m != 0 {
+                let lane = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let old = (present & (1 << lane) != 0).then(|| vals[lane]);
+                if let Some(v) = f(old) {
+                    vals[lane] = v;
+                    set |= 1 << lane;
+                }
+            }
+            let now = (present & !mask) | set;
+            match found {
+                Ok(_) if now == 0 => {
+                    self.len -= present.count_ones() as usize;
+                    self.remove_slot(i);
+                }
+                Ok(_) => {
+                    self.len = self.len + now.count_ones() as usize - present.count_ones() as usize;
+                    self.heads[i].present = now;
+                }
+                Err(_) if now == 0 => {}
+                Err(_) => {
+                    self.len += now.count_ones() as usize;
+                    self.groups += 1;
+                    self.heads[i] = Head { high, present: now };
+                    near = Near { slot: i };
+                    if self.groups * 2 > self.heads.len() {
+                        self.grow();
+                    }
+                }
+            }
+        });
+    }
+
     /// Inserts `v` under `k` unless present; returns the present value then.
     pub fn try_insert(&mut self, k: u64, v: V) -> Result<(), V> {
         self.try_insert_near(k, v, &mut Near::default())
@@ -546,6 +594,41 @@ mod table_tests {
     use super::*;
     use crate::Rng;
     use std::collections::HashMap;
+
+    #[test]
+    fn update_all_matches_a_hashmap() {
+        let mut t: U64Table<u64> = U64Table::default();
+        let mut m: HashMap<u64, u64> = HashMap::new();
+        let mut rng = Rng::seeded(5);
+        for step in 0..20_000u64 {
+            // Runs of consecutive keys (one or two groups) in a small space.
+            let start = rng.below(4_000);
+            let keys: Vec<u64> = (start..start + rng.below(40)).collect();
+            let bit = 1u64 << rng.below(4);
+            let set = rng.below(2) == 0;
+            let f = |v: Option<u64>| {
+                let v = if set {
+                    v.unwrap_or(0) | bit
+                } else {
+                    v.unwrap_or(0) & !bit
+                };
+                (v != 0).then_some(v)
+            };
+            t.update_all(&keys, f);
+            for k in &keys {
+                match f(m.get(k).copied()) {
+                    Some(v) => m.insert(*k, v),
+                    None => m.remove(k),
+                };
+            }
+            assert_eq!(t.len(), m.len(), "step {step}");
+            if step % 1000 == 0 {
+                for k in 0..4_100 {
+                    assert_eq!(t.get(k), m.get(&k).copied(), "step {step} key {k}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn matches_a_hashmap_under_churn() {

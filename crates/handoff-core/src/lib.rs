@@ -66,6 +66,7 @@ pub mod rng;
 pub mod scheduler;
 #[cfg(feature = "serde")]
 pub mod serde_vec;
+pub mod session;
 pub mod source;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -52,6 +52,50 @@ pub enum SchedulerCommand {
         /// The handoff attempt.
         id: HandoffId,
     },
+    /// Destination of a D→P snapshot push (a reversed handoff): reserve
+    /// room for `tokens` of `session`'s KV in the snapshot store, all or
+    /// nothing. `Reserved` or `Unavailable(None)` / `Unsupported(None)`.
+    ReserveSnapshot {
+        /// The push attempt.
+        id: HandoffId,
+        /// The session.
+        session: crate::ids::SessionId,
+        /// Tokens to receive.
+        tokens: u64,
+    },
+    /// The push's KV landed: the reservation becomes the session's snapshot.
+    IngestSnapshot {
+        /// The push attempt.
+        id: HandoffId,
+    },
+    /// Abandon a snapshot reservation (the push failed or was aborted).
+    CancelSnapshot {
+        /// The push attempt.
+        id: HandoffId,
+    },
+    /// Source of a D→P push: the push under the slot lock `lock` ended.
+    FinishPush {
+        /// The session.
+        session: crate::ids::SessionId,
+        /// The slot lock (the push's source lease).
+        lock: SourceLeaseId,
+        /// How it ended.
+        result: crate::session::PushResult,
+    },
+    /// Evict `session`'s slot as a capacity eviction would, now or once it
+    /// is idle and unlocked (a forced "not resident"; the seed's §8 smoke
+    /// test). `Noop` on a core without sessions.
+    EvictSession {
+        /// The session.
+        session: crate::ids::SessionId,
+    },
+    /// The client closed `session`: free its session slot (after a running
+    /// turn) and any snapshot of it, aborting a push in flight. `Noop` on a
+    /// core without sessions or holding nothing of it.
+    ReleaseSession {
+        /// The session.
+        session: crate::ids::SessionId,
+    },
     /// Abandon a reservation: unpublished pages are freed without Removed
     /// events and any locked prefix is unlocked. Once activated, abort the
     /// request decoding from it instead (a client abort): its blocks are
@@ -250,6 +294,12 @@ pub trait SchedulerCore {
     /// Moves pending KV events into `out` (appending).
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>);
 
+    /// Moves pending session events into `out` (appending), in order. Cores
+    /// without a session layer have none (the default).
+    fn drain_session_events(&mut self, out: &mut Vec<crate::session::SessionEvent>) {
+        let _ = out;
+    }
+
     /// No runnable work (nothing running or waiting to run).
     fn is_empty(&self) -> bool;
 
@@ -279,6 +329,9 @@ impl<T: SchedulerCore + ?Sized> SchedulerCore for Box<T> {
     }
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
         (**self).drain_kv_events(out)
+    }
+    fn drain_session_events(&mut self, out: &mut Vec<crate::session::SessionEvent>) {
+        (**self).drain_session_events(out)
     }
     fn is_empty(&self) -> bool {
         (**self).is_empty()

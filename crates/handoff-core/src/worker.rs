@@ -52,6 +52,69 @@ pub enum WorkerRequest {
         /// pinned (source-first).
         ready: Option<SourceReady>,
     },
+    /// The client closed a session: free what this worker holds of it
+    /// (aborting a push of it in flight).
+    CloseSession(crate::ids::SessionId),
+    /// Evict a session's slot as a capacity eviction would (the seed's §8
+    /// smoke test forces one after a given turn).
+    EvictSession(crate::ids::SessionId),
+    /// Be the source of D→P snapshot push `id` (a handoff with the roles
+    /// reversed: this decode worker sends, its pin is the session slot's
+    /// lock `lock`, taken by the core when the turn committed).
+    PushSource {
+        /// The push attempt.
+        id: HandoffId,
+        /// The id its transitions carry (a push serves no client request).
+        request: RequestId,
+        /// The session.
+        session: crate::ids::SessionId,
+        /// The slot lock.
+        lock: crate::ids::SourceLeaseId,
+        /// Tokens to push.
+        tokens: u64,
+    },
+    /// Be the destination of D→P snapshot push `id`: reserve room in this
+    /// prefill worker's snapshot store, receive, ingest.
+    PushDestination {
+        /// The push attempt.
+        id: HandoffId,
+        /// The id its transitions carry.
+        request: RequestId,
+        /// The session.
+        session: crate::ids::SessionId,
+        /// Tokens to receive.
+        tokens: u64,
+        /// The decode worker sending.
+        source: WorkerId,
+    },
+}
+
+/// The reversed handoff a source or destination entry serves, if any.
+#[derive(Clone, Copy, Debug)]
+struct PushRole {
+    session: crate::ids::SessionId,
+    /// The slot lock (source) or tokens to receive (destination).
+    lock: crate::ids::SourceLeaseId,
+    tokens: u64,
+    /// Why the source role is ending early, for the core's push record.
+    failure: Option<crate::session::PushFailure>,
+}
+
+/// How an early end of a push's source maps to the seed's §6 reasons.
+fn push_failure(ev: &SourceEvent) -> Option<crate::session::PushFailure> {
+    use crate::session::PushFailure as F;
+    match ev {
+        SourceEvent::Cancelled { reason } => Some(match reason {
+            CancelReason::TransferFailed => F::Transfer,
+            CancelReason::LeaseExpired | CancelReason::ReservationExpired => F::Expired,
+            CancelReason::PeerLost | CancelReason::PeerRestarted | CancelReason::Teardown => {
+                F::PeerLost
+            }
+            _ => F::Refused,
+        }),
+        SourceEvent::LeaseExpired => Some(F::Expired),
+        _ => None,
+    }
 }
 
 /// A request the worker refused.
@@ -285,6 +348,16 @@ pub enum WorkerEvent {
         /// When.
         at: Instant,
     },
+    /// The core's session layer (last, so the wire's earlier variant
+    /// indices stay as they were) did something (a slot kept, appended or
+    /// evicted; a push locked, sent or failed; a snapshot ingested or
+    /// evicted; a prefill bypassed or not).
+    Session {
+        /// What.
+        event: crate::session::SessionEvent,
+        /// When.
+        at: Instant,
+    },
 }
 
 /// Counters a driver can report.
@@ -321,6 +394,7 @@ struct SourceEntry {
     request_id: RequestId,
     request: Option<Request>,
     peer: Option<WorkerId>,
+    push: Option<PushRole>,
 }
 
 #[derive(Debug)]
@@ -331,6 +405,7 @@ struct DestEntry {
     /// The core answered `Queued`: the attempt waits in the core's own
     /// scheduling queue (vLLM), which grants it in a step.
     in_core: bool,
+    push: Option<PushRole>,
 }
 
 #[derive(Debug)]
@@ -361,6 +436,7 @@ pub struct Worker<S: SchedulerCore> {
     events: VecDeque<WorkerEvent>,
     step_out: StepOutput,
     kv_buf: Vec<KvEvent>,
+    session_buf: Vec<crate::session::SessionEvent>,
     stats: WorkerStats,
 }
 
@@ -422,6 +498,7 @@ impl<S: SchedulerCore> Worker<S> {
             events: VecDeque::new(),
             step_out: StepOutput::default(),
             kv_buf: Vec::new(),
+            session_buf: Vec::new(),
             stats: WorkerStats::default(),
         }
     }
@@ -497,6 +574,93 @@ impl<S: SchedulerCore> Worker<S> {
                     _ => Err(RequestError::Refused(rid)),
                 }
             }
+            WorkerRequest::CloseSession(session) => {
+                self.core
+                    .apply(SchedulerCommand::ReleaseSession { session }, now);
+                // The core aborted the session's push; its roles end too.
+                let pushes: Vec<HandoffId> = self
+                    .sources
+                    .iter()
+                    .filter(|(_, e)| e.push.is_some_and(|p| p.session == session))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in pushes {
+                    self.source_event(
+                        id,
+                        SourceEvent::Cancelled {
+                            reason: CancelReason::Client,
+                        },
+                        now,
+                    );
+                }
+                Ok(())
+            }
+            WorkerRequest::EvictSession(session) => {
+                self.core
+                    .apply(SchedulerCommand::EvictSession { session }, now);
+                Ok(())
+            }
+            WorkerRequest::PushSource {
+                id,
+                request,
+                session,
+                lock,
+                tokens,
+            } => {
+                self.check_new(id)?;
+                self.sources.insert(
+                    id,
+                    SourceEntry {
+                        role: SourceHandoff::new(id, self.policy, self.caps.source_lease_ttl),
+                        request_id: request,
+                        request: None,
+                        peer: None,
+                        push: Some(PushRole {
+                            session,
+                            lock,
+                            tokens,
+                            failure: None,
+                        }),
+                    },
+                );
+                self.source_event(id, SourceEvent::Start, now);
+                self.replay_early(id, now);
+                Ok(())
+            }
+            WorkerRequest::PushDestination {
+                id,
+                request,
+                session,
+                tokens,
+                source,
+            } => {
+                self.check_new(id)?;
+                self.dests.insert(
+                    id,
+                    DestEntry {
+                        role: DestinationHandoff::new(id, self.policy, self.config.reservation_ttl),
+                        request_id: request,
+                        request: None,
+                        in_core: false,
+                        push: Some(PushRole {
+                            session,
+                            lock: crate::ids::SourceLeaseId(0),
+                            tokens,
+                            failure: None,
+                        }),
+                    },
+                );
+                self.dest_event(
+                    id,
+                    DestinationEvent::Routed {
+                        source,
+                        ready: None,
+                    },
+                    now,
+                );
+                self.replay_early(id, now);
+                Ok(())
+            }
             WorkerRequest::HandoffSource { id, request } => {
                 self.check_new(id)?;
                 let request_id = request.id;
@@ -507,6 +671,7 @@ impl<S: SchedulerCore> Worker<S> {
                         request_id,
                         request: Some(request),
                         peer: None,
+                        push: None,
                     },
                 );
                 self.source_event(id, SourceEvent::Start, now);
@@ -528,6 +693,7 @@ impl<S: SchedulerCore> Worker<S> {
                         request_id,
                         request: Some(request),
                         in_core: false,
+                        push: None,
                     },
                 );
                 self.dest_event(id, DestinationEvent::Routed { source, ready }, now);
@@ -997,6 +1163,11 @@ impl<S: SchedulerCore> Worker<S> {
         for event in self.kv_buf.drain(..) {
             self.events.push_back(WorkerEvent::Kv { event, at: now });
         }
+        self.core.drain_session_events(&mut self.session_buf);
+        for event in self.session_buf.drain(..) {
+            self.events
+                .push_back(WorkerEvent::Session { event, at: now });
+        }
     }
 
     fn send(&mut self, to: WorkerId, id: HandoffId, body: MsgBody, now: Instant) {
@@ -1105,6 +1276,9 @@ impl<S: SchedulerCore> Worker<S> {
             return;
         };
         let request_id = entry.request_id;
+        if let Some(p) = entry.push.as_mut() {
+            p.failure = p.failure.or(push_failure(&ev));
+        }
         let verdict = entry.role.handle(ev, now);
         let booked = self.book(
             id,
@@ -1148,6 +1322,46 @@ impl<S: SchedulerCore> Worker<S> {
         now: Instant,
     ) {
         let peer = self.sources.get(&id).and_then(|e| e.peer);
+        let push = self.sources.get(&id).and_then(|e| e.push);
+        match (action, push) {
+            // A push computes nothing: its KV is the locked slot's, pinned
+            // since the turn committed.
+            (SourceAction::DispatchPrefill, Some(p)) => {
+                let lease = SourceLease {
+                    id: p.lock,
+                    blocks: p.tokens.div_ceil(u64::from(self.caps.block_size.max(1))),
+                    tokens: p.tokens,
+                    deadline: now + self.caps.source_lease_ttl,
+                };
+                self.source_event(id, SourceEvent::PrefillPinned { lease }, now);
+                return;
+            }
+            (SourceAction::ReleaseSource, Some(p)) => {
+                let result = crate::session::PushResult::Sent;
+                self.core.apply(
+                    SchedulerCommand::FinishPush {
+                        session: p.session,
+                        lock: p.lock,
+                        result,
+                    },
+                    now,
+                );
+                return;
+            }
+            (SourceAction::CancelSource, Some(p)) => {
+                let reason = p.failure.unwrap_or(crate::session::PushFailure::Refused);
+                self.core.apply(
+                    SchedulerCommand::FinishPush {
+                        session: p.session,
+                        lock: p.lock,
+                        result: crate::session::PushResult::Failed(reason),
+                    },
+                    now,
+                );
+                return;
+            }
+            _ => {}
+        }
         match action {
             SourceAction::DispatchPrefill => {
                 let Some(request) = self.sources.get_mut(&id).and_then(|e| e.request.take()) else {
@@ -1260,6 +1474,12 @@ impl<S: SchedulerCore> Worker<S> {
         for action in actions.iter() {
             self.run_dest_action(id, request_id, action, now);
         }
+        // An ingested snapshot has nothing to decode: its role is done.
+        let push = self.dests.get(&id).and_then(|e| e.push).is_some();
+        if push && to == DestinationState::Active && from != DestinationState::Active {
+            self.dest_event(id, DestinationEvent::Finished, now);
+            return;
+        }
         if to == DestinationState::Released {
             self.dests.remove(&id);
             self.active_dest.remove(&request_id);
@@ -1293,6 +1513,20 @@ impl<S: SchedulerCore> Worker<S> {
         now: Instant,
     ) {
         let source = self.dests.get(&id).and_then(|e| e.role.source());
+        let push = self.dests.get(&id).and_then(|e| e.push);
+        match (action, push) {
+            (DestinationAction::ActivateDestination, Some(_)) => {
+                self.core
+                    .apply(SchedulerCommand::IngestSnapshot { id }, now);
+                return;
+            }
+            (DestinationAction::CancelDestination, Some(_)) => {
+                self.core
+                    .apply(SchedulerCommand::CancelSnapshot { id }, now);
+                return;
+            }
+            _ => {}
+        }
         match action {
             DestinationAction::QueueReservation => self.reserve_queue.push_back(id),
             DestinationAction::DequeueReservation => {
@@ -1420,6 +1654,26 @@ impl<S: SchedulerCore> Worker<S> {
     /// `DecodePreallocQueue` and vLLM's waiting queue both do).
     fn pump_reservations(&mut self, now: Instant) {
         while let Some(&id) = self.reserve_queue.front() {
+            if let Some(p) = self.dests.get(&id).and_then(|e| e.push) {
+                let cmd = SchedulerCommand::ReserveSnapshot {
+                    id,
+                    session: p.session,
+                    tokens: p.tokens,
+                };
+                match self.core.apply(cmd, now) {
+                    CommandOutcome::Reserved(summary) => {
+                        self.reserve_queue.pop_front();
+                        self.dest_event(id, DestinationEvent::Reserved { summary }, now);
+                        continue;
+                    }
+                    CommandOutcome::Unavailable(_) => break,
+                    _ => {
+                        self.reserve_queue.pop_front();
+                        self.dest_event(id, DestinationEvent::Unsupported, now);
+                        continue;
+                    }
+                }
+            }
             let Some(request) = self.dests.get_mut(&id).and_then(|e| e.request.take()) else {
                 // Its role ended or already reserved: nothing to try.
                 self.reserve_queue.pop_front();

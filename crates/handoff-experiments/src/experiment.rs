@@ -4,9 +4,9 @@
 //! hypotheses H4-1, H4-2 and H4-3 ("证实 / 证伪 / 部分证实" become
 //! `holds` / `fails` / `partial`, with the numbers).
 
-use crate::config::{KvcConfig, ServingMode};
+use crate::config::ExperimentConfig;
 use crate::metrics::RunSummary;
-use crate::sim::{simulate, RunOutput};
+use crate::run::{run_variant_on, EngineRunner, RunOutput};
 use handoff_workload::TraceItem;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -36,32 +36,6 @@ impl Variant {
             Variant::E4 => "E4",
             Variant::E4Ablate => "E4-ablate",
         }
-    }
-
-    /// `base` with this variant's mode, sync and bypass.
-    pub fn configure(self, base: &KvcConfig) -> KvcConfig {
-        let mut c = base.clone();
-        match self {
-            Variant::E1 => {
-                c.mode = ServingMode::NaivePd;
-                c.sync.enabled = false;
-            }
-            Variant::E3 => {
-                c.mode = ServingMode::Kvc;
-                c.sync.enabled = false;
-            }
-            Variant::E4 => {
-                c.mode = ServingMode::Kvc;
-                c.sync.enabled = true;
-                c.sync.bypass = true;
-            }
-            Variant::E4Ablate => {
-                c.mode = ServingMode::Kvc;
-                c.sync.enabled = true;
-                c.sync.bypass = false;
-            }
-        }
-        c
     }
 }
 
@@ -114,8 +88,8 @@ pub struct ExperimentReport {
     pub verdicts: Vec<Verdict>,
 }
 
-/// The report plus every run's records, log and accounting check.
-#[derive(Clone, Debug)]
+/// The report plus every run's records and log.
+#[derive(Debug)]
 pub struct ExperimentOutput {
     /// The report.
     pub report: ExperimentReport,
@@ -123,11 +97,25 @@ pub struct ExperimentOutput {
     pub outputs: Vec<RunOutput>,
 }
 
-/// Runs the four variants of `base` over `items`.
-pub fn run_experiment(base: &KvcConfig, items: &[TraceItem]) -> Result<ExperimentOutput, String> {
+/// Runs the four variants of `base` over `items`, each on the one engine
+/// (in replay).
+pub fn run_experiment(
+    base: &ExperimentConfig,
+    items: &[TraceItem],
+) -> Result<ExperimentOutput, String> {
+    run_experiment_on(base, items, None)
+}
+
+/// [`run_experiment`], each variant on `runner` when given (see
+/// [`EngineRunner`]).
+pub fn run_experiment_on(
+    base: &ExperimentConfig,
+    items: &[TraceItem],
+    runner: Option<EngineRunner<'_>>,
+) -> Result<ExperimentOutput, String> {
     let mut outputs = Vec::with_capacity(4);
     for v in Variant::ALL {
-        outputs.push(simulate(v.configure(base), items, v.label())?);
+        outputs.push(run_variant_on(base, v, items, runner)?);
     }
     let runs: Vec<RunSummary> = outputs.iter().map(|o| o.summary.clone()).collect();
     let mut sessions: Vec<u64> = items
@@ -329,15 +317,11 @@ impl ExperimentReport {
             if r.d_to_p_sync {
                 let _ = writeln!(
                     s,
-                    "{:<10} pushes enq {} started {} sent {} failed {} ({}) retried {} dropped {} | bypass hit {} miss {} | snapshot evictions {} | double {}",
+                    "{:<10} pushes enq {} sent {} failed {} | bypass hit {} miss {} | snapshot evictions {} | double {}",
                     "",
                     r.pushes_enqueued,
-                    r.pushes_started,
                     r.pushes_sent,
-                    r.pushes_failed,
                     map_line(&r.push_failures),
-                    r.pushes_retried,
-                    r.pushes_dropped,
                     r.bypass_hits,
                     map_line(&r.bypass_misses),
                     map_line(&r.snapshot_evictions),

@@ -1,77 +1,10 @@
-//! Per-request records (the seed's §6 "Per-request metrics", added to
-//! `metrics.jsonl`) and the per-run summary the experiment compares.
+//! The per-run summary the experiment compares, computed from what the one
+//! engine reports: the per-request records (with the seed's §6 session
+//! fields), the report and its session summary.
 
+use handoff_replay::{Report, RequestRecord};
 use serde::Serialize;
 use std::collections::BTreeMap;
-
-/// How a turn was served (`execution_mode` of the seed's §9).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExecMode {
-    /// Naive PD: prefill worker, then a P→D handoff (E1's normal path).
-    Pd,
-    /// KVC first turn: prefilled on P and seeded onto a decode worker.
-    Seed,
-    /// KVC direct-to-D append on the session's decode worker.
-    Direct,
-    /// KVC reseed: the session's context rebuilt on a decode worker through
-    /// the prefill worker (re-prefill or snapshot bypass).
-    Reseed,
-}
-
-impl ExecMode {
-    /// Stable name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ExecMode::Pd => "pd",
-            ExecMode::Seed => "seed",
-            ExecMode::Direct => "direct",
-            ExecMode::Reseed => "reseed",
-        }
-    }
-}
-
-/// One request's outcome.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct RequestRecord {
-    /// Request id.
-    pub request_id: u64,
-    /// Session id.
-    pub session: u64,
-    /// Turn index within the session.
-    pub turn: u32,
-    /// How it was served.
-    pub execution_mode: ExecMode,
-    /// Why it was reseeded: `not_resident`, `capacity` or `rebalance`.
-    pub reseed_cause: Option<&'static str>,
-    /// Decode worker index that served it.
-    pub decode_worker: Option<u32>,
-    /// When the client sent it (closed loop), ms.
-    pub sent_ms: f64,
-    /// Time to first token, ms (`None` if it failed first).
-    pub ttft_ms: Option<f64>,
-    /// Send to last token, ms.
-    pub e2e_ms: Option<f64>,
-    /// Prompt tokens.
-    pub input_tokens: u64,
-    /// Output tokens.
-    pub output_tokens: u64,
-    /// Prompt tokens computed on the prefill worker.
-    pub prefill_tokens_computed: u64,
-    /// Prompt tokens computed on a decode worker (direct append or the tail
-    /// after a bypass).
-    pub append_tokens_computed: u64,
-    /// A reseed served from a D→P snapshot (prefill bypass).
-    pub d_to_p_snapshot_used: bool,
-    /// Age of that snapshot, seconds.
-    pub d_to_p_snapshot_age_s: Option<f64>,
-    /// Successful pushes of the session before this turn was sent.
-    pub d_to_p_push_count_during_session: u32,
-    /// Why a reseed did not bypass.
-    pub bypass_miss_reason: Option<&'static str>,
-    /// Why it failed, if it did.
-    pub failed: Option<&'static str>,
-}
 
 /// Nearest-rank percentile of sorted `v` (0 for empty).
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -87,13 +20,36 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+/// A record's execution mode: its session route, or `pd` (naive PD).
+pub fn mode_of(r: &RequestRecord) -> &'static str {
+    r.session.map_or("pd", |s| s.execution_mode)
+}
+
+/// TTFT p50, p99 and mean of a set of records, ms.
+pub fn ttft_stats<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = records.filter_map(|r| r.ttft_ms).collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let mean = if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    (
+        round3(percentile(&v, 0.5)),
+        round3(percentile(&v, 0.99)),
+        round3(mean),
+    )
+}
+
+fn owned(m: &BTreeMap<&'static str, u64>) -> BTreeMap<String, u64> {
+    m.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
 /// Everything one run reports.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RunSummary {
-    /// Configuration label (E1, E3, E4, E4-ablate, or a custom one).
+    /// Configuration label (E1, E3, E4, E4-ablate).
     pub label: String,
-    /// `naive-pd` or `kvc`.
-    pub mode: String,
     /// D→P sync on.
     pub d_to_p_sync: bool,
     /// Prefill bypass on.
@@ -124,7 +80,7 @@ pub struct RunSummary {
     pub direct_ttft_p50_ms: f64,
     /// Reseed causes.
     pub reseed_causes: BTreeMap<String, u64>,
-    /// First send to last completion, s.
+    /// First arrival to last completion, s.
     pub makespan_s: f64,
     /// Completed requests per second.
     pub throughput_rps: f64,
@@ -132,113 +88,103 @@ pub struct RunSummary {
     pub output_tps: f64,
     /// Prompt tokens computed on the prefill worker.
     pub prefill_tokens: u64,
-    /// Prompt tokens computed on decode workers.
+    /// Prompt tokens computed on decode workers (appends).
     pub append_tokens: u64,
-    /// Pushes enqueued (after the K_DELTA throttle).
+    /// Pushes locked for sending (after the K_DELTA throttle; retries too).
     pub pushes_enqueued: u64,
-    /// Push handoffs started.
-    pub pushes_started: u64,
-    /// Pushes ingested by the prefill worker.
+    /// Pushes the prefill worker ingested.
     pub pushes_sent: u64,
-    /// Push attempts that failed (any reason, including aborts).
-    pub pushes_failed: u64,
-    /// Pushes retried.
-    pub pushes_retried: u64,
-    /// Queued pushes dropped before starting (session gone).
-    pub pushes_dropped: u64,
-    /// Push failures by reason.
+    /// Push failures by reason (aborts by a session release included).
     pub push_failures: BTreeMap<String, u64>,
-    /// Bytes of every push transfer started.
+    /// Bytes the landed pushes moved.
     pub push_bytes: u64,
     /// `push_bytes / makespan`, GB/s.
     pub push_gbps: f64,
     /// Reseeds that bypassed the re-prefill.
     pub bypass_hits: u64,
-    /// Bypass misses by reason.
+    /// Reseed bypass misses by reason.
     pub bypass_misses: BTreeMap<String, u64>,
     /// Snapshot evictions by reason.
     pub snapshot_evictions: BTreeMap<String, u64>,
-    /// Double-push warnings.
+    /// Ingests that overlapped another push of the session.
     pub double_pushes: u64,
-    /// Session slots evicted from decode workers.
+    /// Decode session slots evicted for room (closes not counted).
     pub slot_evictions: u64,
-    /// Ledger holdings opened (leases and reservations, both directions).
-    pub ledger_opened: u64,
-    /// Ledger holdings ended.
-    pub ledger_ended: u64,
-    /// The end-of-run accounting check passed.
+    /// Every worker ended drained and no request failed.
     pub drained: bool,
 }
 
-/// TTFT statistics of a set of records.
-pub fn ttft_stats<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> (f64, f64, f64) {
-    let mut v: Vec<f64> = records.filter_map(|r| r.ttft_ms).collect();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let mean = if v.is_empty() {
-        0.0
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    };
-    (
-        round3(percentile(&v, 0.5)),
-        round3(percentile(&v, 0.99)),
-        round3(mean),
-    )
-}
-
 impl RunSummary {
-    /// Fills the request-derived fields from `records`.
-    pub fn fill_from_records(&mut self, records: &[RequestRecord]) {
-        let done = || records.iter().filter(|r| r.failed.is_none());
-        self.requests = records.len() as u64;
-        self.completed = done().count() as u64;
-        self.failed = self.requests - self.completed;
-        (self.ttft_p50_ms, self.ttft_p99_ms, self.ttft_mean_ms) = ttft_stats(done());
+    /// The summary of one engine run.
+    pub fn of(
+        label: &str,
+        sync: (bool, bool),
+        report: &Report,
+        records: &[RequestRecord],
+        bytes_per_token: u64,
+    ) -> RunSummary {
+        let done = || records.iter().filter(|r| r.outcome == "completed");
+        let mut s = RunSummary {
+            label: label.into(),
+            d_to_p_sync: sync.0,
+            bypass: sync.1,
+            requests: report.num_requests,
+            completed: report.completed_requests,
+            failed: report.failed_requests,
+            ..RunSummary::default()
+        };
+        (s.ttft_p50_ms, s.ttft_p99_ms, s.ttft_mean_ms) = ttft_stats(done());
         for r in done() {
-            *self
-                .modes
-                .entry(r.execution_mode.name().to_string())
-                .or_default() += 1;
-            if let Some(c) = r.reseed_cause {
-                *self.reseed_causes.entry(c.to_string()).or_default() += 1;
+            *s.modes.entry(mode_of(r).to_string()).or_default() += 1;
+            if let Some(c) = r.session.and_then(|f| f.reseed_cause) {
+                *s.reseed_causes.entry(c.to_string()).or_default() += 1;
             }
         }
-        let reseeds = done()
-            .filter(|r| r.execution_mode == ExecMode::Reseed)
-            .count();
-        self.reseed_share = if self.completed == 0 {
+        let reseeds = done().filter(|r| mode_of(r) == "reseed").count();
+        s.reseed_share = if s.completed == 0 {
             0.0
         } else {
-            (reseeds as f64 / self.completed as f64 * 1e4).round() / 1e4
+            (reseeds as f64 / s.completed as f64 * 1e4).round() / 1e4
         };
-        let (p50, p99, _) = ttft_stats(done().filter(|r| r.execution_mode == ExecMode::Reseed));
-        self.reseed_ttft_p50_ms = p50;
-        self.reseed_ttft_p99_ms = p99;
-        self.normal_ttft_p50_ms =
-            ttft_stats(done().filter(|r| r.execution_mode != ExecMode::Reseed)).0;
-        self.direct_ttft_p50_ms =
-            ttft_stats(done().filter(|r| r.execution_mode == ExecMode::Direct)).0;
-        self.prefill_tokens = records.iter().map(|r| r.prefill_tokens_computed).sum();
-        self.append_tokens = records.iter().map(|r| r.append_tokens_computed).sum();
-        let first = records
-            .iter()
-            .map(|r| r.sent_ms)
-            .fold(f64::INFINITY, f64::min);
-        let last = done()
-            .filter_map(|r| r.e2e_ms.map(|e| r.sent_ms + e))
-            .fold(0.0f64, f64::max);
-        let span = if first.is_finite() && last > first {
-            (last - first) / 1e3
-        } else {
-            0.0
-        };
-        self.makespan_s = round3(span);
-        if span > 0.0 {
-            self.throughput_rps = round3(self.completed as f64 / span);
-            let out: u64 = done().map(|r| r.output_tokens).sum();
-            self.output_tps = round3(out as f64 / span);
-            self.push_gbps = round3(self.push_bytes as f64 / span / 1e9);
+        let (p50, p99, _) = ttft_stats(done().filter(|r| mode_of(r) == "reseed"));
+        s.reseed_ttft_p50_ms = p50;
+        s.reseed_ttft_p99_ms = p99;
+        s.normal_ttft_p50_ms = ttft_stats(done().filter(|r| mode_of(r) != "reseed")).0;
+        s.direct_ttft_p50_ms = ttft_stats(done().filter(|r| mode_of(r) == "direct")).0;
+        for w in &report.workers {
+            match w.pool {
+                "prefill" => s.prefill_tokens += w.prefill_tokens,
+                _ => s.append_tokens += w.prefill_tokens,
+            }
         }
+        s.makespan_s = round3(report.duration_s);
+        s.throughput_rps = round3(report.request_throughput_rps);
+        s.output_tps = round3(report.output_token_throughput_tps);
+        if let Some(sum) = &report.sessions {
+            s.pushes_enqueued = sum.pushes_enqueued;
+            s.pushes_sent = sum.pushes_sent;
+            s.push_failures = owned(&sum.pushes_failed);
+            if sum.pushes_aborted > 0 {
+                s.push_failures
+                    .insert("session_released".into(), sum.pushes_aborted);
+            }
+            s.push_bytes = sum.pushed_tokens * bytes_per_token;
+            s.bypass_hits = sum.bypass_hits;
+            s.bypass_misses = owned(&sum.bypass_misses);
+            s.snapshot_evictions = owned(&sum.snapshot_evictions);
+            s.double_pushes = sum.double_pushes;
+            s.slot_evictions = sum
+                .slot_evictions
+                .iter()
+                .filter(|(k, _)| **k != "session_close")
+                .map(|(_, v)| v)
+                .sum();
+        }
+        if report.duration_s > 0.0 {
+            s.push_gbps = round3(s.push_bytes as f64 / report.duration_s / 1e9);
+        }
+        s.drained = s.failed == 0 && report.workers.iter().all(|w| w.drained);
+        s
     }
 }
 

@@ -30,4 +30,6 @@ pub use frontend::{FrontendNode, LiveOutcome, LiveRun};
 pub use inproc::run_in_process;
 pub use node::{NodeConfig, NodeStats, WorkerNode};
 pub use remote::{serve_virtual, RemoteError, RemotePort, ServeStats};
-pub use virtual_run::{run_virtual_threads, VirtualOutcome};
+pub use virtual_run::{
+    run_virtual_sessions, run_virtual_sessions_recorded, run_virtual_threads, VirtualOutcome,
+};

@@ -4,8 +4,10 @@
 use crate::remote::{serve_virtual, RemoteError, RemotePort};
 use handoff_core::engine::Engine;
 use handoff_core::{CoreBox, Generation, Transcript, Worker, WorkerHost, WorkerId};
+use handoff_replay::report::RequestSink;
 use handoff_replay::{
-    engine_config, make_core, serving, worker_policy, EngineSpec, ReplayConfig, Report,
+    engine_config, make_core, run_closed_loop, serving, worker_policy, EngineSpec, ReplayConfig,
+    Report, SessionServing,
 };
 use handoff_router::FRONTEND_ID;
 use handoff_transport::ChannelNet;
@@ -26,6 +28,8 @@ pub struct VirtualOutcome {
     pub transcript: Option<Transcript>,
     /// Host operations sent to the nodes.
     pub calls: u64,
+    /// The seed's §6 session log, JSONL (session runs only).
+    pub session_log: Vec<String>,
 }
 
 /// Builds the core of one worker from its spec; a spec that cannot build
@@ -43,6 +47,39 @@ pub fn run_virtual_threads(
     cfg: &ReplayConfig,
     specs: &[EngineSpec],
     items: impl Iterator<Item = TraceItem>,
+) -> Result<VirtualOutcome, RemoteError> {
+    run_virtual(cfg, specs, items, None, None)
+}
+
+/// [`run_virtual_threads`] with closed-loop sessions and session-affine
+/// routing, as [`handoff_replay::Replay::sessions`] runs them.
+pub fn run_virtual_sessions(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: impl Iterator<Item = TraceItem>,
+    sessions: SessionServing,
+) -> Result<VirtualOutcome, RemoteError> {
+    run_virtual(cfg, specs, items, Some(sessions), None)
+}
+
+/// [`run_virtual_sessions`] with every finished request's record handed to
+/// `sink` as it ends (as [`handoff_replay::Replay::with_request_sink`]).
+pub fn run_virtual_sessions_recorded(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: impl Iterator<Item = TraceItem>,
+    sessions: SessionServing,
+    sink: RequestSink,
+) -> Result<VirtualOutcome, RemoteError> {
+    run_virtual(cfg, specs, items, Some(sessions), Some(sink))
+}
+
+fn run_virtual(
+    cfg: &ReplayConfig,
+    specs: &[EngineSpec],
+    items: impl Iterator<Item = TraceItem>,
+    sessions: Option<SessionServing>,
+    sink: Option<RequestSink>,
 ) -> Result<VirtualOutcome, RemoteError> {
     for s in specs {
         make_core(s).map_err(|e| RemoteError::Send(WorkerId(0), e.to_string()))?;
@@ -63,8 +100,18 @@ pub fn run_virtual_threads(
         }));
     }
     let port = RemotePort::new(coordinator, specs.len() as u32, NODE_TIMEOUT);
-    let engine = Engine::new(engine_config(cfg), port, serving(cfg, items));
-    let (director, port) = engine.run();
+    let mut engine = Engine::new(engine_config(cfg), port, serving(cfg, items));
+    if let Some(sink) = sink {
+        engine.director_mut().set_request_sink(sink);
+    }
+    if let Some(s) = sessions {
+        engine
+            .director_mut()
+            .set_sessions(s.routing, s.close_delay, s.evict_after_turn);
+        run_closed_loop(&mut engine, |_, _| {});
+    }
+    let (mut director, port) = engine.run();
+    let session_log = director.take_session_lines();
     let result = match port.error() {
         Some(e) => Err(e.clone()),
         None => {
@@ -74,6 +121,7 @@ pub fn run_virtual_threads(
                     report,
                     transcript,
                     calls: port.calls(),
+                    session_log,
                 }),
                 None => Err(RemoteError::Closed),
             }

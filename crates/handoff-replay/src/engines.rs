@@ -59,6 +59,9 @@ pub struct EngineSpec {
     /// (`--disaggregation-decode-enable-radix-cache`; off: a chunk cache).
     /// Ignored by vLLM.
     pub decode_radix_cache: bool,
+    /// SGLang session slots, snapshot store and bypass (seed 002); off by
+    /// default and ignored by vLLM.
+    pub sessions: handoff_sglang::SessionConfig,
 }
 
 impl Default for EngineSpec {
@@ -73,6 +76,7 @@ impl Default for EngineSpec {
             perf: PerfChoice::DynamoPolynomial,
             source_lease_ttl: None,
             decode_radix_cache: false,
+            sessions: handoff_sglang::SessionConfig::default(),
         }
     }
 }
@@ -124,6 +128,7 @@ impl EngineSpec {
         if let Some(ttl) = self.source_lease_ttl {
             c.source_lease_ttl = ttl;
         }
+        c.sessions = self.sessions;
         c
     }
 

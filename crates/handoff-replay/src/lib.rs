@@ -33,6 +33,7 @@ pub mod profile_file;
 pub mod report;
 pub mod scenarios;
 pub mod serving;
+pub mod session_log;
 pub mod sim;
 pub mod timeline;
 
@@ -43,6 +44,6 @@ pub use handoff_router::Pool;
 pub use report::{Details, Report, RequestRecord};
 pub use serving::Serving;
 pub use sim::{
-    deployment, engine_config, frontend_config, serving, worker_policy, Replay, ReplayConfig,
-    ReplayOutcome,
+    deployment, engine_config, frontend_config, run_closed_loop, serving, worker_policy, Replay,
+    ReplayConfig, ReplayOutcome, SessionServing,
 };

@@ -355,6 +355,9 @@ pub struct Report {
     pub lifecycle: Lifecycle,
     /// Per worker.
     pub workers: Vec<WorkerReport>,
+    /// Session-affine serving (session runs only; seed 002).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<crate::session_log::SessionSummary>,
 }
 
 /// The latency distributions under Dynamo's flat names: for each metric
@@ -421,6 +424,7 @@ struct ReqRec {
     transfer_end: Option<Instant>,
     activated_at: Option<Instant>,
     released_at: Option<Instant>,
+    session: Option<crate::session_log::SessionFields>,
 }
 
 /// How one request ended, as `--per-request-jsonl` writes it: one JSON
@@ -458,6 +462,9 @@ pub struct RequestRecord {
     /// Handoff phase times, ms of model time (absent when the request had
     /// no handoff or never reached the phase).
     pub handoff: HandoffTimes,
+    /// Session fields (session runs only; seed 002 §6).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub session: Option<crate::session_log::SessionFields>,
 }
 
 /// When one request's handoff reached each phase, ms of model time.
@@ -702,6 +709,14 @@ impl Recorder {
         }
     }
 
+    /// The session fields of in-flight request `r` (a session run's
+    /// director keeps them current).
+    pub fn set_session(&mut self, r: RequestId, fields: crate::session_log::SessionFields) {
+        if let Some(rec) = self.reqs.get_mut(&r) {
+            rec.session = Some(fields);
+        }
+    }
+
     /// A request arrived.
     pub fn arrival(&mut self, r: &Request) {
         self.num_requests += 1;
@@ -767,6 +782,7 @@ impl Recorder {
                 source_released_ms: rec.released_at.map(at_ms),
                 source_pinned_for_ms: since(rec.released_at, rec.pinned_at),
             },
+            session: rec.session,
         };
         sink(&record);
     }
@@ -1139,6 +1155,7 @@ impl Recorder {
             flat,
             lifecycle: life,
             workers: out,
+            sessions: None,
         };
         (report, details)
     }

@@ -12,6 +12,13 @@
 //! (expiries, refusals, client cancels), or no worker can take it. Events of
 //! a voided attempt still reach the recorder's lifecycle figures but no
 //! longer move the router or the request's outcome.
+//!
+//! Closed-loop sessions ([`Serving::set_sessions`]): a session's first turn
+//! arrives at its trace time; each later turn arrives its think time
+//! (`TraceItem::delay`) after the previous turn finished or failed, and the
+//! client closes the session `close_delay` after its last turn, which frees
+//! its slot and snapshots on the workers (`WorkerRequest::CloseSession`).
+//! Routing is the frontend's session-affine mode.
 
 use crate::report::{Details, Recorder, Report, RequestSink};
 use handoff_core::engine::{Director, Route, Undeliverable};
@@ -22,8 +29,55 @@ use handoff_core::{
     CancelReason, DestinationState, Generation, HandoffId, Instant, Request, RequestError,
     RequestId, RoleState, Transcript, WorkerEvent, WorkerId, WorkerRequest,
 };
-use handoff_router::{Frontend, Pool};
+use handoff_core::{Duration, SessionId};
+use handoff_router::{Frontend, Pool, SessionRouting};
 use handoff_workload::TraceItem;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Something due in a closed-loop session run.
+enum Due {
+    Turn(Box<TraceItem>),
+    Close(SessionId),
+}
+
+/// Closed-loop session arrivals; see the module docs.
+struct SessionLoop {
+    close_delay: Duration,
+    /// Turns not sent yet, per session, in order.
+    turns: BTreeMap<SessionId, VecDeque<TraceItem>>,
+    /// What is due, by (time, order of scheduling).
+    due: BTreeMap<(Instant, u64), Due>,
+    order: u64,
+    /// The session and turn index of each turn in flight.
+    of_request: FastMap<RequestId, (SessionId, u32)>,
+    /// Force a capacity eviction of the session's slot after this turn.
+    evict_after_turn: Option<u32>,
+}
+
+impl SessionLoop {
+    fn schedule(&mut self, at: Instant, what: Due) {
+        self.order += 1;
+        self.due.insert((at, self.order), what);
+    }
+
+    /// The turn `r` ended (finished or failed): its session's next turn
+    /// after its think time, or the close.
+    fn turn_ended(&mut self, r: RequestId, now: Instant) {
+        let Some((s, _)) = self.of_request.remove(&r) else {
+            return;
+        };
+        match self.turns.get_mut(&s).and_then(VecDeque::pop_front) {
+            Some(item) => {
+                let at = now + item.delay.unwrap_or(Duration::ZERO);
+                self.schedule(at, Due::Turn(Box::new(item)));
+            }
+            None => {
+                self.turns.remove(&s);
+                self.schedule(now + self.close_delay, Due::Close(s));
+            }
+        }
+    }
+}
 
 /// What the director keeps of a request until it ends.
 struct Flight {
@@ -66,6 +120,10 @@ pub struct Serving<I> {
     /// Closed loop: requests allowed in flight (`None`: open loop, at the
     /// workload's timestamps).
     concurrency: Option<usize>,
+    /// Closed-loop sessions, when on.
+    sessions: Option<SessionLoop>,
+    /// The seed's §6 log and per-request session fields (session runs).
+    session_log: Option<crate::session_log::SessionLog>,
     /// The model time of the last callback (closed-loop arrivals happen
     /// then).
     now: Instant,
@@ -78,11 +136,17 @@ pub struct Serving<I> {
 /// (`Serving::set_kv_sink`).
 pub type KvSink = Box<dyn FnMut(WorkerId, &handoff_core::KvEvent, Instant)>;
 
-fn parts(r: &WorkerRequest) -> (RequestId, Option<HandoffId>) {
+/// The request and attempt `r` carries (`None` for a session close, which
+/// belongs to no request).
+fn parts(r: &WorkerRequest) -> Option<(RequestId, Option<HandoffId>)> {
     match r {
-        WorkerRequest::Ordinary(q) => (q.id, None),
+        WorkerRequest::Ordinary(q) => Some((q.id, None)),
         WorkerRequest::HandoffSource { request, id }
-        | WorkerRequest::HandoffDestination { request, id, .. } => (request.id, Some(*id)),
+        | WorkerRequest::HandoffDestination { request, id, .. } => Some((request.id, Some(*id))),
+        WorkerRequest::CloseSession(_)
+        | WorkerRequest::EvictSession(_)
+        | WorkerRequest::PushSource { .. }
+        | WorkerRequest::PushDestination { .. } => None,
     }
 }
 
@@ -122,6 +186,8 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             migration: true,
             lost: Vec::new(),
             concurrency: None,
+            sessions: None,
+            session_log: None,
             now: Instant::ZERO,
             details: None,
             kv_sink: None,
@@ -143,6 +209,53 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         self.kv_sink = Some(sink);
     }
 
+    /// Closed-loop session arrivals, with session-affine routing (see the
+    /// module docs); the engine must be asked again after every unit of
+    /// work, as for [`Serving::set_concurrency`]. Reads the whole workload
+    /// now (turns wait for their predecessors). Turns of no session arrive
+    /// at their trace times.
+    /// `evict_after_turn` forces a capacity eviction of a session's slot
+    /// after its turn of that index finishes (the seed's §8 smoke test).
+    /// Without `routing` the turns are routed like any request (naive PD
+    /// disaggregation on a session trace, the seed's E1).
+    pub fn set_sessions(
+        &mut self,
+        routing: Option<SessionRouting>,
+        close_delay: Duration,
+        evict_after_turn: Option<u32>,
+    ) {
+        if let Some(r) = routing {
+            self.frontend.set_sessions(r);
+        }
+        let mut lp = SessionLoop {
+            evict_after_turn,
+            close_delay,
+            turns: BTreeMap::new(),
+            due: BTreeMap::new(),
+            order: 0,
+            of_request: FastMap::default(),
+        };
+        for item in self.next.take().into_iter().chain(self.workload.by_ref()) {
+            match item.request.session {
+                Some(s) => lp.turns.entry(s).or_default().push_back(item),
+                None => lp.schedule(item.request.arrival, Due::Turn(Box::new(item))),
+            }
+        }
+        let firsts: Vec<SessionId> = lp.turns.keys().copied().collect();
+        for s in firsts {
+            if let Some(item) = lp.turns.get_mut(&s).and_then(VecDeque::pop_front) {
+                lp.schedule(item.request.arrival, Due::Turn(Box::new(item)));
+            }
+        }
+        self.sessions = Some(lp);
+        self.session_log = Some(crate::session_log::SessionLog::new(true));
+    }
+
+    /// The session log (session runs only).
+    pub fn session_log(&self) -> Option<&crate::session_log::SessionLog> {
+        self.session_log.as_ref()
+    }
+
     /// See [`Recorder::set_request_sink`].
     pub fn set_request_sink(&mut self, sink: RequestSink) {
         if let Some(rec) = self.rec.as_mut() {
@@ -162,6 +275,14 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.capacity(w, at, c);
         }
+    }
+
+    /// The session log's JSONL lines (empty unless a session run).
+    pub fn take_session_lines(&mut self) -> Vec<String> {
+        self.session_log
+            .as_mut()
+            .map(crate::session_log::SessionLog::take_lines)
+            .unwrap_or_default()
     }
 
     /// The report and the transcript (if kept), once the engine finished.
@@ -208,7 +329,9 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
 
     /// Notes where each routed request went and under which attempt.
     fn track(&mut self, to: WorkerId, request: &WorkerRequest) {
-        let (rid, attempt) = parts(request);
+        let Some((rid, attempt)) = parts(request) else {
+            return;
+        };
         if let Some(f) = self.flights.get_mut(&rid) {
             f.holder = to;
             if let Some(id) = attempt {
@@ -226,6 +349,12 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// ever report it.
     fn fail(&mut self, r: RequestId, reason: &'static str, lost: Option<WorkerId>) {
         self.flights.remove(&r);
+        if let Some(lp) = self.sessions.as_mut() {
+            lp.turn_ended(r, self.now);
+        }
+        if let Some(log) = self.session_log.as_mut() {
+            log.take_fields(r);
+        }
         if let Some(w) = lost {
             self.frontend.request_lost(r, w);
         }
@@ -284,6 +413,18 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         true
     }
 
+    /// Whether `e` is a D→P push's.
+    fn push_event(&self, e: &WorkerEvent) -> bool {
+        let request = match e {
+            WorkerEvent::Transition(t) => t.request,
+            WorkerEvent::PrefillPinned { request, .. }
+            | WorkerEvent::StartTransfer { request, .. }
+            | WorkerEvent::RoleEnded { request, .. } => *request,
+            _ => return false,
+        };
+        handoff_router::is_push(request)
+    }
+
     /// Whether `e` belongs to a voided attempt (one a migration replaced).
     fn stale(&self, e: &WorkerEvent) -> bool {
         let (id, request) = match e {
@@ -300,6 +441,9 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
 
 impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     fn next_arrival(&mut self) -> Option<Instant> {
+        if let Some(lp) = self.sessions.as_ref() {
+            return lp.due.keys().next().map(|&(t, _)| t.max(self.now));
+        }
         if let Some(n) = self.concurrency {
             if self.in_flight() >= n {
                 return None;
@@ -316,10 +460,33 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
 
     fn arrive(&mut self, now: Instant, out: &mut Vec<Route>) {
         self.now = now;
-        let Some(mut item) = self.next.take() else {
+        let next = match self.sessions.as_mut() {
+            Some(lp) => match lp.due.pop_first() {
+                Some((_, Due::Turn(item))) => {
+                    if let Some(s) = item.request.session {
+                        lp.of_request
+                            .insert(item.request.id, (s, item.turn.unwrap_or(0)));
+                    }
+                    Some(*item)
+                }
+                Some((_, Due::Close(s))) => {
+                    for (to, request) in self.frontend.close_session(s) {
+                        out.push(Route {
+                            to,
+                            request,
+                            delay: handoff_core::Duration::ZERO,
+                        });
+                    }
+                    return;
+                }
+                None => None,
+            },
+            None => self.next.take(),
+        };
+        let Some(mut item) = next else {
             return;
         };
-        if self.concurrency.is_some() {
+        if self.concurrency.is_some() || self.sessions.is_some() {
             item.request.arrival = now;
         }
         if let Some(rec) = self.rec.as_mut() {
@@ -337,7 +504,18 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 roles: Vec::new(),
             },
         );
+        let session = item.request.session;
         let routes = self.frontend.arrive(item.request, now);
+        if let (Some(log), Some(s), Some(route)) = (
+            self.session_log.as_mut(),
+            session,
+            self.frontend.last_session_route(),
+        ) {
+            log.routed(rid, s, route);
+            if let (Some(rec), Some(f)) = (self.rec.as_mut(), log.fields(rid)) {
+                rec.set_session(rid, f);
+            }
+        }
         if routes.is_empty() {
             return self.fail(rid, "no-worker", None);
         }
@@ -360,7 +538,27 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let (Some(t), WorkerEvent::Transition(tr)) = (self.transcript.as_mut(), e) {
             t.record(tr);
         }
+        if self.push_event(e) {
+            // A D→P push (a reversed handoff) serves no client request: it
+            // is in the transcript and the session log, not in the request
+            // figures, and its end decides no request's fate.
+            let mut routed = std::mem::take(&mut self.scratch);
+            routed.extend(self.frontend.on_event(w, pool, e, now));
+            for (to, request, delay) in routed.drain(..) {
+                out.push(Route { to, request, delay });
+            }
+            self.scratch = routed;
+            return;
+        }
         let stale = self.stale(e);
+        if let (Some(log), WorkerEvent::Session { event, at }) = (self.session_log.as_mut(), e) {
+            log.event(w, event, *at);
+            if let handoff_core::session::SessionEvent::BypassHit { request, .. } = event {
+                if let (Some(rec), Some(f)) = (self.rec.as_mut(), log.fields(*request)) {
+                    rec.set_session(*request, f);
+                }
+            }
+        }
         if let Some(rec) = self.rec.as_mut() {
             rec.event(w, pool, e, stale);
         }
@@ -375,6 +573,22 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             }
             WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
                 self.flights.remove(request);
+                if let Some(lp) = self.sessions.as_mut() {
+                    let turn = lp.of_request.get(request).copied();
+                    if let (Some((s, k)), Some(n)) = (turn, lp.evict_after_turn) {
+                        if k == n {
+                            out.push(Route {
+                                to: w,
+                                request: WorkerRequest::EvictSession(s),
+                                delay: handoff_core::Duration::ZERO,
+                            });
+                        }
+                    }
+                    lp.turn_ended(*request, now);
+                }
+                if let Some(log) = self.session_log.as_mut() {
+                    log.take_fields(*request);
+                }
             }
             WorkerEvent::Transition(t)
                 if !stale && t.to == RoleState::Destination(DestinationState::Active) =>
@@ -441,7 +655,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.undeliverable(why);
         }
-        let (rid, attempt) = parts(request);
+        let Some((rid, attempt)) = parts(request) else {
+            return;
+        };
         let current = self
             .flights
             .get(&rid)
@@ -523,7 +739,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             rec.unresolved_teardown += torn_down;
             rec.faults = faults;
             let pools = &self.pools;
-            let (report, details) = rec.finish_detailed(
+            let (mut report, details) = rec.finish_detailed(
                 end,
                 finals.iter().map(|f| {
                     (
@@ -535,6 +751,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                     )
                 }),
             );
+            report.sessions = self.session_log.as_ref().map(|l| l.summary().clone());
             self.report = Some(report);
             self.details = details;
         }

@@ -81,6 +81,44 @@ impl Default for ReplayConfig {
     }
 }
 
+/// Session-affine serving with closed-loop session arrivals (seed 002), as
+/// replay and virtual-clock live both run it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionServing {
+    /// The frontend's session routing; `None` routes turns like any
+    /// request (naive PD on a session trace).
+    pub routing: Option<handoff_router::SessionRouting>,
+    /// From a session's last turn ending to the client closing it.
+    pub close_delay: Duration,
+    /// Force a capacity eviction of a session's slot after its turn of
+    /// this index (the seed's §8 smoke test); `None` in normal runs.
+    pub evict_after_turn: Option<u32>,
+}
+
+/// Runs `engine` to the end asking its director for arrivals after every
+/// unit of work, as closed loops need (a completion lets the next request
+/// in at that instant); `each` sees the engine after every unit.
+pub fn run_closed_loop<P: handoff_core::engine::HostPort, D: handoff_core::engine::Director>(
+    engine: &mut Engine<P, D>,
+    mut each: impl FnMut(&mut Engine<P, D>, Instant),
+) {
+    loop {
+        let at = engine.now();
+        let more = engine.run_event();
+        engine.arrivals_changed();
+        each(engine, at);
+        if !more {
+            // A completion in the last instant may have freed a slot or
+            // scheduled a session's next turn: look once more.
+            engine.arrivals_changed();
+            if engine.run_event() {
+                continue;
+            }
+            break;
+        }
+    }
+}
+
 /// A replay run: the one [`Engine`] with every host in this thread and the
 /// [`Serving`] director.
 pub struct Replay<'a, I: Iterator<Item = TraceItem>> {
@@ -103,6 +141,8 @@ pub struct ReplayOutcome {
     /// Router bookings still held at the end, both pools (0 when every
     /// request's load was released).
     pub live_bookings: usize,
+    /// The seed's §6 session log, JSONL (session runs only).
+    pub session_log: Vec<String>,
 }
 
 /// The workers of a deployment: ids `0..n`, prefill (or aggregated) first.
@@ -219,6 +259,27 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
         Self::build(cfg, workload, make_core, Some(concurrency.max(1)))
     }
 
+    /// A closed-loop session replay (seed 002's serving): session-affine
+    /// routing, each turn its think time after the previous one ended, the
+    /// session closed `close_delay` after its last turn (see
+    /// [`Serving::set_sessions`]). The cores must keep session slots (an
+    /// SGLang core with sessions on) for turns to append.
+    pub fn sessions(
+        cfg: ReplayConfig,
+        workload: I,
+        sessions: SessionServing,
+        make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
+    ) -> Self {
+        let mut r = Self::build(cfg, workload, make_core, None);
+        r.engine.director_mut().set_sessions(
+            sessions.routing,
+            sessions.close_delay,
+            sessions.evict_after_turn,
+        );
+        r.closed_loop = true;
+        r
+    }
+
     /// Hands every finished request's record to `sink` (`--per-request-jsonl`).
     pub fn with_request_sink(mut self, sink: RequestSink) -> Self {
         self.engine.director_mut().set_request_sink(sink);
@@ -249,51 +310,45 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
 
     /// Runs to completion and returns everything it produced.
     pub fn run_all(mut self) -> ReplayOutcome {
-        if self.sample || self.closed_loop {
+        let sample = self.sample;
+        if self.closed_loop {
+            run_closed_loop(&mut self.engine, |engine, at| {
+                if sample {
+                    sample_hosts(engine, at);
+                }
+            });
+        } else if sample {
             loop {
                 let at = self.engine.now();
-                let more = if self.closed_loop {
-                    let more = self.engine.run_event();
-                    self.engine.arrivals_changed();
-                    more
-                } else {
-                    self.engine.run_one()
-                };
-                if self.sample {
-                    self.sample_hosts(at);
-                }
+                let more = self.engine.run_one();
+                sample_hosts(&mut self.engine, at);
                 if !more {
-                    // A completion in the last instant may have freed a
-                    // closed-loop slot: look once more.
-                    if self.closed_loop {
-                        self.engine.arrivals_changed();
-                        if self.engine.run_event() {
-                            continue;
-                        }
-                    }
                     break;
                 }
             }
         }
-        let (director, _) = self.engine.run();
+        let (mut director, _) = self.engine.run();
         let live_bookings = director.router_bookings();
+        let session_log = director.take_session_lines();
         let (report, transcript, details) = director.into_parts();
         ReplayOutcome {
             report: report.expect("the engine finishes its director"),
             transcript,
             details,
             live_bookings,
+            session_log,
         }
     }
+}
 
-    /// Hands the recorder every host's capacity as of instant `at`.
-    fn sample_hosts(&mut self, at: Instant) {
-        let n = self.engine.port().hosts().len();
-        for w in 0..n {
-            let cap = self.engine.port().hosts()[w].worker().capacity();
-            self.engine
-                .director_mut()
-                .capacity(WorkerId(w as u32), at, &cap);
-        }
+/// Hands the recorder every host's capacity as of instant `at`.
+fn sample_hosts<I: Iterator<Item = TraceItem>>(
+    engine: &mut Engine<LocalHosts<'_, CoreBox>, Serving<I>>,
+    at: Instant,
+) {
+    let n = engine.port().hosts().len();
+    for w in 0..n {
+        let cap = engine.port().hosts()[w].worker().capacity();
+        engine.director_mut().capacity(WorkerId(w as u32), at, &cap);
     }
 }

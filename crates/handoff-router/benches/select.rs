@@ -63,8 +63,7 @@ fn make_requests(n: u64) -> Vec<Request> {
         .collect()
 }
 
-fn bench(mode: RouterMode, requests: &[Request]) {
-    let workers = 4u32;
+fn bench(mode: RouterMode, requests: &[Request], workers: u32) {
     let mut r = Router::new(
         RouterConfig::new(PoolRole::Prefill, mode, BS).with_seed(7),
         (0..workers).map(WorkerId),
@@ -74,6 +73,7 @@ fn bench(mode: RouterMode, requests: &[Request]) {
     let mut hashes = Vec::new();
     let mut event_id = 0u64;
     let (mut router_nanos, mut calls) = (0u128, 0u64);
+    let (mut event_nanos, mut events) = (0u128, 0u64);
     let warmup = requests.len() / 5;
     let mut steady_allocs = 0u64;
     let mut steady_selects = 0u64;
@@ -94,27 +94,29 @@ fn bench(mode: RouterMode, requests: &[Request]) {
         req.block_hashes(BS, &mut hashes);
         let w = s.worker.0 as usize;
         event_id += 1;
-        r.on_kv_event(
-            s.worker,
-            &KvEvent {
-                event_id,
-                data: KvEventData::Stored {
-                    parent_hash: None,
-                    block_hashes: hashes.clone(),
-                },
+        let stored = KvEvent {
+            event_id,
+            data: KvEventData::Stored {
+                parent_hash: None,
+                block_hashes: hashes.clone(),
             },
-        );
+        };
+        let t = std::time::Instant::now();
+        r.on_kv_event(s.worker, &stored);
+        event_nanos += t.elapsed().as_nanos();
+        events += 1;
         published[w].push_back(hashes.clone());
         if published[w].len() > 64 {
             let old = published[w].pop_front().unwrap_or_default();
             event_id += 1;
-            r.on_kv_event(
-                s.worker,
-                &KvEvent {
-                    event_id,
-                    data: KvEventData::Removed { block_hashes: old },
-                },
-            );
+            let removed = KvEvent {
+                event_id,
+                data: KvEventData::Removed { block_hashes: old },
+            };
+            let t = std::time::Instant::now();
+            r.on_kv_event(s.worker, &removed);
+            event_nanos += t.elapsed().as_nanos();
+            events += 1;
         }
         live.push_back(req.id);
         if live.len() > 64 {
@@ -131,19 +133,28 @@ fn bench(mode: RouterMode, requests: &[Request]) {
         }
     }
     let per_worker: Vec<u64> = r.loads().map(|(_, l)| l.selected).collect();
+    let spread = match (per_worker.iter().min(), per_worker.iter().max()) {
+        (Some(lo), Some(hi)) => format!("selected per worker {lo}..{hi}"),
+        _ => String::new(),
+    };
     println!(
-        "{:>13}: {} selects, {:.0} ns per router call, {:.3} allocations per steady-state select+release, selected per worker {:?}",
+        "{:>13} {workers:>3} workers: {} selects, {:.0} ns per router call, {:.0} ns per kv event (untimed in calls), {:.3} allocations per steady-state select+release, {spread}",
         mode.name(),
         requests.len(),
         router_nanos as f64 / calls as f64,
+        event_nanos as f64 / events.max(1) as f64,
         steady_allocs as f64 / steady_selects.max(1) as f64,
-        per_worker,
     );
 }
 
 fn main() {
     let requests = make_requests(50_000);
-    for mode in RouterMode::ALL {
-        bench(mode, &requests);
+    // 4 workers as in the README's deployments (scored worker by worker);
+    // 16, the smallest pool that keeps the pool-wide index; 64 as one pool
+    // of the 64P+64D cluster-scale replay.
+    for workers in [4, 16, 64] {
+        for mode in RouterMode::ALL {
+            bench(mode, &requests, workers);
+        }
     }
 }

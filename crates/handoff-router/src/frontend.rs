@@ -8,16 +8,36 @@
 //!   completes or its destination role fails terminally.
 //!
 //! It is sans-IO like the workers: it answers with requests to deliver.
+//!
+//! Session-affine mode ([`Frontend::set_sessions`], seed 002's KVC): a
+//! session table maps each session to the decode worker holding its slot. A
+//! turn of a resident session goes straight to that worker as an ordinary
+//! request (direct-to-D append); otherwise — first turn, slot evicted
+//! (admission refused for capacity), worker gone, or moved by the rebalance
+//! policy — it is reseeded: prefilled on a prefill worker and handed to a
+//! decode worker destination-first, which then holds the session. The table
+//! follows the workers' `SlotEvicted` session events.
 
 use crate::{PoolRole, Router, RouterConfig, RouterMode};
+use handoff_core::session::{SessionEvent, SlotEvictReason};
+use handoff_core::SessionId;
 use handoff_core::{
     Duration, Generation, HandoffId, HandoffIdGen, HandoffPolicy, Instant, Request, RequestId,
     Role, SourceReady, WorkerEvent, WorkerId, WorkerRequest,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The worker that mints handoff ids (the frontend itself).
 pub const FRONTEND_ID: WorkerId = WorkerId(u32::MAX);
+
+/// D→P pushes serve no client request; their transitions carry request ids
+/// from this bit up, which no trace uses.
+pub const PUSH_REQUESTS: u64 = 1 << 63;
+
+/// Whether `r` names a D→P push rather than a client request.
+pub fn is_push(r: RequestId) -> bool {
+    r.0 & PUSH_REQUESTS != 0
+}
 
 /// How the frontend routes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -60,6 +80,80 @@ impl Pool {
     }
 }
 
+/// Session-affine routing knobs (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionRouting {
+    /// Rebalance: reseed a resident session elsewhere when its decode
+    /// worker has at least this many more live bookings than the least
+    /// booked other decode worker; 0 disables.
+    pub rebalance_threshold: u32,
+}
+
+/// Why a resident-or-not session turn was reseeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReseedCause {
+    /// The slot was evicted for room (the worker refused to keep it).
+    Capacity,
+    /// The slot is gone for another reason (forced, closed, never kept).
+    NotResident,
+    /// The worker holding the slot is down.
+    WorkerDown,
+    /// The rebalance policy moved the session.
+    Rebalance,
+}
+
+impl ReseedCause {
+    /// Stable name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReseedCause::Capacity => "capacity",
+            ReseedCause::NotResident => "not_resident",
+            ReseedCause::WorkerDown => "worker_down",
+            ReseedCause::Rebalance => "rebalance",
+        }
+    }
+}
+
+/// How a session's turn was routed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SessionRoute {
+    /// The session's first turn here: prefilled and handed off.
+    Seed,
+    /// Appended on the decode worker holding the session.
+    Direct,
+    /// Prefilled again (or bypassed with a snapshot) and handed to a
+    /// decode worker.
+    Reseed(ReseedCause),
+}
+
+impl SessionRoute {
+    /// Stable name for reports (the seed's `execution_mode`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionRoute::Seed => "seed",
+            SessionRoute::Direct => "direct",
+            SessionRoute::Reseed(_) => "reseed",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct SessionTable {
+    routing: Option<SessionRouting>,
+    /// Session → decode worker holding (or about to hold) its slot.
+    resident: BTreeMap<SessionId, WorkerId>,
+    /// Why a session's slot went away, until its next turn.
+    gone: BTreeMap<SessionId, ReseedCause>,
+    /// Sessions seen (a turn of one not seen is a seed).
+    seen: BTreeMap<SessionId, ()>,
+    /// The prefill worker that last prefilled each session: where its
+    /// decode worker pushes snapshots.
+    prefill_of: BTreeMap<SessionId, WorkerId>,
+    /// Pushes routed (their transitions carry `PUSH_REQUESTS + n`).
+    pushes: u64,
+    last_route: Option<SessionRoute>,
+}
+
 /// See the module docs.
 pub struct Frontend {
     policy: HandoffPolicy,
@@ -73,6 +167,7 @@ pub struct Frontend {
     waiting: Vec<(WorkerId, HandoffId, SourceReady, RequestId)>,
     hop: Duration,
     disabled_delay: Duration,
+    sessions: SessionTable,
 }
 
 impl Frontend {
@@ -121,6 +216,185 @@ impl Frontend {
             waiting: Vec::new(),
             hop: cfg.hop,
             disabled_delay: cfg.disabled_delay,
+            sessions: SessionTable::default(),
+        }
+    }
+
+    /// Turns session-affine routing on (destination-first disaggregation
+    /// only; otherwise it is ignored and turns route like any request).
+    pub fn set_sessions(&mut self, routing: SessionRouting) {
+        if !self.aggregated && self.policy == HandoffPolicy::DestinationFirst {
+            self.sessions.routing = Some(routing);
+        }
+    }
+
+    /// Whether session-affine routing is on.
+    pub fn sessions_on(&self) -> bool {
+        self.sessions.routing.is_some()
+    }
+
+    /// The decode worker holding `session`, per the session table.
+    pub fn session_worker(&self, session: SessionId) -> Option<WorkerId> {
+        self.sessions.resident.get(&session).copied()
+    }
+
+    /// How the last [`Frontend::arrive`] routed its request, if it was a
+    /// session turn in session-affine mode.
+    pub fn last_session_route(&self) -> Option<SessionRoute> {
+        self.sessions.last_route
+    }
+
+    /// The client closed `session`: where to send the close (the decode
+    /// worker holding its slot, and every prefill worker, which may hold a
+    /// snapshot of it). The session leaves the table.
+    pub fn close_session(&mut self, session: SessionId) -> Vec<(WorkerId, WorkerRequest)> {
+        let mut out = Vec::new();
+        if self.sessions.routing.is_none() {
+            return out;
+        }
+        self.sessions.gone.remove(&session);
+        self.sessions.seen.remove(&session);
+        self.sessions.prefill_of.remove(&session);
+        if let Some(d) = self.sessions.resident.remove(&session) {
+            out.push((d, WorkerRequest::CloseSession(session)));
+        }
+        for p in self.prefill.workers() {
+            out.push((p, WorkerRequest::CloseSession(session)));
+        }
+        out
+    }
+
+    /// Session-affine routing of a turn: `Some` routes when it goes direct
+    /// to the decode worker holding the session; `None` to reseed (the
+    /// caller routes it as a handoff and records the chosen decode worker).
+    fn route_session(
+        &mut self,
+        session: SessionId,
+        request: &Request,
+        now: Instant,
+    ) -> Option<Vec<(WorkerId, WorkerRequest)>> {
+        let routing = self.sessions.routing?;
+        let first = self.sessions.seen.insert(session, ()).is_none();
+        let Some(&d) = self.sessions.resident.get(&session) else {
+            let cause = self
+                .sessions
+                .gone
+                .remove(&session)
+                .unwrap_or(ReseedCause::NotResident);
+            self.sessions.last_route = Some(if first {
+                SessionRoute::Seed
+            } else {
+                SessionRoute::Reseed(cause)
+            });
+            return None;
+        };
+        let decode = self.decode.as_mut()?;
+        let load = decode.load(d);
+        if !load.is_some_and(|l| l.available) {
+            self.sessions.resident.remove(&session);
+            self.sessions.last_route = Some(SessionRoute::Reseed(ReseedCause::WorkerDown));
+            return None;
+        }
+        if routing.rebalance_threshold > 0 {
+            let mine = load.map_or(0, |l| l.booked_requests);
+            let least = decode
+                .loads()
+                .filter(|(w, l)| *w != d && l.available)
+                .map(|(_, l)| l.booked_requests)
+                .min();
+            if least.is_some_and(|l| mine >= l + u64::from(routing.rebalance_threshold)) {
+                self.sessions.last_route = Some(SessionRoute::Reseed(ReseedCause::Rebalance));
+                return None;
+            }
+        }
+        decode.book(d, request, now)?;
+        self.sessions.last_route = Some(SessionRoute::Direct);
+        Some(vec![(d, WorkerRequest::Ordinary(request.clone()))])
+    }
+
+    /// A reseed went to decode worker `to`: it holds the session now; a
+    /// slot still on another worker (a rebalance) is closed there.
+    fn reseeded(
+        &mut self,
+        session: SessionId,
+        to: WorkerId,
+        out: &mut Vec<(WorkerId, WorkerRequest)>,
+    ) {
+        if let Some(old) = self.sessions.resident.insert(session, to) {
+            if old != to {
+                out.push((old, WorkerRequest::CloseSession(session)));
+            }
+        }
+    }
+
+    /// A decode worker locked a slot for a D→P push: route the reversed
+    /// handoff, `w` the source, the session's prefill worker the
+    /// destination.
+    fn route_push(
+        &mut self,
+        w: WorkerId,
+        event: &SessionEvent,
+        out: &mut Vec<(WorkerId, WorkerRequest, Duration)>,
+    ) {
+        let SessionEvent::PushEnqueued {
+            session,
+            lock,
+            tokens,
+            ..
+        } = *event
+        else {
+            return;
+        };
+        if self.sessions.routing.is_none() {
+            return;
+        }
+        let known = self.sessions.prefill_of.get(&session).copied();
+        let Some(p) = known.or_else(|| self.prefill.workers().next()) else {
+            return;
+        };
+        let id = self.ids.next_id();
+        self.sessions.pushes += 1;
+        let request = RequestId(PUSH_REQUESTS | self.sessions.pushes);
+        out.push((
+            w,
+            WorkerRequest::PushSource {
+                id,
+                request,
+                session,
+                lock,
+                tokens,
+            },
+            Duration::ZERO,
+        ));
+        out.push((
+            p,
+            WorkerRequest::PushDestination {
+                id,
+                request,
+                session,
+                tokens,
+                source: w,
+            },
+            Duration::ZERO,
+        ));
+    }
+
+    /// The session table follows slot evictions.
+    fn on_session_event(&mut self, w: WorkerId, event: &SessionEvent) {
+        if let SessionEvent::SlotEvicted {
+            session, reason, ..
+        } = *event
+        {
+            if reason != SlotEvictReason::Replaced
+                && self.sessions.resident.get(&session) == Some(&w)
+            {
+                self.sessions.resident.remove(&session);
+                let cause = match reason {
+                    SlotEvictReason::Capacity => ReseedCause::Capacity,
+                    _ => ReseedCause::NotResident,
+                };
+                self.sessions.gone.insert(session, cause);
+            }
         }
     }
 
@@ -142,6 +416,17 @@ impl Frontend {
     /// Worker `w` is gone: route nothing more to it. Its bookings stay until
     /// the requests they belong to end (their owners report that).
     pub fn worker_lost(&mut self, w: WorkerId) {
+        let gone: Vec<SessionId> = self
+            .sessions
+            .resident
+            .iter()
+            .filter(|(_, d)| **d == w)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in gone {
+            self.sessions.resident.remove(&s);
+            self.sessions.gone.insert(s, ReseedCause::WorkerDown);
+        }
         self.prefill.remove_worker(w);
         if let Some(d) = self.decode.as_mut() {
             d.remove_worker(w);
@@ -246,6 +531,32 @@ impl Frontend {
     /// Routes a new request; returns where to deliver what (nothing when a
     /// pool it needs has no selectable worker; it then holds no booking).
     pub fn arrive(&mut self, request: Request, now: Instant) -> Vec<(WorkerId, WorkerRequest)> {
+        self.sessions.last_route = None;
+        let session = request.session.filter(|_| self.sessions.routing.is_some());
+        if let Some(s) = session {
+            if let Some(direct) = self.route_session(s, &request, now) {
+                return direct;
+            }
+        }
+        let mut routes = self.arrive_handoff(request, now);
+        if let Some(s) = session {
+            let dest = routes.iter().find_map(|(w, r)| {
+                matches!(r, WorkerRequest::HandoffDestination { .. }).then_some(*w)
+            });
+            let source = routes
+                .iter()
+                .find_map(|(w, r)| matches!(r, WorkerRequest::HandoffSource { .. }).then_some(*w));
+            if let Some(p) = source {
+                self.sessions.prefill_of.insert(s, p);
+            }
+            if let Some(d) = dest {
+                self.reseeded(s, d, &mut routes);
+            }
+        }
+        routes
+    }
+
+    fn arrive_handoff(&mut self, request: Request, now: Instant) -> Vec<(WorkerId, WorkerRequest)> {
         // A pool is empty when every worker of it is down (killed and not
         // yet restarted); the request is then unserved and the caller fails
         // it.
@@ -301,6 +612,10 @@ impl Frontend {
     ) -> Vec<(WorkerId, WorkerRequest, Duration)> {
         let mut out = Vec::new();
         match event {
+            WorkerEvent::Session { event, .. } => {
+                self.on_session_event(w, event);
+                self.route_push(w, event, &mut out);
+            }
             WorkerEvent::Kv { event, .. } => match pool {
                 Pool::Decode => {
                     if let Some(d) = self.decode.as_mut() {
@@ -434,5 +749,175 @@ impl Frontend {
                 ready: Some(ready),
             },
         ))
+    }
+}
+
+#[cfg(test)]
+mod session_tests {
+    use super::*;
+    use handoff_core::session::SessionEvent;
+
+    fn frontend() -> Frontend {
+        let cfg = FrontendConfig {
+            policy: HandoffPolicy::DestinationFirst,
+            aggregated: false,
+            mode: RouterMode::RoundRobin,
+            block_size: 64,
+            seed: 1,
+            hop: Duration::ZERO,
+            disabled_delay: Duration::ZERO,
+        };
+        let workers = [
+            (WorkerId(0), Pool::Prefill),
+            (WorkerId(1), Pool::Decode),
+            (WorkerId(2), Pool::Decode),
+        ];
+        let mut f = Frontend::new(cfg, &workers);
+        f.set_sessions(SessionRouting {
+            rebalance_threshold: 0,
+        });
+        f
+    }
+
+    fn turn(id: u64) -> Request {
+        Request {
+            id: RequestId(id),
+            prompt_tokens: 1000 * id as u32,
+            max_output_tokens: 4,
+            prefix_hashes: vec![1, 2],
+            hash_block_tokens: 512,
+            session: Some(SessionId(5)),
+            arrival: Instant::ZERO,
+        }
+    }
+
+    fn finish(f: &mut Frontend, w: WorkerId, r: u64) {
+        let e = WorkerEvent::RequestFinished {
+            request: RequestId(r),
+            at: Instant::ZERO,
+        };
+        f.on_event(w, Pool::Decode, &e, Instant::ZERO);
+    }
+
+    #[test]
+    fn turns_go_direct_while_resident_and_reseed_after_an_eviction() {
+        let mut f = frontend();
+        let seed = f.arrive(turn(1), Instant::ZERO);
+        assert_eq!(f.last_session_route(), Some(SessionRoute::Seed));
+        let d = match &seed[..] {
+            [(WorkerId(0), WorkerRequest::HandoffSource { .. }), (d, WorkerRequest::HandoffDestination { .. })] => {
+                *d
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(f.session_worker(SessionId(5)), Some(d));
+        finish(&mut f, d, 1);
+
+        let direct = f.arrive(turn(2), Instant::ZERO);
+        assert_eq!(f.last_session_route(), Some(SessionRoute::Direct));
+        assert!(matches!(&direct[..], [(w, WorkerRequest::Ordinary(_))] if *w == d));
+        let booked = f.decode_router().and_then(|r| r.booking(RequestId(2)));
+        assert_eq!(
+            booked.map(|b| b.worker),
+            Some(d),
+            "direct turns book decode load"
+        );
+        finish(&mut f, d, 2);
+        assert_eq!(f.decode_router().map(|r| r.live_bookings()), Some(0));
+
+        // Another worker's eviction report does not move the session.
+        let evicted = |reason| WorkerEvent::Session {
+            event: SessionEvent::SlotEvicted {
+                session: SessionId(5),
+                tokens: 9,
+                reason,
+            },
+            at: Instant::ZERO,
+        };
+        let other = if d == WorkerId(1) {
+            WorkerId(2)
+        } else {
+            WorkerId(1)
+        };
+        f.on_event(
+            other,
+            Pool::Decode,
+            &evicted(SlotEvictReason::Capacity),
+            Instant::ZERO,
+        );
+        assert_eq!(f.session_worker(SessionId(5)), Some(d));
+        f.on_event(
+            d,
+            Pool::Decode,
+            &evicted(SlotEvictReason::Replaced),
+            Instant::ZERO,
+        );
+        assert_eq!(
+            f.session_worker(SessionId(5)),
+            Some(d),
+            "a replaced slot lives on"
+        );
+        f.on_event(
+            d,
+            Pool::Decode,
+            &evicted(SlotEvictReason::Capacity),
+            Instant::ZERO,
+        );
+        assert_eq!(f.session_worker(SessionId(5)), None);
+
+        let reseed = f.arrive(turn(3), Instant::ZERO);
+        assert_eq!(
+            f.last_session_route(),
+            Some(SessionRoute::Reseed(ReseedCause::Capacity))
+        );
+        assert_eq!(reseed.len(), 2);
+        let now_at = f.session_worker(SessionId(5)).expect("resident again");
+
+        let closes = f.close_session(SessionId(5));
+        assert_eq!(
+            closes,
+            vec![
+                (now_at, WorkerRequest::CloseSession(SessionId(5))),
+                (WorkerId(0), WorkerRequest::CloseSession(SessionId(5)))
+            ]
+        );
+        assert_eq!(f.session_worker(SessionId(5)), None);
+    }
+
+    #[test]
+    fn a_lost_worker_reseeds_its_sessions_and_rebalance_moves_hot_ones() {
+        let mut f = frontend();
+        let seed = f.arrive(turn(1), Instant::ZERO);
+        let d = seed[1].0;
+        f.worker_lost(d);
+        f.arrive(turn(2), Instant::ZERO);
+        assert_eq!(
+            f.last_session_route(),
+            Some(SessionRoute::Reseed(ReseedCause::WorkerDown))
+        );
+
+        let mut f = frontend();
+        f.set_sessions(SessionRouting {
+            rebalance_threshold: 1,
+        });
+        let d = f.arrive(turn(1), Instant::ZERO)[1].0;
+        // Turn 1 is still booked on `d`: one more than the other worker.
+        let routes = f.arrive(turn(2), Instant::ZERO);
+        assert_eq!(
+            f.last_session_route(),
+            Some(SessionRoute::Reseed(ReseedCause::Rebalance))
+        );
+        let to = f.session_worker(SessionId(5)).unwrap();
+        assert_ne!(to, d);
+        assert!(routes.contains(&(d, WorkerRequest::CloseSession(SessionId(5)))));
+    }
+
+    #[test]
+    fn sessions_are_ignored_without_destination_first() {
+        let mut cfgd = frontend();
+        cfgd.sessions.routing = None;
+        cfgd.arrive(turn(1), Instant::ZERO);
+        assert_eq!(cfgd.last_session_route(), None);
+        assert!(cfgd.close_session(SessionId(5)).is_empty());
     }
 }

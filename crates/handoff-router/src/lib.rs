@@ -54,12 +54,16 @@
 
 pub mod config;
 pub mod frontend;
+pub mod holders;
 pub mod load;
 pub mod prefix;
 pub mod router;
 
 pub use config::{PoolRole, RouterConfig, RouterMode};
-pub use frontend::{Frontend, FrontendConfig, Pool, FRONTEND_ID};
+pub use frontend::{
+    is_push, Frontend, FrontendConfig, Pool, ReseedCause, SessionRoute, SessionRouting,
+    FRONTEND_ID, PUSH_REQUESTS,
+};
 pub use load::{Booking, Release, RouterStats, Selection, WorkerLoad};
 pub use prefix::PrefixIndex;
 pub use router::Router;

@@ -93,6 +93,17 @@ impl PrefixIndex {
     pub fn clear(&mut self) {
         self.blocks.clear();
     }
+
+    /// Whether `hash` is held.
+    pub fn contains(&self, hash: u64) -> bool {
+        self.blocks.contains(hash)
+    }
+
+    /// The hashes held, in no meaningful order (only for keeping the
+    /// pool-wide [`crate::holders::Holders`] in step; never an output).
+    pub fn hashes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.blocks.iter().map(|(h, ())| h)
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,13 @@
 //! The router: worker selection plus selection-time booking.
 
 use crate::config::{PoolRole, RouterConfig, RouterMode};
+use crate::holders::{bit, Holders, Slots, MAX_SLOTS};
 use crate::load::{Booking, Release, RouterStats, Selection, WorkerLoad};
 use crate::prefix::PrefixIndex;
-use handoff_core::{Instant, KvCapacitySnapshot, KvEvent, Request, RequestId, Rng, WorkerId};
-use std::collections::HashMap;
+use handoff_core::{
+    Instant, KvCapacitySnapshot, KvEvent, KvEventData, Request, RequestId, Rng, WorkerId,
+};
+use std::collections::{BTreeSet, HashMap};
 
 #[derive(Clone, Debug)]
 struct WorkerState {
@@ -17,6 +20,8 @@ struct WorkerState {
     capacity: Option<KvCapacitySnapshot>,
     prefix: PrefixIndex,
     last_event_id: Option<u64>,
+    /// This worker's entry in [`Scoring::by_load`], when it has one.
+    load_key: Option<u128>,
 }
 
 impl WorkerState {
@@ -31,6 +36,7 @@ impl WorkerState {
             capacity: None,
             prefix: PrefixIndex::new(),
             last_event_id: None,
+            load_key: None,
         }
     }
 
@@ -50,6 +56,27 @@ struct Entry {
     prefill_open: bool,
 }
 
+/// What kv-aware selection keeps up to date as events and bookings arrive,
+/// so that choosing costs O(blocks matched + log workers) rather than
+/// O(workers × blocks): which workers hold each published block, and the
+/// available workers ordered by their cost when they hold none of the
+/// request's prefix.
+///
+/// That zero-overlap cost orders workers exactly as the integer
+/// [`Router::load_key`] does (see there), which is why this path is taken
+/// only for a power-of-two block size; other pools, pools of more than
+/// [`MAX_SLOTS`] workers and pools of fewer than [`INDEX_MIN_WORKERS`]
+/// (where upkeep costs more than it saves) score every worker as before. Both paths choose
+/// the same worker (`indexed_selection_equals_the_scan` checks it).
+#[derive(Clone, Debug, Default)]
+struct Scoring {
+    holders: Holders,
+    /// `(load_key, slot)` of every available worker.
+    by_load: BTreeSet<(u128, usize)>,
+    /// The slots of `by_load`.
+    alive: Slots,
+}
+
 /// Selects workers of one pool and books load on them; see the crate docs.
 #[derive(Clone, Debug)]
 pub struct Router {
@@ -63,7 +90,25 @@ pub struct Router {
     /// Reused for each request's block hashes.
     hashes: Vec<u64>,
     stats: RouterStats,
+    /// The kv-aware index, when this pool uses it.
+    scoring: Option<Scoring>,
+    /// Reused by the indexed pick: (slot, overlap) of workers that match.
+    matched: Vec<(usize, u32)>,
+    /// Tests force the indexed pick (`Some(true)`) or the scan
+    /// (`Some(false)`) whatever the pool's size, to compare them.
+    #[cfg(test)]
+    force_index: Option<bool>,
 }
+
+/// Smallest pool that uses [`Scoring`]. Keeping the pool-wide index costs
+/// a probe per published and evicted block; scoring worker by worker costs
+/// a prefix lookup per worker per selection. Measured on the conversation
+/// trace at 4 workers per pool the index made replay ~25% slower (17 M
+/// block events against a few lookups per request); at 64 workers per pool
+/// (`--requests 50000 --rate 512 --prefill 64 --decode 64`) it cut the
+/// router from 21% of replay time to 9% (selection plus index upkeep).
+/// 16 lies between the two measured points.
+pub const INDEX_MIN_WORKERS: usize = 16;
 
 impl Router {
     /// A router over `workers` (duplicates ignored).
@@ -76,11 +121,93 @@ impl Router {
             round_robin: 0,
             hashes: Vec::new(),
             stats: RouterStats::default(),
+            scoring: None,
+            matched: Vec::new(),
+            #[cfg(test)]
+            force_index: None,
         };
         for w in workers {
             r.add_worker(w);
         }
         r
+    }
+
+    /// Whether kv-aware selection can use [`Scoring`] for this pool.
+    fn can_index(&self) -> bool {
+        #[allow(unused_mut)]
+        let mut big_enough = self.workers.len() >= INDEX_MIN_WORKERS;
+        #[cfg(test)]
+        if let Some(f) = self.force_index {
+            big_enough = f;
+        }
+        big_enough
+            && self.config.mode == RouterMode::KvAware
+            && self.config.block_size.is_power_of_two()
+            && self.workers.len() <= MAX_SLOTS
+    }
+
+    /// Rebuilds [`Scoring`] from the workers' own state (or drops it when
+    /// this pool cannot use it): at construction and when a new worker
+    /// shifts the slots, both rare.
+    fn rebuild_scoring(&mut self) {
+        if !self.can_index() {
+            self.scoring = None;
+            return;
+        }
+        let mut sc = Scoring::default();
+        for (i, w) in self.workers.iter_mut().enumerate() {
+            let hashes: Vec<u64> = w.prefix.hashes().collect();
+            sc.holders.add(&hashes, bit(i));
+            w.load_key = None;
+        }
+        self.scoring = Some(sc);
+        for i in 0..self.workers.len() {
+            self.resync(i);
+        }
+    }
+
+    /// The integer that orders workers by their kv-aware cost when they hold
+    /// none of the request's blocks. That cost is, for the prefill pool,
+    /// `(booked_prefill_tokens + prompt) / block_size + booked_blocks +
+    /// request_blocks`, and for the decode pool `booked_blocks +
+    /// request_blocks` (see [`Router::kv_cost`]): with the request's terms
+    /// common to every worker, `booked_prefill_tokens + booked_blocks ×
+    /// block_size` (prefill) and `booked_blocks` (decode) order them the
+    /// same way. For a power-of-two block size the floating-point cost is
+    /// exact (division by a power of two, integers far below 2^53), so equal
+    /// keys mean equal costs and ties fall to the lower slot in both.
+    fn load_key(&self, w: &WorkerState) -> u128 {
+        match self.config.role {
+            PoolRole::Prefill => {
+                u128::from(w.booked_prefill_tokens)
+                    + u128::from(w.booked_blocks) * u128::from(self.config.block_size)
+            }
+            PoolRole::Decode => u128::from(w.booked_blocks),
+        }
+    }
+
+    /// Puts worker `i`'s entry in [`Scoring::by_load`] in step with its
+    /// bookings and availability.
+    fn resync(&mut self, i: usize) {
+        let key = self.workers[i]
+            .available
+            .then(|| self.load_key(&self.workers[i]));
+        let w = &mut self.workers[i];
+        if w.load_key == key {
+            return;
+        }
+        let Some(sc) = self.scoring.as_mut() else {
+            return;
+        };
+        if let Some(old) = w.load_key.take() {
+            sc.by_load.remove(&(old, i));
+            sc.alive &= !bit(i);
+        }
+        if let Some(k) = key {
+            sc.by_load.insert((k, i));
+            sc.alive |= bit(i);
+        }
+        w.load_key = key;
     }
 
     /// The configuration.
@@ -103,10 +230,13 @@ impl Router {
             Ok(i) => {
                 let was = self.workers[i].available;
                 self.workers[i].available = true;
+                self.resync(i);
                 !was
             }
             Err(i) => {
                 self.workers.insert(i, WorkerState::new(worker));
+                // Slots after `i` moved: rebuild (rare: a new worker).
+                self.rebuild_scoring();
                 true
             }
         }
@@ -118,12 +248,14 @@ impl Router {
     pub fn remove_worker(&mut self, worker: WorkerId) -> bool {
         match self.index(worker) {
             Some(i) => {
+                self.forget_published(i);
                 let w = &mut self.workers[i];
                 let was = w.available;
                 w.available = false;
                 w.prefix.clear();
                 w.capacity = None;
                 w.last_event_id = None;
+                self.resync(i);
                 was
             }
             None => false,
@@ -227,6 +359,71 @@ impl Router {
         }
     }
 
+    /// Takes worker `i`'s published blocks out of [`Scoring::holders`]
+    /// (before its own index forgets them).
+    fn forget_published(&mut self, i: usize) {
+        if let Some(sc) = self.scoring.as_mut() {
+            let held: Vec<u64> = self.workers[i].prefix.hashes().collect();
+            sc.holders.remove(&held, bit(i));
+        }
+    }
+
+    /// The kv-aware choice with its overlap, by [`Scoring`]: one walk down
+    /// the prompt's blocks finds every worker that holds a leading block
+    /// and how many; those are scored exactly, and the best of the rest is
+    /// the first worker in load order that matched nothing.
+    fn pick_indexed(&mut self, request: &Request) -> Option<(usize, u32)> {
+        let sc = self.scoring.take()?;
+        self.start_hashing();
+        let request_blocks = self.request_blocks(request);
+        let mut matched = std::mem::take(&mut self.matched);
+        matched.clear();
+        let bs = self.config.block_size;
+        sc.holders.walk(
+            &mut self.hashes,
+            sc.alive,
+            |buf| {
+                let before = buf.len();
+                let window = before.max(64) * 2;
+                request.extend_block_hashes(bs, buf, window);
+                buf.len() > before
+            },
+            |slots, depth| {
+                let mut s = slots;
+                while s != 0 {
+                    let i = s.trailing_zeros() as usize;
+                    matched.push((i, depth));
+                    s &= s - 1;
+                }
+            },
+        );
+        let mut matched_slots: Slots = 0;
+        let mut best: Option<(f64, usize, u32)> = None;
+        let better = |b: Option<(f64, usize, u32)>, c: f64, i: usize| {
+            b.is_none_or(|(bc, bi, _)| c < bc || (c == bc && i < bi))
+        };
+        for &(i, overlap) in &matched {
+            matched_slots |= bit(i);
+            let cost = self.kv_cost(&self.workers[i], request, request_blocks, overlap);
+            if better(best, cost, i) {
+                best = Some((cost, i, overlap));
+            }
+        }
+        if let Some(&(_, i)) = sc
+            .by_load
+            .iter()
+            .find(|(_, i)| matched_slots & bit(*i) == 0)
+        {
+            let cost = self.kv_cost(&self.workers[i], request, request_blocks, 0);
+            if better(best, cost, i) {
+                best = Some((cost, i, 0));
+            }
+        }
+        self.matched = matched;
+        self.scoring = Some(sc);
+        best.map(|(_, i, overlap)| (i, overlap))
+    }
+
     fn pick_kv_aware(&mut self, request: &Request) -> Option<usize> {
         self.start_hashing();
         let request_blocks = self.request_blocks(request);
@@ -257,7 +454,12 @@ impl Router {
 
     fn pick(&mut self, request: &Request, n: u64) -> Option<usize> {
         match self.config.mode {
-            RouterMode::KvAware => self.pick_kv_aware(request),
+            RouterMode::KvAware => {
+                if self.scoring.is_some() {
+                    return self.pick_indexed(request).map(|(i, _)| i);
+                }
+                self.pick_kv_aware(request)
+            }
             RouterMode::RoundRobin => {
                 let k = self.round_robin % n;
                 self.round_robin = self.round_robin.wrapping_add(1);
@@ -350,6 +552,8 @@ impl Router {
         w.booked_prefill_tokens = w.booked_prefill_tokens.saturating_add(prefill_tokens);
         w.booked_requests += 1;
         w.selected += 1;
+        self.resync(i);
+        let w = &self.workers[i];
         let booking = Booking {
             worker: w.id,
             blocks,
@@ -393,6 +597,7 @@ impl Router {
         if let Some(i) = self.index(worker) {
             let w = &mut self.workers[i];
             w.booked_prefill_tokens = w.booked_prefill_tokens.saturating_sub(tokens);
+            self.resync(i);
         }
         Release::Released {
             worker,
@@ -423,6 +628,7 @@ impl Router {
             w.booked_blocks = w.booked_blocks.saturating_sub(b.blocks);
             w.booked_prefill_tokens = w.booked_prefill_tokens.saturating_sub(b.prefill_tokens);
             w.booked_requests = w.booked_requests.saturating_sub(1);
+            self.resync(i);
         }
         Some(Release::Released {
             worker: b.worker,
@@ -444,7 +650,26 @@ impl Router {
             self.stats.out_of_order_events += 1;
         }
         w.last_event_id = Some(event.event_id);
+        if let Some(sc) = self.scoring.as_mut() {
+            // Removals and a clear leave the pool-wide index first, while
+            // this worker's own index still says what it held.
+            match &event.data {
+                KvEventData::Removed { block_hashes } => sc.holders.remove(block_hashes, bit(i)),
+                KvEventData::Cleared => {
+                    let held: Vec<u64> = w.prefix.hashes().collect();
+                    sc.holders.remove(&held, bit(i));
+                }
+                KvEventData::Stored { .. } => {}
+            }
+        }
         let applied = w.prefix.apply(event);
+        if let (Some(sc), KvEventData::Stored { block_hashes, .. }) =
+            (self.scoring.as_mut(), &event.data)
+        {
+            if !applied.orphan_store {
+                sc.holders.add(block_hashes, bit(i));
+            }
+        }
         self.stats.kv_events += 1;
         self.stats.orphan_stores += u64::from(applied.orphan_store);
         self.stats.unknown_removals += applied.unknown_removals;
@@ -990,5 +1215,192 @@ mod tests {
         publish(&mut r, 0, &a, 16, 0);
         let s = r.select(&a, Instant::ZERO).unwrap();
         assert_eq!((s.overlap_blocks, s.prefill_tokens), (16, 256));
+    }
+
+    #[test]
+    fn only_large_kv_aware_pools_keep_the_index() {
+        let big = router(PoolRole::Prefill, RouterMode::KvAware, 64);
+        assert!(big.scoring.is_some());
+        assert_eq!(big.scoring.as_ref().unwrap().by_load.len(), 64);
+        assert!(router(PoolRole::Decode, RouterMode::KvAware, 4)
+            .scoring
+            .is_none());
+        assert!(router(PoolRole::Decode, RouterMode::RoundRobin, 64)
+            .scoring
+            .is_none());
+        let odd = Router::new(
+            RouterConfig::new(PoolRole::Decode, RouterMode::KvAware, 10),
+            (0..64).map(WorkerId),
+        );
+        assert!(
+            odd.scoring.is_none(),
+            "block size 10: float costs are not exact"
+        );
+    }
+
+    mod indexed {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            Select {
+                root: u64,
+                prompt: u32,
+                output: u32,
+            },
+            Publish {
+                worker: u32,
+                root: u64,
+                blocks: usize,
+            },
+            Remove {
+                worker: u32,
+                root: u64,
+                from: usize,
+            },
+            Clear {
+                worker: u32,
+            },
+            PrefillDone {
+                nth: usize,
+            },
+            Release {
+                nth: usize,
+            },
+            Leave {
+                worker: u32,
+            },
+            Join {
+                worker: u32,
+            },
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (0u64..4, 1u32..3000, 1u32..200)
+                    .prop_map(|(root, prompt, output)| Op::Select { root, prompt, output }),
+                3 => (0u32..6, 0u64..4, 0usize..200)
+                    .prop_map(|(worker, root, blocks)| Op::Publish { worker, root, blocks }),
+                1 => (0u32..6, 0u64..4, 0usize..200)
+                    .prop_map(|(worker, root, from)| Op::Remove { worker, root, from }),
+                1 => (0u32..6).prop_map(|worker| Op::Clear { worker }),
+                2 => (0usize..64).prop_map(|nth| Op::PrefillDone { nth }),
+                2 => (0usize..64).prop_map(|nth| Op::Release { nth }),
+                1 => (0u32..6).prop_map(|worker| Op::Leave { worker }),
+                1 => (0u32..8).prop_map(|worker| Op::Join { worker }),
+            ]
+        }
+
+        /// A prompt under a shared root: requests of one root share their
+        /// leading blocks.
+        fn prompt(id: u64, root: u64, tokens: u32, output: u32) -> Request {
+            let prefix: Vec<u64> = (0..8).map(|k| root * 1000 + k).collect();
+            req(id, tokens, output, &prefix)
+        }
+
+        fn hashes(root: u64) -> Vec<u64> {
+            let mut h = Vec::new();
+            prompt(0, root, 4096, 1).block_hashes(BS, &mut h);
+            h
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+            /// The indexed kv-aware pick chooses exactly what scoring every
+            /// worker would, with the same overlap and bookings, through
+            /// publishes, removals, clears, releases and workers leaving and
+            /// joining (a new worker shifts the slots).
+            #[test]
+            fn indexed_selection_equals_the_scan(
+                prefill in any::<bool>(),
+                ops in proptest::collection::vec(op(), 1..120),
+            ) {
+                let role = if prefill { PoolRole::Prefill } else { PoolRole::Decode };
+                let cfg = RouterConfig::new(role, RouterMode::KvAware, BS);
+                let mut fast = Router::new(cfg, (0..4).map(WorkerId));
+                fast.force_index = Some(true);
+                fast.rebuild_scoring();
+                let mut scan = fast.clone();
+                scan.force_index = Some(false);
+                scan.rebuild_scoring();
+                prop_assert!(fast.scoring.is_some() && scan.scoring.is_none());
+                let mut booked: Vec<RequestId> = Vec::new();
+                for (n, op) in ops.into_iter().enumerate() {
+                    let n = n as u64;
+                    for r in [&mut fast, &mut scan] {
+                        match &op {
+                            Op::Select { .. } => {}
+                            Op::Publish { worker, root, blocks } => {
+                                let h = hashes(*root);
+                                r.on_kv_event(WorkerId(*worker), &KvEvent {
+                                    event_id: n,
+                                    data: KvEventData::Stored {
+                                        parent_hash: None,
+                                        block_hashes: h[..(*blocks).min(h.len())].to_vec(),
+                                    },
+                                });
+                            }
+                            Op::Remove { worker, root, from } => {
+                                let h = hashes(*root);
+                                r.on_kv_event(WorkerId(*worker), &KvEvent {
+                                    event_id: n,
+                                    data: KvEventData::Removed {
+                                        block_hashes: h[(*from).min(h.len())..].to_vec(),
+                                    },
+                                });
+                            }
+                            Op::Clear { worker } => r.on_kv_event(WorkerId(*worker), &KvEvent {
+                                event_id: n,
+                                data: KvEventData::Cleared,
+                            }),
+                            Op::PrefillDone { nth } => {
+                                if let Some(id) = booked.get(*nth) {
+                                    r.prefill_completed(*id);
+                                }
+                            }
+                            Op::Release { nth } => {
+                                if let Some(id) = booked.get(*nth) {
+                                    r.request_released(*id);
+                                }
+                            }
+                            Op::Leave { worker } => {
+                                r.remove_worker(WorkerId(*worker));
+                            }
+                            Op::Join { worker } => {
+                                r.add_worker(WorkerId(*worker));
+                            }
+                        }
+                    }
+                    if let Op::Select { root, prompt: tokens, output } = op {
+                        let q = prompt(n, root, tokens, output);
+                        let a = fast.select(&q, Instant::ZERO);
+                        let b = scan.select(&q, Instant::ZERO);
+                        prop_assert_eq!(a, b, "op {}", n);
+                        if a.is_some() {
+                            booked.push(q.id);
+                        }
+                    }
+                    prop_assert!(fast.scoring.is_some());
+                    let la: Vec<_> = fast.loads().collect();
+                    let lb: Vec<_> = scan.loads().collect();
+                    prop_assert_eq!(la, lb);
+                    let sc = fast.scoring.as_ref().unwrap();
+                    let held: usize = fast
+                        .workers
+                        .iter()
+                        .enumerate()
+                        .map(|(i, w)| w.prefix.hashes().filter(|h| {
+                            let mut v = vec![*h];
+                            let mut found = false;
+                            sc.holders.walk(&mut v, bit(i), |_| false, |_, _| found = true);
+                            found
+                        }).count())
+                        .sum();
+                    let published: usize = fast.workers.iter().map(|w| w.prefix.len()).sum();
+                    prop_assert_eq!(held, published, "every published block is in the index");
+                }
+            }
+        }
     }
 }

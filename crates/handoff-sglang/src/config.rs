@@ -102,6 +102,59 @@ pub struct SglangConfig {
     /// coarser granularity keeps long prompts at page size 1 cheap, at the
     /// cost of caching and matching prefixes only in whole event blocks.
     pub event_block_tokens: u32,
+    /// Streaming sessions, the D→P snapshot push and the prefill bypass
+    /// (seed 002); off by default, which keeps the core's behaviour exactly
+    /// as without sessions.
+    pub sessions: SessionConfig,
+}
+
+/// Session-affine serving knobs (seed 002, `shared/seeds/002_853f16a73bae9cfb.txt`).
+///
+/// On a decode worker a request that names a session keeps its KV in a
+/// session slot when it finishes (SGLang's streaming sessions,
+/// `srt/managers/session_controller.py`, and the session-aware cache the
+/// seed's §3.1 names, `SessionAwareCache.cache_finished_req`), and the
+/// session's next request appends to it. On a prefill worker the
+/// [`crate::PrefillSnapshotStore`] holds snapshots decode workers pushed
+/// back, and a reseed covered by one bypasses its prefill.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SessionConfig {
+    /// Keep session KV between turns and accept snapshots.
+    pub enabled: bool,
+    /// `--enable-d-to-p-sync`: offer a push of a session's KV after a turn
+    /// commits (seed §4.5).
+    pub push: bool,
+    /// `--d-to-p-sync-delta-tokens` (`K_DELTA`, seed §3.1): a push is offered
+    /// only when the session grew by at least this many tokens since its
+    /// last successful push.
+    pub push_delta_tokens: u64,
+    /// `--d-to-p-sync-max-sessions` (seed §4.3, default 4 after decision D2):
+    /// snapshot entries the prefill worker keeps, least recently used first
+    /// out.
+    pub snapshot_max_sessions: u32,
+    /// Use a covering snapshot to skip the re-prefill (seed §4.4); off in
+    /// the seed's E4-ablate.
+    pub bypass: bool,
+    /// `K_TAIL_TOLERANCE` (seed §4.4): a snapshot covers a prompt when
+    /// `kv_committed_len >= input_len - tail_tolerance_tokens`.
+    pub tail_tolerance_tokens: u64,
+    /// Snapshots older than this miss as `stale` (the `fresh` flag of the
+    /// seed's §4.6 status probe); `None`: never stale by age.
+    pub snapshot_max_age: Option<Duration>,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            enabled: false,
+            push: false,
+            push_delta_tokens: 1024,
+            snapshot_max_sessions: 4,
+            bypass: true,
+            tail_tolerance_tokens: 4096,
+            snapshot_max_age: None,
+        }
+    }
 }
 
 /// SGLang's default `pre_alloc_size` for a decode worker.
@@ -134,6 +187,7 @@ impl Default for SglangConfig {
             source_lease_ttl: Duration::from_secs(300),
             disaggregation_decode_enable_radix_cache: false,
             event_block_tokens: DEFAULT_EVENT_BLOCK_TOKENS,
+            sessions: SessionConfig::default(),
         }
     }
 }
@@ -207,6 +261,9 @@ impl SglangConfig {
                 self.min_new_token_ratio,
             ));
         }
+        if self.sessions.enabled && self.sessions.snapshot_max_sessions == 0 {
+            return Err(ConfigError::NoSnapshotSessions);
+        }
         Ok(())
     }
 }
@@ -241,6 +298,8 @@ pub enum ConfigError {
     },
     /// A new-token-ratio knob is negative, not finite, or min exceeds init.
     BadRatio(&'static str, f64),
+    /// Sessions are on but the snapshot store may hold no session.
+    NoSnapshotSessions,
 }
 
 impl fmt::Display for ConfigError {
@@ -268,6 +327,9 @@ impl fmt::Display for ConfigError {
                 "event_block_tokens {event_block_tokens} must be a positive multiple of page_size {page_size}"
             ),
             ConfigError::BadRatio(name, v) => write!(f, "{name} = {v} is out of range"),
+            ConfigError::NoSnapshotSessions => {
+                write!(f, "sessions.snapshot_max_sessions must be at least 1")
+            }
         }
     }
 }

@@ -18,7 +18,7 @@
 
 use crate::config::{ConfigError, SglangConfig};
 use crate::events::KvEventQueue;
-use crate::radix::{Owner, RadixCache, NIL};
+use crate::radix::{Owner, RadixCache, NIL, OWNERS};
 use crate::ratio::NewTokenRatio;
 use crate::seq::{Kind, Phase, Seq, Slab};
 use handoff_core::{
@@ -55,7 +55,7 @@ pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     pub(crate) block_tokens: u64,
     pub(crate) radix: RadixCache,
     /// Private pages per owner.
-    pub(crate) private: [u64; 3],
+    pub(crate) private: [u64; OWNERS],
     pub(crate) free_slots: u64,
     pub(crate) seqs: Slab,
     pub(crate) waiting: VecDeque<u32>,
@@ -95,6 +95,12 @@ pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     pub(crate) scratch_hashes: Vec<u64>,
     pub(crate) scratch_order: Vec<u32>,
     pub(crate) scratch_batch: Vec<(u32, u64)>,
+    /// Session slots (decode side of seed 002).
+    pub(crate) sessions: crate::session::Sessions,
+    /// Snapshot side table (prefill side of seed 002).
+    pub(crate) store: crate::snapshot_store::PrefillSnapshotStore,
+    /// The time of the last command or step, for snapshot ages.
+    pub(crate) now: Instant,
 }
 
 impl SglangCore<PolynomialPerf> {
@@ -112,7 +118,7 @@ impl<P: PerfModel> SglangCore<P> {
         let block_tokens = u64::from(config.event_block_tokens);
         Ok(SglangCore {
             radix: RadixCache::new(block_tokens / page),
-            private: [0; 3],
+            private: [0; OWNERS],
             free_slots: config.total_request_slots(),
             seqs: Slab::default(),
             waiting: VecDeque::new(),
@@ -140,6 +146,9 @@ impl<P: PerfModel> SglangCore<P> {
             scratch_hashes: Vec::new(),
             scratch_order: Vec::with_capacity(config.max_running_requests as usize),
             scratch_batch: Vec::new(),
+            sessions: Default::default(),
+            store: Default::default(),
+            now: Instant::ZERO,
             page,
             block_tokens,
             perf,
@@ -197,6 +206,9 @@ impl<P: PerfModel> SglangCore<P> {
         if free < pages {
             let want = if evict_whole { pages } else { pages - free };
             self.radix.evict(want, &mut self.events);
+            if self.sessions_on() {
+                self.evict_session_held(pages);
+            }
         }
         self.free_pages() >= pages
     }
@@ -326,7 +338,14 @@ impl<P: PerfModel> SglangCore<P> {
 
     /// Output complete: cache and free (`cache_finished_req`), report it.
     /// The caller removes it from the batch.
+    /// A session's turn keeps its KV in the session slot instead
+    /// ([`crate::session`]).
     pub(crate) fn finish(&mut self, idx: u32, out: &mut StepOutput) {
+        let id = self.seqs.get(idx).map(|s| s.id);
+        if self.commit_session(idx) {
+            out.finished.extend(id);
+            return;
+        }
         self.release_kv(idx, true);
         if let Some(seq) = self.seqs.remove(idx) {
             out.finished.push(seq.id);
@@ -334,6 +353,9 @@ impl<P: PerfModel> SglangCore<P> {
     }
 
     fn submit(&mut self, request: Request) -> CommandOutcome {
+        if let Some(outcome) = self.submit_session(&request) {
+            return outcome;
+        }
         let prompt = u64::from(request.prompt_tokens.max(1));
         let max_out = u64::from(request.max_output_tokens.max(1));
         if !self.fits_empty_pool(prompt, max_out) {
@@ -424,7 +446,9 @@ impl<P: PerfModel> SglangCore<P> {
     #[cfg(test)]
     pub(crate) fn check_consistency(&self) -> Result<(), String> {
         self.radix.check()?;
-        let mut private = [0u64; 3];
+        let mut private = [0u64; OWNERS];
+        private[Owner::Session as usize] += self.store.entry_pages();
+        private[Owner::Reserved as usize] += self.store.pending_pages();
         let mut slots = 0u64;
         let mut running_kv = 0u64;
         for seq in self.seqs.iter() {
@@ -440,6 +464,30 @@ impl<P: PerfModel> SglangCore<P> {
                     seq.id, seq.computed
                 ));
             }
+        }
+        let mut idle = 0u64;
+        for (sid, slot) in &self.sessions.slots {
+            let Some(seq) = self.seqs.get(slot.idx) else {
+                return Err(format!("slot of {sid:?} has no request"));
+            };
+            if seq.session != Some(*sid) {
+                return Err(format!("slot of {sid:?} points at another request"));
+            }
+            let evictable = self.sessions.evictable.contains(&(slot.lru, *sid));
+            if evictable != (!slot.running && slot.push.is_none()) {
+                return Err(format!("slot of {sid:?}: evictable {evictable}"));
+            }
+            if !slot.running && (seq.phase != Phase::SessionIdle || seq.owner != Owner::Session) {
+                return Err(format!("idle slot of {sid:?} is {:?}", seq.phase));
+            }
+            if evictable {
+                idle += seq.private_pages;
+            }
+        }
+        if idle != self.sessions.evictable_pages
+            || self.sessions.evictable.len() > self.sessions.slots.len()
+        {
+            return Err("evictable session pages drifted".into());
         }
         if private != self.private {
             return Err(format!("private {:?} != {:?}", self.private, private));
@@ -491,7 +539,8 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
         }
     }
 
-    fn apply(&mut self, cmd: SchedulerCommand, _now: Instant) -> CommandOutcome {
+    fn apply(&mut self, cmd: SchedulerCommand, now: Instant) -> CommandOutcome {
+        self.now = now;
         match cmd {
             SchedulerCommand::Submit(request) => self.submit(request),
             SchedulerCommand::SubmitHandoffPrefill { id, request } => {
@@ -502,12 +551,57 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
             SchedulerCommand::CancelDestination { id } => self.cancel_destination(id),
             SchedulerCommand::ReleaseSource { id } => self.release_source(id),
             SchedulerCommand::CancelSource { id } => self.cancel_source(id),
+            SchedulerCommand::ReleaseSession { session } => self.release_session(session),
+            SchedulerCommand::EvictSession { session } => {
+                if self.evict_session(session) {
+                    CommandOutcome::Applied
+                } else {
+                    CommandOutcome::Noop
+                }
+            }
+            SchedulerCommand::ReserveSnapshot {
+                id,
+                session,
+                tokens,
+            } => match self.reserve_snapshot(id, session, tokens) {
+                Ok(r) => CommandOutcome::Reserved(handoff_core::ReservationSummary {
+                    reservation: None,
+                    physical_blocks: r.pages,
+                    matched_prefix_tokens: 0,
+                    transfer_tokens: tokens,
+                    transfer_blocks: r.pages,
+                    request_slot: false,
+                    decode_headroom_tokens: 0,
+                }),
+                Err(crate::SnapshotRefusal::Unavailable) => CommandOutcome::Unavailable(None),
+                Err(_) => CommandOutcome::Unsupported(None),
+            },
+            SchedulerCommand::IngestSnapshot { id } => {
+                if self.ingest_snapshot(id, now) {
+                    CommandOutcome::Applied
+                } else {
+                    CommandOutcome::Noop
+                }
+            }
+            SchedulerCommand::CancelSnapshot { id } => {
+                if self.cancel_snapshot(id) {
+                    CommandOutcome::Applied
+                } else {
+                    CommandOutcome::Noop
+                }
+            }
+            SchedulerCommand::FinishPush {
+                session,
+                lock,
+                result,
+            } => self.finish_push(session, lock, result),
         }
     }
 
     fn step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput) {
         out.clear();
         self.call += 1;
+        self.now = now;
         let Some(first) = self.pass(out) else {
             // `self_check_during_idle` resets the estimate.
             self.ratio.reset();
@@ -538,7 +632,9 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
         let owned = |o: Owner| self.radix.pages(o as usize) + self.private[o as usize];
         KvCapacitySnapshot {
             total_blocks: self.cfg.total_pages,
-            active_blocks: owned(Owner::Active),
+            // Session-held pages (idle slots, snapshots) are owned, not
+            // cache: they count as active; `session_capacity` splits them.
+            active_blocks: owned(Owner::Active) + owned(Owner::Session),
             pinned_source_blocks: owned(Owner::Pinned),
             reserved_destination_blocks: owned(Owner::Reserved),
             cached_blocks: self.radix.evictable_pages(),
@@ -563,6 +659,10 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
         self.events.drain_into(out);
     }
 
+    fn drain_session_events(&mut self, out: &mut Vec<handoff_core::session::SessionEvent>) {
+        SglangCore::drain_session_events(self, out);
+    }
+
     fn is_empty(&self) -> bool {
         self.running.is_empty()
             && self.waiting.is_empty()
@@ -572,6 +672,10 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
     }
 
     fn is_drained(&self) -> bool {
-        self.is_empty() && self.sources.is_empty() && self.reservations.is_empty()
+        self.is_empty()
+            && self.sources.is_empty()
+            && self.reservations.is_empty()
+            && self.sessions.locks == 0
+            && self.store.pending() == 0
     }
 }

@@ -39,6 +39,13 @@
 //!   prefill reports its KV for streaming (`send_kv_chunk`); a completed
 //!   handoff prefill keeps its pages, slot and radix lock until
 //!   `release_kv_cache`.
+//! - **Sessions** (seed 002, off unless [`SessionConfig::enabled`]) —
+//!   streaming session slots that keep a turn's KV for the next turn's
+//!   append (`managers/session_controller.py`, the session-aware cache),
+//!   LRU among idle slots, push locks for the D→P snapshot push, the
+//!   prefill worker's [`PrefillSnapshotStore`] in its own pool, and the
+//!   prefill bypass at admission; what they do is reported as typed
+//!   [`SessionEvent`]s.
 //!
 //! Timing comes from a [`handoff_core::PerfModel`] (default
 //! [`handoff_core::PolynomialPerf`]): a pass costs
@@ -112,13 +119,22 @@ mod radix;
 mod ratio;
 mod retracted;
 mod seq;
+mod session;
+mod snapshot_store;
 mod source;
 
 pub use crate::config::{
-    default_max_running_requests, default_prealloc_slot_margin, ConfigError, SglangConfig,
-    ASSUMED_CONTEXT_LEN, DEFAULT_EVENT_BLOCK_TOKENS,
+    default_max_running_requests, default_prealloc_slot_margin, ConfigError, SessionConfig,
+    SglangConfig, ASSUMED_CONTEXT_LEN, DEFAULT_EVENT_BLOCK_TOKENS,
 };
 pub use crate::core::SglangCore;
+pub use crate::session::SessionCapacity;
+pub use crate::snapshot_store::{
+    PrefillSnapshotStore, SnapshotEntry, SnapshotRefusal, SnapshotReservation,
+};
+pub use handoff_core::session::{
+    MissReason, PushFailure, PushResult, SessionEvent, SlotEvictReason, SnapshotEvictReason,
+};
 
 #[cfg(test)]
 mod tests;

@@ -45,8 +45,10 @@ impl<P: PerfModel> SglangCore<P> {
         count_retracted: bool,
     ) -> (i128, i128) {
         let clip = u64::from(self.cfg.max_new_tokens_clip);
+        // Idle session slots and snapshots are evicted like cache.
         let available = i128::from(
-            (self.free_pages() + self.radix.evictable_pages()).saturating_sub(newly_locked),
+            (self.free_pages() + self.radix.evictable_pages() + self.evictable_session_pages())
+                .saturating_sub(newly_locked),
         ) * i128::from(self.page);
         let mut retractable = 0i128;
         let mut largest = None::<i128>;
@@ -81,10 +83,16 @@ impl<P: PerfModel> SglangCore<P> {
         }
         // `process_decode_queue`: while retracted requests wait to resume,
         // nothing new is preallocated.
-        if self.free_slots == 0 || !self.retracted.is_empty() {
+        if (self.free_slots == 0 && !self.can_reclaim_request_slot()) || !self.retracted.is_empty()
+        {
             return CommandOutcome::Unavailable(Some(request));
         }
         request.block_hashes(self.cfg.event_block_tokens, &mut self.scratch_hashes);
+        // A session's KV lives in its slot, outside the shared tree.
+        let session = request.session.filter(|_| self.sessions_on());
+        if session.is_some() {
+            self.scratch_hashes.clear();
+        }
         // A chunk cache matches nothing: the whole prompt is allocated and
         // transferred.
         let (matched, deepest) = if self.cfg.disaggregation_decode_enable_radix_cache {
@@ -106,6 +114,8 @@ impl<P: PerfModel> SglangCore<P> {
             return CommandOutcome::Unavailable(Some(request));
         }
 
+        // Admitted: now an idle session may give up its request slot.
+        self.reclaim_request_slot();
         let hashes = std::mem::take(&mut self.scratch_hashes);
         let mut seq = Seq::new(
             request.id,
@@ -116,6 +126,7 @@ impl<P: PerfModel> SglangCore<P> {
             hashes,
         );
         seq.owner = Owner::Reserved;
+        seq.session = session;
         seq.has_slot = true;
         seq.node = deepest;
         seq.tree_blocks = matched;
@@ -214,7 +225,7 @@ impl<P: PerfModel> SglangCore<P> {
                 }
             }
             Phase::Retracted => self.forget_retracted(idx),
-            Phase::Held | Phase::Reserved => {}
+            Phase::Held | Phase::Reserved | Phase::SessionIdle => {}
         }
         self.retracted_fill = self.retracted_fill.saturating_sub(fill);
         self.release_kv(idx, true);

@@ -75,8 +75,10 @@ impl<P: PerfModel> SglangCore<P> {
     }
 
     /// Free plus evictable tokens (`available_size + evictable_size`).
+    /// Idle session slots and snapshot entries are evictable too.
     fn available_tokens(&self) -> u64 {
-        (self.free_pages() + self.radix.evictable_pages()) * self.page
+        (self.free_pages() + self.radix.evictable_pages() + self.evictable_session_pages())
+            * self.page
     }
 
     fn budget_state(&self, b: &Budget) -> Add {
@@ -96,7 +98,22 @@ impl<P: PerfModel> SglangCore<P> {
         }
         let running_bs = self.running.len() as u64;
         let room = u64::from(self.cfg.max_running_requests).saturating_sub(running_bs);
-        if (room == 0 || self.free_slots == 0) && self.chunked.is_none() {
+        // An appending session brings its slot; others may free one by
+        // evicting an idle session.
+        if self.sessions_on() {
+            if let Some(&head) = self.waiting.front() {
+                self.take_session_slot(head, f64::INFINITY);
+            }
+        }
+        let head_has_slot = self
+            .waiting
+            .front()
+            .and_then(|&i| self.seqs.get(i))
+            .is_some_and(|s| s.has_slot);
+        if room > 0 && !head_has_slot && self.free_slots == 0 {
+            self.reclaim_request_slot();
+        }
+        if (room == 0 || (self.free_slots == 0 && !head_has_slot)) && self.chunked.is_none() {
             self.batch_is_full = true;
             return None;
         }
@@ -163,11 +180,29 @@ impl<P: PerfModel> SglangCore<P> {
         // always a prefix of the queue: the loop stops at the first refusal.
         let mut admitted = 0usize;
         while admitted < self.waiting.len() {
-            if batch.len() as u64 >= room || self.free_slots == 0 {
+            let idx = self.waiting[admitted];
+            // Taking a slot or a snapshot takes pages that earlier
+            // admissions of this pass may be counting on as evictable: then
+            // the request waits to be first in a later pass.
+            let spare = if batch.is_empty() {
+                f64::INFINITY
+            } else {
+                self.available_tokens() as f64 - b.offset
+            };
+            if self.sessions_on() && !self.take_session_slot(idx, spare) {
+                break;
+            }
+            let has_slot = self.seqs.get(idx).is_some_and(|s| s.has_slot);
+            if batch.len() as u64 >= room || (!has_slot && !self.reclaim_request_slot()) {
                 self.batch_is_full = true;
                 break;
             }
-            let idx = self.waiting[admitted];
+            if self.sessions_on() && !self.try_bypass(idx, spare) {
+                break;
+            }
+            // KV the request brings (a session slot it appends to, or a
+            // snapshot it reads) is its prefix; no tree match.
+            let own = self.seqs.get(idx).map_or(0, |s| s.computed);
             let (fill, max_blocks) = match self.seqs.get(idx) {
                 Some(s) => {
                     let fill = s.fill_len();
@@ -180,7 +215,7 @@ impl<P: PerfModel> SglangCore<P> {
                 Some(s) => self.radix.match_prefix(&s.hashes[..max_blocks]),
                 None => break,
             };
-            let prefix = m * self.block_tokens;
+            let prefix = if own > 0 { own } else { m * self.block_tokens };
             let extend = fill - prefix;
             let total = (extend + self.admission_new_tokens(idx)) as f64;
             let avail = self.available_tokens() as f64;
@@ -216,13 +251,19 @@ impl<P: PerfModel> SglangCore<P> {
             if deepest != NIL {
                 self.radix.lock(deepest, Owner::Active);
             }
-            if let Some(s) = self.seqs.get_mut(idx) {
-                s.node = deepest;
-                s.tree_blocks = m;
-                s.computed = prefix;
-                s.has_slot = true;
+            if own == 0 {
+                if let Some(s) = self.seqs.get_mut(idx) {
+                    s.node = deepest;
+                    s.tree_blocks = m;
+                    s.computed = prefix;
+                }
             }
-            self.free_slots -= 1;
+            if !has_slot {
+                if let Some(s) = self.seqs.get_mut(idx) {
+                    s.has_slot = true;
+                }
+                self.free_slots -= 1;
+            }
             admitted += 1;
             match chunk {
                 Some(trunc) => {

@@ -31,7 +31,10 @@ use std::collections::BTreeSet;
 pub(crate) const NIL: u32 = u32::MAX;
 
 /// Index of the cached (unlocked, evictable) class in page counters.
-pub(crate) const CACHED: usize = 3;
+pub(crate) const CACHED: usize = OWNERS;
+
+/// Owner categories ([`Owner`] as usize is below this).
+pub(crate) const OWNERS: usize = 4;
 
 /// Who holds a lock or a private page. Order is precedence: a page shared by
 /// an active request and a pinned source counts as active.
@@ -43,6 +46,12 @@ pub(crate) enum Owner {
     Pinned = 1,
     /// Destination reservations whose KV has not arrived.
     Reserved = 2,
+    /// Session-held KV between turns: idle decode session slots and the
+    /// prefill worker's snapshot entries. Such pages are private (never in
+    /// the tree: SGLang's session-aware cache keeps a session's KV out of
+    /// the shared radix tree), so the tree never sees this owner in
+    /// practice; it has a lock column only so every owner indexes alike.
+    Session = 3,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -50,7 +59,7 @@ struct Node {
     hash: u64,
     parent: u32,
     children: u32,
-    locks: [u32; 3],
+    locks: [u32; OWNERS],
     last_access: u64,
 }
 
@@ -74,8 +83,8 @@ pub(crate) struct RadixCache {
     /// Unlocked leaves by (last access, node): the eviction order.
     lru: BTreeSet<(u64, u32)>,
     clock: u64,
-    /// Pages per class: the three owners, then cached.
-    pages: [u64; 4],
+    /// Pages per class: the owners, then cached.
+    pages: [u64; OWNERS + 1],
 }
 
 impl RadixCache {
@@ -88,7 +97,7 @@ impl RadixCache {
             index: Default::default(),
             lru: BTreeSet::new(),
             clock: 0,
-            pages: [0; 4],
+            pages: [0; OWNERS + 1],
         }
     }
 
@@ -235,7 +244,7 @@ impl RadixCache {
                 cur = idx;
                 continue;
             }
-            let mut locks = [0u32; 3];
+            let mut locks = [0u32; OWNERS];
             locks[owner as usize] = 1;
             let node = Node {
                 hash: h,
@@ -341,7 +350,7 @@ impl RadixCache {
     /// Recomputes every counter from the nodes and compares; for tests.
     #[cfg(test)]
     pub(crate) fn check(&self) -> Result<(), String> {
-        let mut pages = [0u64; 4];
+        let mut pages = [0u64; OWNERS + 1];
         let mut children = std::collections::HashMap::<u32, u32>::new();
         let live: std::collections::HashSet<u32> = self.index.iter().map(|(_, v)| v).collect();
         for &idx in &live {
@@ -356,7 +365,7 @@ impl RadixCache {
                 }
                 *children.entry(n.parent).or_default() += 1;
                 let p = &self.nodes[n.parent as usize];
-                for o in 0..3 {
+                for o in 0..OWNERS {
                     if n.locks[o] > p.locks[o] {
                         return Err(format!("child {idx} locked more than its parent"));
                     }

@@ -2,7 +2,7 @@
 //! and the running batch move small indices instead of requests.
 
 use crate::radix::{Owner, NIL};
-use handoff_core::{HandoffId, RequestId};
+use handoff_core::{HandoffId, Instant, RequestId, SessionId};
 
 /// Why the request is on this worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +34,8 @@ pub(crate) enum Phase {
     /// A retracted decode-side request whose KV was offloaded to host
     /// memory: holds no pages and no slot, and resumes without recompute.
     Retracted,
+    /// A finished turn whose KV its session slot keeps for the next turn.
+    SessionIdle,
 }
 
 /// One request's scheduler state. KV is described by counts only: the radix
@@ -74,6 +76,16 @@ pub(crate) struct Seq {
     pub(crate) emit_call: u64,
     /// Index of that emission in `StepOutput::tokens`.
     pub(crate) emit_idx: usize,
+    /// The session it is a turn of, when sessions are on (`None` otherwise,
+    /// even if the request names one).
+    pub(crate) session: Option<SessionId>,
+    /// Whether the prefill bypass was already tried for it (hit or miss),
+    /// so a request held at the queue head is checked and logged once.
+    pub(crate) bypass_checked: bool,
+    /// Its KV came from a snapshot entry (a bypassing reseed): when it
+    /// ends, the KV goes back to the snapshot store instead of being freed.
+    /// Holds the entry's ingest time.
+    pub(crate) lent_snapshot: Option<Instant>,
 }
 
 impl Seq {
@@ -104,6 +116,9 @@ impl Seq {
             offloaded: 0,
             emit_call: 0,
             emit_idx: 0,
+            session: None,
+            bypass_checked: false,
+            lent_snapshot: None,
         }
     }
 

@@ -33,7 +33,7 @@ impl<P: PerfModel> SglangCore<P> {
         }
         let mut hashes = Vec::new();
         request.block_hashes(self.cfg.event_block_tokens, &mut hashes);
-        let seq = Seq::new(
+        let mut seq = Seq::new(
             request.id,
             Kind::Source(id),
             Phase::Waiting,
@@ -41,6 +41,8 @@ impl<P: PerfModel> SglangCore<P> {
             u64::from(request.max_output_tokens),
             hashes,
         );
+        // A reseed may bypass its prefill with the session's snapshot.
+        seq.session = request.session.filter(|_| self.sessions_on());
         let idx = self.seqs.insert(seq);
         self.waiting.push_back(idx);
         self.sources.insert(id, idx);
@@ -58,8 +60,10 @@ impl<P: PerfModel> SglangCore<P> {
             return CommandOutcome::Noop;
         }
         self.sources.remove(&id);
-        self.release_kv(idx, true);
-        self.seqs.remove(idx);
+        if !self.return_lent_snapshot(idx) {
+            self.release_kv(idx, true);
+            self.seqs.remove(idx);
+        }
         CommandOutcome::Applied
     }
 
@@ -82,8 +86,10 @@ impl<P: PerfModel> SglangCore<P> {
             }
             _ => {}
         }
-        self.release_kv(idx, true);
-        self.seqs.remove(idx);
+        if !self.return_lent_snapshot(idx) {
+            self.release_kv(idx, true);
+            self.seqs.remove(idx);
+        }
         CommandOutcome::Applied
     }
 }

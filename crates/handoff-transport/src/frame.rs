@@ -226,6 +226,22 @@ pub(crate) mod samples {
                     tokens: 30,
                 }),
             }),
+            Frame::Request(WorkerRequest::CloseSession(handoff_core::SessionId(4))),
+            Frame::Request(WorkerRequest::EvictSession(handoff_core::SessionId(4))),
+            Frame::Request(WorkerRequest::PushSource {
+                id,
+                request: RequestId(1 << 63),
+                session: handoff_core::SessionId(4),
+                lock: handoff_core::SourceLeaseId(2),
+                tokens: 4096,
+            }),
+            Frame::Request(WorkerRequest::PushDestination {
+                id,
+                request: RequestId(1 << 63),
+                session: handoff_core::SessionId(4),
+                tokens: 4096,
+                source: WorkerId(2),
+            }),
             Frame::Drained {
                 worker: WorkerId(2),
                 drained: true,
@@ -303,6 +319,14 @@ pub(crate) mod samples {
                 request: RequestId(1),
                 role: Role::Destination,
                 reason: Some(CancelReason::PeerRestarted),
+                at: Instant(12),
+            },
+            WorkerEvent::Session {
+                event: handoff_core::session::SessionEvent::BypassMiss {
+                    session: handoff_core::SessionId(4),
+                    request: RequestId(1),
+                    reason: handoff_core::session::MissReason::SeqlenShort,
+                },
                 at: Instant(12),
             },
             WorkerEvent::Kv {
@@ -574,6 +598,7 @@ mod tests {
             WorkerEvent::KvChunkReady { .. } => "KvChunkReady",
             WorkerEvent::RoleEnded { .. } => "RoleEnded",
             WorkerEvent::Kv { .. } => "Kv",
+            WorkerEvent::Session { .. } => "Session",
             WorkerEvent::Dropped { .. } => "Dropped",
         }
     }
@@ -590,7 +615,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(events.len(), 12, "{events:?}");
+        assert_eq!(events.len(), 13, "{events:?}");
     }
 
     /// Core types no frame carries yet still serialise (a driver may ship

@@ -362,6 +362,13 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
             SchedulerCommand::ReleaseSource { id } => self.release_source(id),
             SchedulerCommand::CancelSource { id } => self.cancel_source(id),
             SchedulerCommand::CancelDestination { id } => self.cancel_destination(id),
+            // vLLM keeps no session slots.
+            SchedulerCommand::ReleaseSession { .. }
+            | SchedulerCommand::EvictSession { .. }
+            | SchedulerCommand::IngestSnapshot { .. }
+            | SchedulerCommand::CancelSnapshot { .. }
+            | SchedulerCommand::FinishPush { .. } => CommandOutcome::Noop,
+            SchedulerCommand::ReserveSnapshot { .. } => CommandOutcome::Unsupported(None),
         }
     }
 

@@ -211,6 +211,12 @@ impl SchedulerCore for FakeCore {
                 }
                 CommandOutcome::Applied
             }
+            SchedulerCommand::ReleaseSession { .. }
+            | SchedulerCommand::EvictSession { .. }
+            | SchedulerCommand::IngestSnapshot { .. }
+            | SchedulerCommand::CancelSnapshot { .. }
+            | SchedulerCommand::FinishPush { .. } => CommandOutcome::Noop,
+            SchedulerCommand::ReserveSnapshot { .. } => CommandOutcome::Unsupported(None),
             SchedulerCommand::CancelDestination { id } => match self.reserved.remove(&id) {
                 Some((_, blocks)) => {
                     self.end(id, Holding::DestinationReservation);

@@ -7,4 +7,5 @@ mod harness;
 mod ordinary;
 mod pd_decode;
 mod props;
+mod sessions;
 mod stepping;

@@ -291,7 +291,13 @@ impl<P: PerfModel> Harness<P> {
     /// Applies `cmd`, keeps the ledger, checks accounting.
     pub(crate) fn apply(&mut self, cmd: SchedulerCommand) -> CommandOutcome {
         let (id, kind) = match &cmd {
-            SchedulerCommand::Submit(_) => (None, 0),
+            SchedulerCommand::Submit(_)
+            | SchedulerCommand::ReleaseSession { .. }
+            | SchedulerCommand::EvictSession { .. }
+            | SchedulerCommand::ReserveSnapshot { .. }
+            | SchedulerCommand::IngestSnapshot { .. }
+            | SchedulerCommand::CancelSnapshot { .. }
+            | SchedulerCommand::FinishPush { .. } => (None, 0),
             SchedulerCommand::SubmitHandoffPrefill { id, .. } => (Some(*id), 1),
             SchedulerCommand::ReserveDestination { id, .. } => (Some(*id), 2),
             SchedulerCommand::ActivateDestination { id } => (Some(*id), 3),

@@ -1,0 +1,395 @@
+//! `handoff-mocker sweep`: a grid of replay configurations (see
+//! [`crate::sweep_grid`]) run in parallel on every core, one report file
+//! per configuration and one summary (CSV and JSON) with a row per
+//! configuration; `--shard I/N` runs every N-th configuration and `sweep
+//! merge` joins the shards' summaries into the full grid's.
+//!
+//! Determinism: each configuration is one replay, itself deterministic, on
+//! one thread; rows are gathered in configuration order, and nothing that
+//! depends on timing or thread count (wall times, completion order) enters
+//! a report or a summary. So the summary is byte-identical whatever
+//! `--jobs` or `RAYON_NUM_THREADS` is, and merging shards gives the bytes a
+//! single run of the whole grid writes.
+
+use crate::replay_cmd::simulate;
+use crate::report_out::write_output_with;
+use crate::sweep_grid::{Configuration, Grid};
+use clap::{Args, Subcommand};
+use rayon::prelude::*;
+use serde_json::{json, Map, Value};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+/// Options of `sweep`.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SweepArgs {
+    #[command(subcommand)]
+    command: Option<SweepCommand>,
+    /// Grid file: TOML, or JSON by `.json` (`[base]` options and `[grid]`
+    /// option = [values]; see the README).
+    #[arg(long, value_name = "FILE")]
+    grid: Option<PathBuf>,
+    /// Sweep a replay option over values: `--set prefill=2,4,8`
+    /// (repeatable; replaces the grid file's values for that option).
+    #[arg(long = "set", value_name = "KEY=V1,V2,...")]
+    set: Vec<String>,
+    /// Directory for the reports (`config-NNNN.json`) and the summary
+    /// (`summary.csv`, `summary.json`; with --shard
+    /// `summary-shard-I-of-N.*`).
+    #[arg(long, default_value = "sweep-out", value_name = "DIR")]
+    out: PathBuf,
+    /// Run only configurations whose number is I modulo N (I from 0), for
+    /// splitting a grid across hosts; join with `sweep merge`.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// Threads [default: every core, or RAYON_NUM_THREADS].
+    #[arg(long, value_name = "N")]
+    jobs: Option<usize>,
+    /// Replay flags every configuration shares, after `--`.
+    #[arg(last = true, value_name = "REPLAY FLAGS")]
+    base: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum SweepCommand {
+    /// Join the JSON summaries of a grid's shards into the full grid's
+    /// summary (byte-identical to running the grid unsharded).
+    Merge {
+        /// The shards' `summary-shard-*.json` files.
+        #[arg(required = true, value_name = "SUMMARY")]
+        summaries: Vec<PathBuf>,
+        /// Directory for `summary.csv` and `summary.json`.
+        #[arg(long, default_value = "sweep-out", value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+/// Report fields every summary row carries, as paths into the report's
+/// JSON (`a.b` for nested fields); the CSV's columns after the axes.
+const METRICS: &[&str] = &[
+    "num_requests",
+    "completed_requests",
+    "failed_requests",
+    "total_input_tokens",
+    "total_output_tokens",
+    "duration_s",
+    "request_throughput_rps",
+    "output_token_throughput_tps",
+    "prefix_cache_reused_ratio",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "p99_itl_ms",
+    "mean_e2e_latency_ms",
+    "p99_e2e_latency_ms",
+    "lifecycle.handoffs_pinned",
+    "lifecycle.handoffs_activated",
+    "lifecycle.source_pinned_ms.p99",
+    "lifecycle.reservation_wait_ms.p99",
+    "lifecycle.lease_expiries",
+    "lifecycle.reservation_expiries",
+    "lifecycle.preemptions",
+];
+
+fn metric(report: &Value, path: &str) -> Value {
+    path.split('.')
+        .try_fold(report, |v, k| v.get(k))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// `--shard I/N`.
+fn parse_shard(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("--shard {s}: expected I/N with 0 <= I < N");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+fn report_name(index: usize, total: usize) -> String {
+    let width = total.saturating_sub(1).to_string().len().max(4);
+    format!("config-{index:0width$}.json")
+}
+
+/// What identifies a grid: shards of one grid must agree on it to merge.
+fn grid_json(grid: &Grid, total: usize) -> Value {
+    json!({
+        "configurations": total,
+        "base": grid.base_args(),
+        "axes": grid.axes.iter().map(|a| json!({
+            "key": a.key,
+            "values": a.values.iter().map(|v| v.label()).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub fn run(a: SweepArgs) -> Result<(), String> {
+    if let Some(SweepCommand::Merge { summaries, out }) = &a.command {
+        return merge(summaries, out);
+    }
+    let mut grid = Grid::default();
+    if let Some(p) = &a.grid {
+        grid.read_file(p)?;
+    }
+    for s in &a.set {
+        grid.parse_set(s)?;
+    }
+    if grid.axes.is_empty() {
+        return Err("sweep: nothing to sweep; give --grid FILE or --set KEY=V1,V2,...".into());
+    }
+    grid.trailing = a.base.clone();
+    let shard = a.shard.as_deref().map(parse_shard).transpose()?;
+    let all = grid.configurations()?;
+    let total = all.len();
+    let mine: Vec<Configuration> = match shard {
+        Some((i, n)) => all.into_iter().filter(|c| c.index % n == i).collect(),
+        None => all,
+    };
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("--out {}: {e}", a.out.display()))?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(a.jobs.unwrap_or(0))
+        // A replay on a worker thread gets the main thread's stack size.
+        .stack_size(8 << 20)
+        .build()
+        .map_err(|e| format!("--jobs: {e}"))?;
+    let bar = if std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::new(mine.len() as u64).with_style(
+            indicatif::ProgressStyle::with_template(
+                "sweep {bar:40} {pos}/{len} configurations, {elapsed} elapsed, eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        )
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let started = std::time::Instant::now();
+    let out = a.out.clone();
+    let keys = grid.keys();
+    let rows: Vec<Value> = pool.install(|| {
+        mine.par_iter()
+            .map(|c| {
+                let row = run_one(c, &keys, &out, total);
+                bar.inc(1);
+                row
+            })
+            .collect()
+    });
+    bar.finish_and_clear();
+    let failed = rows.iter().filter(|r| !r["error"].is_null()).count();
+    let mut summary = Map::new();
+    summary.insert("grid".into(), grid_json(&grid, total));
+    summary.insert(
+        "shard".into(),
+        shard.map_or(Value::Null, |(i, n)| json!(format!("{i}/{n}"))),
+    );
+    summary.insert("rows".into(), Value::Array(rows));
+    let stem = match shard {
+        Some((i, n)) => format!("summary-shard-{i}-of-{n}"),
+        None => "summary".to_string(),
+    };
+    write_summary(&Value::Object(summary), &a.out, &stem)?;
+    eprintln!(
+        "sweep: {} of {total} configurations in {:.3} s on {} threads, {failed} failed; {}",
+        mine.len(),
+        started.elapsed().as_secs_f64(),
+        pool.current_num_threads(),
+        a.out.join(format!("{stem}.csv")).display()
+    );
+    if failed > 0 {
+        return Err(format!(
+            "{failed} configurations did not run (see the `error` column)"
+        ));
+    }
+    Ok(())
+}
+
+/// Runs one configuration and writes its report; the summary row.
+fn run_one(c: &Configuration, keys: &[String], out: &Path, total: usize) -> Value {
+    let mut row = Map::new();
+    row.insert("index".into(), json!(c.index));
+    let config: Map<String, Value> = keys
+        .iter()
+        .zip(&c.labels)
+        .map(|(k, l)| (k.clone(), json!(l)))
+        .collect();
+    row.insert("config".into(), Value::Object(config));
+    row.insert("args".into(), json!(c.args.join(" ")));
+    let name = report_name(c.index, total);
+    let result = simulate(&c.replay, false, None).and_then(|sim| {
+        write_output_with(&out.join(&name), &sim.report, &Map::new())?;
+        serde_json::to_value(&sim.report).map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(report) => {
+            row.insert("report".into(), json!(name));
+            row.insert("error".into(), Value::Null);
+            for m in METRICS {
+                row.insert((*m).into(), metric(&report, m));
+            }
+        }
+        Err(e) => {
+            row.insert("report".into(), Value::Null);
+            row.insert("error".into(), json!(e));
+            for m in METRICS {
+                row.insert((*m).into(), Value::Null);
+            }
+        }
+    }
+    Value::Object(row)
+}
+
+fn csv_field(v: &Value) -> String {
+    let s = match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s
+    }
+}
+
+/// The summary as CSV: index, each axis, report, error, then [`METRICS`].
+fn csv(summary: &Value) -> String {
+    let keys: Vec<String> = summary["grid"]["axes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x["key"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut head = vec!["index".to_string()];
+    head.extend(keys.iter().cloned());
+    head.extend(["report".to_string(), "error".to_string()]);
+    head.extend(METRICS.iter().map(|m| m.to_string()));
+    let mut s = head.join(",");
+    s.push('\n');
+    for row in summary["rows"].as_array().into_iter().flatten() {
+        let mut cells = vec![csv_field(&row["index"])];
+        cells.extend(keys.iter().map(|k| csv_field(&row["config"][k])));
+        cells.push(csv_field(&row["report"]));
+        cells.push(csv_field(&row["error"]));
+        cells.extend(METRICS.iter().map(|m| csv_field(&row[*m])));
+        s.push_str(&cells.join(","));
+        s.push('\n');
+    }
+    s
+}
+
+fn write_summary(summary: &Value, dir: &Path, stem: &str) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(summary).map_err(|e| e.to_string())? + "\n";
+    for (ext, body) in [("json", text), ("csv", csv(summary))] {
+        let p = dir.join(format!("{stem}.{ext}"));
+        std::fs::write(&p, body).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// `sweep merge`: checks the shards are of one grid and together hold each
+/// configuration exactly once, then writes the full grid's summary.
+fn merge(paths: &[PathBuf], out: &Path) -> Result<(), String> {
+    let mut grid: Option<Value> = None;
+    let mut rows: Vec<Value> = Vec::new();
+    for p in paths {
+        let name = p.display().to_string();
+        let text = std::fs::read_to_string(p).map_err(|e| format!("{name}: {e}"))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
+        let (Some(g), Some(r)) = (v.get("grid"), v.get("rows").and_then(Value::as_array)) else {
+            return Err(format!(
+                "{name}: not a sweep summary (no `grid` and `rows`)"
+            ));
+        };
+        match &grid {
+            None => grid = Some(g.clone()),
+            Some(first) if first != g => {
+                return Err(format!(
+                    "{name}: a shard of another grid than {}",
+                    paths[0].display()
+                ))
+            }
+            Some(_) => {}
+        }
+        rows.extend(r.iter().cloned());
+    }
+    let grid = grid.unwrap_or(Value::Null);
+    let total = grid["configurations"]
+        .as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or("the summaries give no configuration count")?;
+    let mut by_index: Vec<Option<Value>> = vec![None; total];
+    for r in rows {
+        let i = r["index"]
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|i| *i < total)
+            .ok_or_else(|| format!("a row with a bad index: {}", r["index"]))?;
+        if by_index[i].replace(r).is_some() {
+            return Err(format!("configuration {i} is in more than one shard"));
+        }
+    }
+    let missing: Vec<String> = by_index
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_none())
+        .map(|(i, _)| i.to_string())
+        .take(10)
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "configurations missing from the shards: {}{}",
+            missing.join(", "),
+            if missing.len() == 10 { ", ..." } else { "" }
+        ));
+    }
+    let mut summary = Map::new();
+    summary.insert("grid".into(), grid);
+    summary.insert("shard".into(), Value::Null);
+    summary.insert(
+        "rows".into(),
+        Value::Array(by_index.into_iter().flatten().collect()),
+    );
+    std::fs::create_dir_all(out).map_err(|e| format!("--out {}: {e}", out.display()))?;
+    write_summary(&Value::Object(summary), out, "summary")?;
+    eprintln!(
+        "sweep merge: {total} configurations from {} shards; {}",
+        paths.len(),
+        out.join("summary.csv").display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_are_checked() {
+        assert_eq!(parse_shard("1/4"), Ok((1, 4)));
+        for bad in ["4/4", "1", "a/2", "0/0", "-1/2"] {
+            assert!(parse_shard(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn csv_quotes_what_needs_it() {
+        assert_eq!(csv_field(&json!("a,b")), "\"a,b\"");
+        assert_eq!(csv_field(&json!("say \"x\"")), "\"say \"\"x\"\"\"");
+        assert_eq!(csv_field(&Value::Null), "");
+        assert_eq!(csv_field(&json!(1.5)), "1.5");
+        assert_eq!(report_name(7, 64), "config-0007.json");
+        assert_eq!(report_name(7, 100_000), "config-00007.json");
+    }
+}

@@ -1,0 +1,437 @@
+//! `cargo xtask bench`: the crates' release-mode micro-benchmarks, then the
+//! replay workloads that say whether replay cost follows events:
+//!
+//! - `cluster`: `replay --requests 200000 --rate 512 --prefill 64 --decode
+//!   64` (the 1 M-request 64P+64D shape, a fifth of it; `--cluster-requests
+//!   N` for more);
+//! - `conversation`: the conversation trace, 4 prefill + 4 decode;
+//! - `x2`: the conversation trace and the same trace with every
+//!   `output_length` and `timestamp` doubled (written to a temporary file),
+//!   so twice the tokens at the same load; prints the ratio of the two;
+//!
+//! each on vLLM and SGLang. Every figure is the median of `--runs`
+//! interleaved runs (all workloads once, then again, ...), as CPU time
+//! (user + system, what the machine's other users disturb least), wall time
+//! and peak RSS (when `/usr/bin/time` is there). With `--baseline REV` the
+//! binary of REV is built in a temporary worktree and run interleaved with
+//! this one, and each figure gets its ratio to REV's (`--baseline-bin FILE`:
+//! a baseline binary already built).
+//!
+//! The trace is `../shared/traces/conversation_trace.jsonl` next to the
+//! checkout, or `--trace FILE`; without one only `cluster` runs.
+
+use crate::{cargo, root, run};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Opts {
+    runs: usize,
+    trace: Option<PathBuf>,
+    baseline: Option<String>,
+    baseline_bin: Option<PathBuf>,
+    workloads: Vec<String>,
+    cluster_requests: u64,
+    micro: bool,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        runs: 3,
+        trace: None,
+        baseline: None,
+        baseline_bin: None,
+        workloads: vec!["cluster".into(), "conversation".into(), "x2".into()],
+        cluster_requests: 200_000,
+        micro: true,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name}: missing value"))
+        };
+        match a.as_str() {
+            "--runs" => {
+                o.runs = val("--runs")?
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or("--runs: a positive count")?
+            }
+            "--trace" => o.trace = Some(PathBuf::from(val("--trace")?)),
+            "--baseline" => o.baseline = Some(val("--baseline")?),
+            "--baseline-bin" => o.baseline_bin = Some(PathBuf::from(val("--baseline-bin")?)),
+            "--workloads" => {
+                o.workloads = val("--workloads")?.split(',').map(str::to_string).collect();
+                for w in &o.workloads {
+                    if !["cluster", "conversation", "x2"].contains(&w.as_str()) {
+                        return Err(format!(
+                            "--workloads: unknown {w} (cluster, conversation, x2)"
+                        ));
+                    }
+                }
+            }
+            "--cluster-requests" => {
+                o.cluster_requests = val("--cluster-requests")?
+                    .parse()
+                    .map_err(|_| "--cluster-requests: a count")?
+            }
+            "--no-micro" => o.micro = false,
+            other => return Err(format!("bench: unknown option {other}")),
+        }
+    }
+    Ok(o)
+}
+
+/// One measured run.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    cpu_s: f64,
+    wall_s: f64,
+    rss_mib: Option<f64>,
+}
+
+/// A replay to time: a name and its flags.
+struct Job {
+    name: String,
+    args: Vec<String>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[v.len() / 2]
+}
+
+/// Runs `bin replay ARGS --json` once; CPU, wall, peak RSS.
+fn time_once(bin: &Path, args: &[String]) -> Result<Sample, String> {
+    let gnu_time = Path::new("/usr/bin/time");
+    let stats = std::env::temp_dir().join(format!("xtask-bench-{}.time", std::process::id()));
+    let mut cmd = if gnu_time.exists() {
+        let mut c = Command::new(gnu_time);
+        c.arg("-o").arg(&stats).args(["-f", "%U %S %M"]).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
+    cmd.arg("replay").args(args).arg("--json");
+    let start = std::time::Instant::now();
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    let wall_s = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        return Err(format!(
+            "{} replay {}: {}",
+            bin.display(),
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let (mut cpu_s, mut rss_mib) = (wall_s, None);
+    if let Ok(text) = std::fs::read_to_string(&stats) {
+        let f: Vec<f64> = text
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if let [u, s, kib] = f[..] {
+            cpu_s = u + s;
+            rss_mib = Some(kib / 1024.0);
+        }
+        let _ = std::fs::remove_file(&stats);
+    }
+    Ok(Sample {
+        cpu_s,
+        wall_s,
+        rss_mib,
+    })
+}
+
+/// The conversation trace with every `output_length` and `timestamp`
+/// doubled: twice the output tokens at the same offered load.
+fn doubled_trace(trace: &Path) -> Result<PathBuf, String> {
+    let text = std::fs::read_to_string(trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+    let mut out = String::with_capacity(text.len() + text.len() / 8);
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| format!("{}:{}: {e}", trace.display(), n + 1))?;
+        for key in ["output_length", "timestamp"] {
+            let x = v
+                .get(key)
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(|| format!("{}:{}: {key}: not an integer", trace.display(), n + 1))?;
+            v[key] = serde_json::json!(x * 2);
+        }
+        out.push_str(&v.to_string());
+        out.push('\n');
+    }
+    let p = std::env::temp_dir().join(format!("xtask-bench-x2-{}.jsonl", std::process::id()));
+    std::fs::write(&p, out).map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(p)
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
+}
+
+/// Builds REV's release binary in a temporary worktree and copies it out;
+/// the worktree is removed. It builds into `TARGET/bench-baseline`, kept
+/// between runs, so this checkout's `release/handoff-mocker` is never
+/// overwritten and a second run of the same REV only relinks.
+fn build_baseline(rev: &str) -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("xtask-bench-baseline-{}", std::process::id()));
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(root())
+            .args(args)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    let d = dir.to_string_lossy().to_string();
+    if !git(&["worktree", "add", "--detach", &d, rev]) {
+        return Err(format!("--baseline {rev}: git worktree add failed"));
+    }
+    let target = target_dir().join("bench-baseline");
+    let built = run(cargo()
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .args(["build", "--release", "-q", "-p", "handoff-mocker"]));
+    let bin = std::env::temp_dir().join(format!("handoff-mocker-baseline-{}", std::process::id()));
+    let copied = built && std::fs::copy(target.join("release/handoff-mocker"), &bin).is_ok();
+    git(&["worktree", "remove", "--force", &d]);
+    if !copied {
+        return Err(format!("--baseline {rev}: build failed"));
+    }
+    Ok(bin)
+}
+
+pub fn bench(args: &[String]) -> bool {
+    let o = match parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return false;
+        }
+    };
+    let mut ok = true;
+    if o.micro {
+        for (pkg, bench) in [
+            ("handoff-core", "transitions"),
+            ("handoff-vllm", "decode_step"),
+            ("handoff-sglang", "decode_step"),
+            ("handoff-router", "select"),
+        ] {
+            ok &= run(cargo().args(["bench", "-q", "-p", pkg, "--bench", bench]));
+        }
+    }
+    let built = o.baseline.as_deref().map(build_baseline).transpose();
+    let baseline = match built.map(|b| b.or(o.baseline_bin.clone())) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{e}");
+            return false;
+        }
+    };
+    if !run(cargo().args(["build", "--release", "-q", "-p", "handoff-mocker"])) {
+        return false;
+    }
+    let bin = target_dir().join("release/handoff-mocker");
+    let trace = o
+        .trace
+        .clone()
+        .unwrap_or_else(|| root().join("../shared/traces/conversation_trace.jsonl"));
+    let trace = trace.exists().then_some(trace);
+    let wants = |w: &str| o.workloads.iter().any(|x| x == w);
+    let mut jobs = Vec::new();
+    let mut x2 = None;
+    for backend in ["vllm", "sglang"] {
+        let b = |v: &[&str]| {
+            let mut a: Vec<String> = vec!["--backend".into(), backend.into()];
+            a.extend(v.iter().map(|s| s.to_string()));
+            a
+        };
+        if wants("cluster") {
+            let n = o.cluster_requests.to_string();
+            jobs.push(Job {
+                name: format!("cluster {n} requests 64P+64D {backend}"),
+                args: b(&[
+                    "--requests",
+                    &n,
+                    "--rate",
+                    "512",
+                    "--prefill",
+                    "64",
+                    "--decode",
+                    "64",
+                ]),
+            });
+        }
+        let Some(t) = &trace else { continue };
+        let t = t.to_string_lossy().to_string();
+        if wants("conversation") || wants("x2") {
+            jobs.push(Job {
+                name: format!("conversation 4P+4D {backend}"),
+                args: b(&["--trace", &t, "--prefill", "4", "--decode", "4"]),
+            });
+        }
+        if wants("x2") {
+            if x2.is_none() {
+                match doubled_trace(Path::new(&t)) {
+                    Ok(p) => x2 = Some(p),
+                    Err(e) => {
+                        eprintln!("{e}");
+                        return false;
+                    }
+                }
+            }
+            let p = x2.as_ref().map(|p| p.to_string_lossy().to_string());
+            jobs.push(Job {
+                name: format!("conversation x2 output 4P+4D {backend}"),
+                args: b(&[
+                    "--trace",
+                    &p.unwrap_or_default(),
+                    "--prefill",
+                    "4",
+                    "--decode",
+                    "4",
+                ]),
+            });
+        }
+    }
+    if trace.is_none() {
+        eprintln!("no conversation trace (give --trace FILE): only the cluster workload runs");
+    }
+    let bins: Vec<(&str, PathBuf)> = match &baseline {
+        Some(b) => vec![("this", bin.clone()), ("baseline", b.clone())],
+        None => vec![("this", bin.clone())],
+    };
+    // samples[job][bin]
+    let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); bins.len()]; jobs.len()];
+    for r in 0..o.runs {
+        for (j, job) in jobs.iter().enumerate() {
+            for (k, (label, b)) in bins.iter().enumerate() {
+                match time_once(b, &job.args) {
+                    Ok(s) => {
+                        eprintln!(
+                            "run {}/{}: {} ({label}): cpu {:.3} s, wall {:.3} s",
+                            r + 1,
+                            o.runs,
+                            job.name,
+                            s.cpu_s,
+                            s.wall_s
+                        );
+                        samples[j][k].push(s);
+                    }
+                    Err(e) => {
+                        eprintln!("{e}");
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+    let med = |s: &[Sample]| {
+        (
+            median(s.iter().map(|x| x.cpu_s).collect()),
+            median(s.iter().map(|x| x.wall_s).collect()),
+            s.iter()
+                .filter_map(|x| x.rss_mib)
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x)))),
+        )
+    };
+    println!(
+        "replay workloads: medians of {} interleaved runs (cpu = user + system)",
+        o.runs
+    );
+    for (j, job) in jobs.iter().enumerate() {
+        let (cpu, wall, rss) = med(&samples[j][0]);
+        let rss = rss.map_or("n/a".into(), |r| format!("{r:.0} MiB"));
+        let mut line = format!(
+            "{:<44} cpu {cpu:>8.3} s  wall {wall:>8.3} s  peak rss {rss}",
+            job.name
+        );
+        if bins.len() > 1 {
+            let (bcpu, bwall, _) = med(&samples[j][1]);
+            line.push_str(&format!(
+                "  | baseline cpu {bcpu:.3} s wall {bwall:.3} s: this/baseline cpu {:.3} wall {:.3}",
+                cpu / bcpu,
+                wall / bwall
+            ));
+        }
+        println!("{line}");
+    }
+    // The x2 pair: the doubled trace's cost over the plain one's.
+    for backend in ["vllm", "sglang"] {
+        let find = |n: &str| jobs.iter().position(|j| j.name == n);
+        if let (Some(a), Some(b)) = (
+            find(&format!("conversation 4P+4D {backend}")),
+            find(&format!("conversation x2 output 4P+4D {backend}")),
+        ) {
+            for (k, (label, _)) in bins.iter().enumerate() {
+                let (ca, wa, _) = med(&samples[a][k]);
+                let (cb, wb, _) = med(&samples[b][k]);
+                println!(
+                    "x2 output at constant load, {backend} ({label}): cpu {:.3}x, wall {:.3}x",
+                    cb / ca,
+                    wb / wa
+                );
+            }
+        }
+    }
+    if let Some(p) = x2 {
+        let _ = std::fs::remove_file(p);
+    }
+    if let (Some(b), Some(_)) = (baseline, &o.baseline) {
+        // Only a binary this run built; never a --baseline-bin.
+        let _ = std::fs::remove_file(b);
+    }
+    ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_doubled_trace_doubles_output_and_time_only() {
+        let dir = std::env::temp_dir().join(format!("xtask-x2-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = dir.join("t.jsonl");
+        std::fs::write(
+            &t,
+            "{\"timestamp\": 3, \"input_length\": 100, \"output_length\": 5, \"hash_ids\": [1]}\n",
+        )
+        .unwrap();
+        let p = doubled_trace(&t).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(std::fs::read_to_string(&p).unwrap().trim()).unwrap();
+        assert_eq!(v["timestamp"], 6);
+        assert_eq!(v["output_length"], 10);
+        assert_eq!(v["input_length"], 100);
+        std::fs::write(&t, "{\"timestamp\": -1}\n").unwrap();
+        assert!(doubled_trace(&t)
+            .unwrap_err()
+            .contains("t.jsonl:1: output_length"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let a = |v: &[&str]| parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(a(&["--workloads", "cluster,bogus"]).is_err());
+        assert!(a(&["--runs", "0"]).is_err());
+        let o = a(&["--runs", "5", "--baseline", "HEAD~1", "--no-micro"]).unwrap();
+        assert_eq!(
+            (o.runs, o.baseline.as_deref(), o.micro),
+            (5, Some("HEAD~1"), false)
+        );
+    }
+}
