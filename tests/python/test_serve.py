@@ -477,6 +477,80 @@ def test_reservation_publishes_nothing_before_activation() -> None:
         s.stop()
 
 
+def post_json(url: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def proxy_completion(prefill_url: str, decode_url: str, body: dict) -> dict:
+    """vLLM's toy proxy (tests/v1/kv_connector/nixl_integration/
+    toy_proxy_server.py) in a few lines: the prefill with max_tokens=1 and
+    do_remote_decode, then the original request with the returned
+    kv_transfer_params to the decode worker."""
+    pre = dict(body, max_tokens=1, stream=False)
+    pre["kv_transfer_params"] = {
+        "do_remote_decode": True, "do_remote_prefill": False,
+        "remote_engine_id": None, "remote_block_ids": None,
+        "remote_host": None, "remote_port": None,
+    }
+    params = post_json(prefill_url + "/v1/completions", pre)["kv_transfer_params"]
+    dec = dict(body, kv_transfer_params=params)
+    return {"prefill": params, "decode": post_json(decode_url + "/v1/completions", dec)}
+
+
+def test_disaggregation_proxy() -> None:
+    base = free_port(2)
+    s = Server("--worker-http-base-port", str(base))
+    try:
+        prefill, decode = f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"
+        prompt = SYSTEM + "behind a proxy"
+        out = proxy_completion(
+            prefill, decode, {"model": MODEL, "prompt": prompt, "max_tokens": 7, "ignore_eos": True}
+        )
+        p = out["prefill"]
+        assert p["do_remote_prefill"] is True and p["do_remote_decode"] is False, p
+        assert p["remote_engine_id"] == "0" and p["remote_port"] == base, p
+        assert p["remote_block_ids"], p
+        u = out["decode"]["usage"]
+        assert u["completion_tokens"] == 7, u
+        assert u["prompt_tokens_details"]["cached_tokens"] > 0, u
+        s.wait_drained()
+
+        # The decode streamed with the official client on the decode worker's
+        # listener, the params as extra_body.
+        params = post_json(prefill + "/v1/completions", {
+            "model": MODEL, "prompt": prompt + " again", "max_tokens": 1,
+            "kv_transfer_params": {"do_remote_decode": True},
+        })["kv_transfer_params"]
+        c = openai.OpenAI(base_url=decode + "/v1", api_key="unused", max_retries=0)
+        chunks = list(c.completions.create(
+            model=MODEL, prompt=prompt + " again", max_tokens=4, stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True, "kv_transfer_params": params},
+        ))
+        assert sum(1 for k in chunks if k.choices and k.choices[0].text) == 4
+        assert chunks[-1].usage.completion_tokens == 4
+
+        # The same handoff again, and a plain request to a worker: 4xx.
+        try:
+            c.completions.create(model=MODEL, prompt=prompt + " again", max_tokens=4,
+                                 extra_body={"kv_transfer_params": params})
+            raise AssertionError("a decoded handoff was accepted again")
+        except openai.NotFoundError:
+            pass
+        try:
+            c.completions.create(model=MODEL, prompt="plain", max_tokens=2)
+            raise AssertionError("a plain request to a decode worker was accepted")
+        except openai.BadRequestError as e:
+            assert "kv_transfer_params" in str(e), e
+        s.wait_drained()
+    finally:
+        s.stop()
+
+
 def main() -> int:
     passed = failed = 0
 
@@ -505,6 +579,7 @@ def main() -> int:
         sub.close()
         s.stop()
     run("reservation publishes nothing before activation", test_reservation_publishes_nothing_before_activation)
+    run("disaggregation proxy", test_disaggregation_proxy)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

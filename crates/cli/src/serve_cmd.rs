@@ -5,7 +5,7 @@
 //! other run's.
 
 use crate::args::DeployArgs;
-use handoff_serve::{per_worker, KvEndpoints, RouterEventWriter, ServeConfig};
+use handoff_serve::{per_worker, worker_http_ports, KvEndpoints, RouterEventWriter, ServeConfig};
 use std::path::PathBuf;
 
 /// Options of `serve`.
@@ -39,6 +39,14 @@ pub struct ServeArgs {
     /// Write every KV event as a Dynamo `RouterEvent` JSON line to FILE.
     #[arg(long, value_name = "FILE")]
     kv_events_out: Option<PathBuf>,
+    /// Per-worker HTTP for a disaggregation proxy (vLLM's
+    /// `kv_transfer_params`): worker i also listens on the --http host at
+    /// PORT + i.
+    #[arg(long, value_name = "PORT")]
+    worker_http_base_port: Option<u16>,
+    /// Per-worker HTTP for one worker, WORKER=HOST:PORT (repeatable).
+    #[arg(long, value_name = "WORKER=HOST:PORT", value_parser = handoff_serve::parse_worker_http)]
+    worker_http: Vec<(u32, String)>,
     /// Write the run's report, as JSON, to FILE at shutdown.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -73,6 +81,22 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         }
         None => None,
     };
+    let mut worker_http = match a.worker_http_base_port {
+        Some(base) => {
+            let host = a
+                .http
+                .rsplit_once(':')
+                .map_or("127.0.0.1", |(h, _)| h)
+                .to_string();
+            worker_http_ports(&host, base, n)?
+        }
+        None => Vec::new(),
+    };
+    for (w, addr) in &a.worker_http {
+        worker_http.retain(|(x, _)| x != w);
+        worker_http.push((*w, addr.clone()));
+    }
+    worker_http.sort();
     let c = ServeConfig {
         cfg,
         specs,
@@ -82,12 +106,16 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         max_model_len: a.max_model_len,
         kv,
         kv_jsonl,
+        worker_http,
     };
-    let report = handoff_serve::serve(c, |addr| {
+    let report = handoff_serve::serve_workers(c, |l| {
         eprintln!(
-            "handoff-mocker serve: listening on http://{addr} (model {})",
-            a.model
+            "handoff-mocker serve: listening on http://{} (model {})",
+            l.http, a.model
         );
+        for (w, addr) in &l.workers {
+            eprintln!("handoff-mocker serve: worker {w} listens on http://{addr}");
+        }
     })?;
     eprintln!(
         "handoff-mocker serve: stopped after {} requests ({} completed, {} failed)",

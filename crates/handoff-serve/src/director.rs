@@ -14,16 +14,18 @@
 //! - lifecycle figures feed the Prometheus families.
 
 use crate::dynamo_events::RouterEventWriter;
+use crate::kv_transfer::{Pinned, ProxyError};
 use crate::metrics::Metrics;
 use crate::prompt::chained_block_hashes;
 use crate::vllm_wire::WireEvent;
 use handoff_core::engine::{Director, Route, Undeliverable};
-use handoff_core::fasthash::FastMap;
+use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::fault::FaultCounts;
 use handoff_core::msg::HandoffMsg;
 use handoff_core::{
     CancelReason, DestinationState, Generation, HandoffId, HostFinal, Instant, KvEvent,
-    KvEventData, Request, RequestError, RequestId, RoleState, WorkerEvent, WorkerId, WorkerRequest,
+    KvEventData, Request, RequestError, RequestId, Role, RoleState, SourceReady, WorkerEvent,
+    WorkerId, WorkerRequest,
 };
 use handoff_replay::Serving;
 use handoff_router::Pool;
@@ -49,6 +51,36 @@ pub enum StreamMsg {
     Finished,
     /// It failed (`reason` as the report names it).
     Failed(&'static str),
+    /// Per-worker HTTP, `do_remote_decode`: the prefill pinned (its one
+    /// token is implied); the response carries the `kv_transfer_params`.
+    Prefilled(Pinned),
+    /// Per-worker HTTP: the worker's listener refused it (a 4xx).
+    Refused(ProxyError),
+}
+
+/// An arrival the director has queued, in submission order.
+enum Pending {
+    /// The next item of the workload (routed by the frontend).
+    Routed(RequestId),
+    /// Per-worker HTTP: `request` arrives on `worker` itself.
+    At { request: Request, worker: WorkerId },
+    /// Per-worker HTTP: the decode of `handoff` attaches to `worker`.
+    Decode {
+        at: Instant,
+        request: RequestId,
+        handoff: HandoffId,
+        worker: WorkerId,
+        output_tokens: u32,
+    },
+}
+
+/// A proxied prefill that pinned and waits for its decode.
+#[derive(Clone, Copy)]
+struct Parked {
+    request: RequestId,
+    source: WorkerId,
+    ready: SourceReady,
+    prompt_tokens: u32,
 }
 
 /// The workload as HTTP hands it over: requests pushed as they arrive.
@@ -113,8 +145,12 @@ impl BlockTokens {
 pub struct HttpDirector {
     inner: Serving<Arrivals>,
     arrivals: Arrivals,
-    /// Requests pushed and not yet arrived, in order.
-    arriving: VecDeque<RequestId>,
+    /// Arrivals queued and not yet arrived, in order.
+    arriving: VecDeque<Pending>,
+    /// Per-worker HTTP prefills (`do_remote_decode`) not yet pinned.
+    proxied: FastSet<RequestId>,
+    /// Per-worker HTTP prefills pinned, waiting for their decode.
+    parked: FastMap<HandoffId, Parked>,
     pools: Vec<Pool>,
     block_size: u32,
     flows: FastMap<RequestId, Flow>,
@@ -142,6 +178,8 @@ impl HttpDirector {
             inner,
             arrivals,
             arriving: VecDeque::new(),
+            proxied: FastSet::default(),
+            parked: FastMap::default(),
             pools,
             block_size,
             flows: FastMap::default(),
@@ -159,6 +197,92 @@ impl HttpDirector {
     /// Queues an HTTP request: `tokens` is its prompt, `request` the
     /// engine's view of it (from [`crate::prompt::request_for`]).
     pub fn submit(&mut self, request: Request, tokens: &[u32], tx: UnboundedSender<StreamMsg>) {
+        self.open(&request, tokens, tx);
+        let id = request.id;
+        self.arriving.push_back(Pending::Routed(id));
+        self.arrivals.push(TraceItem {
+            request,
+            turn: None,
+            delay: None,
+        });
+    }
+
+    /// Per-worker HTTP: queues `request` (prompt `tokens`) to arrive on
+    /// `worker` itself, the router bypassed: whole on an aggregated
+    /// worker, as a `do_remote_decode` prefill on a prefill worker (its
+    /// stream then ends with [`StreamMsg::Prefilled`] when it pins). The
+    /// listener checked the worker's pool and the ordering.
+    pub fn submit_at(
+        &mut self,
+        request: Request,
+        tokens: &[u32],
+        worker: WorkerId,
+        tx: UnboundedSender<StreamMsg>,
+    ) {
+        self.open(&request, tokens, tx);
+        if self.pool(worker) == Pool::Prefill {
+            self.proxied.insert(request.id);
+        }
+        self.arriving.push_back(Pending::At { request, worker });
+    }
+
+    /// Per-worker HTTP: the decode call (`do_remote_prefill`) of the
+    /// prefill `remote` names, to decode worker `worker` at `now`,
+    /// generating `output_tokens`. Checked here against the pinned
+    /// prefills; an error is for the caller to answer (nothing is queued).
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_decode(
+        &mut self,
+        remote: &crate::kv_transfer::RemotePrefill,
+        worker: WorkerId,
+        tokens: &[u32],
+        output_tokens: u32,
+        now: Instant,
+        tx: UnboundedSender<StreamMsg>,
+    ) -> Result<(), ProxyError> {
+        let p = match self.parked.get(&remote.handoff) {
+            Some(p) if p.request == remote.request => *p,
+            _ => return Err(ProxyError::UnknownHandoff),
+        };
+        if p.source != remote.engine {
+            return Err(ProxyError::WrongEngine);
+        }
+        let got = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
+        if got != p.prompt_tokens {
+            return Err(ProxyError::PromptMismatch {
+                expected: p.prompt_tokens,
+                got,
+            });
+        }
+        if remote.blocks != p.ready.blocks {
+            return Err(ProxyError::BlockCount {
+                expected: p.ready.blocks,
+                got: remote.blocks,
+            });
+        }
+        if self.flows.contains_key(&p.request) {
+            return Err(ProxyError::AlreadyAttached);
+        }
+        let request =
+            crate::prompt::request_for(p.request, tokens, output_tokens, self.block_size, now);
+        self.open(&request, tokens, tx);
+        self.arriving.push_back(Pending::Decode {
+            at: now,
+            request: p.request,
+            handoff: remote.handoff,
+            worker,
+            output_tokens,
+        });
+        Ok(())
+    }
+
+    /// Per-worker HTTP prefills pinned and waiting for their decode.
+    pub fn parked(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// Opens the HTTP stream of `request`.
+    fn open(&mut self, request: &Request, tokens: &[u32], tx: UnboundedSender<StreamMsg>) {
         let bs = self.block_size.max(1) as usize;
         let hashes = chained_block_hashes(tokens, self.block_size);
         for (h, block) in hashes.iter().zip(tokens.chunks_exact(bs)) {
@@ -179,12 +303,6 @@ impl HttpDirector {
                 hashes,
             },
         );
-        self.arriving.push_back(id);
-        self.arrivals.push(TraceItem {
-            request,
-            turn: None,
-            delay: None,
-        });
     }
 
     /// Requests the director still tracks (the serving director's count).
@@ -225,6 +343,9 @@ impl HttpDirector {
     }
 
     fn end(&mut self, r: RequestId, msg: StreamMsg) {
+        if !matches!(msg, StreamMsg::Prefilled(_)) {
+            self.proxied.remove(&r);
+        }
         if let Some(f) = self.flows.remove(&r) {
             let _ = f.tx.send(msg);
             self.blocks.release(&f.hashes);
@@ -344,6 +465,48 @@ impl HttpDirector {
         }
     }
 
+    /// Routes the decode of parked `handoff` to `worker`; a handoff that
+    /// ended since the call was checked refuses it.
+    fn attach(
+        &mut self,
+        request: RequestId,
+        handoff: HandoffId,
+        worker: WorkerId,
+        output_tokens: u32,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) {
+        let Some(p) = self.parked.remove(&handoff) else {
+            return self.end(request, StreamMsg::Refused(ProxyError::UnknownHandoff));
+        };
+        let routed = self.inner.route_destination_to(
+            request,
+            handoff,
+            p.source,
+            p.ready,
+            worker,
+            output_tokens,
+            now,
+            out,
+        );
+        if !routed {
+            // The decode worker cannot take it now; the pin stays for
+            // another try until its lease runs out.
+            self.parked.insert(handoff, p);
+            return self.end(request, StreamMsg::Failed("no-worker"));
+        }
+        // The destination reads the pinned prefix instead of computing it,
+        // as vLLM counts a connector's external hit as cached.
+        let cached = u32::try_from(p.ready.tokens)
+            .unwrap_or(u32::MAX)
+            .min(p.prompt_tokens);
+        if let Some(f) = self.flows.get(&request) {
+            let _ = f.tx.send(StreamMsg::Started {
+                cached_tokens: cached,
+            });
+        }
+    }
+
     fn observe(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant) {
         let wi = w.0 as usize;
         let pool = self.pool(w);
@@ -363,6 +526,40 @@ impl HttpDirector {
                 }
                 self.end(*request, StreamMsg::Finished);
             }
+            WorkerEvent::PrefillPinned {
+                id,
+                request,
+                blocks,
+                tokens,
+                ..
+            } if self.proxied.remove(request) => {
+                // vLLM's `request_finished` on the prefill worker: the
+                // blocks stay, the response carries where they are.
+                let ready = SourceReady {
+                    blocks: *blocks,
+                    tokens: *tokens,
+                };
+                let prompt_tokens = self.flows.get(request).map_or(0, |f| f.prompt_tokens);
+                self.parked.insert(
+                    *id,
+                    Parked {
+                        request: *request,
+                        source: w,
+                        ready,
+                        prompt_tokens,
+                    },
+                );
+                self.end(
+                    *request,
+                    StreamMsg::Prefilled(Pinned {
+                        request: *request,
+                        handoff: *id,
+                        engine: w,
+                        blocks: *blocks,
+                        tokens: *tokens,
+                    }),
+                );
+            }
             WorkerEvent::Preempted { .. } => self.metrics.preempted(wi),
             WorkerEvent::Transition(t) => match t.to {
                 RoleState::Destination(DestinationState::Reserving) => {
@@ -378,8 +575,15 @@ impl HttpDirector {
                 }
                 _ => {}
             },
-            WorkerEvent::RoleEnded { id, reason, .. } => {
+            WorkerEvent::RoleEnded {
+                id, reason, role, ..
+            } => {
                 self.reserving.remove(id);
+                if *role == Role::Source {
+                    // Its lease ran out (or it was torn down) before a decode
+                    // attached: the blocks are freed, the handoff is gone.
+                    self.parked.remove(id);
+                }
                 match reason {
                     Some(CancelReason::LeaseExpired) => self.metrics.lease_expired(wi),
                     Some(CancelReason::ReservationExpired) => self.metrics.reservation_expired(wi),
@@ -407,14 +611,33 @@ fn request_of(e: &WorkerEvent) -> Option<RequestId> {
 
 impl Director for HttpDirector {
     fn next_arrival(&mut self) -> Option<Instant> {
-        self.inner.next_arrival()
+        match self.arriving.front() {
+            Some(Pending::At { request, .. }) => Some(request.arrival),
+            Some(Pending::Decode { at, .. }) => Some(*at),
+            Some(Pending::Routed(_)) | None => self.inner.next_arrival(),
+        }
     }
 
     fn arrive(&mut self, now: Instant, out: &mut Vec<Route>) {
         let before = out.len();
-        self.inner.arrive(now, out);
-        let Some(rid) = self.arriving.pop_front() else {
-            return;
+        let rid = match self.arriving.pop_front() {
+            Some(Pending::Routed(rid)) => {
+                self.inner.arrive(now, out);
+                rid
+            }
+            Some(Pending::At { request, worker }) => {
+                let rid = request.id;
+                self.inner.arrive_at(request, worker, now, out);
+                rid
+            }
+            Some(Pending::Decode {
+                request,
+                handoff,
+                worker,
+                output_tokens,
+                ..
+            }) => return self.attach(request, handoff, worker, output_tokens, now, out),
+            None => return self.inner.arrive(now, out),
         };
         // The worker that prefills it: the first route to a prefill or
         // aggregated worker (destination-first also books the decode

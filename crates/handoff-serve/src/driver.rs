@@ -15,6 +15,7 @@
 
 use crate::director::{Arrivals, HttpDirector, StreamMsg};
 use crate::dynamo_events::RouterEventWriter;
+use crate::kv_transfer::RemotePrefill;
 use crate::metrics::Metrics;
 use crate::prompt::request_for;
 use crate::zmq_pub::KvPublishers;
@@ -42,6 +43,35 @@ pub enum Cmd {
         /// Output tokens it will generate.
         output_tokens: u32,
         /// Where its tokens go.
+        tx: UnboundedSender<StreamMsg>,
+    },
+    /// Per-worker HTTP: a request sent to `worker`'s own listener (whole
+    /// on an aggregated worker, a `do_remote_decode` prefill on a prefill
+    /// worker).
+    SubmitAt {
+        /// The worker.
+        worker: WorkerId,
+        /// Its id (unique per server).
+        id: RequestId,
+        /// Prompt token ids.
+        tokens: Vec<u32>,
+        /// Output tokens it will generate.
+        output_tokens: u32,
+        /// Where its tokens go.
+        tx: UnboundedSender<StreamMsg>,
+    },
+    /// Per-worker HTTP: a `do_remote_prefill` decode sent to decode worker
+    /// `worker`'s listener.
+    Decode {
+        /// The worker.
+        worker: WorkerId,
+        /// The prefill it decodes.
+        remote: RemotePrefill,
+        /// Prompt token ids (the prefill's).
+        tokens: Vec<u32>,
+        /// Output tokens it will generate.
+        output_tokens: u32,
+        /// Where its tokens go (a refusal too).
         tx: UnboundedSender<StreamMsg>,
     },
     /// The client went away: cancel it.
@@ -178,6 +208,36 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
                 let req = request_for(id, &tokens, output_tokens, cfg.block_size, now);
                 engine.director_mut().submit(req, &tokens, tx);
                 engine.arrivals_changed();
+            }
+            Ok(Cmd::SubmitAt {
+                worker,
+                id,
+                tokens,
+                output_tokens,
+                tx,
+            }) => {
+                let now = clock.now();
+                engine.advance_to(now);
+                let req = request_for(id, &tokens, output_tokens, cfg.block_size, now);
+                engine.director_mut().submit_at(req, &tokens, worker, tx);
+                engine.arrivals_changed();
+            }
+            Ok(Cmd::Decode {
+                worker,
+                remote,
+                tokens,
+                output_tokens,
+                tx,
+            }) => {
+                let now = clock.now();
+                engine.advance_to(now);
+                let d = engine.director_mut();
+                match d.submit_decode(&remote, worker, &tokens, output_tokens, now, tx.clone()) {
+                    Ok(()) => engine.arrivals_changed(),
+                    Err(e) => {
+                        let _ = tx.send(StreamMsg::Refused(e));
+                    }
+                }
             }
             Ok(Cmd::Cancel(id)) => {
                 engine.advance_to(clock.now());

@@ -9,6 +9,7 @@
 
 use crate::director::StreamMsg;
 use crate::driver::{Cmd, EngineView};
+use crate::kv_transfer::response_params;
 use crate::metrics::Metrics;
 use crate::openai::{parse, ApiError, Endpoint, ErrorKind, GenRequest, Limits, Meta, Usage};
 use crate::tokenizer::synthetic_piece;
@@ -47,18 +48,18 @@ pub struct AppState {
     pub created: u64,
 }
 
-fn unix_secs() -> u64 {
+pub(crate) fn unix_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-fn error(e: &ApiError) -> Response {
+pub(crate) fn error(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
     (status, Json(e.body())).into_response()
 }
 
-fn body_error(r: &BytesRejection) -> ApiError {
+pub(crate) fn body_error(r: &BytesRejection) -> ApiError {
     let status = r.status().as_u16();
     ApiError {
         status: if (400..500).contains(&status) {
@@ -103,7 +104,7 @@ async fn chat(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejection
     generate(s, Endpoint::Chat, body).await
 }
 
-async fn models(State(s): State<Arc<AppState>>) -> Response {
+pub(crate) async fn models(State(s): State<Arc<AppState>>) -> Response {
     Json(json!({
         "object": "list",
         "data": [{
@@ -163,13 +164,13 @@ async fn debug_workers(State(s): State<Arc<AppState>>) -> Response {
 
 /// Cancels its request in the engine when dropped before it ended.
 pub struct CancelGuard {
-    id: RequestId,
-    tx: crossbeam_channel::Sender<Cmd>,
-    armed: bool,
+    pub(crate) id: RequestId,
+    pub(crate) tx: crossbeam_channel::Sender<Cmd>,
+    pub(crate) armed: bool,
 }
 
 impl CancelGuard {
-    fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
 }
@@ -190,7 +191,7 @@ fn finish_reason(produced: u32, max_tokens: u32) -> &'static str {
     }
 }
 
-fn failure(reason: &str) -> ApiError {
+pub(crate) fn failure(reason: &str) -> ApiError {
     ApiError {
         status: 503,
         message: format!("the request failed in the engine: {reason}"),
@@ -239,18 +240,19 @@ async fn generate(
         endpoint,
     };
     if req.stream {
-        stream(meta, req, rx, guard, id.0).into_response()
+        stream(meta, req, rx, guard, id.0, None).into_response()
     } else {
-        whole(meta, req, rx, guard, id.0).await
+        whole(meta, req, rx, guard, id.0, None).await
     }
 }
 
-async fn whole(
+pub(crate) async fn whole(
     meta: Meta,
     req: GenRequest,
     mut rx: UnboundedReceiver<StreamMsg>,
     mut guard: CancelGuard,
     seed: u64,
+    origin: Option<(&str, u16)>,
 ) -> Response {
     let mut usage = Usage {
         prompt: req.prompt.len() as u32,
@@ -274,6 +276,19 @@ async fn whole(
             StreamMsg::Failed(reason) => {
                 guard.disarm();
                 return error(&failure(reason));
+            }
+            StreamMsg::Prefilled(p) => {
+                guard.disarm();
+                text.push_str(synthetic_piece(seed, usage.completion));
+                usage.completion += 1;
+                let mut body = meta.response(&text, "length", usage);
+                let (host, port) = origin.unwrap_or(("", 0));
+                body["kv_transfer_params"] = response_params(&p, host, port);
+                return Json(body).into_response();
+            }
+            StreamMsg::Refused(e) => {
+                guard.disarm();
+                return error(&e.api());
             }
         }
     }
@@ -325,24 +340,30 @@ impl Streaming {
                 self.pending.push_back(Event::default().data("[DONE]"));
                 self.done = true;
             }
-            StreamMsg::Failed(reason) => {
-                self.guard.disarm();
-                self.pending.push_back(data(&failure(reason).body()));
-                self.pending.push_back(Event::default().data("[DONE]"));
-                self.done = true;
-            }
+            StreamMsg::Failed(reason) => self.fail(failure(reason)),
+            StreamMsg::Refused(e) => self.fail(e.api()),
+            // A listener answers a prefill whole (`ProxyError::Streamed`).
+            StreamMsg::Prefilled(_) => self.fail(failure("a prefill cannot be streamed")),
         }
+    }
+
+    fn fail(&mut self, e: ApiError) {
+        self.guard.disarm();
+        self.pending.push_back(data(&e.body()));
+        self.pending.push_back(Event::default().data("[DONE]"));
+        self.done = true;
     }
 }
 
-fn stream(
+pub(crate) fn stream(
     meta: Meta,
     req: GenRequest,
     rx: UnboundedReceiver<StreamMsg>,
     guard: CancelGuard,
     seed: u64,
+    first: Option<StreamMsg>,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
-    let st = Streaming {
+    let mut st = Streaming {
         rx,
         guard,
         meta,
@@ -357,6 +378,9 @@ fn stream(
         pending: VecDeque::new(),
         done: false,
     };
+    if let Some(m) = first {
+        st.on(m);
+    }
     Sse::new(futures_util::stream::unfold(st, |mut st| async move {
         loop {
             if let Some(e) = st.pending.pop_front() {

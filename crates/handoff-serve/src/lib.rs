@@ -34,14 +34,19 @@ pub mod director;
 pub mod driver;
 pub mod dynamo_events;
 pub mod http;
+pub mod kv_transfer;
 pub mod metrics;
 pub mod openai;
 pub mod prompt;
 pub mod server;
 pub mod tokenizer;
 pub mod vllm_wire;
+pub mod worker_http;
 pub mod zmq_pub;
 
 pub use dynamo_events::RouterEventWriter;
-pub use server::{per_worker, serve, serve_until, ServeConfig};
+pub use server::{
+    parse_worker_http, per_worker, serve, serve_until, serve_workers, serve_workers_until,
+    worker_http_ports, Listening, ServeConfig,
+};
 pub use zmq_pub::KvEndpoints;

@@ -6,6 +6,7 @@ use crate::dynamo_events::RouterEventWriter;
 use crate::http::{router, AppState};
 use crate::metrics::Metrics;
 use crate::openai::Limits;
+use crate::worker_http::{worker_router, WorkerState};
 use crate::zmq_pub::{KvEndpoints, KvPublishers};
 use handoff_replay::{deployment, EngineSpec, ReplayConfig, Report};
 use std::net::SocketAddr;
@@ -30,6 +31,41 @@ pub struct ServeConfig {
     pub kv: Option<KvEndpoints>,
     /// `--kv-events-out`.
     pub kv_jsonl: Option<RouterEventWriter>,
+    /// Per-worker HTTP listeners for a disaggregation proxy
+    /// ([`crate::worker_http`]): worker id and where it listens.
+    pub worker_http: Vec<(u32, String)>,
+}
+
+/// Where a server listens, once it does.
+#[derive(Clone, Debug)]
+pub struct Listening {
+    /// The frontend (`--http`).
+    pub http: SocketAddr,
+    /// Each per-worker listener: worker id and address.
+    pub workers: Vec<(u32, SocketAddr)>,
+}
+
+/// `WORKER=ADDR` (`--worker-http`).
+pub fn parse_worker_http(s: &str) -> Result<(u32, String), String> {
+    let (w, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("--worker-http {s}: expected WORKER=HOST:PORT"))?;
+    let w = w
+        .parse::<u32>()
+        .map_err(|_| format!("--worker-http {s}: the worker is not a number"))?;
+    Ok((w, addr.to_string()))
+}
+
+/// Worker i on `host:base+i`, for `n` workers (`--worker-http-base-port`).
+pub fn worker_http_ports(host: &str, base: u16, n: usize) -> Result<Vec<(u32, String)>, String> {
+    (0..n)
+        .map(|i| {
+            let p = u16::try_from(usize::from(base) + i).map_err(|_| {
+                format!("--worker-http-base-port {base}: worker {i}'s port is past 65535")
+            })?;
+            Ok((i as u32, format!("{host}:{p}")))
+        })
+        .collect()
 }
 
 /// `tcp://HOST:PORT` with `PORT + i` for each of `n` workers.
@@ -58,10 +94,31 @@ pub fn serve(c: ServeConfig, on_listen: impl FnOnce(SocketAddr)) -> Result<Repor
     serve_until(c, on_listen, shutdown_signal())
 }
 
+/// [`serve`], telling `on_listen` every bound address (the per-worker
+/// listeners' too).
+pub fn serve_workers(c: ServeConfig, on_listen: impl FnOnce(Listening)) -> Result<Report, String> {
+    serve_workers_until(c, on_listen, shutdown_signal())
+}
+
 /// [`serve`] until `stop` completes instead of a signal (tests, embedders).
 pub fn serve_until(
     c: ServeConfig,
     on_listen: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Report, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    rt.block_on(run(c, |l: Listening| on_listen(l.http), stop))
+}
+
+/// [`serve_until`], telling `on_listen` every bound address (the
+/// per-worker listeners' too).
+pub fn serve_workers_until(
+    c: ServeConfig,
+    on_listen: impl FnOnce(Listening),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Report, String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -74,7 +131,7 @@ pub fn serve_until(
 
 async fn run(
     c: ServeConfig,
-    on_listen: impl FnOnce(SocketAddr),
+    on_listen: impl FnOnce(Listening),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Report, String> {
     let workers = deployment(&c.cfg);
@@ -82,6 +139,23 @@ async fn run(
         return Err("one engine spec per worker is needed".into());
     }
     let pools: Vec<_> = workers.iter().map(|(_, p)| *p).collect();
+    let policy = handoff_replay::worker_policy(&c.cfg);
+    let mut worker_listeners = Vec::new();
+    for (w, a) in &c.worker_http {
+        if *w as usize >= pools.len() {
+            return Err(format!(
+                "--worker-http {w}={a}: there are {} workers",
+                pools.len()
+            ));
+        }
+        let l = tokio::net::TcpListener::bind(a)
+            .await
+            .map_err(|e| format!("--worker-http {w}={a}: {e}"))?;
+        let addr = l
+            .local_addr()
+            .map_err(|e| format!("--worker-http {w}={a}: {e}"))?;
+        worker_listeners.push((*w, l, addr));
+    }
     let metrics = Arc::new(Metrics::new(c.cfg.backend, &c.model, &pools));
     let kv = match &c.kv {
         Some(ep) => Some(KvPublishers::start(ep).await?),
@@ -121,10 +195,40 @@ async fn run(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     });
-    on_listen(addr);
+    on_listen(Listening {
+        http: addr,
+        workers: worker_listeners.iter().map(|(w, _, a)| (*w, *a)).collect(),
+    });
+    // Every listener stops when `stop` does.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut others = Vec::new();
+    for (w, l, a) in worker_listeners {
+        let ws = Arc::new(WorkerState {
+            app: state.clone(),
+            worker: handoff_core::WorkerId(w),
+            pool: pools[w as usize],
+            policy,
+            host: a.ip().to_string(),
+            port: a.port(),
+        });
+        let mut rx = stop_rx.clone();
+        others.push(tokio::spawn(async move {
+            axum::serve(l, worker_router(ws))
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await
+        }));
+    }
     let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(stop)
+        .with_graceful_shutdown(async move {
+            stop.await;
+            let _ = stop_tx.send(true);
+        })
         .await;
+    for o in others {
+        let _ = o.await;
+    }
     let _ = tx.send(Cmd::Shutdown);
     let report = engine
         .join()

@@ -42,6 +42,7 @@ impl Running {
                     max_model_len: 65_536,
                     kv: None,
                     kv_jsonl: None,
+                    worker_http: Vec::new(),
                 },
                 move |a| {
                     let _ = atx.send(a);

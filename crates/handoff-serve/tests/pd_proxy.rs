@@ -1,0 +1,354 @@
+//! Per-worker HTTP behind a disaggregation proxy, end to end over loopback:
+//! the two calls of vLLM's `toy_proxy_server.py` (a `do_remote_decode`
+//! prefill with `max_tokens: 1` to a prefill worker, then the decode with
+//! the returned `kv_transfer_params` to a decode worker), the abandoned
+//! decode whose source lease expires and frees the pin, and the 4xx
+//! answers to bad params.
+
+use handoff_replay::{EngineSpec, ReplayConfig};
+use handoff_serve::{serve_workers_until, ServeConfig};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+struct Running {
+    http: SocketAddr,
+    workers: Vec<SocketAddr>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<handoff_replay::Report, String>>>,
+}
+
+impl Running {
+    /// One prefill (worker 0) and one decode worker (worker 1), each with
+    /// its own listener.
+    fn start(spec: EngineSpec, base: ReplayConfig) -> Running {
+        let cfg = ReplayConfig {
+            prefill_workers: 1,
+            decode_workers: 1,
+            ..base
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (atx, arx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            serve_workers_until(
+                ServeConfig {
+                    cfg,
+                    specs: vec![spec; 2],
+                    speed: 1.0,
+                    http: "127.0.0.1:0".into(),
+                    model: "m".into(),
+                    max_model_len: 65_536,
+                    kv: None,
+                    kv_jsonl: None,
+                    worker_http: vec![(0, "127.0.0.1:0".into()), (1, "127.0.0.1:0".into())],
+                },
+                move |l| {
+                    let _ = atx.send(l);
+                },
+                async move {
+                    let _ = rx.await;
+                },
+            )
+        });
+        let l = arx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the server listens");
+        assert_eq!(
+            l.workers.iter().map(|(w, _)| *w).collect::<Vec<_>>(),
+            [0, 1]
+        );
+        Running {
+            http: l.http,
+            workers: l.workers.iter().map(|(_, a)| *a).collect(),
+            stop: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn call(&self, to: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+        let mut s = TcpStream::connect(to).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).ok();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("write");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("read");
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("status line");
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// A whole completion on worker `w`: status and JSON body.
+    fn post(&self, w: usize, body: &Value) -> (u16, Value) {
+        let (status, text) = self.call(
+            self.workers[w],
+            "POST",
+            "/v1/completions",
+            &body.to_string(),
+        );
+        let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("json: {text}"));
+        (status, v)
+    }
+
+    fn debug(&self) -> Value {
+        let (status, body) = self.call(self.http, "GET", "/debug/workers", "");
+        assert_eq!(status, 200);
+        serde_json::from_str(&body).expect("json")
+    }
+
+    fn wait_drained(&self) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let v = self.debug();
+            let drained = v["workers"]
+                .as_array()
+                .is_some_and(|ws| ws.iter().all(|w| w["drained"] == true));
+            if drained && v["in_flight"] == 0 && v["open_streams"] == 0 {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "not drained: {v}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(mut self) -> handoff_replay::Report {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.thread
+            .take()
+            .expect("running")
+            .join()
+            .expect("no panic")
+            .expect("the run reports")
+    }
+}
+
+const PROMPT: &str = "A disaggregation proxy sends this prompt to the prefill worker first, \
+    then hands the returned kv_transfer_params to the decode worker, like vLLM's toy proxy.";
+
+/// The proxy's first call: `max_tokens: 1`, `do_remote_decode`.
+fn prefill_body(prompt: &str) -> Value {
+    json!({
+        "model": "m", "prompt": prompt, "max_tokens": 1,
+        "kv_transfer_params": {
+            "do_remote_decode": true, "do_remote_prefill": false,
+            "remote_engine_id": null, "remote_block_ids": null,
+            "remote_host": null, "remote_port": null,
+        },
+    })
+}
+
+/// The proxy's second call: the original request with the prefill's
+/// params.
+fn decode_body(prompt: &str, params: &Value, max_tokens: u32, stream: bool) -> Value {
+    json!({
+        "model": "m", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": true,
+        "stream": stream, "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
+        "kv_transfer_params": params,
+    })
+}
+
+#[test]
+fn proxy_prefill_then_decode() {
+    let s = Running::start(EngineSpec::default(), ReplayConfig::default());
+    let (status, v) = s.post(0, &prefill_body(PROMPT));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 1);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    let prompt_tokens = v["usage"]["prompt_tokens"].as_u64().expect("count");
+    let p = v["kv_transfer_params"].clone();
+    assert_eq!(p["do_remote_prefill"], true);
+    assert_eq!(p["do_remote_decode"], false);
+    assert_eq!(p["remote_engine_id"], "0");
+    assert_eq!(p["remote_host"], "127.0.0.1");
+    assert_eq!(p["remote_port"], s.workers[0].port());
+    let blocks = p["remote_block_ids"].as_array().expect("ids").len() as u64;
+    assert_eq!(blocks, prompt_tokens.div_ceil(16), "{p}");
+    // The prefill is pinned on worker 0, waiting for its decode.
+    let d = s.debug();
+    assert_eq!(d["workers"][0]["drained"], false, "{d}");
+    assert_eq!(d["workers"][0]["live_handoffs"], 1, "{d}");
+    assert_eq!(d["in_flight"], 1);
+
+    // The decode on worker 1: every token streams from there, the pinned
+    // prefix counts as cached.
+    let (status, v) = s.post(1, &decode_body(PROMPT, &p, 6, false));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+    assert_eq!(v["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .expect("cached");
+    assert!(cached > 0 && cached <= prompt_tokens, "{cached}");
+    assert!(v.get("kv_transfer_params").is_none());
+    s.wait_drained();
+
+    // The same handoff cannot be decoded twice.
+    let (status, v) = s.post(1, &decode_body(PROMPT, &p, 6, false));
+    assert_eq!(status, 404, "{v}");
+    assert_eq!(v["error"]["param"], "kv_transfer_params");
+
+    // Streamed decode (the toy proxy streams it).
+    let other = format!("{PROMPT} Streamed this time.");
+    let (status, v) = s.post(0, &prefill_body(&other));
+    assert_eq!(status, 200, "{v}");
+    let body = decode_body(&other, &v["kv_transfer_params"], 5, true).to_string();
+    let (status, text) = s.call(s.workers[1], "POST", "/v1/completions", &body);
+    assert_eq!(status, 200, "{text}");
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("chunk"))
+        .collect();
+    let texts = chunks
+        .iter()
+        .filter(|c| {
+            c["choices"][0]["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
+        .count();
+    assert_eq!(texts, 5);
+    assert_eq!(
+        chunks.last().expect("usage")["usage"]["completion_tokens"],
+        5
+    );
+
+    // The frontend still routes as before.
+    let (status, _) = s.call(
+        s.http,
+        "POST",
+        "/v1/completions",
+        &json!({"model": "m", "prompt": "plain", "max_tokens": 3}).to_string(),
+    );
+    assert_eq!(status, 200);
+    s.wait_drained();
+    let r = s.stop();
+    assert_eq!(r.num_requests, 3);
+    assert_eq!(r.completed_requests, 3);
+    assert_eq!(r.failed_requests, 0);
+    assert_eq!(r.lifecycle.lease_expiries, 0);
+}
+
+#[test]
+fn abandoned_decode_lease_expires_and_frees_the_pin() {
+    let spec = EngineSpec {
+        source_lease_ttl: Some(handoff_core::Duration::from_millis(300)),
+        ..EngineSpec::default()
+    };
+    let s = Running::start(spec, ReplayConfig::default());
+    let (status, v) = s.post(0, &prefill_body(PROMPT));
+    assert_eq!(status, 200, "{v}");
+    let p = v["kv_transfer_params"].clone();
+    // The proxy never sends the decode: the lease runs out, the pinned
+    // blocks are freed and the worker drains.
+    let d = s.wait_drained();
+    assert_eq!(
+        d["workers"][0]["capacity"]["pinned_source_blocks"], 0,
+        "{d}"
+    );
+    let (status, v) = s.post(1, &decode_body(PROMPT, &p, 4, false));
+    assert_eq!(status, 404, "{v}");
+    let r = s.stop();
+    assert_eq!(r.num_requests, 1);
+    assert_eq!(r.failed_requests, 1);
+    assert_eq!(r.lifecycle.lease_expiries, 1);
+}
+
+#[test]
+fn bad_params_are_4xx() {
+    let s = Running::start(EngineSpec::default(), ReplayConfig::default());
+    let plain = json!({"model": "m", "prompt": PROMPT, "max_tokens": 2});
+    // A plain request to a disaggregated worker.
+    for w in [0, 1] {
+        let (status, v) = s.post(w, &plain);
+        assert_eq!(status, 400, "{v}");
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("kv_transfer_params")));
+    }
+    // do_remote_decode to the decode worker; a streamed prefill.
+    assert_eq!(s.post(1, &prefill_body(PROMPT)).0, 400);
+    let mut streamed = prefill_body(PROMPT);
+    streamed["stream"] = json!(true);
+    assert_eq!(s.post(0, &streamed).0, 400);
+    // Malformed params.
+    for params in [
+        json!(7),
+        json!({"do_remote_decode": "yes"}),
+        json!({"do_remote_decode": true, "do_remote_prefill": true}),
+        json!({"do_remote_prefill": true, "remote_engine_id": "0"}),
+    ] {
+        let body = json!({"model": "m", "prompt": PROMPT, "kv_transfer_params": params});
+        let (status, v) = s.post(1, &body);
+        assert_eq!(status, 400, "{params}: {v}");
+    }
+    // A real prefill, then decodes that do not match it.
+    let (_, v) = s.post(0, &prefill_body(PROMPT));
+    let p = v["kv_transfer_params"].clone();
+    let mut wrong_engine = p.clone();
+    wrong_engine["remote_engine_id"] = json!("1");
+    let mut wrong_handoff = p.clone();
+    wrong_handoff["handoff_id"] = json!("12345");
+    let mut few_blocks = p.clone();
+    few_blocks["remote_block_ids"] = json!([0]);
+    for (body, status) in [
+        (decode_body("something else", &p, 3, false), 400),
+        (decode_body(PROMPT, &wrong_engine, 3, false), 400),
+        (decode_body(PROMPT, &wrong_handoff, 3, false), 404),
+        (decode_body(PROMPT, &wrong_handoff, 3, true), 404),
+        (decode_body(PROMPT, &few_blocks, 3, false), 400),
+    ] {
+        let (got, v) = s.post(1, &body);
+        assert_eq!(got, status, "{body}: {v}");
+        assert_eq!(v["error"]["code"], status);
+    }
+    // do_remote_prefill to the prefill worker.
+    assert_eq!(s.post(0, &decode_body(PROMPT, &p, 3, false)).0, 400);
+    // None of those cancelled the pinned prefill: the right decode works.
+    let (status, v) = s.post(1, &decode_body(PROMPT, &p, 3, false));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    s.wait_drained();
+    let r = s.stop();
+    assert_eq!(r.completed_requests, 1);
+    assert_eq!(r.failed_requests, 0);
+}
+
+#[test]
+fn sglang_workers_refuse_with_a_typed_400() {
+    let base = ReplayConfig {
+        backend: handoff_core::Backend::Sglang,
+        policy: handoff_core::HandoffPolicy::DestinationFirst,
+        ..ReplayConfig::default()
+    };
+    let spec = EngineSpec {
+        backend: handoff_core::Backend::Sglang,
+        ..EngineSpec::default()
+    };
+    let s = Running::start(spec, base);
+    let (status, v) = s.post(0, &prefill_body(PROMPT));
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("SGLang")));
+    s.stop();
+}
