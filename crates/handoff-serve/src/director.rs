@@ -141,6 +141,60 @@ impl BlockTokens {
     }
 }
 
+/// Stand-in token ids of a generated block the core published as `hash`
+/// (output text is synthetic, so any fixed ids will do; these are a
+/// function of the block alone, so a re-publication repeats them).
+fn generated_token_ids(hash: u64, block_size: u32) -> Arc<[u32]> {
+    (0..u64::from(block_size))
+        .map(|i| (handoff_core::request::mix64(hash ^ (i + 1)) as u32) & 0x7fff_ffff)
+        .collect()
+}
+
+/// One worker's published blocks on vLLM's wire: each core hash's wire hash
+/// and the chain state it was derived from, so every wire hash is
+/// recomputable from `BlockStored.token_ids` by the rule `prompt` documents.
+/// A prompt block's wire hash is the core's own (both chain the same token
+/// ids); a generated block's is chained from its stand-in ids.
+#[derive(Default)]
+struct WireChain {
+    blocks: FastMap<u64, (u64, u64)>,
+}
+
+impl WireChain {
+    /// The wire hash of core block `h` (itself when it was never stored).
+    fn wire(&self, h: u64) -> u64 {
+        self.blocks.get(&h).map_or(h, |e| e.0)
+    }
+
+    /// The chain state after core block `h`, when it is stored.
+    fn chained(&self, h: u64) -> Option<u64> {
+        self.blocks.get(&h).map(|e| e.1)
+    }
+
+    /// Records core block `h` of `tokens` after chain state `prev`; returns
+    /// its wire hash and chain state.
+    fn store(&mut self, h: u64, tokens: &[u32], prev: Option<u64>) -> (u64, u64) {
+        use handoff_core::request::mix64;
+        let c = crate::prompt::block_content_hash(tokens);
+        let chained = match prev {
+            None => mix64(c ^ 0x5eed),
+            Some(p) => mix64(p ^ c),
+        };
+        let wire = mix64(chained) & !(handoff_core::fasthash::GROUP_KEYS - 1);
+        self.blocks.insert(h, (wire, chained));
+        (wire, chained)
+    }
+
+    /// Forgets core block `h`; returns its wire hash.
+    fn remove(&mut self, h: u64) -> u64 {
+        self.blocks.remove(&h).map_or(h, |e| e.0)
+    }
+
+    fn clear(&mut self) {
+        self.blocks.clear();
+    }
+}
+
 /// See the module docs.
 pub struct HttpDirector {
     inner: Serving<Arrivals>,
@@ -155,6 +209,8 @@ pub struct HttpDirector {
     block_size: u32,
     flows: FastMap<RequestId, Flow>,
     blocks: BlockTokens,
+    /// Per worker: its published blocks' wire hashes.
+    chains: Vec<WireChain>,
     /// Wire events per worker since the last flush, with their ids.
     wire: Vec<Vec<(u64, WireEvent)>>,
     jsonl: Option<RouterEventWriter>,
@@ -187,6 +243,7 @@ impl HttpDirector {
                 pending: FastMap::default(),
                 stored: (0..n).map(|_| FastMap::default()).collect(),
             },
+            chains: (0..n).map(|_| WireChain::default()).collect(),
             wire: vec![Vec::new(); n],
             jsonl,
             metrics,
@@ -385,26 +442,28 @@ impl HttpDirector {
             } => {
                 let mut token_ids =
                     Vec::with_capacity(block_hashes.len() * self.block_size as usize);
-                let mut complete = true;
+                let mut wire_hashes = Vec::with_capacity(block_hashes.len());
+                let chain = &mut self.chains[wi];
+                let parent = parent_hash.map(|p| chain.wire(p));
+                let mut prev = parent_hash.and_then(|p| chain.chained(p));
                 for h in block_hashes {
-                    match self.blocks.lookup(*h) {
-                        Some(t) => {
-                            token_ids.extend_from_slice(&t);
-                            if let Some(m) = self.blocks.stored.get_mut(wi) {
-                                m.insert(*h, t);
-                            }
-                        }
-                        None => complete = false,
+                    // A prompt block's ids are known; a generated block's
+                    // (vLLM caches those too) get stand-ins from its hash.
+                    let t = self
+                        .blocks
+                        .lookup(*h)
+                        .unwrap_or_else(|| generated_token_ids(*h, self.block_size));
+                    let (wire, chained) = chain.store(*h, &t, prev);
+                    prev = Some(chained);
+                    wire_hashes.push(wire);
+                    token_ids.extend_from_slice(&t);
+                    if let Some(m) = self.blocks.stored.get_mut(wi) {
+                        m.insert(*h, t);
                     }
                 }
-                if !complete {
-                    // Not from an HTTP prompt: the ids are unknown, and a
-                    // partial list would misalign the blocks.
-                    token_ids.clear();
-                }
                 WireEvent::BlockStored {
-                    block_hashes: block_hashes.clone(),
-                    parent_block_hash: *parent_hash,
+                    block_hashes: wire_hashes,
+                    parent_block_hash: parent,
                     token_ids,
                     block_size: self.block_size,
                 }
@@ -415,14 +474,16 @@ impl HttpDirector {
                         m.remove(h);
                     }
                 }
+                let chain = &mut self.chains[wi];
                 WireEvent::BlockRemoved {
-                    block_hashes: block_hashes.clone(),
+                    block_hashes: block_hashes.iter().map(|h| chain.remove(*h)).collect(),
                 }
             }
             KvEventData::Cleared => {
                 if let Some(m) = self.blocks.stored.get_mut(wi) {
                     m.clear();
                 }
+                self.chains[wi].clear();
                 WireEvent::AllBlocksCleared
             }
         };
@@ -727,5 +788,41 @@ impl Director for HttpDirector {
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {
         self.inner.finish(end, finals, torn_down, faults);
         self.check_all("shutdown");
+    }
+}
+
+#[cfg(test)]
+mod wire_chain_tests {
+    use super::*;
+    use crate::prompt::chained_block_hashes;
+
+    #[test]
+    fn prompt_blocks_keep_their_hash_and_generated_blocks_chain_from_their_ids() {
+        let bs = 16u32;
+        let prompt: Vec<u32> = (0..32).collect();
+        let core = chained_block_hashes(&prompt, bs);
+        let mut chain = WireChain::default();
+        let (w0, c0) = chain.store(core[0], &prompt[..16], None);
+        let (w1, c1) = chain.store(core[1], &prompt[16..], Some(c0));
+        assert_eq!(
+            (w0, w1),
+            (core[0], core[1]),
+            "a prompt block's wire hash is the core's"
+        );
+        // A generated block (the core's own stand-in hash) after the prompt:
+        // its wire hash is the prompt's chain continued over its stand-in ids.
+        let generated_core = 0xdead_beef_u64 << 5;
+        let ids = generated_token_ids(generated_core, bs);
+        let (wg, _) = chain.store(generated_core, &ids, Some(c1));
+        let mut all = prompt.clone();
+        all.extend_from_slice(&ids);
+        assert_eq!(wg, chained_block_hashes(&all, bs)[2]);
+        assert_eq!(chain.wire(generated_core), wg);
+        assert_eq!(
+            chain.remove(generated_core),
+            wg,
+            "Removed carries the wire hash"
+        );
+        assert_eq!(chain.wire(generated_core), generated_core, "forgotten");
     }
 }
