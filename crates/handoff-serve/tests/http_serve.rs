@@ -4,16 +4,18 @@
 //! ended). The Python suite (`tests/python/`) checks the same with real
 //! clients; this one runs with `cargo test`.
 
+mod common;
+
+use common::Server;
 use handoff_replay::{EngineSpec, ReplayConfig};
 use handoff_serve::{serve_until, ServeConfig};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct Running {
     addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<handoff_replay::Report, String>>>,
+    server: Server,
 }
 
 impl Running {
@@ -57,39 +59,20 @@ impl Running {
             .expect("the server listens");
         Running {
             addr,
-            stop: Some(tx),
-            thread: Some(thread),
+            server: Server {
+                stop: Some(tx),
+                thread: Some(thread),
+            },
         }
     }
 
     fn send(&self, method: &str, path: &str, body: &str) -> TcpStream {
-        let mut s = TcpStream::connect(self.addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(20))).ok();
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .expect("write");
-        s
+        common::send(self.addr, method, path, body)
     }
 
     /// Status and body of a request read to the end.
     fn call(&self, method: &str, path: &str, body: &str) -> (u16, String) {
-        let mut s = self.send(method, path, body);
-        let mut text = String::new();
-        s.read_to_string(&mut text).expect("read");
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .expect("status line");
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body)
+        common::call(self.addr, method, path, body)
     }
 
     fn json(&self, path: &str) -> serde_json::Value {
@@ -99,30 +82,11 @@ impl Running {
     }
 
     fn wait_drained(&self) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let v = self.json("/debug/workers");
-            let drained = v["workers"]
-                .as_array()
-                .is_some_and(|ws| ws.iter().all(|w| w["drained"] == true));
-            if drained && v["in_flight"] == 0 && v["open_streams"] == 0 {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "not drained: {v}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::wait_drained(self.addr)
     }
 
-    fn stop(mut self) -> handoff_replay::Report {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        self.thread
-            .take()
-            .expect("running")
-            .join()
-            .expect("no panic")
-            .expect("the run reports")
+    fn stop(self) -> handoff_replay::Report {
+        self.server.stop()
     }
 }
 

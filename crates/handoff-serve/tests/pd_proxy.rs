@@ -5,18 +5,19 @@
 //! decode whose source lease expires and frees the pin, and the 4xx
 //! answers to bad params.
 
+mod common;
+
+use common::Server;
 use handoff_replay::{EngineSpec, ReplayConfig};
 use handoff_serve::{serve_workers_until, ServeConfig};
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::time::Duration;
 
 struct Running {
     http: SocketAddr,
     workers: Vec<SocketAddr>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<handoff_replay::Report, String>>>,
+    server: Server,
 }
 
 impl Running {
@@ -61,33 +62,15 @@ impl Running {
         Running {
             http: l.http,
             workers: l.workers.iter().map(|(_, a)| *a).collect(),
-            stop: Some(tx),
-            thread: Some(thread),
+            server: Server {
+                stop: Some(tx),
+                thread: Some(thread),
+            },
         }
     }
 
     fn call(&self, to: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
-        let mut s = TcpStream::connect(to).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(20))).ok();
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .expect("write");
-        let mut text = String::new();
-        s.read_to_string(&mut text).expect("read");
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .expect("status line");
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body)
+        common::call(to, method, path, body)
     }
 
     /// A whole completion on worker `w`: status and JSON body.
@@ -109,30 +92,11 @@ impl Running {
     }
 
     fn wait_drained(&self) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let v = self.debug();
-            let drained = v["workers"]
-                .as_array()
-                .is_some_and(|ws| ws.iter().all(|w| w["drained"] == true));
-            if drained && v["in_flight"] == 0 && v["open_streams"] == 0 {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "not drained: {v}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::wait_drained(self.http)
     }
 
-    fn stop(mut self) -> handoff_replay::Report {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        self.thread
-            .take()
-            .expect("running")
-            .join()
-            .expect("no panic")
-            .expect("the run reports")
+    fn stop(self) -> handoff_replay::Report {
+        self.server.stop()
     }
 }
 
