@@ -12,8 +12,8 @@ use handoff_core::{
     Duration, FactKind, Generation, HandoffId, HandoffMsg, HostFinal, HostInput, HostOutput,
     HostStatus, Instant, KvCapacitySnapshot, KvEvent, KvEventData, LifecycleEvent, MsgBody,
     OwnershipDelta, Request, RequestError, RequestId, ReservationSummary, Role, RoleState,
-    SessionId, SourceEventKind, SourceReady, SourceState, Transition, TransitionError, Transmit,
-    WorkerEvent, WorkerId, WorkerRequest, WorkerStats,
+    SessionId, SourceEventKind, SourceReady, SourceState, TokenEmission, Transition,
+    TransitionError, Transmit, WorkerEvent, WorkerId, WorkerRequest, WorkerStats,
 };
 use handoff_transport::{Frame, HostReply};
 
@@ -125,9 +125,18 @@ fn every_event() -> Vec<WorkerEvent> {
             prefill_tokens: 100,
         },
         WorkerEvent::Tokens {
-            request: RequestId(1),
-            tokens: 2,
-            first: true,
+            emissions: vec![
+                TokenEmission {
+                    request: RequestId(1),
+                    tokens: 2,
+                    first: true,
+                },
+                TokenEmission {
+                    request: RequestId(u64::MAX),
+                    tokens: u32::MAX,
+                    first: false,
+                },
+            ],
         },
         WorkerEvent::FirstTokenFromPrefill {
             request: RequestId(1),
@@ -362,9 +371,11 @@ pub fn every_frame() -> Vec<Frame> {
                     at: Instant(16),
                 }),
                 HostOutput::Event(WorkerEvent::Tokens {
-                    request: RequestId(9),
-                    tokens: 1,
-                    first: false,
+                    emissions: vec![TokenEmission {
+                        request: RequestId(9),
+                        tokens: 1,
+                        first: false,
+                    }],
                 }),
                 HostOutput::Refused(RequestError::DuplicateHandoff(id)),
                 HostOutput::Refused(RequestError::HandoffDisabled(id)),
@@ -552,9 +563,13 @@ fn gen_event(rng: &mut Rng) -> WorkerEvent {
             prefill_tokens: rng.interesting_u64(),
         },
         2 => WorkerEvent::Tokens {
-            request: RequestId(rng.interesting_u64()),
-            tokens: u32_of(rng),
-            first: rng.coin(),
+            emissions: (0..rng.below(4))
+                .map(|_| TokenEmission {
+                    request: RequestId(rng.interesting_u64()),
+                    tokens: u32_of(rng),
+                    first: rng.coin(),
+                })
+                .collect(),
         },
         3 => WorkerEvent::RequestFinished {
             request: RequestId(rng.interesting_u64()),

@@ -182,6 +182,7 @@ pub struct KvChunk {
 
 /// Tokens a request emitted in a step call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TokenEmission {
     /// The request.
     pub request: RequestId,

@@ -17,7 +17,9 @@ use crate::kv::{KvCapacitySnapshot, KvEvent};
 use crate::msg::{FactKind, HandoffMsg, MsgBody, Role};
 use crate::policy::{Capabilities, HandoffConfig, HandoffPolicy};
 use crate::request::Request;
-use crate::scheduler::{CommandOutcome, SchedulerCommand, SchedulerCore, StepOutput};
+use crate::scheduler::{
+    CommandOutcome, SchedulerCommand, SchedulerCore, StepOutput, TokenEmission,
+};
 use crate::source::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
 use crate::time::{Duration, Instant};
 use crate::transition::{
@@ -219,14 +221,13 @@ pub enum WorkerEvent {
         /// Prefill tokens computed.
         prefill_tokens: u64,
     },
-    /// Output tokens of the step just reported.
+    /// Output tokens of the step just reported: one entry per request that
+    /// emitted any, in the core's batch order. One event per step, not per
+    /// request, so a decode pass costs its consumers one event whatever the
+    /// batch size.
     Tokens {
-        /// The request.
-        request: RequestId,
-        /// How many (one per pass).
-        tokens: u32,
-        /// Whether the first is the request's first output token.
-        first: bool,
+        /// Each request's tokens (one per pass it took part in).
+        emissions: Vec<TokenEmission>,
     },
     /// A request finished decoding and freed its KV.
     RequestFinished {
@@ -1073,11 +1074,9 @@ impl<S: SchedulerCore> Worker<S> {
                 last_step: out.last_step,
                 prefill_tokens: out.prefill_tokens,
             });
-            for t in &out.tokens {
+            if !out.tokens.is_empty() {
                 self.events.push_back(WorkerEvent::Tokens {
-                    request: t.request,
-                    tokens: t.tokens,
-                    first: t.first,
+                    emissions: out.tokens.clone(),
                 });
             }
             for &request in &out.preempted {

@@ -31,6 +31,7 @@ pub mod engines;
 pub mod metrics;
 pub mod profile_file;
 pub mod report;
+mod request_table;
 pub mod scenarios;
 pub mod serving;
 pub mod session_log;

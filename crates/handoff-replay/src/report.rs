@@ -3,6 +3,7 @@
 //! reservation waits, transfers, held and reserved block-time per worker).
 
 use crate::metrics::{Accuracy, Distribution, Histogram, Summary};
+use crate::request_table::RequestTable;
 use crate::sim::ReplayConfig;
 use crate::timeline::Series;
 use handoff_core::engine::Undeliverable;
@@ -11,7 +12,7 @@ use handoff_core::fault::FaultCounts;
 use handoff_core::host::HostFinal;
 use handoff_core::{
     Duration, HandoffId, Instant, KvCapacitySnapshot, Request, RequestError, RequestId, Role,
-    TransferModel, WorkerEvent, WorkerId,
+    TokenEmission, TransferModel, WorkerEvent, WorkerId,
 };
 use handoff_router::Pool;
 use serde::Serialize;
@@ -407,16 +408,12 @@ impl Serialize for FlatLatencies {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct ReqRec {
+    tok: TokenRec,
     arrival: Instant,
     input: u32,
-    first: Option<Instant>,
-    second: Option<Instant>,
-    last: Option<Instant>,
-    tokens: u64,
     prefill_worker: Option<WorkerId>,
-    decode_worker: Option<WorkerId>,
     pinned_at: Option<Instant>,
     routed_at: Option<Instant>,
     reserved_at: Option<Instant>,
@@ -424,7 +421,21 @@ struct ReqRec {
     transfer_end: Option<Instant>,
     activated_at: Option<Instant>,
     released_at: Option<Instant>,
-    session: Option<crate::session_log::SessionFields>,
+    /// Boxed: only session runs have them, and every record would carry
+    /// their size.
+    session: Option<Box<crate::session_log::SessionFields>>,
+}
+
+/// What every output token touches, together on one cache line (the
+/// recorder's hot path: one update per request per pass).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(align(64))]
+struct TokenRec {
+    first: Option<Instant>,
+    second: Option<Instant>,
+    last: Option<Instant>,
+    tokens: u64,
+    decode_worker: Option<WorkerId>,
 }
 
 /// How one request ended, as `--per-request-jsonl` writes it: one JSON
@@ -603,8 +614,11 @@ pub type RequestSink = Box<dyn FnMut(&RequestRecord)>;
 /// Folds worker events into a [`Report`].
 pub struct Recorder {
     config: ReportConfig,
-    reqs: FastMap<RequestId, ReqRec>,
+    reqs: RequestTable<ReqRec>,
     workers: BTreeMap<WorkerId, WorkerAcc>,
+    /// Each worker's last step shape, by worker id (ids are small and
+    /// dense): the per-token path reads it without a tree walk.
+    shapes: Vec<Option<StepShape>>,
     pools: BTreeMap<WorkerId, Pool>,
     transfers: FastMap<HandoffId, (RequestId, Instant)>,
     first_arrival: Option<Instant>,
@@ -634,6 +648,10 @@ pub struct Recorder {
     pub faults: FaultCounts,
 }
 
+/// Worker ids below this get a slot in [`Recorder`]'s dense per-worker
+/// tables; larger ones (never made by our deployments) use the maps.
+const MAX_DENSE_WORKER: u32 = 1 << 16;
+
 fn ms(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1e6
 }
@@ -648,11 +666,24 @@ impl Recorder {
         let workers: Vec<(WorkerId, Pool)> = workers.collect();
         Recorder {
             config: ReportConfig::of(cfg, &workers),
-            reqs: FastMap::default(),
+            reqs: RequestTable::default(),
             workers: workers
                 .iter()
                 .map(|(w, _)| (*w, WorkerAcc::default()))
                 .collect(),
+            shapes: {
+                let dense = workers.iter().filter(|(w, _)| w.0 < MAX_DENSE_WORKER);
+                let n = dense
+                    .clone()
+                    .map(|(w, _)| w.0 as usize + 1)
+                    .max()
+                    .unwrap_or(0);
+                let mut v = vec![None; n];
+                for (w, _) in dense {
+                    v[w.0 as usize] = Some(StepShape::default());
+                }
+                v
+            },
             pools: workers.iter().copied().collect(),
             transfers: FastMap::default(),
             first_arrival: None,
@@ -712,8 +743,8 @@ impl Recorder {
     /// The session fields of in-flight request `r` (a session run's
     /// director keeps them current).
     pub fn set_session(&mut self, r: RequestId, fields: crate::session_log::SessionFields) {
-        if let Some(rec) = self.reqs.get_mut(&r) {
-            rec.session = Some(fields);
+        if let Some(rec) = self.reqs.get_mut(r) {
+            rec.session = Some(Box::new(fields));
         }
     }
 
@@ -748,9 +779,9 @@ impl Recorder {
             (Some(t), Some(f)) => Some(round3(ms(t - f))),
             _ => None,
         };
-        let tpot = match (rec.first, rec.last) {
-            (Some(f), Some(l)) if rec.tokens > 1 => {
-                Some(round3(ms(l - f) / (rec.tokens - 1) as f64))
+        let tpot = match (rec.tok.first, rec.tok.last) {
+            (Some(f), Some(l)) if rec.tok.tokens > 1 => {
+                Some(round3(ms(l - f) / (rec.tok.tokens - 1) as f64))
             }
             _ => None,
         };
@@ -765,13 +796,13 @@ impl Recorder {
             arrival_ms: at_ms(rec.arrival),
             end_ms: at_ms(at),
             input_tokens: rec.input,
-            output_tokens: rec.tokens,
-            ttft_ms: since(rec.first, Some(rec.arrival)),
-            ttst_ms: since(rec.second, rec.first),
+            output_tokens: rec.tok.tokens,
+            ttft_ms: since(rec.tok.first, Some(rec.arrival)),
+            ttst_ms: since(rec.tok.second, rec.tok.first),
             tpot_ms: tpot,
             e2e_ms: reason.is_none().then(|| round3(ms(at - rec.arrival))),
             prefill_worker: rec.prefill_worker.map(|w| w.0),
-            decode_worker: rec.decode_worker.map(|w| w.0),
+            decode_worker: rec.tok.decode_worker.map(|w| w.0),
             handoff: HandoffTimes {
                 pinned_ms: rec.pinned_at.map(at_ms),
                 routed_ms: rec.routed_at.map(at_ms),
@@ -782,7 +813,7 @@ impl Recorder {
                 source_released_ms: rec.released_at.map(at_ms),
                 source_pinned_for_ms: since(rec.released_at, rec.pinned_at),
             },
-            session: rec.session,
+            session: rec.session.as_deref().copied(),
         };
         sink(&record);
     }
@@ -795,7 +826,7 @@ impl Recorder {
 
     /// [`Recorder::fail`] at a known model time (for its record).
     pub fn fail_at(&mut self, r: RequestId, reason: &'static str, at: Option<Instant>) {
-        if let Some(rec) = self.reqs.remove(&r) {
+        if let Some(rec) = self.reqs.remove(r) {
             let at = at.unwrap_or(self.last_finish.max(rec.arrival));
             self.end(r, &rec, Some(reason), at);
         }
@@ -808,7 +839,7 @@ impl Recorder {
 
     /// Whether `request` arrived and has neither finished nor failed.
     pub fn is_in_flight(&self, request: RequestId) -> bool {
-        self.reqs.contains_key(&request)
+        self.reqs.contains(request)
     }
 
     /// A worker refused a request.
@@ -827,7 +858,7 @@ impl Recorder {
     /// all again; its arrival stands, so its latencies include the loss.
     pub fn migrated(&mut self, r: RequestId) {
         self.life.migrated_requests += 1;
-        if let Some(rec) = self.reqs.get_mut(&r) {
+        if let Some(rec) = self.reqs.get_mut(r) {
             let arrival = rec.arrival;
             *rec = ReqRec {
                 arrival,
@@ -839,7 +870,7 @@ impl Recorder {
     /// A transfer started.
     pub fn transfer_started(&mut self, id: HandoffId, request: RequestId, at: Instant) {
         self.transfers.insert(id, (request, at));
-        if let Some(rec) = self.reqs.get_mut(&request) {
+        if let Some(rec) = self.reqs.get_mut(request) {
             rec.transfer_start = Some(at);
         }
     }
@@ -848,10 +879,55 @@ impl Recorder {
     pub fn transfer_done(&mut self, id: HandoffId, at: Instant) {
         if let Some((r, s)) = self.transfers.remove(&id) {
             self.transfer_ms.push(ms(at - s));
-            if let Some(rec) = self.reqs.get_mut(&r) {
+            if let Some(rec) = self.reqs.get_mut(r) {
                 rec.transfer_end = Some(at);
             }
         }
+    }
+
+    /// One request's tokens of the step whose shape is `shape`.
+    fn tokens(&mut self, w: WorkerId, pool: Pool, shape: &StepShape, em: &TokenEmission) {
+        let Some(rec) = self.reqs.get_mut(em.request) else {
+            return;
+        };
+        let k = u64::from(em.tokens);
+        if k == 0 {
+            return;
+        }
+        rec.tok.decode_worker = Some(w);
+        if pool == Pool::Aggregated {
+            rec.prefill_worker.get_or_insert(w);
+        }
+        let e1 = shape.end_first;
+        if em.first || rec.tok.first.is_none() {
+            rec.tok.first = Some(e1);
+            rec.tok.second = None;
+            if k > 1 {
+                rec.tok.second = Some(shape.end_of(2));
+            }
+        } else {
+            if rec.tok.second.is_none() {
+                rec.tok.second = Some(e1);
+            }
+            if let Some(last) = rec.tok.last {
+                self.itl.record_n((e1 - last).as_nanos() as u64, 1);
+            }
+        }
+        if k > 1 {
+            if shape.first == shape.last {
+                self.itl.record_n(shape.first.as_nanos() as u64, k - 1);
+            } else {
+                for j in 2..=k {
+                    self.itl.record_n(shape.pass(j), 1);
+                }
+            }
+        }
+        rec.tok.last = Some(if k == shape.steps {
+            shape.end_last
+        } else {
+            shape.end_of(k)
+        });
+        rec.tok.tokens += k;
     }
 
     /// Folds one worker event. `stale` marks an event of a voided attempt
@@ -871,83 +947,48 @@ impl Recorder {
                     acc.steps += steps;
                     acc.prefill_tokens += prefill_tokens;
                     acc.shape = StepShape::new(*start, *steps, *first_step, *last_step);
+                    if let Some(s) = self.shapes.get_mut(w.0 as usize) {
+                        *s = Some(acc.shape);
+                    }
                 }
             }
-            WorkerEvent::Tokens {
-                request,
-                tokens,
-                first,
-            } if pool != Pool::Prefill => {
-                let Some(shape) = self.workers.get(&w).map(|a| a.shape) else {
+            WorkerEvent::Tokens { emissions } if pool != Pool::Prefill => {
+                let shape = match self.shapes.get(w.0 as usize) {
+                    Some(s) => *s,
+                    None => self.workers.get(&w).map(|a| a.shape),
+                };
+                let Some(shape) = shape else {
                     return;
                 };
-                let Some(rec) = self.reqs.get_mut(request) else {
-                    return;
-                };
-                let k = u64::from(*tokens);
-                if k == 0 {
-                    return;
+                for em in emissions {
+                    self.tokens(w, pool, &shape, em);
                 }
-                rec.decode_worker = Some(w);
-                if pool == Pool::Aggregated {
-                    rec.prefill_worker.get_or_insert(w);
-                }
-                let e1 = shape.end_first;
-                if *first || rec.first.is_none() {
-                    rec.first = Some(e1);
-                    rec.second = None;
-                    if k > 1 {
-                        rec.second = Some(shape.end_of(2));
-                    }
-                } else {
-                    if rec.second.is_none() {
-                        rec.second = Some(e1);
-                    }
-                    if let Some(last) = rec.last {
-                        self.itl.record_n((e1 - last).as_nanos() as u64, 1);
-                    }
-                }
-                if k > 1 {
-                    if shape.first == shape.last {
-                        self.itl.record_n(shape.first.as_nanos() as u64, k - 1);
-                    } else {
-                        for j in 2..=k {
-                            self.itl.record_n(shape.pass(j), 1);
-                        }
-                    }
-                }
-                rec.last = Some(if k == shape.steps {
-                    shape.end_last
-                } else {
-                    shape.end_of(k)
-                });
-                rec.tokens += k;
             }
             // SGLang PD decode streams the prefill's token when the request
             // joins its batch: the first token, with no pass of its own.
             WorkerEvent::FirstTokenFromPrefill { request, at } if pool != Pool::Prefill => {
-                if let Some(rec) = self.reqs.get_mut(request) {
-                    rec.decode_worker = Some(w);
-                    rec.first = Some(*at);
-                    rec.second = None;
-                    rec.last = Some(*at);
-                    rec.tokens += 1;
+                if let Some(rec) = self.reqs.get_mut(*request) {
+                    rec.tok.decode_worker = Some(w);
+                    rec.tok.first = Some(*at);
+                    rec.tok.second = None;
+                    rec.tok.last = Some(*at);
+                    rec.tok.tokens += 1;
                 }
             }
             WorkerEvent::RequestFinished { request, at } if pool != Pool::Prefill => {
-                if let Some(rec) = self.reqs.remove(request) {
+                if let Some(rec) = self.reqs.remove(*request) {
                     self.last_finish = self.last_finish.max(*at);
-                    self.output_tokens += rec.tokens;
+                    self.output_tokens += rec.tok.tokens;
                     self.input_tokens += u64::from(rec.input);
                     self.e2e.push(ms(*at - rec.arrival));
-                    if let Some(f) = rec.first {
+                    if let Some(f) = rec.tok.first {
                         self.ttft.push(ms(f - rec.arrival));
-                        if let Some(s) = rec.second {
+                        if let Some(s) = rec.tok.second {
                             self.ttst.push(ms(s - f));
                         }
-                        if rec.tokens > 1 {
-                            if let Some(l) = rec.last {
-                                self.tpot.push(ms(l - f) / (rec.tokens - 1) as f64);
+                        if rec.tok.tokens > 1 {
+                            if let Some(l) = rec.tok.last {
+                                self.tpot.push(ms(l - f) / (rec.tok.tokens - 1) as f64);
                             }
                         }
                     }
@@ -967,7 +1008,7 @@ impl Recorder {
                 if stale {
                     return;
                 }
-                let Some(rec) = self.reqs.get_mut(&t.request) else {
+                let Some(rec) = self.reqs.get_mut(t.request) else {
                     return;
                 };
                 use handoff_core::{
@@ -988,7 +1029,7 @@ impl Recorder {
                     }
                     (E::Destination(DE::Routed), _) => {
                         rec.routed_at = Some(t.at);
-                        rec.decode_worker = Some(t.worker);
+                        rec.tok.decode_worker = Some(t.worker);
                     }
                     (E::Destination(DE::Reserved), _) => {
                         rec.reserved_at = Some(t.at);
@@ -1079,8 +1120,7 @@ impl Recorder {
         }
         // Requests never finished (torn down mid-flight) count as failed,
         // in id order.
-        let mut left: Vec<(RequestId, ReqRec)> = self.reqs.drain().collect();
-        left.sort_unstable_by_key(|(r, _)| *r);
+        let left = self.reqs.drain_sorted();
         for (r, rec) in left {
             self.end(r, &rec, Some("unfinished"), end);
         }

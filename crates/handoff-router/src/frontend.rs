@@ -624,12 +624,10 @@ impl Frontend {
                 }
                 _ => self.prefill.on_kv_event(w, event),
             },
-            WorkerEvent::Tokens {
-                request,
-                first: true,
-                ..
-            } if pool == Pool::Aggregated => {
-                let _ = self.prefill.prefill_completed(*request);
+            WorkerEvent::Tokens { emissions } if pool == Pool::Aggregated => {
+                for e in emissions.iter().filter(|e| e.first) {
+                    let _ = self.prefill.prefill_completed(e.request);
+                }
             }
             WorkerEvent::PrefillPinned {
                 id,

@@ -573,9 +573,11 @@ impl HttpDirector {
         let pool = self.pool(w);
         match e {
             WorkerEvent::Kv { event, .. } => self.kv(w, event),
-            WorkerEvent::Tokens {
-                request, tokens, ..
-            } if pool != Pool::Prefill && *tokens > 0 => self.stream(wi, *request, *tokens, now),
+            WorkerEvent::Tokens { emissions } if pool != Pool::Prefill => {
+                for e in emissions.iter().filter(|e| e.tokens > 0) {
+                    self.stream(wi, e.request, e.tokens, now);
+                }
+            }
             // SGLang PD decode streams the token its prefill sampled when the
             // request joins the decode batch: the first token, no pass of its own.
             WorkerEvent::FirstTokenFromPrefill { request, at } if pool != Pool::Prefill => {
@@ -659,8 +661,7 @@ impl HttpDirector {
 fn request_of(e: &WorkerEvent) -> Option<RequestId> {
     match e {
         WorkerEvent::Transition(t) => Some(t.request),
-        WorkerEvent::Tokens { request, .. }
-        | WorkerEvent::RequestFinished { request, .. }
+        WorkerEvent::RequestFinished { request, .. }
         | WorkerEvent::Preempted { request, .. }
         | WorkerEvent::PrefillPinned { request, .. }
         | WorkerEvent::StartTransfer { request, .. }

@@ -147,7 +147,7 @@ pub(crate) mod samples {
         CancelReason, DestinationEventKind, DestinationReservationId, DestinationState, DropReason,
         Duration, FactKind, HandoffId, Instant, KvEvent, KvEventData, LifecycleEvent, MsgBody,
         OwnershipDelta, Request, RequestId, ReservationSummary, Role, RoleState, SessionId,
-        SourceEventKind, SourceReady, SourceState, Transition, TransitionError,
+        SourceEventKind, SourceReady, SourceState, TokenEmission, Transition, TransitionError,
     };
     use proptest::prelude::*;
 
@@ -274,9 +274,18 @@ pub(crate) mod samples {
                 prefill_tokens: 100,
             },
             WorkerEvent::Tokens {
-                request: RequestId(1),
-                tokens: 2,
-                first: true,
+                emissions: vec![
+                    TokenEmission {
+                        request: RequestId(1),
+                        tokens: 2,
+                        first: true,
+                    },
+                    TokenEmission {
+                        request: RequestId(2),
+                        tokens: 1,
+                        first: false,
+                    },
+                ],
             },
             WorkerEvent::FirstTokenFromPrefill {
                 request: RequestId(1),
@@ -496,13 +505,18 @@ pub(crate) mod samples {
                     prefill_tokens: steps ^ start,
                 }
             }),
-            (any::<u64>(), any::<u32>(), any::<bool>()).prop_map(|(r, tokens, first)| {
-                WorkerEvent::Tokens {
-                    request: RequestId(r),
-                    tokens,
-                    first,
+            proptest::collection::vec((any::<u64>(), any::<u32>(), any::<bool>()), 0..5).prop_map(
+                |v| WorkerEvent::Tokens {
+                    emissions: v
+                        .into_iter()
+                        .map(|(r, tokens, first)| TokenEmission {
+                            request: RequestId(r),
+                            tokens,
+                            first,
+                        })
+                        .collect(),
                 }
-            }),
+            ),
             (any::<u64>(), proptest::collection::vec(any::<u64>(), 0..6)).prop_map(|(e, h)| {
                 WorkerEvent::Kv {
                     event: KvEvent {

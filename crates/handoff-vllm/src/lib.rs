@@ -83,8 +83,8 @@
 //! while let Some(end) = w.step(now, now) {
 //!     now = end;
 //!     while let Some(e) = w.poll_event() {
-//!         if let WorkerEvent::Tokens { tokens: n, .. } = e {
-//!             tokens += n;
+//!         if let WorkerEvent::Tokens { emissions } = e {
+//!             tokens += emissions.iter().map(|t| t.tokens).sum::<u32>();
 //!         }
 //!     }
 //! }
