@@ -287,6 +287,12 @@ pub struct Engine<P: HostPort, D: Director> {
     outs: Vec<HostOutput>,
     routes: Vec<Route>,
     arrival_pending: bool,
+    /// Hosts that may want to step, as a bitset by id: set whenever a
+    /// status says so, cleared when `step_hosts` finds one that does not.
+    /// Each instant then costs the hosts that step, not every host.
+    may_step: Vec<u64>,
+    /// Hosts whose last status was not drained.
+    undrained: usize,
 }
 
 impl<P: HostPort, D: Director> Engine<P, D> {
@@ -306,6 +312,8 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         let mut e = Engine {
             transfers: TransferTimer::new(cfg.transfer),
             faults: FaultInjector::new(cfg.faults.clone()),
+            may_step: vec![0; (port.hosts() as usize).div_ceil(64)],
+            undrained: 0,
             cfg,
             now: Instant::ZERO,
             seq: 0,
@@ -528,7 +536,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             if let Ev::Wake(w) = ev {
                 if !self.arrival_pending
                     && self.faults.next_timed().is_none()
-                    && self.hosts.iter().all(|h| h.status.drained)
+                    && self.undrained == 0
                 {
                     self.queue.pop();
                     self.forget_wake(w, t);
@@ -552,23 +560,36 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// stepped or stalled (something may now be due at this instant).
     fn step_hosts(&mut self) -> bool {
         let mut any = false;
-        for w in 0..self.hosts.len() as u32 {
-            let h = &self.hosts[w as usize];
-            if !h.up || !h.status.wants_step {
-                continue;
+        for word in 0..self.may_step.len() {
+            // Stepping a host changes only its own status (its effects on
+            // others are scheduled events), so the word is read once.
+            let mut bits = self.may_step[word];
+            while bits != 0 {
+                let w = (word * 64) as u32 + bits.trailing_zeros();
+                bits &= bits - 1;
+                any |= self.step_host(w);
             }
-            let horizon = if self.cfg.multi_step {
-                self.queue
-                    .peek()
-                    .map_or(Instant::MAX, |Reverse((t, _, _))| *t)
-            } else {
-                self.now
-            };
-            let now = self.now;
-            self.call(w, HostOp::Step { now, horizon });
-            any = true;
         }
         any
+    }
+
+    /// Steps host `w` if it wants to; otherwise takes it out of `may_step`.
+    fn step_host(&mut self, w: u32) -> bool {
+        let h = &self.hosts[w as usize];
+        if !h.up || !h.status.wants_step {
+            self.may_step[w as usize / 64] &= !(1 << (w % 64));
+            return false;
+        }
+        let horizon = if self.cfg.multi_step {
+            self.queue
+                .peek()
+                .map_or(Instant::MAX, |Reverse((t, _, _))| *t)
+        } else {
+            self.now
+        };
+        let now = self.now;
+        self.call(w, HostOp::Step { now, horizon });
+        true
     }
 
     /// One operation on one host, then its outputs moved on.
@@ -582,6 +603,16 @@ impl<P: HostPort, D: Director> Engine<P, D> {
 
     fn update(&mut self, w: u32, status: HostStatus) {
         let h = &mut self.hosts[w as usize];
+        if h.status.drained != status.drained {
+            if status.drained {
+                self.undrained -= 1;
+            } else {
+                self.undrained += 1;
+            }
+        }
+        if status.wants_step {
+            self.may_step[w as usize / 64] |= 1 << (w % 64);
+        }
         h.status = status;
         if let Some(d) = status.deadline {
             if !h.wakes.contains(&d) {

@@ -12,6 +12,7 @@
 use crate::destination::{
     DestinationAction, DestinationEvent, DestinationHandoff, DestinationState, SourceReady,
 };
+use crate::fasthash::FastMap;
 use crate::ids::{Generation, HandoffId, RequestId, WorkerId};
 use crate::kv::{KvCapacitySnapshot, KvEvent};
 use crate::msg::{FactKind, HandoffMsg, MsgBody, Role};
@@ -28,6 +29,12 @@ use crate::transition::{
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashSet, VecDeque};
 use std::fmt;
+
+/// `ids` in id order (the order role walks always had).
+fn sorted(mut ids: Vec<HandoffId>) -> Vec<HandoffId> {
+    ids.sort_unstable();
+    ids
+}
 
 /// Work handed to a worker by the frontend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -424,9 +431,12 @@ pub struct Worker<S: SchedulerCore> {
     config: HandoffConfig,
     caps: Capabilities,
     core: S,
-    sources: BTreeMap<HandoffId, SourceEntry>,
-    dests: BTreeMap<HandoffId, DestEntry>,
-    active_dest: BTreeMap<RequestId, HandoffId>,
+    // Hash maps: every fact, transfer and timer looks its role up. Where
+    // roles are walked (teardown, a lost peer, a closed session) the ids
+    // are sorted first, so the walk keeps the id order it always had.
+    sources: FastMap<HandoffId, SourceEntry>,
+    dests: FastMap<HandoffId, DestEntry>,
+    active_dest: FastMap<RequestId, HandoffId>,
     reserve_queue: VecDeque<HandoffId>,
     timers: BinaryHeap<Reverse<(Instant, HandoffId, TimerKind)>>,
     tombstones: VecDeque<HandoffId>,
@@ -486,9 +496,9 @@ impl<S: SchedulerCore> Worker<S> {
             config,
             caps,
             core,
-            sources: BTreeMap::new(),
-            dests: BTreeMap::new(),
-            active_dest: BTreeMap::new(),
+            sources: FastMap::default(),
+            dests: FastMap::default(),
+            active_dest: FastMap::default(),
             reserve_queue: VecDeque::new(),
             timers: BinaryHeap::new(),
             tombstones: VecDeque::new(),
@@ -579,12 +589,13 @@ impl<S: SchedulerCore> Worker<S> {
                 self.core
                     .apply(SchedulerCommand::ReleaseSession { session }, now);
                 // The core aborted the session's push; its roles end too.
-                let pushes: Vec<HandoffId> = self
-                    .sources
-                    .iter()
-                    .filter(|(_, e)| e.push.is_some_and(|p| p.session == session))
-                    .map(|(id, _)| *id)
-                    .collect();
+                let pushes = sorted(
+                    self.sources
+                        .iter()
+                        .filter(|(_, e)| e.push.is_some_and(|p| p.session == session))
+                        .map(|(id, _)| *id)
+                        .collect(),
+                );
                 for id in pushes {
                     self.source_event(
                         id,
@@ -920,21 +931,23 @@ impl<S: SchedulerCore> Worker<S> {
     }
 
     fn cancel_peer(&mut self, peer: WorkerId, reason: CancelReason, now: Instant) {
-        let src: Vec<HandoffId> = self
-            .sources
-            .iter()
-            .filter(|(_, e)| e.peer == Some(peer))
-            .map(|(id, _)| *id)
-            .collect();
+        let src = sorted(
+            self.sources
+                .iter()
+                .filter(|(_, e)| e.peer == Some(peer))
+                .map(|(id, _)| *id)
+                .collect(),
+        );
         for id in src {
             self.source_event(id, SourceEvent::Cancelled { reason }, now);
         }
-        let dst: Vec<HandoffId> = self
-            .dests
-            .iter()
-            .filter(|(_, e)| e.role.source() == Some(peer))
-            .map(|(id, _)| *id)
-            .collect();
+        let dst = sorted(
+            self.dests
+                .iter()
+                .filter(|(_, e)| e.role.source() == Some(peer))
+                .map(|(id, _)| *id)
+                .collect(),
+        );
         for id in dst {
             self.dest_event(id, DestinationEvent::Cancelled { reason }, now);
         }
@@ -943,7 +956,7 @@ impl<S: SchedulerCore> Worker<S> {
     /// Ends every role here, releasing all local ownership (shutdown, or
     /// replay teardown with unresolved handoffs).
     pub fn teardown(&mut self, now: Instant) {
-        let src: Vec<HandoffId> = self.sources.keys().copied().collect();
+        let src = sorted(self.sources.keys().copied().collect());
         for id in src {
             self.source_event(
                 id,
@@ -953,7 +966,7 @@ impl<S: SchedulerCore> Worker<S> {
                 now,
             );
         }
-        let dst: Vec<HandoffId> = self.dests.keys().copied().collect();
+        let dst = sorted(self.dests.keys().copied().collect());
         for id in dst {
             self.dest_event(
                 id,

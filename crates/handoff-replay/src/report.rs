@@ -408,12 +408,31 @@ impl Serialize for FlatLatencies {
     }
 }
 
+/// A request in flight: what its tokens touch inline, the rest (written at
+/// lifecycle transitions, read when it ends) behind a box, so the window of
+/// records the per-token path walks stays small.
 #[derive(Clone, Debug, Default)]
 struct ReqRec {
     tok: TokenRec,
+    cold: Box<ColdRec>,
+}
+
+/// What every output token touches (one update per request per pass).
+#[derive(Clone, Copy, Debug, Default)]
+struct TokenRec {
+    first: Option<Instant>,
+    second: Option<Instant>,
+    last: Option<Instant>,
+    tokens: u64,
+    decode_worker: Option<WorkerId>,
+    prefill_worker: Option<WorkerId>,
+}
+
+/// A request's arrival and handoff milestones.
+#[derive(Clone, Debug, Default)]
+struct ColdRec {
     arrival: Instant,
     input: u32,
-    prefill_worker: Option<WorkerId>,
     pinned_at: Option<Instant>,
     routed_at: Option<Instant>,
     reserved_at: Option<Instant>,
@@ -421,21 +440,7 @@ struct ReqRec {
     transfer_end: Option<Instant>,
     activated_at: Option<Instant>,
     released_at: Option<Instant>,
-    /// Boxed: only session runs have them, and every record would carry
-    /// their size.
-    session: Option<Box<crate::session_log::SessionFields>>,
-}
-
-/// What every output token touches, together on one cache line (the
-/// recorder's hot path: one update per request per pass).
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(align(64))]
-struct TokenRec {
-    first: Option<Instant>,
-    second: Option<Instant>,
-    last: Option<Instant>,
-    tokens: u64,
-    decode_worker: Option<WorkerId>,
+    session: Option<crate::session_log::SessionFields>,
 }
 
 /// How one request ended, as `--per-request-jsonl` writes it: one JSON
@@ -744,7 +749,7 @@ impl Recorder {
     /// director keeps them current).
     pub fn set_session(&mut self, r: RequestId, fields: crate::session_log::SessionFields) {
         if let Some(rec) = self.reqs.get_mut(r) {
-            rec.session = Some(Box::new(fields));
+            rec.cold.session = Some(fields);
         }
     }
 
@@ -756,9 +761,12 @@ impl Recorder {
         self.reqs.insert(
             r.id,
             ReqRec {
-                arrival: r.arrival,
-                input: r.prompt_tokens,
-                ..Default::default()
+                tok: TokenRec::default(),
+                cold: Box::new(ColdRec {
+                    arrival: r.arrival,
+                    input: r.prompt_tokens,
+                    ..Default::default()
+                }),
             },
         );
     }
@@ -793,27 +801,27 @@ impl Recorder {
                 "failed"
             },
             failure_reason: reason,
-            arrival_ms: at_ms(rec.arrival),
+            arrival_ms: at_ms(rec.cold.arrival),
             end_ms: at_ms(at),
-            input_tokens: rec.input,
+            input_tokens: rec.cold.input,
             output_tokens: rec.tok.tokens,
-            ttft_ms: since(rec.tok.first, Some(rec.arrival)),
+            ttft_ms: since(rec.tok.first, Some(rec.cold.arrival)),
             ttst_ms: since(rec.tok.second, rec.tok.first),
             tpot_ms: tpot,
-            e2e_ms: reason.is_none().then(|| round3(ms(at - rec.arrival))),
-            prefill_worker: rec.prefill_worker.map(|w| w.0),
+            e2e_ms: reason.is_none().then(|| round3(ms(at - rec.cold.arrival))),
+            prefill_worker: rec.tok.prefill_worker.map(|w| w.0),
             decode_worker: rec.tok.decode_worker.map(|w| w.0),
             handoff: HandoffTimes {
-                pinned_ms: rec.pinned_at.map(at_ms),
-                routed_ms: rec.routed_at.map(at_ms),
-                reserved_ms: rec.reserved_at.map(at_ms),
-                transfer_start_ms: rec.transfer_start.map(at_ms),
-                transfer_end_ms: rec.transfer_end.map(at_ms),
-                activated_ms: rec.activated_at.map(at_ms),
-                source_released_ms: rec.released_at.map(at_ms),
-                source_pinned_for_ms: since(rec.released_at, rec.pinned_at),
+                pinned_ms: rec.cold.pinned_at.map(at_ms),
+                routed_ms: rec.cold.routed_at.map(at_ms),
+                reserved_ms: rec.cold.reserved_at.map(at_ms),
+                transfer_start_ms: rec.cold.transfer_start.map(at_ms),
+                transfer_end_ms: rec.cold.transfer_end.map(at_ms),
+                activated_ms: rec.cold.activated_at.map(at_ms),
+                source_released_ms: rec.cold.released_at.map(at_ms),
+                source_pinned_for_ms: since(rec.cold.released_at, rec.cold.pinned_at),
             },
-            session: rec.session.as_deref().copied(),
+            session: rec.cold.session,
         };
         sink(&record);
     }
@@ -827,7 +835,7 @@ impl Recorder {
     /// [`Recorder::fail`] at a known model time (for its record).
     pub fn fail_at(&mut self, r: RequestId, reason: &'static str, at: Option<Instant>) {
         if let Some(rec) = self.reqs.remove(r) {
-            let at = at.unwrap_or(self.last_finish.max(rec.arrival));
+            let at = at.unwrap_or(self.last_finish.max(rec.cold.arrival));
             self.end(r, &rec, Some(reason), at);
         }
     }
@@ -859,10 +867,13 @@ impl Recorder {
     pub fn migrated(&mut self, r: RequestId) {
         self.life.migrated_requests += 1;
         if let Some(rec) = self.reqs.get_mut(r) {
-            let arrival = rec.arrival;
+            let arrival = rec.cold.arrival;
             *rec = ReqRec {
-                arrival,
-                ..Default::default()
+                tok: TokenRec::default(),
+                cold: Box::new(ColdRec {
+                    arrival,
+                    ..Default::default()
+                }),
             };
         }
     }
@@ -871,7 +882,7 @@ impl Recorder {
     pub fn transfer_started(&mut self, id: HandoffId, request: RequestId, at: Instant) {
         self.transfers.insert(id, (request, at));
         if let Some(rec) = self.reqs.get_mut(request) {
-            rec.transfer_start = Some(at);
+            rec.cold.transfer_start = Some(at);
         }
     }
 
@@ -880,7 +891,7 @@ impl Recorder {
         if let Some((r, s)) = self.transfers.remove(&id) {
             self.transfer_ms.push(ms(at - s));
             if let Some(rec) = self.reqs.get_mut(r) {
-                rec.transfer_end = Some(at);
+                rec.cold.transfer_end = Some(at);
             }
         }
     }
@@ -896,7 +907,7 @@ impl Recorder {
         }
         rec.tok.decode_worker = Some(w);
         if pool == Pool::Aggregated {
-            rec.prefill_worker.get_or_insert(w);
+            rec.tok.prefill_worker.get_or_insert(w);
         }
         let e1 = shape.end_first;
         if em.first || rec.tok.first.is_none() {
@@ -979,10 +990,10 @@ impl Recorder {
                 if let Some(rec) = self.reqs.remove(*request) {
                     self.last_finish = self.last_finish.max(*at);
                     self.output_tokens += rec.tok.tokens;
-                    self.input_tokens += u64::from(rec.input);
-                    self.e2e.push(ms(*at - rec.arrival));
+                    self.input_tokens += u64::from(rec.cold.input);
+                    self.e2e.push(ms(*at - rec.cold.arrival));
                     if let Some(f) = rec.tok.first {
-                        self.ttft.push(ms(f - rec.arrival));
+                        self.ttft.push(ms(f - rec.cold.arrival));
                         if let Some(s) = rec.tok.second {
                             self.ttst.push(ms(s - f));
                         }
@@ -1017,30 +1028,30 @@ impl Recorder {
                 };
                 match (t.event, t.to) {
                     (E::Source(SE::PrefillPinned), _) => {
-                        rec.pinned_at = Some(t.at);
-                        rec.prefill_worker = Some(t.worker);
+                        rec.cold.pinned_at = Some(t.at);
+                        rec.tok.prefill_worker = Some(t.worker);
                         self.life.handoffs_pinned += 1;
                     }
                     (_, St::Source(SS::Released)) => {
-                        rec.released_at = Some(t.at);
-                        if let Some(p) = rec.pinned_at {
+                        rec.cold.released_at = Some(t.at);
+                        if let Some(p) = rec.cold.pinned_at {
                             self.pinned_ms.push(ms(t.at - p));
                         }
                     }
                     (E::Destination(DE::Routed), _) => {
-                        rec.routed_at = Some(t.at);
+                        rec.cold.routed_at = Some(t.at);
                         rec.tok.decode_worker = Some(t.worker);
                     }
                     (E::Destination(DE::Reserved), _) => {
-                        rec.reserved_at = Some(t.at);
-                        if let Some(r) = rec.routed_at {
+                        rec.cold.reserved_at = Some(t.at);
+                        if let Some(r) = rec.cold.routed_at {
                             self.wait_ms.push(ms(t.at - r));
                         }
                     }
                     (E::Destination(DE::ReceiveCompleted), St::Destination(DS::Active)) => {
                         self.life.handoffs_activated += 1;
-                        rec.activated_at = Some(t.at);
-                        if let Some(r) = rec.reserved_at {
+                        rec.cold.activated_at = Some(t.at);
+                        if let Some(r) = rec.cold.reserved_at {
                             self.activation_ms.push(ms(t.at - r));
                         }
                     }
@@ -1048,7 +1059,7 @@ impl Recorder {
                 }
                 // The source role lives on the prefill worker.
                 if t.role == Role::Source {
-                    rec.prefill_worker.get_or_insert(t.worker);
+                    rec.tok.prefill_worker.get_or_insert(t.worker);
                 }
             }
             WorkerEvent::RoleEnded {
