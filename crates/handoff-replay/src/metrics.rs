@@ -163,8 +163,11 @@ impl Accuracy {
 pub struct Histogram {
     h: hdrhistogram::Histogram<u64>,
     total: u64,
-    sum_ns: f64,
-    sum_sq_ms: f64,
+    /// Sums in integers, so they are exact and independent of the order
+    /// values arrive in: a run of passes recorded as one `record_n` per
+    /// pass gives the same figures as one call per token.
+    sum_ns: u128,
+    sum_sq_ns: u128,
     min_ns: u64,
     max_ns: u64,
 }
@@ -175,8 +178,8 @@ impl Default for Histogram {
             h: hdrhistogram::Histogram::new_with_bounds(1, ITL_MAX_NS, ITL_SIGNIFICANT_DIGITS)
                 .expect("constant bounds are valid"),
             total: 0,
-            sum_ns: 0.0,
-            sum_sq_ms: 0.0,
+            sum_ns: 0,
+            sum_sq_ns: 0,
             min_ns: u64::MAX,
             max_ns: 0,
         }
@@ -192,9 +195,9 @@ impl Histogram {
         }
         self.h.saturating_record_n(ns, n);
         self.total += n;
-        self.sum_ns += ns as f64 * n as f64;
-        let ms = ns as f64 / 1e6;
-        self.sum_sq_ms += ms * ms * n as f64;
+        let (v, n) = (u128::from(ns), u128::from(n));
+        self.sum_ns = self.sum_ns.saturating_add(v * n);
+        self.sum_sq_ns = self.sum_sq_ns.saturating_add(v * v * n);
         self.min_ns = self.min_ns.min(ns);
         self.max_ns = self.max_ns.max(ns);
     }
@@ -228,8 +231,8 @@ impl Histogram {
         }
         let ms = |ns: u64| round3(ns as f64 / 1e6);
         let n = self.total as f64;
-        let mean = self.sum_ns / n / 1e6;
-        let var = (self.sum_sq_ms / n - mean * mean).max(0.0);
+        let mean = self.sum_ns as f64 / n / 1e6;
+        let var = (self.sum_sq_ns as f64 / 1e12 / n - mean * mean).max(0.0);
         Distribution {
             mean: round3(mean),
             min: ms(self.min_ns),

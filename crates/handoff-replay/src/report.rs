@@ -896,14 +896,16 @@ impl Recorder {
         }
     }
 
-    /// One request's tokens of the step whose shape is `shape`.
-    fn tokens(&mut self, w: WorkerId, pool: Pool, shape: &StepShape, em: &TokenEmission) {
+    /// One request's tokens of the step whose shape is `shape`. Returns
+    /// whether it took every pass of a run whose pass time grows, leaving
+    /// the latencies between its tokens for the caller to record.
+    fn tokens(&mut self, w: WorkerId, pool: Pool, shape: &StepShape, em: &TokenEmission) -> bool {
         let Some(rec) = self.reqs.get_mut(em.request) else {
-            return;
+            return false;
         };
         let k = u64::from(em.tokens);
         if k == 0 {
-            return;
+            return false;
         }
         rec.tok.decode_worker = Some(w);
         if pool == Pool::Aggregated {
@@ -924,21 +926,24 @@ impl Recorder {
                 self.itl.record_n((e1 - last).as_nanos() as u64, 1);
             }
         }
-        if k > 1 {
-            if shape.first == shape.last {
-                self.itl.record_n(shape.first.as_nanos() as u64, k - 1);
-            } else {
-                for j in 2..=k {
-                    self.itl.record_n(shape.pass(j), 1);
-                }
-            }
-        }
         rec.tok.last = Some(if k == shape.steps {
             shape.end_last
         } else {
             shape.end_of(k)
         });
         rec.tok.tokens += k;
+        if k > 1 {
+            if shape.first == shape.last {
+                self.itl.record_n(shape.first.as_nanos() as u64, k - 1);
+            } else if k == shape.steps {
+                return true;
+            } else {
+                for j in 2..=k {
+                    self.itl.record_n(shape.pass(j), 1);
+                }
+            }
+        }
+        false
     }
 
     /// Folds one worker event. `stale` marks an event of a voided attempt
@@ -971,8 +976,17 @@ impl Recorder {
                 let Some(shape) = shape else {
                     return;
                 };
+                // Requests that took every pass of a run whose pass time
+                // grows share its inter-token latencies: recorded once per
+                // pass for all of them, not once per token.
+                let mut whole_runs = 0;
                 for em in emissions {
-                    self.tokens(w, pool, &shape, em);
+                    whole_runs += u64::from(self.tokens(w, pool, &shape, em));
+                }
+                if whole_runs > 0 {
+                    for j in 2..=shape.steps {
+                        self.itl.record_n(shape.pass(j), whole_runs);
+                    }
                 }
             }
             // SGLang PD decode streams the prefill's token when the request
