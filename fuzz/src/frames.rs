@@ -122,6 +122,7 @@ fn every_event() -> Vec<WorkerEvent> {
             duration: Duration::from_nanos(3_000_000_007),
             first_step: Duration::from_nanos(1),
             last_step: Duration::from_nanos(2),
+            passes: vec![Duration::from_nanos(1), Duration::from_nanos(2)],
             prefill_tokens: 100,
         },
         WorkerEvent::Tokens {
@@ -560,6 +561,7 @@ fn gen_event(rng: &mut Rng) -> WorkerEvent {
             duration: duration(rng),
             first_step: duration(rng),
             last_step: duration(rng),
+            passes: (0..rng.below(4)).map(|_| duration(rng)).collect(),
             prefill_tokens: rng.interesting_u64(),
         },
         2 => WorkerEvent::Tokens {

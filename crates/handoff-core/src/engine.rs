@@ -15,8 +15,17 @@
 //! handles every event due (arrivals, submissions, facts, transfer
 //! completions, host wake-ups at step ends and timers, faults), including
 //! those that events at the same instant schedule for it; only then does it
-//! step the hosts that want to, in worker-id order, each with the horizon of
-//! the next event already scheduled. A step's outputs happen at its end.
+//! step the hosts that want to, in worker-id order. A step's outputs happen
+//! at its end.
+//!
+//! With `multi_step`, the last host to step at an instant gets the horizon
+//! of the next event already scheduled, and its step may cover the passes
+//! that end by then; every other host gets one pass. Nothing can happen
+//! inside such a run (no event is due before its end, and no host steps
+//! after it at its start), so its held outputs reach the director in the
+//! same order as one pass per event would send them: the report, the
+//! transcript and the KV event stream are the same
+//! (`tests/multi_step_equivalence.rs`).
 //!
 //! ## Conservative synchronisation
 //! Every effect of one host on another crosses the engine: facts travel with
@@ -183,8 +192,8 @@ pub struct EngineConfig {
     pub message_latency: Duration,
     /// How long transfers take.
     pub transfer: TransferModel,
-    /// Fold passes that start before the next event into one step (off:
-    /// one pass per step).
+    /// Fold the passes that end by the next event into one step, for the
+    /// last host stepping at an instant (off: one pass per step).
     pub multi_step: bool,
     /// Faults to inject.
     pub faults: FaultPlan,
@@ -560,27 +569,48 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// stepped or stalled (something may now be due at this instant).
     fn step_hosts(&mut self) -> bool {
         let mut any = false;
-        for word in 0..self.may_step.len() {
+        let mut next = self.next_stepper(0);
+        while let Some(w) = next {
             // Stepping a host changes only its own status (its effects on
-            // others are scheduled events), so the word is read once.
-            let mut bits = self.may_step[word];
-            while bits != 0 {
-                let w = (word * 64) as u32 + bits.trailing_zeros();
-                bits &= bits - 1;
-                any |= self.step_host(w);
-            }
+            // others are scheduled events), so who steps after it is known
+            // before it steps.
+            next = self.next_stepper(w + 1);
+            any |= self.step_host(w, next.is_none());
         }
         any
     }
 
-    /// Steps host `w` if it wants to; otherwise takes it out of `may_step`.
-    fn step_host(&mut self, w: u32) -> bool {
-        let h = &self.hosts[w as usize];
-        if !h.up || !h.status.wants_step {
-            self.may_step[w as usize / 64] &= !(1 << (w % 64));
-            return false;
+    /// The first host from `from` on that wants to step now, dropping from
+    /// `may_step` those that no longer do.
+    fn next_stepper(&mut self, from: u32) -> Option<u32> {
+        let mut word = from as usize / 64;
+        let mut bits = self
+            .may_step
+            .get(word)
+            .map_or(0, |b| b & (u64::MAX << (from % 64)));
+        loop {
+            while bits != 0 {
+                let w = (word * 64) as u32 + bits.trailing_zeros();
+                bits &= bits - 1;
+                let h = &self.hosts[w as usize];
+                if h.up && h.status.wants_step {
+                    return Some(w);
+                }
+                self.may_step[word] &= !(1 << (w % 64));
+            }
+            word += 1;
+            bits = *self.may_step.get(word)?;
         }
-        let horizon = if self.cfg.multi_step {
+    }
+
+    /// Steps host `w`, which wants to. Its step may cover several passes
+    /// only if nothing else can happen before they end: it is the last host
+    /// stepping at this instant (a later one's step would end inside the
+    /// run, releasing outputs a one-pass-per-event run would have seen
+    /// after some of this host's passes) and the passes end by the next
+    /// scheduled event.
+    fn step_host(&mut self, w: u32, last: bool) -> bool {
+        let horizon = if self.cfg.multi_step && last {
             self.queue
                 .peek()
                 .map_or(Instant::MAX, |Reverse((t, _, _))| *t)

@@ -15,7 +15,7 @@
 //!   is not in a step, it has runnable work, and its last step attempt found
 //!   something to run (or an input came since).
 //! - [`WorkerHost::step`] runs the core from `now`, possibly several passes
-//!   that start before `horizon`. The step's outputs are held back; they
+//!   that end by `horizon`. The step's outputs are held back; they
 //!   happen when the step ends.
 //! - [`WorkerHost::advance`] moves the host to `now`: a step that ended by
 //!   then releases its outputs, and timers due by then fire.
@@ -211,7 +211,7 @@ impl<S: SchedulerCore> WorkerHost<S> {
         self.step_end.is_none() && !self.stalled && !self.worker.is_empty()
     }
 
-    /// Steps the core from `now` (passes that start before `horizon` may be
+    /// Steps the core from `now` (passes that end by `horizon` may be
     /// folded into this step). Returns when the step ends; its outputs are
     /// held until then. With nothing to run the host stalls, and whatever
     /// the attempt produced (reservations it pumped) is released at once.

@@ -202,8 +202,14 @@ pub struct StepOutput {
     pub duration: Duration,
     /// Modelled time of the first pass.
     pub first_step: Duration,
-    /// Modelled time of the last pass; passes in between grow linearly.
+    /// Modelled time of the last pass.
     pub last_step: Duration,
+    /// Every pass's modelled time, in order, when the call covered more
+    /// than one (empty for one pass: `first_step` says it). Pass times are
+    /// not linear in the pass index (the decode fit is quadratic in KV
+    /// use, and a first pass may prefill), so token times are only exact
+    /// from these.
+    pub passes: Vec<Duration>,
     /// Prefill tokens computed (after prefix-cache hits).
     pub prefill_tokens: u64,
     /// Tokens emitted per request.
@@ -246,6 +252,7 @@ impl StepOutput {
         self.duration = Duration::ZERO;
         self.first_step = Duration::ZERO;
         self.last_step = Duration::ZERO;
+        self.passes.clear();
         self.prefill_tokens = 0;
         self.tokens.clear();
         self.shipped_first_tokens.clear();
@@ -272,9 +279,10 @@ pub trait SchedulerCore {
 
     /// Runs one forward pass starting at `now` and then, while the batch's
     /// composition cannot change (no request finishes, no block allocation
-    /// can fail, no waiting request could be admitted), further passes whose
-    /// start time is before `horizon`. Pass `horizon <= now` for exactly one
-    /// pass. `out` is cleared first. With no runnable work, `out.steps == 0`;
+    /// can fail, no waiting request could be admitted), further passes that
+    /// end by `horizon` (nothing can reach the worker before it, so no
+    /// observer can tell the passes apart from single ones). Pass
+    /// `horizon <= now` for exactly one pass. `out` is cleared first. With no runnable work, `out.steps == 0`;
     /// a call may still grant queued reservations then (a pass that
     /// schedules no token takes no time), and `shipped_first_tokens` and the
     /// requests they finished may be non-empty.

@@ -225,6 +225,9 @@ pub enum WorkerEvent {
         first_step: Duration,
         /// Last pass.
         last_step: Duration,
+        /// Every pass's time when there were several (empty for one):
+        /// [`StepOutput::passes`].
+        passes: Vec<Duration>,
         /// Prefill tokens computed.
         prefill_tokens: u64,
     },
@@ -1059,8 +1062,8 @@ impl<S: SchedulerCore> Worker<S> {
         self.timers.peek().map(|Reverse((t, _, _))| *t)
     }
 
-    /// Runs the core from `now`: one pass, plus further passes that start
-    /// before `horizon` while nothing can change (see
+    /// Runs the core from `now`: one pass, plus further passes that end by
+    /// `horizon` while nothing can change (see
     /// [`SchedulerCore::step`]). Returns when the step ends, or `None` when
     /// there was nothing to run.
     pub fn step(&mut self, now: Instant, horizon: Instant) -> Option<Instant> {
@@ -1085,6 +1088,7 @@ impl<S: SchedulerCore> Worker<S> {
                 duration: out.duration,
                 first_step: out.first_step,
                 last_step: out.last_step,
+                passes: out.passes.clone(),
                 prefill_tokens: out.prefill_tokens,
             });
             if !out.tokens.is_empty() {

@@ -537,54 +537,78 @@ fn cdf(v: &[f64], points: usize) -> Vec<(f64, f64)> {
 /// Points of each CDF in [`Details`].
 const CDF_POINTS: usize = 400;
 
-#[derive(Clone, Copy, Debug, Default)]
+/// A worker's last step, as its tokens need it: when each pass ended.
+#[derive(Clone, Debug, Default)]
 struct StepShape {
     start: Instant,
     steps: u64,
-    first: Duration,
-    last: Duration,
-    /// End of the first pass and of the last, computed once per step: every
-    /// request of a stable batch gets `steps` tokens.
+    /// End of the first pass and of the last.
     end_first: Instant,
     end_last: Instant,
-    /// Growth of the pass time per pass, in nanoseconds.
-    slope: f64,
+    /// With several passes, each pass's time in nanoseconds and its end
+    /// (from `start`): the times the core computed, so every token's time
+    /// is exact (pass times are not linear in the pass index).
+    passes: Vec<u64>,
+    ends: Vec<u64>,
 }
 
 impl StepShape {
-    fn new(start: Instant, steps: u64, first: Duration, last: Duration) -> StepShape {
-        let f = first.as_nanos() as f64;
-        let l = last.as_nanos() as f64;
-        let slope = if steps > 1 {
-            (l - f) / (steps - 1) as f64
-        } else {
-            0.0
+    /// Becomes the shape of a step, reusing its buffers. A core that
+    /// covered several passes without listing their times (ours always
+    /// list them) gets the rest of the step split evenly after its first.
+    fn set(
+        &mut self,
+        start: Instant,
+        steps: u64,
+        first: Duration,
+        duration: Duration,
+        passes: &[Duration],
+    ) {
+        self.start = start;
+        self.steps = steps;
+        self.passes.clear();
+        self.ends.clear();
+        if steps > 1 {
+            if passes.len() as u64 == steps {
+                self.passes
+                    .extend(passes.iter().map(|d| d.as_nanos() as u64));
+            } else {
+                let first = first.as_nanos() as u64;
+                let rest = (duration.as_nanos() as u64).saturating_sub(first);
+                let n = steps - 1;
+                self.passes.push(first);
+                for i in 0..n {
+                    self.passes.push(rest / n + u64::from(i < rest % n));
+                }
+            }
+            let mut end = 0u64;
+            for &ns in &self.passes {
+                end += ns;
+                self.ends.push(end);
+            }
+        }
+        self.end_first = start + first;
+        self.end_last = match self.ends.last() {
+            Some(ns) => Instant(start.0 + ns),
+            None => start + first,
         };
-        let mut shape = StepShape {
-            start,
-            steps,
-            first,
-            last,
-            slope,
-            ..StepShape::default()
-        };
-        shape.end_first = shape.end_of(1);
-        shape.end_last = shape.end_of(steps.max(1));
-        shape
     }
 
-    /// End of pass `j` (1-based): passes grow linearly from first to last.
-    fn end_of(&self, j: u64) -> Instant {
-        let f = self.first.as_nanos() as f64;
-        let jf = j as f64;
-        let ns = jf * f + self.slope * jf * (jf - 1.0) / 2.0;
-        Instant(self.start.0 + ns.round() as u64)
+    /// End of pass `j` (1-based), if the step had it.
+    fn end_of(&self, j: u64) -> Option<Instant> {
+        if self.ends.is_empty() {
+            return (j == 1).then_some(self.end_first);
+        }
+        let i = usize::try_from(j).ok()?.checked_sub(1)?;
+        self.ends.get(i).map(|ns| Instant(self.start.0 + ns))
     }
 
-    /// Duration of pass `j` (1-based), in nanoseconds. Runs once per token
-    /// of a batch whose pass time grows, so it reuses the step's slope.
-    fn pass(&self, j: u64) -> u64 {
-        (self.first.as_nanos() as f64 + self.slope * (j - 1) as f64).round() as u64
+    /// Times of passes 2..=k, in nanoseconds.
+    fn later_passes(&self, k: u64) -> &[u64] {
+        let k = usize::try_from(k)
+            .unwrap_or(usize::MAX)
+            .min(self.passes.len());
+        self.passes.get(1..k).unwrap_or(&[])
     }
 }
 
@@ -592,7 +616,6 @@ impl StepShape {
 struct WorkerAcc {
     steps: u64,
     prefill_tokens: u64,
-    shape: StepShape,
     pinned: i64,
     reserved: i64,
     peak_pinned: i64,
@@ -621,9 +644,11 @@ pub struct Recorder {
     config: ReportConfig,
     reqs: RequestTable<ReqRec>,
     workers: BTreeMap<WorkerId, WorkerAcc>,
-    /// Each worker's last step shape, by worker id (ids are small and
-    /// dense): the per-token path reads it without a tree walk.
-    shapes: Vec<Option<StepShape>>,
+    /// Each worker's last step, by worker id (ids are small and dense):
+    /// the per-token path reads it without a tree walk; larger ids use
+    /// `sparse_shapes`.
+    shapes: Vec<StepShape>,
+    sparse_shapes: BTreeMap<WorkerId, StepShape>,
     pools: BTreeMap<WorkerId, Pool>,
     transfers: FastMap<HandoffId, (RequestId, Instant)>,
     first_arrival: Option<Instant>,
@@ -677,18 +702,15 @@ impl Recorder {
                 .map(|(w, _)| (*w, WorkerAcc::default()))
                 .collect(),
             shapes: {
-                let dense = workers.iter().filter(|(w, _)| w.0 < MAX_DENSE_WORKER);
-                let n = dense
-                    .clone()
+                let n = workers
+                    .iter()
+                    .filter(|(w, _)| w.0 < MAX_DENSE_WORKER)
                     .map(|(w, _)| w.0 as usize + 1)
                     .max()
                     .unwrap_or(0);
-                let mut v = vec![None; n];
-                for (w, _) in dense {
-                    v[w.0 as usize] = Some(StepShape::default());
-                }
-                v
+                vec![StepShape::default(); n]
             },
+            sparse_shapes: BTreeMap::new(),
             pools: workers.iter().copied().collect(),
             transfers: FastMap::default(),
             first_arrival: None,
@@ -896,54 +918,12 @@ impl Recorder {
         }
     }
 
-    /// One request's tokens of the step whose shape is `shape`. Returns
-    /// whether it took every pass of a run whose pass time grows, leaving
-    /// the latencies between its tokens for the caller to record.
-    fn tokens(&mut self, w: WorkerId, pool: Pool, shape: &StepShape, em: &TokenEmission) -> bool {
-        let Some(rec) = self.reqs.get_mut(em.request) else {
-            return false;
-        };
-        let k = u64::from(em.tokens);
-        if k == 0 {
-            return false;
+    /// Worker `w`'s last step (a worker's `Step` comes before its tokens).
+    fn shape_mut(&mut self, w: WorkerId) -> &mut StepShape {
+        match self.shapes.get_mut(w.0 as usize) {
+            Some(s) => s,
+            None => self.sparse_shapes.entry(w).or_default(),
         }
-        rec.tok.decode_worker = Some(w);
-        if pool == Pool::Aggregated {
-            rec.tok.prefill_worker.get_or_insert(w);
-        }
-        let e1 = shape.end_first;
-        if em.first || rec.tok.first.is_none() {
-            rec.tok.first = Some(e1);
-            rec.tok.second = None;
-            if k > 1 {
-                rec.tok.second = Some(shape.end_of(2));
-            }
-        } else {
-            if rec.tok.second.is_none() {
-                rec.tok.second = Some(e1);
-            }
-            if let Some(last) = rec.tok.last {
-                self.itl.record_n((e1 - last).as_nanos() as u64, 1);
-            }
-        }
-        rec.tok.last = Some(if k == shape.steps {
-            shape.end_last
-        } else {
-            shape.end_of(k)
-        });
-        rec.tok.tokens += k;
-        if k > 1 {
-            if shape.first == shape.last {
-                self.itl.record_n(shape.first.as_nanos() as u64, k - 1);
-            } else if k == shape.steps {
-                return true;
-            } else {
-                for j in 2..=k {
-                    self.itl.record_n(shape.pass(j), 1);
-                }
-            }
-        }
-        false
     }
 
     /// Folds one worker event. `stale` marks an event of a voided attempt
@@ -955,37 +935,43 @@ impl Recorder {
                 start,
                 steps,
                 first_step,
-                last_step,
+                duration,
+                passes,
                 prefill_tokens,
                 ..
             } => {
                 if let Some(acc) = self.workers.get_mut(&w) {
                     acc.steps += steps;
                     acc.prefill_tokens += prefill_tokens;
-                    acc.shape = StepShape::new(*start, *steps, *first_step, *last_step);
-                    if let Some(s) = self.shapes.get_mut(w.0 as usize) {
-                        *s = Some(acc.shape);
-                    }
+                    self.shape_mut(w)
+                        .set(*start, *steps, *first_step, *duration, passes);
                 }
             }
             WorkerEvent::Tokens { emissions } if pool != Pool::Prefill => {
                 let shape = match self.shapes.get(w.0 as usize) {
-                    Some(s) => *s,
-                    None => self.workers.get(&w).map(|a| a.shape),
+                    Some(s) => s,
+                    None => match self.sparse_shapes.get(&w) {
+                        Some(s) => s,
+                        None => return,
+                    },
                 };
-                let Some(shape) = shape else {
-                    return;
-                };
-                // Requests that took every pass of a run whose pass time
-                // grows share its inter-token latencies: recorded once per
-                // pass for all of them, not once per token.
                 let mut whole_runs = 0;
                 for em in emissions {
-                    whole_runs += u64::from(self.tokens(w, pool, &shape, em));
+                    whole_runs += u64::from(record_tokens(
+                        &mut self.reqs,
+                        &mut self.itl,
+                        w,
+                        pool,
+                        shape,
+                        em,
+                    ));
                 }
+                // Requests that took every pass of a run share its
+                // inter-token latencies: recorded once per pass for all of
+                // them, not once per token.
                 if whole_runs > 0 {
-                    for j in 2..=shape.steps {
-                        self.itl.record_n(shape.pass(j), whole_runs);
+                    for &ns in shape.later_passes(shape.steps) {
+                        self.itl.record_n(ns, whole_runs);
                     }
                 }
             }
@@ -1224,6 +1210,60 @@ impl Recorder {
         };
         (report, details)
     }
+}
+
+/// One request's tokens of the step `shape`: its first, second and last
+/// token times, its count, and the latencies between its tokens. Returns
+/// whether it took every pass of a multi-pass step, leaving the latencies
+/// within the step for the caller to record for all such requests at once.
+fn record_tokens(
+    reqs: &mut RequestTable<ReqRec>,
+    itl: &mut Histogram,
+    w: WorkerId,
+    pool: Pool,
+    shape: &StepShape,
+    em: &TokenEmission,
+) -> bool {
+    let Some(rec) = reqs.get_mut(em.request) else {
+        return false;
+    };
+    let k = u64::from(em.tokens);
+    if k == 0 {
+        return false;
+    }
+    rec.tok.decode_worker = Some(w);
+    if pool == Pool::Aggregated {
+        rec.tok.prefill_worker.get_or_insert(w);
+    }
+    // A step's tokens come from its first passes: a request in a step
+    // takes part from the first pass on.
+    let e1 = shape.end_first;
+    if em.first || rec.tok.first.is_none() {
+        rec.tok.first = Some(e1);
+        rec.tok.second = if k > 1 { shape.end_of(2) } else { None };
+    } else {
+        if rec.tok.second.is_none() {
+            rec.tok.second = Some(e1);
+        }
+        if let Some(last) = rec.tok.last {
+            itl.record_n((e1 - last).as_nanos() as u64, 1);
+        }
+    }
+    rec.tok.last = Some(if k >= shape.steps {
+        shape.end_last
+    } else {
+        shape.end_of(k).unwrap_or(shape.end_last)
+    });
+    rec.tok.tokens += k;
+    if k > 1 {
+        if k >= shape.steps {
+            return true;
+        }
+        for &ns in shape.later_passes(k) {
+            itl.record_n(ns, 1);
+        }
+    }
+    false
 }
 
 fn round3(x: f64) -> f64 {

@@ -143,6 +143,10 @@ pub struct ReplayOutcome {
     pub live_bookings: usize,
     /// The seed's §6 session log, JSONL (session runs only).
     pub session_log: Vec<String>,
+    /// Step calls the workers made, all together (with multi-step, fewer
+    /// than the passes the report counts; not in the report, which is the
+    /// same either way).
+    pub step_calls: u64,
 }
 
 /// The workers of a deployment: ids `0..n`, prefill (or aggregated) first.
@@ -327,7 +331,11 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
                 }
             }
         }
-        let (mut director, _) = self.engine.run();
+        let (mut director, mut port) = self.engine.run();
+        let step_calls = handoff_core::engine::HostPort::finals(&mut port)
+            .iter()
+            .map(|f| f.steps)
+            .sum();
         let live_bookings = director.router_bookings();
         let session_log = director.take_session_lines();
         let (report, transcript, details) = director.into_parts();
@@ -337,6 +345,7 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
             details,
             live_bookings,
             session_log,
+            step_calls,
         }
     }
 }

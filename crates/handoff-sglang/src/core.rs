@@ -31,8 +31,8 @@ use std::collections::{HashMap, VecDeque};
 ///
 /// `step` runs one pass — a prefill pass when the chunked request or the
 /// waiting queue yields work, otherwise a decode pass — and then, while the
-/// batch is pure decode that nothing can change, further passes that start
-/// before the horizon. Consequently first tokens, pinned prefills,
+/// batch is pure decode that nothing can change, further passes that end
+/// by the horizon. Consequently first tokens, pinned prefills,
 /// retractions and (except at the call's last pass) finishes only happen in
 /// a call's first pass: a first token's time is `now + first_step`, and any
 /// finish or pin in the first pass ends the call.

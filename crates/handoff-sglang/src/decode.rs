@@ -221,7 +221,7 @@ impl<P: PerfModel> SglangCore<P> {
             .sum()
     }
 
-    /// Runs as many further stable decode passes as start before `horizon`,
+    /// Runs as many further stable decode passes as end by `horizon`,
     /// stopping at the pass in which the first request finishes and before
     /// any pass that would need more pages than are free.
     pub(crate) fn advance_stable_decode(
@@ -241,13 +241,16 @@ impl<P: PerfModel> SglangCore<P> {
             }
             until_finish = until_finish.min(s.remaining_output());
         }
-        // The time line: how many passes start before the horizon.
+        // The time line: how many passes end by the horizon.
         let total = self.total_tokens();
         let timeline = |perf: &P, passes: u64| {
             let mut more = MorePasses::default();
             let (mut t, mut kv) = (start, self.running_kv_tokens);
-            while more.passes < passes && t < horizon {
+            while more.passes < passes {
                 let d = perf.pass(&Pass::decode(bs, kv, total));
+                if t + d > horizon {
+                    break;
+                }
                 t = t + d;
                 kv += bs;
                 more.passes += 1;
@@ -284,6 +287,13 @@ impl<P: PerfModel> SglangCore<P> {
             more = timeline(&self.perf, fits);
         }
         if more.passes > 0 {
+            out.passes.push(out.first_step);
+            let mut kv = self.running_kv_tokens;
+            for _ in 0..more.passes {
+                out.passes
+                    .push(self.perf.pass(&Pass::decode(bs, kv, total)));
+                kv += bs;
+            }
             self.ratio.decay(more.passes);
             self.advance_running(more.passes, out);
         }

@@ -271,6 +271,7 @@ pub(crate) mod samples {
                 duration: Duration::from_nanos(3),
                 first_step: Duration::from_nanos(1),
                 last_step: Duration::from_nanos(2),
+                passes: vec![Duration::from_nanos(1), Duration::from_nanos(2)],
                 prefill_tokens: 100,
             },
             WorkerEvent::Tokens {
@@ -502,6 +503,9 @@ pub(crate) mod samples {
                     duration: Duration::from_nanos(u64::from(ns) * 3),
                     first_step: Duration::from_nanos(u64::from(ns)),
                     last_step: Duration::from_nanos(u64::from(ns) + 1),
+                    passes: (0..steps % 3)
+                        .map(|i| Duration::from_nanos(u64::from(ns) + i))
+                        .collect(),
                     prefill_tokens: steps ^ start,
                 }
             }),

@@ -39,7 +39,7 @@
 //! finish (the last planned pass may finish requests), by the free blocks the
 //! block boundaries within `k` passes need (a histogram of the requests' room
 //! in their last block, O(block_size) per probe of a binary search) and by
-//! `horizon`. Each planned pass costs one perf call; the batch is then
+//! `horizon`, which the last planned pass ends by. Each planned pass costs one perf call; the batch is then
 //! advanced by `k` tokens once, and the boundary blocks are taken pass by
 //! pass in running order, exactly as `k` single passes would take them, so
 //! the state afterwards (down to block ids and KV events) is the same.
@@ -366,16 +366,24 @@ impl<P: PerfModel> VllmCore<P> {
         let total_tokens = self.pool.total() * bs;
         let mut k = 0u64;
         let mut t = start;
-        while k < k_max && t < horizon {
+        out.passes.push(out.first_step);
+        while k < k_max {
+            let d = self.perf.pass(&Pass::decode(
+                batch,
+                context + batch * (k + 1),
+                total_tokens,
+            ));
+            if t + d > horizon {
+                break;
+            }
             k += 1;
-            let d = self
-                .perf
-                .pass(&Pass::decode(batch, context + batch * k, total_tokens));
+            out.passes.push(d);
             out.duration += d;
             out.last_step = d;
             t = t + d;
         }
         if k == 0 {
+            out.passes.clear();
             return;
         }
         out.steps += k;

@@ -704,26 +704,37 @@ proptest! {
                 }
             }
         }
-        // Wind down: finish every push, run, release every source, close.
-        for _ in 0..10 {
-            let mut ev = Vec::new();
-            h.core.drain_session_events(&mut ev);
-            for e in ev {
-                if let SessionEvent::PushEnqueued { session, lock, .. } = e {
-                    locks.push((session, lock));
+        // Wind down: finish every push, run, release every source, until
+        // nothing moves; then close every session and do it again (turns
+        // still queued behind a push each need the one before to end, so a
+        // fixed number of rounds is not enough).
+        for _ in 0..2 {
+            for _ in 0..10_000 {
+                let mut ev = Vec::new();
+                h.core.drain_session_events(&mut ev);
+                for e in ev {
+                    if let SessionEvent::PushEnqueued { session, lock, .. } = e {
+                        locks.push((session, lock));
+                    }
+                }
+                let moved = !locks.is_empty();
+                for (s, lock) in locks.drain(..) {
+                    h.core.finish_push(s, lock, PushResult::Sent);
+                    h.check();
+                }
+                let passes = h.passes;
+                run(&mut h);
+                let ran = h.passes > passes || !h.pinned.is_empty();
+                while let Some(p) = h.pinned.pop() {
+                    h.apply(SchedulerCommand::ReleaseSource { id: p.id });
+                }
+                if !moved && !ran {
+                    break;
                 }
             }
-            for (s, lock) in locks.drain(..) {
-                h.core.finish_push(s, lock, PushResult::Sent);
-                h.check();
+            for s in 0..4 {
+                release(&mut h, s);
             }
-            run(&mut h);
-            while let Some(p) = h.pinned.pop() {
-                h.apply(SchedulerCommand::ReleaseSource { id: p.id });
-            }
-        }
-        for s in 0..4 {
-            release(&mut h, s);
         }
         let mut ev = Vec::new();
         h.core.drain_session_events(&mut ev);
