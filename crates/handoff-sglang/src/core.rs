@@ -315,25 +315,9 @@ impl<P: PerfModel> SglangCore<P> {
     /// Adds `n` tokens to the request's emission of this call.
     pub(crate) fn emit(&mut self, idx: u32, n: u64, out: &mut StepOutput) {
         let call = self.call;
-        let Some(seq) = self.seqs.get_mut(idx) else {
-            return;
-        };
-        let first = seq.emitted == 0;
-        seq.emitted += n;
-        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
-        if seq.emit_call == call {
-            if let Some(e) = out.tokens.get_mut(seq.emit_idx) {
-                e.tokens = e.tokens.saturating_add(n32);
-                return;
-            }
+        if let Some(seq) = self.seqs.get_mut(idx) {
+            emit_into(seq, call, n, out);
         }
-        seq.emit_call = call;
-        seq.emit_idx = out.tokens.len();
-        out.tokens.push(TokenEmission {
-            request: seq.id,
-            tokens: n32,
-            first,
-        });
     }
 
     /// Output complete: cache and free (`cache_finished_req`), report it.
@@ -678,4 +662,25 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
             && self.sessions.locks == 0
             && self.store.pending() == 0
     }
+}
+
+/// Adds `n` tokens to `seq`'s emission of step call `call`: merged into the
+/// emission it already has in `out` from this call, else a new one.
+pub(crate) fn emit_into(seq: &mut Seq, call: u64, n: u64, out: &mut StepOutput) {
+    let first = seq.emitted == 0;
+    seq.emitted += n;
+    let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+    if seq.emit_call == call {
+        if let Some(e) = out.tokens.get_mut(seq.emit_idx) {
+            e.tokens = e.tokens.saturating_add(n32);
+            return;
+        }
+    }
+    seq.emit_call = call;
+    seq.emit_idx = out.tokens.len();
+    out.tokens.push(TokenEmission {
+        request: seq.id,
+        tokens: n32,
+        first,
+    });
 }

@@ -25,6 +25,7 @@
 //! active before pinned source before reserved destination.
 
 use crate::events::KvEventQueue;
+use handoff_core::fasthash::Near;
 use std::collections::BTreeSet;
 
 /// "No node": the parent of a top-level node.
@@ -138,8 +139,11 @@ impl RadixCache {
     pub(crate) fn match_prefix(&self, hashes: &[u64]) -> (u64, u32) {
         let mut deepest = NIL;
         let mut n = 0u64;
+        // A prompt's blocks carry runs of consecutive hashes, one index
+        // group per run: the hint skips the probe for the rest of a run.
+        let mut near = Near::default();
         for h in hashes {
-            match self.index.get(*h) {
+            match self.index.get_near(*h, &mut near) {
                 Some(idx) => {
                     deepest = idx;
                     n += 1;
@@ -234,8 +238,9 @@ impl RadixCache {
         let mut created = 0u64;
         let mut run: Vec<u64> = Vec::new();
         let mut run_parent: Option<u64> = None;
-        for &h in hashes {
-            if let Some(idx) = self.index.get(h) {
+        let mut near = Near::default();
+        for (i, &h) in hashes.iter().enumerate() {
+            if let Some(idx) = self.index.get_near(h, &mut near) {
                 if !run.is_empty() {
                     events.stored(run_parent, std::mem::take(&mut run));
                 }
@@ -271,9 +276,11 @@ impl RadixCache {
             }
             if run.is_empty() {
                 run_parent = self.nodes.get(cur as usize).map(|p| p.hash);
+                // The rest of the hashes bound the run: one allocation.
+                run.reserve_exact(hashes.len() - i);
             }
             self.pages[owner as usize] += ppn;
-            self.index.insert(h, idx);
+            self.index.insert_near(h, idx, &mut near);
             run.push(h);
             created += 1;
             cur = idx;
@@ -285,17 +292,23 @@ impl RadixCache {
     /// `evict`: removes unlocked leaves, least recently used first, until at
     /// least `pages` pages are freed or nothing is evictable. Returns the
     /// pages freed; the removed hashes are published as one Removed event.
+    ///
+    /// A parent left an unlocked leaf usually shares its child's access time
+    /// (a path is locked and touched at one tick) and so is the next leaf in
+    /// order: it is then taken directly instead of going through the ordered
+    /// set, which is the same order as inserting it and popping the first.
     pub(crate) fn evict(&mut self, pages: u64, events: &mut KvEventQueue) -> u64 {
         let ppn = self.pages_per_node;
         let mut freed = 0u64;
-        let mut removed = Vec::new();
+        let wanted = pages.div_ceil(ppn).min(self.lru.len() as u64) as usize;
+        let mut removed = Vec::with_capacity(wanted);
+        let mut next = None;
         while freed < pages {
-            let Some((_, idx)) = self.lru.pop_first() else {
+            let Some(idx) = next.take().or_else(|| self.lru.pop_first().map(|(_, i)| i)) else {
                 break;
             };
             let n = self.nodes[idx as usize];
             debug_assert!(!n.locked() && n.children == 0);
-            self.index.remove(n.hash);
             self.pages[CACHED] = self.pages[CACHED].saturating_sub(ppn);
             freed += ppn;
             removed.push(n.hash);
@@ -303,10 +316,19 @@ impl RadixCache {
             if let Some(p) = self.nodes.get_mut(n.parent as usize) {
                 p.children = p.children.saturating_sub(1);
                 if p.children == 0 && !p.locked() {
-                    self.lru.insert((p.last_access, n.parent));
+                    let key = (p.last_access, n.parent);
+                    let first = self.lru.first().map_or(true, |f| key < *f);
+                    if freed < pages && first {
+                        next = Some(n.parent);
+                    } else {
+                        self.lru.insert(key);
+                    }
                 }
             }
         }
+        // Nothing above reads the index, so it is updated once, a group of
+        // consecutive hashes per probe.
+        self.index.remove_all(&removed);
         events.removed(removed);
         freed
     }
