@@ -55,9 +55,14 @@ pub(crate) enum Owner {
     Session = 3,
 }
 
+/// What tree walks (lock, unlock, relabel, eviction's parent update) read
+/// and write. The node's hash, needed only when it is created or evicted,
+/// lives in the parallel `RadixCache::hashes`, so a node is 32 bytes and,
+/// aligned, never straddles a cache line: a walk to the root touches one
+/// line per node.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(32))]
 struct Node {
-    hash: u64,
     parent: u32,
     children: u32,
     locks: [u32; OWNERS],
@@ -79,6 +84,8 @@ impl Node {
 pub(crate) struct RadixCache {
     pages_per_node: u64,
     nodes: Vec<Node>,
+    /// Each node's block hash, by node index.
+    hashes: Vec<u64>,
     vacant: Vec<u32>,
     index: handoff_core::fasthash::U64Table<u32>,
     /// Unlocked leaves by (last access, node): the eviction order.
@@ -94,6 +101,7 @@ impl RadixCache {
         RadixCache {
             pages_per_node: pages_per_node.max(1),
             nodes: Vec::new(),
+            hashes: Vec::new(),
             vacant: Vec::new(),
             index: Default::default(),
             lru: BTreeSet::new(),
@@ -252,7 +260,6 @@ impl RadixCache {
             let mut locks = [0u32; OWNERS];
             locks[owner as usize] = 1;
             let node = Node {
-                hash: h,
                 parent: cur,
                 children: 0,
                 locks,
@@ -261,10 +268,12 @@ impl RadixCache {
             let idx = match self.vacant.pop() {
                 Some(i) => {
                     self.nodes[i as usize] = node;
+                    self.hashes[i as usize] = h;
                     i
                 }
                 None => {
                     self.nodes.push(node);
+                    self.hashes.push(h);
                     (self.nodes.len() - 1) as u32
                 }
             };
@@ -275,7 +284,7 @@ impl RadixCache {
                 p.children += 1;
             }
             if run.is_empty() {
-                run_parent = self.nodes.get(cur as usize).map(|p| p.hash);
+                run_parent = self.hashes.get(cur as usize).copied();
                 // The rest of the hashes bound the run: one allocation.
                 run.reserve_exact(hashes.len() - i);
             }
@@ -311,13 +320,13 @@ impl RadixCache {
             debug_assert!(!n.locked() && n.children == 0);
             self.pages[CACHED] = self.pages[CACHED].saturating_sub(ppn);
             freed += ppn;
-            removed.push(n.hash);
+            removed.push(self.hashes[idx as usize]);
             self.vacant.push(idx);
             if let Some(p) = self.nodes.get_mut(n.parent as usize) {
                 p.children = p.children.saturating_sub(1);
                 if p.children == 0 && !p.locked() {
                     let key = (p.last_access, n.parent);
-                    let first = self.lru.first().map_or(true, |f| key < *f);
+                    let first = self.lru.first().is_none_or(|f| key < *f);
                     if freed < pages && first {
                         next = Some(n.parent);
                     } else {
@@ -377,7 +386,7 @@ impl RadixCache {
         let live: std::collections::HashSet<u32> = self.index.iter().map(|(_, v)| v).collect();
         for &idx in &live {
             let n = &self.nodes[idx as usize];
-            if self.index.get(n.hash) != Some(idx) {
+            if self.index.get(self.hashes[idx as usize]) != Some(idx) {
                 return Err(format!("index mismatch at {idx}"));
             }
             pages[n.class()] += self.pages_per_node;
@@ -483,6 +492,12 @@ mod tests {
         assert_eq!(t.len(), 0);
         assert_eq!(t.total_pages(), 0);
         t.check().unwrap();
+    }
+
+    #[test]
+    fn a_node_is_half_an_aligned_cache_line() {
+        assert_eq!(std::mem::size_of::<Node>(), 32);
+        assert_eq!(std::mem::align_of::<Node>(), 32);
     }
 
     #[test]
