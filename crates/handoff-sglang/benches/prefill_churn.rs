@@ -31,8 +31,8 @@ fn run(page: u32, requests: u64) {
     let (mut removed, mut stored) = (0usize, 0usize);
     let start = WallClock::now();
     for i in 0..requests {
-        // 64 families; a family's prompts share their first half.
-        let family = (i * 7919) % 64;
+        // 16 families; a family's prompts share their first half.
+        let family = (i * 7919) % 16;
         let request = Request {
             id: RequestId(i),
             prompt_tokens: PROMPT,
@@ -82,6 +82,6 @@ fn run(page: u32, requests: u64) {
 
 fn main() {
     for page in [1, 16] {
-        run(page, 20_000);
+        run(page, 100_000);
     }
 }
