@@ -21,11 +21,12 @@ use crate::events::KvEventQueue;
 use crate::radix::{Owner, RadixCache, NIL, OWNERS};
 use crate::ratio::NewTokenRatio;
 use crate::seq::{Kind, Phase, Seq, Slab};
+use handoff_core::fasthash::ChurnMap;
 use handoff_core::{
     Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent, Pass,
     PerfModel, PolynomialPerf, Request, SchedulerCommand, SchedulerCore, StepOutput, TokenEmission,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// An SGLang worker's scheduler; see the crate docs.
 ///
@@ -71,10 +72,12 @@ pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     /// What the retracted queue needs back: the sum of `offloaded +
     /// num_reserved_decode_tokens` over it (`_prealloc_required_tokens`).
     pub(crate) retracted_required: u64,
-    /// Handoff prefills, computing or held, by attempt.
-    pub(crate) sources: HashMap<HandoffId, u32>,
-    /// Destination reservations by attempt.
-    pub(crate) reservations: HashMap<HandoffId, u32>,
+    /// Handoff prefills, computing or held, by attempt. A `ChurnMap` with
+    /// the integer hasher: one insert and removal per request, never
+    /// iterated (std's SipHash over 128-bit ids was visible in profiles).
+    pub(crate) sources: ChurnMap<HandoffId, u32>,
+    /// Destination reservations by attempt; as `sources`.
+    pub(crate) reservations: ChurnMap<HandoffId, u32>,
     /// Handoff prefills still waiting or chunked (not decode-bound).
     pub(crate) sources_computing: u64,
     /// Sum of `Seq::retracted_fill` over the waiting queue.
@@ -127,8 +130,8 @@ impl<P: PerfModel> SglangCore<P> {
             prebuilt: VecDeque::new(),
             retracted: VecDeque::new(),
             retracted_required: 0,
-            sources: HashMap::new(),
-            reservations: HashMap::new(),
+            sources: ChurnMap::default(),
+            reservations: ChurnMap::default(),
             sources_computing: 0,
             retracted_fill: 0,
             running_kv_tokens: 0,

@@ -145,9 +145,16 @@ impl Seq {
 }
 
 /// A slab of requests with stable indices.
+///
+/// Occupancy is kept apart from the records (`live`), not as
+/// `Option<Seq>`: an `Option`'s niche lies in a cold field past the first
+/// cache line, so every lookup would read a second line just to learn the
+/// slot is occupied. A vacant slot holds an empty placeholder (no heap
+/// memory).
 #[derive(Debug, Default)]
 pub(crate) struct Slab {
-    entries: Vec<Option<Seq>>,
+    entries: Vec<Seq>,
+    live: Vec<bool>,
     vacant: Vec<u32>,
 }
 
@@ -156,11 +163,13 @@ impl Slab {
     pub(crate) fn insert(&mut self, seq: Seq) -> u32 {
         match self.vacant.pop() {
             Some(i) => {
-                self.entries[i as usize] = Some(seq);
+                self.entries[i as usize] = seq;
+                self.live[i as usize] = true;
                 i
             }
             None => {
-                self.entries.push(Some(seq));
+                self.entries.push(seq);
+                self.live.push(true);
                 (self.entries.len() - 1) as u32
             }
         }
@@ -168,19 +177,39 @@ impl Slab {
 
     /// Removes and returns the request at `idx`.
     pub(crate) fn remove(&mut self, idx: u32) -> Option<Seq> {
-        let seq = self.entries.get_mut(idx as usize)?.take()?;
+        let live = self.live.get_mut(idx as usize).filter(|l| **l)?;
+        *live = false;
         self.vacant.push(idx);
-        Some(seq)
+        let placeholder = Seq::new(
+            RequestId(0),
+            Kind::Ordinary,
+            Phase::Waiting,
+            0,
+            0,
+            Vec::new(),
+        );
+        Some(std::mem::replace(
+            &mut self.entries[idx as usize],
+            placeholder,
+        ))
     }
 
     /// The request at `idx`.
     pub(crate) fn get(&self, idx: u32) -> Option<&Seq> {
-        self.entries.get(idx as usize)?.as_ref()
+        if *self.live.get(idx as usize)? {
+            self.entries.get(idx as usize)
+        } else {
+            None
+        }
     }
 
     /// The request at `idx`, mutably.
     pub(crate) fn get_mut(&mut self, idx: u32) -> Option<&mut Seq> {
-        self.entries.get_mut(idx as usize)?.as_mut()
+        if *self.live.get(idx as usize)? {
+            self.entries.get_mut(idx as usize)
+        } else {
+            None
+        }
     }
 
     /// Live requests.
@@ -192,7 +221,10 @@ impl Slab {
     /// Every live request; for tests.
     #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Seq> {
-        self.entries.iter().flatten()
+        self.entries
+            .iter()
+            .zip(&self.live)
+            .filter_map(|(s, &live)| live.then_some(s))
     }
 }
 
@@ -203,10 +235,8 @@ mod tests {
     #[test]
     fn decode_fields_share_the_first_cache_line() {
         use std::mem::{align_of, offset_of, size_of};
+        // Slab entries are `Seq`s, so each starts on a line.
         assert_eq!(align_of::<Seq>(), 64);
-        // `Option<Seq>` (the slab entry) uses a niche: no extra tag, so
-        // every entry starts on a line.
-        assert_eq!(size_of::<Option<Seq>>(), size_of::<Seq>());
         for end in [
             offset_of!(Seq, computed) + 8,
             offset_of!(Seq, emitted) + 8,
