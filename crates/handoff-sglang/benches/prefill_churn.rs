@@ -5,7 +5,7 @@
 //! matching, locking and eviction of partly shared paths all happen, as on
 //! a conversation trace. Reports requests per second and pages evicted.
 //!
-//! Run: `CARGO_TARGET_DIR=/work/target-score cargo bench -p handoff-sglang --bench prefill_churn`
+//! Run: `cargo bench -p handoff-sglang --bench prefill_churn`
 
 use handoff_core::{
     Generation, HandoffIdGen, Instant, Request, RequestId, SchedulerCommand, SchedulerCore,

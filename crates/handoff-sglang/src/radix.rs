@@ -81,6 +81,7 @@ impl Node {
 
 /// The prefix tree; see the module docs.
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct RadixCache {
     pages_per_node: u64,
     nodes: Vec<Node>,
@@ -534,5 +535,91 @@ mod tests {
         t.relabel(a, Owner::Active, Owner::Pinned);
         assert_eq!(t.pages(Owner::Pinned as usize), 4);
         t.check().unwrap();
+    }
+
+    fn removed_hashes(q: &mut KvEventQueue) -> Vec<u64> {
+        events(q)
+            .into_iter()
+            .flat_map(|e| match e {
+                KvEventData::Removed { block_hashes } => block_hashes,
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// `evict`'s shortcut (a parent that becomes the next leaf is taken
+        /// without going through the ordered set) removes the same nodes in
+        /// the same order as evicting one node at a time, which only ever
+        /// uses the set: the order of SGLang's heap of unlocked leaves.
+        #[test]
+        fn evicting_at_once_equals_one_node_at_a_time(
+            ppn in 1u64..4,
+            ops in proptest::collection::vec((0u8..4, 0u64..5, 1usize..7, 0usize..7), 1..40),
+            amount in 1u64..200,
+        ) {
+            let mut q = KvEventQueue::default();
+            let mut t = RadixCache::new(ppn);
+            let mut held: Vec<(u32, Owner)> = Vec::new();
+            for (serial, &(op, family, len, shared)) in ops.iter().enumerate() {
+                match op {
+                    // A path from the root: `shared` blocks of the family's
+                    // prefix, then blocks of its own. Hashes are chained
+                    // (a hash always has the same parent), as block hashes are.
+                    0 | 1 => {
+                        let shared = shared.min(len);
+                        let hashes: Vec<u64> = (0..len as u64)
+                            .map(|i| {
+                                if (i as usize) < shared {
+                                    family * 1_000 + i
+                                } else {
+                                    (serial as u64 + 1) * 1_000_000 + family * 1_000 + i
+                                }
+                            })
+                            .collect();
+                        let owner = if op == 0 { Owner::Active } else { Owner::Pinned };
+                        let (deepest, _) = t.insert(NIL, &hashes, owner, &mut q);
+                        held.push((deepest, owner));
+                    }
+                    // Release a holder, cached or touched.
+                    _ if !held.is_empty() => {
+                        let (deepest, owner) = held.swap_remove(shared % held.len());
+                        t.unlock(deepest, owner, op == 3);
+                    }
+                    _ => {}
+                }
+                // Now and then a partial eviction, so the set holds leaves
+                // of many ages when the comparison runs.
+                if serial % 5 == 4 {
+                    t.evict(ppn, &mut q);
+                }
+            }
+            let _ = events(&mut q);
+            let amount = amount * ppn;
+
+            let mut at_once = t.clone();
+            let mut qa = KvEventQueue::default();
+            let freed_at_once = at_once.evict(amount, &mut qa);
+
+            let mut single = t.clone();
+            let mut qb = KvEventQueue::default();
+            let mut freed_single = 0;
+            while freed_single < amount {
+                let f = single.evict(ppn, &mut qb);
+                if f == 0 {
+                    break;
+                }
+                freed_single += f;
+            }
+            prop_assert_eq!(freed_at_once, freed_single);
+            prop_assert_eq!(removed_hashes(&mut qa), removed_hashes(&mut qb));
+            prop_assert_eq!(at_once.evictable_pages(), single.evictable_pages());
+            prop_assert!(at_once.check().is_ok(), "{:?}", at_once.check());
+            prop_assert!(single.check().is_ok(), "{:?}", single.check());
+        }
     }
 }
