@@ -21,11 +21,12 @@ use crate::events::KvEventQueue;
 use crate::radix::{Owner, RadixCache, NIL, OWNERS};
 use crate::ratio::NewTokenRatio;
 use crate::seq::{Kind, Phase, Seq, Slab};
+use handoff_core::fasthash::ChurnMap;
 use handoff_core::{
     Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent, Pass,
     PerfModel, PolynomialPerf, Request, SchedulerCommand, SchedulerCore, StepOutput, TokenEmission,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// An SGLang worker's scheduler; see the crate docs.
 ///
@@ -71,10 +72,12 @@ pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     /// What the retracted queue needs back: the sum of `offloaded +
     /// num_reserved_decode_tokens` over it (`_prealloc_required_tokens`).
     pub(crate) retracted_required: u64,
-    /// Handoff prefills, computing or held, by attempt.
-    pub(crate) sources: HashMap<HandoffId, u32>,
-    /// Destination reservations by attempt.
-    pub(crate) reservations: HashMap<HandoffId, u32>,
+    /// Handoff prefills, computing or held, by attempt. A `ChurnMap` with
+    /// the integer hasher: one insert and removal per request, never
+    /// iterated (std's SipHash over 128-bit ids was visible in profiles).
+    pub(crate) sources: ChurnMap<HandoffId, u32>,
+    /// Destination reservations by attempt; as `sources`.
+    pub(crate) reservations: ChurnMap<HandoffId, u32>,
     /// Handoff prefills still waiting or chunked (not decode-bound).
     pub(crate) sources_computing: u64,
     /// Sum of `Seq::retracted_fill` over the waiting queue.
@@ -127,8 +130,8 @@ impl<P: PerfModel> SglangCore<P> {
             prebuilt: VecDeque::new(),
             retracted: VecDeque::new(),
             retracted_required: 0,
-            sources: HashMap::new(),
-            reservations: HashMap::new(),
+            sources: ChurnMap::default(),
+            reservations: ChurnMap::default(),
             sources_computing: 0,
             retracted_fill: 0,
             running_kv_tokens: 0,
@@ -315,25 +318,9 @@ impl<P: PerfModel> SglangCore<P> {
     /// Adds `n` tokens to the request's emission of this call.
     pub(crate) fn emit(&mut self, idx: u32, n: u64, out: &mut StepOutput) {
         let call = self.call;
-        let Some(seq) = self.seqs.get_mut(idx) else {
-            return;
-        };
-        let first = seq.emitted == 0;
-        seq.emitted += n;
-        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
-        if seq.emit_call == call {
-            if let Some(e) = out.tokens.get_mut(seq.emit_idx) {
-                e.tokens = e.tokens.saturating_add(n32);
-                return;
-            }
+        if let Some(seq) = self.seqs.get_mut(idx) {
+            emit_into(seq, call, n, out);
         }
-        seq.emit_call = call;
-        seq.emit_idx = out.tokens.len();
-        out.tokens.push(TokenEmission {
-            request: seq.id,
-            tokens: n32,
-            first,
-        });
     }
 
     /// Output complete: cache and free (`cache_finished_req`), report it.
@@ -678,4 +665,25 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
             && self.sessions.locks == 0
             && self.store.pending() == 0
     }
+}
+
+/// Adds `n` tokens to `seq`'s emission of step call `call`: merged into the
+/// emission it already has in `out` from this call, else a new one.
+pub(crate) fn emit_into(seq: &mut Seq, call: u64, n: u64, out: &mut StepOutput) {
+    let first = seq.emitted == 0;
+    seq.emitted += n;
+    let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+    if seq.emit_call == call {
+        if let Some(e) = out.tokens.get_mut(seq.emit_idx) {
+            e.tokens = e.tokens.saturating_add(n32);
+            return;
+        }
+    }
+    seq.emit_call = call;
+    seq.emit_idx = out.tokens.len();
+    out.tokens.push(TokenEmission {
+        request: seq.id,
+        tokens: n32,
+        first,
+    });
 }

@@ -22,6 +22,7 @@
 //! `k` single passes. The work is O(batch) plus one perf evaluation per pass
 //! for the time line.
 
+use crate::core::emit_into;
 use crate::core::SglangCore;
 use crate::ratio::ratio_after_retract;
 use crate::seq::{Kind, Phase};
@@ -38,6 +39,11 @@ pub(crate) struct MorePasses {
 impl<P: PerfModel> SglangCore<P> {
     /// Fresh pages the next decode pass needs (`new_page_count_next_decode`).
     pub(crate) fn decode_pages_needed(&self) -> u64 {
+        // At one token per page every request's KV length is a whole number
+        // of pages, so each needs one: no need to read the batch.
+        if self.page == 1 {
+            return self.running.len() as u64;
+        }
         self.running
             .iter()
             .filter_map(|&i| self.seqs.get(i))
@@ -72,22 +78,24 @@ impl<P: PerfModel> SglangCore<P> {
     pub(crate) fn advance_running(&mut self, k: u64, out: &mut StepOutput) {
         let mut finished = 0usize;
         let mut new_pages = 0u64;
+        let (page, call) = (self.page, self.call);
+        // One slab lookup per request: its decode fields share a cache line
+        // (`Seq`'s layout), read once here for pages, emission and finish.
         for r in 0..self.running.len() {
             let idx = self.running[r];
             let Some(seq) = self.seqs.get_mut(idx) else {
                 continue;
             };
-            let before = seq.computed.div_ceil(self.page);
+            let pages = if page == 1 {
+                k
+            } else {
+                (seq.computed + k).div_ceil(page) - seq.computed.div_ceil(page)
+            };
             seq.computed += k;
-            let pages = seq.computed.div_ceil(self.page) - before;
             seq.private_pages += pages;
             new_pages += pages;
-            self.emit(idx, k, out);
-            if self
-                .seqs
-                .get(idx)
-                .is_some_and(|s| s.emitted >= s.max_output)
-            {
+            emit_into(seq, call, k, out);
+            if seq.emitted >= seq.max_output {
                 finished += 1;
             }
         }

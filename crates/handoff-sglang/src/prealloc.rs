@@ -87,11 +87,14 @@ impl<P: PerfModel> SglangCore<P> {
         {
             return CommandOutcome::Unavailable(Some(request));
         }
-        request.block_hashes(self.cfg.event_block_tokens, &mut self.scratch_hashes);
         // A session's KV lives in its slot, outside the shared tree.
         let session = request.session.filter(|_| self.sessions_on());
-        if session.is_some() {
-            self.scratch_hashes.clear();
+        // The hashes are only ever read by the decode radix cache (matching
+        // here, publishing at activation): a chunk cache, or a session's
+        // slot, never needs them.
+        self.scratch_hashes.clear();
+        if self.cfg.disaggregation_decode_enable_radix_cache && session.is_none() {
+            request.block_hashes(self.cfg.event_block_tokens, &mut self.scratch_hashes);
         }
         // A chunk cache matches nothing: the whole prompt is allocated and
         // transferred.

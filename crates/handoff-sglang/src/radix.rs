@@ -25,6 +25,7 @@
 //! active before pinned source before reserved destination.
 
 use crate::events::KvEventQueue;
+use handoff_core::fasthash::Near;
 use std::collections::BTreeSet;
 
 /// "No node": the parent of a top-level node.
@@ -54,9 +55,14 @@ pub(crate) enum Owner {
     Session = 3,
 }
 
+/// What tree walks (lock, unlock, relabel, eviction's parent update) read
+/// and write. The node's hash, needed only when it is created or evicted,
+/// lives in the parallel `RadixCache::hashes`, so a node is 32 bytes and,
+/// aligned, never straddles a cache line: a walk to the root touches one
+/// line per node.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(32))]
 struct Node {
-    hash: u64,
     parent: u32,
     children: u32,
     locks: [u32; OWNERS],
@@ -75,9 +81,12 @@ impl Node {
 
 /// The prefix tree; see the module docs.
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct RadixCache {
     pages_per_node: u64,
     nodes: Vec<Node>,
+    /// Each node's block hash, by node index.
+    hashes: Vec<u64>,
     vacant: Vec<u32>,
     index: handoff_core::fasthash::U64Table<u32>,
     /// Unlocked leaves by (last access, node): the eviction order.
@@ -93,6 +102,7 @@ impl RadixCache {
         RadixCache {
             pages_per_node: pages_per_node.max(1),
             nodes: Vec::new(),
+            hashes: Vec::new(),
             vacant: Vec::new(),
             index: Default::default(),
             lru: BTreeSet::new(),
@@ -138,8 +148,11 @@ impl RadixCache {
     pub(crate) fn match_prefix(&self, hashes: &[u64]) -> (u64, u32) {
         let mut deepest = NIL;
         let mut n = 0u64;
+        // A prompt's blocks carry runs of consecutive hashes, one index
+        // group per run: the hint skips the probe for the rest of a run.
+        let mut near = Near::default();
         for h in hashes {
-            match self.index.get(*h) {
+            match self.index.get_near(*h, &mut near) {
                 Some(idx) => {
                     deepest = idx;
                     n += 1;
@@ -234,8 +247,9 @@ impl RadixCache {
         let mut created = 0u64;
         let mut run: Vec<u64> = Vec::new();
         let mut run_parent: Option<u64> = None;
-        for &h in hashes {
-            if let Some(idx) = self.index.get(h) {
+        let mut near = Near::default();
+        for (i, &h) in hashes.iter().enumerate() {
+            if let Some(idx) = self.index.get_near(h, &mut near) {
                 if !run.is_empty() {
                     events.stored(run_parent, std::mem::take(&mut run));
                 }
@@ -247,7 +261,6 @@ impl RadixCache {
             let mut locks = [0u32; OWNERS];
             locks[owner as usize] = 1;
             let node = Node {
-                hash: h,
                 parent: cur,
                 children: 0,
                 locks,
@@ -256,10 +269,12 @@ impl RadixCache {
             let idx = match self.vacant.pop() {
                 Some(i) => {
                     self.nodes[i as usize] = node;
+                    self.hashes[i as usize] = h;
                     i
                 }
                 None => {
                     self.nodes.push(node);
+                    self.hashes.push(h);
                     (self.nodes.len() - 1) as u32
                 }
             };
@@ -270,10 +285,12 @@ impl RadixCache {
                 p.children += 1;
             }
             if run.is_empty() {
-                run_parent = self.nodes.get(cur as usize).map(|p| p.hash);
+                run_parent = self.hashes.get(cur as usize).copied();
+                // The rest of the hashes bound the run: one allocation.
+                run.reserve_exact(hashes.len() - i);
             }
             self.pages[owner as usize] += ppn;
-            self.index.insert(h, idx);
+            self.index.insert_near(h, idx, &mut near);
             run.push(h);
             created += 1;
             cur = idx;
@@ -285,28 +302,43 @@ impl RadixCache {
     /// `evict`: removes unlocked leaves, least recently used first, until at
     /// least `pages` pages are freed or nothing is evictable. Returns the
     /// pages freed; the removed hashes are published as one Removed event.
+    ///
+    /// A parent left an unlocked leaf usually shares its child's access time
+    /// (a path is locked and touched at one tick) and so is the next leaf in
+    /// order: it is then taken directly instead of going through the ordered
+    /// set, which is the same order as inserting it and popping the first.
     pub(crate) fn evict(&mut self, pages: u64, events: &mut KvEventQueue) -> u64 {
         let ppn = self.pages_per_node;
         let mut freed = 0u64;
-        let mut removed = Vec::new();
+        let wanted = pages.div_ceil(ppn).min(self.lru.len() as u64) as usize;
+        let mut removed = Vec::with_capacity(wanted);
+        let mut next = None;
         while freed < pages {
-            let Some((_, idx)) = self.lru.pop_first() else {
+            let Some(idx) = next.take().or_else(|| self.lru.pop_first().map(|(_, i)| i)) else {
                 break;
             };
             let n = self.nodes[idx as usize];
             debug_assert!(!n.locked() && n.children == 0);
-            self.index.remove(n.hash);
             self.pages[CACHED] = self.pages[CACHED].saturating_sub(ppn);
             freed += ppn;
-            removed.push(n.hash);
+            removed.push(self.hashes[idx as usize]);
             self.vacant.push(idx);
             if let Some(p) = self.nodes.get_mut(n.parent as usize) {
                 p.children = p.children.saturating_sub(1);
                 if p.children == 0 && !p.locked() {
-                    self.lru.insert((p.last_access, n.parent));
+                    let key = (p.last_access, n.parent);
+                    let first = self.lru.first().is_none_or(|f| key < *f);
+                    if freed < pages && first {
+                        next = Some(n.parent);
+                    } else {
+                        self.lru.insert(key);
+                    }
                 }
             }
         }
+        // Nothing above reads the index, so it is updated once, a group of
+        // consecutive hashes per probe.
+        self.index.remove_all(&removed);
         events.removed(removed);
         freed
     }
@@ -355,7 +387,7 @@ impl RadixCache {
         let live: std::collections::HashSet<u32> = self.index.iter().map(|(_, v)| v).collect();
         for &idx in &live {
             let n = &self.nodes[idx as usize];
-            if self.index.get(n.hash) != Some(idx) {
+            if self.index.get(self.hashes[idx as usize]) != Some(idx) {
                 return Err(format!("index mismatch at {idx}"));
             }
             pages[n.class()] += self.pages_per_node;
@@ -464,6 +496,12 @@ mod tests {
     }
 
     #[test]
+    fn a_node_is_half_an_aligned_cache_line() {
+        assert_eq!(std::mem::size_of::<Node>(), 32);
+        assert_eq!(std::mem::align_of::<Node>(), 32);
+    }
+
+    #[test]
     fn reinsert_of_cached_hash_is_not_republished() {
         let mut q = KvEventQueue::default();
         let mut t = RadixCache::new(1);
@@ -497,5 +535,91 @@ mod tests {
         t.relabel(a, Owner::Active, Owner::Pinned);
         assert_eq!(t.pages(Owner::Pinned as usize), 4);
         t.check().unwrap();
+    }
+
+    fn removed_hashes(q: &mut KvEventQueue) -> Vec<u64> {
+        events(q)
+            .into_iter()
+            .flat_map(|e| match e {
+                KvEventData::Removed { block_hashes } => block_hashes,
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// `evict`'s shortcut (a parent that becomes the next leaf is taken
+        /// without going through the ordered set) removes the same nodes in
+        /// the same order as evicting one node at a time, which only ever
+        /// uses the set: the order of SGLang's heap of unlocked leaves.
+        #[test]
+        fn evicting_at_once_equals_one_node_at_a_time(
+            ppn in 1u64..4,
+            ops in proptest::collection::vec((0u8..4, 0u64..5, 1usize..7, 0usize..7), 1..40),
+            amount in 1u64..200,
+        ) {
+            let mut q = KvEventQueue::default();
+            let mut t = RadixCache::new(ppn);
+            let mut held: Vec<(u32, Owner)> = Vec::new();
+            for (serial, &(op, family, len, shared)) in ops.iter().enumerate() {
+                match op {
+                    // A path from the root: `shared` blocks of the family's
+                    // prefix, then blocks of its own. Hashes are chained
+                    // (a hash always has the same parent), as block hashes are.
+                    0 | 1 => {
+                        let shared = shared.min(len);
+                        let hashes: Vec<u64> = (0..len as u64)
+                            .map(|i| {
+                                if (i as usize) < shared {
+                                    family * 1_000 + i
+                                } else {
+                                    (serial as u64 + 1) * 1_000_000 + family * 1_000 + i
+                                }
+                            })
+                            .collect();
+                        let owner = if op == 0 { Owner::Active } else { Owner::Pinned };
+                        let (deepest, _) = t.insert(NIL, &hashes, owner, &mut q);
+                        held.push((deepest, owner));
+                    }
+                    // Release a holder, cached or touched.
+                    _ if !held.is_empty() => {
+                        let (deepest, owner) = held.swap_remove(shared % held.len());
+                        t.unlock(deepest, owner, op == 3);
+                    }
+                    _ => {}
+                }
+                // Now and then a partial eviction, so the set holds leaves
+                // of many ages when the comparison runs.
+                if serial % 5 == 4 {
+                    t.evict(ppn, &mut q);
+                }
+            }
+            let _ = events(&mut q);
+            let amount = amount * ppn;
+
+            let mut at_once = t.clone();
+            let mut qa = KvEventQueue::default();
+            let freed_at_once = at_once.evict(amount, &mut qa);
+
+            let mut single = t.clone();
+            let mut qb = KvEventQueue::default();
+            let mut freed_single = 0;
+            while freed_single < amount {
+                let f = single.evict(ppn, &mut qb);
+                if f == 0 {
+                    break;
+                }
+                freed_single += f;
+            }
+            prop_assert_eq!(freed_at_once, freed_single);
+            prop_assert_eq!(removed_hashes(&mut qa), removed_hashes(&mut qb));
+            prop_assert_eq!(at_once.evictable_pages(), single.evictable_pages());
+            prop_assert!(at_once.check().is_ok(), "{:?}", at_once.check());
+            prop_assert!(single.check().is_ok(), "{:?}", single.check());
+        }
     }
 }
