@@ -227,6 +227,7 @@ pub fn bench(args: &[String]) -> bool {
             ("handoff-core", "transitions"),
             ("handoff-vllm", "decode_step"),
             ("handoff-sglang", "decode_step"),
+            ("handoff-sglang", "prefill_churn"),
             ("handoff-router", "select"),
         ] {
             ok &= run(cargo().args(["bench", "-q", "-p", pkg, "--bench", bench]));
