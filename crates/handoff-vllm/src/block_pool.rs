@@ -21,6 +21,11 @@ use crate::events::EventQueue;
 use crate::free_queue::{FreeQueue, Linked, Links};
 use handoff_core::fasthash::{Near, U64Table};
 
+/// Block-table entries whose pool entries are loaded together before a loop
+/// over a table works on them ([`BlockPool::warm`]): enough misses in flight
+/// to cover one memory latency, few enough to stay in L1.
+pub(crate) const WARM_CHUNK: usize = 16;
+
 /// Who holds a reference to a block. The order is the strength order used for
 /// counting a shared block once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -175,20 +180,51 @@ impl BlockPool {
     /// of the free queue, cached if it has a hash (vLLM
     /// `BlockPool.free_blocks`).
     pub(crate) fn release(&mut self, b: u32, owner: Owner) {
-        let Some(block) = self.blocks.get(b as usize) else {
+        let Some(block) = self.blocks.get_mut(b as usize) else {
             return;
         };
         if block.refs[owner as usize] == 0 {
             return;
         }
-        self.add_ref(b, owner, -1);
-        let block = self.blocks[b as usize];
-        if block.strongest().is_none() {
-            if block.hashed {
+        // One read-modify-write of the block's entry.
+        let before = block.strongest();
+        block.refs[owner as usize] -= 1;
+        let after = block.strongest();
+        let hashed = block.hashed;
+        self.recount(before, after);
+        if after.is_none() {
+            if hashed {
                 self.cached_free += 1;
             }
             self.free.push_back(&mut self.blocks, b);
         }
+    }
+
+    /// [`Self::release`] of every block in `table`, last first (vLLM
+    /// `KVCacheManager.free` frees a request's tail first so that it is
+    /// evicted first), the entries of each [`WARM_CHUNK`] loaded together.
+    pub(crate) fn release_all_rev(&mut self, table: &[u32], owner: Owner) {
+        for chunk in table.rchunks(WARM_CHUNK) {
+            self.warm(chunk);
+            for &b in chunk.iter().rev() {
+                self.release(b, owner);
+            }
+        }
+    }
+
+    /// Loads the entries of `table`'s blocks in one tight loop: a table's
+    /// blocks are scattered over the pool and cold, and independent loads
+    /// with nothing between them overlap their cache misses, where a loop
+    /// doing a block's whole update between two loads pays them one after
+    /// another (safe Rust has no prefetch instruction). Changes nothing.
+    pub(crate) fn warm(&self, table: &[u32]) {
+        let mut sum = 0u32;
+        for &b in table {
+            if let Some(blk) = self.blocks.get(b as usize) {
+                sum = sum.wrapping_add(blk.refs[0]);
+            }
+        }
+        std::hint::black_box(sum);
     }
 
     /// Moves one reference on `b` from `from` to `to` (a completed prefill
@@ -210,6 +246,20 @@ impl BlockPool {
         block.refs[from as usize] -= 1;
         let after = block.strongest();
         self.recount(before, after);
+    }
+
+    /// [`Self::retag`] of every block in `table`, in order, the entries of
+    /// each [`WARM_CHUNK`] loaded together.
+    pub(crate) fn retag_all(&mut self, table: &[u32], from: Owner, to: Owner) {
+        if from == to {
+            return;
+        }
+        for chunk in table.chunks(WARM_CHUNK) {
+            self.warm(chunk);
+            for &b in chunk {
+                self.retag(b, from, to);
+            }
+        }
     }
 
     /// Makes the referenced block `b` the cached copy of `hash`. If another

@@ -6,7 +6,7 @@
 //! table operations of vLLM's `KVCacheManager`
 //! (`vllm/v1/core/kv_cache_manager.py`).
 
-use crate::block_pool::{BlockPool, Owner};
+use crate::block_pool::{BlockPool, Owner, WARM_CHUNK};
 use crate::config::VllmConfig;
 use crate::events::EventQueue;
 use crate::sequence::{Kind, Phase, Slab};
@@ -47,11 +47,11 @@ pub struct VllmCore<P: PerfModel = PolynomialPerf> {
     pub(crate) destinations: HashMap<HandoffId, u32>,
     pub(crate) next_lease: u64,
     pub(crate) next_reservation: u64,
-    /// Counts `step` calls so a request knows whether its emission slot in
-    /// the output belongs to the current call.
-    pub(crate) call: u64,
     /// Requests scheduled in the current pass and their token counts.
     pub(crate) sched: Vec<(u32, u64)>,
+    /// The slots of the first pass's `StepOutput::tokens`, entry for entry
+    /// (the planned passes add their tokens to these).
+    pub(crate) emitted: Vec<u32>,
     /// Reused buffers: prefix hits and the block-boundary histogram of the
     /// multi-pass planner.
     pub(crate) hits: Vec<u32>,
@@ -91,7 +91,7 @@ impl<P: PerfModel> VllmCore<P> {
             destinations: HashMap::new(),
             next_lease: 0,
             next_reservation: 0,
-            call: 0,
+            emitted: Vec::with_capacity(seqs_hint),
             sched: Vec::with_capacity(seqs_hint),
             hits: Vec::new(),
             room_hist: vec![0; cfg.block_tokens() as usize],
@@ -190,8 +190,15 @@ impl<P: PerfModel> VllmCore<P> {
     /// Extends `s`'s block table to hold `tokens` tokens. The caller has
     /// checked that enough blocks are free.
     pub(crate) fn grow(&mut self, s: u32, tokens: u64) {
-        let need = self.blocks_for(tokens);
+        let bs = self.bs();
         let seq = self.seqs.get_mut(s);
+        // Most calls (a decode inside its last block) need nothing: a
+        // multiply says so without the division below. Skipping the seal
+        // changes no event: every allocation seals first.
+        if tokens <= seq.blocks.len() as u64 * bs {
+            return;
+        }
+        let need = tokens.div_ceil(bs);
         let more = (need as usize).saturating_sub(seq.blocks.len());
         self.events.seal_for(more);
         seq.blocks.reserve(more);
@@ -219,8 +226,13 @@ impl<P: PerfModel> VllmCore<P> {
         }
         let bs = self.bs();
         let seq = self.seqs.get_mut(s);
-        let full = (upto / bs).min(seq.blocks.len() as u64) as usize;
+        // Nothing newly full (most passes): `upto / bs <= published`,
+        // tested with a multiply.
         let start = seq.published as usize;
+        if upto < (start as u64 + 1) * bs {
+            return;
+        }
+        let full = (upto / bs).min(seq.blocks.len() as u64) as usize;
         if full <= start {
             return;
         }
@@ -231,6 +243,10 @@ impl<P: PerfModel> VllmCore<P> {
         let mut run: Vec<u64> = Vec::with_capacity(full - start);
         let mut run_parent: Option<u64> = None;
         for i in start..full {
+            if (i - start) % WARM_CHUNK == 0 {
+                let end = (i + WARM_CHUNK).min(full);
+                self.pool.warm(&seq.blocks[i..end]);
+            }
             let h = seq.hashes[i];
             let b = seq.blocks[i];
             match self.pool.publish(b, h) {
@@ -256,9 +272,7 @@ impl<P: PerfModel> VllmCore<P> {
     /// evicted first (vLLM `KVCacheManager.free`).
     pub(crate) fn release_blocks(&mut self, s: u32) {
         let seq = self.seqs.get_mut(s);
-        for &b in seq.blocks.iter().rev() {
-            self.pool.release(b, seq.owner);
-        }
+        self.pool.release_all_rev(&seq.blocks, seq.owner);
         seq.blocks.clear();
         seq.published = 0;
     }
@@ -292,9 +306,8 @@ impl<P: PerfModel> VllmCore<P> {
         self.next_lease += 1;
         let lease = SourceLeaseId(self.next_lease);
         let seq = self.seqs.get_mut(s);
-        for &b in &seq.blocks {
-            self.pool.retag(b, Owner::Active, Owner::Pinned);
-        }
+        self.pool
+            .retag_all(&seq.blocks, Owner::Active, Owner::Pinned);
         seq.owner = Owner::Pinned;
         seq.phase = Phase::Held;
         seq.lease = lease;
@@ -314,6 +327,7 @@ impl<P: PerfModel> VllmCore<P> {
             request.block_hashes(self.cfg.block_tokens(), &mut seq.hashes);
         }
         seq.prompt_hashes = seq.hashes.len() as u32;
+        seq.anchor = generated_anchor(&seq.hashes, seq.id);
     }
 
     /// Queues an ordinary request or a handoff prefill.
@@ -422,21 +436,26 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
 /// The stand-in hash of block `i` of `seq`, a block past its prompt's full
 /// blocks, filled (partly or wholly) by generated tokens. The mocker has no
 /// token ids, so the hash stands for "this request's own tokens": it is
-/// chained from the prompt's last full block hash (as vLLM's
-/// `hash_block_tokens` chains every block from its parent) and mixed with
-/// the request id, so it never matches another request's blocks, and a
-/// re-admitted request finds exactly the blocks it generated before. Like
-/// prompt hashes (`Request::block_hashes`), consecutive blocks count up from
-/// a base aligned to the hash tables' group, so a request's generated blocks
-/// share groups.
+/// chained from the prompt's last full block hash (`seq.anchor`, see
+/// [`generated_anchor`]; as vLLM's `hash_block_tokens` chains every block
+/// from its parent) and mixed with the request id, so it never matches
+/// another request's blocks, and a re-admitted request finds exactly the
+/// blocks it generated before. Like prompt hashes (`Request::block_hashes`),
+/// consecutive blocks count up from a base aligned to the hash tables'
+/// group, so a request's generated blocks share groups.
 pub(crate) fn generated_hash(seq: &crate::sequence::Seq, i: usize) -> u64 {
     use handoff_core::fasthash::GROUP_KEYS;
     use handoff_core::request::mix64;
-    let anchor = match (seq.prompt_hashes as usize).checked_sub(1) {
-        Some(last) => seq.hashes[last],
-        None => mix64(seq.id.0 ^ 0x9e4e_7a7e_d000_0000),
-    };
     let i = i as u64;
-    let base = mix64(anchor ^ mix64(seq.id.0 ^ (i / GROUP_KEYS) ^ 0x6e4e_2a7e_d0c5));
+    let base = mix64(seq.anchor ^ mix64(seq.id.0 ^ (i / GROUP_KEYS) ^ 0x6e4e_2a7e_d0c5));
     (base & !(GROUP_KEYS - 1)) | (i % GROUP_KEYS)
+}
+
+/// What request `id`'s generated blocks are chained from: the last of its
+/// `prompt_hashes`, or a value of its own when the prompt has no full block.
+pub(crate) fn generated_anchor(prompt_hashes: &[u64], id: handoff_core::RequestId) -> u64 {
+    match prompt_hashes.last() {
+        Some(&last) => last,
+        None => handoff_core::request::mix64(id.0 ^ 0x9e4e_7a7e_d000_0000),
+    }
 }

@@ -160,9 +160,8 @@ impl<P: PerfModel> VllmCore<P> {
                 self.awaiting_kv -= 1;
                 {
                     let seq = self.seqs.get_mut(s);
-                    for &b in &seq.blocks {
-                        self.pool.retag(b, Owner::Reserved, Owner::Active);
-                    }
+                    self.pool
+                        .retag_all(&seq.blocks, Owner::Reserved, Owner::Active);
                     seq.owner = Owner::Active;
                 }
                 let prompt = u64::from(self.seqs.get(s).prompt);
