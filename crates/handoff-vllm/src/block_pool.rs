@@ -202,13 +202,11 @@ impl BlockPool {
 
     /// [`Self::release`] of every block in `table`, last first (vLLM
     /// `KVCacheManager.free` frees a request's tail first so that it is
-    /// evicted first), the entries of each [`WARM_CHUNK`] loaded together.
+    /// evicted first).
     pub(crate) fn release_all_rev(&mut self, table: &[u32], owner: Owner) {
-        for chunk in table.rchunks(WARM_CHUNK) {
-            self.warm(chunk);
-            for &b in chunk.iter().rev() {
-                self.release(b, owner);
-            }
+        // Not warmed like `retag_all`: measured no faster.
+        for &b in table.iter().rev() {
+            self.release(b, owner);
         }
     }
 

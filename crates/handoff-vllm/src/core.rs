@@ -6,7 +6,7 @@
 //! table operations of vLLM's `KVCacheManager`
 //! (`vllm/v1/core/kv_cache_manager.py`).
 
-use crate::block_pool::{BlockPool, Owner, WARM_CHUNK};
+use crate::block_pool::{BlockPool, Owner};
 use crate::config::VllmConfig;
 use crate::events::EventQueue;
 use crate::sequence::{Kind, Phase, Slab};
@@ -162,29 +162,63 @@ impl<P: PerfModel> VllmCore<P> {
         }
     }
 
-    /// The longest run of published blocks matching `hashes`, at most
-    /// `max_blocks` long, written to `hits`; returns how many of them are
-    /// unreferenced (taking those consumes free blocks). After vLLM
-    /// `KVCacheManager.get_computed_blocks` / `find_longest_cache_hit`.
-    pub(crate) fn find_hits(&self, hashes: &[u64], max_blocks: u64, hits: &mut Vec<u32>) -> u64 {
+    /// Whether a sequence needing `need` blocks without prefix hits fits in
+    /// `room` free blocks once its hits are taken: the longest run of
+    /// published blocks matching `hashes`, at most `max_blocks` long, is
+    /// written to `hits`, and a hit saves a block unless it is unreferenced
+    /// (taking a cached free block consumes it). Returns the unreferenced
+    /// hits when it fits; otherwise `hits` is left part-filled. After vLLM
+    /// `KVCacheManager.get_computed_blocks` / `find_longest_cache_hit` and
+    /// the free-block test of `allocate_slots`.
+    ///
+    /// A waiting request that does not fit is tried again every pass, and
+    /// its prompt is hundreds of blocks: the walk stops as soon as the
+    /// unreferenced hits so far rule a fit out even if every block still
+    /// unread were a referenced hit. Whether it fits is exactly what the
+    /// whole walk would say.
+    pub(crate) fn fit_hits(
+        &self,
+        hashes: &[u64],
+        max_blocks: u64,
+        need: u64,
+        room: Option<u64>,
+        hits: &mut Vec<u32>,
+    ) -> Option<u64> {
         hits.clear();
+        let room = room?;
         if !self.cfg.enable_prefix_caching {
-            return 0;
+            return (need <= room).then_some(0);
+        }
+        let max_n = (max_blocks as usize).min(hashes.len());
+        // The least `need` can end up at: every block still unread a
+        // referenced hit. Grows by one per unreferenced hit.
+        let mut least = need.saturating_sub(max_n as u64);
+        if least > room {
+            return None;
         }
         let mut evictable = 0;
         let mut near = handoff_core::fasthash::Near::default();
-        for &h in hashes.iter().take(max_blocks as usize) {
-            match self.pool.lookup(h, &mut near) {
-                Some(b) => {
-                    if self.pool.is_free(b) {
-                        evictable += 1;
-                    }
-                    hits.push(b);
+        for &h in &hashes[..max_n] {
+            let Some(b) = self.pool.lookup(h, &mut near) else {
+                break;
+            };
+            if self.pool.is_free(b) {
+                evictable += 1;
+                least += 1;
+                if least > room {
+                    return None;
                 }
-                None => break,
             }
+            hits.push(b);
         }
-        evictable
+        let need = need - (hits.len() as u64 - evictable);
+        (need <= room).then_some(evictable)
+    }
+
+    /// Free blocks an admission may take now: the free queue less the
+    /// watermark (`None` when the watermark alone does not fit).
+    pub(crate) fn admission_room(&self) -> Option<u64> {
+        self.pool.free_len().checked_sub(self.watermark_now())
     }
 
     /// Extends `s`'s block table to hold `tokens` tokens. The caller has
@@ -243,10 +277,6 @@ impl<P: PerfModel> VllmCore<P> {
         let mut run: Vec<u64> = Vec::with_capacity(full - start);
         let mut run_parent: Option<u64> = None;
         for i in start..full {
-            if (i - start) % WARM_CHUNK == 0 {
-                let end = (i + WARM_CHUNK).min(full);
-                self.pool.warm(&seq.blocks[i..end]);
-            }
             let h = seq.hashes[i];
             let b = seq.blocks[i];
             match self.pool.publish(b, h) {
@@ -457,5 +487,78 @@ pub(crate) fn generated_anchor(prompt_hashes: &[u64], id: handoff_core::RequestI
     match prompt_hashes.last() {
         Some(&last) => last,
         None => handoff_core::request::mix64(id.0 ^ 0x9e4e_7a7e_d000_0000),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `fit_hits` stops its prefix walk early only when the walk could not
+    //! end in a fit: its answer equals the whole walk's.
+
+    use super::*;
+    use crate::tests::{cfg, fixed_perf};
+    use handoff_core::FixedPerf;
+    use proptest::prelude::*;
+
+    /// The whole walk, as the core did before the early stop: every hit, then
+    /// the free-block test.
+    fn reference(
+        core: &VllmCore<FixedPerf>,
+        hashes: &[u64],
+        max_blocks: u64,
+        need: u64,
+        room: Option<u64>,
+    ) -> Option<(u64, Vec<u32>)> {
+        let mut hits = Vec::new();
+        let mut evictable = 0;
+        let mut near = handoff_core::fasthash::Near::default();
+        for &h in hashes.iter().take(max_blocks as usize) {
+            match core.pool.lookup(h, &mut near) {
+                Some(b) => {
+                    if core.pool.is_free(b) {
+                        evictable += 1;
+                    }
+                    hits.push(b);
+                }
+                None => break,
+            }
+        }
+        let need = need - (hits.len() as u64 - evictable);
+        (need <= room?).then_some((evictable, hits))
+    }
+
+    proptest! {
+        /// A prompt whose leading blocks are published, each either still
+        /// referenced or cached free, with an unpublished gap somewhere.
+        #[test]
+        fn early_stop_answers_as_the_whole_walk(
+            referenced in proptest::collection::vec(any::<bool>(), 1..40),
+            gap in 0usize..48,
+            max_blocks in 0u64..48,
+            extra_need in 1u64..8,
+            room in proptest::option::of(0u64..64),
+        ) {
+            let mut core = VllmCore::with_perf(cfg(64), fixed_perf());
+            let hashes: Vec<u64> = (0..48u64).map(|i| 0x1000 + i).collect();
+            for (i, &held) in referenced.iter().enumerate() {
+                if i == gap {
+                    continue;
+                }
+                let b = core.pool.allocate(Owner::Active, &mut core.events).unwrap();
+                core.pool.publish(b, hashes[i]).unwrap();
+                if !held {
+                    core.pool.release(b, Owner::Active);
+                }
+            }
+            // A sequence needs more blocks than its hits can cover.
+            let need = max_blocks.min(hashes.len() as u64) + extra_need;
+            let mut hits = Vec::new();
+            let got = core.fit_hits(&hashes, max_blocks, need, room, &mut hits);
+            let want = reference(&core, &hashes, max_blocks, need, room);
+            prop_assert_eq!(got, want.as_ref().map(|w| w.0));
+            if let Some((_, want_hits)) = want {
+                prop_assert_eq!(hits, want_hits);
+            }
+        }
     }
 }

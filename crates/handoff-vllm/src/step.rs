@@ -289,11 +289,12 @@ impl<P: PerfModel> VllmCore<P> {
             return (new > 0 && full_need + watermark <= free).then_some(new);
         }
         let max_hit = num_tokens.saturating_sub(1) / self.bs();
-        let evictable = self.find_hits(&seq.hashes, max_hit, hits);
+        let need = self.blocks_for(num_tokens);
+        let room = free.checked_sub(watermark);
+        self.fit_hits(&seq.hashes, max_hit, need, room, hits)?;
         let matched = hits.len() as u64;
         let new = (num_tokens - matched * self.bs()).min(budget);
-        let full_need = self.blocks_for(num_tokens) - matched + evictable;
-        (new > 0 && full_need + watermark <= free).then_some(new)
+        (new > 0).then_some(new)
     }
 
     /// Whether the next pass would be a pure decode of exactly the current
