@@ -18,7 +18,7 @@
 //!   O(1).
 
 use crate::events::EventQueue;
-use crate::free_queue::{FreeQueue, Linked, Links};
+use crate::free_queue::{FreeQueue, QueuePos, Queued};
 use handoff_core::fasthash::{Near, U64Table};
 
 /// Block-table entries whose pool entries are loaded together before a loop
@@ -38,25 +38,38 @@ pub(crate) enum Owner {
     Reserved = 2,
 }
 
-/// One block's whole state, free-queue links included, in 32 aligned bytes:
-/// churn scatters the blocks an allocation pops, so each pop, eviction and
-/// free should cost one cache line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// One block's whole state, free-queue position included, in 32 aligned
+/// bytes: churn scatters the blocks an allocation pops, so each pop,
+/// eviction and free should cost one cache line.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C, align(32))]
 struct Block {
     /// Meaningful only when `hashed`.
     hash_value: u64,
     refs: [u32; 3],
-    links: Links,
+    pos: QueuePos,
     hashed: bool,
 }
 
-impl Linked for Block {
-    fn links(&self) -> &Links {
-        &self.links
+impl Queued for Block {
+    fn pos(&self) -> QueuePos {
+        self.pos
     }
-    fn links_mut(&mut self) -> &mut Links {
-        &mut self.links
+    fn set_pos(&mut self, p: QueuePos) {
+        self.pos = p;
+    }
+}
+
+/// The position's ring sequence number depends on how often the ring was
+/// compacted, not on the queue's order, so only whether the block is queued
+/// is shown (test fingerprints compare cores reached by different paths).
+impl std::fmt::Debug for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Block")
+            .field("hash", &self.hash())
+            .field("refs", &self.refs)
+            .field("queued", &self.pos.is_queued())
+            .finish()
     }
 }
 
@@ -174,6 +187,41 @@ impl BlockPool {
         }
         self.add_ref(b, owner, 1);
         Some(b)
+    }
+
+    /// Appends up to `n` blocks for `owner` to `table`, each as
+    /// [`Self::allocate`] would take it, in the same order, and returns how
+    /// many it took. The entries of the blocks about to be popped are loaded
+    /// a [`WARM_CHUNK`] at a time first, so a large allocation (an
+    /// admission's whole prompt) overlaps their cache misses.
+    pub(crate) fn allocate_into(
+        &mut self,
+        n: usize,
+        owner: Owner,
+        events: &mut EventQueue,
+        table: &mut Vec<u32>,
+    ) -> usize {
+        let mut taken = 0;
+        while taken < n {
+            let chunk = (n - taken).min(WARM_CHUNK);
+            if chunk > 1 {
+                let mut sum = 0u32;
+                for b in self.free.front(chunk) {
+                    if let Some(blk) = self.blocks.get(b as usize) {
+                        sum = sum.wrapping_add(blk.refs[0]);
+                    }
+                }
+                std::hint::black_box(sum);
+            }
+            for _ in 0..chunk {
+                match self.allocate(owner, events) {
+                    Some(b) => table.push(b),
+                    None => return taken,
+                }
+                taken += 1;
+            }
+        }
+        taken
     }
 
     /// Drops one reference of `owner`; an unreferenced block joins the back

@@ -236,12 +236,8 @@ impl<P: PerfModel> VllmCore<P> {
         let more = (need as usize).saturating_sub(seq.blocks.len());
         self.events.seal_for(more);
         seq.blocks.reserve(more);
-        while (seq.blocks.len() as u64) < need {
-            match self.pool.allocate(seq.owner, &mut self.events) {
-                Some(b) => seq.blocks.push(b),
-                None => break,
-            }
-        }
+        self.pool
+            .allocate_into(more, seq.owner, &mut self.events, &mut seq.blocks);
     }
 
     /// Publishes the full blocks covered by the first `upto` tokens, generated
