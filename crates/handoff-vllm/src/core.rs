@@ -47,11 +47,11 @@ pub struct VllmCore<P: PerfModel = PolynomialPerf> {
     pub(crate) destinations: HashMap<HandoffId, u32>,
     pub(crate) next_lease: u64,
     pub(crate) next_reservation: u64,
-    /// Counts `step` calls so a request knows whether its emission slot in
-    /// the output belongs to the current call.
-    pub(crate) call: u64,
     /// Requests scheduled in the current pass and their token counts.
     pub(crate) sched: Vec<(u32, u64)>,
+    /// The slots of the first pass's `StepOutput::tokens`, entry for entry
+    /// (the planned passes add their tokens to these).
+    pub(crate) emitted: Vec<u32>,
     /// Reused buffers: prefix hits and the block-boundary histogram of the
     /// multi-pass planner.
     pub(crate) hits: Vec<u32>,
@@ -91,7 +91,7 @@ impl<P: PerfModel> VllmCore<P> {
             destinations: HashMap::new(),
             next_lease: 0,
             next_reservation: 0,
-            call: 0,
+            emitted: Vec::with_capacity(seqs_hint),
             sched: Vec::with_capacity(seqs_hint),
             hits: Vec::new(),
             room_hist: vec![0; cfg.block_tokens() as usize],
@@ -162,45 +162,82 @@ impl<P: PerfModel> VllmCore<P> {
         }
     }
 
-    /// The longest run of published blocks matching `hashes`, at most
-    /// `max_blocks` long, written to `hits`; returns how many of them are
-    /// unreferenced (taking those consumes free blocks). After vLLM
-    /// `KVCacheManager.get_computed_blocks` / `find_longest_cache_hit`.
-    pub(crate) fn find_hits(&self, hashes: &[u64], max_blocks: u64, hits: &mut Vec<u32>) -> u64 {
+    /// Whether a sequence needing `need` blocks without prefix hits fits in
+    /// `room` free blocks once its hits are taken: the longest run of
+    /// published blocks matching `hashes`, at most `max_blocks` long, is
+    /// written to `hits`, and a hit saves a block unless it is unreferenced
+    /// (taking a cached free block consumes it). Returns the unreferenced
+    /// hits when it fits; otherwise `hits` is left part-filled. After vLLM
+    /// `KVCacheManager.get_computed_blocks` / `find_longest_cache_hit` and
+    /// the free-block test of `allocate_slots`.
+    ///
+    /// A waiting request that does not fit is tried again every pass, and
+    /// its prompt is hundreds of blocks: the walk stops as soon as the
+    /// unreferenced hits so far rule a fit out even if every block still
+    /// unread were a referenced hit. Whether it fits is exactly what the
+    /// whole walk would say.
+    pub(crate) fn fit_hits(
+        &self,
+        hashes: &[u64],
+        max_blocks: u64,
+        need: u64,
+        room: Option<u64>,
+        hits: &mut Vec<u32>,
+    ) -> Option<u64> {
         hits.clear();
+        let room = room?;
         if !self.cfg.enable_prefix_caching {
-            return 0;
+            return (need <= room).then_some(0);
+        }
+        let max_n = (max_blocks as usize).min(hashes.len());
+        // The least `need` can end up at: every block still unread a
+        // referenced hit. Grows by one per unreferenced hit.
+        let mut least = need.saturating_sub(max_n as u64);
+        if least > room {
+            return None;
         }
         let mut evictable = 0;
         let mut near = handoff_core::fasthash::Near::default();
-        for &h in hashes.iter().take(max_blocks as usize) {
-            match self.pool.lookup(h, &mut near) {
-                Some(b) => {
-                    if self.pool.is_free(b) {
-                        evictable += 1;
-                    }
-                    hits.push(b);
+        for &h in &hashes[..max_n] {
+            let Some(b) = self.pool.lookup(h, &mut near) else {
+                break;
+            };
+            if self.pool.is_free(b) {
+                evictable += 1;
+                least += 1;
+                if least > room {
+                    return None;
                 }
-                None => break,
             }
+            hits.push(b);
         }
-        evictable
+        let need = need - (hits.len() as u64 - evictable);
+        (need <= room).then_some(evictable)
+    }
+
+    /// Free blocks an admission may take now: the free queue less the
+    /// watermark (`None` when the watermark alone does not fit).
+    pub(crate) fn admission_room(&self) -> Option<u64> {
+        self.pool.free_len().checked_sub(self.watermark_now())
     }
 
     /// Extends `s`'s block table to hold `tokens` tokens. The caller has
     /// checked that enough blocks are free.
     pub(crate) fn grow(&mut self, s: u32, tokens: u64) {
-        let need = self.blocks_for(tokens);
+        let bs = self.bs();
         let seq = self.seqs.get_mut(s);
+        // Most calls (a decode inside its last block) need nothing: a
+        // multiply says so without the division below. Skipping the seal
+        // changes no event: every allocation seals first.
+        if tokens <= seq.blocks.len() as u64 * bs {
+            return;
+        }
+        let need = tokens.div_ceil(bs);
         let more = (need as usize).saturating_sub(seq.blocks.len());
         self.events.seal_for(more);
         seq.blocks.reserve(more);
-        while (seq.blocks.len() as u64) < need {
-            match self.pool.allocate(seq.owner, &mut self.events) {
-                Some(b) => seq.blocks.push(b),
-                None => break,
-            }
-        }
+        self.pool
+            .allocate_into(more, seq.owner, &mut self.events, &mut seq.blocks);
     }
 
     /// Publishes the full blocks covered by the first `upto` tokens, generated
@@ -219,8 +256,13 @@ impl<P: PerfModel> VllmCore<P> {
         }
         let bs = self.bs();
         let seq = self.seqs.get_mut(s);
-        let full = (upto / bs).min(seq.blocks.len() as u64) as usize;
+        // Nothing newly full (most passes): `upto / bs <= published`,
+        // tested with a multiply.
         let start = seq.published as usize;
+        if upto < (start as u64 + 1) * bs {
+            return;
+        }
+        let full = (upto / bs).min(seq.blocks.len() as u64) as usize;
         if full <= start {
             return;
         }
@@ -256,9 +298,7 @@ impl<P: PerfModel> VllmCore<P> {
     /// evicted first (vLLM `KVCacheManager.free`).
     pub(crate) fn release_blocks(&mut self, s: u32) {
         let seq = self.seqs.get_mut(s);
-        for &b in seq.blocks.iter().rev() {
-            self.pool.release(b, seq.owner);
-        }
+        self.pool.release_all_rev(&seq.blocks, seq.owner);
         seq.blocks.clear();
         seq.published = 0;
     }
@@ -292,9 +332,8 @@ impl<P: PerfModel> VllmCore<P> {
         self.next_lease += 1;
         let lease = SourceLeaseId(self.next_lease);
         let seq = self.seqs.get_mut(s);
-        for &b in &seq.blocks {
-            self.pool.retag(b, Owner::Active, Owner::Pinned);
-        }
+        self.pool
+            .retag_all(&seq.blocks, Owner::Active, Owner::Pinned);
         seq.owner = Owner::Pinned;
         seq.phase = Phase::Held;
         seq.lease = lease;
@@ -314,6 +353,7 @@ impl<P: PerfModel> VllmCore<P> {
             request.block_hashes(self.cfg.block_tokens(), &mut seq.hashes);
         }
         seq.prompt_hashes = seq.hashes.len() as u32;
+        seq.anchor = generated_anchor(&seq.hashes, seq.id);
     }
 
     /// Queues an ordinary request or a handoff prefill.
@@ -422,21 +462,99 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
 /// The stand-in hash of block `i` of `seq`, a block past its prompt's full
 /// blocks, filled (partly or wholly) by generated tokens. The mocker has no
 /// token ids, so the hash stands for "this request's own tokens": it is
-/// chained from the prompt's last full block hash (as vLLM's
-/// `hash_block_tokens` chains every block from its parent) and mixed with
-/// the request id, so it never matches another request's blocks, and a
-/// re-admitted request finds exactly the blocks it generated before. Like
-/// prompt hashes (`Request::block_hashes`), consecutive blocks count up from
-/// a base aligned to the hash tables' group, so a request's generated blocks
-/// share groups.
+/// chained from the prompt's last full block hash (`seq.anchor`, see
+/// [`generated_anchor`]; as vLLM's `hash_block_tokens` chains every block
+/// from its parent) and mixed with the request id, so it never matches
+/// another request's blocks, and a re-admitted request finds exactly the
+/// blocks it generated before. Like prompt hashes (`Request::block_hashes`),
+/// consecutive blocks count up from a base aligned to the hash tables'
+/// group, so a request's generated blocks share groups.
 pub(crate) fn generated_hash(seq: &crate::sequence::Seq, i: usize) -> u64 {
     use handoff_core::fasthash::GROUP_KEYS;
     use handoff_core::request::mix64;
-    let anchor = match (seq.prompt_hashes as usize).checked_sub(1) {
-        Some(last) => seq.hashes[last],
-        None => mix64(seq.id.0 ^ 0x9e4e_7a7e_d000_0000),
-    };
     let i = i as u64;
-    let base = mix64(anchor ^ mix64(seq.id.0 ^ (i / GROUP_KEYS) ^ 0x6e4e_2a7e_d0c5));
+    let base = mix64(seq.anchor ^ mix64(seq.id.0 ^ (i / GROUP_KEYS) ^ 0x6e4e_2a7e_d0c5));
     (base & !(GROUP_KEYS - 1)) | (i % GROUP_KEYS)
+}
+
+/// What request `id`'s generated blocks are chained from: the last of its
+/// `prompt_hashes`, or a value of its own when the prompt has no full block.
+pub(crate) fn generated_anchor(prompt_hashes: &[u64], id: handoff_core::RequestId) -> u64 {
+    match prompt_hashes.last() {
+        Some(&last) => last,
+        None => handoff_core::request::mix64(id.0 ^ 0x9e4e_7a7e_d000_0000),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `fit_hits` stops its prefix walk early only when the walk could not
+    //! end in a fit: its answer equals the whole walk's.
+
+    use super::*;
+    use crate::tests::{cfg, fixed_perf};
+    use handoff_core::FixedPerf;
+    use proptest::prelude::*;
+
+    /// The whole walk, as the core did before the early stop: every hit, then
+    /// the free-block test.
+    fn reference(
+        core: &VllmCore<FixedPerf>,
+        hashes: &[u64],
+        max_blocks: u64,
+        need: u64,
+        room: Option<u64>,
+    ) -> Option<(u64, Vec<u32>)> {
+        let mut hits = Vec::new();
+        let mut evictable = 0;
+        let mut near = handoff_core::fasthash::Near::default();
+        for &h in hashes.iter().take(max_blocks as usize) {
+            match core.pool.lookup(h, &mut near) {
+                Some(b) => {
+                    if core.pool.is_free(b) {
+                        evictable += 1;
+                    }
+                    hits.push(b);
+                }
+                None => break,
+            }
+        }
+        let need = need - (hits.len() as u64 - evictable);
+        (need <= room?).then_some((evictable, hits))
+    }
+
+    proptest! {
+        /// A prompt whose leading blocks are published, each either still
+        /// referenced or cached free, with an unpublished gap somewhere.
+        #[test]
+        fn early_stop_answers_as_the_whole_walk(
+            referenced in proptest::collection::vec(any::<bool>(), 1..40),
+            gap in 0usize..48,
+            max_blocks in 0u64..48,
+            extra_need in 1u64..8,
+            room in proptest::option::of(0u64..64),
+        ) {
+            let mut core = VllmCore::with_perf(cfg(64), fixed_perf());
+            let hashes: Vec<u64> = (0..48u64).map(|i| 0x1000 + i).collect();
+            for (i, &held) in referenced.iter().enumerate() {
+                if i == gap {
+                    continue;
+                }
+                let b = core.pool.allocate(Owner::Active, &mut core.events).unwrap();
+                core.pool.publish(b, hashes[i]).unwrap();
+                if !held {
+                    core.pool.release(b, Owner::Active);
+                }
+            }
+            // A sequence needs more blocks than its hits can cover.
+            let need = max_blocks.min(hashes.len() as u64) + extra_need;
+            let mut hits = Vec::new();
+            let got = core.fit_hits(&hashes, max_blocks, need, room, &mut hits);
+            let want = reference(&core, &hashes, max_blocks, need, room);
+            prop_assert_eq!(got, want.as_ref().map(|w| w.0));
+            if let Some((_, want_hits)) = want {
+                prop_assert_eq!(hits, want_hits);
+            }
+        }
+    }
 }

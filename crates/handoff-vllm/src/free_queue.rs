@@ -1,62 +1,90 @@
 //! The LRU queue of unreferenced blocks, after vLLM
-//! `vllm/v1/core/kv_cache_utils.py` `FreeKVCacheBlockQueue`: an intrusive
-//! doubly linked list over block ids so that taking a cached block back out of
-//! the middle (a prefix hit) is O(1), allocation pops the front (least
-//! recently freed) and a freed block joins the back.
+//! `vllm/v1/core/kv_cache_utils.py` `FreeKVCacheBlockQueue`: allocation pops
+//! the front (least recently freed), a freed block joins the back, and a
+//! cached block can be taken back out of the middle (a prefix hit) in O(1).
+//!
+//! vLLM keeps a doubly linked list. Here the queue is a ring of block ids in
+//! the order they were freed, and each block records the ring position of
+//! its live entry (its queue *position*, kept in the block's own entry):
+//! taking a block out of the middle only forgets its position, leaving a
+//! stale ring entry that popping skips. The order of the live entries is
+//! exactly the linked list's. What the ring buys: the blocks the next
+//! allocations will pop are known without chasing a chain of cold entries
+//! (a linked list finds the second block only once the first one's entry
+//! has arrived from memory), so [`FreeQueue::front`] lets the pool load
+//! them together, and a pop writes no neighbour.
+//!
+//! The ring holds at most twice the pool; when it is full of live and stale
+//! entries, the live ones are moved up in order (each at least half a ring
+//! of middle removals apart, so amortised O(1)).
 
-/// "No block" in the links.
-const NIL: u32 = u32::MAX;
-/// The `prev` of a block that is not queued.
-const OUT: u32 = u32::MAX - 1;
+/// The position of a block that is not queued.
+const OUT: u64 = u64::MAX;
 
-/// A block's `[prev, next]` queue links, kept in the block's own entry so
-/// that popping or freeing a block touches one cache line, not two.
+/// A block's queue position: the ring sequence number of its live entry,
+/// kept in the block's own entry so that popping or freeing a block touches
+/// one cache line of the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Links([u32; 2]);
+pub(crate) struct QueuePos(u64);
 
-impl Default for Links {
+impl Default for QueuePos {
     /// Not queued.
     fn default() -> Self {
-        Links([OUT, NIL])
+        QueuePos(OUT)
     }
 }
 
-/// Something that carries a block's queue [`Links`].
-pub(crate) trait Linked {
-    fn links(&self) -> &Links;
-    fn links_mut(&mut self) -> &mut Links;
-}
-
-impl Linked for Links {
-    fn links(&self) -> &Links {
-        self
-    }
-    fn links_mut(&mut self) -> &mut Links {
-        self
+impl QueuePos {
+    /// Whether the block is in the queue.
+    pub(crate) fn is_queued(self) -> bool {
+        self.0 != OUT
     }
 }
 
-/// See the module docs. The queue holds only its ends and length; each
-/// block's links live in the caller's per-block entries (`nodes`, indexed by
-/// block id), so the queue never allocates.
+/// Something that carries a block's [`QueuePos`].
+pub(crate) trait Queued {
+    fn pos(&self) -> QueuePos;
+    fn set_pos(&mut self, p: QueuePos);
+}
+
+impl Queued for QueuePos {
+    fn pos(&self) -> QueuePos {
+        *self
+    }
+    fn set_pos(&mut self, p: QueuePos) {
+        *self = p;
+    }
+}
+
+/// See the module docs. Each block's position lives in the caller's
+/// per-block entries (`nodes`, indexed by block id); the ring is allocated
+/// once, at twice the pool's size.
 #[derive(Clone, Debug)]
 pub(crate) struct FreeQueue {
-    head: u32,
-    tail: u32,
+    /// Block ids by sequence number (`seq & mask`), live or stale.
+    ring: Vec<u32>,
+    mask: u64,
+    /// Sequence numbers of the first entry and one past the last.
+    head: u64,
+    tail: u64,
+    /// Live entries.
     len: u64,
 }
 
 impl FreeQueue {
     /// A queue holding blocks `0..nodes.len()` in id order, as vLLM's pool
     /// starts.
-    pub(crate) fn full<T: Linked>(nodes: &mut [T]) -> Self {
+    pub(crate) fn full<T: Queued>(nodes: &mut [T]) -> Self {
+        let cap = (nodes.len() * 2).max(16).next_power_of_two();
         let mut q = FreeQueue {
-            head: NIL,
-            tail: NIL,
+            ring: vec![0; cap],
+            mask: cap as u64 - 1,
+            head: 0,
+            tail: 0,
             len: 0,
         };
         for n in nodes.iter_mut() {
-            *n.links_mut() = Links::default();
+            n.set_pos(QueuePos::default());
         }
         for b in 0..nodes.len() as u32 {
             q.push_back(nodes, b);
@@ -70,65 +98,80 @@ impl FreeQueue {
     }
 
     /// Whether `b` is in the queue.
-    pub(crate) fn contains<T: Linked>(&self, nodes: &[T], b: u32) -> bool {
-        nodes.get(b as usize).is_some_and(|n| n.links().0[0] != OUT)
+    pub(crate) fn contains<T: Queued>(&self, nodes: &[T], b: u32) -> bool {
+        nodes.get(b as usize).is_some_and(|n| n.pos().is_queued())
     }
 
     /// Removes and returns the least recently freed block.
-    pub(crate) fn pop_front<T: Linked>(&mut self, nodes: &mut [T]) -> Option<u32> {
-        let b = (self.head != NIL).then_some(self.head)?;
-        self.remove(nodes, b);
-        Some(b)
+    pub(crate) fn pop_front<T: Queued>(&mut self, nodes: &mut [T]) -> Option<u32> {
+        while self.head < self.tail {
+            let seq = self.head;
+            let b = self.ring[(seq & self.mask) as usize];
+            self.head += 1;
+            if let Some(n) = nodes.get_mut(b as usize) {
+                if n.pos() == QueuePos(seq) {
+                    n.set_pos(QueuePos::default());
+                    self.len -= 1;
+                    return Some(b);
+                }
+            }
+        }
+        None
+    }
+
+    /// Up to `n` ring entries from the front, stale ones included: the
+    /// blocks the next pops will take, give or take the stale ones.
+    pub(crate) fn front(&self, n: usize) -> impl Iterator<Item = u32> + '_ {
+        let end = self.tail.min(self.head.saturating_add(n as u64));
+        (self.head..end).map(move |seq| self.ring[(seq & self.mask) as usize])
     }
 
     /// Appends `b` as the most recently freed block. A block already queued
     /// stays where it is (the pool never frees a block twice).
-    pub(crate) fn push_back<T: Linked>(&mut self, nodes: &mut [T], b: u32) {
-        if !matches!(nodes.get(b as usize), Some(n) if n.links().0[0] == OUT) {
+    pub(crate) fn push_back<T: Queued>(&mut self, nodes: &mut [T], b: u32) {
+        if !matches!(nodes.get(b as usize), Some(n) if !n.pos().is_queued()) {
             return;
         }
-        nodes[b as usize].links_mut().0 = [self.tail, NIL];
-        if self.tail == NIL {
-            self.head = b;
-        } else {
-            nodes[self.tail as usize].links_mut().0[1] = b;
+        if self.tail - self.head == self.ring.len() as u64 {
+            self.compact(nodes);
         }
-        self.tail = b;
+        self.ring[(self.tail & self.mask) as usize] = b;
+        nodes[b as usize].set_pos(QueuePos(self.tail));
+        self.tail += 1;
         self.len += 1;
     }
 
-    /// Unlinks `b` wherever it is; a block not queued is left alone.
-    pub(crate) fn remove<T: Linked>(&mut self, nodes: &mut [T], b: u32) {
-        let [p, n] = match nodes.get(b as usize) {
-            Some(node) if node.links().0[0] != OUT => node.links().0,
-            _ => return,
-        };
-        if p == NIL {
-            self.head = n;
-        } else {
-            nodes[p as usize].links_mut().0[1] = n;
+    /// Takes `b` out wherever it is; a block not queued is left alone.
+    pub(crate) fn remove<T: Queued>(&mut self, nodes: &mut [T], b: u32) {
+        if let Some(n) = nodes.get_mut(b as usize) {
+            if n.pos().is_queued() {
+                n.set_pos(QueuePos::default());
+                self.len -= 1;
+            }
         }
-        if n == NIL {
-            self.tail = p;
-        } else {
-            nodes[n as usize].links_mut().0[0] = p;
+    }
+
+    /// Moves the live entries up to the front, in order, dropping the stale
+    /// ones; positions are renumbered from `head`.
+    fn compact<T: Queued>(&mut self, nodes: &mut [T]) {
+        let mut w = self.head;
+        for seq in self.head..self.tail {
+            let b = self.ring[(seq & self.mask) as usize];
+            if nodes[b as usize].pos() == QueuePos(seq) {
+                self.ring[(w & self.mask) as usize] = b;
+                nodes[b as usize].set_pos(QueuePos(w));
+                w += 1;
+            }
         }
-        *nodes[b as usize].links_mut() = Links::default();
-        self.len -= 1;
+        self.tail = w;
     }
 
     /// Queue contents front to back (tests and snapshots only).
     #[cfg(test)]
-    pub(crate) fn iter<'a, T: Linked>(&self, nodes: &'a [T]) -> impl Iterator<Item = u32> + 'a {
-        let mut cur = self.head;
-        std::iter::from_fn(move || {
-            if cur == NIL {
-                None
-            } else {
-                let b = cur;
-                cur = nodes[b as usize].links().0[1];
-                Some(b)
-            }
+    pub(crate) fn iter<'a, T: Queued>(&'a self, nodes: &'a [T]) -> impl Iterator<Item = u32> + 'a {
+        (self.head..self.tail).filter_map(move |seq| {
+            let b = self.ring[(seq & self.mask) as usize];
+            (nodes[b as usize].pos() == QueuePos(seq)).then_some(b)
         })
     }
 }
@@ -136,10 +179,11 @@ impl FreeQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn lru_order_and_middle_removal() {
-        let mut n = vec![Links::default(); 4];
+        let mut n = vec![QueuePos::default(); 4];
         let mut q = FreeQueue::full(&mut n);
         assert_eq!(q.iter(&n).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
         q.remove(&mut n, 2);
@@ -159,5 +203,50 @@ mod tests {
         assert_eq!(q.pop_front(&mut n), None);
         assert_eq!(q.len(), 0);
         assert!(!q.contains(&n, 0));
+    }
+
+    /// The linked list this queue replaces, as a plain list.
+    fn model_apply(model: &mut Vec<u32>, op: (u8, u32)) -> Option<u32> {
+        match op {
+            (0, _) => (!model.is_empty()).then(|| model.remove(0)),
+            (1, b) => {
+                if !model.contains(&b) {
+                    model.push(b);
+                }
+                None
+            }
+            (_, b) => {
+                model.retain(|&x| x != b);
+                None
+            }
+        }
+    }
+
+    proptest! {
+        /// Any interleaving of pops, frees and middle removals (enough of
+        /// them to wrap and compact the ring many times) keeps the order
+        /// of a plain list.
+        #[test]
+        fn same_order_as_a_list(
+            n in 1usize..12,
+            ops in proptest::collection::vec((0u8..3, 0u32..12), 0..400),
+        ) {
+            let mut nodes = vec![QueuePos::default(); n];
+            let mut q = FreeQueue::full(&mut nodes);
+            let mut model: Vec<u32> = (0..n as u32).collect();
+            for (kind, b) in ops {
+                let b = b % n as u32;
+                let want = model_apply(&mut model, (kind, b));
+                match kind {
+                    0 => prop_assert_eq!(q.pop_front(&mut nodes), want),
+                    1 => q.push_back(&mut nodes, b),
+                    _ => q.remove(&mut nodes, b),
+                }
+                prop_assert_eq!(q.iter(&nodes).collect::<Vec<_>>(), model.clone());
+                prop_assert_eq!(q.len(), model.len() as u64);
+                let front: Vec<u32> = q.front(usize::MAX).collect();
+                prop_assert!(model.iter().all(|b| front.contains(b)));
+            }
+        }
     }
 }

@@ -66,9 +66,9 @@ impl<P: PerfModel> VllmCore<P> {
     pub(crate) fn reservation_fits(&self, s: u32, hits: &mut Vec<u32>) -> Option<u64> {
         let seq = self.seqs.get(s);
         let prompt = u64::from(seq.prompt);
-        let evictable = self.find_hits(&seq.hashes, (prompt - 1) / self.bs(), hits);
-        let fresh = self.blocks_for(prompt) - hits.len() as u64;
-        (fresh + evictable + self.watermark_now() <= self.pool.free_len()).then_some(evictable)
+        let max_hit = (prompt - 1) / self.bs();
+        let room = self.admission_room();
+        self.fit_hits(&seq.hashes, max_hit, self.blocks_for(prompt), room, hits)
     }
 
     /// The waiting loop reached queued destination `s` (vLLM
@@ -160,9 +160,8 @@ impl<P: PerfModel> VllmCore<P> {
                 self.awaiting_kv -= 1;
                 {
                     let seq = self.seqs.get_mut(s);
-                    for &b in &seq.blocks {
-                        self.pool.retag(b, Owner::Reserved, Owner::Active);
-                    }
+                    self.pool
+                        .retag_all(&seq.blocks, Owner::Reserved, Owner::Active);
                     seq.owner = Owner::Active;
                 }
                 let prompt = u64::from(self.seqs.get(s).prompt);

@@ -42,30 +42,48 @@ pub(crate) enum Phase {
 }
 
 /// One request's state; see the module docs.
+///
+/// Laid out by hand (`repr(C)`, one cache line aligned): everything a decode
+/// pass reads or writes for a running request sits in the first 64 bytes, so
+/// an ordinary pass costs one cache line per request. Between two passes of
+/// one worker every other worker runs, so these records are cold when a pass
+/// starts; the rest (kind, hashes, handoff handles) is read at admission,
+/// block boundaries and handoff transitions only.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub(crate) struct Seq {
-    pub(crate) id: RequestId,
-    pub(crate) prompt: u32,
-    /// Output tokens to generate, at least one.
-    pub(crate) max_out: u32,
-    pub(crate) kind: Kind,
-    pub(crate) phase: Phase,
-    /// Chained hashes of the prompt's full blocks (computed once).
-    pub(crate) hashes: Vec<u64>,
-    /// The block table, in token order.
-    pub(crate) blocks: Vec<u32>,
-    /// The owner kind this request's references count under.
-    pub(crate) owner: Owner,
+    // -- Hot: touched by every pass of a running request. --
     /// Tokens whose KV is computed (vLLM `num_computed_tokens`).
     pub(crate) computed: u64,
+    pub(crate) id: RequestId,
+    /// The block table, in token order.
+    pub(crate) blocks: Vec<u32>,
+    pub(crate) prompt: u32,
     /// Output tokens sampled so far.
     pub(crate) outputs: u32,
-    /// Leading prompt blocks that are published cache (hit or committed).
+    /// Output tokens to generate, at least one.
+    pub(crate) max_out: u32,
+    /// Leading blocks that are published cache (hit or committed).
     pub(crate) published: u32,
+    pub(crate) phase: Phase,
+    /// The owner kind this request's references count under.
+    pub(crate) owner: Owner,
     /// Sampled at least once since (re)admission: its passes are decodes.
     pub(crate) decoding: bool,
     /// An activated destination waiting with its whole prompt KV in place.
     pub(crate) prebuilt: bool,
+    /// `kind` is [`Kind::Source`]: the request never grows past its prompt.
+    /// Kept here so a pass need not read `kind`, a cache line further.
+    pub(crate) prefill_only: bool,
+    // -- Cold. --
+    pub(crate) kind: Kind,
+    /// Chained hashes of the full blocks: the prompt's (computed once), then
+    /// stand-ins for blocks filled by generated tokens as they are committed.
+    pub(crate) hashes: Vec<u64>,
+    /// What generated blocks' stand-in hashes are chained from
+    /// (`core::generated_anchor`), fixed when the prompt is hashed so that
+    /// committing a generated block does not read the prompt's last hash.
+    pub(crate) anchor: u64,
     /// The lease handed out when it was pinned.
     pub(crate) lease: SourceLeaseId,
     /// The reservation handle handed out at reservation.
@@ -77,10 +95,10 @@ pub(crate) struct Seq {
     pub(crate) prompt_hashes: u32,
     /// A queued destination was already reported as not granted.
     pub(crate) reported_unavailable: bool,
-    /// The `step` call whose output holds this request's emission, and where.
-    pub(crate) emit_call: u64,
-    pub(crate) emit_idx: usize,
 }
+
+// The hot fields must stay within the record's first cache line.
+const _: () = assert!(std::mem::offset_of!(Seq, prefill_only) < 64);
 
 impl Seq {
     fn vacant() -> Seq {
@@ -91,6 +109,7 @@ impl Seq {
             kind: Kind::Ordinary,
             phase: Phase::Vacant,
             hashes: Vec::new(),
+            anchor: 0,
             blocks: Vec::new(),
             owner: Owner::Active,
             computed: 0,
@@ -98,13 +117,12 @@ impl Seq {
             published: 0,
             decoding: false,
             prebuilt: false,
+            prefill_only: false,
             lease: SourceLeaseId(0),
             reservation: DestinationReservationId(0),
             matched: 0,
             prompt_hashes: 0,
             reported_unavailable: false,
-            emit_call: 0,
-            emit_idx: 0,
         }
     }
 
@@ -112,9 +130,10 @@ impl Seq {
     /// (vLLM `Request.num_tokens`): a handoff prefill never grows past its
     /// prompt.
     pub(crate) fn num_tokens(&self) -> u64 {
-        match self.kind {
-            Kind::Source(_) => u64::from(self.prompt),
-            _ => u64::from(self.prompt) + u64::from(self.outputs),
+        if self.prefill_only {
+            u64::from(self.prompt)
+        } else {
+            u64::from(self.prompt) + u64::from(self.outputs)
         }
     }
 }
@@ -145,8 +164,10 @@ impl Slab {
         s.prompt = request.prompt_tokens;
         s.max_out = request.max_output_tokens.max(1);
         s.kind = kind;
+        s.prefill_only = matches!(kind, Kind::Source(_));
         s.phase = phase;
         s.hashes.clear();
+        s.anchor = 0;
         s.blocks.clear();
         s.owner = Owner::Active;
         s.computed = 0;
@@ -159,8 +180,6 @@ impl Slab {
         s.matched = 0;
         s.prompt_hashes = 0;
         s.reported_unavailable = false;
-        s.emit_call = 0;
-        s.emit_idx = 0;
         idx
     }
 
@@ -183,6 +202,21 @@ impl Slab {
                 self.vacant.push(idx);
             }
         }
+    }
+
+    /// Loads the hot line of every record in `slots` in one tight loop.
+    /// Safe Rust has no prefetch instruction; independent loads with nothing
+    /// else between them still overlap their cache misses, where the pass
+    /// loop, with a request's whole scheduling between two records, pays
+    /// them one after another. Changes nothing.
+    pub(crate) fn warm(&self, slots: &[u32]) {
+        let mut sum = 0u64;
+        for &s in slots {
+            if let Some(seq) = self.seqs.get(s as usize) {
+                sum = sum.wrapping_add(seq.computed);
+            }
+        }
+        std::hint::black_box(sum);
     }
 
     pub(crate) fn get(&self, idx: u32) -> &Seq {

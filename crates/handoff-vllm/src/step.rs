@@ -60,7 +60,6 @@ impl<P: PerfModel> VllmCore<P> {
     /// The `SchedulerCore::step` contract; see the module docs.
     pub(crate) fn run_step(&mut self, now: Instant, horizon: Instant, out: &mut StepOutput) {
         out.clear();
-        self.call = self.call.wrapping_add(1);
         let first = self.run_pass(out);
         // Whatever this call leaves queued waited a pass without a grant.
         self.report_ungranted(out);
@@ -91,7 +90,10 @@ impl<P: PerfModel> VllmCore<P> {
     pub(crate) fn run_pass(&mut self, out: &mut StepOutput) -> Option<PassStats> {
         let mut budget = u64::from(self.cfg.max_num_batched_tokens);
         self.sched.clear();
+        self.emitted.clear();
         let mut preempted = false;
+        self.seqs.warm(&self.running);
+        let bs = self.bs();
 
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
@@ -103,7 +105,14 @@ impl<P: PerfModel> VllmCore<P> {
                 continue;
             }
             let end = seq.computed + new;
-            let need = self.blocks_for(end).saturating_sub(seq.blocks.len() as u64);
+            let have = seq.blocks.len() as u64;
+            // A decode inside its last block needs nothing (a multiply, not
+            // the division).
+            let need = if end <= have * bs {
+                0
+            } else {
+                self.blocks_for(end) - have
+            };
             let mut scheduled = true;
             while need > self.pool.free_len() {
                 let Some(victim) = self.running.pop() else {
@@ -156,26 +165,24 @@ impl<P: PerfModel> VllmCore<P> {
             if seq.computed < seq.num_tokens() {
                 continue;
             }
-            match seq.kind {
-                Kind::Source(id) => {
+            if seq.prefill_only {
+                if let Kind::Source(id) = seq.kind {
                     self.pin(s, id, out);
                     left_batch = true;
                 }
-                Kind::Ordinary | Kind::Destination(_) => {
-                    seq.outputs += 1;
-                    seq.decoding = true;
-                    seq.prebuilt = false;
-                    seq.emit_call = self.call;
-                    seq.emit_idx = out.tokens.len();
-                    out.tokens.push(TokenEmission {
-                        request: seq.id,
-                        tokens: 1,
-                        first: seq.outputs == 1,
-                    });
-                    if seq.outputs >= seq.max_out {
-                        self.finish(s, out);
-                        left_batch = true;
-                    }
+            } else {
+                seq.outputs += 1;
+                seq.decoding = true;
+                seq.prebuilt = false;
+                self.emitted.push(s);
+                out.tokens.push(TokenEmission {
+                    request: seq.id,
+                    tokens: 1,
+                    first: seq.outputs == 1,
+                });
+                if seq.outputs >= seq.max_out {
+                    self.finish(s, out);
+                    left_batch = true;
                 }
             }
         }
@@ -203,6 +210,11 @@ impl<P: PerfModel> VllmCore<P> {
     /// that hold their blocks in the waiting queue (upstream can wedge this
     /// way); passing over lets those run and free their blocks.
     fn admit_waiting(&mut self, mut budget: u64, out: &mut StepOutput) {
+        if self.waiting.len() == self.awaiting_kv {
+            // Every entry waits for its KV and would be skipped: nothing to
+            // read (each would cost a cold record).
+            return;
+        }
         let mut hits = std::mem::take(&mut self.hits);
         let mut idx = 0;
         while budget > 0 && (self.running.len() as u64) < u64::from(self.cfg.max_num_seqs) {
@@ -277,11 +289,12 @@ impl<P: PerfModel> VllmCore<P> {
             return (new > 0 && full_need + watermark <= free).then_some(new);
         }
         let max_hit = num_tokens.saturating_sub(1) / self.bs();
-        let evictable = self.find_hits(&seq.hashes, max_hit, hits);
+        let need = self.blocks_for(num_tokens);
+        let room = free.checked_sub(watermark);
+        self.fit_hits(&seq.hashes, max_hit, need, room, hits)?;
         let matched = hits.len() as u64;
         let new = (num_tokens - matched * self.bs()).min(budget);
-        let full_need = self.blocks_for(num_tokens) - matched + evictable;
-        (new > 0 && full_need + watermark <= free).then_some(new)
+        (new > 0).then_some(new)
     }
 
     /// Whether the next pass would be a pure decode of exactly the current
@@ -301,7 +314,7 @@ impl<P: PerfModel> VllmCore<P> {
         }
         let slots_left = (self.running.len() as u64) < u64::from(self.cfg.max_num_seqs);
         let budget_left = u64::from(self.cfg.max_num_batched_tokens) - self.running.len() as u64;
-        if slots_left && budget_left > 0 {
+        if slots_left && budget_left > 0 && self.waiting.len() > self.awaiting_kv {
             // The first entry the waiting loop would not skip: refused now,
             // it stays refused while free blocks only shrink.
             let head = self
@@ -391,17 +404,21 @@ impl<P: PerfModel> VllmCore<P> {
 
         let k32 = u32::try_from(k).unwrap_or(u32::MAX);
         let mut finished = false;
+        // The first pass's emissions (`emitted`, their slots) are a
+        // subsequence of the running batch in its order: nothing left the
+        // batch, and the pass scheduled the batch in order, admissions last.
+        // A merge walk finds each request's emission.
+        let mut e = 0;
         for i in 0..self.running.len() {
             let s = self.running[i];
             let seq = self.seqs.get_mut(s);
             seq.computed += k;
             seq.outputs = seq.outputs.saturating_add(k32);
             finished |= seq.outputs >= seq.max_out;
-            if seq.emit_call == self.call && seq.emit_idx < out.tokens.len() {
-                out.tokens[seq.emit_idx].tokens += k32;
+            if self.emitted.get(e) == Some(&s) {
+                out.tokens[e].tokens += k32;
+                e += 1;
             } else {
-                seq.emit_call = self.call;
-                seq.emit_idx = out.tokens.len();
                 out.tokens.push(TokenEmission {
                     request: seq.id,
                     tokens: k32,
@@ -409,6 +426,7 @@ impl<P: PerfModel> VllmCore<P> {
                 });
             }
         }
+        debug_assert_eq!(e, self.emitted.len(), "every first-pass emission merged");
         // The last planned pass allocates before anything in it finishes.
         if finished {
             for i in 0..self.running.len() {

@@ -75,8 +75,9 @@ fn generated_blocks_are_stored_once_full_with_chained_stand_in_hashes() {
     let mut other = seq.clone();
     other.id = RequestId(8);
     assert_ne!(generated_hash(&other, 2), stored[2]);
+    assert_eq!(seq.anchor, prompt[1], "chained from the last prompt block");
     let mut other = seq.clone();
-    other.hashes[1] ^= 1;
+    other.anchor ^= 1;
     assert_ne!(generated_hash(&other, 2), stored[2]);
     // A later request with the same prompt hits the prompt blocks only.
     h.apply(C::Submit(req(8, 40, 1, &content(3, 2))));

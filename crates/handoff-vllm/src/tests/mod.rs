@@ -192,17 +192,10 @@ impl<P: PerfModel> VllmCore<P> {
         sources.sort();
         let mut dests: Vec<_> = self.destinations.iter().collect();
         dests.sort();
-        // Where a request's emission sits in the last output is bookkeeping
-        // of that call, not state.
         let live: Vec<_> = self
             .seqs
             .live()
-            .map(|(i, s)| {
-                let mut s = s.clone();
-                s.emit_call = 0;
-                s.emit_idx = 0;
-                format!("{i}:{s:?}")
-            })
+            .map(|(i, s)| format!("{i}:{s:?}"))
             .collect();
         format!(
             "pool[{}] events{:?} seqs{:?} running{:?} waiting{:?} sources{:?} dests{:?} lease{} res{} cap{:?}",
