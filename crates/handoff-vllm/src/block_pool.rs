@@ -209,13 +209,7 @@ impl BlockPool {
         while taken < n {
             let chunk = (n - taken).min(WARM_CHUNK);
             if chunk > 1 {
-                let mut sum = 0u32;
-                for b in self.free.front(chunk) {
-                    if let Some(blk) = self.blocks.get(b as usize) {
-                        sum = sum.wrapping_add(blk.refs[0]);
-                    }
-                }
-                std::hint::black_box(sum);
+                self.warm(self.free.front(chunk));
             }
             for _ in 0..chunk {
                 match self.allocate(owner, events) {
@@ -262,14 +256,15 @@ impl BlockPool {
         }
     }
 
-    /// Loads the entries of `table`'s blocks in one tight loop: a table's
-    /// blocks are scattered over the pool and cold, and independent loads
-    /// with nothing between them overlap their cache misses, where a loop
-    /// doing a block's whole update between two loads pays them one after
-    /// another (safe Rust has no prefetch instruction). Changes nothing.
-    pub(crate) fn warm(&self, table: &[u32]) {
+    /// Loads the entries of `blocks` in one tight loop: a table's (or the
+    /// free queue's front) blocks are scattered over the pool and cold, and
+    /// independent loads with nothing between them overlap their cache
+    /// misses, where a loop doing a block's whole update between two loads
+    /// pays them one after another (safe Rust has no prefetch instruction).
+    /// Changes nothing.
+    pub(crate) fn warm(&self, blocks: impl IntoIterator<Item = u32>) {
         let mut sum = 0u32;
-        for &b in table {
+        for b in blocks {
             if let Some(blk) = self.blocks.get(b as usize) {
                 sum = sum.wrapping_add(blk.refs[0]);
             }
@@ -305,7 +300,7 @@ impl BlockPool {
             return;
         }
         for chunk in table.chunks(WARM_CHUNK) {
-            self.warm(chunk);
+            self.warm(chunk.iter().copied());
             for &b in chunk {
                 self.retag(b, from, to);
             }
