@@ -227,6 +227,10 @@ pub enum WorkerEvent {
         last_step: Duration,
         /// Every pass's time when there were several (empty for one):
         /// [`StepOutput::passes`].
+        #[cfg_attr(
+            feature = "serde",
+            serde(deserialize_with = "crate::serde_vec::deserialize")
+        )]
         passes: Vec<Duration>,
         /// Prefill tokens computed.
         prefill_tokens: u64,
@@ -237,6 +241,10 @@ pub enum WorkerEvent {
     /// batch size.
     Tokens {
         /// Each request's tokens (one per pass it took part in).
+        #[cfg_attr(
+            feature = "serde",
+            serde(deserialize_with = "crate::serde_vec::deserialize")
+        )]
         emissions: Vec<TokenEmission>,
     },
     /// A request finished decoding and freed its KV.

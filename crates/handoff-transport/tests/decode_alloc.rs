@@ -13,8 +13,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use handoff_core::{
-    HostOutput, HostStatus, Instant, KvEvent, KvEventData, Request, RequestId, WorkerEvent,
-    WorkerRequest,
+    Duration, HostOutput, HostStatus, Instant, KvEvent, KvEventData, Request, RequestId,
+    WorkerEvent, WorkerRequest,
 };
 
 struct Counting;
@@ -152,6 +152,26 @@ fn a_lying_vector_length_costs_almost_nothing() {
         ("prefix_hashes", lying(&request(vec![]), 5)),
         ("block_hashes", lying(&Frame::Event(removed(vec![])), 4)),
         ("outputs", lying(&reply(vec![]), 1)),
+        // The vector ends the body: an empty one is its last byte.
+        ("emissions", {
+            let f = Frame::Event(WorkerEvent::Tokens { emissions: vec![] });
+            let at = body_of(&f).len() - 1;
+            lying(&f, at)
+        }),
+        // `passes` comes just before `prefill_tokens`, the last byte.
+        ("passes", {
+            let f = Frame::Event(WorkerEvent::Step {
+                start: Instant(1),
+                steps: 1,
+                duration: Duration::from_nanos(1),
+                first_step: Duration::from_nanos(1),
+                last_step: Duration::from_nanos(1),
+                passes: vec![],
+                prefill_tokens: 0,
+            });
+            let at = body_of(&f).len() - 2;
+            lying(&f, at)
+        }),
     ];
     for (what, bytes) in cases {
         let (res, peak) = decode_peak(&bytes);
