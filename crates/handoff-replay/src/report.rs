@@ -957,6 +957,8 @@ impl Recorder {
                         None => return,
                     },
                 };
+                self.reqs
+                    .warm(emissions.iter().map(|e| e.request), |r| r.tok.tokens);
                 let mut whole_runs = 0;
                 for em in emissions {
                     whole_runs += u64::from(record_tokens(

@@ -32,17 +32,73 @@ pub struct Holders {
 }
 
 impl Holders {
-    /// Slot `bit` now holds every hash of `hashes`.
-    pub fn add(&mut self, hashes: &[u64], bit: Slots) {
-        self.table
-            .update_all(hashes, |s| Some(s.unwrap_or(0) | bit));
+    /// Slot `bit` now holds every hash of `hashes`. Returns how many it did
+    /// not hold before (a hash repeated in `hashes` counts once).
+    pub fn add(&mut self, hashes: &[u64], bit: Slots) -> usize {
+        let mut added = 0;
+        self.table.update_all(hashes, |s| {
+            let s = s.unwrap_or(0);
+            added += usize::from(s & bit == 0);
+            Some(s | bit)
+        });
+        added
     }
 
     /// Slot `bit` no longer holds any hash of `hashes` (hashes it did not
-    /// hold are left alone).
-    pub fn remove(&mut self, hashes: &[u64], bit: Slots) {
+    /// hold are left alone). Returns how many it held (a hash repeated in
+    /// `hashes` counts once).
+    pub fn remove(&mut self, hashes: &[u64], bit: Slots) -> usize {
+        let mut removed = 0;
+        self.table.update_all(hashes, |s| {
+            let held = s.is_some_and(|s| s & bit != 0);
+            removed += usize::from(held);
+            s.map(|s| s & !bit).filter(|s| *s != 0)
+        });
+        removed
+    }
+
+    /// Whether slot `bit` holds `hash`.
+    pub fn holds(&self, hash: u64, bit: Slots) -> bool {
+        self.table.get(hash).is_some_and(|s| s & bit != 0)
+    }
+
+    /// How many of `hashes`, from the first, slot `bit` holds.
+    pub fn prefix_len(&self, hashes: &[u64], bit: Slots) -> usize {
+        let mut near = Near::default();
+        hashes
+            .iter()
+            .take_while(|h| {
+                self.table
+                    .get_near(**h, &mut near)
+                    .is_some_and(|s| s & bit != 0)
+            })
+            .count()
+    }
+
+    /// Every hash slot `bit` holds, in no meaningful order (a scan of the
+    /// whole index: for a clear or a change of layout, never per event).
+    pub fn held_by(&self, bit: Slots) -> Vec<u64> {
         self.table
-            .update_all(hashes, |s| s.map(|s| s & !bit).filter(|s| *s != 0));
+            .iter()
+            .filter(|(_, s)| s & bit != 0)
+            .map(|(h, _)| h)
+            .collect()
+    }
+
+    /// Makes room for a new, empty slot `i`: slots `i..` move up one (a
+    /// scan of the whole index, for a worker joining between others). A
+    /// slot moved past [`MAX_SLOTS`] is dropped; callers keep pools within it.
+    pub fn insert_slot(&mut self, i: usize) {
+        let low = bit(i) - 1;
+        let moved: Vec<(u64, Slots)> = self
+            .table
+            .iter()
+            .filter(|(_, s)| s & !low != 0)
+            .map(|(h, s)| (h, (s & low) | ((s & !low) << 1)))
+            .collect();
+        for (h, s) in moved {
+            self.table.insert(h, s);
+        }
     }
 
     /// Forgets everything.

@@ -57,6 +57,7 @@ pub mod frontend;
 pub mod holders;
 pub mod load;
 pub mod prefix;
+mod published;
 pub mod router;
 
 pub use config::{PoolRole, RouterConfig, RouterMode};

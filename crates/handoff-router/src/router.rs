@@ -1,12 +1,10 @@
 //! The router: worker selection plus selection-time booking.
 
 use crate::config::{PoolRole, RouterConfig, RouterMode};
-use crate::holders::{bit, Holders, Slots, MAX_SLOTS};
+use crate::holders::{bit, Slots, MAX_SLOTS};
 use crate::load::{Booking, Release, RouterStats, Selection, WorkerLoad};
-use crate::prefix::PrefixIndex;
-use handoff_core::{
-    Instant, KvCapacitySnapshot, KvEvent, KvEventData, Request, RequestId, Rng, WorkerId,
-};
+use crate::published::Published;
+use handoff_core::{Instant, KvCapacitySnapshot, KvEvent, Request, RequestId, Rng, WorkerId};
 use std::collections::{BTreeSet, HashMap};
 
 #[derive(Clone, Debug)]
@@ -18,7 +16,6 @@ struct WorkerState {
     booked_requests: u64,
     selected: u64,
     capacity: Option<KvCapacitySnapshot>,
-    prefix: PrefixIndex,
     last_event_id: Option<u64>,
     /// This worker's entry in [`Scoring::by_load`], when it has one.
     load_key: Option<u128>,
@@ -34,7 +31,6 @@ impl WorkerState {
             booked_requests: 0,
             selected: 0,
             capacity: None,
-            prefix: PrefixIndex::new(),
             last_event_id: None,
             load_key: None,
         }
@@ -56,11 +52,11 @@ struct Entry {
     prefill_open: bool,
 }
 
-/// What kv-aware selection keeps up to date as events and bookings arrive,
-/// so that choosing costs O(blocks matched + log workers) rather than
-/// O(workers × blocks): which workers hold each published block, and the
-/// available workers ordered by their cost when they hold none of the
-/// request's prefix.
+/// What kv-aware selection keeps up to date as bookings arrive, so that
+/// choosing costs O(blocks matched + log workers) rather than O(workers ×
+/// blocks): the available workers ordered by their cost when they hold none
+/// of the request's prefix. Which workers hold each published block is the
+/// pooled layout of [`Published`], which a pool with `Scoring` always uses.
 ///
 /// That zero-overlap cost orders workers exactly as the integer
 /// [`Router::load_key`] does (see there), which is why this path is taken
@@ -70,7 +66,6 @@ struct Entry {
 /// the same worker (`indexed_selection_equals_the_scan` checks it).
 #[derive(Clone, Debug, Default)]
 struct Scoring {
-    holders: Holders,
     /// `(load_key, slot)` of every available worker.
     by_load: BTreeSet<(u128, usize)>,
     /// The slots of `by_load`.
@@ -90,6 +85,8 @@ pub struct Router {
     /// Reused for each request's block hashes.
     hashes: Vec<u64>,
     stats: RouterStats,
+    /// What each worker has published, by slot.
+    published: Published,
     /// The kv-aware index, when this pool uses it.
     scoring: Option<Scoring>,
     /// Reused by the indexed pick: (slot, overlap) of workers that match.
@@ -121,6 +118,7 @@ impl Router {
             round_robin: 0,
             hashes: Vec::new(),
             stats: RouterStats::default(),
+            published: Published::default(),
             scoring: None,
             matched: Vec::new(),
             #[cfg(test)]
@@ -146,21 +144,21 @@ impl Router {
             && self.workers.len() <= MAX_SLOTS
     }
 
-    /// Rebuilds [`Scoring`] from the workers' own state (or drops it when
-    /// this pool cannot use it): at construction and when a new worker
-    /// shifts the slots, both rare.
+    /// Rebuilds [`Scoring`] from the workers' own state, with the pooled
+    /// layout of [`Published`] (or drops it, going back to one index per
+    /// worker, when this pool cannot use it): at construction and when a
+    /// new worker shifts the slots, both rare.
     fn rebuild_scoring(&mut self) {
-        if !self.can_index() {
+        let index = self.can_index();
+        self.published.set_pooled(index);
+        if !index {
             self.scoring = None;
             return;
         }
-        let mut sc = Scoring::default();
-        for (i, w) in self.workers.iter_mut().enumerate() {
-            let hashes: Vec<u64> = w.prefix.hashes().collect();
-            sc.holders.add(&hashes, bit(i));
+        for w in &mut self.workers {
             w.load_key = None;
         }
-        self.scoring = Some(sc);
+        self.scoring = Some(Scoring::default());
         for i in 0..self.workers.len() {
             self.resync(i);
         }
@@ -235,6 +233,7 @@ impl Router {
             }
             Err(i) => {
                 self.workers.insert(i, WorkerState::new(worker));
+                self.published.insert_slot(i);
                 // Slots after `i` moved: rebuild (rare: a new worker).
                 self.rebuild_scoring();
                 true
@@ -248,11 +247,10 @@ impl Router {
     pub fn remove_worker(&mut self, worker: WorkerId) -> bool {
         match self.index(worker) {
             Some(i) => {
-                self.forget_published(i);
+                self.published.clear(i);
                 let w = &mut self.workers[i];
                 let was = w.available;
                 w.available = false;
-                w.prefix.clear();
                 w.capacity = None;
                 w.last_event_id = None;
                 self.resync(i);
@@ -340,12 +338,11 @@ impl Router {
     /// of the request into the scratch buffer as the match needs. A worker
     /// that published nothing costs nothing.
     fn overlap_of(&mut self, i: usize, request: &Request) -> u32 {
-        let prefix = &self.workers[i].prefix;
-        if prefix.is_empty() {
+        if self.published.len(i) == 0 {
             return 0;
         }
         loop {
-            let n = prefix.overlap(&self.hashes);
+            let n = self.published.overlap(i, &self.hashes);
             if (n as usize) < self.hashes.len() {
                 return n;
             }
@@ -359,15 +356,6 @@ impl Router {
         }
     }
 
-    /// Takes worker `i`'s published blocks out of [`Scoring::holders`]
-    /// (before its own index forgets them).
-    fn forget_published(&mut self, i: usize) {
-        if let Some(sc) = self.scoring.as_mut() {
-            let held: Vec<u64> = self.workers[i].prefix.hashes().collect();
-            sc.holders.remove(&held, bit(i));
-        }
-    }
-
     /// The kv-aware choice with its overlap, by [`Scoring`]: one walk down
     /// the prompt's blocks finds every worker that holds a leading block
     /// and how many; those are scored exactly, and the best of the rest is
@@ -376,10 +364,14 @@ impl Router {
         let sc = self.scoring.take()?;
         self.start_hashing();
         let request_blocks = self.request_blocks(request);
+        let Some(holders) = self.published.holders() else {
+            self.scoring = Some(sc);
+            return None;
+        };
         let mut matched = std::mem::take(&mut self.matched);
         matched.clear();
         let bs = self.config.block_size;
-        sc.holders.walk(
+        holders.walk(
             &mut self.hashes,
             sc.alive,
             |buf| {
@@ -650,26 +642,7 @@ impl Router {
             self.stats.out_of_order_events += 1;
         }
         w.last_event_id = Some(event.event_id);
-        if let Some(sc) = self.scoring.as_mut() {
-            // Removals and a clear leave the pool-wide index first, while
-            // this worker's own index still says what it held.
-            match &event.data {
-                KvEventData::Removed { block_hashes } => sc.holders.remove(block_hashes, bit(i)),
-                KvEventData::Cleared => {
-                    let held: Vec<u64> = w.prefix.hashes().collect();
-                    sc.holders.remove(&held, bit(i));
-                }
-                KvEventData::Stored { .. } => {}
-            }
-        }
-        let applied = w.prefix.apply(event);
-        if let (Some(sc), KvEventData::Stored { block_hashes, .. }) =
-            (self.scoring.as_mut(), &event.data)
-        {
-            if !applied.orphan_store {
-                sc.holders.add(block_hashes, bit(i));
-            }
-        }
+        let applied = self.published.apply(i, event);
         self.stats.kv_events += 1;
         self.stats.orphan_stores += u64::from(applied.orphan_store);
         self.stats.unknown_removals += applied.unknown_removals;
@@ -707,7 +680,7 @@ impl Router {
             booked_blocks: w.booked_blocks,
             booked_prefill_tokens: w.booked_prefill_tokens,
             booked_requests: w.booked_requests,
-            published_blocks: w.prefix.len() as u64,
+            published_blocks: self.published.len(i) as u64,
             capacity: w.capacity,
             selected: w.selected,
             available: w.available,
@@ -1385,20 +1358,16 @@ mod tests {
                     let la: Vec<_> = fast.loads().collect();
                     let lb: Vec<_> = scan.loads().collect();
                     prop_assert_eq!(la, lb);
-                    let sc = fast.scoring.as_ref().unwrap();
-                    let held: usize = fast
-                        .workers
-                        .iter()
-                        .enumerate()
-                        .map(|(i, w)| w.prefix.hashes().filter(|h| {
-                            let mut v = vec![*h];
-                            let mut found = false;
-                            sc.holders.walk(&mut v, bit(i), |_| false, |_, _| found = true);
-                            found
-                        }).count())
-                        .sum();
-                    let published: usize = fast.workers.iter().map(|w| w.prefix.len()).sum();
-                    prop_assert_eq!(held, published, "every published block is in the index");
+                    prop_assert!(fast.published.holders().is_some());
+                    prop_assert!(scan.published.holders().is_none());
+                    prop_assert_eq!(fast.stats(), scan.stats());
+                    for i in 0..fast.workers.len() {
+                        let mut a = fast.published.hashes(i);
+                        let mut b = scan.published.hashes(i);
+                        a.sort_unstable();
+                        b.sort_unstable();
+                        prop_assert_eq!(a, b, "worker slot {} holds the same in both layouts", i);
+                    }
                 }
             }
         }
