@@ -410,22 +410,115 @@ impl Serialize for FlatLatencies {
 
 /// A request in flight: what its tokens touch inline, the rest (written at
 /// lifecycle transitions, read when it ends) behind a box, so the window of
-/// records the per-token path walks stays small.
+/// records the per-token path walks stays small. One cache line each
+/// (aligned, 48 bytes used): a decode pass touches the records of its whole
+/// batch, and a record across two lines cost two misses.
 #[derive(Clone, Debug, Default)]
+#[repr(align(64))]
 struct ReqRec {
     tok: TokenRec,
     cold: Box<ColdRec>,
 }
 
-/// What every output token touches (one update per request per pass).
+const _: () = assert!(std::mem::size_of::<Option<ReqRec>>() == 64);
+
+/// `Option<Instant>` in 8 bytes: model time never reaches `Instant::MAX`
+/// (the engine's "never").
+#[derive(Clone, Copy, Debug)]
+struct Stamp(u64);
+
+impl Default for Stamp {
+    fn default() -> Self {
+        Stamp(u64::MAX)
+    }
+}
+
+impl Stamp {
+    fn get(self) -> Option<Instant> {
+        (self.0 != u64::MAX).then_some(Instant(self.0))
+    }
+
+    fn of(t: Option<Instant>) -> Self {
+        Stamp(t.map_or(u64::MAX, |t| t.0))
+    }
+}
+
+/// `Option<WorkerId>` in 4 bytes (no worker id is `u32::MAX`: ids are
+/// positions in a pool list).
+#[derive(Clone, Copy, Debug)]
+struct WorkerSlot(u32);
+
+impl Default for WorkerSlot {
+    fn default() -> Self {
+        WorkerSlot(u32::MAX)
+    }
+}
+
+impl WorkerSlot {
+    fn get(self) -> Option<WorkerId> {
+        (self.0 != u32::MAX).then_some(WorkerId(self.0))
+    }
+}
+
+/// What every output token touches (one update per request per pass),
+/// packed: see [`ReqRec`].
 #[derive(Clone, Copy, Debug, Default)]
 struct TokenRec {
-    first: Option<Instant>,
-    second: Option<Instant>,
-    last: Option<Instant>,
+    first: Stamp,
+    second: Stamp,
+    last: Stamp,
     tokens: u64,
-    decode_worker: Option<WorkerId>,
-    prefill_worker: Option<WorkerId>,
+    decode_worker: WorkerSlot,
+    prefill_worker: WorkerSlot,
+}
+
+impl TokenRec {
+    fn first(&self) -> Option<Instant> {
+        self.first.get()
+    }
+
+    fn second(&self) -> Option<Instant> {
+        self.second.get()
+    }
+
+    fn last(&self) -> Option<Instant> {
+        self.last.get()
+    }
+
+    fn set_first(&mut self, t: Option<Instant>) {
+        self.first = Stamp::of(t);
+    }
+
+    fn set_second(&mut self, t: Option<Instant>) {
+        self.second = Stamp::of(t);
+    }
+
+    fn set_last(&mut self, t: Option<Instant>) {
+        self.last = Stamp::of(t);
+    }
+
+    fn decode_worker(&self) -> Option<WorkerId> {
+        self.decode_worker.get()
+    }
+
+    fn prefill_worker(&self) -> Option<WorkerId> {
+        self.prefill_worker.get()
+    }
+
+    fn set_decode_worker(&mut self, w: WorkerId) {
+        self.decode_worker = WorkerSlot(w.0);
+    }
+
+    fn set_prefill_worker(&mut self, w: WorkerId) {
+        self.prefill_worker = WorkerSlot(w.0);
+    }
+
+    /// The prefill worker, unless one is already known.
+    fn note_prefill_worker(&mut self, w: WorkerId) {
+        if self.prefill_worker().is_none() {
+            self.set_prefill_worker(w);
+        }
+    }
 }
 
 /// A request's arrival and handoff milestones.
@@ -809,7 +902,7 @@ impl Recorder {
             (Some(t), Some(f)) => Some(round3(ms(t - f))),
             _ => None,
         };
-        let tpot = match (rec.tok.first, rec.tok.last) {
+        let tpot = match (rec.tok.first(), rec.tok.last()) {
             (Some(f), Some(l)) if rec.tok.tokens > 1 => {
                 Some(round3(ms(l - f) / (rec.tok.tokens - 1) as f64))
             }
@@ -827,12 +920,12 @@ impl Recorder {
             end_ms: at_ms(at),
             input_tokens: rec.cold.input,
             output_tokens: rec.tok.tokens,
-            ttft_ms: since(rec.tok.first, Some(rec.cold.arrival)),
-            ttst_ms: since(rec.tok.second, rec.tok.first),
+            ttft_ms: since(rec.tok.first(), Some(rec.cold.arrival)),
+            ttst_ms: since(rec.tok.second(), rec.tok.first()),
             tpot_ms: tpot,
             e2e_ms: reason.is_none().then(|| round3(ms(at - rec.cold.arrival))),
-            prefill_worker: rec.tok.prefill_worker.map(|w| w.0),
-            decode_worker: rec.tok.decode_worker.map(|w| w.0),
+            prefill_worker: rec.tok.prefill_worker().map(|w| w.0),
+            decode_worker: rec.tok.decode_worker().map(|w| w.0),
             handoff: HandoffTimes {
                 pinned_ms: rec.cold.pinned_at.map(at_ms),
                 routed_ms: rec.cold.routed_at.map(at_ms),
@@ -983,10 +1076,10 @@ impl Recorder {
             // joins its batch: the first token, with no pass of its own.
             WorkerEvent::FirstTokenFromPrefill { request, at } if pool != Pool::Prefill => {
                 if let Some(rec) = self.reqs.get_mut(*request) {
-                    rec.tok.decode_worker = Some(w);
-                    rec.tok.first = Some(*at);
-                    rec.tok.second = None;
-                    rec.tok.last = Some(*at);
+                    rec.tok.set_decode_worker(w);
+                    rec.tok.set_first(Some(*at));
+                    rec.tok.set_second(None);
+                    rec.tok.set_last(Some(*at));
                     rec.tok.tokens += 1;
                 }
             }
@@ -996,13 +1089,13 @@ impl Recorder {
                     self.output_tokens += rec.tok.tokens;
                     self.input_tokens += u64::from(rec.cold.input);
                     self.e2e.push(ms(*at - rec.cold.arrival));
-                    if let Some(f) = rec.tok.first {
+                    if let Some(f) = rec.tok.first() {
                         self.ttft.push(ms(f - rec.cold.arrival));
-                        if let Some(s) = rec.tok.second {
+                        if let Some(s) = rec.tok.second() {
                             self.ttst.push(ms(s - f));
                         }
                         if rec.tok.tokens > 1 {
-                            if let Some(l) = rec.tok.last {
+                            if let Some(l) = rec.tok.last() {
                                 self.tpot.push(ms(l - f) / (rec.tok.tokens - 1) as f64);
                             }
                         }
@@ -1033,7 +1126,7 @@ impl Recorder {
                 match (t.event, t.to) {
                     (E::Source(SE::PrefillPinned), _) => {
                         rec.cold.pinned_at = Some(t.at);
-                        rec.tok.prefill_worker = Some(t.worker);
+                        rec.tok.set_prefill_worker(t.worker);
                         self.life.handoffs_pinned += 1;
                     }
                     (_, St::Source(SS::Released)) => {
@@ -1044,7 +1137,7 @@ impl Recorder {
                     }
                     (E::Destination(DE::Routed), _) => {
                         rec.cold.routed_at = Some(t.at);
-                        rec.tok.decode_worker = Some(t.worker);
+                        rec.tok.set_decode_worker(t.worker);
                     }
                     (E::Destination(DE::Reserved), _) => {
                         rec.cold.reserved_at = Some(t.at);
@@ -1063,7 +1156,7 @@ impl Recorder {
                 }
                 // The source role lives on the prefill worker.
                 if t.role == Role::Source {
-                    rec.tok.prefill_worker.get_or_insert(t.worker);
+                    rec.tok.note_prefill_worker(t.worker);
                 }
             }
             WorkerEvent::RoleEnded {
@@ -1235,29 +1328,30 @@ fn record_tokens(
     if k == 0 {
         return false;
     }
-    rec.tok.decode_worker = Some(w);
+    rec.tok.set_decode_worker(w);
     if pool == Pool::Aggregated {
-        rec.tok.prefill_worker.get_or_insert(w);
+        rec.tok.note_prefill_worker(w);
     }
     // A step's tokens come from its first passes: a request in a step
     // takes part from the first pass on.
     let e1 = shape.end_first;
-    if em.first || rec.tok.first.is_none() {
-        rec.tok.first = Some(e1);
-        rec.tok.second = if k > 1 { shape.end_of(2) } else { None };
+    if em.first || rec.tok.first().is_none() {
+        rec.tok.set_first(Some(e1));
+        rec.tok
+            .set_second(if k > 1 { shape.end_of(2) } else { None });
     } else {
-        if rec.tok.second.is_none() {
-            rec.tok.second = Some(e1);
+        if rec.tok.second().is_none() {
+            rec.tok.set_second(Some(e1));
         }
-        if let Some(last) = rec.tok.last {
+        if let Some(last) = rec.tok.last() {
             itl.record_n((e1 - last).as_nanos() as u64, 1);
         }
     }
-    rec.tok.last = Some(if k >= shape.steps {
+    rec.tok.set_last(Some(if k >= shape.steps {
         shape.end_last
     } else {
         shape.end_of(k).unwrap_or(shape.end_last)
-    });
+    }));
     rec.tok.tokens += k;
     if k > 1 {
         if k >= shape.steps {
