@@ -224,12 +224,25 @@ enum Unit {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     Arrival,
-    Submit { to: u32, slot: u32 },
-    Deliver { to: u32, from: u32, slot: u32 },
-    TransferDone(Completion),
+    Submit {
+        to: u32,
+        slot: u32,
+    },
+    Deliver {
+        to: u32,
+        from: u32,
+        slot: u32,
+    },
+    /// A [`Completion`] held in `Engine::completions` (kept out of the
+    /// heap: it is 48 bytes, and every event pays for the largest variant
+    /// on each sift).
+    TransferDone(u32),
     Wake(u32),
     Fault,
 }
+
+// The heap moves whole entries on every sift: keep them small.
+const _: () = assert!(std::mem::size_of::<(Instant, u64, Ev)>() <= 32);
 
 /// Free-list backed slots, so queued payloads are not moved through the heap.
 #[derive(Debug)]
@@ -291,6 +304,8 @@ pub struct Engine<P: HostPort, D: Director> {
     /// Requests on their way, with the incarnation of the worker they were
     /// sent to.
     submits: Slots<(WorkerRequest, Generation)>,
+    /// Transfer completions scheduled (current or superseded).
+    completions: Slots<Completion>,
     transfers: TransferTimer,
     faults: FaultInjector,
     outs: Vec<HostOutput>,
@@ -332,6 +347,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             hosts,
             msgs: Slots::default(),
             submits: Slots::default(),
+            completions: Slots::default(),
             outs: Vec::new(),
             routes: Vec::new(),
             arrival_pending: false,
@@ -480,6 +496,12 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     fn at(&mut self, t: Instant, ev: Ev) {
         self.seq += 1;
         self.queue.push(Reverse((t.max(self.now), self.seq, ev)));
+    }
+
+    fn at_transfer(&mut self, c: Completion) {
+        let at = c.at;
+        let slot = self.completions.put(c);
+        self.at(at, Ev::TransferDone(slot));
     }
 
     fn schedule_arrival(&mut self) {
@@ -728,7 +750,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                         _ => Vec::new(),
                     };
                     for c in changed {
-                        self.at(c.at, Ev::TransferDone(c));
+                        self.at_transfer(c);
                     }
                     self.director.on_event(WorkerId(w), &e, now, &mut routes);
                 }
@@ -804,18 +826,21 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                     );
                 }
             }
-            Ev::TransferDone(c) => {
+            Ev::TransferDone(slot) => {
+                let Some(c) = self.completions.take(slot) else {
+                    return;
+                };
                 if !self.transfers.is_current(&c) {
                     return;
                 }
                 if c.drain {
                     for n in self.transfers.reflow(now) {
-                        self.at(n.at, Ev::TransferDone(n));
+                        self.at_transfer(n);
                     }
                     return;
                 }
                 for n in self.transfers.finish(c.id, now) {
-                    self.at(n.at, Ev::TransferDone(n));
+                    self.at_transfer(n);
                 }
                 let ok = self.faults.transfer_ok();
                 self.director.on_transfer_done(c.id, ok, now);
