@@ -444,14 +444,18 @@ impl Router {
         best.map(|(i, _)| i)
     }
 
-    fn pick(&mut self, request: &Request, n: u64) -> Option<usize> {
+    /// The chosen worker, with its overlap when the pick already knows it
+    /// (the indexed kv-aware pick does, so booking need not look again).
+    fn pick(&mut self, request: &Request, n: u64) -> Option<(usize, Option<u32>)> {
+        if self.config.mode == RouterMode::KvAware && self.scoring.is_some() {
+            return self.pick_indexed(request).map(|(i, o)| (i, Some(o)));
+        }
+        self.pick_unindexed(request, n).map(|i| (i, None))
+    }
+
+    fn pick_unindexed(&mut self, request: &Request, n: u64) -> Option<usize> {
         match self.config.mode {
-            RouterMode::KvAware => {
-                if self.scoring.is_some() {
-                    return self.pick_indexed(request).map(|(i, _)| i);
-                }
-                self.pick_kv_aware(request)
-            }
+            RouterMode::KvAware => self.pick_kv_aware(request),
             RouterMode::RoundRobin => {
                 let k = self.round_robin % n;
                 self.round_robin = self.round_robin.wrapping_add(1);
@@ -498,9 +502,9 @@ impl Router {
             return None;
         }
         self.drop_existing(request.id);
-        let i = self.pick(request, n)?;
+        let (i, overlap) = self.pick(request, n)?;
         let hashed = self.config.mode == RouterMode::KvAware;
-        Some(self.book_at(i, request, hashed, now))
+        Some(self.book_at(i, request, hashed, overlap, now))
     }
 
     /// Books `request` on `worker` without choosing (e.g. a session pinned
@@ -515,7 +519,7 @@ impl Router {
             }
         };
         self.drop_existing(request.id);
-        Some(self.book_at(i, request, false, now))
+        Some(self.book_at(i, request, false, None, now))
     }
 
     fn drop_existing(&mut self, id: RequestId) {
@@ -527,12 +531,23 @@ impl Router {
 
     /// `hashed`: the scratch buffer already holds a prefix of this
     /// request's hashes (the kv-aware pick leaves it there), reused as far as
-    /// it goes; otherwise hashing starts afresh.
-    fn book_at(&mut self, i: usize, request: &Request, hashed: bool, now: Instant) -> Selection {
+    /// it goes; otherwise hashing starts afresh. `overlap`: worker `i`'s, when
+    /// the pick already knows it.
+    fn book_at(
+        &mut self,
+        i: usize,
+        request: &Request,
+        hashed: bool,
+        overlap: Option<u32>,
+        now: Instant,
+    ) -> Selection {
         if !hashed {
             self.start_hashing();
         }
-        let overlap = self.overlap_of(i, request);
+        let overlap = match overlap {
+            Some(o) => o,
+            None => self.overlap_of(i, request),
+        };
         let blocks = self.request_blocks(request);
         let prefill_tokens = match self.config.role {
             PoolRole::Prefill => u64::from(request.prompt_tokens)
