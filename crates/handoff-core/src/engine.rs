@@ -761,6 +761,9 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     }
 
     fn route(&mut self, routes: &mut Vec<Route>) {
+        if routes.is_empty() {
+            return;
+        }
         for r in routes.drain(..) {
             let generation = self
                 .hosts

@@ -2,7 +2,7 @@
 //! report, plus the lifecycle figures this project exists for (stranding,
 //! reservation waits, transfers, held and reserved block-time per worker).
 
-use crate::metrics::{Accuracy, Distribution, Histogram, Summary};
+use crate::metrics::{Accuracy, Coalesced, Distribution, Histogram, Summary};
 use crate::request_table::RequestTable;
 use crate::sim::ReplayConfig;
 use crate::timeline::Series;
@@ -1053,16 +1053,19 @@ impl Recorder {
                 self.reqs
                     .warm(emissions.iter().map(|e| e.request), |r| r.tok.tokens);
                 let mut whole_runs = 0;
+                let mut itl = Coalesced::default();
                 for em in emissions {
                     whole_runs += u64::from(record_tokens(
                         &mut self.reqs,
                         &mut self.itl,
+                        &mut itl,
                         w,
                         pool,
                         shape,
                         em,
                     ));
                 }
+                itl.flush(&mut self.itl);
                 // Requests that took every pass of a run share its
                 // inter-token latencies: recorded once per pass for all of
                 // them, not once per token.
@@ -1316,6 +1319,7 @@ impl Recorder {
 fn record_tokens(
     reqs: &mut RequestTable<ReqRec>,
     itl: &mut Histogram,
+    pending: &mut Coalesced,
     w: WorkerId,
     pool: Pool,
     shape: &StepShape,
@@ -1344,7 +1348,7 @@ fn record_tokens(
             rec.tok.set_second(Some(e1));
         }
         if let Some(last) = rec.tok.last() {
-            itl.record_n((e1 - last).as_nanos() as u64, 1);
+            pending.push(itl, (e1 - last).as_nanos() as u64);
         }
     }
     rec.tok.set_last(Some(if k >= shape.steps {
@@ -1358,7 +1362,7 @@ fn record_tokens(
             return true;
         }
         for &ns in shape.later_passes(k) {
-            itl.record_n(ns, 1);
+            pending.push(itl, ns);
         }
     }
     false

@@ -107,7 +107,6 @@ pub struct Serving<I> {
     rec: Option<Recorder>,
     transcript: Option<Transcript>,
     report: Option<Report>,
-    scratch: Vec<(WorkerId, WorkerRequest, handoff_core::Duration)>,
     flights: FastMap<RequestId, Flight>,
     /// Attempts a migration replaced: their events still feed the figures
     /// but no longer move the router or the request's outcome.
@@ -179,7 +178,6 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             rec: Some(rec),
             transcript: transcript.then(Transcript::new),
             report: None,
-            scratch: Vec::new(),
             flights: FastMap::default(),
             voided: FastSet::default(),
             rerouted: FastSet::default(),
@@ -542,12 +540,12 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             // A D→P push (a reversed handoff) serves no client request: it
             // is in the transcript and the session log, not in the request
             // figures, and its end decides no request's fate.
-            let mut routed = std::mem::take(&mut self.scratch);
-            routed.extend(self.frontend.on_event(w, pool, e, now));
-            for (to, request, delay) in routed.drain(..) {
-                out.push(Route { to, request, delay });
-            }
-            self.scratch = routed;
+            let routed = self.frontend.on_event(w, pool, e, now);
+            out.extend(
+                routed
+                    .into_iter()
+                    .map(|(to, request, delay)| Route { to, request, delay }),
+            );
             return;
         }
         let stale = self.stale(e);
@@ -628,13 +626,12 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if stale {
             return;
         }
-        let mut routed = std::mem::take(&mut self.scratch);
-        routed.extend(self.frontend.on_event(w, pool, e, now));
-        for (to, request, delay) in routed.drain(..) {
+        let routed = self.frontend.on_event(w, pool, e, now);
+        // Most events route nothing (a pass's tokens, a KV event).
+        for (to, request, delay) in routed {
             self.track(to, &request);
             out.push(Route { to, request, delay });
         }
-        self.scratch = routed;
     }
 
     fn on_refused(&mut self, _w: WorkerId, e: RequestError, _now: Instant) {
