@@ -12,7 +12,7 @@
 use crate::destination::{
     DestinationAction, DestinationEvent, DestinationHandoff, DestinationState, SourceReady,
 };
-use crate::fasthash::FastMap;
+use crate::fasthash::{ChurnMap, FastMap};
 use crate::ids::{Generation, HandoffId, RequestId, WorkerId};
 use crate::kv::{KvCapacitySnapshot, KvEvent};
 use crate::msg::{FactKind, HandoffMsg, MsgBody, Role};
@@ -27,7 +27,7 @@ use crate::transition::{
     CancelReason, LifecycleEvent, OwnershipDelta, RoleState, TransitionError, Verdict,
 };
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::fmt;
 
 /// `ids` in id order (the order role walks always had).
@@ -451,7 +451,10 @@ pub struct Worker<S: SchedulerCore> {
     reserve_queue: VecDeque<HandoffId>,
     timers: BinaryHeap<Reverse<(Instant, HandoffId, TimerKind)>>,
     tombstones: VecDeque<HandoffId>,
-    tombstone_set: HashSet<HandoffId>,
+    /// The ids of `tombstones`, for lookups only (never walked). FIFO
+    /// churn, hence a [`ChurnMap`], with the integer hasher: every fact
+    /// checks it.
+    tombstone_set: ChurnMap<HandoffId, ()>,
     early: BTreeMap<HandoffId, (Instant, Vec<EarlyFact>)>,
     peers: BTreeMap<WorkerId, Generation>,
     transmits: VecDeque<Transmit>,
@@ -513,7 +516,7 @@ impl<S: SchedulerCore> Worker<S> {
             reserve_queue: VecDeque::new(),
             timers: BinaryHeap::new(),
             tombstones: VecDeque::new(),
-            tombstone_set: HashSet::new(),
+            tombstone_set: ChurnMap::default(),
             early: BTreeMap::new(),
             peers: BTreeMap::new(),
             transmits: VecDeque::new(),
@@ -732,7 +735,7 @@ impl<S: SchedulerCore> Worker<S> {
         }
         if self.sources.contains_key(&id)
             || self.dests.contains_key(&id)
-            || self.tombstone_set.contains(&id)
+            || self.tombstone_set.contains_key(&id)
         {
             return Err(RequestError::DuplicateHandoff(id));
         }
@@ -766,7 +769,7 @@ impl<S: SchedulerCore> Worker<S> {
             Role::Destination => self.dests.contains_key(&id),
         };
         if !exists {
-            if self.tombstone_set.contains(&id) {
+            if self.tombstone_set.contains_key(&id) {
                 self.stats.stale += 1;
                 let e = TransitionError::Stale {
                     id,
@@ -1213,7 +1216,7 @@ impl<S: SchedulerCore> Worker<S> {
             }
         }
         self.tombstones.push_back(id);
-        self.tombstone_set.insert(id);
+        self.tombstone_set.insert(id, ());
     }
 
     fn reject(

@@ -19,13 +19,14 @@
 //! follows the workers' `SlotEvicted` session events.
 
 use crate::{PoolRole, Router, RouterConfig, RouterMode};
+use handoff_core::fasthash::ChurnMap;
 use handoff_core::session::{SessionEvent, SlotEvictReason};
 use handoff_core::SessionId;
 use handoff_core::{
     Duration, Generation, HandoffId, HandoffIdGen, HandoffPolicy, Instant, Request, RequestId,
     Role, SourceReady, WorkerEvent, WorkerId, WorkerRequest,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The worker that mints handoff ids (the frontend itself).
 pub const FRONTEND_ID: WorkerId = WorkerId(u32::MAX);
@@ -161,7 +162,9 @@ pub struct Frontend {
     prefill: Router,
     decode: Option<Router>,
     ids: HandoffIdGen,
-    held: HashMap<RequestId, Request>,
+    /// Requests between their prefill and decode routing, by id (lookups
+    /// only).
+    held: ChurnMap<RequestId, Request>,
     /// Source-first prefills that pinned while no decode worker could take
     /// them (all down): routed when one comes back, in pin order.
     waiting: Vec<(WorkerId, HandoffId, SourceReady, RequestId)>,
@@ -212,7 +215,7 @@ impl Frontend {
             prefill,
             decode,
             ids: HandoffIdGen::new(FRONTEND_ID, Generation(0)),
-            held: HashMap::new(),
+            held: ChurnMap::default(),
             waiting: Vec::new(),
             hop: cfg.hop,
             disabled_delay: cfg.disabled_delay,

@@ -4,8 +4,9 @@ use crate::config::{PoolRole, RouterConfig, RouterMode};
 use crate::holders::{bit, Slots, MAX_SLOTS};
 use crate::load::{Booking, Release, RouterStats, Selection, WorkerLoad};
 use crate::published::Published;
+use handoff_core::fasthash::ChurnMap;
 use handoff_core::{Instant, KvCapacitySnapshot, KvEvent, Request, RequestId, Rng, WorkerId};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 #[derive(Clone, Debug)]
 struct WorkerState {
@@ -78,8 +79,9 @@ pub struct Router {
     config: RouterConfig,
     /// Sorted by id; never shrinks, so a booking's worker is always found.
     workers: Vec<WorkerState>,
-    /// Lookups only: no decision depends on its iteration order.
-    bookings: HashMap<RequestId, Entry>,
+    /// Lookups only: no decision depends on its iteration order. One
+    /// insert and one removal per request, hence a [`ChurnMap`].
+    bookings: ChurnMap<RequestId, Entry>,
     rng: Rng,
     round_robin: u64,
     /// Reused for each request's block hashes.
@@ -114,7 +116,7 @@ impl Router {
             rng: Rng::seeded(config.seed),
             config,
             workers: Vec::new(),
-            bookings: HashMap::new(),
+            bookings: ChurnMap::default(),
             round_robin: 0,
             hashes: Vec::new(),
             stats: RouterStats::default(),
@@ -731,7 +733,7 @@ impl Router {
     /// and drain checks; O(bookings).
     pub fn audit(&self) -> Result<(), String> {
         let mut sums = vec![(0u64, 0u64, 0u64); self.workers.len()];
-        for (id, e) in &self.bookings {
+        for (id, e) in self.bookings.iter() {
             let Some(i) = self.index(e.booking.worker) else {
                 return Err(format!("{id} booked on unknown {}", e.booking.worker));
             };
