@@ -29,6 +29,7 @@
 
 pub mod engines;
 pub mod metrics;
+mod per_worker;
 pub mod profile_file;
 pub mod report;
 mod request_table;

@@ -3,6 +3,7 @@
 //! reservation waits, transfers, held and reserved block-time per worker).
 
 use crate::metrics::{Accuracy, Coalesced, Distribution, Histogram, Summary};
+use crate::per_worker::{PerWorker, MAX_DENSE};
 use crate::request_table::RequestTable;
 use crate::sim::ReplayConfig;
 use crate::timeline::Series;
@@ -736,7 +737,7 @@ pub type RequestSink = Box<dyn FnMut(&RequestRecord)>;
 pub struct Recorder {
     config: ReportConfig,
     reqs: RequestTable<ReqRec>,
-    workers: BTreeMap<WorkerId, WorkerAcc>,
+    workers: PerWorker<WorkerAcc>,
     /// Each worker's last step, by worker id (ids are small and dense):
     /// the per-token path reads it without a tree walk; larger ids use
     /// `sparse_shapes`.
@@ -771,10 +772,6 @@ pub struct Recorder {
     pub faults: FaultCounts,
 }
 
-/// Worker ids below this get a slot in [`Recorder`]'s dense per-worker
-/// tables; larger ones (never made by our deployments) use the maps.
-const MAX_DENSE_WORKER: u32 = 1 << 16;
-
 fn ms(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1e6
 }
@@ -790,14 +787,11 @@ impl Recorder {
         Recorder {
             config: ReportConfig::of(cfg, &workers),
             reqs: RequestTable::default(),
-            workers: workers
-                .iter()
-                .map(|(w, _)| (*w, WorkerAcc::default()))
-                .collect(),
+            workers: workers.iter().map(|(w, _)| *w).collect(),
             shapes: {
                 let n = workers
                     .iter()
-                    .filter(|(w, _)| w.0 < MAX_DENSE_WORKER)
+                    .filter(|(w, _)| w.0 < MAX_DENSE)
                     .map(|(w, _)| w.0 as usize + 1)
                     .max()
                     .unwrap_or(0);
@@ -845,7 +839,7 @@ impl Recorder {
         self.timelines = Some(
             self.workers
                 .keys()
-                .map(|w| (*w, Series::new(points)))
+                .map(|w| (w, Series::new(points)))
                 .collect(),
         );
         self.details = Some(Details::default());
@@ -1035,7 +1029,7 @@ impl Recorder {
                 prefill_tokens,
                 ..
             } => {
-                if let Some(acc) = self.workers.get_mut(&w) {
+                if let Some(acc) = self.workers.get_mut(w) {
                     acc.steps += steps;
                     acc.prefill_tokens += prefill_tokens;
                     self.shape_mut(w)
@@ -1109,7 +1103,7 @@ impl Recorder {
             WorkerEvent::Preempted { .. } => self.life.preemptions += 1,
             WorkerEvent::Dropped { .. } => self.life.dropped_facts += 1,
             WorkerEvent::Transition(t) => {
-                if let Some(acc) = self.workers.get_mut(&w) {
+                if let Some(acc) = self.workers.get_mut(w) {
                     acc.advance(t.at);
                     acc.pinned += t.delta.pinned;
                     acc.reserved += t.delta.reserved;
@@ -1210,7 +1204,7 @@ impl Recorder {
         let mut out = Vec::new();
         let mut computed_prefill = 0u64;
         for (w, pool) in workers {
-            let acc = self.workers.entry(w.worker).or_default();
+            let acc = self.workers.entry(w.worker);
             acc.advance(end);
             if pool != Pool::Decode {
                 computed_prefill += acc.prefill_tokens;
