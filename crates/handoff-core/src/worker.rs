@@ -456,7 +456,8 @@ pub struct Worker<S: SchedulerCore> {
     /// checks it.
     tombstone_set: ChurnMap<HandoffId, ()>,
     early: BTreeMap<HandoffId, (Instant, Vec<EarlyFact>)>,
-    peers: BTreeMap<WorkerId, Generation>,
+    /// Each peer's latest generation heard (lookups only: one per fact).
+    peers: FastMap<WorkerId, Generation>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<WorkerEvent>,
     step_out: StepOutput,
@@ -518,7 +519,7 @@ impl<S: SchedulerCore> Worker<S> {
             tombstones: VecDeque::new(),
             tombstone_set: ChurnMap::default(),
             early: BTreeMap::new(),
-            peers: BTreeMap::new(),
+            peers: FastMap::default(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             step_out: StepOutput::default(),
