@@ -197,7 +197,13 @@ impl<S: SchedulerCore> WorkerHost<S> {
         if self.step_end.is_some_and(|end| end <= now) {
             self.step_end = None;
             self.stalled = false;
-            out.append(&mut self.held);
+            if out.is_empty() {
+                // The usual case: hand the held buffer over instead of
+                // copying its outputs (the empty one comes back as `held`).
+                std::mem::swap(out, &mut self.held);
+            } else {
+                out.append(&mut self.held);
+            }
         }
         if self.worker.poll_timeout().is_some_and(|t| t <= now) {
             self.stalled = false;
