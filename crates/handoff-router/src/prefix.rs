@@ -36,6 +36,62 @@ pub struct Applied {
     pub unknown_removals: u64,
 }
 
+/// One worker's set of published blocks, as [`apply_event`] changes it.
+pub(crate) trait BlockSet {
+    /// Whether `hash` is held.
+    fn holds(&self, hash: u64) -> bool;
+    /// Holds every hash of `hashes`.
+    fn add(&mut self, hashes: &[u64]);
+    /// Holds none of `hashes`; returns how many of them were held (a hash
+    /// repeated in `hashes` counts once).
+    fn remove(&mut self, hashes: &[u64]) -> usize;
+    /// Holds nothing.
+    fn clear(&mut self);
+}
+
+/// Applies a KV event to one worker's blocks by the rules in the module
+/// docs: the one place they live, whichever layout holds the blocks
+/// (`crate::published`).
+pub(crate) fn apply_event(set: &mut impl BlockSet, event: &KvEvent) -> Applied {
+    let mut applied = Applied::default();
+    match &event.data {
+        KvEventData::Stored {
+            parent_hash,
+            block_hashes,
+        } => {
+            if parent_hash.is_some_and(|p| !set.holds(p)) {
+                applied.orphan_store = true;
+            } else {
+                set.add(block_hashes);
+            }
+        }
+        KvEventData::Removed { block_hashes } => {
+            let removed = set.remove(block_hashes);
+            applied.unknown_removals = (block_hashes.len() - removed) as u64;
+        }
+        KvEventData::Cleared => set.clear(),
+    }
+    applied
+}
+
+impl BlockSet for U64Table<()> {
+    fn holds(&self, hash: u64) -> bool {
+        self.contains(hash)
+    }
+
+    fn add(&mut self, hashes: &[u64]) {
+        self.insert_all(hashes, ());
+    }
+
+    fn remove(&mut self, hashes: &[u64]) -> usize {
+        hashes.len() - self.remove_all(hashes)
+    }
+
+    fn clear(&mut self) {
+        U64Table::clear(self);
+    }
+}
+
 /// One worker's published cache blocks. Lookups only, so the table's
 /// iteration order never matters; it churns with every Stored and Removed,
 /// hence a [`U64Table`] (no tombstones).
@@ -52,26 +108,7 @@ impl PrefixIndex {
 
     /// Applies a KV event.
     pub fn apply(&mut self, event: &KvEvent) -> Applied {
-        let mut applied = Applied::default();
-        match &event.data {
-            KvEventData::Stored {
-                parent_hash,
-                block_hashes,
-            } => {
-                if let Some(p) = parent_hash {
-                    if !self.blocks.contains(*p) {
-                        applied.orphan_store = true;
-                        return applied;
-                    }
-                }
-                self.blocks.insert_all(block_hashes, ());
-            }
-            KvEventData::Removed { block_hashes } => {
-                applied.unknown_removals = self.blocks.remove_all(block_hashes) as u64;
-            }
-            KvEventData::Cleared => self.blocks.clear(),
-        }
-        applied
+        apply_event(&mut self.blocks, event)
     }
 
     /// How many of `hashes`, from the first, are held.

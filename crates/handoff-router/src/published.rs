@@ -16,8 +16,9 @@
 //! `indexed_selection_equals_the_scan` proptest runs one of each side by
 //! side and compares what every worker holds.
 
+use crate::holders::Slots;
 use crate::holders::{bit, Holders, MAX_SLOTS};
-use crate::prefix::{Applied, PrefixIndex};
+use crate::prefix::{apply_event, Applied, BlockSet, PrefixIndex};
 use handoff_core::{KvEvent, KvEventData};
 
 /// What a pool's workers have published; see the module docs.
@@ -108,36 +109,17 @@ impl Published {
 
     /// Applies worker `i`'s KV event.
     pub(crate) fn apply(&mut self, i: usize, event: &KvEvent) -> Applied {
-        let (holders, held) = match self {
-            Published::PerWorker(v) => return v[i].apply(event),
-            Published::Pooled { holders, held } => (holders, &mut held[i]),
-        };
-        let mut applied = Applied::default();
-        match &event.data {
-            KvEventData::Stored {
-                parent_hash,
-                block_hashes,
-            } => {
-                if let Some(p) = parent_hash {
-                    if !holders.holds(*p, bit(i)) {
-                        applied.orphan_store = true;
-                        return applied;
-                    }
-                }
-                *held += holders.add(block_hashes, bit(i));
-            }
-            KvEventData::Removed { block_hashes } => {
-                let removed = holders.remove(block_hashes, bit(i));
-                *held -= removed;
-                applied.unknown_removals = (block_hashes.len() - removed) as u64;
-            }
-            KvEventData::Cleared => {
-                let mine = holders.held_by(bit(i));
-                holders.remove(&mine, bit(i));
-                *held = 0;
-            }
+        match self {
+            Published::PerWorker(v) => v[i].apply(event),
+            Published::Pooled { holders, held } => apply_event(
+                &mut SlotBlocks {
+                    holders,
+                    bit: bit(i),
+                    held: &mut held[i],
+                },
+                event,
+            ),
         }
-        applied
     }
 
     /// Forgets everything worker `i` published.
@@ -176,6 +158,35 @@ impl Published {
             Published::PerWorker(v) => v[i].hashes().collect(),
             Published::Pooled { holders, .. } => holders.held_by(bit(i)),
         }
+    }
+}
+
+/// One slot's blocks in the pooled layout, with its count kept in step.
+struct SlotBlocks<'a> {
+    holders: &'a mut Holders,
+    bit: Slots,
+    held: &'a mut usize,
+}
+
+impl BlockSet for SlotBlocks<'_> {
+    fn holds(&self, hash: u64) -> bool {
+        self.holders.holds(hash, self.bit)
+    }
+
+    fn add(&mut self, hashes: &[u64]) {
+        *self.held += self.holders.add(hashes, self.bit);
+    }
+
+    fn remove(&mut self, hashes: &[u64]) -> usize {
+        let removed = self.holders.remove(hashes, self.bit);
+        *self.held -= removed;
+        removed
+    }
+
+    fn clear(&mut self) {
+        let mine = self.holders.held_by(self.bit);
+        self.holders.remove(&mine, self.bit);
+        *self.held = 0;
     }
 }
 
