@@ -199,6 +199,11 @@ const LANES: u64 = 1 << LANE_BITS;
 /// chunk's blocks to it).
 pub const GROUP_KEYS: u64 = LANES;
 
+/// Keys a bulk operation warms at a time ([`U64Table::warm`]): 16 groups
+/// of prompt-like keys, enough misses in flight to cover a memory latency,
+/// few enough lines to stay in L1 until used.
+const WARM_KEYS: usize = 512;
+
 /// A group's slot: up to [`LANES`] entries whose keys agree on all but the
 /// low [`LANE_BITS`] bits. `present == 0` marks an empty slot (a group with
 /// no entry is never kept).
@@ -363,9 +368,13 @@ impl<V: Copy + Default> U64Table<V> {
     /// Consecutive keys of one group are applied as one mask.
     pub fn insert_all(&mut self, keys: &[u64], v: V) {
         let mut near = Near::default();
-        for_group_runs(keys, |high, mask, _| {
-            self.set_lanes(high, mask, v, &mut near)
-        });
+        let mut rest = keys;
+        while let Some((piece, tail)) = self.next_warmed(rest) {
+            for_group_runs(piece, |high, mask, _| {
+                self.set_lanes(high, mask, v, &mut near)
+            });
+            rest = tail;
+        }
     }
 
     /// Removes every key of `keys`; returns how many were not present (a
@@ -373,13 +382,17 @@ impl<V: Copy + Default> U64Table<V> {
     pub fn remove_all(&mut self, keys: &[u64]) -> usize {
         let mut near = Near::default();
         let mut absent = 0;
-        for_group_runs(keys, |high, mask, repeats| {
-            let removed = match self.find_near(high, &mut near) {
-                Ok(i) => self.clear_lanes(i, mask),
-                Err(_) => 0,
-            };
-            absent += repeats + (mask & !removed).count_ones() as usize;
-        });
+        let mut rest = keys;
+        while let Some((piece, tail)) = self.next_warmed(rest) {
+            for_group_runs(piece, |high, mask, repeats| {
+                let removed = match self.find_near(high, &mut near) {
+                    Ok(i) => self.clear_lanes(i, mask),
+                    Err(_) => 0,
+                };
+                absent += repeats + (mask & !removed).count_ones() as usize;
+            });
+            rest = tail;
+        }
         absent
     }
 
@@ -389,46 +402,51 @@ impl<V: Copy + Default> U64Table<V> {
     /// repeated within such a run is updated once.
     pub fn update_all(&mut self, keys: &[u64], mut f: impl FnMut(Option<V>) -> Option<V>) {
         let mut near = Near::default();
-        for_group_runs(keys, |high, mask, _| {
-            let found = self.find_near(high, &mut near);
-            let (i, present) = match found {
-                Ok(i) => (i, self.heads[i].present),
-                Err(i) => (i, 0),
-            };
-            let (mut set, mut m) = (0u32, mask);
-            // In place: a lane left absent may hold garbage, as always.
-            let vals = &mut self.values[i];
-            while m != 0 {
-                let lane = m.trailing_zeros() as usize;
-                m &= m - 1;
-                let old = (present & (1 << lane) != 0).then(|| vals[lane]);
-                if let Some(v) = f(old) {
-                    vals[lane] = v;
-                    set |= 1 << lane;
-                }
-            }
-            let now = (present & !mask) | set;
-            match found {
-                Ok(_) if now == 0 => {
-                    self.len -= present.count_ones() as usize;
-                    self.remove_slot(i);
-                }
-                Ok(_) => {
-                    self.len = self.len + now.count_ones() as usize - present.count_ones() as usize;
-                    self.heads[i].present = now;
-                }
-                Err(_) if now == 0 => {}
-                Err(_) => {
-                    self.len += now.count_ones() as usize;
-                    self.groups += 1;
-                    self.heads[i] = Head { high, present: now };
-                    near = Near { slot: i };
-                    if self.groups * 2 > self.heads.len() {
-                        self.grow();
+        let mut rest = keys;
+        while let Some((piece, tail)) = self.next_warmed(rest) {
+            rest = tail;
+            for_group_runs(piece, |high, mask, _| {
+                let found = self.find_near(high, &mut near);
+                let (i, present) = match found {
+                    Ok(i) => (i, self.heads[i].present),
+                    Err(i) => (i, 0),
+                };
+                let (mut set, mut m) = (0u32, mask);
+                // In place: a lane left absent may hold garbage, as always.
+                let vals = &mut self.values[i];
+                while m != 0 {
+                    let lane = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    let old = (present & (1 << lane) != 0).then(|| vals[lane]);
+                    if let Some(v) = f(old) {
+                        vals[lane] = v;
+                        set |= 1 << lane;
                     }
                 }
-            }
-        });
+                let now = (present & !mask) | set;
+                match found {
+                    Ok(_) if now == 0 => {
+                        self.len -= present.count_ones() as usize;
+                        self.remove_slot(i);
+                    }
+                    Ok(_) => {
+                        self.len =
+                            self.len + now.count_ones() as usize - present.count_ones() as usize;
+                        self.heads[i].present = now;
+                    }
+                    Err(_) if now == 0 => {}
+                    Err(_) => {
+                        self.len += now.count_ones() as usize;
+                        self.groups += 1;
+                        self.heads[i] = Head { high, present: now };
+                        near = Near { slot: i };
+                        if self.groups * 2 > self.heads.len() {
+                            self.grow();
+                        }
+                    }
+                }
+            });
+        }
     }
 
     /// Inserts `v` under `k` unless present; returns the present value then.
@@ -438,11 +456,31 @@ impl<V: Copy + Default> U64Table<V> {
 
     /// [`Self::try_insert`] with a hint.
     pub fn try_insert_near(&mut self, k: u64, v: V, near: &mut Near) -> Result<(), V> {
-        if let Some((i, lane)) = self.entry(k, near) {
-            return Err(self.values[i][lane]);
-        }
         let (high, lane) = split(k);
-        self.set_lanes(high, 1 << lane, v, near);
+        let bit = 1u32 << lane;
+        // One probe: the lookup's slot is where the insertion goes (the
+        // vLLM pool publishes every block through this).
+        match self.find_near(high, near) {
+            Ok(i) => {
+                let head = &mut self.heads[i];
+                if head.present & bit != 0 {
+                    return Err(self.values[i][lane as usize]);
+                }
+                head.present |= bit;
+                self.len += 1;
+                self.values[i][lane as usize] = v;
+            }
+            Err(i) => {
+                self.heads[i] = Head { high, present: bit };
+                self.values[i][lane as usize] = v;
+                self.len += 1;
+                self.groups += 1;
+                *near = Near { slot: i };
+                if self.groups * 2 > self.heads.len() {
+                    self.grow();
+                }
+            }
+        }
         Ok(())
     }
 
@@ -558,6 +596,55 @@ impl<V: Copy + Default> U64Table<V> {
         }
     }
 
+    /// The next piece of `keys` for a bulk operation, its groups warmed
+    /// ([`Self::warm`]), and what follows it; `None` once `keys` is empty.
+    /// A piece is about [`WARM_KEYS`] keys, cut only where the group
+    /// changes, so no run of [`for_group_runs`] spans two pieces and
+    /// handling the pieces in turn is handling `keys` at once.
+    fn next_warmed<'k>(&self, keys: &'k [u64]) -> Option<(&'k [u64], &'k [u64])> {
+        if keys.is_empty() {
+            return None;
+        }
+        let mut end = keys.len().min(WARM_KEYS);
+        if end < keys.len() {
+            let high = keys[end - 1] >> LANE_BITS;
+            end += keys[end..]
+                .iter()
+                .take_while(|&&k| k >> LANE_BITS == high)
+                .count();
+        }
+        let piece = &keys[..end];
+        // A run within one group costs one probe: nothing to overlap.
+        if piece.len() > LANES as usize {
+            self.warm(piece.iter().copied());
+        }
+        Some((piece, &keys[end..]))
+    }
+
+    /// Loads the home slot (head and values) of each group among `keys`,
+    /// consecutive keys of one group once, in one tight loop; changes
+    /// nothing. A loop that then inserts or removes these keys finds their
+    /// groups in cache: the table is far larger than the caches and a
+    /// group's first probe is otherwise a miss per group, paid one after
+    /// another between the loop's other work, where independent loads with
+    /// nothing between them overlap (safe Rust has no prefetch). At most
+    /// half full, most groups sit in their home slot.
+    pub fn warm(&self, keys: impl IntoIterator<Item = u64>) {
+        let mut last = None;
+        let mut sum = 0u64;
+        for k in keys {
+            let high = k >> LANE_BITS;
+            if last == Some(high) {
+                continue;
+            }
+            last = Some(high);
+            let i = self.home(high);
+            sum = sum.wrapping_add(self.heads[i].high);
+            std::hint::black_box(self.values[i][(k & (LANES - 1)) as usize]);
+        }
+        std::hint::black_box(sum);
+    }
+
     /// Entries.
     pub fn len(&self) -> usize {
         self.len
@@ -594,6 +681,66 @@ mod table_tests {
     use super::*;
     use crate::Rng;
     use std::collections::HashMap;
+
+    proptest::proptest! {
+        /// Bulk operations over runs long enough to be handled in several
+        /// warmed pieces (`next_warmed`), with keys repeated on both sides of
+        /// a piece's nominal end, equal a `HashMap` applied key by key.
+        #[test]
+        fn long_bulk_runs_match_a_hashmap(
+            ops in proptest::collection::vec(
+                (0u8..3, 0usize..4, 0usize..2_000, 0u64..64, proptest::bool::ANY),
+                1..10,
+            ),
+        ) {
+            let mut t: U64Table<u64> = U64Table::with_capacity(1);
+            let mut m: HashMap<u64, u64> = HashMap::new();
+            let bases = [0u64, 1 << 40, 3 << 50, 0x1234_5678_9abc_0000];
+            for (step, (kind, base, len, offset, dup)) in ops.into_iter().enumerate() {
+                let step = step as u64;
+                let start = bases[base] + offset;
+                let mut keys: Vec<u64> = (start..start + len as u64).collect();
+                if dup && kind < 2 && len > WARM_KEYS {
+                    let k = keys[WARM_KEYS - 1];
+                    keys.insert(WARM_KEYS, k);
+                    keys.insert(WARM_KEYS + 2, k);
+                }
+                match kind {
+                    0 => {
+                        t.insert_all(&keys, step);
+                        for &k in &keys {
+                            m.insert(k, step);
+                        }
+                    }
+                    1 => {
+                        let absent = keys.iter().filter(|k| m.remove(k).is_none()).count();
+                        proptest::prop_assert_eq!(t.remove_all(&keys), absent);
+                    }
+                    _ => {
+                        // Insert when absent, drop odd values, bump even ones.
+                        let f = |v: Option<u64>| match v {
+                            None => Some(step),
+                            Some(x) if x % 2 == 1 => None,
+                            Some(x) => Some(x + 1),
+                        };
+                        t.update_all(&keys, f);
+                        for &k in &keys {
+                            match f(m.get(&k).copied()) {
+                                Some(v) => m.insert(k, v),
+                                None => m.remove(&k),
+                            };
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(t.len(), m.len());
+            }
+            let mut a: Vec<_> = t.iter().collect();
+            let mut b: Vec<_> = m.into_iter().collect();
+            a.sort();
+            b.sort();
+            proptest::prop_assert_eq!(a, b);
+        }
+    }
 
     #[test]
     fn update_all_matches_a_hashmap() {
