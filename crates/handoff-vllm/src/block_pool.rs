@@ -24,7 +24,7 @@ use handoff_core::fasthash::{Near, U64Table};
 /// Block-table entries whose pool entries are loaded together before a loop
 /// over a table works on them ([`BlockPool::warm`]): enough misses in flight
 /// to cover one memory latency, few enough to stay in L1.
-pub(crate) const WARM_CHUNK: usize = 16;
+pub(crate) const WARM_CHUNK: usize = 32;
 
 /// Who holds a reference to a block. The order is the strength order used for
 /// counting a shared block once.
