@@ -277,7 +277,7 @@ impl<P: PerfModel> VllmCore<P> {
         let mut run: Vec<u64> = Vec::with_capacity(full - start);
         let mut run_parent: Option<u64> = None;
         for i in start..full {
-            if (i - start) % PUBLISH_WARM == 0 {
+            if (i - start).is_multiple_of(PUBLISH_WARM) {
                 let end = full.min(i + PUBLISH_WARM);
                 self.pool.warm_publish(&seq.hashes[i..end]);
             }
