@@ -23,8 +23,8 @@ use handoff_core::fasthash::{Near, U64Table};
 
 /// Block-table entries whose pool entries are loaded together before a loop
 /// over a table works on them ([`BlockPool::warm`]): enough misses in flight
-/// to cover one memory latency, few enough to stay in L1 (1 KiB of entries).
-pub(crate) const WARM_CHUNK: usize = 32;
+/// to cover one memory latency, few enough to stay in L1.
+pub(crate) const WARM_CHUNK: usize = 16;
 
 /// Who holds a reference to a block. The order is the strength order used for
 /// counting a shared block once.
@@ -216,13 +216,6 @@ impl BlockPool {
             let chunk = (n - taken).min(WARM_CHUNK);
             if chunk > 1 {
                 self.warm(self.free.front(chunk));
-                // Their entries are loading: the cached ones' hashes name
-                // the index groups the evictions below will probe.
-                self.canonical.warm(
-                    self.free
-                        .front(chunk)
-                        .filter_map(|b| self.blocks.get(b as usize).and_then(Block::hash)),
-                );
             }
             for _ in 0..chunk {
                 match self.allocate(owner, events) {
