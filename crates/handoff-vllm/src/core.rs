@@ -17,6 +17,10 @@ use handoff_core::{
 };
 use std::collections::{HashMap, VecDeque};
 
+/// Block hashes whose index groups [`VllmCore::commit`] loads together
+/// before publishing them: 16 groups of a prompt's consecutive hashes.
+const PUBLISH_WARM: usize = 512;
+
 /// A vLLM v1 scheduler core; see the crate docs for what it models.
 ///
 /// `P` predicts pass times; [`VllmCore::new`] uses [`PolynomialPerf`] scaled
@@ -273,6 +277,10 @@ impl<P: PerfModel> VllmCore<P> {
         let mut run: Vec<u64> = Vec::with_capacity(full - start);
         let mut run_parent: Option<u64> = None;
         for i in start..full {
+            if (i - start).is_multiple_of(PUBLISH_WARM) {
+                let end = full.min(i + PUBLISH_WARM);
+                self.pool.warm_publish(&seq.hashes[i..end]);
+            }
             let h = seq.hashes[i];
             let b = seq.blocks[i];
             match self.pool.publish(b, h) {
