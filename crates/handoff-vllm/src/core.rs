@@ -10,12 +10,13 @@ use crate::block_pool::{BlockPool, Owner};
 use crate::config::VllmConfig;
 use crate::events::EventQueue;
 use crate::sequence::{Kind, Phase, Slab};
+use handoff_core::fasthash::ChurnMap;
 use handoff_core::{
     Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent,
     PerfModel, PolynomialPerf, PrefillPinned, Request, SchedulerCommand, SchedulerCore,
     SourceLeaseId, StepOutput,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Block hashes whose index groups [`VllmCore::commit`] loads together
 /// before publishing them: 16 groups of a prompt's consecutive hashes.
@@ -45,10 +46,11 @@ pub struct VllmCore<P: PerfModel = PolynomialPerf> {
     /// Entries of `waiting` in [`Phase::Queued`] not yet reported as not
     /// granted.
     pub(crate) unreported: usize,
-    /// Handoff prefills, computing or held.
-    pub(crate) sources: HashMap<HandoffId, u32>,
+    /// Handoff prefills, computing or held (lookups and a count only; one
+    /// insert and removal per handoff, hence the churn map).
+    pub(crate) sources: ChurnMap<HandoffId, u32>,
     /// Destinations not yet activated: queued for their blocks or reserved.
-    pub(crate) destinations: HashMap<HandoffId, u32>,
+    pub(crate) destinations: ChurnMap<HandoffId, u32>,
     pub(crate) next_lease: u64,
     pub(crate) next_reservation: u64,
     /// Requests scheduled in the current pass and their token counts.
@@ -91,8 +93,8 @@ impl<P: PerfModel> VllmCore<P> {
             waiting: VecDeque::new(),
             awaiting_kv: 0,
             unreported: 0,
-            sources: HashMap::new(),
-            destinations: HashMap::new(),
+            sources: ChurnMap::default(),
+            destinations: ChurnMap::default(),
             next_lease: 0,
             next_reservation: 0,
             emitted: Vec::with_capacity(seqs_hint),

@@ -544,11 +544,11 @@ fn preemption_under_pressure_never_touches_held_or_reserved_blocks() {
     h.step();
     summary(&h.reserve(dst, req(2, 256, 1, &content(2, 16))));
     let pinned_blocks: Vec<u32> = {
-        let s = h.core.sources[&src];
+        let s = h.core.sources.get(&src).copied().unwrap();
         h.core.seqs.get(s).blocks.clone()
     };
     let reserved_blocks: Vec<u32> = {
-        let s = h.core.destinations[&dst];
+        let s = h.core.destinations.get(&dst).copied().unwrap();
         h.core.seqs.get(s).blocks.clone()
     };
     assert_eq!(h.cap().pinned_source_blocks, 16);
@@ -562,9 +562,9 @@ fn preemption_under_pressure_never_touches_held_or_reserved_blocks() {
         steps += 1;
         assert_eq!(h.cap().pinned_source_blocks, 16);
         assert_eq!(h.cap().reserved_destination_blocks, 16);
-        let s = h.core.sources[&src];
+        let s = h.core.sources.get(&src).copied().unwrap();
         assert_eq!(h.core.seqs.get(s).blocks, pinned_blocks);
-        let s = h.core.destinations[&dst];
+        let s = h.core.destinations.get(&dst).copied().unwrap();
         assert_eq!(h.core.seqs.get(s).blocks, reserved_blocks);
     }
     assert!(

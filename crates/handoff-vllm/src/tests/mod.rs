@@ -99,7 +99,7 @@ impl<P: PerfModel> VllmCore<P> {
                 self.awaiting_kv, self.unreported
             ));
         }
-        for (&id, &s) in &self.sources {
+        for (&id, &s) in self.sources.iter() {
             let seq = self.seqs.get(s);
             if seq.kind != Kind::Source(id) {
                 return Err(format!("source {id} maps to {:?}", seq.kind));
@@ -111,7 +111,7 @@ impl<P: PerfModel> VllmCore<P> {
                 }
             }
         }
-        for (&id, &s) in &self.destinations {
+        for (&id, &s) in self.destinations.iter() {
             let seq = self.seqs.get(s);
             let ok = match seq.phase {
                 Phase::Reserved => seq.owner == Owner::Reserved,
