@@ -16,6 +16,7 @@
 //! reserved == total` always holds, and a prefix shared between a running
 //! request and a held source is reported as active.
 
+use crate::batch_sums::BatchSums;
 use crate::config::{ConfigError, SglangConfig};
 use crate::events::KvEventQueue;
 use crate::radix::{Owner, RadixCache, NIL, OWNERS};
@@ -84,6 +85,8 @@ pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     pub(crate) retracted_fill: u64,
     /// Sum of `computed` over the decode batch.
     pub(crate) running_kv_tokens: u64,
+    /// The batch's sums that preallocation budgets read.
+    pub(crate) batch_sums: BatchSums,
     pub(crate) ratio: NewTokenRatio,
     /// SGLang's `running_batch.batch_is_full`: admission is skipped until
     /// the batch shrinks.
@@ -135,6 +138,7 @@ impl<P: PerfModel> SglangCore<P> {
             sources_computing: 0,
             retracted_fill: 0,
             running_kv_tokens: 0,
+            batch_sums: BatchSums::default(),
             ratio: NewTokenRatio::new(
                 config.init_new_token_ratio,
                 config.min_new_token_ratio,
@@ -315,6 +319,36 @@ impl<P: PerfModel> SglangCore<P> {
             + queued.saturating_sub(self.sources_computing)
     }
 
+    /// What the request contributes to [`BatchSums`] now: `(prompt +
+    /// emitted, min(max_output, clip) + prompt)`.
+    fn batch_counts(&self, idx: u32) -> Option<(u64, u64)> {
+        let clip = u64::from(self.cfg.max_new_tokens_clip);
+        self.seqs
+            .get(idx)
+            .map(|s| (s.prompt + s.emitted, s.max_output.min(clip) + s.prompt))
+    }
+
+    /// `idx` joins the decode batch (its phase is the caller's).
+    pub(crate) fn join_running(&mut self, idx: u32) {
+        if let Some((fill, need)) = self.batch_counts(idx) {
+            self.batch_sums.join(fill, need);
+        }
+        if let Some(s) = self.seqs.get(idx) {
+            self.running_kv_tokens += s.computed;
+        }
+        self.running.push(idx);
+    }
+
+    /// `idx`, still in the slab, is leaving the decode batch: takes it out
+    /// of the batch's sums (the caller removes it from `running`).
+    pub(crate) fn leave_running_sums(&mut self, idx: u32) {
+        if let Some((fill, need)) = self.batch_counts(idx) {
+            self.batch_sums.leave(fill, need);
+        }
+        let kv = self.seqs.get(idx).map_or(0, |s| s.computed);
+        self.running_kv_tokens = self.running_kv_tokens.saturating_sub(kv);
+    }
+
     /// Adds `n` tokens to the request's emission of this call.
     pub(crate) fn emit(&mut self, idx: u32, n: u64, out: &mut StepOutput) {
         let call = self.call;
@@ -423,8 +457,7 @@ impl<P: PerfModel> SglangCore<P> {
                 }
             }
             seq.phase = Phase::Running;
-            self.running_kv_tokens += seq.computed;
-            self.running.push(idx);
+            self.join_running(idx);
         }
     }
 
@@ -481,6 +514,16 @@ impl<P: PerfModel> SglangCore<P> {
         }
         if slots + self.free_slots != self.cfg.total_request_slots() {
             return Err(format!("slots {slots} + free {}", self.free_slots));
+        }
+        let clip = u64::from(self.cfg.max_new_tokens_clip);
+        let batch = self.running.iter().filter_map(|&i| self.seqs.get(i));
+        let fill: u64 = batch.clone().map(|s| s.prompt + s.emitted).sum();
+        let largest = batch.map(|s| s.max_output.min(clip) + s.prompt).max();
+        if fill != self.batch_sums.fill()
+            || largest != self.batch_sums.largest_need()
+            || self.batch_sums.len() != self.running.len() as u64
+        {
+            return Err("batch sums drifted".into());
         }
         if running_kv != self.running_kv_tokens {
             return Err(format!(

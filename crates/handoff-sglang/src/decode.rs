@@ -101,6 +101,7 @@ impl<P: PerfModel> SglangCore<P> {
         }
         self.private[crate::radix::Owner::Active as usize] += new_pages;
         self.running_kv_tokens += k * self.running.len() as u64;
+        self.batch_sums.advance(k, self.running.len() as u64);
         if finished == 0 {
             return;
         }
@@ -112,8 +113,7 @@ impl<P: PerfModel> SglangCore<P> {
                 None => true,
             };
             if done {
-                let kv = self.seqs.get(idx).map_or(0, |s| s.computed);
-                self.running_kv_tokens = self.running_kv_tokens.saturating_sub(kv);
+                self.leave_running_sums(idx);
                 self.finish(idx, out);
             } else {
                 self.running[keep] = idx;
@@ -187,8 +187,7 @@ impl<P: PerfModel> SglangCore<P> {
     /// (see [`crate::retracted`]); an ordinary one is queued to be
     /// recomputed.
     fn retract_one(&mut self, idx: u32, out: &mut StepOutput) {
-        let kv = self.seqs.get(idx).map_or(0, |s| s.computed);
-        self.running_kv_tokens = self.running_kv_tokens.saturating_sub(kv);
+        self.leave_running_sums(idx);
         if self
             .seqs
             .get(idx)
@@ -239,6 +238,18 @@ impl<P: PerfModel> SglangCore<P> {
         out: &mut StepOutput,
     ) -> MorePasses {
         let bs = self.running.len() as u64;
+        let total = self.total_tokens();
+        // Most calls end at the horizon after their first pass (another
+        // worker's step ends within every pass): when not even one more pass
+        // would end by it the answer is no passes whatever the batch holds,
+        // so the batch is not read at all. Reading it (a line per request)
+        // was a second walk of the batch per call beside `advance_running`.
+        let first_more = self
+            .perf
+            .pass(&Pass::decode(bs, self.running_kv_tokens, total));
+        if start + first_more > horizon {
+            return MorePasses::default();
+        }
         let mut until_finish = u64::MAX;
         for s in self.running.iter().filter_map(|&i| self.seqs.get(i)) {
             // A request that joined without a token (a prebuilt extend merged
@@ -249,24 +260,6 @@ impl<P: PerfModel> SglangCore<P> {
             }
             until_finish = until_finish.min(s.remaining_output());
         }
-        // The time line: how many passes end by the horizon.
-        let total = self.total_tokens();
-        let timeline = |perf: &P, passes: u64| {
-            let mut more = MorePasses::default();
-            let (mut t, mut kv) = (start, self.running_kv_tokens);
-            while more.passes < passes {
-                let d = perf.pass(&Pass::decode(bs, kv, total));
-                if t + d > horizon {
-                    break;
-                }
-                t = t + d;
-                kv += bs;
-                more.passes += 1;
-                more.duration += d;
-                more.last = d;
-            }
-            more
-        };
         // At one token per page memory is a closed form; otherwise it is
         // searched below, within the passes the horizon allows.
         let free = self.free_pages();
@@ -275,7 +268,28 @@ impl<P: PerfModel> SglangCore<P> {
         } else {
             until_finish
         };
-        let mut more = timeline(&self.perf, cap);
+        // The time line: how many passes end by the horizon. Each pass's
+        // duration goes straight into `out.passes` (after the first pass's),
+        // so the perf model is evaluated once per pass, not again when the
+        // passes are listed.
+        let mark = out.passes.len();
+        out.passes.push(out.first_step);
+        let mut more = MorePasses::default();
+        let (mut t, mut kv, mut d) = (start, self.running_kv_tokens, first_more);
+        while more.passes < cap {
+            if more.passes > 0 {
+                d = self.perf.pass(&Pass::decode(bs, kv, total));
+            }
+            if t + d > horizon {
+                break;
+            }
+            t = t + d;
+            kv += bs;
+            more.passes += 1;
+            more.duration += d;
+            more.last = d;
+            out.passes.push(d);
+        }
         // Then memory: the largest k with pages_for_passes(k) <= free.
         let fits = if self.page == 1 {
             more.passes
@@ -292,19 +306,21 @@ impl<P: PerfModel> SglangCore<P> {
             lo
         };
         if fits < more.passes {
-            more = timeline(&self.perf, fits);
-        }
-        if more.passes > 0 {
-            out.passes.push(out.first_step);
-            let mut kv = self.running_kv_tokens;
-            for _ in 0..more.passes {
-                out.passes
-                    .push(self.perf.pass(&Pass::decode(bs, kv, total)));
-                kv += bs;
+            // The first `fits` passes of the time line are the same passes.
+            out.passes.truncate(mark + 1 + fits as usize);
+            more = MorePasses::default();
+            for &d in &out.passes[mark + 1..] {
+                more.passes += 1;
+                more.duration += d;
+                more.last = d;
             }
-            self.ratio.decay(more.passes);
-            self.advance_running(more.passes, out);
         }
+        if more.passes == 0 {
+            out.passes.truncate(mark);
+            return more;
+        }
+        self.ratio.decay(more.passes);
+        self.advance_running(more.passes, out);
         more
     }
 }

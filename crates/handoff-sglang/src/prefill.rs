@@ -430,8 +430,7 @@ impl<P: PerfModel> SglangCore<P> {
                     self.finish(idx, out);
                 } else if let Some(s) = self.seqs.get_mut(idx) {
                     s.phase = Phase::Running;
-                    self.running_kv_tokens += s.computed;
-                    self.running.push(idx);
+                    self.join_running(idx);
                 }
             }
         }
