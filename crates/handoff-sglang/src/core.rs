@@ -16,6 +16,7 @@
 //! reserved == total` always holds, and a prefix shared between a running
 //! request and a held source is reported as active.
 
+use crate::batch::{emit_tokens, Decoding};
 use crate::batch_sums::BatchSums;
 use crate::config::{ConfigError, SglangConfig};
 use crate::events::KvEventQueue;
@@ -25,7 +26,7 @@ use crate::seq::{Kind, Phase, Seq, Slab};
 use handoff_core::fasthash::ChurnMap;
 use handoff_core::{
     Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent, Pass,
-    PerfModel, PolynomialPerf, Request, SchedulerCommand, SchedulerCore, StepOutput, TokenEmission,
+    PerfModel, PolynomialPerf, Request, SchedulerCommand, SchedulerCore, StepOutput,
 };
 use std::collections::VecDeque;
 
@@ -65,6 +66,9 @@ pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     pub(crate) chunked: Option<u32>,
     /// The decode batch, in admission order.
     pub(crate) running: Vec<u32>,
+    /// The batch's decode fields, parallel to `running` and authoritative
+    /// over the slab's copies while a request runs ([`crate::batch`]).
+    pub(crate) decoding: Vec<Decoding>,
     /// Activated destinations not yet merged into the batch.
     pub(crate) prebuilt: VecDeque<u32>,
     /// Decode-side requests retracted with their KV offloaded to host
@@ -130,6 +134,7 @@ impl<P: PerfModel> SglangCore<P> {
             waiting: VecDeque::new(),
             chunked: None,
             running: Vec::with_capacity(config.max_running_requests as usize),
+            decoding: Vec::with_capacity(config.max_running_requests as usize),
             prebuilt: VecDeque::new(),
             retracted: VecDeque::new(),
             retracted_required: 0,
@@ -328,19 +333,33 @@ impl<P: PerfModel> SglangCore<P> {
             .map(|s| (s.prompt + s.emitted, s.max_output.min(clip) + s.prompt))
     }
 
-    /// `idx` joins the decode batch (its phase is the caller's).
+    /// `idx` joins the decode batch (its phase is the caller's): from now on
+    /// its batch entry holds its decode fields ([`crate::batch`]).
     pub(crate) fn join_running(&mut self, idx: u32) {
         if let Some((fill, need)) = self.batch_counts(idx) {
             self.batch_sums.join(fill, need);
         }
-        if let Some(s) = self.seqs.get(idx) {
-            self.running_kv_tokens += s.computed;
-        }
+        let Some(s) = self.seqs.get(idx) else {
+            return;
+        };
+        self.running_kv_tokens += s.computed;
+        self.decoding.push(Decoding::load(s));
         self.running.push(idx);
     }
 
-    /// `idx`, still in the slab, is leaving the decode batch: takes it out
-    /// of the batch's sums (the caller removes it from `running`).
+    /// Stores every batch entry back to its slab record, so the batch's
+    /// requests can be read through the slab (before a retraction).
+    pub(crate) fn store_running(&mut self) {
+        for (&idx, d) in self.running.iter().zip(&self.decoding) {
+            if let Some(s) = self.seqs.get_mut(idx) {
+                d.store(s);
+            }
+        }
+    }
+
+    /// `idx`, still in the slab and with its batch entry stored back, is
+    /// leaving the decode batch: takes it out of the batch's sums (the
+    /// caller removes it from `running` and `decoding`).
     pub(crate) fn leave_running_sums(&mut self, idx: u32) {
         if let Some((fill, need)) = self.batch_counts(idx) {
             self.batch_sums.leave(fill, need);
@@ -353,6 +372,10 @@ impl<P: PerfModel> SglangCore<P> {
     pub(crate) fn emit(&mut self, idx: u32, n: u64, out: &mut StepOutput) {
         let call = self.call;
         if let Some(seq) = self.seqs.get_mut(idx) {
+            debug_assert!(
+                seq.phase != Phase::Running,
+                "a running request's fields are in its batch entry"
+            );
             emit_into(seq, call, n, out);
         }
     }
@@ -471,7 +494,25 @@ impl<P: PerfModel> SglangCore<P> {
         private[Owner::Reserved as usize] += self.store.pending_pages();
         let mut slots = 0u64;
         let mut running_kv = 0u64;
-        for seq in self.seqs.iter() {
+        if self.decoding.len() != self.running.len() {
+            return Err("batch entries and running batch differ in length".into());
+        }
+        // The batch's requests as their entries hold them.
+        let mut current: std::collections::HashMap<u32, Seq> = Default::default();
+        for (&idx, d) in self.running.iter().zip(&self.decoding) {
+            let mut s = self
+                .seqs
+                .get(idx)
+                .ok_or("a running request is not in the slab")?
+                .clone();
+            if s.id != d.id || s.max_output != d.max_output {
+                return Err(format!("batch entry of {:?} belongs to {:?}", s.id, d.id));
+            }
+            d.store(&mut s);
+            current.insert(idx, s);
+        }
+        for (idx, seq) in self.seqs.iter_indexed() {
+            let seq = current.get(&idx).unwrap_or(seq);
             private[seq.owner as usize] += seq.private_pages;
             slots += u64::from(seq.has_slot);
             if seq.phase == Phase::Running {
@@ -516,7 +557,7 @@ impl<P: PerfModel> SglangCore<P> {
             return Err(format!("slots {slots} + free {}", self.free_slots));
         }
         let clip = u64::from(self.cfg.max_new_tokens_clip);
-        let batch = self.running.iter().filter_map(|&i| self.seqs.get(i));
+        let batch = self.running.iter().filter_map(|i| current.get(i));
         let fill: u64 = batch.clone().map(|s| s.prompt + s.emitted).sum();
         let largest = batch.map(|s| s.max_output.min(clip) + s.prompt).max();
         if fill != self.batch_sums.fill()
@@ -712,21 +753,13 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
 
 /// Adds `n` tokens to `seq`'s emission of step call `call`: merged into the
 /// emission it already has in `out` from this call, else a new one.
-pub(crate) fn emit_into(seq: &mut Seq, call: u64, n: u64, out: &mut StepOutput) {
-    let first = seq.emitted == 0;
-    seq.emitted += n;
-    let n32 = u32::try_from(n).unwrap_or(u32::MAX);
-    if seq.emit_call == call {
-        if let Some(e) = out.tokens.get_mut(seq.emit_idx) {
-            e.tokens = e.tokens.saturating_add(n32);
-            return;
-        }
-    }
-    seq.emit_call = call;
-    seq.emit_idx = out.tokens.len();
-    out.tokens.push(TokenEmission {
-        request: seq.id,
-        tokens: n32,
-        first,
-    });
+fn emit_into(seq: &mut Seq, call: u64, n: u64, out: &mut StepOutput) {
+    let id = seq.id;
+    emit_tokens(
+        (&mut seq.emitted, &mut seq.emit_call, &mut seq.emit_idx),
+        id,
+        call,
+        n,
+        out,
+    );
 }

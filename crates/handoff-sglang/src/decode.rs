@@ -22,7 +22,7 @@
 //! `k` single passes. The work is O(batch) plus one perf evaluation per pass
 //! for the time line.
 
-use crate::core::emit_into;
+use crate::batch::emit_tokens;
 use crate::core::SglangCore;
 use crate::ratio::ratio_after_retract;
 use crate::seq::{Kind, Phase};
@@ -44,10 +44,9 @@ impl<P: PerfModel> SglangCore<P> {
         if self.page == 1 {
             return self.running.len() as u64;
         }
-        self.running
+        self.decoding
             .iter()
-            .filter_map(|&i| self.seqs.get(i))
-            .filter(|s| s.computed % self.page == 0)
+            .filter(|d| d.computed % self.page == 0)
             .count() as u64
     }
 
@@ -79,23 +78,25 @@ impl<P: PerfModel> SglangCore<P> {
         let mut finished = 0usize;
         let mut new_pages = 0u64;
         let (page, call) = (self.page, self.call);
-        // One slab lookup per request: its decode fields share a cache line
-        // (`Seq`'s layout), read once here for pages, emission and finish.
-        for r in 0..self.running.len() {
-            let idx = self.running[r];
-            let Some(seq) = self.seqs.get_mut(idx) else {
-                continue;
-            };
+        // The batch's entries, in order: a sequential walk, not a slab
+        // lookup per request (`crate::batch`).
+        for d in &mut self.decoding {
             let pages = if page == 1 {
                 k
             } else {
-                (seq.computed + k).div_ceil(page) - seq.computed.div_ceil(page)
+                (d.computed + k).div_ceil(page) - d.computed.div_ceil(page)
             };
-            seq.computed += k;
-            seq.private_pages += pages;
+            d.computed += k;
+            d.private_pages += pages;
             new_pages += pages;
-            emit_into(seq, call, k, out);
-            if seq.emitted >= seq.max_output {
+            emit_tokens(
+                (&mut d.emitted, &mut d.emit_call, &mut d.emit_idx),
+                d.id,
+                call,
+                k,
+                out,
+            );
+            if d.emitted >= d.max_output {
                 finished += 1;
             }
         }
@@ -107,20 +108,21 @@ impl<P: PerfModel> SglangCore<P> {
         }
         let mut keep = 0;
         for r in 0..self.running.len() {
-            let idx = self.running[r];
-            let done = match self.seqs.get(idx) {
-                Some(s) => s.emitted >= s.max_output,
-                None => true,
-            };
-            if done {
+            let (idx, d) = (self.running[r], self.decoding[r]);
+            if d.emitted >= d.max_output {
+                if let Some(s) = self.seqs.get_mut(idx) {
+                    d.store(s);
+                }
                 self.leave_running_sums(idx);
                 self.finish(idx, out);
             } else {
                 self.running[keep] = idx;
+                self.decoding[keep] = d;
                 keep += 1;
             }
         }
         self.running.truncate(keep);
+        self.decoding.truncate(keep);
         self.running_shrank = true;
     }
 
@@ -128,6 +130,8 @@ impl<P: PerfModel> SglangCore<P> {
     /// remaining request has room; here it is retracted too if it has not,
     /// so that pinned or reserved pages can never wedge the batch.
     fn retract(&mut self, out: &mut StepOutput) {
+        // Everything below reads the batch through the slab.
+        self.store_running();
         let mut order = std::mem::take(&mut self.scratch_order);
         order.clear();
         order.extend_from_slice(&self.running);
@@ -167,10 +171,12 @@ impl<P: PerfModel> SglangCore<P> {
                 decoded += s.emitted;
                 max_new += s.max_output;
                 self.running[keep] = idx;
+                self.decoding[keep] = self.decoding[r];
                 keep += 1;
             }
         }
         self.running.truncate(keep);
+        self.decoding.truncate(keep);
         self.running_shrank = true;
         self.ratio.set(ratio_after_retract(
             decoded,
@@ -221,10 +227,9 @@ impl<P: PerfModel> SglangCore<P> {
 
     /// Fresh pages `k` more passes take.
     fn pages_for_passes(&self, k: u64) -> u64 {
-        self.running
+        self.decoding
             .iter()
-            .filter_map(|&i| self.seqs.get(i))
-            .map(|s| (s.computed + k).div_ceil(self.page) - s.computed.div_ceil(self.page))
+            .map(|d| (d.computed + k).div_ceil(self.page) - d.computed.div_ceil(self.page))
             .sum()
     }
 
@@ -251,7 +256,7 @@ impl<P: PerfModel> SglangCore<P> {
             return MorePasses::default();
         }
         let mut until_finish = u64::MAX;
-        for s in self.running.iter().filter_map(|&i| self.seqs.get(i)) {
+        for s in &self.decoding {
             // A request that joined without a token (a prebuilt extend merged
             // into a prefill pass) emits its first token in its first decode
             // pass; keep that pass first in its call so `first_step` times it.

@@ -213,7 +213,13 @@ impl<P: PerfModel> SglangCore<P> {
         };
         match phase {
             Phase::Running => {
-                self.running.retain(|&i| i != idx);
+                if let Some(r) = self.running.iter().position(|&i| i == idx) {
+                    self.running.remove(r);
+                    let d = self.decoding.remove(r);
+                    if let Some(s) = self.seqs.get_mut(idx) {
+                        d.store(s);
+                    }
+                }
                 self.leave_running_sums(idx);
                 self.running_shrank = true;
             }

@@ -218,13 +218,14 @@ impl Slab {
         self.entries.len() - self.vacant.len()
     }
 
-    /// Every live request; for tests.
+    /// Every live request with its index; for tests.
     #[cfg(test)]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &Seq> {
+    pub(crate) fn iter_indexed(&self) -> impl Iterator<Item = (u32, &Seq)> {
         self.entries
             .iter()
             .zip(&self.live)
-            .filter_map(|(s, &live)| live.then_some(s))
+            .enumerate()
+            .filter_map(|(i, (s, &live))| live.then_some((i as u32, s)))
     }
 }
 
