@@ -74,6 +74,7 @@ impl Decoding {
 /// Adds `n` tokens to a request's emission of step call `call`: merged into
 /// the emission it already has in `out` from this call, else a new one. The
 /// one emission rule for the slab's records and the batch's entries.
+#[inline]
 pub(crate) fn emit_tokens(
     (emitted, emit_call, emit_idx): (&mut u64, &mut u64, &mut usize),
     id: RequestId,
