@@ -134,7 +134,12 @@ impl<P: PerfModel> SglangCore<P> {
             waiting: VecDeque::new(),
             chunked: None,
             running: Vec::with_capacity(config.max_running_requests as usize),
-            decoding: Vec::with_capacity(config.max_running_requests as usize),
+            // Grown on demand, not pre-sized to `max_running_requests`: that
+            // many entries (up to 4,096 of 56 bytes) is a page-aligned mmap,
+            // so every worker's batch would start in the same L1 sets as
+            // every other page-aligned array's hot head (cachegrind,
+            // conversation trace 4P+4D: 20% more L1 data misses in all).
+            decoding: Vec::new(),
             prebuilt: VecDeque::new(),
             retracted: VecDeque::new(),
             retracted_required: 0,
