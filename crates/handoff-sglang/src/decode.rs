@@ -22,7 +22,7 @@
 //! `k` single passes. The work is O(batch) plus one perf evaluation per pass
 //! for the time line.
 
-use crate::core::emit_into;
+use crate::batch::emit_tokens;
 use crate::core::SglangCore;
 use crate::ratio::ratio_after_retract;
 use crate::seq::{Kind, Phase};
@@ -44,10 +44,9 @@ impl<P: PerfModel> SglangCore<P> {
         if self.page == 1 {
             return self.running.len() as u64;
         }
-        self.running
+        self.decoding
             .iter()
-            .filter_map(|&i| self.seqs.get(i))
-            .filter(|s| s.computed % self.page == 0)
+            .filter(|d| d.computed % self.page == 0)
             .count() as u64
     }
 
@@ -79,48 +78,51 @@ impl<P: PerfModel> SglangCore<P> {
         let mut finished = 0usize;
         let mut new_pages = 0u64;
         let (page, call) = (self.page, self.call);
-        // One slab lookup per request: its decode fields share a cache line
-        // (`Seq`'s layout), read once here for pages, emission and finish.
-        for r in 0..self.running.len() {
-            let idx = self.running[r];
-            let Some(seq) = self.seqs.get_mut(idx) else {
-                continue;
-            };
+        // The batch's entries, in order: a sequential walk, not a slab
+        // lookup per request (`crate::batch`).
+        for d in &mut self.decoding {
             let pages = if page == 1 {
                 k
             } else {
-                (seq.computed + k).div_ceil(page) - seq.computed.div_ceil(page)
+                (d.computed + k).div_ceil(page) - d.computed.div_ceil(page)
             };
-            seq.computed += k;
-            seq.private_pages += pages;
+            d.computed += k;
+            d.private_pages += pages;
             new_pages += pages;
-            emit_into(seq, call, k, out);
-            if seq.emitted >= seq.max_output {
+            emit_tokens(
+                (&mut d.emitted, &mut d.emit_call, &mut d.emit_idx),
+                d.id,
+                call,
+                k,
+                out,
+            );
+            if d.emitted >= d.max_output {
                 finished += 1;
             }
         }
         self.private[crate::radix::Owner::Active as usize] += new_pages;
         self.running_kv_tokens += k * self.running.len() as u64;
+        self.batch_sums.advance(k, self.running.len() as u64);
         if finished == 0 {
             return;
         }
         let mut keep = 0;
         for r in 0..self.running.len() {
-            let idx = self.running[r];
-            let done = match self.seqs.get(idx) {
-                Some(s) => s.emitted >= s.max_output,
-                None => true,
-            };
-            if done {
-                let kv = self.seqs.get(idx).map_or(0, |s| s.computed);
-                self.running_kv_tokens = self.running_kv_tokens.saturating_sub(kv);
+            let (idx, d) = (self.running[r], self.decoding[r]);
+            if d.emitted >= d.max_output {
+                if let Some(s) = self.seqs.get_mut(idx) {
+                    d.store(s);
+                }
+                self.leave_running_sums(idx);
                 self.finish(idx, out);
             } else {
                 self.running[keep] = idx;
+                self.decoding[keep] = d;
                 keep += 1;
             }
         }
         self.running.truncate(keep);
+        self.decoding.truncate(keep);
         self.running_shrank = true;
     }
 
@@ -128,6 +130,8 @@ impl<P: PerfModel> SglangCore<P> {
     /// remaining request has room; here it is retracted too if it has not,
     /// so that pinned or reserved pages can never wedge the batch.
     fn retract(&mut self, out: &mut StepOutput) {
+        // Everything below reads the batch through the slab.
+        self.store_running();
         let mut order = std::mem::take(&mut self.scratch_order);
         order.clear();
         order.extend_from_slice(&self.running);
@@ -167,10 +171,12 @@ impl<P: PerfModel> SglangCore<P> {
                 decoded += s.emitted;
                 max_new += s.max_output;
                 self.running[keep] = idx;
+                self.decoding[keep] = self.decoding[r];
                 keep += 1;
             }
         }
         self.running.truncate(keep);
+        self.decoding.truncate(keep);
         self.running_shrank = true;
         self.ratio.set(ratio_after_retract(
             decoded,
@@ -187,8 +193,7 @@ impl<P: PerfModel> SglangCore<P> {
     /// (see [`crate::retracted`]); an ordinary one is queued to be
     /// recomputed.
     fn retract_one(&mut self, idx: u32, out: &mut StepOutput) {
-        let kv = self.seqs.get(idx).map_or(0, |s| s.computed);
-        self.running_kv_tokens = self.running_kv_tokens.saturating_sub(kv);
+        self.leave_running_sums(idx);
         if self
             .seqs
             .get(idx)
@@ -222,10 +227,9 @@ impl<P: PerfModel> SglangCore<P> {
 
     /// Fresh pages `k` more passes take.
     fn pages_for_passes(&self, k: u64) -> u64 {
-        self.running
+        self.decoding
             .iter()
-            .filter_map(|&i| self.seqs.get(i))
-            .map(|s| (s.computed + k).div_ceil(self.page) - s.computed.div_ceil(self.page))
+            .map(|d| (d.computed + k).div_ceil(self.page) - d.computed.div_ceil(self.page))
             .sum()
     }
 
@@ -239,8 +243,20 @@ impl<P: PerfModel> SglangCore<P> {
         out: &mut StepOutput,
     ) -> MorePasses {
         let bs = self.running.len() as u64;
+        let total = self.total_tokens();
+        // Most calls end at the horizon after their first pass (another
+        // worker's step ends within every pass): when not even one more pass
+        // would end by it the answer is no passes whatever the batch holds,
+        // so the batch is not read at all. Reading it (a line per request)
+        // was a second walk of the batch per call beside `advance_running`.
+        let first_more = self
+            .perf
+            .pass(&Pass::decode(bs, self.running_kv_tokens, total));
+        if start + first_more > horizon {
+            return MorePasses::default();
+        }
         let mut until_finish = u64::MAX;
-        for s in self.running.iter().filter_map(|&i| self.seqs.get(i)) {
+        for s in &self.decoding {
             // A request that joined without a token (a prebuilt extend merged
             // into a prefill pass) emits its first token in its first decode
             // pass; keep that pass first in its call so `first_step` times it.
@@ -249,24 +265,6 @@ impl<P: PerfModel> SglangCore<P> {
             }
             until_finish = until_finish.min(s.remaining_output());
         }
-        // The time line: how many passes end by the horizon.
-        let total = self.total_tokens();
-        let timeline = |perf: &P, passes: u64| {
-            let mut more = MorePasses::default();
-            let (mut t, mut kv) = (start, self.running_kv_tokens);
-            while more.passes < passes {
-                let d = perf.pass(&Pass::decode(bs, kv, total));
-                if t + d > horizon {
-                    break;
-                }
-                t = t + d;
-                kv += bs;
-                more.passes += 1;
-                more.duration += d;
-                more.last = d;
-            }
-            more
-        };
         // At one token per page memory is a closed form; otherwise it is
         // searched below, within the passes the horizon allows.
         let free = self.free_pages();
@@ -275,7 +273,28 @@ impl<P: PerfModel> SglangCore<P> {
         } else {
             until_finish
         };
-        let mut more = timeline(&self.perf, cap);
+        // The time line: how many passes end by the horizon. Each pass's
+        // duration goes straight into `out.passes` (after the first pass's),
+        // so the perf model is evaluated once per pass, not again when the
+        // passes are listed.
+        let mark = out.passes.len();
+        out.passes.push(out.first_step);
+        let mut more = MorePasses::default();
+        let (mut t, mut kv, mut d) = (start, self.running_kv_tokens, first_more);
+        while more.passes < cap {
+            if more.passes > 0 {
+                d = self.perf.pass(&Pass::decode(bs, kv, total));
+            }
+            if t + d > horizon {
+                break;
+            }
+            t = t + d;
+            kv += bs;
+            more.passes += 1;
+            more.duration += d;
+            more.last = d;
+            out.passes.push(d);
+        }
         // Then memory: the largest k with pages_for_passes(k) <= free.
         let fits = if self.page == 1 {
             more.passes
@@ -292,19 +311,21 @@ impl<P: PerfModel> SglangCore<P> {
             lo
         };
         if fits < more.passes {
-            more = timeline(&self.perf, fits);
-        }
-        if more.passes > 0 {
-            out.passes.push(out.first_step);
-            let mut kv = self.running_kv_tokens;
-            for _ in 0..more.passes {
-                out.passes
-                    .push(self.perf.pass(&Pass::decode(bs, kv, total)));
-                kv += bs;
+            // The first `fits` passes of the time line are the same passes.
+            out.passes.truncate(mark + 1 + fits as usize);
+            more = MorePasses::default();
+            for &d in &out.passes[mark + 1..] {
+                more.passes += 1;
+                more.duration += d;
+                more.last = d;
             }
-            self.ratio.decay(more.passes);
-            self.advance_running(more.passes, out);
         }
+        if more.passes == 0 {
+            out.passes.truncate(mark);
+            return more;
+        }
+        self.ratio.decay(more.passes);
+        self.advance_running(more.passes, out);
         more
     }
 }

@@ -109,6 +109,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod batch;
+mod batch_sums;
 mod config;
 mod core;
 mod decode;

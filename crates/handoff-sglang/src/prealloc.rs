@@ -44,20 +44,17 @@ impl<P: PerfModel> SglangCore<P> {
         newly_locked: u64,
         count_retracted: bool,
     ) -> (i128, i128) {
-        let clip = u64::from(self.cfg.max_new_tokens_clip);
         // Idle session slots and snapshots are evicted like cache.
         let available = i128::from(
             (self.free_pages() + self.radix.evictable_pages() + self.evictable_session_pages())
                 .saturating_sub(newly_locked),
         ) * i128::from(self.page);
-        let mut retractable = 0i128;
-        let mut largest = None::<i128>;
-        for s in self.running.iter().filter_map(|&i| self.seqs.get(i)) {
-            retractable += i128::from(s.prompt + s.emitted);
-            let one = i128::from(s.max_output.min(clip) + s.prompt);
-            largest = Some(largest.map_or(one, |l: i128| l.max(one)));
-        }
-        let need_single = largest.map_or(0, |l| l - retractable);
+        // Kept as the batch changes (`BatchSums`), not walked here.
+        let retractable = i128::from(self.batch_sums.fill());
+        let need_single = self
+            .batch_sums
+            .largest_need()
+            .map_or(0, |l| i128::from(l) - retractable);
         let headroom = i128::from(self.cfg.num_reserved_decode_tokens)
             * i128::from(self.decode_bound_requests());
         let mut allocatable =
@@ -210,14 +207,20 @@ impl<P: PerfModel> SglangCore<P> {
         let Some(idx) = idx else {
             return CommandOutcome::Noop;
         };
-        let (phase, computed, fill) = match self.seqs.get(idx) {
-            Some(s) => (s.phase, s.computed, s.retracted_fill),
+        let (phase, fill) = match self.seqs.get(idx) {
+            Some(s) => (s.phase, s.retracted_fill),
             None => return CommandOutcome::Noop,
         };
         match phase {
             Phase::Running => {
-                self.running.retain(|&i| i != idx);
-                self.running_kv_tokens = self.running_kv_tokens.saturating_sub(computed);
+                if let Some(r) = self.running.iter().position(|&i| i == idx) {
+                    self.running.remove(r);
+                    let d = self.decoding.remove(r);
+                    if let Some(s) = self.seqs.get_mut(idx) {
+                        d.store(s);
+                    }
+                }
+                self.leave_running_sums(idx);
                 self.running_shrank = true;
             }
             Phase::Prebuilt => self.prebuilt.retain(|&i| i != idx),

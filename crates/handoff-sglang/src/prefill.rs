@@ -122,10 +122,9 @@ impl<P: PerfModel> SglangCore<P> {
         let ratio = self.ratio.current();
         let clip = u64::from(self.cfg.max_new_tokens_clip);
         let offset: f64 = self
-            .running
+            .decoding
             .iter()
-            .filter_map(|&i| self.seqs.get(i))
-            .map(|s| s.remaining_output().min(clip) as f64 * ratio)
+            .map(|d| d.remaining_output().min(clip) as f64 * ratio)
             .sum();
         let mut b = Budget {
             rem_input: i64::from(self.cfg.max_prefill_tokens) - num_mixed,
@@ -430,8 +429,7 @@ impl<P: PerfModel> SglangCore<P> {
                     self.finish(idx, out);
                 } else if let Some(s) = self.seqs.get_mut(idx) {
                     s.phase = Phase::Running;
-                    self.running_kv_tokens += s.computed;
-                    self.running.push(idx);
+                    self.join_running(idx);
                 }
             }
         }

@@ -146,21 +146,15 @@ impl RadixCache {
     /// node ([`NIL`] for none). Read-only; the access time is refreshed when
     /// the caller locks the path.
     pub(crate) fn match_prefix(&self, hashes: &[u64]) -> (u64, u32) {
-        let mut deepest = NIL;
-        let mut n = 0u64;
-        // A prompt's blocks carry runs of consecutive hashes, one index
-        // group per run: the hint skips the probe for the rest of a run.
-        let mut near = Near::default();
-        for h in hashes {
-            match self.index.get_near(*h, &mut near) {
-                Some(idx) => {
-                    deepest = idx;
-                    n += 1;
-                }
-                None => break,
-            }
-        }
-        (n, deepest)
+        // Presence needs only the index's group heads (`prefix_len` probes a
+        // group once per run of consecutive hashes); only the deepest
+        // match's node is read from the values, not every matched one's.
+        let n = self.index.prefix_len(hashes);
+        let deepest = match n.checked_sub(1) {
+            Some(last) => self.index.get(hashes[last]).unwrap_or(NIL),
+            None => NIL,
+        };
+        (n as u64, deepest)
     }
 
     /// Pages that locking the path ending at `deepest` would take out of the
@@ -551,6 +545,47 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// `match_prefix` (presence from the group heads, one value read)
+        /// equals the straightforward walk that looks every hash up and
+        /// keeps the last node found, on trees grown and evicted at random
+        /// and queries that share, leave and re-enter cached runs.
+        #[test]
+        fn match_prefix_equals_a_lookup_per_hash(
+            paths in proptest::collection::vec((0u64..6, 1usize..40, 0usize..40), 1..20),
+            evict in 0u64..60,
+            queries in proptest::collection::vec((0u64..6, 0usize..50, 0usize..50), 1..20),
+        ) {
+            let mut q = KvEventQueue::default();
+            let mut t = RadixCache::new(1);
+            // Hashes of family `f` are consecutive (`f * 64 + i`), so a path
+            // spans index groups the way a prompt's blocks do.
+            let hash = |f: u64, i: usize| f * 64 + i as u64;
+            for &(f, len, _) in &paths {
+                let hashes: Vec<u64> = (0..len).map(|i| hash(f, i)).collect();
+                let (deepest, _) = t.insert(NIL, &hashes, Owner::Active, &mut q);
+                t.unlock(deepest, Owner::Active, true);
+            }
+            t.evict(evict, &mut q);
+            for &(f, len, gap) in &queries {
+                let mut hashes: Vec<u64> = (0..len).map(|i| hash(f, i)).collect();
+                // A foreign hash part way: the match must stop there.
+                if gap < len {
+                    hashes[gap] = u64::MAX - gap as u64;
+                }
+                let (mut n, mut deepest) = (0u64, NIL);
+                for &h in &hashes {
+                    match t.index.get(h) {
+                        Some(idx) => {
+                            n += 1;
+                            deepest = idx;
+                        }
+                        None => break,
+                    }
+                }
+                prop_assert_eq!(t.match_prefix(&hashes), (n, deepest));
+            }
+        }
 
         /// `evict`'s shortcut (a parent that becomes the next leaf is taken
         /// without going through the ordered set) removes the same nodes in

@@ -41,16 +41,17 @@ pub(crate) enum Phase {
 /// One request's scheduler state. KV is described by counts only: the radix
 /// path it locks (`node`, `tree_blocks`) and its private pages.
 ///
-/// Layout: a decode pass reads and writes the first eight fields of every
-/// running request and nothing else, so they are laid out first
-/// (`repr(C)`) and the record starts on a cache line (`align(64)`): one
-/// line per running request per pass instead of the three a 192-byte record
-/// with compiler-ordered fields could touch. `allocatable_tokens_with` and
-/// the prefill budget read only these too.
+/// Layout: the decode fields come first (`repr(C)`) and the record starts
+/// on a cache line (`align(64)`), so they share one line. While the
+/// request runs they live in its batch entry ([`crate::batch::Decoding`]);
+/// joining and leaving the batch loads and stores them as that one line,
+/// and the paths that read them outside the batch (admission, sessions,
+/// retraction) read one line rather than the three a 192-byte record with
+/// compiler-ordered fields could touch.
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Seq {
-    // ---- hot: every decode pass ----
+    // ---- decode fields (held by the batch entry while running) ----
     /// Tokens whose KV exists (or, for a reservation, is allocated).
     pub(crate) computed: u64,
     /// Output tokens emitted so far.
@@ -218,13 +219,14 @@ impl Slab {
         self.entries.len() - self.vacant.len()
     }
 
-    /// Every live request; for tests.
+    /// Every live request with its index; for tests.
     #[cfg(test)]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &Seq> {
+    pub(crate) fn iter_indexed(&self) -> impl Iterator<Item = (u32, &Seq)> {
         self.entries
             .iter()
             .zip(&self.live)
-            .filter_map(|(s, &live)| live.then_some(s))
+            .enumerate()
+            .filter_map(|(i, (s, &live))| live.then_some((i as u32, s)))
     }
 }
 
