@@ -71,6 +71,7 @@ pub mod source;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
+mod timer_queue;
 pub mod transcript;
 pub mod transfer;
 pub mod transition;

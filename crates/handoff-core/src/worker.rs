@@ -23,11 +23,11 @@ use crate::scheduler::{
 };
 use crate::source::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
 use crate::time::{Duration, Instant};
+use crate::timer_queue::TimerQueue;
 use crate::transition::{
     CancelReason, LifecycleEvent, OwnershipDelta, RoleState, TransitionError, Verdict,
 };
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 /// `ids` in id order (the order role walks always had).
@@ -449,7 +449,9 @@ pub struct Worker<S: SchedulerCore> {
     dests: FastMap<HandoffId, DestEntry>,
     active_dest: FastMap<RequestId, HandoffId>,
     reserve_queue: VecDeque<HandoffId>,
-    timers: BinaryHeap<Reverse<(Instant, HandoffId, TimerKind)>>,
+    /// Armed timers, lazily cancelled; one lane per kind (each kind's TTL is
+    /// fixed, so its deadlines arrive in order).
+    timers: TimerQueue<(Instant, HandoffId, TimerKind), 4>,
     tombstones: VecDeque<HandoffId>,
     /// The ids of `tombstones`, for lookups only (never walked). FIFO
     /// churn, hence a [`ChurnMap`], with the integer hasher: every fact
@@ -515,7 +517,7 @@ impl<S: SchedulerCore> Worker<S> {
             dests: FastMap::default(),
             active_dest: FastMap::default(),
             reserve_queue: VecDeque::new(),
-            timers: BinaryHeap::new(),
+            timers: TimerQueue::default(),
             tombstones: VecDeque::new(),
             tombstone_set: ChurnMap::default(),
             early: BTreeMap::new(),
@@ -854,8 +856,10 @@ impl<S: SchedulerCore> Worker<S> {
             return;
         }
         if entry.1.is_empty() {
-            self.timers
-                .push(Reverse((deadline, id, TimerKind::EarlyFacts)));
+            self.timers.push(
+                TimerKind::EarlyFacts as usize,
+                (deadline, id, TimerKind::EarlyFacts),
+            );
         }
         entry.1.push(EarlyFact { from, msg });
         self.stats.early += 1;
@@ -1015,7 +1019,7 @@ impl<S: SchedulerCore> Worker<S> {
 
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(Reverse((deadline, id, kind))) = self.timers.peek().copied() {
+        while let Some((deadline, id, kind)) = self.timers.peek() {
             if deadline > now {
                 break;
             }
@@ -1071,7 +1075,7 @@ impl<S: SchedulerCore> Worker<S> {
     /// The earliest pending deadline, if any. Timers are lazily cancelled, so
     /// a deadline may fire and find nothing to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse((t, _, _))| *t)
+        self.timers.peek().map(|(t, _, _)| t)
     }
 
     /// Runs the core from `now`: one pass, plus further passes that end by
@@ -1205,6 +1209,10 @@ impl<S: SchedulerCore> Worker<S> {
             body,
         };
         self.transmits.push_back(Transmit { to, msg, at: now });
+    }
+
+    fn arm(&mut self, deadline: Instant, id: HandoffId, kind: TimerKind) {
+        self.timers.push(kind as usize, (deadline, id, kind));
     }
 
     fn tombstone(&mut self, id: HandoffId) {
@@ -1421,9 +1429,7 @@ impl<S: SchedulerCore> Worker<S> {
                     self.send(p, id, MsgBody::SourceReady { blocks, tokens }, now);
                 }
             }
-            SourceAction::ArmLease { deadline } => {
-                self.timers.push(Reverse((deadline, id, TimerKind::Lease)))
-            }
+            SourceAction::ArmLease { deadline } => self.arm(deadline, id, TimerKind::Lease),
             SourceAction::StartTransfer => {
                 let summary = self
                     .sources
@@ -1574,9 +1580,9 @@ impl<S: SchedulerCore> Worker<S> {
             }
             // No deadline (vLLM's default): no timer, so nothing wakes the
             // driver for it.
-            DestinationAction::ArmReservation { deadline } if deadline < Instant::MAX => self
-                .timers
-                .push(Reverse((deadline, id, TimerKind::Reservation))),
+            DestinationAction::ArmReservation { deadline } if deadline < Instant::MAX => {
+                self.arm(deadline, id, TimerKind::Reservation)
+            }
             DestinationAction::ArmReservation { .. } => {}
             DestinationAction::StartTransfer => {
                 let summary = self
@@ -1644,8 +1650,7 @@ impl<S: SchedulerCore> Worker<S> {
         };
         let extend_nanos = u64::try_from(extend.as_nanos()).unwrap_or(u64::MAX);
         self.send(source, id, MsgBody::LeaseRenewal { extend_nanos }, now);
-        self.timers
-            .push(Reverse((now + extend / 2, id, TimerKind::Renewal)));
+        self.arm(now + extend / 2, id, TimerKind::Renewal);
     }
 
     /// Turns the reservations a step granted or refused ([`StepOutput::reserved`],
