@@ -191,6 +191,23 @@ impl KvEventQueue {
         });
     }
 
+    /// [`Self::removed_one`] of each of `hashes` in order, in one step: the
+    /// same event (folded into the allocation's trailing `Removed`, else a
+    /// new one), grown once.
+    pub fn removed_run(&mut self, hashes: &[u64]) {
+        let Some((&first, rest)) = hashes.split_first() else {
+            return;
+        };
+        self.removed_one(first);
+        if let Some(KvEvent {
+            data: KvEventData::Removed { block_hashes },
+            ..
+        }) = self.pending.last_mut()
+        {
+            block_hashes.extend_from_slice(rest);
+        }
+    }
+
     /// Ends the current allocation: later single evictions start a new event.
     pub fn seal(&mut self) {
         self.sealed = true;
@@ -218,6 +235,29 @@ impl KvEventQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_of_removals_is_the_same_as_one_at_a_time() {
+        let script: &[&[u64]] = &[&[], &[1, 2], &[3], &[], &[4, 5, 6]];
+        for seal_between in [false, true] {
+            let (mut one, mut run) = (KvEventQueue::default(), KvEventQueue::default());
+            for (i, hashes) in script.iter().enumerate() {
+                if seal_between && i % 2 == 1 {
+                    one.seal_for(3);
+                    run.seal_for(3);
+                }
+                if i == 3 {
+                    one.stored(None, vec![9]);
+                    run.stored(None, vec![9]);
+                }
+                for &h in *hashes {
+                    one.removed_one(h);
+                }
+                run.removed_run(hashes);
+            }
+            assert_eq!(one.pending(), run.pending(), "seal between: {seal_between}");
+        }
+    }
 
     #[test]
     fn single_removals_fold_within_one_allocation_only() {

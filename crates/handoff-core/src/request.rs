@@ -94,23 +94,21 @@ impl Request {
         // Chained hash of chunks `0..=chunk`, advanced as blocks need it.
         let mut chunk = 0u64;
         let mut chained = mix64(self.chunk_content(0) ^ 0x5eed);
-        // Base and first block of the chunk the previous block ended in.
-        let mut current: Option<(u64, u64, u64)> = None;
-        for i in from..to {
+        // One run per chunk: the blocks ending in chunk `c` are those whose
+        // last token lies before chunk `c + 1`, so a run costs two divisions
+        // and each of its blocks one add (a prompt's hashing was a division
+        // per block, 5% of a vLLM replay).
+        let mut i = from;
+        while i < to {
             let c = last_chunk(i);
-            let (base, first) = match current {
-                Some((cc, base, first)) if cc == c => (base, first),
-                _ => {
-                    while chunk < c {
-                        chunk += 1;
-                        chained = mix64(chained ^ self.chunk_content(chunk));
-                    }
-                    let (base, first) = (mix64(chained) & align, first_block(c));
-                    current = Some((c, base, first));
-                    (base, first)
-                }
-            };
-            out.push(base.wrapping_add(i - first));
+            while chunk < c {
+                chunk += 1;
+                chained = mix64(chained ^ self.chunk_content(chunk));
+            }
+            let (base, first) = (mix64(chained) & align, first_block(c));
+            let end = ((c + 1) * hbt / bs).clamp(i + 1, to);
+            out.extend((i..end).map(|j| base.wrapping_add(j - first)));
+            i = end;
         }
     }
 
@@ -207,6 +205,45 @@ mod tests {
             assert_eq!(parts, whole, "block size {bs}");
             a.extend_block_hashes(bs, &mut parts, usize::MAX);
             assert_eq!(parts, whole);
+        }
+    }
+
+    /// The per-block definition: block `i` is its last chunk's base plus its
+    /// rank among the blocks ending in that chunk.
+    fn per_block(r: &Request, bs: u32, from: usize, upto: usize) -> Vec<u64> {
+        let (bs64, hbt) = (u64::from(bs.max(1)), u64::from(r.hash_block_tokens.max(1)));
+        let last_chunk = |i: u64| ((i + 1) * bs64 - 1) / hbt;
+        let to = u64::from(r.full_blocks(bs)).min(upto as u64);
+        (from as u64..to)
+            .map(|i| {
+                let c = last_chunk(i);
+                let mut chained = mix64(r.chunk_content(0) ^ 0x5eed);
+                for k in 1..=c {
+                    chained = mix64(chained ^ r.chunk_content(k));
+                }
+                let first = (0..=i).find(|&j| last_chunk(j) == c).unwrap_or(i);
+                (mix64(chained) & !(crate::fasthash::GROUP_KEYS - 1)).wrapping_add(i - first)
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn runs_per_chunk_equal_the_per_block_definition(
+            prompt in 0u32..3000,
+            bs in 1u32..80,
+            hbt in 1u32..700,
+            chunks in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..8),
+            split in 0usize..200,
+            upto in 0usize..400,
+        ) {
+            let mut r = req(9, prompt, &chunks);
+            r.hash_block_tokens = hbt;
+            let whole = per_block(&r, bs, 0, upto);
+            let mut got = Vec::new();
+            r.extend_block_hashes(bs, &mut got, split.min(upto));
+            r.extend_block_hashes(bs, &mut got, upto);
+            proptest::prop_assert_eq!(&got, &whole);
         }
     }
 

@@ -141,6 +141,22 @@ impl FreeQueue {
         self.len += 1;
     }
 
+    /// [`Self::push_back`] of a block the caller knows is not queued (its
+    /// last reference was just dropped): the release path's check fewer.
+    #[inline]
+    pub(crate) fn push_back_unqueued<T: Queued>(&mut self, nodes: &mut [T], b: u32) {
+        debug_assert!(matches!(nodes.get(b as usize), Some(n) if !n.pos().is_queued()));
+        if self.tail - self.head == self.ring.len() as u64 {
+            self.compact(nodes);
+        }
+        self.ring[(self.tail & self.mask) as usize] = b;
+        if let Some(n) = nodes.get_mut(b as usize) {
+            n.set_pos(QueuePos(self.tail));
+        }
+        self.tail += 1;
+        self.len += 1;
+    }
+
     /// Takes `b` out wherever it is; a block not queued is left alone.
     pub(crate) fn remove<T: Queued>(&mut self, nodes: &mut [T], b: u32) {
         if let Some(n) = nodes.get_mut(b as usize) {
