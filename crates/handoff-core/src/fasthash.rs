@@ -436,6 +436,65 @@ impl<V: Copy + Default> U64Table<V> {
         self.try_insert_near(k, v, &mut Near::default())
     }
 
+    /// [`Self::try_insert_near`] of `keys[j] -> values[j]` in order, up to
+    /// the first key already present (which is left as it is); returns how
+    /// many were inserted. Consecutive keys of one group take one probe and
+    /// one write of its head (the vLLM pool publishes a prompt's blocks, 32
+    /// consecutive hashes per chunk, through this). The table ends as the
+    /// key-by-key insertions leave it: it grows at the same group count.
+    pub fn try_insert_run(&mut self, keys: &[u64], values: &[V], near: &mut Near) -> usize {
+        let len = keys.len().min(values.len());
+        let mut n = 0;
+        while n < len {
+            let (high, _) = split(keys[n]);
+            // The run of keys in this group, stopping before a repeat (which
+            // the key-by-key path would find present).
+            let (mut m, mut mask) = (n, 0u32);
+            while m < len {
+                let (h, lane) = split(keys[m]);
+                if h != high || mask & (1 << lane) != 0 {
+                    break;
+                }
+                mask |= 1 << lane;
+                m += 1;
+            }
+            let i = match self.find_near(high, near) {
+                Ok(i) => {
+                    let present = self.heads[i].present & mask;
+                    if present != 0 {
+                        // Stop before the first present key, in key order.
+                        m = (n..m)
+                            .find(|&j| present & (1 << split(keys[j]).1) != 0)
+                            .unwrap_or(m);
+                        mask = keys[n..m].iter().fold(0, |acc, &k| acc | (1 << split(k).1));
+                    }
+                    i
+                }
+                Err(i) => {
+                    self.heads[i] = Head { high, present: 0 };
+                    self.groups += 1;
+                    *near = Near { slot: i };
+                    i
+                }
+            };
+            self.heads[i].present |= mask;
+            self.len += (m - n) as usize;
+            for j in n..m {
+                self.values[i][split(keys[j]).1 as usize] = values[j];
+            }
+            if self.groups * 2 > self.heads.len() {
+                self.grow();
+            }
+            let stopped =
+                m < len && split(keys[m]).0 == high && mask & (1 << split(keys[m]).1) == 0;
+            n = m;
+            if stopped {
+                break;
+            }
+        }
+        n
+    }
+
     /// [`Self::try_insert`] with a hint.
     pub fn try_insert_near(&mut self, k: u64, v: V, near: &mut Near) -> Result<(), V> {
         let (high, lane) = split(k);
@@ -695,6 +754,51 @@ mod table_tests {
             }
             let mut a: Vec<_> = t.iter().collect();
             let mut b: Vec<_> = m.into_iter().collect();
+            a.sort();
+            b.sort();
+            proptest::prop_assert_eq!(a, b);
+        }
+    }
+
+    proptest::proptest! {
+        /// A run insertion equals `try_insert_near` key by key up to the
+        /// first present key: the count, the contents, and the table's size
+        /// and group count (so it grew at the same point), over runs that
+        /// count up or down, cross groups, repeat a key and meet keys
+        /// inserted before.
+        #[test]
+        fn try_insert_run_matches_key_by_key(
+            ops in proptest::collection::vec(
+                (0u64..200, 1usize..100, proptest::bool::ANY, proptest::option::of(0usize..100)),
+                1..20,
+            ),
+        ) {
+            let mut run: U64Table<u64> = U64Table::with_capacity(1);
+            let mut one: U64Table<u64> = U64Table::with_capacity(1);
+            for (step, (start, len, down, repeat)) in ops.into_iter().enumerate() {
+                let mut keys: Vec<u64> = (start..start + len as u64).collect();
+                if down {
+                    keys.reverse();
+                }
+                if let Some(r) = repeat.filter(|&r| r < len) {
+                    keys.insert(r.min(len - 1) + 1, keys[r]);
+                }
+                let values: Vec<u64> = keys.iter().map(|k| k * 1000 + step as u64).collect();
+                let got = run.try_insert_run(&keys, &values, &mut Near::default());
+                let mut near = Near::default();
+                let want = keys
+                    .iter()
+                    .zip(&values)
+                    .take_while(|(&k, &v)| one.try_insert_near(k, v, &mut near).is_ok())
+                    .count();
+                proptest::prop_assert_eq!(got, want);
+                proptest::prop_assert_eq!(
+                    (run.len(), run.groups, run.heads.len()),
+                    (one.len(), one.groups, one.heads.len())
+                );
+            }
+            let mut a: Vec<_> = run.iter().collect();
+            let mut b: Vec<_> = one.iter().collect();
             a.sort();
             b.sort();
             proptest::prop_assert_eq!(a, b);

@@ -278,10 +278,24 @@ impl<P: PerfModel> VllmCore<P> {
         }
         let mut run: Vec<u64> = Vec::with_capacity(full - start);
         let mut run_parent: Option<u64> = None;
-        for i in start..full {
-            if (i - start).is_multiple_of(PUBLISH_WARM) {
-                let end = full.min(i + PUBLISH_WARM);
-                self.pool.warm_publish(&seq.hashes[i..end]);
+        let mut warmed = start;
+        let mut i = start;
+        while i < full {
+            if i >= warmed {
+                warmed = full.min(i + PUBLISH_WARM);
+                self.pool.warm_publish(&seq.hashes[i..warmed]);
+            }
+            // The common case in bulk: fresh blocks under uncached hashes.
+            let n = self
+                .pool
+                .publish_run(&seq.blocks[i..warmed], &seq.hashes[i..warmed]);
+            if n > 0 {
+                if run.is_empty() {
+                    run_parent = i.checked_sub(1).map(|p| seq.hashes[p]);
+                }
+                run.extend_from_slice(&seq.hashes[i..i + n]);
+                i += n;
+                continue;
             }
             let h = seq.hashes[i];
             let b = seq.blocks[i];
@@ -299,6 +313,7 @@ impl<P: PerfModel> VllmCore<P> {
                     seq.blocks[i] = canonical;
                 }
             }
+            i += 1;
         }
         self.events.stored(run_parent, run);
         seq.published = full as u32;
