@@ -23,6 +23,10 @@ pub(crate) struct TimerQueue<T: Ord + Copy, const LANES: usize> {
     lanes: [VecDeque<T>; LANES],
     /// Items pushed below their lane's last item.
     overflow: BinaryHeap<Reverse<T>>,
+    /// [`Self::least`], kept after every change: a worker asks its next
+    /// deadline after every operation, far more often than it arms or fires
+    /// a timer.
+    min: Option<(usize, T)>,
 }
 
 impl<T: Ord + Copy, const LANES: usize> Default for TimerQueue<T, LANES> {
@@ -30,6 +34,7 @@ impl<T: Ord + Copy, const LANES: usize> Default for TimerQueue<T, LANES> {
         TimerQueue {
             lanes: std::array::from_fn(|_| VecDeque::new()),
             overflow: BinaryHeap::new(),
+            min: None,
         }
     }
 }
@@ -42,6 +47,10 @@ impl<T: Ord + Copy, const LANES: usize> TimerQueue<T, LANES> {
             q.push_back(item);
         } else {
             self.overflow.push(Reverse(item));
+        }
+        // An item above the least leaves it where it is.
+        if self.min.is_none_or(|(_, m)| item <= m) {
+            self.min = self.least();
         }
     }
 
@@ -60,17 +69,18 @@ impl<T: Ord + Copy, const LANES: usize> TimerQueue<T, LANES> {
 
     /// The least item.
     pub(crate) fn peek(&self) -> Option<T> {
-        self.least().map(|(_, t)| t)
+        self.min.map(|(_, t)| t)
     }
 
     /// Takes the least item out.
     pub(crate) fn pop(&mut self) -> Option<T> {
-        let (at, t) = self.least()?;
+        let (at, t) = self.min?;
         if at == LANES {
             self.overflow.pop();
         } else {
             self.lanes[at].pop_front();
         }
+        self.min = self.least();
         Some(t)
     }
 
@@ -128,6 +138,7 @@ mod tests {
                     Op::Advance(d) => base += i64::from(d),
                 }
                 prop_assert_eq!(q.peek(), h.peek().map(|Reverse(t)| *t));
+                prop_assert_eq!(q.min, q.least());
                 prop_assert_eq!(q.len(), h.len());
             }
             while let Some(Reverse(t)) = h.pop() {
