@@ -478,7 +478,7 @@ impl<V: Copy + Default> U64Table<V> {
                 }
             };
             self.heads[i].present |= mask;
-            self.len += (m - n) as usize;
+            self.len += m - n;
             for j in n..m {
                 self.values[i][split(keys[j]).1 as usize] = values[j];
             }
