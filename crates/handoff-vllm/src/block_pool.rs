@@ -195,9 +195,7 @@ impl BlockPool {
 
     /// Pops the front block for `owner` and returns it with the hash it
     /// evicts, which the caller still has to take out of the canonical index
-    /// and report. Inlined into both allocation paths (a call per block cost
-    /// a fifth of the bulk loop).
-    #[inline(always)]
+    /// and report.
     fn take_front(&mut self, owner: Owner) -> Option<(u32, Option<u64>)> {
         let b = self.free.pop_front(&mut self.blocks)?;
         let block = &mut self.blocks[b as usize];
@@ -231,30 +229,37 @@ impl BlockPool {
         table: &mut Vec<u32>,
     ) -> usize {
         let mut taken = 0;
+        let mut ids = [0u32; WARM_CHUNK];
         let mut evicted = [0u64; WARM_CHUNK];
         while taken < n {
             let chunk = (n - taken).min(WARM_CHUNK);
             if chunk > 1 {
                 self.warm(self.free.front(chunk));
             }
+            let got = self
+                .free
+                .pop_front_into(&mut self.blocks, &mut ids[..chunk]);
             let mut k = 0;
-            let mut exhausted = false;
-            for _ in 0..chunk {
-                let Some((b, ev)) = self.take_front(owner) else {
-                    exhausted = true;
-                    break;
+            for &b in &ids[..got] {
+                let Some(block) = self.blocks.get_mut(b as usize) else {
+                    continue;
                 };
-                table.push(b);
-                taken += 1;
-                if let Some(h) = ev {
-                    evicted[k] = h;
-                    k += 1;
-                }
+                // As `take_front`: the queued block was unreferenced, and a
+                // hash it carries is canonical, so it is that entry's.
+                debug_assert_eq!(block.refs, [0; 3]);
+                block.refs = ONLY[owner as usize];
+                evicted[k] = block.hash_value;
+                k += usize::from(block.hashed);
+                block.hashed = false;
             }
+            self.by_owner[owner as usize] += got as u64;
+            self.cached_free -= k as u64;
+            table.extend_from_slice(&ids[..got]);
+            taken += got;
             let absent = self.canonical.remove_all(&evicted[..k]);
             debug_assert_eq!(absent, 0, "an evicted hash was not canonical");
             events.removed_run(&evicted[..k]);
-            if exhausted {
+            if got < chunk {
                 break;
             }
         }
