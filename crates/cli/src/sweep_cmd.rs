@@ -15,7 +15,6 @@ use crate::replay_cmd::simulate;
 use crate::report_out::write_output_with;
 use crate::sweep_grid::{Configuration, Grid};
 use clap::{Args, Subcommand};
-use rayon::prelude::*;
 use serde_json::{json, Map, Value};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -175,14 +174,12 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
     let started = std::time::Instant::now();
     let out = a.out.clone();
     let keys = grid.keys();
-    let rows: Vec<Value> = pool.install(|| {
-        mine.par_iter()
-            .map(|c| {
-                let row = run_one(c, &keys, &out, total);
-                bar.inc(1);
-                row
-            })
-            .collect()
+    let rows = pool.install(|| {
+        in_order(&mine, |c| {
+            let row = run_one(c, &keys, &out, total);
+            bar.inc(1);
+            row
+        })
     });
     bar.finish_and_clear();
     let failed = rows.iter().filter(|r| !r["error"].is_null()).count();
@@ -211,6 +208,30 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// `f` of every item on the current pool's threads, each thread taking the
+/// next item in grid order as it frees up; the results in item order. A
+/// parallel iterator would instead split the grid into halves and steal
+/// from their ends, so the run's tail would be whichever configurations
+/// sit mid-grid; in order, it is the grid's last ones, and the first axis
+/// varies slowest, so a grid that lists its heavy values first (a backend,
+/// a large pool) ends on light configurations and no core idles long.
+fn in_order<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let done = std::sync::Mutex::new(Vec::with_capacity(items.len()));
+    rayon::broadcast(|_| loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(item) = items.get(i) else {
+            break;
+        };
+        let r = f(item);
+        done.lock().unwrap_or_else(|e| e.into_inner()).push((i, r));
+    });
+    let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Runs one configuration and writes its report; the summary row.
