@@ -169,7 +169,11 @@ impl World {
                 CommandOutcome::Applied
             );
         }
-        for _ in 0..1000 {
+        // A bound against a loop that never ends, not a budget: with an
+        // optimistic admission estimate that never adapts (the `optimistic`
+        // configuration), decode retracts every few passes and a run can
+        // need over a thousand calls to drain (the saved seed needs 1,000-1,500).
+        for _ in 0..100_000 {
             for id in self.sources.clone() {
                 if self.h.ledger.is_open(id, Holding::SourceLease) {
                     self.h.apply(SchedulerCommand::ReleaseSource { id });
