@@ -485,8 +485,9 @@ impl<V: Copy + Default> U64Table<V> {
             if self.groups * 2 > self.heads.len() {
                 self.grow();
             }
-            let stopped =
-                m < len && split(keys[m]).0 == high && mask & (1 << split(keys[m]).1) == 0;
+            // A next key in the same group is a repeat or a present key,
+            // where the key-by-key insertions stop too.
+            let stopped = m < len && split(keys[m]).0 == high;
             n = m;
             if stopped {
                 break;

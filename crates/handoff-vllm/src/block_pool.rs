@@ -185,31 +185,23 @@ impl BlockPool {
     /// if it had one (vLLM `BlockPool.get_new_blocks`). `None` when the pool
     /// is exhausted.
     pub(crate) fn allocate(&mut self, owner: Owner, events: &mut EventQueue) -> Option<u32> {
-        let (b, evicted) = self.take_front(owner)?;
-        if let Some(h) = evicted {
-            self.canonical.remove_near(h, &mut self.evict_near);
-            events.removed_one(h);
-        }
-        Some(b)
-    }
-
-    /// Pops the front block for `owner` and returns it with the hash it
-    /// evicts, which the caller still has to take out of the canonical index
-    /// and report.
-    fn take_front(&mut self, owner: Owner) -> Option<(u32, Option<u64>)> {
         let b = self.free.pop_front(&mut self.blocks)?;
         let block = &mut self.blocks[b as usize];
         let evicted = block.take_hash();
         // A queued block is unreferenced (`audit` checks it): `owner`
         // becomes its one reference and strongest owner.
         debug_assert_eq!(block.refs, [0; 3]);
-        block.refs[owner as usize] = 1;
+        block.refs = ONLY[owner as usize];
         self.by_owner[owner as usize] += 1;
-        // A block carries a hash only while it is that hash's canonical
-        // block (`publish` keeps it so; `audit` checks it), so the caller
-        // removes the hash's own entry.
-        self.cached_free -= u64::from(evicted.is_some());
-        Some((b, evicted))
+        if let Some(h) = evicted {
+            self.cached_free -= 1;
+            // A block carries a hash only while it is that hash's canonical
+            // block (`publish` keeps it so; `audit` checks it), so this is
+            // the hash's entry.
+            self.canonical.remove_near(h, &mut self.evict_near);
+            events.removed_one(h);
+        }
+        Some(b)
     }
 
     /// Appends up to `n` blocks for `owner` to `table`, each as
@@ -244,7 +236,7 @@ impl BlockPool {
                 let Some(block) = self.blocks.get_mut(b as usize) else {
                     continue;
                 };
-                // As `take_front`: the queued block was unreferenced, and a
+                // As `allocate`: the queued block was unreferenced, and a
                 // hash it carries is canonical, so it is that entry's.
                 debug_assert_eq!(block.refs, [0; 3]);
                 block.refs = ONLY[owner as usize];
