@@ -93,6 +93,13 @@ pub trait HostPort {
     /// and returns the host's status afterwards.
     fn call(&mut self, w: WorkerId, op: HostOp, out: &mut Vec<HostOutput>) -> HostStatus;
 
+    /// Takes back an event of host `w` that the engine has consumed, for its
+    /// buffers ([`crate::Worker::recycle`]). A port whose hosts are remote
+    /// has nothing to give them back to and drops it.
+    fn recycle(&mut self, w: WorkerId, event: WorkerEvent) {
+        let _ = (w, event);
+    }
+
     /// Every host's final state, in id order.
     fn finals(&mut self) -> Vec<HostFinal>;
 }
@@ -753,6 +760,9 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                         self.at_transfer(c);
                     }
                     self.director.on_event(WorkerId(w), &e, now, &mut routes);
+                    if matches!(e, WorkerEvent::Step { .. } | WorkerEvent::Tokens { .. }) {
+                        self.port.recycle(WorkerId(w), e);
+                    }
                 }
             }
         }
@@ -1018,6 +1028,12 @@ impl<S: crate::SchedulerCore> HostPort for LocalHosts<'_, S> {
         };
         apply_op(h, op, out, &mut self.make_core);
         h.status()
+    }
+
+    fn recycle(&mut self, w: WorkerId, event: WorkerEvent) {
+        if let Some(h) = self.hosts.get_mut(w.0 as usize) {
+            h.recycle(event);
+        }
     }
 
     fn finals(&mut self) -> Vec<HostFinal> {

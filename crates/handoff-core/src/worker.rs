@@ -433,6 +433,32 @@ struct EarlyFact {
     msg: HandoffMsg,
 }
 
+/// Spare event buffers a worker keeps: a step's events are consumed before
+/// the next step, so one per kind is in use at a time; a couple more cover a
+/// consumer that recycles late.
+const SPARE_BUFFERS: usize = 4;
+
+/// The contents of `filled` for an event, leaving `filled` empty with a
+/// spare's capacity for the core to fill next time. With no spare it copies
+/// instead (one allocation of the exact size), so a consumer that never
+/// recycles does not make the core regrow its buffer every step.
+fn take_filled<T: Clone>(filled: &mut Vec<T>, spares: &mut Vec<Vec<T>>) -> Vec<T> {
+    if filled.is_empty() {
+        return Vec::new();
+    }
+    match spares.pop() {
+        Some(spare) => std::mem::replace(filled, spare),
+        None => filled.clone(),
+    }
+}
+
+fn keep_spare<T>(mut buf: Vec<T>, spares: &mut Vec<Vec<T>>) {
+    if buf.capacity() > 0 && spares.len() < SPARE_BUFFERS {
+        buf.clear();
+        spares.push(buf);
+    }
+}
+
 /// A worker; see the module docs.
 #[derive(Debug)]
 pub struct Worker<S: SchedulerCore> {
@@ -462,7 +488,17 @@ pub struct Worker<S: SchedulerCore> {
     peers: FastMap<WorkerId, Generation>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<WorkerEvent>,
-    step_out: StepOutput,
+    /// The core's step buffers, boxed so that lending them out for a step
+    /// moves a pointer, not the whole struct twice (it was most of the
+    /// memory copying in a replay).
+    step_out: Option<Box<StepOutput>>,
+    /// Emptied event buffers handed back by the consumer of
+    /// [`WorkerEvent::Step`] and [`WorkerEvent::Tokens`]
+    /// ([`Worker::recycle`]): a step's event takes the core's filled buffer
+    /// and leaves one of these in its place, so a step costs no allocation
+    /// once the consumer recycles.
+    spare_passes: Vec<Vec<Duration>>,
+    spare_emissions: Vec<Vec<TokenEmission>>,
     kv_buf: Vec<KvEvent>,
     session_buf: Vec<crate::session::SessionEvent>,
     stats: WorkerStats,
@@ -524,7 +560,9 @@ impl<S: SchedulerCore> Worker<S> {
             peers: FastMap::default(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
-            step_out: StepOutput::default(),
+            step_out: Some(Box::default()),
+            spare_passes: Vec::new(),
+            spare_emissions: Vec::new(),
             kv_buf: Vec::new(),
             session_buf: Vec::new(),
             stats: WorkerStats::default(),
@@ -1083,7 +1121,7 @@ impl<S: SchedulerCore> Worker<S> {
     /// [`SchedulerCore::step`]). Returns when the step ends, or `None` when
     /// there was nothing to run.
     pub fn step(&mut self, now: Instant, horizon: Instant) -> Option<Instant> {
-        let mut out = std::mem::take(&mut self.step_out);
+        let mut out = self.step_out.take().unwrap_or_default();
         self.core.step(now, horizon, &mut out);
         for &request in &out.shipped_first_tokens {
             self.events
@@ -1104,12 +1142,12 @@ impl<S: SchedulerCore> Worker<S> {
                 duration: out.duration,
                 first_step: out.first_step,
                 last_step: out.last_step,
-                passes: out.passes.clone(),
+                passes: take_filled(&mut out.passes, &mut self.spare_passes),
                 prefill_tokens: out.prefill_tokens,
             });
             if !out.tokens.is_empty() {
                 self.events.push_back(WorkerEvent::Tokens {
-                    emissions: out.tokens.clone(),
+                    emissions: take_filled(&mut out.tokens, &mut self.spare_emissions),
                 });
             }
             for &request in &out.preempted {
@@ -1139,7 +1177,7 @@ impl<S: SchedulerCore> Worker<S> {
         // scheduling loop happen with the pass that did it: at its end, or
         // at `now` for a call that scheduled no token (it took no time).
         self.take_core_reservations(&out, result.unwrap_or(now));
-        self.step_out = out;
+        self.step_out = Some(out);
         let at = result.unwrap_or(now);
         self.pump_reservations(at);
         self.flush_kv(at);
@@ -1188,6 +1226,19 @@ impl<S: SchedulerCore> Worker<S> {
     /// The next event.
     pub fn poll_event(&mut self) -> Option<WorkerEvent> {
         self.events.pop_front()
+    }
+
+    /// Takes back a consumed event's buffers for a later step's event
+    /// (optional: a consumer that drops its events only costs each step an
+    /// allocation). Keeps a few; anything else is dropped.
+    pub fn recycle(&mut self, event: WorkerEvent) {
+        match event {
+            WorkerEvent::Step { passes, .. } => keep_spare(passes, &mut self.spare_passes),
+            WorkerEvent::Tokens { emissions } => {
+                keep_spare(emissions, &mut self.spare_emissions);
+            }
+            _ => {}
+        }
     }
 
     fn flush_kv(&mut self, now: Instant) {
@@ -1741,5 +1792,42 @@ impl<S: SchedulerCore> Worker<S> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{keep_spare, take_filled, SPARE_BUFFERS};
+
+    #[test]
+    fn an_event_takes_the_filled_buffer_and_leaves_a_spare() {
+        let mut spares = Vec::new();
+        let mut filled = vec![1u32, 2, 3];
+        // No spare: a copy, the core keeps its buffer.
+        assert_eq!(take_filled(&mut filled, &mut spares), vec![1, 2, 3]);
+        assert_eq!(filled, vec![1, 2, 3]);
+        keep_spare(Vec::with_capacity(8), &mut spares);
+        let ptr = filled.as_ptr();
+        let event = take_filled(&mut filled, &mut spares);
+        assert_eq!(event, vec![1, 2, 3]);
+        assert_eq!(event.as_ptr(), ptr, "moved, not copied");
+        assert!(filled.is_empty() && filled.capacity() >= 8);
+        assert!(spares.is_empty());
+        // Nothing to take: no spare consumed, nothing allocated.
+        keep_spare(Vec::with_capacity(8), &mut spares);
+        let mut empty: Vec<u32> = Vec::new();
+        assert_eq!(take_filled(&mut empty, &mut spares).capacity(), 0);
+        assert_eq!(spares.len(), 1);
+    }
+
+    #[test]
+    fn spares_are_bounded_and_cleared() {
+        let mut spares = Vec::new();
+        for _ in 0..SPARE_BUFFERS + 3 {
+            keep_spare(vec![7u8; 4], &mut spares);
+        }
+        keep_spare(Vec::new(), &mut spares);
+        assert_eq!(spares.len(), SPARE_BUFFERS);
+        assert!(spares.iter().all(|s| s.is_empty() && s.capacity() >= 4));
     }
 }
