@@ -243,7 +243,13 @@ impl RadixCache {
         let mut run_parent: Option<u64> = None;
         let mut near = Near::default();
         for (i, &h) in hashes.iter().enumerate() {
-            if let Some(idx) = self.index.get_near(h, &mut near) {
+            // The slot a new node would take, offered to the index with the
+            // hash: one probe finds a cached node or claims the hash.
+            let slot = match self.vacant.last() {
+                Some(&v) => v,
+                None => self.nodes.len() as u32,
+            };
+            if let Err(idx) = self.index.try_insert_near(h, slot, &mut near) {
                 if !run.is_empty() {
                     events.stored(run_parent, std::mem::take(&mut run));
                 }
@@ -260,18 +266,14 @@ impl RadixCache {
                 locks,
                 last_access: tick,
             };
-            let idx = match self.vacant.pop() {
-                Some(i) => {
-                    self.nodes[i as usize] = node;
-                    self.hashes[i as usize] = h;
-                    i
-                }
-                None => {
-                    self.nodes.push(node);
-                    self.hashes.push(h);
-                    (self.nodes.len() - 1) as u32
-                }
-            };
+            let idx = slot;
+            if self.vacant.pop().is_some() {
+                self.nodes[idx as usize] = node;
+                self.hashes[idx as usize] = h;
+            } else {
+                self.nodes.push(node);
+                self.hashes.push(h);
+            }
             if let Some(p) = self.nodes.get_mut(cur as usize) {
                 if p.children == 0 && !p.locked() {
                     self.lru.remove(&(p.last_access, cur));
@@ -284,7 +286,6 @@ impl RadixCache {
                 run.reserve_exact(hashes.len() - i);
             }
             self.pages[owner as usize] += ppn;
-            self.index.insert_near(h, idx, &mut near);
             run.push(h);
             created += 1;
             cur = idx;
