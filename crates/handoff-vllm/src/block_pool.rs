@@ -221,32 +221,27 @@ impl BlockPool {
         table: &mut Vec<u32>,
     ) -> usize {
         let mut taken = 0;
-        let mut ids = [0u32; WARM_CHUNK];
         let mut evicted = [0u64; WARM_CHUNK];
         while taken < n {
             let chunk = (n - taken).min(WARM_CHUNK);
             if chunk > 1 {
                 self.warm(self.free.front(chunk));
             }
+            let mut k = 0;
             let got = self
                 .free
-                .pop_front_into(&mut self.blocks, &mut ids[..chunk]);
-            let mut k = 0;
-            for &b in &ids[..got] {
-                let Some(block) = self.blocks.get_mut(b as usize) else {
-                    continue;
-                };
-                // As `allocate`: the queued block was unreferenced, and a
-                // hash it carries is canonical, so it is that entry's.
-                debug_assert_eq!(block.refs, [0; 3]);
-                block.refs = ONLY[owner as usize];
-                evicted[k] = block.hash_value;
-                k += usize::from(block.hashed);
-                block.hashed = false;
-            }
+                .pop_front_each(&mut self.blocks, chunk, |b, block| {
+                    // As `allocate`: the queued block was unreferenced, and a
+                    // hash it carries is canonical, so it is that entry's.
+                    debug_assert_eq!(block.refs, [0; 3]);
+                    block.refs = ONLY[owner as usize];
+                    evicted[k] = block.hash_value;
+                    k += usize::from(block.hashed);
+                    block.hashed = false;
+                    table.push(b);
+                });
             self.by_owner[owner as usize] += got as u64;
             self.cached_free -= k as u64;
-            table.extend_from_slice(&ids[..got]);
             taken += got;
             let absent = self.canonical.remove_all(&evicted[..k]);
             debug_assert_eq!(absent, 0, "an evicted hash was not canonical");

@@ -119,18 +119,25 @@ impl FreeQueue {
         None
     }
 
-    /// [`Self::pop_front`] into each slot of `out` in turn, until the queue
-    /// is empty; returns how many were popped. The bulk form keeps the ring's
-    /// cursor in a register across a whole allocation chunk.
-    pub(crate) fn pop_front_into<T: Queued>(&mut self, nodes: &mut [T], out: &mut [u32]) -> usize {
+    /// [`Self::pop_front`] up to `max` times, until the queue is empty,
+    /// handing each popped block and its node to `taken` as it goes;
+    /// returns how many were popped. The bulk form keeps the ring's cursor
+    /// in a register across a whole allocation chunk, and the caller's
+    /// update of a popped node happens while the node is in hand.
+    pub(crate) fn pop_front_each<T: Queued>(
+        &mut self,
+        nodes: &mut [T],
+        max: usize,
+        mut taken: impl FnMut(u32, &mut T),
+    ) -> usize {
         let mut got = 0;
         let mut seq = self.head;
-        while got < out.len() && seq < self.tail {
+        while got < max && seq < self.tail {
             let b = self.ring[(seq & self.mask) as usize];
             if let Some(n) = nodes.get_mut(b as usize) {
                 if n.pos() == QueuePos(seq) {
                     n.set_pos(QueuePos::default());
-                    out[got] = b;
+                    taken(b, n);
                     got += 1;
                 }
             }
@@ -276,9 +283,13 @@ mod tests {
                 if kind == 3 {
                     // A bulk pop of up to `b` blocks.
                     let want: Vec<u32> = (0..b).map_while(|_| model_apply(&mut model, (0, 0))).collect();
-                    let mut out = [0u32; 12];
-                    let got = q.pop_front_into(&mut nodes, &mut out[..b as usize]);
-                    prop_assert_eq!(&out[..got], &want[..]);
+                    let mut out = Vec::new();
+                    let got = q.pop_front_each(&mut nodes, b as usize, |b, n| {
+                        assert!(!n.is_queued(), "handed over still queued");
+                        out.push(b);
+                    });
+                    prop_assert_eq!(got, out.len());
+                    prop_assert_eq!(&out[..], &want[..]);
                 } else {
                     let b = b % n as u32;
                     let want = model_apply(&mut model, (kind, b));
