@@ -38,6 +38,46 @@ pub(crate) enum Owner {
     Reserved = 2,
 }
 
+/// Bits of one owner's count in [`Refs`].
+const REF_BITS: u32 = 21;
+/// The largest count [`Refs`] holds; counts saturate there, as the `u32`
+/// counts they replaced did at theirs (a block's references are bounded by
+/// the requests and handoffs alive on its worker, far below either).
+const REF_MAX: u64 = (1 << REF_BITS) - 1;
+
+/// A block's reference counts per [`Owner`], packed into one word, the
+/// strongest owner's in the low bits. A release or retag asks "is this
+/// owner's the only reference?" on every block, which is one comparison of
+/// the word with [`Refs::only`]; the strongest owner is the lowest non-zero
+/// field, found from the word's trailing zeros.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Refs(u64);
+
+impl Refs {
+    /// One reference, held by `o`.
+    const fn only(o: Owner) -> Refs {
+        Refs(1 << (o as u32 * REF_BITS))
+    }
+
+    fn get(self, o: usize) -> u32 {
+        ((self.0 >> (o as u32 * REF_BITS)) & REF_MAX) as u32
+    }
+
+    fn set(&mut self, o: usize, n: u32) {
+        let shift = o as u32 * REF_BITS;
+        let n = u64::from(n).min(REF_MAX);
+        self.0 = (self.0 & !(REF_MAX << shift)) | (n << shift);
+    }
+
+    fn strongest(self) -> Option<usize> {
+        (self.0 != 0).then(|| (self.0.trailing_zeros() / REF_BITS) as usize)
+    }
+
+    fn counts(self) -> [u32; 3] {
+        [self.get(0), self.get(1), self.get(2)]
+    }
+}
+
 /// One block's whole state, free-queue position included, in 32 aligned
 /// bytes: churn scatters the blocks an allocation pops, so each pop,
 /// eviction and free should cost one cache line.
@@ -47,7 +87,7 @@ struct Block {
     /// Meaningful only when `hashed`.
     hash_value: u64,
     pos: QueuePos,
-    refs: [u32; 3],
+    refs: Refs,
     hashed: bool,
 }
 
@@ -71,7 +111,7 @@ impl std::fmt::Debug for Block {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Block")
             .field("hash", &self.hash())
-            .field("refs", &self.refs)
+            .field("refs", &self.refs.counts())
             .field("queued", &self.pos.is_queued())
             .finish()
     }
@@ -96,14 +136,18 @@ impl Block {
     }
 
     fn strongest(&self) -> Option<usize> {
-        self.refs.iter().position(|&r| r > 0)
+        self.refs.strongest()
     }
 }
 
 /// A block's references when `owner` holds its only one: the common case of
 /// every release and retag (a prefix shared between requests is the
 /// exception), tested with one comparison before the general path.
-const ONLY: [[u32; 3]; 3] = [[1, 0, 0], [0, 1, 0], [0, 0, 1]];
+const ONLY: [Refs; 3] = [
+    Refs::only(Owner::Active),
+    Refs::only(Owner::Pinned),
+    Refs::only(Owner::Reserved),
+];
 
 /// See the module docs.
 #[derive(Clone, Debug)]
@@ -190,7 +234,7 @@ impl BlockPool {
         let evicted = block.take_hash();
         // A queued block is unreferenced (`audit` checks it): `owner`
         // becomes its one reference and strongest owner.
-        debug_assert_eq!(block.refs, [0; 3]);
+        debug_assert!(block.refs == Refs::default());
         block.refs = ONLY[owner as usize];
         self.by_owner[owner as usize] += 1;
         if let Some(h) = evicted {
@@ -233,7 +277,7 @@ impl BlockPool {
                 .pop_front_each(&mut self.blocks, chunk, |b, block| {
                     // As `allocate`: the queued block was unreferenced, and a
                     // hash it carries is canonical, so it is that entry's.
-                    debug_assert_eq!(block.refs, [0; 3]);
+                    debug_assert!(block.refs == Refs::default());
                     block.refs = ONLY[owner as usize];
                     evicted[k] = block.hash_value;
                     k += usize::from(block.hashed);
@@ -263,19 +307,20 @@ impl BlockPool {
         };
         if block.refs == ONLY[owner as usize] {
             // Its last reference: unreferenced, so not queued until now.
-            block.refs[owner as usize] = 0;
+            block.refs = Refs::default();
             let hashed = block.hashed;
             self.by_owner[owner as usize] -= 1;
             self.cached_free += u64::from(hashed);
             self.free.push_back_unqueued(&mut self.blocks, b);
             return;
         }
-        if block.refs[owner as usize] == 0 {
+        let held = block.refs.get(owner as usize);
+        if held == 0 {
             return;
         }
         // One read-modify-write of the block's entry.
         let before = block.strongest();
-        block.refs[owner as usize] -= 1;
+        block.refs.set(owner as usize, held - 1);
         let after = block.strongest();
         let hashed = block.hashed;
         self.recount(before, after);
@@ -313,7 +358,7 @@ impl BlockPool {
         let mut sum = 0u32;
         for b in blocks {
             if let Some(blk) = self.blocks.get(b as usize) {
-                sum = sum.wrapping_add(blk.refs[0]);
+                sum = sum.wrapping_add(blk.refs.0 as u32);
             }
         }
         std::hint::black_box(sum);
@@ -335,14 +380,16 @@ impl BlockPool {
             self.by_owner[to as usize] += 1;
             return;
         }
-        if block.refs[from as usize] == 0 {
+        let held = block.refs.get(from as usize);
+        if held == 0 {
             return;
         }
         // One read-modify-write of the block (this runs for every block of
         // every pinned prefill and activated reservation).
         let before = block.strongest();
-        block.refs[to as usize] = block.refs[to as usize].saturating_add(1);
-        block.refs[from as usize] -= 1;
+        let to_held = block.refs.get(to as usize);
+        block.refs.set(to as usize, to_held.saturating_add(1));
+        block.refs.set(from as usize, held - 1);
         let after = block.strongest();
         self.recount(before, after);
     }
@@ -419,7 +466,7 @@ impl BlockPool {
     pub(crate) fn refs(&self, b: u32, owner: Owner) -> u32 {
         self.blocks
             .get(b as usize)
-            .map_or(0, |blk| blk.refs[owner as usize])
+            .map_or(0, |blk| blk.refs.get(owner as usize))
     }
 
     /// The hash `b` caches, if any.
@@ -431,12 +478,15 @@ impl BlockPool {
     fn add_ref(&mut self, b: u32, owner: Owner, delta: i32) {
         let block = &mut self.blocks[b as usize];
         let before = block.strongest();
-        let r = &mut block.refs[owner as usize];
-        *r = if delta >= 0 {
-            r.saturating_add(delta.unsigned_abs())
-        } else {
-            r.saturating_sub(delta.unsigned_abs())
-        };
+        let r = block.refs.get(owner as usize);
+        block.refs.set(
+            owner as usize,
+            if delta >= 0 {
+                r.saturating_add(delta.unsigned_abs())
+            } else {
+                r.saturating_sub(delta.unsigned_abs())
+            },
+        );
         let after = block.strongest();
         self.recount(before, after);
     }
@@ -628,6 +678,36 @@ mod tests {
     }
 
     const OWNERS: [Owner; 3] = [Owner::Active, Owner::Pinned, Owner::Reserved];
+
+    proptest! {
+        /// The packed counts behave as three separate saturating counters,
+        /// and the strongest owner is the first with a reference.
+        #[test]
+        fn packed_refs_are_three_counters(
+            ops in proptest::collection::vec((0usize..3, 0u32..4, any::<bool>()), 0..200),
+        ) {
+            let mut packed = Refs::default();
+            let mut plain = [0u64; 3];
+            for (o, n, up) in ops {
+                // Large steps reach the saturation point within a case.
+                let step = if n == 3 { REF_MAX as u32 / 2 } else { n };
+                plain[o] = if up {
+                    (plain[o] + u64::from(step)).min(REF_MAX)
+                } else {
+                    plain[o].saturating_sub(u64::from(step))
+                };
+                let r = packed.get(o);
+                packed.set(o, if up { r.saturating_add(step) } else { r.saturating_sub(step) });
+                let want: Vec<u32> = plain.iter().map(|&x| x as u32).collect();
+                prop_assert_eq!(&packed.counts()[..], &want[..]);
+                prop_assert_eq!(packed.strongest(), plain.iter().position(|&x| x > 0));
+                for (k, only) in ONLY.iter().enumerate() {
+                    let alone = plain[k] == 1 && plain.iter().sum::<u64>() == 1;
+                    prop_assert_eq!(packed == *only, alone);
+                }
+            }
+        }
+    }
 
     proptest! {
         /// The bulk paths (`allocate_into` with its warm-ups, the warmed
