@@ -44,7 +44,6 @@ use crate::msg::HandoffMsg;
 use crate::time::{Duration, Instant};
 use crate::transfer::{Completion, TransferModel, TransferTimer};
 use crate::worker::{RequestError, WorkerEvent, WorkerRequest};
-use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 /// What the engine asks of a host.
@@ -228,7 +227,7 @@ enum Unit {
     Moved(bool),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ev {
     Arrival,
     Submit {
@@ -248,8 +247,51 @@ enum Ev {
     Fault,
 }
 
+/// A scheduled event. The queue is a max-heap, so the order is reversed:
+/// earliest instant first, then the order of scheduling (`seq` is unique),
+/// compared as one 128-bit key. The event itself never takes part (it
+/// cannot: `seq` already decides).
+#[derive(Clone, Copy, Debug)]
+struct Scheduled {
+    key: u128,
+    ev: Ev,
+}
+
+impl Scheduled {
+    fn new(at: Instant, seq: u64, ev: Ev) -> Self {
+        Scheduled {
+            key: (u128::from(at.0) << 64) | u128::from(seq),
+            ev,
+        }
+    }
+
+    fn at(&self) -> Instant {
+        Instant((self.key >> 64) as u64)
+    }
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for Scheduled {}
+
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.key.cmp(&self.key)
+    }
+}
+
 // The heap moves whole entries on every sift: keep them small.
-const _: () = assert!(std::mem::size_of::<(Instant, u64, Ev)>() <= 32);
+const _: () = assert!(std::mem::size_of::<Scheduled>() <= 32);
 
 /// Free-list backed slots, so queued payloads are not moved through the heap.
 #[derive(Debug)]
@@ -303,7 +345,7 @@ pub struct Engine<P: HostPort, D: Director> {
     cfg: EngineConfig,
     now: Instant,
     seq: u64,
-    queue: BinaryHeap<Reverse<(Instant, u64, Ev)>>,
+    queue: BinaryHeap<Scheduled>,
     port: P,
     director: D,
     hosts: Vec<HostSlot>,
@@ -459,7 +501,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// When the next scheduled event is due, if any: what a wall-clock
     /// driver sleeps until (it may wake earlier for an input it injects).
     pub fn next_event_at(&self) -> Option<Instant> {
-        self.queue.peek().map(|Reverse((t, _, _))| *t)
+        self.queue.peek().map(Scheduled::at)
     }
 
     /// Runs every instant due at or before `limit`, in the same order as
@@ -481,10 +523,10 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// [`Engine::unit`], except that the clock does not move past `limit`
     /// (`Moved(false)`: nothing more is due by then).
     fn unit_until(&mut self, limit: Instant) -> Unit {
-        let due = matches!(self.queue.peek(), Some(Reverse((t, _, _))) if *t <= self.now);
+        let due = matches!(self.queue.peek(), Some(e) if e.at() <= self.now);
         if due {
-            if let Some(Reverse((_, _, ev))) = self.queue.pop() {
-                self.handle(ev);
+            if let Some(e) = self.queue.pop() {
+                self.handle(e.ev);
             }
             Unit::Handled
         } else if self.step_hosts() {
@@ -502,7 +544,8 @@ impl<P: HostPort, D: Director> Engine<P, D> {
 
     fn at(&mut self, t: Instant, ev: Ev) {
         self.seq += 1;
-        self.queue.push(Reverse((t.max(self.now), self.seq, ev)));
+        self.queue
+            .push(Scheduled::new(t.max(self.now), self.seq, ev));
     }
 
     fn at_transfer(&mut self, c: Completion) {
@@ -554,10 +597,10 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     }
 
     fn unit(&mut self) -> Unit {
-        let due = matches!(self.queue.peek(), Some(Reverse((t, _, _))) if *t <= self.now);
+        let due = matches!(self.queue.peek(), Some(e) if e.at() <= self.now);
         if due {
-            if let Some(Reverse((_, _, ev))) = self.queue.pop() {
-                self.handle(ev);
+            if let Some(e) = self.queue.pop() {
+                self.handle(e.ev);
             }
             Unit::Handled
         } else if self.step_hosts() {
@@ -570,7 +613,8 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// Moves the clock to the next event, skipping wake-ups that can no
     /// longer matter (lazily cancelled timers once all work is done).
     fn next_instant(&mut self) -> bool {
-        while let Some(Reverse((t, _, ev))) = self.queue.peek().copied() {
+        while let Some(e) = self.queue.peek().copied() {
+            let (t, ev) = (e.at(), e.ev);
             if let Ev::Wake(w) = ev {
                 if !self.arrival_pending
                     && self.faults.next_timed().is_none()
@@ -640,9 +684,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// scheduled event.
     fn step_host(&mut self, w: u32, last: bool) -> bool {
         let horizon = if self.cfg.multi_step && last {
-            self.queue
-                .peek()
-                .map_or(Instant::MAX, |Reverse((t, _, _))| *t)
+            self.queue.peek().map_or(Instant::MAX, Scheduled::at)
         } else {
             self.now
         };
@@ -1061,5 +1103,45 @@ pub fn apply_op<S: crate::SchedulerCore>(
             let core = make_core(host.id());
             host.restart(core, now, out);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Ev, Instant, Scheduled};
+    use proptest::prelude::*;
+    use std::collections::BinaryHeap;
+
+    proptest! {
+        /// The queue pops by instant, then by scheduling order, whatever
+        /// the events: the one-key comparison is the tuple order it
+        /// replaced (a reversed `(Instant, seq)`).
+        #[test]
+        fn the_queue_pops_by_instant_then_seq(
+            entries in proptest::collection::vec((0u64..50, 0u32..4), 0..200),
+        ) {
+            let mut heap = BinaryHeap::new();
+            let mut want = Vec::new();
+            for (seq, &(t, w)) in entries.iter().enumerate() {
+                heap.push(Scheduled::new(Instant(t), seq as u64, Ev::Wake(w)));
+                want.push((t, seq as u64, w));
+            }
+            want.sort();
+            let mut got = Vec::new();
+            while let Some(e) = heap.pop() {
+                let Ev::Wake(w) = e.ev else { unreachable!() };
+                got.push((e.at().0, (e.key & u128::from(u64::MAX)) as u64, w));
+            }
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn the_latest_instant_survives_the_key() {
+        let e = Scheduled::new(Instant::MAX, u64::MAX, Ev::Fault);
+        assert_eq!(e.at(), Instant::MAX);
+        assert!(
+            Scheduled::new(Instant(1), 9, Ev::Fault) > Scheduled::new(Instant(2), 0, Ev::Fault)
+        );
     }
 }
