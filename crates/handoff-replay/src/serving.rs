@@ -530,6 +530,21 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     fn on_event(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant, out: &mut Vec<Route>) {
         self.now = now;
         let pool = self.pool(w);
+        // Most events are a pass's shape and tokens: only the recorder reads
+        // them (the frontend reads an aggregated worker's first tokens, which
+        // end its prefill load), and they belong to no attempt, so none is
+        // stale or a push.
+        let pass_only = match e {
+            WorkerEvent::Step { .. } => true,
+            WorkerEvent::Tokens { .. } => pool != Pool::Aggregated,
+            _ => false,
+        };
+        if pass_only {
+            if let Some(rec) = self.rec.as_mut() {
+                rec.event(w, pool, e, false);
+            }
+            return;
+        }
         if let (Some(sink), WorkerEvent::Kv { event, at }) = (self.kv_sink.as_mut(), e) {
             sink(w, event, *at);
         }
