@@ -255,28 +255,24 @@ pub struct Near {
 /// share a group: the run's lane mask and how many of its keys repeated a
 /// lane already in the run.
 fn for_group_runs(keys: &[u64], mut f: impl FnMut(u64, u32, usize)) {
-    let mut run: Option<(u64, u32, usize)> = None;
-    for &k in keys {
-        let (high, lane) = split(k);
-        let bit = 1u32 << lane;
-        match &mut run {
-            Some((h, mask, repeats)) if *h == high => {
-                if *mask & bit != 0 {
-                    *repeats += 1;
-                }
-                *mask |= bit;
-            }
-            _ => {
-                if let Some((h, mask, repeats)) = run {
-                    f(h, mask, repeats);
-                }
-                run = Some((high, bit, 0));
-            }
+    let Some((&first, rest)) = keys.split_first() else {
+        return;
+    };
+    // A run's repeats are its length less its distinct lanes, counted once
+    // when it ends rather than tested key by key.
+    let (mut high, lane) = split(first);
+    let mut mask = 1u32 << lane;
+    let mut len = 1usize;
+    for &k in rest {
+        let (h, lane) = split(k);
+        if h != high {
+            f(high, mask, len - mask.count_ones() as usize);
+            (high, mask, len) = (h, 0, 0);
         }
+        mask |= 1 << lane;
+        len += 1;
     }
-    if let Some((h, mask, repeats)) = run {
-        f(h, mask, repeats);
-    }
+    f(high, mask, len - mask.count_ones() as usize);
 }
 
 impl<V: Copy + Default> U64Table<V> {
