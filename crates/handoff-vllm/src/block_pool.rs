@@ -395,17 +395,33 @@ impl BlockPool {
     }
 
     /// [`Self::retag`] of every block in `table`, in order, the entries of
-    /// each [`WARM_CHUNK`] loaded together.
+    /// each [`WARM_CHUNK`] loaded together. The blocks `from` holds alone
+    /// (all but a shared prefix) move between the owner totals once, at the
+    /// end: the general path in between never lowers `to`'s total (the
+    /// block gains a `to` reference, so `to` cannot stop being its
+    /// strongest owner) and only lowers `from`'s, whose pending decrements
+    /// keep it above the true count, so no total goes below zero.
     pub(crate) fn retag_all(&mut self, table: &[u32], from: Owner, to: Owner) {
         if from == to {
             return;
         }
+        let (alone, moved_to) = (ONLY[from as usize], ONLY[to as usize]);
+        let mut moved = 0u64;
         for chunk in table.chunks(WARM_CHUNK) {
             self.warm(chunk.iter().copied());
             for &b in chunk {
-                self.retag(b, from, to);
+                match self.blocks.get_mut(b as usize) {
+                    Some(block) if block.refs == alone => {
+                        block.refs = moved_to;
+                        moved += 1;
+                    }
+                    Some(_) => self.retag(b, from, to),
+                    None => {}
+                }
             }
         }
+        self.by_owner[from as usize] -= moved;
+        self.by_owner[to as usize] += moved;
     }
 
     /// Loads the index groups that publishing `hashes` will probe
