@@ -266,10 +266,9 @@ impl RadixCache {
                 locks,
                 last_access: tick,
             };
-            let idx = slot;
             if self.vacant.pop().is_some() {
-                self.nodes[idx as usize] = node;
-                self.hashes[idx as usize] = h;
+                self.nodes[slot as usize] = node;
+                self.hashes[slot as usize] = h;
             } else {
                 self.nodes.push(node);
                 self.hashes.push(h);
@@ -288,7 +287,7 @@ impl RadixCache {
             self.pages[owner as usize] += ppn;
             run.push(h);
             created += 1;
-            cur = idx;
+            cur = slot;
         }
         events.stored(run_parent, run);
         (cur, created)

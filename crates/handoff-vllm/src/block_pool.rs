@@ -138,6 +138,18 @@ impl Block {
     fn strongest(&self) -> Option<usize> {
         self.refs.strongest()
     }
+
+    /// Makes a block just popped from the free queue `owner`'s: a queued
+    /// block is unreferenced (`audit` checks it), so `owner` becomes its one
+    /// reference. Returns the hash it evicts, which is that hash's canonical
+    /// entry (a block carries a hash only while it is canonical: `publish`
+    /// keeps it so, `audit` checks it).
+    #[inline]
+    fn claim(&mut self, owner: Owner) -> Option<u64> {
+        debug_assert!(self.refs == Refs::default());
+        self.refs = ONLY[owner as usize];
+        self.take_hash()
+    }
 }
 
 /// A block's references when `owner` holds its only one: the common case of
@@ -230,18 +242,10 @@ impl BlockPool {
     /// is exhausted.
     pub(crate) fn allocate(&mut self, owner: Owner, events: &mut EventQueue) -> Option<u32> {
         let b = self.free.pop_front(&mut self.blocks)?;
-        let block = &mut self.blocks[b as usize];
-        let evicted = block.take_hash();
-        // A queued block is unreferenced (`audit` checks it): `owner`
-        // becomes its one reference and strongest owner.
-        debug_assert!(block.refs == Refs::default());
-        block.refs = ONLY[owner as usize];
+        let evicted = self.blocks[b as usize].claim(owner);
         self.by_owner[owner as usize] += 1;
         if let Some(h) = evicted {
             self.cached_free -= 1;
-            // A block carries a hash only while it is that hash's canonical
-            // block (`publish` keeps it so; `audit` checks it), so this is
-            // the hash's entry.
             self.canonical.remove_near(h, &mut self.evict_near);
             events.removed_one(h);
         }
@@ -275,13 +279,10 @@ impl BlockPool {
             let got = self
                 .free
                 .pop_front_each(&mut self.blocks, chunk, |b, block| {
-                    // As `allocate`: the queued block was unreferenced, and a
-                    // hash it carries is canonical, so it is that entry's.
-                    debug_assert!(block.refs == Refs::default());
-                    block.refs = ONLY[owner as usize];
-                    evicted[k] = block.hash_value;
-                    k += usize::from(block.hashed);
-                    block.hashed = false;
+                    if let Some(h) = block.claim(owner) {
+                        evicted[k] = h;
+                        k += 1;
+                    }
                     table.push(b);
                 });
             self.by_owner[owner as usize] += got as u64;
