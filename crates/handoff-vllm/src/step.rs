@@ -113,6 +113,9 @@ impl<P: PerfModel> VllmCore<P> {
             } else {
                 self.blocks_for(end) - have
             };
+            // Whether a block becomes full, `commit`'s own first test: most
+            // passes neither allocate nor publish, and skip both calls.
+            let fills = end >= (u64::from(seq.published) + 1) * bs;
             let mut scheduled = true;
             while need > self.pool.free_len() {
                 let Some(victim) = self.running.pop() else {
@@ -129,8 +132,12 @@ impl<P: PerfModel> VllmCore<P> {
             if !scheduled {
                 break;
             }
-            self.grow(s, end);
-            self.commit(s, end);
+            if need > 0 {
+                self.grow(s, end);
+            }
+            if fills {
+                self.commit(s, end);
+            }
             self.sched.push((s, new));
             budget -= new;
             i += 1;
@@ -143,9 +150,14 @@ impl<P: PerfModel> VllmCore<P> {
             return None;
         }
 
+        // One walk both shapes the pass and applies it: the shape reads
+        // each request before its tokens count as computed, and nothing the
+        // walk frees (a finish, a pin) is part of the shape.
         let mut pass = Pass::on_pool(self.pool.total() * self.bs());
-        for &(s, new) in &self.sched {
-            let seq = self.seqs.get(s);
+        let mut left_batch = false;
+        for k in 0..self.sched.len() {
+            let (s, new) = self.sched[k];
+            let seq = self.seqs.get_mut(s);
             if seq.decoding {
                 pass.add_decode(seq.computed + new);
             } else {
@@ -153,14 +165,6 @@ impl<P: PerfModel> VllmCore<P> {
                 // (cache hits and earlier chunks).
                 pass.add_prefill(new, seq.computed);
             }
-        }
-        let prefill_tokens = pass.prefill_tokens;
-        let duration = self.perf.pass(&pass);
-
-        let mut left_batch = false;
-        for k in 0..self.sched.len() {
-            let (s, new) = self.sched[k];
-            let seq = self.seqs.get_mut(s);
             seq.computed += new;
             if seq.computed < seq.num_tokens() {
                 continue;
@@ -191,6 +195,8 @@ impl<P: PerfModel> VllmCore<P> {
             self.running
                 .retain(|&s| seqs.get(s).phase == Phase::Running);
         }
+        let prefill_tokens = pass.prefill_tokens;
+        let duration = self.perf.pass(&pass);
         Some(PassStats {
             duration,
             prefill_tokens,
