@@ -18,14 +18,30 @@
 //! step the hosts that want to, in worker-id order. A step's outputs happen
 //! at its end.
 //!
-//! With `multi_step`, the last host to step at an instant gets the horizon
-//! of the next event already scheduled, and its step may cover the passes
-//! that end by then; every other host gets one pass. Nothing can happen
-//! inside such a run (no event is due before its end, and no host steps
-//! after it at its start), so its held outputs reach the director in the
-//! same order as one pass per event would send them: the report, the
-//! transcript and the KV event stream are the same
-//! (`tests/multi_step_equivalence.rs`).
+//! With `multi_step`, the last host to step at an instant gets a horizon,
+//! and its step may cover the passes that end by then; every other host
+//! gets one pass (a later host's step could end inside the run). The
+//! horizon is the next event that is not a wake-up, or an earlier bound
+//! from another host, whichever comes first:
+//! - a host whose step in progress holds only *quiet* outputs, the events
+//!   the director takes in any order among workers' events without
+//!   routing on them ([`Director::quiet_events`]: a pass's shape and
+//!   tokens, and KV events when no observer keeps their order), bounds the
+//!   horizon just before its `quiet_until` ([`HostStatus`]): its step end
+//!   plus the core's [`crate::SchedulerCore::quiet_floor`], the time its
+//!   next passes are sure to stay quiet if nothing reaches it;
+//! - any other host bounds it at its next wake-up (a step end or a timer).
+//!
+//! A run may therefore go past another host's quiet step end. Nothing the
+//! run's host does can reach that host before the run ends (its outputs are
+//! held), nothing reaches the run's host (every input is an event, and no
+//! event but wake-ups comes before the horizon), and the other host's steps
+//! up to the horizon release only quiet outputs, which commute with the
+//! run's: the report, the transcript and (while a KV sink watches, KV
+//! events then not being quiet) the KV event stream are the same as one
+//! pass per event (`tests/multi_step_equivalence.rs`). A wake-up that is
+//! no host's deadline any more (a timer that already fired) is a no-op and
+//! bounds nothing.
 //!
 //! ## Conservative synchronisation
 //! Every effect of one host on another crosses the engine: facts travel with
@@ -40,6 +56,7 @@
 use crate::fault::{FactFate, Fault, FaultCounts, FaultInjector, FaultPlan, TimedFault};
 use crate::host::{HostFinal, HostInput, HostOutput, HostStatus};
 use crate::ids::{Generation, HandoffId, RequestId, WorkerId};
+use crate::min_tree::MinTree;
 use crate::msg::HandoffMsg;
 use crate::time::{Duration, Instant};
 use crate::transfer::{Completion, TransferModel, TransferTimer};
@@ -189,6 +206,27 @@ pub trait Director {
     /// The run ended at `end`: hosts' final states, roles still alive that
     /// the engine tore down, and the faults injected.
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts);
+
+    /// Which of worker `w`'s events this director takes in whatever order
+    /// they come among other workers' events, without routing on them:
+    /// those a run of passes on another host may overtake (module docs).
+    /// [`QuietEvents::None`], the default, lets no run overtake anything.
+    fn quiet_events(&self, _w: WorkerId) -> QuietEvents {
+        QuietEvents::None
+    }
+}
+
+/// [`Director::quiet_events`]: the events of a worker that commute with any
+/// other worker's, for this director.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuietEvents {
+    /// None do.
+    None,
+    /// A pass's shape and tokens (`Step`, `Tokens`).
+    Pass,
+    /// Those and KV events (`Kv`): nothing keeps the KV event stream's
+    /// order across workers, and routing reads it only at events.
+    PassAndKv,
 }
 
 /// The engine's own settings (the director and hosts carry the rest).
@@ -345,7 +383,15 @@ pub struct Engine<P: HostPort, D: Director> {
     cfg: EngineConfig,
     now: Instant,
     seq: u64,
+    /// Every event but host wake-ups.
     queue: BinaryHeap<Scheduled>,
+    /// Host wake-ups (step ends and timers). Kept apart so that the first
+    /// event that is not one is at hand for a multi-pass horizon; the two
+    /// heaps pop as one, by key.
+    wakes: BinaryHeap<Scheduled>,
+    /// Per host, the latest instant another host's run of passes may end
+    /// at without overtaking anything this host does ([`Engine::update`]).
+    bounds: MinTree,
     port: P,
     director: D,
     hosts: Vec<HostSlot>,
@@ -391,6 +437,8 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             now: Instant::ZERO,
             seq: 0,
             queue: BinaryHeap::new(),
+            wakes: BinaryHeap::new(),
+            bounds: MinTree::new(port.hosts() as usize),
             port,
             director,
             hosts,
@@ -501,7 +549,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// When the next scheduled event is due, if any: what a wall-clock
     /// driver sleeps until (it may wake earlier for an input it injects).
     pub fn next_event_at(&self) -> Option<Instant> {
-        self.queue.peek().map(Scheduled::at)
+        self.head().map(|e| e.at())
     }
 
     /// Runs every instant due at or before `limit`, in the same order as
@@ -523,9 +571,9 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// [`Engine::unit`], except that the clock does not move past `limit`
     /// (`Moved(false)`: nothing more is due by then).
     fn unit_until(&mut self, limit: Instant) -> Unit {
-        let due = matches!(self.queue.peek(), Some(e) if e.at() <= self.now);
+        let due = matches!(self.head(), Some(e) if e.at() <= self.now);
         if due {
-            if let Some(e) = self.queue.pop() {
+            if let Some(e) = self.pop_head() {
                 self.handle(e.ev);
             }
             Unit::Handled
@@ -544,8 +592,33 @@ impl<P: HostPort, D: Director> Engine<P, D> {
 
     fn at(&mut self, t: Instant, ev: Ev) {
         self.seq += 1;
-        self.queue
-            .push(Scheduled::new(t.max(self.now), self.seq, ev));
+        let e = Scheduled::new(t.max(self.now), self.seq, ev);
+        match ev {
+            Ev::Wake(_) => self.wakes.push(e),
+            _ => self.queue.push(e),
+        }
+    }
+
+    /// The next event of either heap: the earlier key (the heaps' order is
+    /// reversed, so the greater entry).
+    fn head(&self) -> Option<Scheduled> {
+        match (self.queue.peek(), self.wakes.peek()) {
+            (Some(&a), Some(&b)) => Some(a.max(b)),
+            (a, b) => a.or(b).copied(),
+        }
+    }
+
+    fn pop_head(&mut self) -> Option<Scheduled> {
+        let from_wakes = match (self.queue.peek(), self.wakes.peek()) {
+            (Some(a), Some(b)) => b > a,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if from_wakes {
+            self.wakes.pop()
+        } else {
+            self.queue.pop()
+        }
     }
 
     fn at_transfer(&mut self, c: Completion) {
@@ -597,9 +670,9 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     }
 
     fn unit(&mut self) -> Unit {
-        let due = matches!(self.queue.peek(), Some(e) if e.at() <= self.now);
+        let due = matches!(self.head(), Some(e) if e.at() <= self.now);
         if due {
-            if let Some(e) = self.queue.pop() {
+            if let Some(e) = self.pop_head() {
                 self.handle(e.ev);
             }
             Unit::Handled
@@ -613,14 +686,14 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// Moves the clock to the next event, skipping wake-ups that can no
     /// longer matter (lazily cancelled timers once all work is done).
     fn next_instant(&mut self) -> bool {
-        while let Some(e) = self.queue.peek().copied() {
+        while let Some(e) = self.head() {
             let (t, ev) = (e.at(), e.ev);
             if let Ev::Wake(w) = ev {
                 if !self.arrival_pending
                     && self.faults.next_timed().is_none()
                     && self.undrained == 0
                 {
-                    self.queue.pop();
+                    self.pop_head();
                     self.forget_wake(w, t);
                     continue;
                 }
@@ -677,14 +750,16 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     }
 
     /// Steps host `w`, which wants to. Its step may cover several passes
-    /// only if nothing else can happen before they end: it is the last host
-    /// stepping at this instant (a later one's step would end inside the
-    /// run, releasing outputs a one-pass-per-event run would have seen
-    /// after some of this host's passes) and the passes end by the next
-    /// scheduled event.
+    /// only if nothing it could not overtake happens before they end: it is
+    /// the last host stepping at this instant (a later one's step would end
+    /// inside the run, releasing outputs a one-pass-per-event run would
+    /// have seen after some of this host's passes) and the passes end by
+    /// the next event that is not a wake-up and by every host's bound (see
+    /// the module docs).
     fn step_host(&mut self, w: u32, last: bool) -> bool {
         let horizon = if self.cfg.multi_step && last {
-            self.queue.peek().map_or(Instant::MAX, Scheduled::at)
+            let next = self.queue.peek().map_or(Instant::MAX, Scheduled::at);
+            next.min(Instant(self.bounds.min()))
         } else {
             self.now
         };
@@ -703,6 +778,20 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     }
 
     fn update(&mut self, w: u32, status: HostStatus) {
+        let quiet = match self.director.quiet_events(WorkerId(w)) {
+            QuietEvents::None => None,
+            QuietEvents::Pass => status.quiet_until,
+            QuietEvents::PassAndKv => status.quiet_until_kv,
+        };
+        // A quiet step end may be overtaken up to (not including) the
+        // instant its host could next release anything else; any other
+        // wake-up only up to itself, as any other event.
+        let bound = match quiet {
+            _ if !self.hosts[w as usize].up => u64::MAX,
+            Some(q) => q.0.saturating_sub(1),
+            None => status.deadline.map_or(u64::MAX, |d| d.0),
+        };
+        self.bounds.set(w as usize, bound);
         let h = &mut self.hosts[w as usize];
         if h.status.drained != status.drained {
             if status.drained {

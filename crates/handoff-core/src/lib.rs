@@ -58,6 +58,7 @@ pub mod fault;
 pub mod host;
 pub mod ids;
 pub mod kv;
+mod min_tree;
 pub mod msg;
 pub mod perf;
 pub mod policy;
@@ -100,8 +101,8 @@ pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
 pub use request::Request;
 pub use rng::Rng;
 pub use scheduler::{
-    CommandOutcome, CoreBox, KvChunk, PrefillPinned, ReservationSummary, SchedulerCommand,
-    SchedulerCore, StepOutput, TokenEmission,
+    CommandOutcome, CoreBox, KvChunk, PrefillPinned, QuietFloor, ReservationSummary,
+    SchedulerCommand, SchedulerCore, StepOutput, TokenEmission,
 };
 pub use source::{
     SourceAction, SourceEvent, SourceEventKind, SourceHandoff, SourceLease, SourceState,

@@ -115,6 +115,15 @@ pub trait PerfModel {
     fn prefill(&self, new_tokens: u64) -> Duration {
         self.pass(&Pass::prefill(new_tokens, 0))
     }
+
+    /// Whether a pass never gets shorter when work is added to it (prefill
+    /// tokens, decodes, decode context; same pool): then a pass takes at
+    /// least as long as any part of it, and `k` passes of a stable decode
+    /// batch at least `k` times its next one. `false` (the default)
+    /// promises nothing.
+    fn grows_with_work(&self) -> bool {
+        false
+    }
 }
 
 /// Whole nanoseconds of `ms / ratio` (a non-positive ratio counts as 1):
@@ -190,6 +199,14 @@ impl PerfModel for PolynomialPerf {
         };
         p + d
     }
+
+    /// The prefill fit rises with tokens (positive coefficients), the
+    /// decode fit over the whole utilisation range it is used on (its
+    /// vertex is at u = 1.049, past the clamp at 1; the 1 ms floor and the
+    /// clamp only flatten it), and a mixed pass adds both.
+    fn grows_with_work(&self) -> bool {
+        true
+    }
 }
 
 /// Fixed per-pass costs, for tests and for matching a measured deployment.
@@ -217,6 +234,10 @@ impl PerfModel for FixedPerf {
             self.decode
         };
         p + d
+    }
+
+    fn grows_with_work(&self) -> bool {
+        true
     }
 }
 
@@ -252,6 +273,13 @@ impl PerfModel for StepModel {
         match self {
             StepModel::Polynomial(m) => m.pass(pass),
             StepModel::Profile(m) => m.pass(pass),
+        }
+    }
+
+    fn grows_with_work(&self) -> bool {
+        match self {
+            StepModel::Polynomial(m) => m.grows_with_work(),
+            StepModel::Profile(m) => m.grows_with_work(),
         }
     }
 }
@@ -327,6 +355,32 @@ mod tests {
                 legacy(prefill, batch, p.kv_tokens, total),
                 "{p:?}"
             );
+        }
+    }
+
+    #[test]
+    fn polynomial_passes_never_shrink_as_work_is_added() {
+        let m = PolynomialPerf::default();
+        assert!(m.grows_with_work());
+        for pool in [1u64 << 10, 1 << 14, 1 << 20] {
+            for batch in [1u64, 7, 64] {
+                let mut prev = Duration::ZERO;
+                for kv in (0..=pool + pool / 4).step_by((pool / 97).max(1) as usize) {
+                    let d = m.pass(&Pass::decode(batch, kv, pool));
+                    assert!(d >= prev, "pool {pool} batch {batch} kv {kv}");
+                    prev = d;
+                    // Adding a prefill chunk to it never shortens it either.
+                    let mut mixed = Pass::decode(batch, kv, pool);
+                    mixed.add_prefill(1 + kv % 9000, kv % 300);
+                    assert!(m.pass(&mixed) >= d);
+                }
+            }
+        }
+        let mut prev = Duration::ZERO;
+        for t in (0..200_000u64).step_by(997) {
+            let d = m.pass(&Pass::prefill(t, 0));
+            assert!(d >= prev, "prefill {t}");
+            prev = d;
         }
     }
 

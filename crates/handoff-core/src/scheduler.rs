@@ -314,6 +314,42 @@ pub trait SchedulerCore {
 
     /// Empty and no retained ownership: no held source, no reservation.
     fn is_drained(&self) -> bool;
+
+    /// How long after the step in progress ends the core is sure to stay
+    /// quiet if nothing reaches it, for the state the last operation left
+    /// (a driver asks again after every input). The engine lets another
+    /// host's run of passes go past such a step end (see `engine`'s module
+    /// docs). The default, zero, promises nothing.
+    fn quiet_floor(&mut self) -> QuietFloor {
+        QuietFloor::default()
+    }
+}
+
+/// [`SchedulerCore::quiet_floor`]'s answer, as durations from the end of the
+/// step in progress, each at least the one before: until `next` the core
+/// releases nothing at all (its next step, which runs a pass, ends no
+/// earlier); until `pass` every step it takes releases only a pass's shape
+/// and tokens (no finish, pin, preemption, grant, first token from a
+/// prefill, KV or session event); until `kv` that and KV events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuietFloor {
+    /// Nothing released before it.
+    pub next: Duration,
+    /// Nothing but pass shapes and tokens before it.
+    pub pass: Duration,
+    /// Nothing but pass shapes, tokens and KV events before it.
+    pub kv: Duration,
+}
+
+impl QuietFloor {
+    /// Only the next step's own length is vouched for.
+    pub fn next_only(next: Duration) -> Self {
+        QuietFloor {
+            next,
+            pass: next,
+            kv: next,
+        }
+    }
 }
 
 /// A scheduler core of any backend, sendable to a worker thread.
@@ -347,5 +383,8 @@ impl<T: SchedulerCore + ?Sized> SchedulerCore for Box<T> {
     }
     fn is_drained(&self) -> bool {
         (**self).is_drained()
+    }
+    fn quiet_floor(&mut self) -> QuietFloor {
+        (**self).quiet_floor()
     }
 }

@@ -1218,6 +1218,22 @@ impl<S: SchedulerCore> Worker<S> {
         }
     }
 
+    /// [`SchedulerCore::quiet_floor`], as far as the worker vouches for it
+    /// too: a reservation waiting its turn is retried at every step end and
+    /// may be granted at any of them (so only the next step's length
+    /// stands), and anything not yet polled is not quiet.
+    pub fn quiet_floor(&mut self) -> crate::QuietFloor {
+        if !self.events.is_empty() || !self.transmits.is_empty() {
+            return crate::QuietFloor::default();
+        }
+        let floor = self.core.quiet_floor();
+        if self.reserve_queue.is_empty() {
+            floor
+        } else {
+            crate::QuietFloor::next_only(floor.next)
+        }
+    }
+
     /// The next fact for a peer.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()

@@ -115,6 +115,8 @@ const UNREACHABLE: HostStatus = HostStatus {
     wants_step: false,
     drained: true,
     step_end: None,
+    quiet_until: None,
+    quiet_until_kv: None,
 };
 
 impl<T: Transport> HostPort for RemotePort<T> {

@@ -438,6 +438,21 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
 }
 
 impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
+    /// A pass's shape and tokens reach only the recorder, which adds them
+    /// up per worker and per request (no order between workers shows),
+    /// except on an aggregated worker, whose first tokens end its prefill
+    /// load in the frontend. KV events reach the router, whose per-worker
+    /// indexes do not depend on the order between workers and are read
+    /// only when routing, at events; but a KV sink sees their order.
+    fn quiet_events(&self, w: WorkerId) -> handoff_core::engine::QuietEvents {
+        use handoff_core::engine::QuietEvents;
+        match self.pool(w) {
+            Pool::Aggregated => QuietEvents::None,
+            _ if self.kv_sink.is_some() => QuietEvents::Pass,
+            _ => QuietEvents::PassAndKv,
+        }
+    }
+
     fn next_arrival(&mut self) -> Option<Instant> {
         if let Some(lp) = self.sessions.as_ref() {
             return lp.due.keys().next().map(|&(t, _)| t.max(self.now));

@@ -754,6 +754,10 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
             && self.sessions.locks == 0
             && self.store.pending() == 0
     }
+
+    fn quiet_floor(&mut self) -> handoff_core::QuietFloor {
+        SglangCore::quiet_floor(self)
+    }
 }
 
 /// Adds `n` tokens to `seq`'s emission of step call `call`: merged into the

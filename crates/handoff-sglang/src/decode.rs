@@ -26,7 +26,7 @@ use crate::batch::emit_tokens;
 use crate::core::SglangCore;
 use crate::ratio::ratio_after_retract;
 use crate::seq::{Kind, Phase};
-use handoff_core::{Duration, Instant, Pass, PerfModel, StepOutput};
+use handoff_core::{Duration, Instant, Pass, PerfModel, QuietFloor, StepOutput};
 
 /// Passes added after the first one of a `step` call.
 #[derive(Clone, Copy, Debug, Default)]
@@ -233,6 +233,66 @@ impl<P: PerfModel> SglangCore<P> {
             .sum()
     }
 
+    /// The most passes, up to `upto`, whose fresh pages `free` covers: at
+    /// one token per page a closed form, otherwise a search.
+    fn passes_fitting(&self, free: u64, upto: u64) -> u64 {
+        if self.page == 1 {
+            return upto.min(free / (self.running.len() as u64).max(1));
+        }
+        let (mut lo, mut hi) = (0u64, upto);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.pages_for_passes(mid) <= free {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    }
+
+    /// [`handoff_core::SchedulerCore::quiet_floor`]. While the batch is
+    /// stable (`decode_is_stable`: nothing can join it or be resumed, and
+    /// no request is still to emit its first token) each pass only emits
+    /// tokens until the one that finishes a request (the
+    /// `until_finish`th), or the one after the free pages stop covering
+    /// the passes (it may evict, a KV event, or retract, in no time). A
+    /// decode pass caches nothing, so the floor is the same with KV events
+    /// counted or not. Those passes take at least the next one's time when
+    /// the perf model grows with work (and the next one's time is exact).
+    /// Session bookkeeping is not vouched for: with sessions on, no
+    /// promise.
+    pub(crate) fn quiet_floor(&self) -> QuietFloor {
+        if self.sessions_on() || !self.decode_is_stable() {
+            return QuietFloor::default();
+        }
+        let mut until_finish = u64::MAX;
+        for d in &self.decoding {
+            if d.emitted == 0 {
+                return QuietFloor::default();
+            }
+            until_finish = until_finish.min(d.remaining_output());
+        }
+        let passes = self.passes_fitting(self.free_pages(), until_finish);
+        let next = self.perf.pass(&Pass::decode(
+            self.running.len() as u64,
+            self.running_kv_tokens,
+            self.total_tokens(),
+        ));
+        let floor = match passes {
+            0 => Duration::ZERO,
+            n if self.perf.grows_with_work() => {
+                next.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
+            }
+            _ => next,
+        };
+        QuietFloor {
+            next: if passes == 0 { Duration::ZERO } else { next },
+            pass: floor,
+            kv: floor,
+        }
+    }
+
     /// Runs as many further stable decode passes as end by `horizon`,
     /// stopping at the pass in which the first request finishes and before
     /// any pass that would need more pages than are free.
@@ -269,7 +329,7 @@ impl<P: PerfModel> SglangCore<P> {
         // searched below, within the passes the horizon allows.
         let free = self.free_pages();
         let cap = if self.page == 1 {
-            until_finish.min(free / bs.max(1))
+            self.passes_fitting(free, until_finish)
         } else {
             until_finish
         };
@@ -299,16 +359,7 @@ impl<P: PerfModel> SglangCore<P> {
         let fits = if self.page == 1 {
             more.passes
         } else {
-            let (mut lo, mut hi) = (0u64, more.passes);
-            while lo < hi {
-                let mid = lo + (hi - lo).div_ceil(2);
-                if self.pages_for_passes(mid) <= free {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-            lo
+            self.passes_fitting(free, more.passes)
         };
         if fits < more.passes {
             // The first `fits` passes of the time line are the same passes.

@@ -482,6 +482,10 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
     fn is_drained(&self) -> bool {
         self.is_empty() && self.sources.is_empty() && self.destinations.is_empty()
     }
+
+    fn quiet_floor(&mut self) -> handoff_core::QuietFloor {
+        VllmCore::quiet_floor(self)
+    }
 }
 
 /// The stand-in hash of block `i` of `seq`, a block past its prompt's full

@@ -46,7 +46,19 @@
 
 use crate::core::VllmCore;
 use crate::sequence::{Kind, Phase};
-use handoff_core::{Duration, Instant, Pass, PerfModel, StepOutput, TokenEmission};
+use handoff_core::{Duration, Instant, Pass, PerfModel, QuietFloor, StepOutput, TokenEmission};
+
+/// What bounds the passes of a stable batch ([`VllmCore::plan_stable`]).
+struct StablePlan {
+    /// Passes until the first request finishes (that pass included).
+    until_finish: u64,
+    /// Computed tokens of the whole batch.
+    context: u64,
+    /// The most passes whose block boundaries the free pool covers.
+    k_max: u64,
+    /// The least room any request has in its last block.
+    min_room: u64,
+}
 
 /// What one full pass did.
 #[derive(Clone, Copy, Debug)]
@@ -355,19 +367,20 @@ impl<P: PerfModel> VllmCore<P> {
             .sum()
     }
 
-    /// Plans and applies the stable passes after the first one.
-    fn run_stable(&mut self, start: Instant, horizon: Instant, out: &mut StepOutput) {
-        let bs = self.bs();
-        let batch = self.running.len() as u64;
+    /// What bounds a stable batch's further passes: the running batch's
+    /// room histogram (`room_hist`) is filled on the way.
+    fn plan_stable(&mut self) -> StablePlan {
         let mut until_finish = u64::MAX;
         let mut context = 0u64;
+        let mut min_room = u64::MAX;
         self.room_hist.iter_mut().for_each(|n| *n = 0);
         for &s in &self.running {
             let seq = self.seqs.get(s);
             until_finish = until_finish.min(u64::from(seq.max_out.saturating_sub(seq.outputs)));
             context += seq.computed;
-            let room = self.room(s) as usize;
-            self.room_hist[room] += 1;
+            let room = self.room(s);
+            min_room = min_room.min(room);
+            self.room_hist[room as usize] += 1;
         }
         // The largest k whose boundary allocations all fit in the free pool.
         let free = self.pool.free_len();
@@ -380,7 +393,99 @@ impl<P: PerfModel> VllmCore<P> {
                 hi = mid - 1;
             }
         }
-        let k_max = lo;
+        StablePlan {
+            until_finish,
+            context,
+            k_max: lo,
+            min_room,
+        }
+    }
+
+    /// [`handoff_core::SchedulerCore::quiet_floor`]. The next step runs a
+    /// pass whenever a running request has tokens to compute, and if the
+    /// blocks its running requests need fit the free pool, nobody is
+    /// preempted: the pass is then at least the running requests' share of
+    /// it, which [`Self::next_pass_floor`] times (admissions only add to
+    /// it). While the next passes are moreover pure decodes of the running
+    /// batch (`batch_is_stable`, and the waiting queue holds only
+    /// destinations awaiting their KV, which a pass skips without a word),
+    /// the first that can release more than tokens is the one that
+    /// finishes a request (the `until_finish`th), with prefix caching the
+    /// first that fills or crosses into a block (a KV event: a request
+    /// with room `r` fills at pass `r`, or crosses at pass 1 when `r` is
+    /// 0), or the one after the boundary blocks stop fitting in the free
+    /// pool (it may preempt, in no time); each of those passes takes at
+    /// least the next one's time.
+    pub(crate) fn quiet_floor(&mut self) -> QuietFloor {
+        if !self.perf.grows_with_work() {
+            return QuietFloor::default();
+        }
+        let next = self.next_pass_floor();
+        if next.is_zero() || self.waiting.len() != self.awaiting_kv || !self.batch_is_stable() {
+            return QuietFloor::next_only(next);
+        }
+        let plan = self.plan_stable();
+        let within = |passes: u64| next.saturating_mul(u32::try_from(passes).unwrap_or(u32::MAX));
+        let first_kv = if self.cfg.enable_prefix_caching {
+            plan.min_room.max(1)
+        } else {
+            u64::MAX
+        };
+        let quiet = plan.until_finish.min(plan.k_max);
+        QuietFloor {
+            next,
+            pass: within(quiet.min(first_kv)).max(next),
+            kv: within(quiet).max(next),
+        }
+    }
+
+    /// The running requests' part of the next pass, timed, if the blocks it
+    /// needs fit the free pool (so nothing is preempted); zero otherwise or
+    /// when it would compute nothing. The same walk as `run_pass`'s.
+    fn next_pass_floor(&self) -> Duration {
+        let bs = self.bs();
+        let mut budget = u64::from(self.cfg.max_num_batched_tokens);
+        let mut need = 0u64;
+        let mut pass = Pass::on_pool(self.pool.total() * bs);
+        let mut any = false;
+        for &s in &self.running {
+            if budget == 0 {
+                break;
+            }
+            let seq = self.seqs.get(s);
+            let new = (seq.num_tokens().saturating_sub(seq.computed)).min(budget);
+            if new == 0 {
+                continue;
+            }
+            let end = seq.computed + new;
+            let have = seq.blocks.len() as u64;
+            if end > have * bs {
+                need += self.blocks_for(end) - have;
+            }
+            if seq.decoding {
+                pass.add_decode(end);
+            } else {
+                pass.add_prefill(new, seq.computed);
+            }
+            budget -= new;
+            any = true;
+        }
+        if !any || need > self.pool.free_len() {
+            return Duration::ZERO;
+        }
+        self.perf.pass(&pass)
+    }
+
+    /// Plans and applies the stable passes after the first one.
+    fn run_stable(&mut self, start: Instant, horizon: Instant, out: &mut StepOutput) {
+        let bs = self.bs();
+        let batch = self.running.len() as u64;
+        let StablePlan {
+            until_finish: _,
+            context,
+            k_max,
+            min_room: _,
+        } = self.plan_stable();
 
         let total_tokens = self.pool.total() * bs;
         let mut k = 0u64;
