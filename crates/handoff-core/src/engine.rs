@@ -116,6 +116,16 @@ pub trait HostPort {
         let _ = (w, event);
     }
 
+    /// [`crate::WorkerHost::quiet_until`] of host `w` (with `kv`, KV events
+    /// count as quiet), as of its last operation. Asked only when a
+    /// multi-pass horizon could use it, so it costs nothing at a step that
+    /// cannot. A port whose hosts are remote answers `None` (the default):
+    /// a round trip would cost more than the passes it saves.
+    fn quiet_until(&mut self, w: WorkerId, kv: bool) -> Option<Instant> {
+        let _ = (w, kv);
+        None
+    }
+
     /// Every host's final state, in id order.
     fn finals(&mut self) -> Vec<HostFinal>;
 }
@@ -383,15 +393,18 @@ pub struct Engine<P: HostPort, D: Director> {
     cfg: EngineConfig,
     now: Instant,
     seq: u64,
-    /// Every event but host wake-ups.
     queue: BinaryHeap<Scheduled>,
-    /// Host wake-ups (step ends and timers). Kept apart so that the first
-    /// event that is not one is at hand for a multi-pass horizon; the two
-    /// heaps pop as one, by key.
-    wakes: BinaryHeap<Scheduled>,
+    /// The keys of the queued events that are not host wake-ups, so that
+    /// the first of them is at hand for a multi-pass horizon. The queue
+    /// pops them in key order, so each pop of one pops this heap's first.
+    others: BinaryHeap<std::cmp::Reverse<u128>>,
     /// Per host, the latest instant another host's run of passes may end
-    /// at without overtaking anything this host does ([`Engine::update`]).
+    /// at without overtaking anything this host does ([`Engine::update`],
+    /// [`Engine::horizon`]).
     bounds: MinTree,
+    /// Hosts with a step in progress not yet asked whether its end is
+    /// quiet since their last operation.
+    unasked: Vec<bool>,
     port: P,
     director: D,
     hosts: Vec<HostSlot>,
@@ -437,8 +450,9 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             now: Instant::ZERO,
             seq: 0,
             queue: BinaryHeap::new(),
-            wakes: BinaryHeap::new(),
+            others: BinaryHeap::new(),
             bounds: MinTree::new(port.hosts() as usize),
+            unasked: vec![false; port.hosts() as usize],
             port,
             director,
             hosts,
@@ -549,7 +563,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// When the next scheduled event is due, if any: what a wall-clock
     /// driver sleeps until (it may wake earlier for an input it injects).
     pub fn next_event_at(&self) -> Option<Instant> {
-        self.head().map(|e| e.at())
+        self.queue.peek().map(Scheduled::at)
     }
 
     /// Runs every instant due at or before `limit`, in the same order as
@@ -571,9 +585,9 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// [`Engine::unit`], except that the clock does not move past `limit`
     /// (`Moved(false)`: nothing more is due by then).
     fn unit_until(&mut self, limit: Instant) -> Unit {
-        let due = matches!(self.head(), Some(e) if e.at() <= self.now);
+        let due = matches!(self.queue.peek(), Some(e) if e.at() <= self.now);
         if due {
-            if let Some(e) = self.pop_head() {
+            if let Some(e) = self.pop() {
                 self.handle(e.ev);
             }
             Unit::Handled
@@ -593,32 +607,20 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     fn at(&mut self, t: Instant, ev: Ev) {
         self.seq += 1;
         let e = Scheduled::new(t.max(self.now), self.seq, ev);
-        match ev {
-            Ev::Wake(_) => self.wakes.push(e),
-            _ => self.queue.push(e),
+        if !matches!(ev, Ev::Wake(_)) {
+            self.others.push(std::cmp::Reverse(e.key));
         }
+        self.queue.push(e);
     }
 
-    /// The next event of either heap: the earlier key (the heaps' order is
-    /// reversed, so the greater entry).
-    fn head(&self) -> Option<Scheduled> {
-        match (self.queue.peek(), self.wakes.peek()) {
-            (Some(&a), Some(&b)) => Some(a.max(b)),
-            (a, b) => a.or(b).copied(),
+    /// The next event, off the queue (and off `others` if it is one).
+    fn pop(&mut self) -> Option<Scheduled> {
+        let e = self.queue.pop()?;
+        if !matches!(e.ev, Ev::Wake(_)) {
+            let first = self.others.pop();
+            debug_assert_eq!(first, Some(std::cmp::Reverse(e.key)));
         }
-    }
-
-    fn pop_head(&mut self) -> Option<Scheduled> {
-        let from_wakes = match (self.queue.peek(), self.wakes.peek()) {
-            (Some(a), Some(b)) => b > a,
-            (None, Some(_)) => true,
-            _ => false,
-        };
-        if from_wakes {
-            self.wakes.pop()
-        } else {
-            self.queue.pop()
-        }
+        Some(e)
     }
 
     fn at_transfer(&mut self, c: Completion) {
@@ -670,9 +672,9 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     }
 
     fn unit(&mut self) -> Unit {
-        let due = matches!(self.head(), Some(e) if e.at() <= self.now);
+        let due = matches!(self.queue.peek(), Some(e) if e.at() <= self.now);
         if due {
-            if let Some(e) = self.pop_head() {
+            if let Some(e) = self.pop() {
                 self.handle(e.ev);
             }
             Unit::Handled
@@ -686,14 +688,14 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// Moves the clock to the next event, skipping wake-ups that can no
     /// longer matter (lazily cancelled timers once all work is done).
     fn next_instant(&mut self) -> bool {
-        while let Some(e) = self.head() {
+        while let Some(e) = self.queue.peek().copied() {
             let (t, ev) = (e.at(), e.ev);
             if let Ev::Wake(w) = ev {
                 if !self.arrival_pending
                     && self.faults.next_timed().is_none()
                     && self.undrained == 0
                 {
-                    self.pop_head();
+                    self.queue.pop();
                     self.forget_wake(w, t);
                     continue;
                 }
@@ -758,14 +760,42 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// the module docs).
     fn step_host(&mut self, w: u32, last: bool) -> bool {
         let horizon = if self.cfg.multi_step && last {
-            let next = self.queue.peek().map_or(Instant::MAX, Scheduled::at);
-            next.min(Instant(self.bounds.min()))
+            self.horizon()
         } else {
             self.now
         };
         let now = self.now;
         self.call(w, HostOp::Step { now, horizon });
         true
+    }
+
+    /// How far the last host stepping now may run: to the next event that
+    /// is not a wake-up, or to the least host bound before it. The least
+    /// bound, while it is a step end not yet asked about, is replaced by
+    /// what its host's quiet step end allows (each host is asked at most
+    /// once per operation on it: the answer holds until the next).
+    fn horizon(&mut self) -> Instant {
+        let next = self.others.peek().map_or(u64::MAX, |k| (k.0 >> 64) as u64);
+        loop {
+            // Mostly the next event comes first: then no host is looked at.
+            if self.bounds.min() >= next {
+                return Instant(next);
+            }
+            let (least, h) = self.bounds.min_at();
+            if !std::mem::take(&mut self.unasked[h]) {
+                return Instant(least);
+            }
+            let kv = match self.director.quiet_events(WorkerId(h as u32)) {
+                QuietEvents::None => continue,
+                QuietEvents::Pass => false,
+                QuietEvents::PassAndKv => true,
+            };
+            if let Some(q) = self.port.quiet_until(WorkerId(h as u32), kv) {
+                // Up to, not including, the instant it could release
+                // anything else.
+                self.bounds.set(h, least.max(q.0.saturating_sub(1)));
+            }
+        }
     }
 
     /// One operation on one host, then its outputs moved on.
@@ -778,20 +808,16 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     }
 
     fn update(&mut self, w: u32, status: HostStatus) {
-        let quiet = match self.director.quiet_events(WorkerId(w)) {
-            QuietEvents::None => None,
-            QuietEvents::Pass => status.quiet_until,
-            QuietEvents::PassAndKv => status.quiet_until_kv,
-        };
-        // A quiet step end may be overtaken up to (not including) the
-        // instant its host could next release anything else; any other
-        // wake-up only up to itself, as any other event.
-        let bound = match quiet {
-            _ if !self.hosts[w as usize].up => u64::MAX,
-            Some(q) => q.0.saturating_sub(1),
-            None => status.deadline.map_or(u64::MAX, |d| d.0),
+        // A host bounds runs at its next wake-up, until a horizon that
+        // could use more asks whether its step end is quiet
+        // (`Engine::horizon`).
+        let up = self.hosts[w as usize].up;
+        let bound = match status.deadline {
+            Some(d) if up => d.0,
+            _ => u64::MAX,
         };
         self.bounds.set(w as usize, bound);
+        self.unasked[w as usize] = up && status.step_end.is_some();
         let h = &mut self.hosts[w as usize];
         if h.status.drained != status.drained {
             if status.drained {
@@ -1167,6 +1193,10 @@ impl<S: crate::SchedulerCore> HostPort for LocalHosts<'_, S> {
         if let Some(h) = self.hosts.get_mut(w.0 as usize) {
             h.recycle(event);
         }
+    }
+
+    fn quiet_until(&mut self, w: WorkerId, kv: bool) -> Option<Instant> {
+        self.hosts.get_mut(w.0 as usize)?.quiet_until(kv)
     }
 
     fn finals(&mut self) -> Vec<HostFinal> {

@@ -95,13 +95,6 @@ pub struct HostStatus {
     pub drained: bool,
     /// When the step in progress ends, if one is.
     pub step_end: Option<Instant>,
-    /// With a step in progress whose held outputs are only a pass's shape
-    /// and tokens: the instant before which, unless an input reaches it,
-    /// the host releases nothing else (its step end plus the core's
-    /// [`crate::SchedulerCore::quiet_floor`], or its next timer if earlier).
-    pub quiet_until: Option<Instant>,
-    /// The same with KV events counted among the quiet outputs.
-    pub quiet_until_kv: Option<Instant>,
 }
 
 /// A worker's state at the end of a run, as reports and transcripts need
@@ -138,9 +131,6 @@ pub struct WorkerHost<S: SchedulerCore> {
     /// Outputs of the step in progress, released when it ends.
     held: Vec<HostOutput>,
     steps: u64,
-    /// [`HostStatus::quiet_until`] and [`HostStatus::quiet_until_kv`], as of
-    /// the last operation that changed them.
-    quiet: (Option<Instant>, Option<Instant>),
 }
 
 impl<S: SchedulerCore> WorkerHost<S> {
@@ -152,7 +142,6 @@ impl<S: SchedulerCore> WorkerHost<S> {
             stalled: false,
             held: Vec::new(),
             steps: 0,
-            quiet: (None, None),
         }
     }
 
@@ -200,7 +189,6 @@ impl<S: SchedulerCore> WorkerHost<S> {
             }
         }
         self.drain(out);
-        self.refresh_quiet();
     }
 
     /// Moves to `now`: a step that has ended releases its outputs, and due
@@ -222,7 +210,6 @@ impl<S: SchedulerCore> WorkerHost<S> {
             self.worker.handle_timeout(now);
             self.drain(out);
         }
-        self.refresh_quiet();
     }
 
     /// Whether the host should step now.
@@ -250,7 +237,6 @@ impl<S: SchedulerCore> WorkerHost<S> {
                 let mut held = std::mem::take(&mut self.held);
                 self.drain(&mut held);
                 self.held = held;
-                self.refresh_quiet();
                 Some(end)
             }
             None => {
@@ -276,52 +262,34 @@ impl<S: SchedulerCore> WorkerHost<S> {
 
     /// The driver's view after an operation.
     pub fn status(&self) -> HostStatus {
-        let (quiet_until, quiet_until_kv) = match self.step_end {
-            Some(_) => self.quiet,
-            None => (None, None),
-        };
         HostStatus {
             deadline: self.next_deadline(),
             wants_step: self.wants_step(),
             drained: self.is_drained(),
             step_end: self.step_end,
-            quiet_until,
-            quiet_until_kv,
         }
     }
 
-    /// Recomputes [`HostStatus::quiet_until`] and `quiet_until_kv` after an
-    /// operation that may have changed the worker's state, while a step is
-    /// in progress. The held outputs must be quiet themselves (only `Step`
-    /// and `Tokens` events, and `Kv` ones for the second bound), then the
-    /// worker's floor says how long after the step end that lasts, and a
-    /// timer due earlier ends it there.
-    fn refresh_quiet(&mut self) {
-        let Some(end) = self.step_end else {
-            self.quiet = (None, None);
-            return;
-        };
-        let (mut pass, mut kv) = (true, true);
+    /// With a step in progress whose held outputs are quiet (only `Step`
+    /// and `Tokens` events, and with `kv` also `Kv` ones): the instant
+    /// before which, unless an input reaches it, the host releases nothing
+    /// but such outputs. That is its step end plus the worker's
+    /// [`crate::SchedulerCore::quiet_floor`], or its next timer if that
+    /// comes first. It depends only on the state the last operation left,
+    /// so a driver may ask any time before the next one.
+    pub fn quiet_until(&mut self, kv: bool) -> Option<Instant> {
+        let end = self.step_end?;
         for o in &self.held {
             match o {
                 HostOutput::Event(WorkerEvent::Step { .. } | WorkerEvent::Tokens { .. }) => {}
-                HostOutput::Event(WorkerEvent::Kv { .. }) => pass = false,
-                _ => {
-                    (pass, kv) = (false, false);
-                    break;
-                }
+                HostOutput::Event(WorkerEvent::Kv { .. }) if kv => {}
+                _ => return None,
             }
         }
-        if !kv {
-            self.quiet = (None, None);
-            return;
-        }
         let floor = self.worker.quiet_floor();
+        let floor = if kv { floor.kv } else { floor.pass };
         let timer = self.worker.poll_timeout().unwrap_or(Instant::MAX);
-        self.quiet = (
-            pass.then(|| (end + floor.pass).min(timer)),
-            Some((end + floor.kv).min(timer)),
-        );
+        Some((end + floor).min(timer))
     }
 
     /// Ends every role here and releases all local ownership; a step in
@@ -329,7 +297,6 @@ impl<S: SchedulerCore> WorkerHost<S> {
     /// happened before the end).
     pub fn teardown(&mut self, now: Instant, out: &mut Vec<HostOutput>) {
         self.step_end = None;
-        self.quiet = (None, None);
         self.stalled = false;
         out.append(&mut self.held);
         self.worker.teardown(now);
@@ -341,7 +308,6 @@ impl<S: SchedulerCore> WorkerHost<S> {
     /// survives.
     pub fn restart(&mut self, core: S, now: Instant, out: &mut Vec<HostOutput>) {
         self.step_end = None;
-        self.quiet = (None, None);
         self.stalled = false;
         self.held.clear();
         self.worker.restart(core, now);

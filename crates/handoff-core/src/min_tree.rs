@@ -44,6 +44,21 @@ impl MinTree {
     pub(crate) fn min(&self) -> u64 {
         self.nodes[1]
     }
+
+    /// The least value and the first slot holding it (found from the root
+    /// down, a node's value being its children's least).
+    pub(crate) fn min_at(&self) -> (u64, usize) {
+        let least = self.nodes[1];
+        let mut k = 1;
+        while k < self.size {
+            k = if self.nodes[2 * k] == least {
+                2 * k
+            } else {
+                2 * k + 1
+            };
+        }
+        (least, k - self.size)
+    }
 }
 
 #[cfg(test)]
@@ -63,7 +78,11 @@ mod tests {
                 let i = i % n;
                 t.set(i, v);
                 plain[i] = v;
-                prop_assert_eq!(t.min(), plain.iter().copied().min().unwrap_or(u64::MAX));
+                let least = plain.iter().copied().min().unwrap_or(u64::MAX);
+                prop_assert_eq!(t.min(), least);
+                let (v, at) = t.min_at();
+                prop_assert_eq!(v, least);
+                prop_assert_eq!(Some(at), plain.iter().position(|&x| x == least));
             }
         }
     }

@@ -115,8 +115,6 @@ const UNREACHABLE: HostStatus = HostStatus {
     wants_step: false,
     drained: true,
     step_end: None,
-    quiet_until: None,
-    quiet_until_kv: None,
 };
 
 impl<T: Transport> HostPort for RemotePort<T> {
