@@ -27,9 +27,10 @@
 //!   the director takes in any order among workers' events without
 //!   routing on them ([`Director::quiet_events`]: a pass's shape and
 //!   tokens, and KV events when no observer keeps their order), bounds the
-//!   horizon just before its `quiet_until` ([`HostStatus`]): its step end
-//!   plus the core's [`crate::SchedulerCore::quiet_floor`], the time its
-//!   next passes are sure to stay quiet if nothing reaches it;
+//!   horizon just before its [`HostPort::quiet_until`]: its step end plus
+//!   the core's [`crate::SchedulerCore::quiet_floor`], the time its next
+//!   passes are sure to stay quiet if nothing reaches it (asked only while
+//!   it is the least bound, and at most once per operation on the host);
 //! - any other host bounds it at its next wake-up (a step end or a timer).
 //!
 //! A run may therefore go past another host's quiet step end. Nothing the

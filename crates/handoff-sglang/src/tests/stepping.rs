@@ -91,6 +91,8 @@ fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
     );
     let mut wave_two = false;
     let mut activated = false;
+    // `quiet_floor` promises made at step ends since the last command.
+    let mut promises: Vec<(Instant, handoff_core::QuietFloor)> = Vec::new();
     for _ in 0..100_000 {
         let horizon = match mode {
             Mode::Single => now,
@@ -101,6 +103,34 @@ fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
         check_identity(&core.capacity()).expect("identity");
         core.check_consistency().expect("consistent");
         let end = now + out.duration;
+        let mut kv_now = Vec::new();
+        core.drain_kv_events(&mut kv_now);
+        let more = !out.finished.is_empty()
+            || !out.pinned.is_empty()
+            || !out.preempted.is_empty()
+            || !out.reserved.is_empty()
+            || !out.unavailable.is_empty()
+            || !out.kv_chunks.is_empty()
+            || !out.shipped_first_tokens.is_empty();
+        if out.steps > 0 || more || !kv_now.is_empty() {
+            for &(from, f) in &promises {
+                assert!(
+                    end >= from + f.next,
+                    "released at {end:?}, before {from:?} + {f:?}"
+                );
+                if end < from + f.pass {
+                    assert!(!more && kv_now.is_empty(), "{end:?} broke {from:?} + {f:?}");
+                }
+                if end < from + f.kv {
+                    assert!(!more, "{end:?} broke {from:?} + {f:?}");
+                }
+            }
+        }
+        t.events.extend(kv_now);
+        if out.steps > 0 {
+            promises.retain(|&(from, f)| from + f.kv > end);
+            promises.push((end, core.quiet_floor()));
+        }
         for r in &out.shipped_first_tokens {
             let entry = t.requests.entry(*r).or_default();
             entry.1 = Some(now);
@@ -126,11 +156,12 @@ fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
         }
         t.passes += out.steps;
         t.prefill_tokens += out.prefill_tokens;
-        core.drain_kv_events(&mut t.events);
         now = end;
         // Commands only between calls that are idle in every mode, so that
         // all modes apply them at the same state.
         if out.steps == 0 {
+            // Commands are inputs: they void every promise.
+            promises.clear();
             if !activated {
                 activated = true;
                 core.apply(SchedulerCommand::ActivateDestination { id: dst }, now);
@@ -221,8 +252,17 @@ fn multi_pass_actually_batches_passes() {
     assert!(out.tokens.iter().all(|e| e.tokens == 50 && e.first));
     assert_eq!(out.finished, vec![RequestId(0)]);
     let now = Instant::ZERO + out.duration;
+    // Three requests decode on, the first to finish 10 passes from here:
+    // nothing but tokens comes before the tenth pass ends, which takes at
+    // least ten times the next one.
+    let floor = core.quiet_floor();
+    assert!(floor.next > Duration::ZERO);
+    assert_eq!(floor.pass, floor.next * 10);
+    assert_eq!(floor.kv, floor.pass);
     core.step(now, Instant::MAX, &mut out);
     assert_eq!(out.steps, 10);
+    assert_eq!(out.first_step, floor.next);
+    assert!(out.duration >= floor.pass);
     assert!(out.tokens.iter().all(|e| e.tokens == 10 && !e.first));
     assert_eq!(out.finished, vec![RequestId(1)]);
     assert!(

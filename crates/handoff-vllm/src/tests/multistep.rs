@@ -260,3 +260,81 @@ proptest! {
         assert_equivalent(cfg, &workload(seed, n));
     }
 }
+
+/// Steps `work` one pass at a time and holds every `quiet_floor` promise to
+/// the steps that follow it before the next command arrives (a command is
+/// an input, which voids them): a step ending before `from + next` breaks
+/// it, as does one ending before `from + pass` with more than tokens, or
+/// before `from + kv` with more than tokens and KV events. Returns how many
+/// (promise, later step) pairs were checked.
+fn check_quiet_floor(cfg: VllmConfig, work: &Workload) -> u64 {
+    let perf = PolynomialPerf { speedup_ratio: 1.0 };
+    let mut h = Harness::new(VllmCore::with_perf(cfg, perf));
+    let mut next = 0;
+    let mut promises: Vec<(Instant, handoff_core::QuietFloor)> = Vec::new();
+    let mut checked = 0u64;
+    for _ in 0..1_000_000 {
+        while next < work.len() && work[next].0 <= h.now {
+            h.apply(work[next].1.clone());
+            next += 1;
+            promises.clear();
+        }
+        let arrival = work.get(next).map_or(Instant::MAX, |w| w.0);
+        let kv_before = h.events.len();
+        let steps = if h.core.is_empty() { 0 } else { h.step() };
+        if steps == 0 {
+            if next >= work.len() {
+                return checked;
+            }
+            h.now = h.now.max(arrival);
+            continue;
+        }
+        let end = h.now;
+        let o = &h.out;
+        let kv = h.events.len() > kv_before;
+        let more = !o.finished.is_empty()
+            || !o.pinned.is_empty()
+            || !o.preempted.is_empty()
+            || !o.reserved.is_empty()
+            || !o.unavailable.is_empty()
+            || !o.kv_chunks.is_empty()
+            || !o.shipped_first_tokens.is_empty();
+        for &(from, f) in &promises {
+            checked += 1;
+            assert!(
+                end >= from + f.next,
+                "a step ended at {end:?}, before {from:?} + {f:?}"
+            );
+            if end < from + f.pass {
+                assert!(
+                    !more && !kv,
+                    "step at {end:?} broke {from:?} + {f:?}: {o:?}"
+                );
+            }
+            if end < from + f.kv {
+                assert!(!more, "step at {end:?} broke {from:?} + {f:?}: {o:?}");
+            }
+        }
+        promises.retain(|&(from, f)| from + f.kv > end);
+        promises.push((end, h.core.quiet_floor()));
+    }
+    panic!("runaway");
+}
+
+#[test]
+fn quiet_floor_holds_on_a_small_workload() {
+    for cfg in [tight(), roomy()] {
+        let checked = check_quiet_floor(cfg, &workload(42, 24));
+        assert!(checked > 500, "only {checked} promises checked");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn quiet_floor_holds(seed in any::<u64>(), n in 1usize..16, roomy_pool in any::<bool>()) {
+        let cfg = if roomy_pool { roomy() } else { tight() };
+        check_quiet_floor(cfg, &workload(seed, n));
+    }
+}
