@@ -264,6 +264,19 @@ impl StepOutput {
         self.reserved.clear();
         self.unavailable.clear();
     }
+
+    /// Whether the step produced nothing but its passes' shape and tokens
+    /// (KV events aside, which the core keeps apart): what
+    /// [`SchedulerCore::quiet_floor`] calls quiet.
+    pub fn is_quiet(&self) -> bool {
+        self.shipped_first_tokens.is_empty()
+            && self.finished.is_empty()
+            && self.pinned.is_empty()
+            && self.kv_chunks.is_empty()
+            && self.preempted.is_empty()
+            && self.reserved.is_empty()
+            && self.unavailable.is_empty()
+    }
 }
 
 /// A backend scheduler core: one worker's physical KV and batch.

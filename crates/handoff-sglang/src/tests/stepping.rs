@@ -92,7 +92,7 @@ fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
     let mut wave_two = false;
     let mut activated = false;
     // `quiet_floor` promises made at step ends since the last command.
-    let mut promises: Vec<(Instant, handoff_core::QuietFloor)> = Vec::new();
+    let mut promises = handoff_core::testing::QuietPromises::default();
     for _ in 0..100_000 {
         let horizon = match mode {
             Mode::Single => now,
@@ -105,31 +105,12 @@ fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
         let end = now + out.duration;
         let mut kv_now = Vec::new();
         core.drain_kv_events(&mut kv_now);
-        let more = !out.finished.is_empty()
-            || !out.pinned.is_empty()
-            || !out.preempted.is_empty()
-            || !out.reserved.is_empty()
-            || !out.unavailable.is_empty()
-            || !out.kv_chunks.is_empty()
-            || !out.shipped_first_tokens.is_empty();
-        if out.steps > 0 || more || !kv_now.is_empty() {
-            for &(from, f) in &promises {
-                assert!(
-                    end >= from + f.next,
-                    "released at {end:?}, before {from:?} + {f:?}"
-                );
-                if end < from + f.pass {
-                    assert!(!more && kv_now.is_empty(), "{end:?} broke {from:?} + {f:?}");
-                }
-                if end < from + f.kv {
-                    assert!(!more, "{end:?} broke {from:?} + {f:?}");
-                }
-            }
+        if out.steps > 0 || !out.is_quiet() || !kv_now.is_empty() {
+            promises.released(end, out.is_quiet(), !kv_now.is_empty());
         }
         t.events.extend(kv_now);
         if out.steps > 0 {
-            promises.retain(|&(from, f)| from + f.kv > end);
-            promises.push((end, core.quiet_floor()));
+            promises.promised(end, core.quiet_floor());
         }
         for r in &out.shipped_first_tokens {
             let entry = t.requests.entry(*r).or_default();
@@ -161,7 +142,7 @@ fn run(cfg: &SglangConfig, mode: Mode) -> Transcript {
         // all modes apply them at the same state.
         if out.steps == 0 {
             // Commands are inputs: they void every promise.
-            promises.clear();
+            promises.input();
             if !activated {
                 activated = true;
                 core.apply(SchedulerCommand::ActivateDestination { id: dst }, now);

@@ -271,52 +271,28 @@ fn check_quiet_floor(cfg: VllmConfig, work: &Workload) -> u64 {
     let perf = PolynomialPerf { speedup_ratio: 1.0 };
     let mut h = Harness::new(VllmCore::with_perf(cfg, perf));
     let mut next = 0;
-    let mut promises: Vec<(Instant, handoff_core::QuietFloor)> = Vec::new();
-    let mut checked = 0u64;
+    let mut promises = handoff_core::testing::QuietPromises::default();
     for _ in 0..1_000_000 {
         while next < work.len() && work[next].0 <= h.now {
             h.apply(work[next].1.clone());
             next += 1;
-            promises.clear();
+            promises.input();
         }
         let arrival = work.get(next).map_or(Instant::MAX, |w| w.0);
         let kv_before = h.events.len();
         let steps = if h.core.is_empty() { 0 } else { h.step() };
+        let kv = h.events.len() > kv_before;
+        if steps > 0 || !h.out.is_quiet() || kv {
+            promises.released(h.now, h.out.is_quiet(), kv);
+        }
         if steps == 0 {
             if next >= work.len() {
-                return checked;
+                return promises.checked();
             }
             h.now = h.now.max(arrival);
             continue;
         }
-        let end = h.now;
-        let o = &h.out;
-        let kv = h.events.len() > kv_before;
-        let more = !o.finished.is_empty()
-            || !o.pinned.is_empty()
-            || !o.preempted.is_empty()
-            || !o.reserved.is_empty()
-            || !o.unavailable.is_empty()
-            || !o.kv_chunks.is_empty()
-            || !o.shipped_first_tokens.is_empty();
-        for &(from, f) in &promises {
-            checked += 1;
-            assert!(
-                end >= from + f.next,
-                "a step ended at {end:?}, before {from:?} + {f:?}"
-            );
-            if end < from + f.pass {
-                assert!(
-                    !more && !kv,
-                    "step at {end:?} broke {from:?} + {f:?}: {o:?}"
-                );
-            }
-            if end < from + f.kv {
-                assert!(!more, "step at {end:?} broke {from:?} + {f:?}: {o:?}");
-            }
-        }
-        promises.retain(|&(from, f)| from + f.kv > end);
-        promises.push((end, h.core.quiet_floor()));
+        promises.promised(h.now, h.core.quiet_floor());
     }
     panic!("runaway");
 }
