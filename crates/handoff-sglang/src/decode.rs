@@ -233,6 +233,22 @@ impl<P: PerfModel> SglangCore<P> {
             .sum()
     }
 
+    /// Decode passes until the first request of the batch finishes (that
+    /// pass included); `None` while a request is still to emit its first
+    /// token: one that joined without a token (a prebuilt extend merged
+    /// into a prefill pass) emits it in its first decode pass, which stays
+    /// first in its call so that `first_step` times it.
+    fn passes_to_first_finish(&self) -> Option<u64> {
+        let mut until_finish = u64::MAX;
+        for d in &self.decoding {
+            if d.emitted == 0 {
+                return None;
+            }
+            until_finish = until_finish.min(d.remaining_output());
+        }
+        Some(until_finish)
+    }
+
     /// The most passes, up to `upto`, whose fresh pages `free` covers: at
     /// one token per page a closed form, otherwise a search.
     fn passes_fitting(&self, free: u64, upto: u64) -> u64 {
@@ -266,13 +282,9 @@ impl<P: PerfModel> SglangCore<P> {
         if self.sessions_on() || !self.decode_is_stable() {
             return QuietFloor::default();
         }
-        let mut until_finish = u64::MAX;
-        for d in &self.decoding {
-            if d.emitted == 0 {
-                return QuietFloor::default();
-            }
-            until_finish = until_finish.min(d.remaining_output());
-        }
+        let Some(until_finish) = self.passes_to_first_finish() else {
+            return QuietFloor::default();
+        };
         let passes = self.passes_fitting(self.free_pages(), until_finish);
         let next = self.perf.pass(&Pass::decode(
             self.running.len() as u64,
@@ -315,16 +327,9 @@ impl<P: PerfModel> SglangCore<P> {
         if start + first_more > horizon {
             return MorePasses::default();
         }
-        let mut until_finish = u64::MAX;
-        for s in &self.decoding {
-            // A request that joined without a token (a prebuilt extend merged
-            // into a prefill pass) emits its first token in its first decode
-            // pass; keep that pass first in its call so `first_step` times it.
-            if s.emitted == 0 {
-                return MorePasses::default();
-            }
-            until_finish = until_finish.min(s.remaining_output());
-        }
+        let Some(until_finish) = self.passes_to_first_finish() else {
+            return MorePasses::default();
+        };
         // At one token per page memory is a closed form; otherwise it is
         // searched below, within the passes the horizon allows.
         let free = self.free_pages();
