@@ -48,6 +48,35 @@ use crate::core::VllmCore;
 use crate::sequence::{Kind, Phase};
 use handoff_core::{Duration, Instant, Pass, PerfModel, QuietFloor, StepOutput, TokenEmission};
 
+/// The most decode passes whose block boundaries `free` blocks cover, for a
+/// batch whose requests have `room_hist[r]` free slots `r` in their last
+/// block (the histogram's length is the block size). A request with room
+/// `r` crosses into a new block at passes `r + 1`, `r + 1 + bs`, ..., so `k
+/// = q * bs + j` passes (`j < bs`) take `q` blocks from every request and
+/// one more from each whose room is below `j`: the most passes are the
+/// whole cycles `free` pays for, then as far into the next as the rest
+/// covers.
+pub(crate) fn passes_fitting(room_hist: &[u64], free: u64) -> u64 {
+    let bs = room_hist.len() as u64;
+    let batch: u64 = room_hist.iter().sum();
+    if batch == 0 {
+        return u64::MAX;
+    }
+    let cycles = free / batch;
+    let mut rest = free - cycles * batch;
+    // `j` more passes take one block from each request with room below
+    // `j`: the prefix sums of the histogram.
+    let mut j = 0u64;
+    for &n in &room_hist[..room_hist.len().saturating_sub(1)] {
+        if n > rest {
+            break;
+        }
+        rest -= n;
+        j += 1;
+    }
+    cycles.saturating_mul(bs).saturating_add(j)
+}
+
 /// What bounds the passes of a stable batch ([`VllmCore::plan_stable`]).
 struct StablePlan {
     /// Passes until the first request finishes (that pass included).
@@ -356,17 +385,6 @@ impl<P: PerfModel> VllmCore<P> {
         true
     }
 
-    /// Blocks the running batch needs for `k` more decode passes, from the
-    /// room histogram.
-    fn boundary_blocks(&self, k: u64) -> u64 {
-        let bs = self.bs();
-        self.room_hist
-            .iter()
-            .enumerate()
-            .map(|(room, &n)| n * k.saturating_sub(room as u64).div_ceil(bs))
-            .sum()
-    }
-
     /// What bounds a stable batch's further passes: the running batch's
     /// room histogram (`room_hist`) is filled on the way.
     fn plan_stable(&mut self) -> StablePlan {
@@ -382,21 +400,10 @@ impl<P: PerfModel> VllmCore<P> {
             min_room = min_room.min(room);
             self.room_hist[room as usize] += 1;
         }
-        // The largest k whose boundary allocations all fit in the free pool.
-        let free = self.pool.free_len();
-        let (mut lo, mut hi) = (0u64, until_finish);
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if self.boundary_blocks(mid) <= free {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
         StablePlan {
             until_finish,
             context,
-            k_max: lo,
+            k_max: passes_fitting(&self.room_hist, self.pool.free_len()).min(until_finish),
             min_room,
         }
     }

@@ -314,3 +314,28 @@ proptest! {
         check_quiet_floor(cfg, &workload(seed, n));
     }
 }
+
+proptest! {
+    /// The closed form against the search it replaced: the largest `k`
+    /// whose boundary blocks, summed request by request, fit `free`.
+    #[test]
+    fn passes_fitting_is_the_largest_k_that_fits(
+        hist in proptest::collection::vec(0u64..6, 1..20),
+        free in 0u64..400,
+    ) {
+        let bs = hist.len() as u64;
+        let blocks = |k: u64| -> u64 {
+            hist.iter()
+                .enumerate()
+                .map(|(room, &n)| n * k.saturating_sub(room as u64).div_ceil(bs))
+                .sum()
+        };
+        let got = crate::step::passes_fitting(&hist, free);
+        if hist.iter().sum::<u64>() == 0 {
+            prop_assert_eq!(got, u64::MAX);
+        } else {
+            prop_assert!(blocks(got) <= free);
+            prop_assert!(blocks(got + 1) > free);
+        }
+    }
+}
