@@ -787,14 +787,17 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                 return Instant(least);
             }
             let kv = match self.director.quiet_events(WorkerId(h as u32)) {
-                QuietEvents::None => continue,
+                QuietEvents::None => return Instant(least),
                 QuietEvents::Pass => false,
                 QuietEvents::PassAndKv => true,
             };
-            if let Some(q) = self.port.quiet_until(WorkerId(h as u32), kv) {
-                // Up to, not including, the instant it could release
-                // anything else.
-                self.bounds.set(h, least.max(q.0.saturating_sub(1)));
+            // Up to, not including, the instant it could release anything
+            // else; a bound that moves no later ends the search here.
+            match self.port.quiet_until(WorkerId(h as u32), kv) {
+                Some(q) if q.0.saturating_sub(1) > least => {
+                    self.bounds.set(h, q.0.saturating_sub(1));
+                }
+                _ => return Instant(least),
             }
         }
     }

@@ -259,6 +259,13 @@ proptest! {
         let cfg = if roomy_pool { roomy() } else { tight() };
         assert_equivalent(cfg, &workload(seed, n));
     }
+
+    /// [`check_quiet_floor`] on the same generated workloads.
+    #[test]
+    fn quiet_floor_holds(seed in any::<u64>(), n in 1usize..16, roomy_pool in any::<bool>()) {
+        let cfg = if roomy_pool { roomy() } else { tight() };
+        check_quiet_floor(cfg, &workload(seed, n));
+    }
 }
 
 /// Steps `work` one pass at a time and holds every `quiet_floor` promise to
@@ -302,16 +309,6 @@ fn quiet_floor_holds_on_a_small_workload() {
     for cfg in [tight(), roomy()] {
         let checked = check_quiet_floor(cfg, &workload(42, 24));
         assert!(checked > 500, "only {checked} promises checked");
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
-
-    #[test]
-    fn quiet_floor_holds(seed in any::<u64>(), n in 1usize..16, roomy_pool in any::<bool>()) {
-        let cfg = if roomy_pool { roomy() } else { tight() };
-        check_quiet_floor(cfg, &workload(seed, n));
     }
 }
 
