@@ -25,61 +25,161 @@ pub fn bit(i: usize) -> Slots {
     1 << i
 }
 
+/// The word a [`Holders`] table stores per hash: `u64` while every slot
+/// fits in it, [`Slots`] beyond. Selection walks take one table lookup per
+/// prompt block and every published or evicted block updates one entry, so
+/// the narrower word halves the index's memory (a group's 32 lanes are 256
+/// bytes instead of 512) and its lane arithmetic for pools of up to 64
+/// workers, the common size. Measured at 64 prefill and 64 decode workers
+/// (`replay --requests 20000 --rate 512 --prefill 64 --decode 64`): vLLM
+/// replay ran 2.8% fewer instructions (6.27 G to 6.09 G), SGLang 1.1%.
+trait Word:
+    Copy
+    + Default
+    + PartialEq
+    + std::ops::BitAnd<Output = Self>
+    + std::ops::BitOr<Output = Self>
+    + std::ops::Not<Output = Self>
+{
+    /// `s` in this word, less the slots it cannot name.
+    fn from_slots(s: Slots) -> Self;
+    fn to_slots(self) -> Slots;
+}
+
+impl Word for u64 {
+    fn from_slots(s: Slots) -> Self {
+        s as u64
+    }
+    fn to_slots(self) -> Slots {
+        Slots::from(self)
+    }
+}
+
+impl Word for u128 {
+    fn from_slots(s: Slots) -> Self {
+        s
+    }
+    fn to_slots(self) -> Slots {
+        self
+    }
+}
+
+/// The slots of the first 64 workers.
+const NARROW: Slots = u64::MAX as Slots;
+
 /// Block hash → the slots holding it. Entries with no holder are removed.
-#[derive(Clone, Debug, Default)]
+/// Starts narrow ([`Word`]) and widens, once, when a slot past the 64th
+/// first holds a block.
+#[derive(Clone, Debug)]
 pub struct Holders {
-    table: U64Table<Slots>,
+    table: Table,
+}
+
+#[derive(Clone, Debug)]
+enum Table {
+    Narrow(U64Table<u64>),
+    Wide(U64Table<u128>),
+}
+
+impl Default for Holders {
+    fn default() -> Self {
+        Holders {
+            table: Table::Narrow(U64Table::default()),
+        }
+    }
+}
+
+/// Runs `$body` with `$t` bound to the table, whichever its word.
+macro_rules! with_table {
+    ($self:expr, $t:ident => $body:expr) => {
+        match $self {
+            Table::Narrow($t) => $body,
+            Table::Wide($t) => $body,
+        }
+    };
+}
+
+fn add<W: Word>(table: &mut U64Table<W>, hashes: &[u64], bit: W) -> usize {
+    let zero = W::default();
+    let mut added = 0;
+    table.update_all(hashes, |s| {
+        let s = s.unwrap_or(zero);
+        added += usize::from(s & bit == zero);
+        Some(s | bit)
+    });
+    added
+}
+
+fn remove<W: Word>(table: &mut U64Table<W>, hashes: &[u64], bit: W) -> usize {
+    let zero = W::default();
+    let mut removed = 0;
+    table.update_all(hashes, |s| {
+        let held = s.is_some_and(|s| s & bit != zero);
+        removed += usize::from(held);
+        s.map(|s| s & !bit).filter(|s| *s != zero)
+    });
+    removed
 }
 
 impl Holders {
+    /// The table wide enough for `bits`, widened first if it is not.
+    fn fitting(&mut self, bits: Slots) -> &mut Table {
+        if let Table::Narrow(t) = &self.table {
+            if bits & !NARROW != 0 {
+                let mut wide = U64Table::with_capacity(t.len());
+                for (h, s) in t.iter() {
+                    wide.insert(h, s.to_slots());
+                }
+                self.table = Table::Wide(wide);
+            }
+        }
+        &mut self.table
+    }
+
     /// Slot `bit` now holds every hash of `hashes`. Returns how many it did
     /// not hold before (a hash repeated in `hashes` counts once).
     pub fn add(&mut self, hashes: &[u64], bit: Slots) -> usize {
-        let mut added = 0;
-        self.table.update_all(hashes, |s| {
-            let s = s.unwrap_or(0);
-            added += usize::from(s & bit == 0);
-            Some(s | bit)
-        });
-        added
+        with_table!(self.fitting(bit), t => add(t, hashes, Word::from_slots(bit)))
     }
 
     /// Slot `bit` no longer holds any hash of `hashes` (hashes it did not
     /// hold are left alone). Returns how many it held (a hash repeated in
     /// `hashes` counts once).
     pub fn remove(&mut self, hashes: &[u64], bit: Slots) -> usize {
-        let mut removed = 0;
-        self.table.update_all(hashes, |s| {
-            let held = s.is_some_and(|s| s & bit != 0);
-            removed += usize::from(held);
-            s.map(|s| s & !bit).filter(|s| *s != 0)
-        });
-        removed
+        match &mut self.table {
+            // A slot the narrow table cannot name holds nothing.
+            Table::Narrow(_) if bit & !NARROW != 0 => 0,
+            Table::Narrow(t) => remove(t, hashes, bit as u64),
+            Table::Wide(t) => remove(t, hashes, bit),
+        }
     }
 
     /// Whether slot `bit` holds `hash`.
     pub fn holds(&self, hash: u64, bit: Slots) -> bool {
-        self.table.get(hash).is_some_and(|s| s & bit != 0)
+        with_table!(&self.table, t => t.get(hash).map_or(0, Word::to_slots) & bit != 0)
     }
 
     /// How many of `hashes`, from the first, slot `bit` holds.
     pub fn prefix_len(&self, hashes: &[u64], bit: Slots) -> usize {
-        let mut near = Near::default();
-        hashes
-            .iter()
-            .take_while(|h| {
-                self.table
-                    .get_near(**h, &mut near)
-                    .is_some_and(|s| s & bit != 0)
-            })
-            .count()
+        with_table!(&self.table, t => {
+            let mut near = Near::default();
+            hashes
+                .iter()
+                .take_while(|h| t.get_near(**h, &mut near).map_or(0, Word::to_slots) & bit != 0)
+                .count()
+        })
+    }
+
+    /// Every `(hash, slots)` entry, in no meaningful order.
+    fn entries(&self) -> Vec<(u64, Slots)> {
+        with_table!(&self.table, t => t.iter().map(|(h, s)| (h, s.to_slots())).collect())
     }
 
     /// Every hash slot `bit` holds, in no meaningful order (a scan of the
     /// whole index: for a clear or a change of layout, never per event).
     pub fn held_by(&self, bit: Slots) -> Vec<u64> {
-        self.table
-            .iter()
+        self.entries()
+            .into_iter()
             .filter(|(_, s)| s & bit != 0)
             .map(|(h, _)| h)
             .collect()
@@ -91,29 +191,32 @@ impl Holders {
     pub fn insert_slot(&mut self, i: usize) {
         let low = bit(i) - 1;
         let moved: Vec<(u64, Slots)> = self
-            .table
-            .iter()
+            .entries()
+            .into_iter()
             .filter(|(_, s)| s & !low != 0)
             .map(|(h, s)| (h, (s & low) | ((s & !low) << 1)))
             .collect();
-        for (h, s) in moved {
-            self.table.insert(h, s);
-        }
+        let reach = moved.iter().fold(0, |a, (_, s)| a | s);
+        with_table!(self.fitting(reach), t => {
+            for (h, s) in moved {
+                t.insert(h, Word::from_slots(s));
+            }
+        })
     }
 
     /// Forgets everything.
     pub fn clear(&mut self) {
-        self.table.clear();
+        with_table!(&mut self.table, t => t.clear())
     }
 
     /// Distinct hashes held by some slot.
     pub fn len(&self) -> usize {
-        self.table.len()
+        with_table!(&self.table, t => t.len())
     }
 
     /// Nothing held.
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.len() == 0
     }
 
     /// Walks `hashes` from the first with the slots of `alive`, calling
@@ -125,27 +228,42 @@ impl Holders {
     pub fn walk(
         &self,
         hashes: &mut Vec<u64>,
-        mut alive: Slots,
-        mut more: impl FnMut(&mut Vec<u64>) -> bool,
-        mut matched: impl FnMut(Slots, u32),
+        alive: Slots,
+        more: impl FnMut(&mut Vec<u64>) -> bool,
+        matched: impl FnMut(Slots, u32),
     ) {
-        let mut near = Near::default();
-        let mut depth = 0usize;
-        while alive != 0 {
-            if depth == hashes.len() && !more(hashes) {
-                break;
-            }
-            let held = self.table.get_near(hashes[depth], &mut near).unwrap_or(0);
-            let ended = alive & !held;
-            if ended != 0 && depth > 0 {
-                matched(ended, u32::try_from(depth).unwrap_or(u32::MAX));
-            }
-            alive &= held;
-            depth += 1;
+        with_table!(&self.table, t => walk(t, hashes, alive, more, matched))
+    }
+}
+
+/// [`Holders::walk`] over one table.
+fn walk<W: Word>(
+    table: &U64Table<W>,
+    hashes: &mut Vec<u64>,
+    alive: Slots,
+    mut more: impl FnMut(&mut Vec<u64>) -> bool,
+    mut matched: impl FnMut(Slots, u32),
+) {
+    // In the table's word: a slot it cannot name holds no leading block,
+    // and such slots are never reported.
+    let zero = W::default();
+    let mut alive = W::from_slots(alive);
+    let mut near = Near::default();
+    let mut depth = 0usize;
+    while alive != zero {
+        if depth == hashes.len() && !more(hashes) {
+            break;
         }
-        if alive != 0 && depth > 0 {
-            matched(alive, u32::try_from(depth).unwrap_or(u32::MAX));
+        let held = table.get_near(hashes[depth], &mut near).unwrap_or(zero);
+        let ended = alive & !held;
+        if ended != zero && depth > 0 {
+            matched(ended.to_slots(), u32::try_from(depth).unwrap_or(u32::MAX));
         }
+        alive = alive & held;
+        depth += 1;
+    }
+    if alive != zero && depth > 0 {
+        matched(alive.to_slots(), u32::try_from(depth).unwrap_or(u32::MAX));
     }
 }
 
@@ -195,5 +313,33 @@ mod tests {
         assert_eq!(h.len(), 2, "11 and 12 of slot 2");
         h.clear();
         assert!(h.is_empty());
+    }
+
+    #[test]
+    fn a_slot_past_the_64th_widens_the_table_and_keeps_every_holder() {
+        let mut h = Holders::default();
+        h.add(&[10, 11, 12], bit(0));
+        h.add(&[10, 11], bit(63));
+        assert!(matches!(h.table, Table::Narrow(_)));
+        assert_eq!(h.remove(&[10], bit(100)), 0, "a slot it cannot name");
+        assert!(!h.holds(10, bit(100)));
+        assert_eq!(h.add(&[10, 13], bit(100)), 2);
+        assert!(matches!(h.table, Table::Wide(_)));
+        assert_eq!(
+            walk(&h, &[10, 11, 12], bit(0) | bit(63) | bit(100)),
+            [(bit(100), 1), (bit(63), 2), (bit(0), 3)]
+        );
+        assert_eq!(h.len(), 4);
+
+        // A joining worker that pushes slot 63 to 64 widens too.
+        let mut h = Holders::default();
+        h.add(&[10, 11], bit(63));
+        h.add(&[10], bit(1));
+        h.insert_slot(0);
+        assert!(matches!(h.table, Table::Wide(_)));
+        assert_eq!(walk(&h, &[10, 11], Slots::MAX), [(bit(2), 1), (bit(64), 2)]);
+        let mut held = h.held_by(bit(64));
+        held.sort_unstable();
+        assert_eq!(held, [10, 11]);
     }
 }
