@@ -43,6 +43,7 @@ trait Word:
 {
     /// `s` in this word, less the slots it cannot name.
     fn from_slots(s: Slots) -> Self;
+    /// The slots this word names.
     fn to_slots(self) -> Slots;
 }
 
@@ -146,12 +147,9 @@ impl Holders {
     /// hold are left alone). Returns how many it held (a hash repeated in
     /// `hashes` counts once).
     pub fn remove(&mut self, hashes: &[u64], bit: Slots) -> usize {
-        match &mut self.table {
-            // A slot the narrow table cannot name holds nothing.
-            Table::Narrow(_) if bit & !NARROW != 0 => 0,
-            Table::Narrow(t) => remove(t, hashes, bit as u64),
-            Table::Wide(t) => remove(t, hashes, bit),
-        }
+        // A slot the narrow table cannot name holds nothing: its bit
+        // narrows to no bit, which removes nothing.
+        with_table!(&mut self.table, t => remove(t, hashes, Word::from_slots(bit)))
     }
 
     /// Whether slot `bit` holds `hash`.

@@ -206,11 +206,11 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         let hashes = proptest::collection::vec(0u64..40, 0..8);
         prop_oneof![
-            4 => (0usize..6, proptest::option::of(0u64..40), hashes.clone())
+            4 => (0usize..128, proptest::option::of(0u64..40), hashes.clone())
                 .prop_map(|(w, p, h)| Op::Store(w, p, h)),
-            2 => (0usize..6, hashes).prop_map(|(w, h)| Op::Remove(w, h)),
-            1 => (0usize..6).prop_map(Op::Clear),
-            1 => (0usize..7).prop_map(Op::Join),
+            2 => (0usize..128, hashes).prop_map(|(w, h)| Op::Remove(w, h)),
+            1 => (0usize..128).prop_map(Op::Clear),
+            1 => (0usize..128).prop_map(Op::Join),
         ]
     }
 
@@ -223,10 +223,15 @@ mod tests {
         /// The pooled layout answers every question as one index per
         /// worker does, through stores (orphans included), removals of held
         /// and unknown blocks (repeats included), clears and workers
-        /// joining between others.
+        /// joining between others. Pools start small or just under 64
+        /// workers, so that stores to later slots and joins that push a
+        /// holder past the 64th widen the pooled index mid-run.
         #[test]
-        fn layouts_agree(ops in proptest::collection::vec(op(), 0..80)) {
-            let mut a = Published::PerWorker((0..4).map(|_| PrefixIndex::new()).collect());
+        fn layouts_agree(
+            workers in prop_oneof![1usize..6, 60usize..66],
+            ops in proptest::collection::vec(op(), 0..80),
+        ) {
+            let mut a = Published::PerWorker((0..workers).map(|_| PrefixIndex::new()).collect());
             let mut b = a.clone();
             b.set_pooled(true);
             prop_assert!(b.holders().is_some());
@@ -247,19 +252,19 @@ mod tests {
                         b.clear(w % n);
                     }
                     Op::Join(w) => {
-                        a.insert_slot(w.min(n));
-                        b.insert_slot(w.min(n));
+                        a.insert_slot(w % (n + 1));
+                        b.insert_slot(w % (n + 1));
                     }
                 }
                 prop_assert_eq!(a.slots(), b.slots());
+                let mut back = b.clone();
+                back.set_pooled(false);
                 for i in 0..a.slots() {
                     prop_assert_eq!(a.len(i), b.len(i));
                     prop_assert_eq!(sorted(a.hashes(i)), sorted(b.hashes(i)));
                     for probe in [(0..40).collect(), sorted(a.hashes(i))] {
                         prop_assert_eq!(a.overlap(i, &probe), b.overlap(i, &probe));
                     }
-                    let mut back = b.clone();
-                    back.set_pooled(false);
                     prop_assert_eq!(sorted(back.hashes(i)), sorted(a.hashes(i)));
                 }
             }
