@@ -923,7 +923,12 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                     self.director.on_event(WorkerId(w), &e, now, &mut routes);
                     // The events whose buffers `Worker::recycle` takes back;
                     // the rest would only be moved there to be dropped.
-                    if matches!(e, WorkerEvent::Step { .. } | WorkerEvent::Tokens { .. }) {
+                    if matches!(
+                        e,
+                        WorkerEvent::Step { .. }
+                            | WorkerEvent::Tokens { .. }
+                            | WorkerEvent::Kv { .. }
+                    ) {
                         self.port.recycle(WorkerId(w), e);
                     }
                 }

@@ -131,9 +131,50 @@ pub struct KvEventQueue {
     sealed: bool,
     /// Evictions the current allocation may cause (see [`Self::seal_for`]).
     expected_removals: usize,
+    spares: SpareHashes,
 }
 
+/// Emptied hash buffers of consumed events ([`KvEventQueue::give_back`]),
+/// for the next events: a decode that fills a block every few passes
+/// publishes an event per fill, and each would otherwise allocate its
+/// buffer and the consumer free it. Only capacity: two queues that differ in
+/// their spares are the same queue, so `Debug` shows none of it (test
+/// fingerprints compare cores reached with and without recycling).
+#[derive(Clone, Default)]
+struct SpareHashes(Vec<Vec<u64>>);
+
+impl std::fmt::Debug for SpareHashes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpareHashes")
+    }
+}
+
+/// Spare buffers a queue keeps: events are consumed soon after they are
+/// made, so a few cover the ones in flight.
+const SPARE_HASH_BUFFERS: usize = 16;
+
 impl KvEventQueue {
+    /// A buffer for an event's hashes with room for `cap`: a spare if one
+    /// is kept, else a new one.
+    pub fn buffer(&mut self, cap: usize) -> Vec<u64> {
+        match self.spares.0.pop() {
+            Some(mut v) => {
+                v.reserve(cap);
+                v
+            }
+            None => Vec::with_capacity(cap),
+        }
+    }
+
+    /// Takes back the hash buffer of a consumed event (its contents are
+    /// dropped), for [`Self::buffer`] to hand out again.
+    pub fn give_back(&mut self, mut hashes: Vec<u64>) {
+        if hashes.capacity() > 0 && self.spares.0.len() < SPARE_HASH_BUFFERS {
+            hashes.clear();
+            self.spares.0.push(hashes);
+        }
+    }
+
     /// Blocks became valid cache after `parent_hash`; nothing for an empty run.
     pub fn stored(&mut self, parent_hash: Option<u64>, block_hashes: Vec<u64>) {
         if block_hashes.is_empty() {
@@ -177,17 +218,13 @@ impl KvEventQueue {
         }
         self.sealed = false;
         let event_id = self.ids.next_id();
+        // Evictions come a block at a time but many per allocation: size
+        // the event once.
+        let mut block_hashes = self.buffer(self.expected_removals.max(1));
+        block_hashes.push(hash);
         self.pending.push(KvEvent {
             event_id,
-            data: KvEventData::Removed {
-                block_hashes: {
-                    // Evictions come a block at a time but many per
-                    // allocation: size the event once.
-                    let mut v = Vec::with_capacity(self.expected_removals.max(1));
-                    v.push(hash);
-                    v
-                },
-            },
+            data: KvEventData::Removed { block_hashes },
         });
     }
 
@@ -257,6 +294,31 @@ mod tests {
             }
             assert_eq!(one.pending(), run.pending(), "seal between: {seal_between}");
         }
+    }
+
+    #[test]
+    fn given_back_buffers_come_back_empty_and_few_are_kept() {
+        let mut q = KvEventQueue::default();
+        for _ in 0..SPARE_HASH_BUFFERS + 4 {
+            q.give_back(vec![7, 8, 9]);
+        }
+        q.give_back(Vec::new());
+        assert_eq!(
+            q.spares.0.len(),
+            SPARE_HASH_BUFFERS,
+            "bounded, no empty ones"
+        );
+        let b = q.buffer(10);
+        assert!(b.is_empty() && b.capacity() >= 10);
+        q.removed_one(5);
+        let mut out = Vec::new();
+        q.drain_into(&mut out);
+        assert_eq!(
+            out[0].data,
+            KvEventData::Removed {
+                block_hashes: vec![5]
+            }
+        );
     }
 
     #[test]

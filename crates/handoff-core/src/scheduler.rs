@@ -316,6 +316,14 @@ pub trait SchedulerCore {
     /// Moves pending KV events into `out` (appending).
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>);
 
+    /// Takes back the hash buffer of one of its KV events once consumed
+    /// (`Worker::recycle`), to reuse its capacity; only capacity, so no
+    /// output may depend on it. Cores that keep no spares drop it (the
+    /// default).
+    fn recycle_kv_hashes(&mut self, hashes: Vec<u64>) {
+        let _ = hashes;
+    }
+
     /// Moves pending session events into `out` (appending), in order. Cores
     /// without a session layer have none (the default).
     fn drain_session_events(&mut self, out: &mut Vec<crate::session::SessionEvent>) {
@@ -387,6 +395,9 @@ impl<T: SchedulerCore + ?Sized> SchedulerCore for Box<T> {
     }
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
         (**self).drain_kv_events(out)
+    }
+    fn recycle_kv_hashes(&mut self, hashes: Vec<u64>) {
+        (**self).recycle_kv_hashes(hashes)
     }
     fn drain_session_events(&mut self, out: &mut Vec<crate::session::SessionEvent>) {
         (**self).drain_session_events(out)

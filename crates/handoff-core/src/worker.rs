@@ -14,7 +14,7 @@ use crate::destination::{
 };
 use crate::fasthash::{ChurnMap, FastMap};
 use crate::ids::{Generation, HandoffId, RequestId, WorkerId};
-use crate::kv::{KvCapacitySnapshot, KvEvent};
+use crate::kv::{KvCapacitySnapshot, KvEvent, KvEventData};
 use crate::msg::{FactKind, HandoffMsg, MsgBody, Role};
 use crate::policy::{Capabilities, HandoffConfig, HandoffPolicy};
 use crate::request::Request;
@@ -1244,8 +1244,10 @@ impl<S: SchedulerCore> Worker<S> {
         self.events.pop_front()
     }
 
-    /// Takes back a consumed event's buffers for a later step's event
-    /// (optional: a consumer that drops its events only costs each step an
+    /// Takes back a consumed event's buffers for a later step's event, a
+    /// KV event's hashes for the core's next KV events
+    /// ([`SchedulerCore::recycle_kv_hashes`]) (optional: a consumer that
+    /// drops its events only costs each step, and each KV event, an
     /// allocation). Keeps a few; anything else is dropped.
     pub fn recycle(&mut self, event: WorkerEvent) {
         match event {
@@ -1253,6 +1255,13 @@ impl<S: SchedulerCore> Worker<S> {
             WorkerEvent::Tokens { emissions } => {
                 keep_spare(emissions, &mut self.spare_emissions);
             }
+            WorkerEvent::Kv { event, .. } => match event.data {
+                KvEventData::Stored { block_hashes, .. }
+                | KvEventData::Removed { block_hashes } => {
+                    self.core.recycle_kv_hashes(block_hashes)
+                }
+                KvEventData::Cleared => {}
+            },
             _ => {}
         }
     }

@@ -735,6 +735,10 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
         self.events.drain_into(out);
     }
 
+    fn recycle_kv_hashes(&mut self, hashes: Vec<u64>) {
+        self.events.give_back(hashes);
+    }
+
     fn drain_session_events(&mut self, out: &mut Vec<handoff_core::session::SessionEvent>) {
         SglangCore::drain_session_events(self, out);
     }

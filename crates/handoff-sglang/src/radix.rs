@@ -281,8 +281,13 @@ impl RadixCache {
             }
             if run.is_empty() {
                 run_parent = self.hashes.get(cur as usize).copied();
-                // The rest of the hashes bound the run: one allocation.
-                run.reserve_exact(hashes.len() - i);
+                // The rest of the hashes bound the run: one allocation, or
+                // none with a consumed event's buffer.
+                if run.capacity() == 0 {
+                    run = events.buffer(hashes.len() - i);
+                } else {
+                    run.reserve_exact(hashes.len() - i);
+                }
             }
             self.pages[owner as usize] += ppn;
             run.push(h);
@@ -305,7 +310,7 @@ impl RadixCache {
         let ppn = self.pages_per_node;
         let mut freed = 0u64;
         let wanted = pages.div_ceil(ppn).min(self.lru.len() as u64) as usize;
-        let mut removed = Vec::with_capacity(wanted);
+        let mut removed = events.buffer(wanted);
         let mut next = None;
         while freed < pages {
             let Some(idx) = next.take().or_else(|| self.lru.pop_first().map(|(_, i)| i)) else {

@@ -276,7 +276,7 @@ impl<P: PerfModel> VllmCore<P> {
             let h = generated_hash(seq, seq.hashes.len());
             seq.hashes.push(h);
         }
-        let mut run: Vec<u64> = Vec::with_capacity(full - start);
+        let mut run: Vec<u64> = self.events.buffer(full - start);
         let mut run_parent: Option<u64> = None;
         let mut warmed = start;
         let mut i = start;
@@ -471,6 +471,10 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
 
     fn drain_kv_events(&mut self, out: &mut Vec<KvEvent>) {
         self.events.drain_into(out);
+    }
+
+    fn recycle_kv_hashes(&mut self, hashes: Vec<u64>) {
+        self.events.give_back(hashes);
     }
 
     /// Reservations waiting for their KV and held sources are not runnable;

@@ -95,3 +95,49 @@ fn with_prefix_caching_off_nothing_generated_is_hashed() {
     assert!(h.take_events().is_empty());
     assert_eq!(h.cap().cached_blocks, 0);
 }
+
+/// A consumer that hands every drained KV event's hashes back
+/// (`SchedulerCore::recycle_kv_hashes`) sees the same events, step by step,
+/// as one that drops them: under churn (a pool a few prompts large, shared
+/// prefixes, generated blocks published and evicted) the recycled buffers
+/// carry capacity only, never a previous event's hashes.
+#[test]
+fn recycled_kv_hash_buffers_change_no_event() {
+    let run = |recycle: bool| {
+        let mut h = Harness::fixed(cfg(40));
+        let mut seen = Vec::new();
+        for i in 0..60u64 {
+            if i % 2 == 0 {
+                let shared = content(i % 3, 2);
+                let mut c = shared.clone();
+                c.extend(content(100 + i, 2));
+                h.apply(C::Submit(req(
+                    i,
+                    40 + (i % 5) as u32 * 8,
+                    20 + i as u32,
+                    &c,
+                )));
+            }
+            h.step();
+            for e in h.take_events() {
+                seen.push(format!("{e:?}"));
+                if recycle {
+                    match e.data {
+                        KvEventData::Stored { block_hashes, .. }
+                        | KvEventData::Removed { block_hashes } => {
+                            h.core.recycle_kv_hashes(block_hashes)
+                        }
+                        KvEventData::Cleared => {}
+                    }
+                }
+            }
+        }
+        h.run_idle();
+        seen.extend(h.take_events().iter().map(|e| format!("{e:?}")));
+        seen
+    };
+    let plain = run(false);
+    assert!(plain.iter().filter(|s| s.contains("Removed")).count() > 5);
+    assert!(plain.iter().filter(|s| s.contains("Stored")).count() > 20);
+    assert_eq!(plain, run(true));
+}
