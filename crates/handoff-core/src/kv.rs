@@ -168,11 +168,8 @@ impl KvEventQueue {
 
     /// Takes back the hash buffer of a consumed event (its contents are
     /// dropped), for [`Self::buffer`] to hand out again.
-    pub fn give_back(&mut self, mut hashes: Vec<u64>) {
-        if hashes.capacity() > 0 && self.spares.0.len() < SPARE_HASH_BUFFERS {
-            hashes.clear();
-            self.spares.0.push(hashes);
-        }
+    pub fn give_back(&mut self, hashes: Vec<u64>) {
+        crate::spares::keep_spare(hashes, &mut self.spares.0, SPARE_HASH_BUFFERS);
     }
 
     /// Blocks became valid cache after `parent_hash`; nothing for an empty run.

@@ -69,6 +69,7 @@ pub mod scheduler;
 pub mod serde_vec;
 pub mod session;
 pub mod source;
+mod spares;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;

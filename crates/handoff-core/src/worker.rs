@@ -22,6 +22,7 @@ use crate::scheduler::{
     CommandOutcome, SchedulerCommand, SchedulerCore, StepOutput, TokenEmission,
 };
 use crate::source::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
+use crate::spares::{keep_spare, take_filled};
 use crate::time::{Duration, Instant};
 use crate::timer_queue::TimerQueue;
 use crate::transition::{
@@ -437,27 +438,6 @@ struct EarlyFact {
 /// the next step, so one per kind is in use at a time; a couple more cover a
 /// consumer that recycles late.
 const SPARE_BUFFERS: usize = 4;
-
-/// The contents of `filled` for an event, leaving `filled` empty with a
-/// spare's capacity for the core to fill next time. With no spare it copies
-/// instead (one allocation of the exact size), so a consumer that never
-/// recycles does not make the core regrow its buffer every step.
-fn take_filled<T: Clone>(filled: &mut Vec<T>, spares: &mut Vec<Vec<T>>) -> Vec<T> {
-    if filled.is_empty() {
-        return Vec::new();
-    }
-    match spares.pop() {
-        Some(spare) => std::mem::replace(filled, spare),
-        None => filled.clone(),
-    }
-}
-
-fn keep_spare<T>(mut buf: Vec<T>, spares: &mut Vec<Vec<T>>) {
-    if buf.capacity() > 0 && spares.len() < SPARE_BUFFERS {
-        buf.clear();
-        spares.push(buf);
-    }
-}
 
 /// A worker; see the module docs.
 #[derive(Debug)]
@@ -1251,9 +1231,11 @@ impl<S: SchedulerCore> Worker<S> {
     /// allocation). Keeps a few; anything else is dropped.
     pub fn recycle(&mut self, event: WorkerEvent) {
         match event {
-            WorkerEvent::Step { passes, .. } => keep_spare(passes, &mut self.spare_passes),
+            WorkerEvent::Step { passes, .. } => {
+                keep_spare(passes, &mut self.spare_passes, SPARE_BUFFERS)
+            }
             WorkerEvent::Tokens { emissions } => {
-                keep_spare(emissions, &mut self.spare_emissions);
+                keep_spare(emissions, &mut self.spare_emissions, SPARE_BUFFERS);
             }
             WorkerEvent::Kv { event, .. } => match event.data {
                 KvEventData::Stored { block_hashes, .. }
@@ -1817,42 +1799,5 @@ impl<S: SchedulerCore> Worker<S> {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{keep_spare, take_filled, SPARE_BUFFERS};
-
-    #[test]
-    fn an_event_takes_the_filled_buffer_and_leaves_a_spare() {
-        let mut spares = Vec::new();
-        let mut filled = vec![1u32, 2, 3];
-        // No spare: a copy, the core keeps its buffer.
-        assert_eq!(take_filled(&mut filled, &mut spares), vec![1, 2, 3]);
-        assert_eq!(filled, vec![1, 2, 3]);
-        keep_spare(Vec::with_capacity(8), &mut spares);
-        let ptr = filled.as_ptr();
-        let event = take_filled(&mut filled, &mut spares);
-        assert_eq!(event, vec![1, 2, 3]);
-        assert_eq!(event.as_ptr(), ptr, "moved, not copied");
-        assert!(filled.is_empty() && filled.capacity() >= 8);
-        assert!(spares.is_empty());
-        // Nothing to take: no spare consumed, nothing allocated.
-        keep_spare(Vec::with_capacity(8), &mut spares);
-        let mut empty: Vec<u32> = Vec::new();
-        assert_eq!(take_filled(&mut empty, &mut spares).capacity(), 0);
-        assert_eq!(spares.len(), 1);
-    }
-
-    #[test]
-    fn spares_are_bounded_and_cleared() {
-        let mut spares = Vec::new();
-        for _ in 0..SPARE_BUFFERS + 3 {
-            keep_spare(vec![7u8; 4], &mut spares);
-        }
-        keep_spare(Vec::new(), &mut spares);
-        assert_eq!(spares.len(), SPARE_BUFFERS);
-        assert!(spares.iter().all(|s| s.is_empty() && s.capacity() >= 4));
     }
 }

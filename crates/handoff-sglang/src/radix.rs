@@ -281,13 +281,10 @@ impl RadixCache {
             }
             if run.is_empty() {
                 run_parent = self.hashes.get(cur as usize).copied();
-                // The rest of the hashes bound the run: one allocation, or
-                // none with a consumed event's buffer.
-                if run.capacity() == 0 {
-                    run = events.buffer(hashes.len() - i);
-                } else {
-                    run.reserve_exact(hashes.len() - i);
-                }
+                // The rest of the hashes bound the run (an empty run was
+                // never allocated, or was taken by its event): a consumed
+                // event's buffer, or one allocation.
+                run = events.buffer(hashes.len() - i);
             }
             self.pages[owner as usize] += ppn;
             run.push(h);
