@@ -38,8 +38,9 @@ pub(crate) enum Owner {
     Reserved = 2,
 }
 
-/// Bits of one owner's count in [`Refs`].
-const REF_BITS: u32 = 21;
+/// Bits of one owner's count in [`Refs`]: three of them fit below a
+/// [`Block`] word's two flag bits.
+const REF_BITS: u32 = 20;
 /// The largest count [`Refs`] holds; counts saturate there, as the `u32`
 /// counts they replaced did at theirs (a block's references are bounded by
 /// the requests and handoffs alive on its worker, far below either).
@@ -78,29 +79,56 @@ impl Refs {
     }
 }
 
-/// One block's whole state, free-queue position included, in 32 aligned
-/// bytes: churn scatters the blocks an allocation pops, so each pop,
-/// eviction and free should cost one cache line.
+/// [`Block::word`]: the block is in the free queue, and the low bits are its
+/// queue sequence number.
+const QUEUED: u64 = 1 << 63;
+/// [`Block::word`]: `hash_value` is the hash the block caches.
+const HASHED: u64 = 1 << 62;
+/// [`Block::word`]'s low bits: the sequence number while queued, the
+/// [`Refs`] otherwise.
+const LOW: u64 = HASHED - 1;
+
+// Three counts fit below the flags.
+const _: () = assert!(3 * REF_BITS <= 62);
+
+/// One block's whole state, free-queue position included, in 16 aligned
+/// bytes, four to a cache line: a pass over a request's blocks (mostly
+/// consecutive ids) costs a quarter of a line per block, and churn that
+/// scatters them costs one line per pop, eviction or free.
+///
+/// A queued block is unreferenced and a referenced one is never queued, so
+/// the queue position and the reference counts share one word (`QUEUED`
+/// says which it holds) next to the `HASHED` flag.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C, align(32))]
+#[repr(C, align(16))]
 struct Block {
-    /// Meaningful only when `hashed`.
+    /// Meaningful only when `word` has `HASHED`.
     hash_value: u64,
-    pos: QueuePos,
-    refs: Refs,
-    hashed: bool,
+    word: u64,
 }
 
-// Two entries per cache line; a field order that pads past 32 bytes doubles
+// Four entries per cache line; a layout that pads past 16 bytes doubles
 // the pool's memory traffic.
-const _: () = assert!(std::mem::size_of::<Block>() == 32);
+const _: () = assert!(std::mem::size_of::<Block>() == 16);
 
 impl Queued for Block {
     fn pos(&self) -> QueuePos {
-        self.pos
+        if self.word & QUEUED != 0 {
+            QueuePos::at(self.word & LOW)
+        } else {
+            QueuePos::default()
+        }
     }
+
+    /// The queue moves only unreferenced blocks in and out, so the low bits
+    /// it overwrites hold no counts.
     fn set_pos(&mut self, p: QueuePos) {
-        self.pos = p;
+        debug_assert!(self.word & QUEUED != 0 || self.word & LOW == 0);
+        self.word = (self.word & HASHED) | p.seq().map_or(0, |s| QUEUED | (s & LOW));
+    }
+
+    fn is_at(&self, seq: u64) -> bool {
+        self.word & !HASHED == QUEUED | seq
     }
 }
 
@@ -111,32 +139,48 @@ impl std::fmt::Debug for Block {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Block")
             .field("hash", &self.hash())
-            .field("refs", &self.refs.counts())
-            .field("queued", &self.pos.is_queued())
+            .field("refs", &self.refs().counts())
+            .field("queued", &self.pos().is_queued())
             .finish()
     }
 }
 
 impl Block {
-    fn hash(&self) -> Option<u64> {
-        self.hashed.then_some(self.hash_value)
+    fn hashed(&self) -> bool {
+        self.word & HASHED != 0
     }
 
-    fn take_hash(&mut self) -> Option<u64> {
-        let h = self.hash();
-        self.hashed = false;
-        h
+    fn hash(&self) -> Option<u64> {
+        self.hashed().then_some(self.hash_value)
     }
 
     fn replace_hash(&mut self, h: u64) -> Option<u64> {
         let old = self.hash();
         self.hash_value = h;
-        self.hashed = true;
+        self.word |= HASHED;
         old
     }
 
-    fn strongest(&self) -> Option<usize> {
-        self.refs.strongest()
+    /// The reference counts; none while queued.
+    fn refs(&self) -> Refs {
+        if self.word & QUEUED != 0 {
+            Refs::default()
+        } else {
+            Refs(self.word & LOW)
+        }
+    }
+
+    /// Replaces the counts of a block that is not queued.
+    fn set_refs(&mut self, r: Refs) {
+        debug_assert!(self.word & QUEUED == 0);
+        self.word = (self.word & HASHED) | r.0;
+    }
+
+    /// Whether `owner`'s one reference is the block's only one (never true
+    /// of a queued block, whose word carries `QUEUED`).
+    #[inline]
+    fn held_only_by(&self, owner: Owner) -> bool {
+        self.word & !HASHED == ONLY[owner as usize].0
     }
 
     /// Makes a block just popped from the free queue `owner`'s: a queued
@@ -146,9 +190,10 @@ impl Block {
     /// keeps it so, `audit` checks it).
     #[inline]
     fn claim(&mut self, owner: Owner) -> Option<u64> {
-        debug_assert!(self.refs == Refs::default());
-        self.refs = ONLY[owner as usize];
-        self.take_hash()
+        debug_assert!(self.word & !HASHED == 0);
+        let evicted = self.hash();
+        self.word = ONLY[owner as usize].0;
+        evicted
     }
 }
 
@@ -225,7 +270,7 @@ impl BlockPool {
     /// Adds a reference from `owner` to an existing block, taking it out of
     /// the free queue if it was cached there (vLLM `BlockPool.touch`).
     pub(crate) fn touch(&mut self, b: u32, owner: Owner) {
-        let Some(&Block { hashed, .. }) = self.blocks.get(b as usize) else {
+        let Some(hashed) = self.blocks.get(b as usize).map(Block::hashed) else {
             return;
         };
         if self.free.contains(&self.blocks, b) {
@@ -306,24 +351,26 @@ impl BlockPool {
         let Some(block) = self.blocks.get_mut(b as usize) else {
             return;
         };
-        if block.refs == ONLY[owner as usize] {
+        if block.held_only_by(owner) {
             // Its last reference: unreferenced, so not queued until now.
-            block.refs = Refs::default();
-            let hashed = block.hashed;
+            block.set_refs(Refs::default());
+            let hashed = block.hashed();
             self.by_owner[owner as usize] -= 1;
             self.cached_free += u64::from(hashed);
             self.free.push_back_unqueued(&mut self.blocks, b);
             return;
         }
-        let held = block.refs.get(owner as usize);
+        let mut refs = block.refs();
+        let held = refs.get(owner as usize);
         if held == 0 {
             return;
         }
         // One read-modify-write of the block's entry.
-        let before = block.strongest();
-        block.refs.set(owner as usize, held - 1);
-        let after = block.strongest();
-        let hashed = block.hashed;
+        let before = refs.strongest();
+        refs.set(owner as usize, held - 1);
+        block.set_refs(refs);
+        let after = refs.strongest();
+        let hashed = block.hashed();
         self.recount(before, after);
         if after.is_none() {
             if hashed {
@@ -359,7 +406,7 @@ impl BlockPool {
         let mut sum = 0u32;
         for b in blocks {
             if let Some(blk) = self.blocks.get(b as usize) {
-                sum = sum.wrapping_add(blk.refs.0 as u32);
+                sum = sum.wrapping_add(blk.word as u32);
             }
         }
         std::hint::black_box(sum);
@@ -375,23 +422,25 @@ impl BlockPool {
         let Some(block) = self.blocks.get_mut(b as usize) else {
             return;
         };
-        if block.refs == ONLY[from as usize] {
-            block.refs = ONLY[to as usize];
+        if block.held_only_by(from) {
+            block.set_refs(ONLY[to as usize]);
             self.by_owner[from as usize] -= 1;
             self.by_owner[to as usize] += 1;
             return;
         }
-        let held = block.refs.get(from as usize);
+        let mut refs = block.refs();
+        let held = refs.get(from as usize);
         if held == 0 {
             return;
         }
         // One read-modify-write of the block (this runs for every block of
         // every pinned prefill and activated reservation).
-        let before = block.strongest();
-        let to_held = block.refs.get(to as usize);
-        block.refs.set(to as usize, to_held.saturating_add(1));
-        block.refs.set(from as usize, held - 1);
-        let after = block.strongest();
+        let before = refs.strongest();
+        let to_held = refs.get(to as usize);
+        refs.set(to as usize, to_held.saturating_add(1));
+        refs.set(from as usize, held - 1);
+        block.set_refs(refs);
+        let after = refs.strongest();
         self.recount(before, after);
     }
 
@@ -406,14 +455,14 @@ impl BlockPool {
         if from == to {
             return;
         }
-        let (alone, moved_to) = (ONLY[from as usize], ONLY[to as usize]);
+        let moved_to = ONLY[to as usize];
         let mut moved = 0u64;
         for chunk in table.chunks(WARM_CHUNK) {
             self.warm(chunk.iter().copied());
             for &b in chunk {
                 match self.blocks.get_mut(b as usize) {
-                    Some(block) if block.refs == alone => {
-                        block.refs = moved_to;
+                    Some(block) if block.held_only_by(from) => {
+                        block.set_refs(moved_to);
                         moved += 1;
                     }
                     Some(_) => self.retag(b, from, to),
@@ -463,7 +512,7 @@ impl BlockPool {
         let len = blocks.len().min(hashes.len());
         let fresh = blocks[..len]
             .iter()
-            .position(|&b| self.blocks.get(b as usize).is_none_or(|blk| blk.hashed))
+            .position(|&b| self.blocks.get(b as usize).is_none_or(Block::hashed))
             .unwrap_or(len);
         let n = self.canonical.try_insert_run(
             &hashes[..fresh],
@@ -471,9 +520,7 @@ impl BlockPool {
             &mut self.publish_near,
         );
         for (&b, &h) in blocks[..n].iter().zip(&hashes[..n]) {
-            let blk = &mut self.blocks[b as usize];
-            blk.hash_value = h;
-            blk.hashed = true;
+            self.blocks[b as usize].replace_hash(h);
         }
         n
     }
@@ -483,7 +530,7 @@ impl BlockPool {
     pub(crate) fn refs(&self, b: u32, owner: Owner) -> u32 {
         self.blocks
             .get(b as usize)
-            .map_or(0, |blk| blk.refs.get(owner as usize))
+            .map_or(0, |blk| blk.refs().get(owner as usize))
     }
 
     /// The hash `b` caches, if any.
@@ -494,9 +541,10 @@ impl BlockPool {
 
     fn add_ref(&mut self, b: u32, owner: Owner, delta: i32) {
         let block = &mut self.blocks[b as usize];
-        let before = block.strongest();
-        let r = block.refs.get(owner as usize);
-        block.refs.set(
+        let mut refs = block.refs();
+        let before = refs.strongest();
+        let r = refs.get(owner as usize);
+        refs.set(
             owner as usize,
             if delta >= 0 {
                 r.saturating_add(delta.unsigned_abs())
@@ -504,7 +552,8 @@ impl BlockPool {
                 r.saturating_sub(delta.unsigned_abs())
             },
         );
-        let after = block.strongest();
+        block.set_refs(refs);
+        let after = refs.strongest();
         self.recount(before, after);
     }
 
@@ -545,7 +594,7 @@ impl BlockPool {
         let mut cached = 0u64;
         for (i, blk) in self.blocks.iter().enumerate() {
             let queued = self.free.contains(&self.blocks, i as u32);
-            match blk.strongest() {
+            match blk.refs().strongest() {
                 Some(k) => {
                     by_owner[k] += 1;
                     if queued {
@@ -556,7 +605,7 @@ impl BlockPool {
                     if !queued {
                         return Err(format!("unreferenced block {i} is not in the free queue"));
                     }
-                    if blk.hashed {
+                    if blk.hashed() {
                         cached += 1;
                     }
                 }

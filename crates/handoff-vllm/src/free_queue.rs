@@ -39,12 +39,33 @@ impl QueuePos {
     pub(crate) fn is_queued(self) -> bool {
         self.0 != OUT
     }
+
+    /// The position of a block queued at sequence number `seq`. Sequence
+    /// numbers count pushes since the queue was made (renumbered down by
+    /// compaction), so they stay far below 2^62, the width a packed entry
+    /// keeps.
+    pub(crate) fn at(seq: u64) -> QueuePos {
+        debug_assert!(seq < 1 << 62);
+        QueuePos(seq)
+    }
+
+    /// The sequence number of a queued block.
+    pub(crate) fn seq(self) -> Option<u64> {
+        self.is_queued().then_some(self.0)
+    }
 }
 
 /// Something that carries a block's [`QueuePos`].
 pub(crate) trait Queued {
     fn pos(&self) -> QueuePos;
     fn set_pos(&mut self, p: QueuePos);
+
+    /// Whether the block is queued at sequence number `seq` (the ring entry
+    /// at `seq` is its live one); an entry that packs its position can
+    /// answer without unpacking it.
+    fn is_at(&self, seq: u64) -> bool {
+        self.pos() == QueuePos(seq)
+    }
 }
 
 impl Queued for QueuePos {
@@ -109,7 +130,7 @@ impl FreeQueue {
             let b = self.ring[(seq & self.mask) as usize];
             self.head += 1;
             if let Some(n) = nodes.get_mut(b as usize) {
-                if n.pos() == QueuePos(seq) {
+                if n.is_at(seq) {
                     n.set_pos(QueuePos::default());
                     self.len -= 1;
                     return Some(b);
@@ -135,7 +156,7 @@ impl FreeQueue {
         while got < max && seq < self.tail {
             let b = self.ring[(seq & self.mask) as usize];
             if let Some(n) = nodes.get_mut(b as usize) {
-                if n.pos() == QueuePos(seq) {
+                if n.is_at(seq) {
                     n.set_pos(QueuePos::default());
                     taken(b, n);
                     got += 1;
@@ -165,7 +186,7 @@ impl FreeQueue {
             self.compact(nodes);
         }
         self.ring[(self.tail & self.mask) as usize] = b;
-        nodes[b as usize].set_pos(QueuePos(self.tail));
+        nodes[b as usize].set_pos(QueuePos::at(self.tail));
         self.tail += 1;
         self.len += 1;
     }
@@ -180,7 +201,7 @@ impl FreeQueue {
         }
         self.ring[(self.tail & self.mask) as usize] = b;
         if let Some(n) = nodes.get_mut(b as usize) {
-            n.set_pos(QueuePos(self.tail));
+            n.set_pos(QueuePos::at(self.tail));
         }
         self.tail += 1;
         self.len += 1;
@@ -202,9 +223,9 @@ impl FreeQueue {
         let mut w = self.head;
         for seq in self.head..self.tail {
             let b = self.ring[(seq & self.mask) as usize];
-            if nodes[b as usize].pos() == QueuePos(seq) {
+            if nodes[b as usize].is_at(seq) {
                 self.ring[(w & self.mask) as usize] = b;
-                nodes[b as usize].set_pos(QueuePos(w));
+                nodes[b as usize].set_pos(QueuePos::at(w));
                 w += 1;
             }
         }
@@ -216,7 +237,7 @@ impl FreeQueue {
     pub(crate) fn iter<'a, T: Queued>(&'a self, nodes: &'a [T]) -> impl Iterator<Item = u32> + 'a {
         (self.head..self.tail).filter_map(move |seq| {
             let b = self.ring[(seq & self.mask) as usize];
-            (nodes[b as usize].pos() == QueuePos(seq)).then_some(b)
+            nodes[b as usize].is_at(seq).then_some(b)
         })
     }
 }
