@@ -23,11 +23,12 @@ use handoff_core::fasthash::{Near, U64Table};
 
 /// Block-table entries whose pool entries are loaded together before a loop
 /// over a table works on them ([`BlockPool::warm`]): enough misses in flight
-/// to cover one memory latency, few enough to stay in L1 (2 KiB of
-/// entries). A table's blocks are mostly consecutive ids (77% of neighbours
-/// on the synthetic 64P+64D workload), four entries to a line, so a chunk
-/// of 128 has about 32 lines in flight; 16, sized for 32-byte entries, left
-/// only 4 to 8 and was 1.2x slower at 200,000 requests 64P+64D.
+/// to cover one memory latency, few enough to stay in L1 (1 KiB of
+/// entries, as much again of hashes when allocating). A table's blocks are
+/// mostly consecutive ids (77% of neighbours on the synthetic 64P+64D
+/// workload), eight entries to a line, so a chunk of 128 has about 16 to
+/// 30 lines in flight; 16, sized for 32-byte entries, left only 4 to 8 and
+/// was 1.2x slower at 200,000 requests 64P+64D.
 pub(crate) const WARM_CHUNK: usize = 128;
 
 /// Who holds a reference to a block. The order is the strength order used for
@@ -86,7 +87,8 @@ impl Refs {
 /// [`Block::word`]: the block is in the free queue, and the low bits are its
 /// queue sequence number.
 const QUEUED: u64 = 1 << 63;
-/// [`Block::word`]: `hash_value` is the hash the block caches.
+/// [`Block::word`]: the block's entry in [`BlockPool`]'s `hashes` is the
+/// hash it caches.
 const HASHED: u64 = 1 << 62;
 /// [`Block::word`]'s low bits: the sequence number while queued, the
 /// [`Refs`] otherwise.
@@ -95,25 +97,26 @@ const LOW: u64 = HASHED - 1;
 // Three counts fit below the flags.
 const _: () = assert!(3 * REF_BITS <= 62);
 
-/// One block's whole state, free-queue position included, in 16 aligned
-/// bytes, four to a cache line: a pass over a request's blocks (mostly
-/// consecutive ids) costs a quarter of a line per block, and churn that
-/// scatters them costs one line per pop, eviction or free.
+/// One block's state but its hash, free-queue position included, in one
+/// word, eight to a cache line: a release, retag or touch pass over a
+/// request's blocks (mostly consecutive ids) costs an eighth of a line per
+/// block, and churn that scatters them one line per free.
 ///
 /// A queued block is unreferenced and a referenced one is never queued, so
-/// the queue position and the reference counts share one word (`QUEUED`
-/// says which it holds) next to the `HASHED` flag.
+/// the queue position and the reference counts share the word (`QUEUED`
+/// says which it holds) next to the `HASHED` flag. The hash itself lives in
+/// a parallel array ([`BlockPool`]'s `hashes`) that only publication and
+/// eviction read or write: kept in the entry, it doubled the lines every
+/// other pass loads.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C, align(16))]
+#[repr(transparent)]
 struct Block {
-    /// Meaningful only when `word` has `HASHED`.
-    hash_value: u64,
     word: u64,
 }
 
-// Four entries per cache line; a layout that pads past 16 bytes doubles
-// the pool's memory traffic.
-const _: () = assert!(std::mem::size_of::<Block>() == 16);
+// Eight entries per cache line; a wider entry multiplies the passes'
+// memory traffic.
+const _: () = assert!(std::mem::size_of::<Block>() == 8);
 
 impl Queued for Block {
     fn pos(&self) -> QueuePos {
@@ -138,11 +141,12 @@ impl Queued for Block {
 
 /// The position's ring sequence number depends on how often the ring was
 /// compacted, not on the queue's order, so only whether the block is queued
-/// is shown (test fingerprints compare cores reached by different paths).
+/// is shown (test fingerprints compare cores reached by different paths);
+/// the hash is shown by [`BlockPool::fingerprint`].
 impl std::fmt::Debug for Block {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Block")
-            .field("hash", &self.hash())
+            .field("hashed", &self.hashed())
             .field("refs", &self.refs().counts())
             .field("queued", &self.pos().is_queued())
             .finish()
@@ -152,17 +156,6 @@ impl std::fmt::Debug for Block {
 impl Block {
     fn hashed(&self) -> bool {
         self.word & HASHED != 0
-    }
-
-    fn hash(&self) -> Option<u64> {
-        self.hashed().then_some(self.hash_value)
-    }
-
-    fn replace_hash(&mut self, h: u64) -> Option<u64> {
-        let old = self.hash();
-        self.hash_value = h;
-        self.word |= HASHED;
-        old
     }
 
     /// The reference counts; none while queued.
@@ -189,15 +182,15 @@ impl Block {
 
     /// Makes a block just popped from the free queue `owner`'s: a queued
     /// block is unreferenced (`audit` checks it), so `owner` becomes its one
-    /// reference. Returns the hash it evicts, which is that hash's canonical
-    /// entry (a block carries a hash only while it is canonical: `publish`
-    /// keeps it so, `audit` checks it).
+    /// reference. Returns whether it had a hash, which it evicts: that
+    /// hash's canonical entry (a block carries a hash only while it is
+    /// canonical: `publish` keeps it so, `audit` checks it).
     #[inline]
-    fn claim(&mut self, owner: Owner) -> Option<u64> {
+    fn claim(&mut self, owner: Owner) -> bool {
         debug_assert!(self.word & !HASHED == 0);
-        let evicted = self.hash();
+        let hashed = self.hashed();
         self.word = ONLY[owner as usize].0;
-        evicted
+        hashed
     }
 }
 
@@ -214,6 +207,9 @@ const ONLY: [Refs; 3] = [
 #[derive(Clone, Debug)]
 pub(crate) struct BlockPool {
     blocks: Vec<Block>,
+    /// Per block, the hash it caches when its [`Block`] is `HASHED`
+    /// (garbage otherwise).
+    hashes: Vec<u64>,
     free: FreeQueue,
     cached_free: u64,
     by_owner: [u64; 3],
@@ -231,6 +227,7 @@ impl BlockPool {
         BlockPool {
             free: FreeQueue::full(&mut blocks),
             blocks,
+            hashes: vec![0; n as usize],
             cached_free: 0,
             by_owner: [0; 3],
             canonical: U64Table::with_capacity(n as usize),
@@ -291,9 +288,10 @@ impl BlockPool {
     /// is exhausted.
     pub(crate) fn allocate(&mut self, owner: Owner, events: &mut EventQueue) -> Option<u32> {
         let b = self.free.pop_front(&mut self.blocks)?;
-        let evicted = self.blocks[b as usize].claim(owner);
+        let hashed = self.blocks[b as usize].claim(owner);
         self.by_owner[owner as usize] += 1;
-        if let Some(h) = evicted {
+        if hashed {
+            let h = self.hashes[b as usize];
             self.cached_free -= 1;
             self.canonical.remove_near(h, &mut self.evict_near);
             events.removed_one(h);
@@ -322,14 +320,15 @@ impl BlockPool {
         while taken < n {
             let chunk = (n - taken).min(WARM_CHUNK);
             if chunk > 1 {
-                self.warm(self.free.front(chunk));
+                self.warm_evicting(self.free.front(chunk));
             }
             let mut k = 0;
+            let hashes = &self.hashes;
             let got = self
                 .free
                 .pop_front_each(&mut self.blocks, chunk, |b, block| {
-                    if let Some(h) = block.claim(owner) {
-                        evicted[k] = h;
+                    if block.claim(owner) {
+                        evicted[k] = hashes[b as usize];
                         k += 1;
                     }
                     table.push(b);
@@ -416,6 +415,34 @@ impl BlockPool {
         std::hint::black_box(sum);
     }
 
+    /// [`Self::warm`] of the entries and the hashes of `blocks`, for an
+    /// allocation about to pop them (the free queue's front, mostly cached
+    /// blocks whose hashes it evicts).
+    fn warm_evicting(&self, blocks: impl IntoIterator<Item = u32>) {
+        let mut sum = 0u64;
+        for b in blocks {
+            if let (Some(blk), Some(h)) = (self.blocks.get(b as usize), self.hashes.get(b as usize))
+            {
+                sum = sum.wrapping_add(blk.word ^ h);
+            }
+        }
+        std::hint::black_box(sum);
+    }
+
+    /// Records that `b` caches `h`; returns the hash it cached before.
+    fn replace_hash(&mut self, b: u32, h: u64) -> Option<u64> {
+        let old = self.hash_at(b);
+        self.hashes[b as usize] = h;
+        self.blocks[b as usize].word |= HASHED;
+        old
+    }
+
+    /// The hash `b` caches, if any.
+    fn hash_at(&self, b: u32) -> Option<u64> {
+        let hashed = self.blocks.get(b as usize)?.hashed();
+        hashed.then(|| self.hashes[b as usize])
+    }
+
     /// Moves one reference on `b` from `from` to `to` (a completed prefill
     /// becoming pinned, a reservation becoming active).
     #[inline]
@@ -498,7 +525,7 @@ impl BlockPool {
             Err(c) if c == b => Ok(()),
             Err(c) => Err(c),
             Ok(()) => {
-                if let Some(old) = self.blocks[b as usize].replace_hash(hash) {
+                if let Some(old) = self.replace_hash(b, hash) {
                     // `b` was canonical for `old` (the invariant above).
                     self.canonical.remove_near(old, &mut self.evict_near);
                 }
@@ -524,7 +551,7 @@ impl BlockPool {
             &mut self.publish_near,
         );
         for (&b, &h) in blocks[..n].iter().zip(&hashes[..n]) {
-            self.blocks[b as usize].replace_hash(h);
+            self.replace_hash(b, h);
         }
         n
     }
@@ -540,7 +567,7 @@ impl BlockPool {
     /// The hash `b` caches, if any.
     #[cfg(test)]
     pub(crate) fn hash_of(&self, b: u32) -> Option<u64> {
-        self.blocks.get(b as usize).and_then(|blk| blk.hash())
+        self.hash_at(b)
     }
 
     fn add_ref(&mut self, b: u32, owner: Owner, delta: i32) {
@@ -580,9 +607,13 @@ impl BlockPool {
     pub(crate) fn fingerprint(&self) -> String {
         let mut canonical: Vec<_> = self.canonical.iter().collect();
         canonical.sort();
+        let hashes: Vec<_> = (0..self.blocks.len() as u32)
+            .map(|b| self.hash_at(b))
+            .collect();
         format!(
-            "blocks={:?} free={:?} cached={} owners={:?} canonical={:?}",
+            "blocks={:?} hashes={:?} free={:?} cached={} owners={:?} canonical={:?}",
             self.blocks,
+            hashes,
             self.free.iter(&self.blocks).collect::<Vec<_>>(),
             self.cached_free,
             self.by_owner,
@@ -614,7 +645,7 @@ impl BlockPool {
                     }
                 }
             }
-            if let Some(h) = blk.hash() {
+            if let Some(h) = self.hash_at(i as u32) {
                 if self.canonical.get(h) != Some(i as u32) {
                     return Err(format!("block {i} has hash {h:x} but is not canonical"));
                 }
