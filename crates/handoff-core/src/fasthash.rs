@@ -208,9 +208,6 @@ struct Head {
     high: u64,
     /// Which lanes hold an entry.
     present: u32,
-    /// The group's lane values: an index into [`U64Table`]'s value slab
-    /// (fits in the head's padding, so a head stays 16 bytes).
-    block: u32,
 }
 
 /// An open-addressing table from `u64` block-hash keys to small copyable
@@ -218,27 +215,17 @@ struct Head {
 ///
 /// Keys are grouped by all but their low five bits, and a group takes one
 /// slot: linear probing with backward-shift deletion over 16-byte group
-/// heads (no tombstones), the lanes' values in a slab of value blocks
-/// named by the head and touched only for the lane in use. The blocks of one prompt chunk carry
+/// heads (no tombstones), the lanes' values in a parallel array touched
+/// only for the lane in use. The blocks of one prompt chunk carry
 /// consecutive hashes (`Request::block_hashes`), so storing, matching or
 /// evicting a prompt touches one group per 32 blocks rather than one cache
 /// miss per block; arbitrary well-mixed keys simply fill one lane per
 /// group. Kept at most half full. Used for the hot block-hash indexes.
-///
-/// The values live in a slab rather than beside each slot because they are
-/// most of the memory (a `u64` group's lanes are 256 bytes against its
-/// 16-byte head): a slab holds one block per group where per-slot storage
-/// holds two to four (the table is a quarter to half full), and a
-/// backward-shift deletion or a growth moves heads only, where it copied
-/// each moved group's whole value block.
 #[derive(Clone, Debug)]
 pub struct U64Table<V: Copy + Default> {
     heads: Vec<Head>,
-    /// Lane values per group, named by [`Head::block`]; a lane not present
-    /// in its head is garbage, and so is a block on `spare`.
+    /// Lane values per slot; a lane not present in its head is garbage.
     values: Vec<[V; LANES as usize]>,
-    /// Blocks of `values` no group uses, reused last-freed first.
-    spare: Vec<u32>,
     /// Entries (not groups).
     len: usize,
     groups: usize,
@@ -297,8 +284,7 @@ impl<V: Copy + Default> U64Table<V> {
         let cap = (n / LANES as usize * 4).max(16).next_power_of_two();
         U64Table {
             heads: vec![Head::default(); cap],
-            values: Vec::with_capacity(cap / 2),
-            spare: Vec::new(),
+            values: vec![[V::default(); LANES as usize]; cap],
             len: 0,
             groups: 0,
             mask: cap - 1,
@@ -308,37 +294,6 @@ impl<V: Copy + Default> U64Table<V> {
     fn home(&self, high: u64) -> usize {
         // One multiply spreads both mixed and small sequential group keys.
         ((high.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 17) as usize) & self.mask
-    }
-
-    /// A value block for a new group: a spare one, else a new one.
-    fn take_block(&mut self) -> u32 {
-        self.spare.pop().unwrap_or_else(|| {
-            self.values.push([V::default(); LANES as usize]);
-            // Groups never outnumber half the slots, and slots are indexed
-            // by `usize` masks well below `u32::MAX` in any real table.
-            u32::try_from(self.values.len() - 1).expect("fewer than 2^32 groups")
-        })
-    }
-
-    /// Puts a new group `high` with lanes `present` in the empty slot `i`.
-    fn open_group(&mut self, i: usize, high: u64, present: u32) {
-        let block = self.take_block();
-        self.heads[i] = Head {
-            high,
-            present,
-            block,
-        };
-        self.groups += 1;
-    }
-
-    /// The lane values of the group in slot `i`.
-    fn lanes(&self, i: usize) -> &[V; LANES as usize] {
-        &self.values[self.heads[i].block as usize]
-    }
-
-    /// [`Self::lanes`], mutably.
-    fn lanes_mut(&mut self, i: usize) -> &mut [V; LANES as usize] {
-        &mut self.values[self.heads[i].block as usize]
     }
 
     /// The slot of group `high`, or the empty slot ending its probe run.
@@ -384,7 +339,7 @@ impl<V: Copy + Default> U64Table<V> {
 
     /// [`Self::get`] with a hint.
     pub fn get_near(&self, k: u64, near: &mut Near) -> Option<V> {
-        self.entry(k, near).map(|(i, lane)| self.lanes(i)[lane])
+        self.entry(k, near).map(|(i, lane)| self.values[i][lane])
     }
 
     /// Whether `k` is present.
@@ -434,16 +389,11 @@ impl<V: Copy + Default> U64Table<V> {
             let found = self.find_near(high, &mut near);
             let (i, present) = match found {
                 Ok(i) => (i, self.heads[i].present),
-                Err(i) => {
-                    // Opened empty; dropped below if `f` stores nothing.
-                    self.open_group(i, high, 0);
-                    (i, 0)
-                }
+                Err(i) => (i, 0),
             };
             let (mut set, mut m) = (0u32, mask);
             // In place: a lane left absent may hold garbage, as always.
-            let block = self.heads[i].block as usize;
-            let vals = &mut self.values[block];
+            let vals = &mut self.values[i];
             while m != 0 {
                 let lane = m.trailing_zeros() as usize;
                 m &= m - 1;
@@ -463,15 +413,11 @@ impl<V: Copy + Default> U64Table<V> {
                     self.len = self.len + now.count_ones() as usize - present.count_ones() as usize;
                     self.heads[i].present = now;
                 }
-                Err(_) if now == 0 => {
-                    // Never visible to a probe: undo the opening, no shift.
-                    self.spare.push(self.heads[i].block);
-                    self.heads[i] = Head::default();
-                    self.groups -= 1;
-                }
+                Err(_) if now == 0 => {}
                 Err(_) => {
                     self.len += now.count_ones() as usize;
-                    self.heads[i].present = now;
+                    self.groups += 1;
+                    self.heads[i] = Head { high, present: now };
                     near = Near { slot: i };
                     if self.groups * 2 > self.heads.len() {
                         self.grow();
@@ -521,16 +467,16 @@ impl<V: Copy + Default> U64Table<V> {
                     i
                 }
                 Err(i) => {
-                    self.open_group(i, high, 0);
+                    self.heads[i] = Head { high, present: 0 };
+                    self.groups += 1;
                     *near = Near { slot: i };
                     i
                 }
             };
             self.heads[i].present |= mask;
             self.len += m - n;
-            let lanes = self.lanes_mut(i);
             for j in n..m {
-                lanes[split(keys[j]).1 as usize] = values[j];
+                self.values[i][split(keys[j]).1 as usize] = values[j];
             }
             if self.groups * 2 > self.heads.len() {
                 self.grow();
@@ -556,16 +502,17 @@ impl<V: Copy + Default> U64Table<V> {
             Ok(i) => {
                 let head = &mut self.heads[i];
                 if head.present & bit != 0 {
-                    return Err(self.lanes(i)[lane as usize]);
+                    return Err(self.values[i][lane as usize]);
                 }
                 head.present |= bit;
                 self.len += 1;
-                self.lanes_mut(i)[lane as usize] = v;
+                self.values[i][lane as usize] = v;
             }
             Err(i) => {
-                self.open_group(i, high, bit);
-                self.lanes_mut(i)[lane as usize] = v;
+                self.heads[i] = Head { high, present: bit };
+                self.values[i][lane as usize] = v;
                 self.len += 1;
+                self.groups += 1;
                 *near = Near { slot: i };
                 if self.groups * 2 > self.heads.len() {
                     self.grow();
@@ -595,7 +542,7 @@ impl<V: Copy + Default> U64Table<V> {
     /// [`Self::remove`] with a hint.
     pub fn remove_near(&mut self, k: u64, near: &mut Near) -> Option<V> {
         let (i, lane) = self.entry(k, near)?;
-        let removed = self.lanes(i)[lane];
+        let removed = self.values[i][lane];
         self.clear_lanes(i, 1 << lane);
         Some(removed)
     }
@@ -606,19 +553,21 @@ impl<V: Copy + Default> U64Table<V> {
         let i = match self.find_near(high, near) {
             Ok(i) => i,
             Err(i) => {
-                self.open_group(i, high, 0);
+                self.groups += 1;
                 *near = Near { slot: i };
                 i
             }
         };
         let head = &mut self.heads[i];
         self.len += (mask & !head.present).count_ones() as usize;
-        head.present |= mask;
+        *head = Head {
+            high,
+            present: head.present | mask,
+        };
         if std::mem::size_of::<V>() != 0 {
-            let lanes = self.lanes_mut(i);
             let mut m = mask;
             while m != 0 {
-                lanes[m.trailing_zeros() as usize] = v;
+                self.values[i][m.trailing_zeros() as usize] = v;
                 m &= m - 1;
             }
         }
@@ -641,7 +590,6 @@ impl<V: Copy + Default> U64Table<V> {
     }
 
     fn remove_slot(&mut self, mut i: usize) {
-        self.spare.push(self.heads[i].block);
         self.heads[i] = Head::default();
         self.groups -= 1;
         let mut j = i;
@@ -661,6 +609,7 @@ impl<V: Copy + Default> U64Table<V> {
             };
             if !in_range {
                 self.heads[i] = h;
+                self.values[i] = self.values[j];
                 self.heads[j] = Head::default();
                 i = j;
             }
@@ -669,15 +618,18 @@ impl<V: Copy + Default> U64Table<V> {
 
     fn grow(&mut self) {
         let heads = std::mem::take(&mut self.heads);
+        let values = std::mem::take(&mut self.values);
         let cap = heads.len() * 2;
         self.heads = vec![Head::default(); cap];
+        self.values = vec![[V::default(); LANES as usize]; cap];
         self.mask = cap - 1;
-        for h in heads {
+        for (h, v) in heads.into_iter().zip(values) {
             if h.present == 0 {
                 continue;
             }
             if let Err(i) = self.find(h.high) {
                 self.heads[i] = h;
+                self.values[i] = v;
             }
         }
     }
@@ -701,12 +653,9 @@ impl<V: Copy + Default> U64Table<V> {
                 continue;
             }
             last = Some(high);
-            let head = self.heads[self.home(high)];
-            sum = sum.wrapping_add(head.high);
-            // A spare or unused block's garbage is as good to load.
-            if let Some(vals) = self.values.get(head.block as usize) {
-                std::hint::black_box(vals[(k & (LANES - 1)) as usize]);
-            }
+            let i = self.home(high);
+            sum = sum.wrapping_add(self.heads[i].high);
+            std::hint::black_box(self.values[i][(k & (LANES - 1)) as usize]);
         }
         std::hint::black_box(sum);
     }
@@ -724,8 +673,6 @@ impl<V: Copy + Default> U64Table<V> {
     /// Drops every entry, keeping the allocation.
     pub fn clear(&mut self) {
         self.heads.iter_mut().for_each(|h| *h = Head::default());
-        self.values.clear();
-        self.spare.clear();
         self.len = 0;
         self.groups = 0;
     }
@@ -734,8 +681,8 @@ impl<V: Copy + Default> U64Table<V> {
     pub fn iter(&self) -> impl Iterator<Item = (u64, V)> + '_ {
         self.heads
             .iter()
-            .filter(|h| h.present != 0)
-            .map(|h| (h, &self.values[h.block as usize]))
+            .zip(&self.values)
+            .filter(|(h, _)| h.present != 0)
             .flat_map(|(h, vals)| {
                 (0..LANES as u32)
                     .filter(move |lane| h.present & (1 << lane) != 0)
@@ -749,20 +696,6 @@ mod table_tests {
     use super::*;
     use crate::Rng;
     use std::collections::HashMap;
-
-    impl<V: Copy + Default> U64Table<V> {
-        /// Every value block belongs to exactly one live group or is spare
-        /// exactly once: no group shares or loses a block.
-        fn assert_blocks_partitioned(&self) {
-            let mut owners = vec![0u32; self.values.len()];
-            let live = self.heads.iter().filter(|h| h.present != 0);
-            for b in live.map(|h| h.block).chain(self.spare.iter().copied()) {
-                owners[b as usize] += 1;
-            }
-            assert!(owners.iter().all(|&n| n == 1), "block owners {owners:?}");
-            assert_eq!(self.values.len() - self.spare.len(), self.groups);
-        }
-    }
 
     proptest::proptest! {
         /// Bulk operations over runs of up to 2,000 consecutive keys (many
@@ -815,7 +748,6 @@ mod table_tests {
                     }
                 }
                 proptest::prop_assert_eq!(t.len(), m.len());
-                t.assert_blocks_partitioned();
             }
             let mut a: Vec<_> = t.iter().collect();
             let mut b: Vec<_> = m.into_iter().collect();
@@ -925,11 +857,7 @@ mod table_tests {
                 _ => assert_eq!(t.get(k), m.get(&k).copied(), "step {step}"),
             }
             assert_eq!(t.len(), m.len());
-            if step % 997 == 0 {
-                t.assert_blocks_partitioned();
-            }
         }
-        t.assert_blocks_partitioned();
         let mut a: Vec<_> = t.iter().collect();
         let mut b: Vec<_> = m.into_iter().collect();
         a.sort();
@@ -964,12 +892,8 @@ mod table_tests {
         a.sort();
         b.sort();
         assert_eq!(a, b);
-        t.assert_blocks_partitioned();
         t.clear();
         assert!(t.is_empty() && t.iter().next().is_none());
-        t.assert_blocks_partitioned();
-        t.insert(7, 1);
-        assert_eq!(t.get(7), Some(1));
     }
 
     #[test]
