@@ -17,6 +17,19 @@
 //! this one, and each figure gets its ratio to REV's (`--baseline-bin FILE`:
 //! a baseline binary already built).
 //!
+//! `--paired` runs the two binaries of each run at the same time instead,
+//! one per core, and also reports the median and range of the per-pair CPU
+//! ratios. This machine's speed drifts by up to 1.8x over minutes (other
+//! tenants share its last-level cache), so runs taken one after another
+//! compare different machines; a pair shares whatever state the machine is
+//! in. On the memory-bound 64P+64D replay (100,000 requests) a binary
+//! paired with itself gave ratios of 0.91 to 1.03; a change that
+//! interleaved medians of 3 had called 0.77x read 0.86x to 0.99x paired
+//! (median 0.90x), and one that cut simulated cache misses by a quarter
+//! read 1.05x to 1.12x, slower in all five pairs. Both runs contend for the
+//! shared cache, so paired times are each slower than a lone run's: quote
+//! their ratios, not their times.
+//!
 //! The trace is `../shared/traces/conversation_trace.jsonl` next to the
 //! checkout, or `--trace FILE`; without one only `cluster` runs.
 
@@ -32,6 +45,7 @@ struct Opts {
     workloads: Vec<String>,
     cluster_requests: u64,
     micro: bool,
+    paired: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -43,6 +57,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         workloads: vec!["cluster".into(), "conversation".into(), "x2".into()],
         cluster_requests: 200_000,
         micro: true,
+        paired: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -78,8 +93,12 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     .map_err(|_| "--cluster-requests: a count")?
             }
             "--no-micro" => o.micro = false,
+            "--paired" => o.paired = true,
             other => return Err(format!("bench: unknown option {other}")),
         }
+    }
+    if o.paired && o.baseline.is_none() && o.baseline_bin.is_none() {
+        return Err("--paired: needs --baseline REV or --baseline-bin FILE".into());
     }
     Ok(o)
 }
@@ -106,10 +125,26 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Runs `bin replay ARGS --json` once; CPU, wall, peak RSS.
-fn time_once(bin: &Path, args: &[String]) -> Result<Sample, String> {
+/// A replay started by [`start`], to be timed by [`Running::finish`].
+struct Running {
+    child: std::process::Child,
+    started: std::time::Instant,
+    /// `/usr/bin/time`'s figures, when it is there.
+    stats: PathBuf,
+    stderr: PathBuf,
+    what: String,
+}
+
+/// Starts `bin replay ARGS --json`; `slot` keeps the files of runs that
+/// overlap apart. The report goes nowhere and stderr to a file, so neither
+/// run of a pair waits on a pipe the other's collection has not drained.
+fn start(bin: &Path, args: &[String], slot: usize) -> Result<Running, String> {
     let gnu_time = Path::new("/usr/bin/time");
-    let stats = std::env::temp_dir().join(format!("xtask-bench-{}.time", std::process::id()));
+    let file = |ext: &str| {
+        std::env::temp_dir().join(format!("xtask-bench-{}-{slot}.{ext}", std::process::id()))
+    };
+    let (stats, stderr) = (file("time"), file("err"));
+    let _ = std::fs::remove_file(&stats);
     let mut cmd = if gnu_time.exists() {
         let mut c = Command::new(gnu_time);
         c.arg("-o").arg(&stats).args(["-f", "%U %S %M"]).arg(bin);
@@ -117,22 +152,58 @@ fn time_once(bin: &Path, args: &[String]) -> Result<Sample, String> {
     } else {
         Command::new(bin)
     };
-    cmd.arg("replay").args(args).arg("--json");
-    let start = std::time::Instant::now();
-    let out = cmd
-        .output()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
-    let wall_s = start.elapsed().as_secs_f64();
-    if !out.status.success() {
-        return Err(format!(
-            "{} replay {}: {}",
-            bin.display(),
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ));
+    let what = format!("{} replay {} --json", bin.display(), args.join(" "));
+    let err = std::fs::File::create(&stderr).map_err(|e| format!("{}: {e}", stderr.display()))?;
+    cmd.arg("replay")
+        .args(args)
+        .arg("--json")
+        .stdout(std::process::Stdio::null())
+        .stderr(err);
+    let started = std::time::Instant::now();
+    let child = cmd.spawn().map_err(|e| format!("{what}: {e}"))?;
+    Ok(Running {
+        child,
+        started,
+        stats,
+        stderr,
+        what,
+    })
+}
+
+/// Runs `bin replay ARGS --json` once; CPU, wall, peak RSS.
+fn time_once(bin: &Path, args: &[String]) -> Result<Sample, String> {
+    start(bin, args, 0)?.finish()
+}
+
+impl Running {
+    /// Waits for the run; its CPU, wall time and peak RSS.
+    fn finish(mut self) -> Result<Sample, String> {
+        let status = self
+            .child
+            .wait()
+            .map_err(|e| format!("{}: {e}", self.what))?;
+        let wall_s = self.started.elapsed().as_secs_f64();
+        let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.stderr);
+        if !status.success() {
+            // `/usr/bin/time` writes a failed command's status to its file.
+            let time = std::fs::read_to_string(&self.stats).unwrap_or_default();
+            let _ = std::fs::remove_file(&self.stats);
+            return Err(format!(
+                "{}: {status}: {}{err}",
+                self.what,
+                time.trim_start()
+            ));
+        }
+        Ok(read_stats(&self.stats, wall_s))
     }
+}
+
+/// `/usr/bin/time`'s user, system and peak RSS from `stats`, or the wall
+/// time as CPU time when there are none.
+fn read_stats(stats: &Path, wall_s: f64) -> Sample {
     let (mut cpu_s, mut rss_mib) = (wall_s, None);
-    if let Ok(text) = std::fs::read_to_string(&stats) {
+    if let Ok(text) = std::fs::read_to_string(stats) {
         let f: Vec<f64> = text
             .split_whitespace()
             .filter_map(|x| x.parse().ok())
@@ -141,13 +212,26 @@ fn time_once(bin: &Path, args: &[String]) -> Result<Sample, String> {
             cpu_s = u + s;
             rss_mib = Some(kib / 1024.0);
         }
-        let _ = std::fs::remove_file(&stats);
+        let _ = std::fs::remove_file(stats);
     }
-    Ok(Sample {
+    Sample {
         cpu_s,
         wall_s,
         rss_mib,
-    })
+    }
+}
+
+/// The median, least and greatest of `this[i] / base[i]` (CPU), pair by
+/// pair.
+fn pair_ratios(this: &[Sample], base: &[Sample]) -> (f64, f64, f64) {
+    let r: Vec<f64> = this
+        .iter()
+        .zip(base)
+        .map(|(t, b)| t.cpu_s / b.cpu_s)
+        .collect();
+    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(r), lo, hi)
 }
 
 /// The conversation trace with every `output_length` and `timestamp`
@@ -316,10 +400,22 @@ pub fn bench(args: &[String]) -> bool {
     };
     // samples[job][bin]
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); bins.len()]; jobs.len()];
+    let paired = o.paired && bins.len() == 2;
     for r in 0..o.runs {
         for (j, job) in jobs.iter().enumerate() {
-            for (k, (label, b)) in bins.iter().enumerate() {
-                match time_once(b, &job.args) {
+            let measured: Vec<Result<Sample, String>> = if paired {
+                // Both started before either is waited for.
+                let running: Vec<_> = bins
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (_, b))| start(b, &job.args, k))
+                    .collect();
+                running.into_iter().map(|s| s?.finish()).collect()
+            } else {
+                bins.iter().map(|(_, b)| time_once(b, &job.args)).collect()
+            };
+            for (k, ((label, _), m)) in bins.iter().zip(measured).enumerate() {
+                match m {
                     Ok(s) => {
                         eprintln!(
                             "run {}/{}: {} ({label}): cpu {:.3} s, wall {:.3} s",
@@ -349,8 +445,13 @@ pub fn bench(args: &[String]) -> bool {
         )
     };
     println!(
-        "replay workloads: medians of {} interleaved runs (cpu = user + system)",
-        o.runs
+        "replay workloads: medians of {} {} runs (cpu = user + system)",
+        o.runs,
+        if paired {
+            "paired (this and baseline at once)"
+        } else {
+            "interleaved"
+        }
     );
     for (j, job) in jobs.iter().enumerate() {
         let (cpu, wall, rss) = med(&samples[j][0]);
@@ -366,6 +467,12 @@ pub fn bench(args: &[String]) -> bool {
                 cpu / bcpu,
                 wall / bwall
             ));
+            if paired {
+                let (m, lo, hi) = pair_ratios(&samples[j][0], &samples[j][1]);
+                line.push_str(&format!(
+                    "; per pair cpu median {m:.3} (range {lo:.3}-{hi:.3})"
+                ));
+            }
         }
         println!("{line}");
     }
@@ -431,8 +538,62 @@ mod tests {
         assert!(a(&["--runs", "0"]).is_err());
         let o = a(&["--runs", "5", "--baseline", "HEAD~1", "--no-micro"]).unwrap();
         assert_eq!(
-            (o.runs, o.baseline.as_deref(), o.micro),
-            (5, Some("HEAD~1"), false)
+            (o.runs, o.baseline.as_deref(), o.micro, o.paired),
+            (5, Some("HEAD~1"), false, false)
         );
+        assert!(a(&["--paired"]).is_err_and(|e| e.contains("--baseline")));
+        assert!(a(&["--paired", "--baseline-bin", "/bin/true"]).is_ok_and(|o| o.paired));
+    }
+
+    #[test]
+    fn pair_ratios_are_taken_pair_by_pair() {
+        let s = |cpu_s| Sample {
+            cpu_s,
+            wall_s: cpu_s,
+            rss_mib: None,
+        };
+        // Medians of each side would give 2/2 = 1; the pairs say 0.5-2.
+        let this = [s(1.0), s(2.0), s(6.0)];
+        let base = [s(2.0), s(2.0), s(3.0)];
+        assert_eq!(pair_ratios(&this, &base), (1.0, 0.5, 2.0));
+        let (m, lo, hi) = pair_ratios(&[s(1.0), s(3.0)], &[s(2.0), s(2.0)]);
+        assert_eq!((m, lo, hi), (1.5, 0.5, 1.5));
+    }
+
+    #[test]
+    fn a_pair_runs_both_at_once_and_reports_failures() {
+        // Shell scripts stand in for the mocker (they ignore `replay ARGS
+        // --json`).
+        let dir = std::env::temp_dir().join(format!("xtask-pair-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = |name: &str, body: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p
+        };
+        // Each side announces itself, then waits (up to 10 s) for the other:
+        // run one after the other, the first gives up and the pair fails.
+        let meet = |me: &str, other: &str| {
+            let d = dir.display();
+            format!(
+                "touch {d}/{me}; n=0; while [ ! -e {d}/{other} ]; do \
+                 sleep 0.01; n=$((n+1)); [ $n -gt 1000 ] && exit 9; done; exit 0"
+            )
+        };
+        let left = bin("left", &meet("l", "r"));
+        let right = bin("right", &meet("r", "l"));
+        let a = start(&left, &[], 0).unwrap();
+        let b = start(&right, &[], 1).unwrap();
+        let (a, b) = (a.finish(), b.finish());
+        assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
+        let fails = bin("fails", "echo broken >&2; exit 3");
+        let e = time_once(&fails, &["--x".into()]).unwrap_err();
+        assert!(
+            e.contains("broken") && e.contains("replay --x --json"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
