@@ -438,7 +438,7 @@ impl BlockPool {
     }
 
     /// The hash `b` caches, if any.
-    fn hash_at(&self, b: u32) -> Option<u64> {
+    pub(crate) fn hash_at(&self, b: u32) -> Option<u64> {
         let hashed = self.blocks.get(b as usize)?.hashed();
         hashed.then(|| self.hashes[b as usize])
     }
@@ -564,12 +564,6 @@ impl BlockPool {
             .map_or(0, |blk| blk.refs().get(owner as usize))
     }
 
-    /// The hash `b` caches, if any.
-    #[cfg(test)]
-    pub(crate) fn hash_of(&self, b: u32) -> Option<u64> {
-        self.hash_at(b)
-    }
-
     fn add_ref(&mut self, b: u32, owner: Owner, delta: i32) {
         let block = &mut self.blocks[b as usize];
         let mut refs = block.refs();
@@ -652,7 +646,7 @@ impl BlockPool {
             }
         }
         for (h, b) in self.canonical.iter() {
-            if self.hash_of(b) != Some(h) {
+            if self.hash_at(b) != Some(h) {
                 return Err(format!("canonical {h:x} -> {b} is stale"));
             }
         }
@@ -986,7 +980,7 @@ mod tests {
         assert_eq!(p.publish(a, 7), Ok(()));
         assert_eq!(p.publish(a, 7), Ok(()));
         assert_eq!(p.publish(b, 7), Err(a));
-        assert_eq!(p.hash_of(b), None);
+        assert_eq!(p.hash_at(b), None);
         p.audit().unwrap();
     }
 }

@@ -164,7 +164,7 @@ impl<P: PerfModel> VllmCore<P> {
                     return Err(format!("{:?} published past its hashes", seq.id));
                 }
                 for i in 0..seq.published as usize {
-                    if self.pool.hash_of(seq.blocks[i]) != Some(seq.hashes[i]) {
+                    if self.pool.hash_at(seq.blocks[i]) != Some(seq.hashes[i]) {
                         return Err(format!("{:?} block {i} is not the published hash", seq.id));
                     }
                 }
