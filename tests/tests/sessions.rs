@@ -152,9 +152,13 @@ fn virtual_live_equals_replay_on_a_session_workload() {
         let (cfg, specs, sessions) = deployment_with(decode_kv, push);
         let run = replay_all(&cfg, &specs, sessions, &items);
         let (rr, rt) = (run.report, run.transcript);
-        let live =
-            handoff_live::run_virtual_sessions(&cfg, &specs, items.iter().cloned(), sessions)
-                .expect("virtual live runs");
+        let live = handoff_live_adapter::run_virtual_sessions(
+            &cfg,
+            &specs,
+            items.iter().cloned(),
+            sessions,
+        )
+        .expect("virtual live runs");
         let lt = live.transcript.expect("transcript asked for");
         assert_eq!(rt.first_divergence(&lt), None, "decode kv {decode_kv}");
         assert_eq!(rt.render(), lt.render(), "decode kv {decode_kv}");
@@ -259,20 +263,20 @@ fn smoke(bypass: bool) -> Smoke {
         start: Instant::ZERO,
         ..SessionConfig::default()
     });
-    let mut sessions_cfg = handoff_sglang::SessionConfig {
+    let mut sessions_cfg = handoff_sched_sglang::SessionConfig {
         enabled: true,
         push: true,
         bypass,
-        ..handoff_sglang::SessionConfig::default()
+        ..handoff_sched_sglang::SessionConfig::default()
     };
     sessions_cfg.snapshot_max_sessions = 4;
     let core = move |pages: u64| {
-        let cfg = handoff_sglang::SglangConfig {
+        let cfg = handoff_sched_sglang::SglangConfig {
             total_pages: pages,
             sessions: sessions_cfg,
-            ..handoff_sglang::SglangConfig::with_page_size(1)
+            ..handoff_sched_sglang::SglangConfig::with_page_size(1)
         };
-        Box::new(handoff_sglang::SglangCore::new(cfg, seed_perf()).expect("valid"))
+        Box::new(handoff_sched_sglang::SglangCore::new(cfg, seed_perf()).expect("valid"))
             as handoff_core::CoreBox
     };
     let cfg = ReplayConfig {
@@ -388,8 +392,8 @@ fn seed_section_8_smoke_test() {
 /// virtual-clock live with the same report and session log as replay.
 #[test]
 fn experiment_variants_run_on_virtual_live_with_parity() {
-    use handoff_experiments::{engine_specs, replay_config, run_variant, serving_of};
-    use handoff_experiments::{ExperimentConfig, Variant};
+    use handoff_lab::{engine_specs, replay_config, run_variant, serving_of};
+    use handoff_lab::{ExperimentConfig, Variant};
     let items = generate_sessions(&SessionConfig {
         sessions: 6,
         turns: LengthDist::Fixed(4),
@@ -404,7 +408,7 @@ fn experiment_variants_run_on_virtual_live_with_parity() {
     for v in Variant::ALL {
         let replay = run_variant(&cfg, v, &items).expect("runs");
         let specs = engine_specs(&cfg, v).expect("polynomial timings have specs");
-        let live = handoff_live::run_virtual_sessions(
+        let live = handoff_live_adapter::run_virtual_sessions(
             &replay_config(&cfg),
             &specs,
             items.iter().cloned(),

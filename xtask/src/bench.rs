@@ -309,9 +309,9 @@ pub fn bench(args: &[String]) -> bool {
     if o.micro {
         for (pkg, bench) in [
             ("handoff-core", "transitions"),
-            ("handoff-vllm", "decode_step"),
-            ("handoff-sglang", "decode_step"),
-            ("handoff-sglang", "prefill_churn"),
+            ("handoff-sched-vllm", "decode_step"),
+            ("handoff-sched-sglang", "decode_step"),
+            ("handoff-sched-sglang", "prefill_churn"),
             ("handoff-router", "select"),
         ] {
             ok &= run(cargo().args(["bench", "-q", "-p", pkg, "--bench", bench]));

@@ -7,7 +7,7 @@
 
 use clap::{Args, ValueEnum};
 use handoff_core::{Duration, TransferModel};
-use handoff_experiments::{
+use handoff_lab::{
     run_experiment_on, run_variant_on, EngineRun, ExperimentConfig, ExperimentReport, RunOutput,
     TimingMode, Variant,
 };
@@ -61,7 +61,7 @@ fn on_virtual_live(
     serving: SessionServing,
     sink: RequestSink,
 ) -> Result<EngineRun, String> {
-    let out = handoff_live::run_virtual_sessions_recorded(
+    let out = handoff_live_adapter::run_virtual_sessions_recorded(
         cfg,
         specs,
         items.iter().cloned(),
@@ -330,7 +330,7 @@ pub fn run(a: ExperimentArgs) -> Result<(), String> {
         return Err("the trace has no requests".into());
     }
     let started = std::time::Instant::now();
-    let runner: Option<handoff_experiments::EngineRunner<'_>> = match a.clock {
+    let runner: Option<handoff_lab::EngineRunner<'_>> = match a.clock {
         ExperimentClock::Replay => None,
         ExperimentClock::Virtual => Some(&on_virtual_live),
     };

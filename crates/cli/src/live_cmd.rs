@@ -8,7 +8,7 @@ use crate::report_out::OutputArgs;
 use clap::{Args, ValueEnum};
 use handoff_core::engine::Engine;
 use handoff_core::{CoreBox, Generation, HandoffPolicy, Worker, WorkerHost, WorkerId};
-use handoff_live::{
+use handoff_live_adapter::{
     run_in_process, run_virtual_threads, serve_virtual, FrontendNode, LiveOutcome, NodeConfig,
     RemotePort, WallClock, WorkerNode,
 };
@@ -460,7 +460,8 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     let (report, transcript, extra, text) = match a.clock {
         ClockArg::Virtual => {
             let workers = listed.len() as u32;
-            let port = RemotePort::new(ep, workers, handoff_live::virtual_run::NODE_TIMEOUT);
+            let port =
+                RemotePort::new(ep, workers, handoff_live_adapter::virtual_run::NODE_TIMEOUT);
             let engine = Engine::new(engine_config(&cfg), port, serving(&cfg, items));
             let (director, port) = engine.run();
             if let Some(e) = port.error() {

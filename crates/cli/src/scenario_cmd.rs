@@ -167,10 +167,10 @@ fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, String> {
         })
         .run();
         let rt = rt.unwrap_or_default();
-        let virt = handoff_live::run_virtual_threads(&cfg, &specs, items())
+        let virt = handoff_live_adapter::run_virtual_threads(&cfg, &specs, items())
             .map_err(|e| format!("live-replay-parity: virtual live: {e}"))?;
         let vt = virt.transcript.unwrap_or_default();
-        let (wall, _) = handoff_live::run_in_process(&cfg, &specs, 20.0, items())
+        let (wall, _) = handoff_live_adapter::run_in_process(&cfg, &specs, 20.0, items())
             .map_err(|e| format!("live-replay-parity: wall-clock live: {e}"))?;
         let wt = wall.transcript.unwrap_or_default();
         let json = |r: &handoff_replay::Report| serde_json::to_string(r).unwrap_or_default();

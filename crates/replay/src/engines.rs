@@ -1,0 +1,175 @@
+//! Building scheduler cores of either backend from one backend-neutral spec.
+
+use crate::sim::CoreBox;
+use handoff_core::{Backend, PerfProfile, PolynomialPerf, ProfilePerf, StepModel};
+use handoff_sched_sglang::{SglangConfig, SglangCore};
+use handoff_sched_vllm::{VllmConfig, VllmCore};
+use std::sync::Arc;
+
+/// The step-time model an engine is timed by (`--perf`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum PerfChoice {
+    /// Dynamo's legacy polynomial ([`PolynomialPerf`]), the default.
+    #[default]
+    DynamoPolynomial,
+    /// Interpolation over a measured profile ([`ProfilePerf`]), loaded
+    /// with [`crate::profile_file::load`]; shared by every worker.
+    Profile(Arc<PerfProfile>),
+}
+
+impl PerfChoice {
+    /// The model at `speedup_ratio`.
+    pub fn model(&self, speedup_ratio: f64) -> StepModel {
+        match self {
+            PerfChoice::DynamoPolynomial => StepModel::Polynomial(PolynomialPerf { speedup_ratio }),
+            PerfChoice::Profile(p) => {
+                StepModel::Profile(ProfilePerf::new(p.clone(), speedup_ratio))
+            }
+        }
+    }
+
+    /// As `--perf` and the report's `config.engines[].perf` spell it:
+    /// `dynamo-polynomial`, or `profile:NAME` with the profile's own name.
+    pub fn label(&self) -> String {
+        self.model(1.0).label()
+    }
+}
+
+/// One worker's engine, in backend-neutral terms.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineSpec {
+    /// Which engine.
+    pub backend: Backend,
+    /// KV capacity in tokens (blocks × block size).
+    pub kv_tokens: u64,
+    /// vLLM block size / SGLang page size, in tokens.
+    pub block_size: u32,
+    /// Running-batch limit (vLLM `max_num_seqs`, SGLang `max_running_requests`).
+    pub max_running: u32,
+    /// Tokens one pass may prefill (vLLM `max_num_batched_tokens`, SGLang
+    /// `chunked_prefill_size`).
+    pub max_batched_tokens: u32,
+    /// Divides modelled pass times.
+    pub speedup_ratio: f64,
+    /// The step-time model.
+    pub perf: PerfChoice,
+    /// Overrides the backend's source lease lifetime (vLLM 480 s, SGLang 300 s).
+    pub source_lease_ttl: Option<handoff_core::Duration>,
+    /// SGLang decode servers keep a radix prefix cache
+    /// (`--disaggregation-decode-enable-radix-cache`; off: a chunk cache).
+    /// Ignored by vLLM.
+    pub decode_radix_cache: bool,
+    /// SGLang session slots, snapshot store and bypass (seed 002); off by
+    /// default and ignored by vLLM.
+    pub sessions: handoff_sched_sglang::SessionConfig,
+}
+
+impl Default for EngineSpec {
+    fn default() -> Self {
+        EngineSpec {
+            backend: Backend::Vllm,
+            kv_tokens: 16_384 * 16,
+            block_size: 16,
+            max_running: EngineSpec::default_max_running(Backend::Vllm, 16_384 * 16),
+            max_batched_tokens: 8192,
+            speedup_ratio: 1.0,
+            perf: PerfChoice::DynamoPolynomial,
+            source_lease_ttl: None,
+            decode_radix_cache: false,
+            sessions: handoff_sched_sglang::SessionConfig::default(),
+        }
+    }
+}
+
+impl EngineSpec {
+    /// The running-batch limit a `backend` worker gets unless told: vLLM's
+    /// `max_num_seqs` as `vllm serve` derives it on the H100-class GPU the
+    /// mocker assumes ([`handoff_sched_vllm::DEFAULT_MAX_NUM_SEQS`], 1024), or
+    /// SGLang's derivation from the pool
+    /// (`handoff_sched_sglang::default_max_running_requests` at
+    /// `handoff_sched_sglang::ASSUMED_CONTEXT_LEN`).
+    pub fn default_max_running(backend: Backend, kv_tokens: u64) -> u32 {
+        match backend {
+            Backend::Sglang => handoff_sched_sglang::default_max_running_requests(
+                kv_tokens,
+                handoff_sched_sglang::ASSUMED_CONTEXT_LEN,
+            ),
+            Backend::Vllm | Backend::TrtLlm => handoff_sched_vllm::DEFAULT_MAX_NUM_SEQS,
+        }
+    }
+
+    /// The granularity of the engine's KV events, which routers must hash
+    /// requests with.
+    pub fn event_block_tokens(&self) -> u32 {
+        match self.backend {
+            Backend::Sglang => self.sglang().event_block_tokens,
+            _ => self.block_size.max(1),
+        }
+    }
+
+    /// The source lease lifetime the core runs with: the override, else the
+    /// backend's default (vLLM's `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`, 480 s;
+    /// SGLang's 300 s).
+    pub fn effective_source_lease_ttl(&self) -> handoff_core::Duration {
+        match self.backend {
+            Backend::Sglang => self.sglang().source_lease_ttl,
+            _ => self.vllm().source_lease_ttl,
+        }
+    }
+
+    fn sglang(&self) -> SglangConfig {
+        let mut c = SglangConfig::with_page_size(self.block_size.max(1));
+        c.total_pages = (self.kv_tokens / u64::from(c.page_size)).max(1);
+        c.max_running_requests = self.max_running.max(1);
+        c.prealloc_slot_margin =
+            handoff_sched_sglang::default_prealloc_slot_margin(c.max_running_requests);
+        c.chunked_prefill_size = self.max_batched_tokens.max(1);
+        c.disaggregation_decode_enable_radix_cache = self.decode_radix_cache;
+        if let Some(ttl) = self.source_lease_ttl {
+            c.source_lease_ttl = ttl;
+        }
+        c.sessions = self.sessions;
+        c
+    }
+
+    fn vllm(&self) -> VllmConfig {
+        let bs = self.block_size.max(1);
+        VllmConfig {
+            num_blocks: u32::try_from(self.kv_tokens / u64::from(bs))
+                .unwrap_or(u32::MAX)
+                .max(1),
+            block_size: bs,
+            max_num_seqs: self.max_running.max(1),
+            max_num_batched_tokens: self.max_batched_tokens.max(1),
+            refuse_destination_reservation: self.backend == Backend::TrtLlm,
+            speedup_ratio: self.speedup_ratio,
+            source_lease_ttl: self
+                .source_lease_ttl
+                .unwrap_or(handoff_sched_vllm::NIXL_ABORT_REQUEST_TIMEOUT),
+            ..VllmConfig::default()
+        }
+    }
+}
+
+/// An error building a core.
+#[derive(Debug)]
+pub struct EngineError(pub String);
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+/// A core for `spec`, timed by its [`EngineSpec::perf`] model.
+pub fn make_core(spec: &EngineSpec) -> Result<CoreBox, EngineError> {
+    let perf = spec.perf.model(spec.speedup_ratio);
+    match spec.backend {
+        Backend::Vllm | Backend::TrtLlm => Ok(Box::new(VllmCore::with_perf(spec.vllm(), perf))),
+        Backend::Sglang => SglangCore::new(spec.sglang(), perf)
+            .map(|c| Box::new(c) as CoreBox)
+            .map_err(|e| EngineError(format!("sglang config: {e:?}"))),
+    }
+}

@@ -1,0 +1,296 @@
+//! The engine thread: the one [`Engine`], with every worker host in this
+//! thread ([`LocalHosts`], as replay has them) and the [`HttpDirector`],
+//! paced by a [`WallClock`].
+//!
+//! There is no loop of its own here besides waiting: the thread runs the
+//! engine up to the wall clock's model time ([`Engine::advance_to`]), then
+//! sleeps until the engine's next event is due or an HTTP command arrives,
+//! whichever is first. A request is pushed into the director's workload at
+//! the current model time and the engine is told
+//! ([`Engine::arrivals_changed`]); a client that goes away is a client
+//! cancel ([`Fault::Cancel`], applied now), which reaches every role of the
+//! request's attempt, so its leases and reservations end as any cancelled
+//! attempt's do. Passes are stepped one at a time (no multi-step folding),
+//! so tokens are reported, and streamed, as model time produces them.
+
+use crate::director::{Arrivals, HttpDirector, StreamMsg};
+use crate::dynamo_events::RouterEventWriter;
+use crate::kv_transfer::RemotePrefill;
+use crate::metrics::Metrics;
+use crate::prompt::request_for;
+use crate::zmq_pub::KvPublishers;
+use handoff_core::engine::{Engine, LocalHosts};
+use handoff_core::fault::Fault;
+use handoff_core::{Generation, KvCapacitySnapshot, RequestId, Worker, WorkerHost, WorkerId};
+use handoff_live_adapter::WallClock;
+use handoff_replay::{
+    deployment, engine_config, make_core, serving, worker_policy, EngineSpec, ReplayConfig, Report,
+};
+use handoff_router::Pool;
+use serde::Serialize;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What HTTP asks of the engine thread.
+#[derive(Debug)]
+pub enum Cmd {
+    /// A new request.
+    Submit {
+        /// Its id (unique per server).
+        id: RequestId,
+        /// Prompt token ids.
+        tokens: Vec<u32>,
+        /// Output tokens it will generate.
+        output_tokens: u32,
+        /// Where its tokens go.
+        tx: UnboundedSender<StreamMsg>,
+    },
+    /// Per-worker HTTP: a request sent to `worker`'s own listener (whole
+    /// on an aggregated worker, a `do_remote_decode` prefill on a prefill
+    /// worker).
+    SubmitAt {
+        /// The worker.
+        worker: WorkerId,
+        /// Its id (unique per server).
+        id: RequestId,
+        /// Prompt token ids.
+        tokens: Vec<u32>,
+        /// Output tokens it will generate.
+        output_tokens: u32,
+        /// Where its tokens go.
+        tx: UnboundedSender<StreamMsg>,
+    },
+    /// Per-worker HTTP: a `do_remote_prefill` decode sent to decode worker
+    /// `worker`'s listener.
+    Decode {
+        /// The worker.
+        worker: WorkerId,
+        /// The prefill it decodes.
+        remote: RemotePrefill,
+        /// Prompt token ids (the prefill's).
+        tokens: Vec<u32>,
+        /// Output tokens it will generate.
+        output_tokens: u32,
+        /// Where its tokens go (a refusal too).
+        tx: UnboundedSender<StreamMsg>,
+    },
+    /// The client went away: cancel it.
+    Cancel(RequestId),
+    /// Stop (the report is produced).
+    Shutdown,
+}
+
+/// One worker as `/debug/workers` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkerView {
+    /// Worker id.
+    pub worker: u32,
+    /// prefill, decode or aggregated.
+    pub role: &'static str,
+    /// No request, role, step or output held.
+    pub drained: bool,
+    /// Handoff roles alive.
+    pub live_handoffs: u64,
+    /// Its capacity snapshot.
+    pub capacity: KvCapacitySnapshot,
+}
+
+/// What the engine thread shares with HTTP handlers.
+#[derive(Debug, Default, Serialize)]
+pub struct EngineView {
+    /// Every worker, by id.
+    pub workers: Vec<WorkerView>,
+    /// Requests the serving director has in flight.
+    pub in_flight: usize,
+    /// HTTP requests not yet ended.
+    pub open_streams: usize,
+    /// Model time reached, in seconds.
+    pub model_time_s: f64,
+}
+
+/// Everything the engine thread needs.
+pub struct DriverConfig {
+    /// The deployment.
+    pub cfg: ReplayConfig,
+    /// Every worker's engine, by id.
+    pub specs: Vec<EngineSpec>,
+    /// Model time runs this much faster than wall time.
+    pub speed: f64,
+    /// Prometheus families.
+    pub metrics: Arc<Metrics>,
+    /// ZMQ publishers, when asked for.
+    pub kv: Option<KvPublishers>,
+    /// `--kv-events-out`.
+    pub jsonl: Option<RouterEventWriter>,
+    /// Shared view for `/debug/workers` and `/ready`.
+    pub view: Arc<Mutex<EngineView>>,
+}
+
+fn role(p: Pool) -> &'static str {
+    match p {
+        Pool::Prefill => "prefill",
+        Pool::Decode => "decode",
+        Pool::Aggregated => "aggregated",
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Runs the engine until `Shutdown` or every sender is gone, then finishes
+/// the run and returns its report (in replay's shape, model time).
+pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Report, String> {
+    let DriverConfig {
+        cfg,
+        specs,
+        speed,
+        metrics,
+        kv,
+        jsonl,
+        view,
+    } = d;
+    let workers = deployment(&cfg);
+    let pools: Vec<Pool> = workers.iter().map(|(_, p)| *p).collect();
+    let policy = worker_policy(&cfg);
+    let mut hosts = Vec::new();
+    for ((id, _), spec) in workers.iter().zip(&specs) {
+        let core = make_core(spec).map_err(|e| e.to_string())?;
+        hosts.push(WorkerHost::new(Worker::new(
+            *id,
+            Generation(0),
+            policy,
+            cfg.handoff,
+            core,
+        )));
+    }
+    let restart_specs = specs.clone();
+    let port = LocalHosts::new(hosts, move |w: WorkerId| {
+        let spec = restart_specs.get(w.0 as usize).cloned().unwrap_or_default();
+        make_core(&spec).unwrap_or_else(|e| unreachable!("checked at start: {e}"))
+    });
+    let arrivals = Arrivals::default();
+    let director = HttpDirector::new(
+        serving(&cfg, arrivals.clone()),
+        arrivals,
+        pools.clone(),
+        cfg.block_size,
+        metrics.clone(),
+        jsonl,
+    );
+    let mut ecfg = engine_config(&cfg);
+    // One pass per step: a folded step would release many passes' tokens
+    // at its end, and streaming would come in bursts.
+    ecfg.multi_step = false;
+    let mut engine = Engine::new(ecfg, port, director);
+    let clock = WallClock::start(speed);
+    metrics.touch_all();
+    loop {
+        engine.advance_to(clock.now());
+        publish(&mut engine, &pools, &metrics, kv.as_ref(), &view);
+        let cmd = match engine.next_event_at() {
+            Some(t) => rx.recv_deadline(clock.real(t)),
+            None => rx
+                .recv()
+                .map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
+        };
+        match cmd {
+            Ok(Cmd::Submit {
+                id,
+                tokens,
+                output_tokens,
+                tx,
+            }) => {
+                let now = clock.now();
+                engine.advance_to(now);
+                let req = request_for(id, &tokens, output_tokens, cfg.block_size, now);
+                engine.director_mut().submit(req, &tokens, tx);
+                engine.arrivals_changed();
+            }
+            Ok(Cmd::SubmitAt {
+                worker,
+                id,
+                tokens,
+                output_tokens,
+                tx,
+            }) => {
+                let now = clock.now();
+                engine.advance_to(now);
+                let req = request_for(id, &tokens, output_tokens, cfg.block_size, now);
+                engine.director_mut().submit_at(req, &tokens, worker, tx);
+                engine.arrivals_changed();
+            }
+            Ok(Cmd::Decode {
+                worker,
+                remote,
+                tokens,
+                output_tokens,
+                tx,
+            }) => {
+                let now = clock.now();
+                engine.advance_to(now);
+                let d = engine.director_mut();
+                match d.submit_decode(&remote, worker, &tokens, output_tokens, now, tx.clone()) {
+                    Ok(()) => engine.arrivals_changed(),
+                    Err(e) => {
+                        let _ = tx.send(StreamMsg::Refused(e));
+                    }
+                }
+            }
+            Ok(Cmd::Cancel(id)) => {
+                engine.advance_to(clock.now());
+                engine.inject_fault(Fault::Cancel { request: id });
+            }
+            Ok(Cmd::Shutdown) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+        }
+    }
+    // What is still in flight finishes on model time, as a replay's tail.
+    let (director, _) = engine.run();
+    let (report, _) = director.into_serving().into_outcome();
+    report.ok_or_else(|| "the engine wrote no report".to_string())
+}
+
+fn publish(
+    engine: &mut Engine<LocalHosts<'_, handoff_core::CoreBox>, HttpDirector>,
+    pools: &[Pool],
+    metrics: &Metrics,
+    kv: Option<&KvPublishers>,
+    view: &Mutex<EngineView>,
+) {
+    let ts = unix_now();
+    for (w, events) in engine.director_mut().take_wire() {
+        if let Some(kv) = kv {
+            kv.publish(w, ts, &events);
+        }
+    }
+    let workers: Vec<WorkerView> = engine
+        .port()
+        .hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let f = h.final_state();
+            metrics.capacity(i, &f.capacity);
+            WorkerView {
+                worker: f.worker.0,
+                role: role(pools.get(i).copied().unwrap_or(Pool::Decode)),
+                drained: f.drained,
+                live_handoffs: f.live_handoffs,
+                capacity: f.capacity,
+            }
+        })
+        .collect();
+    let d = engine.director();
+    let v = EngineView {
+        workers,
+        in_flight: d.in_flight(),
+        open_streams: d.open_streams(),
+        model_time_s: engine.now().as_nanos() as f64 / 1e9,
+    };
+    if let Ok(mut g) = view.lock() {
+        *g = v;
+    }
+}
