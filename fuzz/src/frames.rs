@@ -6,7 +6,6 @@
 //! and cover six of the ten frame kinds, so the harness builds its own.
 
 use crate::rng::Rng;
-use handoff_core::engine::HostOp;
 use handoff_core::{
     CancelReason, DestinationEventKind, DestinationReservationId, DestinationState, DropReason,
     Duration, FactKind, Generation, HandoffId, HandoffMsg, HostFinal, HostInput, HostOutput,
@@ -15,6 +14,7 @@ use handoff_core::{
     SessionId, SourceEventKind, SourceReady, SourceState, TokenEmission, Transition,
     TransitionError, Transmit, WorkerEvent, WorkerId, WorkerRequest, WorkerStats,
 };
+use handoff_engine::HostOp;
 use handoff_transport::{Frame, HostReply};
 
 const CANCEL: [CancelReason; 9] = [

@@ -64,17 +64,18 @@
 //! test body that calls [`assert_passes`].
 
 use handoff_core::accounting::{check_identity, Holding, Ledger};
-use handoff_core::engine::{Director, Engine, LocalHosts, Route, Undeliverable};
 use handoff_core::fasthash::{FastMap, FastSet};
-use handoff_core::fault::{Fault, FaultCounts, FaultPlan};
 use handoff_core::host::HostFinal;
 use handoff_core::{
     Backend, CancelReason, CoreBox, DestinationEventKind as DE, DestinationState as DS, Duration,
     Generation, HandoffConfig, HandoffId, HandoffMsg, HandoffPolicy, Instant, KvEventData,
     LifecycleEvent, Request, RequestError, RequestId, Rng, Role, RoleState, SchedulerCore,
-    SourceEventKind as SE, SourceState as SS, TransferModel, Transition, Worker, WorkerEvent,
-    WorkerHost, WorkerId, WorkerRequest,
+    SourceEventKind as SE, SourceState as SS, Transition, Worker, WorkerEvent, WorkerHost,
+    WorkerId, WorkerRequest,
 };
+use handoff_engine::fault::{Fault, FaultCounts, FaultPlan};
+use handoff_engine::TransferModel;
+use handoff_engine::{Director, Engine, LocalHosts, Route, Undeliverable};
 use handoff_replay::{EngineSpec, Pool, ReplayConfig, Serving};
 use handoff_router::RouterMode;
 use handoff_workload::TraceItem;

@@ -3,10 +3,9 @@
 //! timers, transfer model, router), a trace (from idle to overload, shared
 //! prefixes, long prompts) and, sometimes, a fault plan.
 
-use handoff_core::fault::FaultPlan;
-use handoff_core::{
-    Backend, Duration, HandoffConfig, Instant, Request, RequestId, Rng, TransferModel,
-};
+use handoff_core::{Backend, Duration, HandoffConfig, Instant, Request, RequestId, Rng};
+use handoff_engine::fault::FaultPlan;
+use handoff_engine::TransferModel;
 use handoff_replay::{EngineSpec, ReplayConfig};
 use handoff_router::RouterMode;
 use handoff_workload::TraceItem;

@@ -5,12 +5,12 @@
 //! more in release; `tests/dst_regressions.rs` holds the shrunk schedules
 //! that once failed.
 
-use handoff_core::engine::Route;
 use handoff_core::{
     CancelReason, DestinationEventKind as DE, DestinationState as DS, HandoffId, Instant, KvEvent,
     KvEventData, LifecycleEvent, OwnershipDelta, Request, RequestId, Role, RoleState,
     SourceEventKind as SE, SourceState as SS, Transition, WorkerEvent, WorkerId, WorkerRequest,
 };
+use handoff_engine::Route;
 use handoff_replay::Pool;
 use handoff_tests::dst::{self, Checker, Kind, ServingView};
 use std::collections::{BTreeMap, BTreeSet};

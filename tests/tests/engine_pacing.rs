@@ -3,8 +3,8 @@
 //! `run`: advancing a replay in arbitrary slices gives a byte-identical
 //! report and transcript.
 
-use handoff_core::engine::{Engine, LocalHosts};
 use handoff_core::{Duration, Generation, Instant, Worker, WorkerHost, WorkerId};
+use handoff_engine::{Engine, LocalHosts};
 use handoff_replay::{
     deployment, engine_config, make_core, serving, worker_policy, EngineSpec, ReplayConfig,
 };

@@ -13,8 +13,8 @@
 //! covers both drivers' lifecycle; driver-specific failures (TCP peer loss,
 //! process kill) are tested in the live adapter.
 
-use handoff_core::testing::{PairConfig, PairSim, DEST, SOURCE};
 use handoff_core::{DestinationEventKind as DE, HandoffPolicy, Role, SourceEventKind as SE};
+use handoff_engine::testing::{PairConfig, PairSim, DEST, SOURCE};
 
 #[derive(Clone, Copy, Debug)]
 enum Fault {

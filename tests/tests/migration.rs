@@ -2,8 +2,8 @@
 //! as a new attempt, and fails only when no worker can take it; in replay
 //! and in virtual-clock live alike.
 
-use handoff_core::fault::{Fault, FaultPlan};
 use handoff_core::{Backend, Instant, WorkerId};
+use handoff_engine::fault::{Fault, FaultPlan};
 use handoff_replay::{EngineSpec, ReplayConfig};
 use handoff_router::RouterMode;
 use handoff_tests::parity::{compare, replay_run};

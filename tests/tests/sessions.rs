@@ -230,8 +230,8 @@ fn session_runs_report_modes_per_request_and_in_the_summary() {
 /// The seed's §3.2 timings: 45 us per prefill token (50K tokens 2.25 s),
 /// 20 ms per decode pass, RDMA 20 ms + 84 KB per token at 15 GB/s (50K
 /// tokens ~300 ms).
-fn seed_perf() -> handoff_core::FixedPerf {
-    handoff_core::FixedPerf {
+fn seed_perf() -> handoff_perf::FixedPerf {
+    handoff_perf::FixedPerf {
         prefill_base: Duration::ZERO,
         per_prefill_token: Duration::from_micros(45),
         decode: Duration::from_millis(20),
@@ -286,7 +286,7 @@ fn smoke(bypass: bool) -> Smoke {
         decode_workers: 1,
         router: RouterMode::KvAware,
         block_size: 64,
-        transfer: handoff_core::TransferModel::Bytes {
+        transfer: handoff_engine::TransferModel::Bytes {
             base: Duration::from_millis(20),
             bytes_per_token: 84_000,
             bandwidth: 15e9,

@@ -3,8 +3,9 @@
 //! a bad value is an error naming the flag, never a panic.
 
 use clap::{Args, ValueEnum};
-use handoff_core::fault::{Fault, FaultPlan};
-use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant, TransferModel};
+use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant};
+use handoff_engine::fault::{Fault, FaultPlan};
+use handoff_engine::TransferModel;
 use handoff_replay::{make_core, EngineSpec, PerfChoice, ReplayConfig};
 use handoff_router::{Pool, RouterMode};
 use handoff_workload::{

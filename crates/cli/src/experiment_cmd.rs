@@ -6,7 +6,8 @@
 //! flags.
 
 use clap::{Args, ValueEnum};
-use handoff_core::{Duration, TransferModel};
+use handoff_core::Duration;
+use handoff_engine::TransferModel;
 use handoff_lab::{
     run_experiment_on, run_variant_on, EngineRun, ExperimentConfig, ExperimentReport, RunOutput,
     TimingMode, Variant,

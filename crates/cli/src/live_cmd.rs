@@ -6,8 +6,8 @@
 use crate::args::{DeployArgs, WorkloadArgs};
 use crate::report_out::OutputArgs;
 use clap::{Args, ValueEnum};
-use handoff_core::engine::Engine;
 use handoff_core::{CoreBox, Generation, HandoffPolicy, Worker, WorkerHost, WorkerId};
+use handoff_engine::Engine;
 use handoff_live_adapter::{
     run_in_process, run_virtual_threads, serve_virtual, FrontendNode, LiveOutcome, NodeConfig,
     RemotePort, WallClock, WorkerNode,

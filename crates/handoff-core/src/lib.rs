@@ -52,15 +52,11 @@
 
 pub mod accounting;
 pub mod destination;
-pub mod engine;
 pub mod fasthash;
-pub mod fault;
 pub mod host;
 pub mod ids;
 pub mod kv;
-mod min_tree;
 pub mod msg;
-pub mod perf;
 pub mod policy;
 pub mod request;
 pub mod rng;
@@ -75,17 +71,12 @@ pub mod testing;
 pub mod time;
 mod timer_queue;
 pub mod transcript;
-pub mod transfer;
 pub mod transition;
 pub mod worker;
 
 pub use destination::{
     DestinationAction, DestinationEvent, DestinationEventKind, DestinationHandoff,
     DestinationState, SourceReady,
-};
-pub use fault::{
-    FactFate, FactFaults, Fault, FaultCounts, FaultInjector, FaultPlan, FaultPlanError,
-    FaultPlanErrorKind, TimedFault,
 };
 pub use host::{HostFinal, HostInput, HostOutput, HostStatus, WorkerHost};
 pub use ids::{
@@ -94,10 +85,6 @@ pub use ids::{
 };
 pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds, KvEventQueue};
 pub use msg::{FactKind, HandoffMsg, MsgBody, Role};
-pub use perf::{
-    FixedPerf, Pass, PerfModel, PerfProfile, PerfTable, PolynomialPerf, ProfileError,
-    ProfileErrorKind, ProfilePerf, StepModel, TableKind,
-};
 pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
 pub use request::Request;
 pub use rng::Rng;
@@ -110,7 +97,6 @@ pub use source::{
 };
 pub use time::{Duration, Instant};
 pub use transcript::Transcript;
-pub use transfer::{Completion, TransferModel, TransferTimer};
 pub use transition::{
     ActionList, CancelReason, LifecycleEvent, OwnershipDelta, RoleState, TransitionError, Verdict,
 };

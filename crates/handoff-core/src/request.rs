@@ -9,6 +9,12 @@ use serde::{Deserialize, Serialize};
 /// Tokens covered by one trace hash id (Mooncake traces use 512).
 pub const TRACE_HASH_BLOCK_TOKENS: u32 = 512;
 
+/// How many consecutive block hashes [`Request::block_hashes`] aligns a
+/// trace chunk's blocks to: the group size of the block-hash tables
+/// (`handoff-hashtable`'s `GROUP_KEYS`, which a test there holds equal), so
+/// a 32-block chunk fills one group. Changing it changes every hash.
+pub const BLOCK_HASH_GROUP: u64 = 32;
+
 /// One inference request as an engine sees it.
 ///
 /// The prompt's content is known only through `prefix_hashes`: one content
@@ -63,7 +69,7 @@ impl Request {
     /// hash of every trace chunk up to the last one it touches, plus `i`'s
     /// rank among the blocks ending in that chunk. The offset form keeps a
     /// chunk's blocks on consecutive hash values, which the block-hash
-    /// tables store together (see `fasthash::U64Table`), and costs one add
+    /// tables store together (see `handoff-hashtable`), and costs one add
     /// per block instead of a chain of mixes. Chunks past the trace's known
     /// ones get hashes salted with the request id, so unknown content never
     /// shares.
@@ -90,7 +96,7 @@ impl Request {
         let first_block = |c: u64| (c * hbt + 1).div_ceil(bs).saturating_sub(1);
         // A chunk's blocks count up from a base aligned to the hash tables'
         // group size, so a 32-block chunk fills exactly one group.
-        let align = !(crate::fasthash::GROUP_KEYS - 1);
+        let align = !(BLOCK_HASH_GROUP - 1);
         // Chained hash of chunks `0..=chunk`, advanced as blocks need it.
         let mut chunk = 0u64;
         let mut chained = mix64(self.chunk_content(0) ^ 0x5eed);
@@ -222,7 +228,7 @@ mod tests {
                     chained = mix64(chained ^ r.chunk_content(k));
                 }
                 let first = (0..=i).find(|&j| last_chunk(j) == c).unwrap_or(i);
-                (mix64(chained) & !(crate::fasthash::GROUP_KEYS - 1)).wrapping_add(i - first)
+                (mix64(chained) & !(BLOCK_HASH_GROUP - 1)).wrapping_add(i - first)
             })
             .collect()
     }

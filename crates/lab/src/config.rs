@@ -6,7 +6,11 @@
 //! `K_DELTA = 1024` tokens, `max_sessions = 4` (§4.8, decision D2), one
 //! prefill and three decode workers (§9, "1P3D").
 
-use handoff_core::{Duration, FixedPerf, TransferModel};
+use handoff_core::Duration;
+
+use handoff_perf::FixedPerf;
+
+use handoff_engine::TransferModel;
 
 /// KV bytes per token the seed assumes: its §6 log example moves 4.2 GB for
 /// a ~50K-token session.
@@ -19,7 +23,7 @@ pub const SEED_LINK_BANDWIDTH: f64 = 15e9;
 /// Which pass-time model the cores run with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimingMode {
-    /// Dynamo's polynomial fit (`handoff_core::PolynomialPerf`), the
+    /// Dynamo's polynomial fit (`handoff_perf::PolynomialPerf`), the
     /// engines' default.
     Polynomial,
     /// The seed's §3.2 table: 45 µs per prefill token (50K tokens 2.25 s),
@@ -146,7 +150,7 @@ impl ExperimentConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use handoff_core::PerfModel;
+    use handoff_perf::PerfModel;
 
     #[test]
     fn seed_timings_match_the_section_3_2_table() {

@@ -8,7 +8,7 @@
 //! H4-1..H4-3.
 //!
 //! There is no model here: every variant is a configuration of the one
-//! engine ([`handoff_core::engine::Engine`] through
+//! engine ([`handoff_engine::Engine`] through
 //! [`handoff_replay::Replay::sessions`]) on the real SGLang cores
 //! (`handoff-sched-sglang`: session slots, `PrefillSnapshotStore` in the prefill
 //! worker's own pool, bypass at prefill admission), routed by the shared

@@ -6,9 +6,9 @@
 
 use crate::clock::WallClock;
 use crossbeam_channel::RecvTimeoutError;
-use handoff_core::engine::{Director, Route, Undeliverable};
-use handoff_core::fault::FaultCounts;
 use handoff_core::{HostFinal, Instant, Transcript, WorkerId, WorkerRequest};
+use handoff_engine::fault::FaultCounts;
+use handoff_engine::{Director, Route, Undeliverable};
 use handoff_replay::{Report, Serving};
 use handoff_transport::{Frame, Incoming, Transport};
 use handoff_workload::TraceItem;

@@ -15,8 +15,10 @@ use crate::clock::WallClock;
 use crossbeam_channel::RecvTimeoutError;
 use handoff_core::{
     CoreBox, Generation, HandoffConfig, HandoffPolicy, HostFinal, HostInput, HostOutput, Instant,
-    TransferModel, TransferTimer, Worker, WorkerEvent, WorkerHost, WorkerId,
+    Worker, WorkerEvent, WorkerHost, WorkerId,
 };
+use handoff_engine::TransferModel;
+use handoff_engine::TransferTimer;
 use handoff_transport::{Frame, Incoming, Transport};
 
 /// Counters of one node's run.
@@ -62,7 +64,7 @@ pub struct WorkerNode<T: Transport> {
     clock: WallClock,
     transfers: TransferTimer,
     /// Predicted completions: (when, attempt, prediction version).
-    completions: Vec<handoff_core::Completion>,
+    completions: Vec<handoff_engine::Completion>,
     last_final: Option<(bool, handoff_core::KvCapacitySnapshot)>,
     outs: Vec<HostOutput>,
     stats: NodeStats,
@@ -217,7 +219,7 @@ impl<T: Transport> WorkerNode<T> {
         }
     }
 
-    fn predicted(&mut self, c: handoff_core::Completion) {
+    fn predicted(&mut self, c: handoff_engine::Completion) {
         self.completions.retain(|x| x.id != c.id);
         self.completions.push(c);
     }

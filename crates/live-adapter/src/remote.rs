@@ -11,8 +11,8 @@
 //! [`serve_virtual`] is the node side: it owns the worker's host and applies
 //! the operations it is sent, nothing else.
 
-use handoff_core::engine::{apply_op, HostOp, HostPort};
 use handoff_core::{CoreBox, HostFinal, HostOutput, HostStatus, WorkerHost, WorkerId};
+use handoff_engine::{apply_op, HostOp, HostPort};
 use handoff_transport::{Frame, HostReply, Incoming, Transport};
 use std::time::Duration as StdDuration;
 

@@ -2,8 +2,8 @@
 //! an in-process channel endpoint, the engine on the caller's thread.
 
 use crate::remote::{serve_virtual, RemoteError, RemotePort};
-use handoff_core::engine::Engine;
 use handoff_core::{CoreBox, Generation, Transcript, Worker, WorkerHost, WorkerId};
+use handoff_engine::Engine;
 use handoff_replay::report::RequestSink;
 use handoff_replay::{
     engine_config, make_core, run_closed_loop, serving, worker_policy, EngineSpec, ReplayConfig,

@@ -1,7 +1,11 @@
 //! Building scheduler cores of either backend from one backend-neutral spec.
 
 use crate::sim::CoreBox;
-use handoff_core::{Backend, PerfProfile, PolynomialPerf, ProfilePerf, StepModel};
+use handoff_core::Backend;
+use handoff_perf::PerfProfile;
+use handoff_perf::PolynomialPerf;
+use handoff_perf::ProfilePerf;
+use handoff_perf::StepModel;
 use handoff_sched_sglang::{SglangConfig, SglangCore};
 use handoff_sched_vllm::{VllmConfig, VllmCore};
 use std::sync::Arc;

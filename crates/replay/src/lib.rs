@@ -41,7 +41,7 @@ pub mod timeline;
 
 pub use engines::{make_core, EngineSpec, PerfChoice};
 pub use handoff_core::CoreBox;
-pub use handoff_core::TransferModel;
+pub use handoff_engine::TransferModel;
 pub use handoff_router::Pool;
 pub use report::{Details, Report, RequestRecord};
 pub use serving::Serving;

@@ -1,5 +1,5 @@
 //! Step-time profile files (`--perf profile:FILE`): JSON read into a checked
-//! [`handoff_core::PerfProfile`].
+//! [`handoff_perf::PerfProfile`].
 //!
 //! The format (times in ms; `ms[i][j]` is the time at the first axis's
 //! `i`-th point and the second axis's `j`-th; `profiles/README.md` has an
@@ -22,8 +22,10 @@
 //! Unknown keys are refused. Syntax errors name the line and column;
 //! table errors name the table, field and cell ([`ProfileError`]).
 
-use handoff_core::perf::TableKind;
-use handoff_core::{PerfProfile, PerfTable, ProfileError};
+use handoff_perf::PerfProfile;
+use handoff_perf::PerfTable;
+use handoff_perf::ProfileError;
+use handoff_perf::TableKind;
 use serde::Deserialize;
 use std::io::Read;
 use std::path::Path;
@@ -184,7 +186,7 @@ pub fn parse(text: &str, origin: &str) -> Result<PerfProfile, ProfileFileError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use handoff_core::ProfileErrorKind;
+    use handoff_perf::ProfileErrorKind;
 
     const OK: &str = r#"{
   "name": "t", "source": "s", "pass_overhead_ms": 5,

@@ -7,14 +7,15 @@ use crate::per_worker::{PerWorker, MAX_DENSE};
 use crate::request_table::RequestTable;
 use crate::sim::ReplayConfig;
 use crate::timeline::Series;
-use handoff_core::engine::Undeliverable;
 use handoff_core::fasthash::FastMap;
-use handoff_core::fault::FaultCounts;
 use handoff_core::host::HostFinal;
 use handoff_core::{
     Duration, HandoffId, Instant, KvCapacitySnapshot, Request, RequestError, RequestId, Role,
-    TokenEmission, TransferModel, WorkerEvent, WorkerId,
+    TokenEmission, WorkerEvent, WorkerId,
 };
+use handoff_engine::fault::FaultCounts;
+use handoff_engine::TransferModel;
+use handoff_engine::Undeliverable;
 use handoff_router::Pool;
 use serde::Serialize;
 use std::collections::BTreeMap;

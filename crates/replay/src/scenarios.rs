@@ -17,16 +17,18 @@
 //! at least one instant and the engine can stop in it.
 
 use crate::engines::{make_core, EngineSpec};
-use handoff_core::engine::{Director, Engine, EngineConfig, LocalHosts, Route};
-use handoff_core::fault::FaultCounts;
 use handoff_core::host::{HostFinal, HostInput, WorkerHost};
 use handoff_core::{
-    Backend, CoreBox, DestinationEventKind as DE, DestinationState, Duration, Fault, FaultPlan,
-    Generation, HandoffConfig, HandoffId, HandoffMsg, Instant, KvCapacitySnapshot, KvEventData,
-    LifecycleEvent, MsgBody, Request, RequestId, ReservationSummary, Role, RoleState,
-    SourceEventKind as SE, SourceState as SS, TransferModel, Transition, Worker, WorkerEvent,
-    WorkerId, WorkerRequest,
+    Backend, CoreBox, DestinationEventKind as DE, DestinationState, Duration, Generation,
+    HandoffConfig, HandoffId, HandoffMsg, Instant, KvCapacitySnapshot, KvEventData, LifecycleEvent,
+    MsgBody, Request, RequestId, ReservationSummary, Role, RoleState, SourceEventKind as SE,
+    SourceState as SS, Transition, Worker, WorkerEvent, WorkerId, WorkerRequest,
 };
+use handoff_engine::fault::FaultCounts;
+use handoff_engine::Fault;
+use handoff_engine::FaultPlan;
+use handoff_engine::TransferModel;
+use handoff_engine::{Director, Engine, EngineConfig, LocalHosts, Route};
 use handoff_router::{Frontend, FrontendConfig, Pool, RouterMode};
 use serde::Serialize;
 use serde_json::{json, Value};

@@ -21,15 +21,15 @@
 //! Routing is the frontend's session-affine mode.
 
 use crate::report::{Details, Recorder, Report, RequestSink};
-use handoff_core::engine::{Director, Route, Undeliverable};
 use handoff_core::fasthash::{FastMap, FastSet};
-use handoff_core::fault::FaultCounts;
 use handoff_core::host::HostFinal;
 use handoff_core::{
     CancelReason, DestinationState, Generation, HandoffId, Instant, Request, RequestError,
     RequestId, RoleState, Transcript, WorkerEvent, WorkerId, WorkerRequest,
 };
 use handoff_core::{Duration, SessionId};
+use handoff_engine::fault::FaultCounts;
+use handoff_engine::{Director, Route, Undeliverable};
 use handoff_router::{Frontend, Pool, SessionRouting};
 use handoff_workload::TraceItem;
 use std::collections::{BTreeMap, VecDeque};
@@ -195,7 +195,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// Closed loop: at most `n` requests in flight. Requests arrive when a
     /// slot is free, at that model time, whatever their timestamps; the
     /// engine must be asked again after a completion
-    /// ([`handoff_core::engine::Engine::arrivals_changed`]), which
+    /// ([`handoff_engine::Engine::arrivals_changed`]), which
     /// [`crate::Replay::closed_loop`] does.
     pub fn set_concurrency(&mut self, n: usize) {
         self.concurrency = Some(n.max(1));
@@ -444,8 +444,8 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     /// load in the frontend. KV events reach the router, whose per-worker
     /// indexes do not depend on the order between workers and are read
     /// only when routing, at events; but a KV sink sees their order.
-    fn quiet_events(&self, w: WorkerId) -> handoff_core::engine::QuietEvents {
-        use handoff_core::engine::QuietEvents;
+    fn quiet_events(&self, w: WorkerId) -> handoff_engine::QuietEvents {
+        use handoff_engine::QuietEvents;
         match self.pool(w) {
             Pool::Aggregated => QuietEvents::None,
             _ if self.kv_sink.is_some() => QuietEvents::Pass,

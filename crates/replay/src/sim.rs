@@ -7,14 +7,14 @@
 use crate::engines::EngineSpec;
 use crate::report::{Details, Recorder, Report, RequestSink};
 use crate::serving::Serving;
-use handoff_core::engine::{Engine, EngineConfig, LocalHosts};
-use handoff_core::fault::FaultPlan;
 use handoff_core::host::WorkerHost;
-use handoff_core::TransferModel;
 use handoff_core::{
     Backend, Duration, Generation, HandoffConfig, HandoffPolicy, Instant, Transcript, Worker,
     WorkerId,
 };
+use handoff_engine::fault::FaultPlan;
+use handoff_engine::TransferModel;
+use handoff_engine::{Engine, EngineConfig, LocalHosts};
 use handoff_router::RouterMode;
 use handoff_router::{Frontend, FrontendConfig, Pool};
 use handoff_workload::TraceItem;
@@ -98,7 +98,7 @@ pub struct SessionServing {
 /// Runs `engine` to the end asking its director for arrivals after every
 /// unit of work, as closed loops need (a completion lets the next request
 /// in at that instant); `each` sees the engine after every unit.
-pub fn run_closed_loop<P: handoff_core::engine::HostPort, D: handoff_core::engine::Director>(
+pub fn run_closed_loop<P: handoff_engine::HostPort, D: handoff_engine::Director>(
     engine: &mut Engine<P, D>,
     mut each: impl FnMut(&mut Engine<P, D>, Instant),
 ) {
@@ -332,7 +332,7 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
             }
         }
         let (mut director, mut port) = self.engine.run();
-        let step_calls = handoff_core::engine::HostPort::finals(&mut port)
+        let step_calls = handoff_engine::HostPort::finals(&mut port)
             .iter()
             .map(|f| f.steps)
             .sum();

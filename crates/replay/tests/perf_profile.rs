@@ -2,18 +2,25 @@
 //! profile (`profiles/qwen3-4b-a100-sglang.json`) against Dynamo's legacy
 //! polynomial, on the faults issue 14 lists.
 
-use handoff_core::{
-    Backend, Duration, Instant, Pass, PerfModel, PolynomialPerf, ProfilePerf, Request, RequestId,
-    SchedulerCommand, StepModel, StepOutput,
-};
+use handoff_core::{Backend, Duration, Instant, Request, RequestId, SchedulerCommand, StepOutput};
+
+use handoff_perf::Pass;
+
+use handoff_perf::PerfModel;
+
+use handoff_perf::PolynomialPerf;
+
+use handoff_perf::ProfilePerf;
+
+use handoff_perf::StepModel;
 use handoff_replay::{make_core, profile_file, EngineSpec, PerfChoice, Replay, ReplayConfig};
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 use proptest::prelude::*;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-fn shipped() -> Arc<handoff_core::PerfProfile> {
-    static P: OnceLock<Arc<handoff_core::PerfProfile>> = OnceLock::new();
+fn shipped() -> Arc<handoff_perf::PerfProfile> {
+    static P: OnceLock<Arc<handoff_perf::PerfProfile>> = OnceLock::new();
     P.get_or_init(|| {
         let path =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../profiles/qwen3-4b-a100-sglang.json");

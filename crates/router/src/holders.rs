@@ -11,7 +11,7 @@
 //! stops when it empties, so a selection costs O(blocks matched) lookups,
 //! not O(workers × blocks).
 
-use handoff_core::fasthash::{Near, U64Table};
+use handoff_hashtable::{Near, U64Table};
 
 /// A set of worker slots (positions in the router's worker list).
 pub type Slots = u128;

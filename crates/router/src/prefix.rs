@@ -24,8 +24,8 @@
 //! publishes nothing until activation (DEP invariant 4), so it can never
 //! attract traffic.
 
-use handoff_core::fasthash::U64Table;
 use handoff_core::{KvEvent, KvEventData};
+use handoff_hashtable::U64Table;
 
 /// What applying one event did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -25,9 +25,12 @@ use crate::ratio::NewTokenRatio;
 use crate::seq::{Kind, Phase, Seq, Slab};
 use handoff_core::fasthash::ChurnMap;
 use handoff_core::{
-    Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent, Pass,
-    PerfModel, PolynomialPerf, Request, SchedulerCommand, SchedulerCore, StepOutput,
+    Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent,
+    Request, SchedulerCommand, SchedulerCore, StepOutput,
 };
+use handoff_perf::Pass;
+use handoff_perf::PerfModel;
+use handoff_perf::PolynomialPerf;
 use std::collections::VecDeque;
 
 /// An SGLang worker's scheduler; see the crate docs.

@@ -26,7 +26,9 @@ use crate::batch::emit_tokens;
 use crate::core::SglangCore;
 use crate::ratio::ratio_after_retract;
 use crate::seq::{Kind, Phase};
-use handoff_core::{Duration, Instant, Pass, PerfModel, QuietFloor, StepOutput};
+use handoff_core::{Duration, Instant, QuietFloor, StepOutput};
+use handoff_perf::Pass;
+use handoff_perf::PerfModel;
 
 /// Passes added after the first one of a `step` call.
 #[derive(Clone, Copy, Debug, Default)]

@@ -47,8 +47,8 @@
 //!   prefill bypass at admission; what they do is reported as typed
 //!   [`SessionEvent`]s.
 //!
-//! Timing comes from a [`handoff_core::PerfModel`] (default
-//! [`handoff_core::PolynomialPerf`]): a pass costs
+//! Timing comes from a [`handoff_perf::PerfModel`] (default
+//! [`handoff_perf::PolynomialPerf`]): a pass costs
 //! `perf.pass(&Pass)`: the chunks with their cached prefixes, the decode batch
 //! with its context tokens, and the pool size (which only the legacy
 //! polynomial reads).

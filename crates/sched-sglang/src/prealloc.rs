@@ -32,8 +32,9 @@ use crate::core::SglangCore;
 use crate::radix::{Owner, NIL};
 use crate::seq::{Kind, Phase, Seq};
 use handoff_core::{
-    CommandOutcome, DestinationReservationId, HandoffId, PerfModel, Request, ReservationSummary,
+    CommandOutcome, DestinationReservationId, HandoffId, Request, ReservationSummary,
 };
+use handoff_perf::PerfModel;
 
 impl<P: PerfModel> SglangCore<P> {
     /// `_allocatable_token_budgets` with `newly_locked` pages about to leave

@@ -29,7 +29,8 @@
 use crate::core::SglangCore;
 use crate::radix::{Owner, NIL};
 use crate::seq::{Kind, Phase};
-use handoff_core::{KvChunk, PerfModel, PrefillPinned, SourceLeaseId, StepOutput};
+use handoff_core::{KvChunk, PrefillPinned, SourceLeaseId, StepOutput};
+use handoff_perf::PerfModel;
 
 /// What a prefill pass computed.
 #[derive(Clone, Copy, Debug)]
@@ -41,7 +42,7 @@ pub(crate) struct PrefillWork {
     /// Context tokens of the decode batch at the start of the pass.
     pub(crate) kv_tokens: u64,
     /// Σ chunk tokens × tokens already cached before the chunk
-    /// ([`handoff_core::Pass::prefill_prefix_work`]).
+    /// ([`handoff_perf::Pass::prefill_prefix_work`]).
     pub(crate) prefix_work: u64,
 }
 

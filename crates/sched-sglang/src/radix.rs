@@ -25,7 +25,7 @@
 //! active before pinned source before reserved destination.
 
 use crate::events::KvEventQueue;
-use handoff_core::fasthash::Near;
+use handoff_hashtable::Near;
 use std::collections::BTreeSet;
 
 /// "No node": the parent of a top-level node.
@@ -88,7 +88,7 @@ pub(crate) struct RadixCache {
     /// Each node's block hash, by node index.
     hashes: Vec<u64>,
     vacant: Vec<u32>,
-    index: handoff_core::fasthash::U64Table<u32>,
+    index: handoff_hashtable::U64Table<u32>,
     /// Unlocked leaves by (last access, node): the eviction order.
     lru: BTreeSet<(u64, u32)>,
     clock: u64,

@@ -35,7 +35,8 @@
 use crate::core::SglangCore;
 use crate::radix::{Owner, NIL};
 use crate::seq::Phase;
-use handoff_core::{PerfModel, StepOutput};
+use handoff_core::StepOutput;
+use handoff_perf::PerfModel;
 
 impl<P: PerfModel> SglangCore<P> {
     /// Offloads a retracted decode-side request: its pages and slot are

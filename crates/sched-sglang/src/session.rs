@@ -36,7 +36,8 @@ use crate::core::SglangCore;
 use crate::radix::Owner;
 use crate::seq::{Kind, Phase, Seq};
 use handoff_core::session::{PushResult, SessionEvent, SlotEvictReason};
-use handoff_core::{CommandOutcome, PerfModel, Request, SessionId, SourceLeaseId};
+use handoff_core::{CommandOutcome, Request, SessionId, SourceLeaseId};
+use handoff_perf::PerfModel;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Session-held pages of one core, exactly; all of them are inside

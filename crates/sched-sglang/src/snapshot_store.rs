@@ -29,7 +29,8 @@ use crate::core::SglangCore;
 use crate::radix::Owner;
 use crate::seq::Kind;
 use handoff_core::session::{MissReason, SessionEvent, SnapshotEvictReason};
-use handoff_core::{HandoffId, Instant, PerfModel, SessionId};
+use handoff_core::{HandoffId, Instant, SessionId};
+use handoff_perf::PerfModel;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A stored snapshot (the seed's `SnapshotEntry`).

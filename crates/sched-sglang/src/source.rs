@@ -15,7 +15,8 @@
 
 use crate::core::SglangCore;
 use crate::seq::{Kind, Phase, Seq};
-use handoff_core::{CommandOutcome, HandoffId, PerfModel, Request};
+use handoff_core::{CommandOutcome, HandoffId, Request};
+use handoff_perf::PerfModel;
 
 impl<P: PerfModel> SglangCore<P> {
     /// Queues a handoff prefill.

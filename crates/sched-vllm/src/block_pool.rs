@@ -19,7 +19,7 @@
 
 use crate::events::EventQueue;
 use crate::free_queue::{FreeQueue, QueuePos, Queued};
-use handoff_core::fasthash::{Near, U64Table};
+use handoff_hashtable::{Near, U64Table};
 
 /// Block-table entries whose pool entries are loaded together before a loop
 /// over a table works on them ([`BlockPool::warm`]): enough misses in flight

@@ -13,9 +13,10 @@ use crate::sequence::{Kind, Phase, Slab};
 use handoff_core::fasthash::ChurnMap;
 use handoff_core::{
     Backend, Capabilities, CommandOutcome, HandoffId, Instant, KvCapacitySnapshot, KvEvent,
-    PerfModel, PolynomialPerf, PrefillPinned, Request, SchedulerCommand, SchedulerCore,
-    SourceLeaseId, StepOutput,
+    PrefillPinned, Request, SchedulerCommand, SchedulerCore, SourceLeaseId, StepOutput,
 };
+use handoff_perf::PerfModel;
+use handoff_perf::PolynomialPerf;
 use std::collections::VecDeque;
 
 /// Block hashes whose index groups [`VllmCore::commit`] loads together
@@ -203,7 +204,7 @@ impl<P: PerfModel> VllmCore<P> {
             return None;
         }
         let mut evictable = 0;
-        let mut near = handoff_core::fasthash::Near::default();
+        let mut near = handoff_hashtable::Near::default();
         for &h in &hashes[..max_n] {
             let Some(b) = self.pool.lookup(h, &mut near) else {
                 break;
@@ -503,8 +504,8 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
 /// consecutive blocks count up from a base aligned to the hash tables'
 /// group, so a request's generated blocks share groups.
 pub(crate) fn generated_hash(seq: &crate::sequence::Seq, i: usize) -> u64 {
-    use handoff_core::fasthash::GROUP_KEYS;
     use handoff_core::request::mix64;
+    use handoff_hashtable::GROUP_KEYS;
     let i = i as u64;
     let base = mix64(seq.anchor ^ mix64(seq.id.0 ^ (i / GROUP_KEYS) ^ 0x6e4e_2a7e_d0c5));
     (base & !(GROUP_KEYS - 1)) | (i % GROUP_KEYS)
@@ -526,7 +527,7 @@ mod tests {
 
     use super::*;
     use crate::tests::{cfg, fixed_perf};
-    use handoff_core::FixedPerf;
+    use handoff_perf::FixedPerf;
     use proptest::prelude::*;
 
     /// The whole walk, as the core did before the early stop: every hit, then
@@ -540,7 +541,7 @@ mod tests {
     ) -> Option<(u64, Vec<u32>)> {
         let mut hits = Vec::new();
         let mut evictable = 0;
-        let mut near = handoff_core::fasthash::Near::default();
+        let mut near = handoff_hashtable::Near::default();
         for &h in hashes.iter().take(max_blocks as usize) {
             match core.pool.lookup(h, &mut near) {
                 Some(b) => {

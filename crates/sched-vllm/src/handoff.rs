@@ -33,9 +33,9 @@ use crate::block_pool::Owner;
 use crate::core::VllmCore;
 use crate::sequence::{Kind, Phase};
 use handoff_core::{
-    CommandOutcome, DestinationReservationId, HandoffId, PerfModel, Request, ReservationSummary,
-    StepOutput,
+    CommandOutcome, DestinationReservationId, HandoffId, Request, ReservationSummary, StepOutput,
 };
+use handoff_perf::PerfModel;
 
 impl<P: PerfModel> VllmCore<P> {
     /// Takes a destination into the waiting queue, at its back, holding

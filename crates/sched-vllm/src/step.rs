@@ -46,7 +46,9 @@
 
 use crate::core::VllmCore;
 use crate::sequence::{Kind, Phase};
-use handoff_core::{Duration, Instant, Pass, PerfModel, QuietFloor, StepOutput, TokenEmission};
+use handoff_core::{Duration, Instant, QuietFloor, StepOutput, TokenEmission};
+use handoff_perf::Pass;
+use handoff_perf::PerfModel;
 
 /// The most decode passes whose block boundaries `free` blocks cover, for a
 /// batch whose requests have `room_hist[r]` free slots `r` in their last

@@ -18,15 +18,15 @@ use crate::kv_transfer::{Pinned, ProxyError};
 use crate::metrics::Metrics;
 use crate::prompt::chained_block_hashes;
 use crate::vllm_wire::WireEvent;
-use handoff_core::engine::{Director, Route, Undeliverable};
 use handoff_core::fasthash::{FastMap, FastSet};
-use handoff_core::fault::FaultCounts;
 use handoff_core::msg::HandoffMsg;
 use handoff_core::{
     CancelReason, DestinationState, Generation, HandoffId, HostFinal, Instant, KvEvent,
     KvEventData, Request, RequestError, RequestId, Role, RoleState, SourceReady, WorkerEvent,
     WorkerId, WorkerRequest,
 };
+use handoff_engine::fault::FaultCounts;
+use handoff_engine::{Director, Route, Undeliverable};
 use handoff_replay::Serving;
 use handoff_router::Pool;
 use handoff_workload::TraceItem;
@@ -180,7 +180,7 @@ impl WireChain {
             None => mix64(c ^ 0x5eed),
             Some(p) => mix64(p ^ c),
         };
-        let wire = mix64(chained) & !(handoff_core::fasthash::GROUP_KEYS - 1);
+        let wire = mix64(chained) & !(handoff_core::request::BLOCK_HASH_GROUP - 1);
         self.blocks.insert(h, (wire, chained));
         (wire, chained)
     }

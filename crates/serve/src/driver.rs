@@ -19,9 +19,9 @@ use crate::kv_transfer::RemotePrefill;
 use crate::metrics::Metrics;
 use crate::prompt::request_for;
 use crate::zmq_pub::KvPublishers;
-use handoff_core::engine::{Engine, LocalHosts};
-use handoff_core::fault::Fault;
 use handoff_core::{Generation, KvCapacitySnapshot, RequestId, Worker, WorkerHost, WorkerId};
+use handoff_engine::fault::Fault;
+use handoff_engine::{Engine, LocalHosts};
 use handoff_live_adapter::WallClock;
 use handoff_replay::{
     deployment, engine_config, make_core, serving, worker_policy, EngineSpec, ReplayConfig, Report,

@@ -10,7 +10,7 @@
 //!   `/health`, `/ready`, `/metrics`, `/workers/{id}/metrics`,
 //!   `/debug/workers`.
 //! - **The engine** ([`driver`], [`director`]): requests go through the one
-//!   [`handoff_core::engine::Engine`] and the shared
+//!   [`handoff_engine::Engine`] and the shared
 //!   [`handoff_replay::Serving`] director (router frontend, recorder,
 //!   handoff lifecycle) to the real worker cores, paced by the wall clock
 //!   (`speed` times faster); tokens stream as the workers report them, and

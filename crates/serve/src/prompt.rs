@@ -42,7 +42,7 @@ pub fn chained_block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
         } else {
             mix64(chained ^ h)
         };
-        out.push(mix64(chained) & !(handoff_core::fasthash::GROUP_KEYS - 1));
+        out.push(mix64(chained) & !(handoff_core::request::BLOCK_HASH_GROUP - 1));
     }
     out
 }

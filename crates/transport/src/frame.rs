@@ -5,11 +5,11 @@
 //! clocks are not shared across processes, so a receiver may compare times
 //! from one worker with each other but must not mix them with its own.
 
-use handoff_core::engine::HostOp;
 use handoff_core::{
     Generation, HandoffMsg, KvCapacitySnapshot, WorkerEvent, WorkerId, WorkerRequest,
 };
 use handoff_core::{HostFinal, HostOutput, HostStatus};
+use handoff_engine::HostOp;
 use serde::{Deserialize, Serialize};
 
 /// One unit on the wire.

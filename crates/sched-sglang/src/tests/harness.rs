@@ -5,9 +5,10 @@
 use crate::{SglangConfig, SglangCore};
 use handoff_core::accounting::{check_identity, Holding, Ledger};
 use handoff_core::{
-    CommandOutcome, Duration, FixedPerf, HandoffId, Instant, KvCapacitySnapshot, KvEvent,
-    KvEventData, PrefillPinned, Request, RequestId, SchedulerCommand, SchedulerCore, StepOutput,
+    CommandOutcome, Duration, HandoffId, Instant, KvCapacitySnapshot, KvEvent, KvEventData,
+    PrefillPinned, Request, RequestId, SchedulerCommand, SchedulerCore, StepOutput,
 };
+use handoff_perf::FixedPerf;
 use std::collections::{BTreeMap, HashSet};
 
 /// Timing that is easy to reason about.

@@ -570,7 +570,7 @@ fn prefill_admission_evicts_snapshots_for_room() {
 #[test]
 fn bypass_ttft_is_the_transfer_only_and_cold_pays_the_prefill() {
     // Seed timings: 45 us per prefill token; 50K tokens take 2.25 s.
-    let seed_perf = handoff_core::FixedPerf {
+    let seed_perf = handoff_perf::FixedPerf {
         prefill_base: Duration::ZERO,
         per_prefill_token: Duration::from_micros(45),
         decode: Duration::from_millis(20),

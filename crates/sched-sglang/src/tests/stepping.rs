@@ -4,9 +4,10 @@ use super::harness::req;
 use crate::{SglangConfig, SglangCore};
 use handoff_core::accounting::check_identity;
 use handoff_core::{
-    CommandOutcome, Duration, HandoffId, Instant, KvCapacitySnapshot, KvEvent, PolynomialPerf,
-    Request, RequestId, SchedulerCommand, SchedulerCore, StepOutput,
+    CommandOutcome, Duration, HandoffId, Instant, KvCapacitySnapshot, KvEvent, Request, RequestId,
+    SchedulerCommand, SchedulerCore, StepOutput,
 };
+use handoff_perf::PolynomialPerf;
 use std::collections::BTreeMap;
 
 /// Everything observable about a run.

@@ -15,9 +15,11 @@ use crate::sequence::{Kind, Phase};
 use crate::VllmConfig;
 use handoff_core::accounting::{check_identity, Holding, Ledger};
 use handoff_core::{
-    CommandOutcome, Duration, FixedPerf, HandoffId, Instant, KvCapacitySnapshot, KvEvent,
-    KvEventData, PerfModel, Request, RequestId, SchedulerCommand, SchedulerCore, StepOutput,
+    CommandOutcome, Duration, HandoffId, Instant, KvCapacitySnapshot, KvEvent, KvEventData,
+    Request, RequestId, SchedulerCommand, SchedulerCore, StepOutput,
 };
+use handoff_perf::FixedPerf;
+use handoff_perf::PerfModel;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Tokens each entry of a test request's `prefix_hashes` covers: one block.

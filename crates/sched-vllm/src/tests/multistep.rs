@@ -3,7 +3,8 @@
 //! times, same command outcomes, same KV events, same final state.
 
 use super::*;
-use handoff_core::{PolynomialPerf, Rng, SchedulerCommand as C};
+use handoff_core::{Rng, SchedulerCommand as C};
+use handoff_perf::PolynomialPerf;
 use proptest::prelude::*;
 
 /// Commands at their arrival times (sorted).

@@ -18,12 +18,12 @@
 //! cancelled from `Pinned` before the `PrefillPinned` of the step that
 //! pinned it.
 
-use super::FakeCore;
-use crate::engine::{Director, Engine, EngineConfig, LocalHosts, Route};
 use crate::fault::{FactFaults, Fault, FaultCounts, FaultPlan};
-use crate::host::{HostFinal, HostInput, WorkerHost};
 use crate::transfer::TransferModel;
-use crate::{
+use crate::{Director, Engine, EngineConfig, LocalHosts, Route};
+use handoff_core::host::{HostFinal, HostInput, WorkerHost};
+use handoff_core::testing::FakeCore;
+use handoff_core::{
     Backend, CancelReason, Duration, Generation, HandoffConfig, HandoffId, HandoffIdGen,
     HandoffMsg, HandoffPolicy, Instant, LifecycleEvent, Request, RequestId, Rng, RoleState,
     SourceReady, Transition, Worker, WorkerEvent, WorkerId, WorkerRequest,

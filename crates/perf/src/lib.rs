@@ -1,3 +1,5 @@
+//! # handoff-perf
+//!
 //! How long a forward pass takes: a step-time model behind a trait, shared
 //! by the backend cores so that vLLM and SGLang runs are timed alike.
 //!
@@ -14,11 +16,14 @@
 //! - [`StepModel`]: the run-time choice among the first two, an enum so the
 //!   cores stay monomorphic (one match per pass, no virtual call).
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 pub mod profile;
 
 pub use profile::{PerfProfile, PerfTable, ProfileError, ProfileErrorKind, ProfilePerf, TableKind};
 
-use crate::time::Duration;
+use handoff_core::Duration;
 
 /// What one forward pass computes: everything a step-time model may read.
 ///

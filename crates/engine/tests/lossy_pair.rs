@@ -4,11 +4,11 @@
 //! The fake cores panic on any double release; at the end every lease and
 //! reservation must have ended exactly once and both workers must be drained.
 
-use handoff_core::testing::{PairConfig, PairSim};
 use handoff_core::{
     DestinationEventKind as DE, Duration, HandoffPolicy, Instant, SourceEventKind as SE,
     SourceState as SS,
 };
+use handoff_engine::testing::{PairConfig, PairSim};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -174,13 +174,13 @@ fn late_duplicates_resurrect_nothing() {
         sim.run();
         sim.check_drained().unwrap_or_else(|e| panic!("{e}"));
         let before = sim.log.len();
-        let stale_before = sim.worker(handoff_core::testing::SOURCE).stats().stale
-            + sim.worker(handoff_core::testing::DEST).stats().stale;
+        let stale_before = sim.worker(handoff_engine::testing::SOURCE).stats().stale
+            + sim.worker(handoff_engine::testing::DEST).stats().stale;
         sim.redeliver_all_late();
         sim.run();
         assert_eq!(sim.log.len(), before, "a late fact moved a role");
-        let stale_after = sim.worker(handoff_core::testing::SOURCE).stats().stale
-            + sim.worker(handoff_core::testing::DEST).stats().stale;
+        let stale_after = sim.worker(handoff_engine::testing::SOURCE).stats().stale
+            + sim.worker(handoff_engine::testing::DEST).stats().stale;
         assert!(stale_after > stale_before);
         sim.check_drained().unwrap_or_else(|e| panic!("{e}"));
     }
@@ -235,7 +235,7 @@ fn waiting_destination_renews_the_source_lease() {
 fn source_restart_voids_a_reserved_destination_that_never_heard_from_it() {
     let mut sim = PairSim::new(PairConfig::default());
     assert!(sim.run_until(|s| s.saw_event(DE::Reserved)));
-    sim.restart(handoff_core::testing::SOURCE);
+    sim.restart(handoff_engine::testing::SOURCE);
     sim.run();
     assert!(
         !sim.saw_event(DE::ReceiveCompleted),

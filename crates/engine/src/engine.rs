@@ -28,7 +28,7 @@
 //!   routing on them ([`Director::quiet_events`]: a pass's shape and
 //!   tokens, and KV events when no observer keeps their order), bounds the
 //!   horizon just before its [`HostPort::quiet_until`]: its step end plus
-//!   the core's [`crate::SchedulerCore::quiet_floor`], the time its next
+//!   the core's [`handoff_core::SchedulerCore::quiet_floor`], the time its next
 //!   passes are sure to stay quiet if nothing reaches it (asked only while
 //!   it is the least bound, and at most once per operation on the host);
 //! - any other host bounds it at its next wake-up (a step end or a timer).
@@ -55,44 +55,44 @@
 //! cause a submission at the same instant), so grants are instants.
 
 use crate::fault::{FactFate, Fault, FaultCounts, FaultInjector, FaultPlan, TimedFault};
-use crate::host::{HostFinal, HostInput, HostOutput, HostStatus};
-use crate::ids::{Generation, HandoffId, RequestId, WorkerId};
 use crate::min_tree::MinTree;
-use crate::msg::HandoffMsg;
-use crate::time::{Duration, Instant};
 use crate::transfer::{Completion, TransferModel, TransferTimer};
-use crate::worker::{RequestError, WorkerEvent, WorkerRequest};
+use handoff_core::host::{HostFinal, HostInput, HostOutput, HostStatus};
+use handoff_core::ids::{Generation, HandoffId, RequestId, WorkerId};
+use handoff_core::msg::HandoffMsg;
+use handoff_core::time::{Duration, Instant};
+use handoff_core::worker::{RequestError, WorkerEvent, WorkerRequest};
 use std::collections::BinaryHeap;
 
 /// What the engine asks of a host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum HostOp {
-    /// [`crate::WorkerHost::deliver`].
+    /// [`handoff_core::WorkerHost::deliver`].
     Deliver {
         /// The input.
         input: HostInput,
         /// Model time.
         now: Instant,
     },
-    /// [`crate::WorkerHost::advance`].
+    /// [`handoff_core::WorkerHost::advance`].
     Advance {
         /// Model time.
         now: Instant,
     },
-    /// [`crate::WorkerHost::step`].
+    /// [`handoff_core::WorkerHost::step`].
     Step {
         /// Model time.
         now: Instant,
         /// Passes starting before this may be folded into the step.
         horizon: Instant,
     },
-    /// [`crate::WorkerHost::teardown`] (end of run, or a kill).
+    /// [`handoff_core::WorkerHost::teardown`] (end of run, or a kill).
     Teardown {
         /// Model time.
         now: Instant,
     },
-    /// [`crate::WorkerHost::restart`] with a fresh core.
+    /// [`handoff_core::WorkerHost::restart`] with a fresh core.
     Restart {
         /// Model time.
         now: Instant,
@@ -111,13 +111,13 @@ pub trait HostPort {
     fn call(&mut self, w: WorkerId, op: HostOp, out: &mut Vec<HostOutput>) -> HostStatus;
 
     /// Takes back an event of host `w` that the engine has consumed, for its
-    /// buffers ([`crate::Worker::recycle`]). A port whose hosts are remote
+    /// buffers ([`handoff_core::Worker::recycle`]). A port whose hosts are remote
     /// has nothing to give them back to and drops it.
     fn recycle(&mut self, w: WorkerId, event: WorkerEvent) {
         let _ = (w, event);
     }
 
-    /// [`crate::WorkerHost::quiet_until`] of host `w` (with `kv`, KV events
+    /// [`handoff_core::WorkerHost::quiet_until`] of host `w` (with `kv`, KV events
     /// count as quiet), as of its last operation. Asked only when a
     /// multi-pass horizon could use it, so it costs nothing at a step that
     /// cannot. A port whose hosts are remote answers `None` (the default):
@@ -911,7 +911,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                         }
                         WorkerEvent::RoleEnded {
                             id,
-                            role: crate::msg::Role::Source,
+                            role: handoff_core::msg::Role::Source,
                             at,
                             ..
                         } => self.transfers.abandon(id, at),
@@ -1096,7 +1096,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                             w.0,
                             HostInput::Cancel {
                                 id,
-                                reason: crate::transition::CancelReason::Client,
+                                reason: handoff_core::transition::CancelReason::Client,
                             },
                         );
                     }
@@ -1161,16 +1161,16 @@ impl<P: HostPort, D: Director> Engine<P, D> {
 }
 
 /// Hosts in this thread: the replay's port.
-pub struct LocalHosts<'a, S: crate::SchedulerCore> {
-    hosts: Vec<crate::host::WorkerHost<S>>,
+pub struct LocalHosts<'a, S: handoff_core::SchedulerCore> {
+    hosts: Vec<handoff_core::host::WorkerHost<S>>,
     make_core: Box<dyn FnMut(WorkerId) -> S + 'a>,
 }
 
-impl<'a, S: crate::SchedulerCore> LocalHosts<'a, S> {
+impl<'a, S: handoff_core::SchedulerCore> LocalHosts<'a, S> {
     /// Hosts `hosts` (ids in order `0..n`); `make_core` builds a fresh core
     /// for a restarted worker.
     pub fn new(
-        hosts: Vec<crate::host::WorkerHost<S>>,
+        hosts: Vec<handoff_core::host::WorkerHost<S>>,
         make_core: impl FnMut(WorkerId) -> S + 'a,
     ) -> Self {
         LocalHosts {
@@ -1180,12 +1180,12 @@ impl<'a, S: crate::SchedulerCore> LocalHosts<'a, S> {
     }
 
     /// The hosts, for inspection.
-    pub fn hosts(&self) -> &[crate::host::WorkerHost<S>] {
+    pub fn hosts(&self) -> &[handoff_core::host::WorkerHost<S>] {
         &self.hosts
     }
 }
 
-impl<S: crate::SchedulerCore> HostPort for LocalHosts<'_, S> {
+impl<S: handoff_core::SchedulerCore> HostPort for LocalHosts<'_, S> {
     fn hosts(&self) -> u32 {
         self.hosts.len() as u32
     }
@@ -1216,8 +1216,8 @@ impl<S: crate::SchedulerCore> HostPort for LocalHosts<'_, S> {
 /// Performs `op` on `host`: the one interpretation of [`HostOp`], shared by
 /// every port (in-thread, and the remote worker side of channel and TCP
 /// ports).
-pub fn apply_op<S: crate::SchedulerCore>(
-    host: &mut crate::host::WorkerHost<S>,
+pub fn apply_op<S: handoff_core::SchedulerCore>(
+    host: &mut handoff_core::host::WorkerHost<S>,
     op: HostOp,
     out: &mut Vec<HostOutput>,
     make_core: &mut dyn FnMut(WorkerId) -> S,

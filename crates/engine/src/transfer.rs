@@ -3,8 +3,8 @@
 //! `StartTransfer` go out and `handle_transfer_done` come back; replay and
 //! live both time transfers with this, sans-IO.
 
-use crate::ids::{HandoffId, WorkerId};
-use crate::time::{Duration, Instant};
+use handoff_core::ids::{HandoffId, WorkerId};
+use handoff_core::time::{Duration, Instant};
 use std::collections::BTreeMap;
 
 /// The timing model.

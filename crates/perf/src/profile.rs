@@ -32,7 +32,7 @@
 //! (`handoff-replay`'s `profile_file`); this module has no dependency.
 
 use super::{scaled_ms, Pass, PerfModel};
-use crate::time::Duration;
+use handoff_core::Duration;
 use std::sync::Arc;
 
 /// Most points an axis may have (bounds the tables before allocation).

@@ -3,10 +3,13 @@
 //! gives the same fates, an empty plan is harmless, and partitions cut
 //! exactly their window in both directions.
 
-use handoff_core::fault::MAX_TIMED_FAULTS;
-use handoff_core::{
-    Duration, FactFate, FactFaults, Fault, FaultInjector, FaultPlan, Instant, RequestId, WorkerId,
-};
+use handoff_core::{Duration, Instant, RequestId, WorkerId};
+use handoff_engine::fault::MAX_TIMED_FAULTS;
+use handoff_engine::FactFate;
+use handoff_engine::FactFaults;
+use handoff_engine::Fault;
+use handoff_engine::FaultInjector;
+use handoff_engine::FaultPlan;
 use proptest::prelude::*;
 
 /// Inputs close to the grammar, so the parser gets past the first token:
@@ -177,10 +180,10 @@ fn calls() -> impl Strategy<Value = Vec<Call>> {
 enum Answer {
     Fate(FactFate),
     Transfer(bool),
-    Popped(Option<handoff_core::TimedFault>),
+    Popped(Option<handoff_engine::TimedFault>),
 }
 
-fn run(plan: &FaultPlan, calls: &[Call]) -> (Vec<Answer>, handoff_core::FaultCounts) {
+fn run(plan: &FaultPlan, calls: &[Call]) -> (Vec<Answer>, handoff_engine::FaultCounts) {
     let mut inj = FaultInjector::new(plan.clone());
     let answers = calls
         .iter()

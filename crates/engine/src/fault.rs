@@ -37,9 +37,9 @@
 //! `plan.to_string().parse() == Ok(plan)` for every plan the parser or
 //! [`FaultPlan::generate`] produces.
 
-use crate::ids::{RequestId, WorkerId};
-use crate::rng::Rng;
-use crate::time::{Duration, Instant};
+use handoff_core::ids::{RequestId, WorkerId};
+use handoff_core::rng::Rng;
+use handoff_core::time::{Duration, Instant};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
