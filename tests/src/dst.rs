@@ -76,8 +76,8 @@ use handoff_core::{
 use handoff_engine::fault::{Fault, FaultCounts, FaultPlan};
 use handoff_engine::TransferModel;
 use handoff_engine::{Director, Engine, LocalHosts, Route, Undeliverable};
-use handoff_replay::{EngineSpec, Pool, ReplayConfig, Serving};
 use handoff_router::RouterMode;
+use handoff_serving::{EngineSpec, Pool, ReplayConfig, Serving};
 use handoff_workload::TraceItem;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -2037,11 +2037,11 @@ pub fn check(s: &Schedule) -> Outcome {
 
 fn run_checked(s: &Schedule) -> Outcome {
     let cfg = &s.cfg;
-    let workers = handoff_replay::deployment(cfg);
-    let policy = handoff_replay::worker_policy(cfg);
+    let workers = handoff_serving::deployment(cfg);
+    let policy = handoff_serving::worker_policy(cfg);
     let make = |w: WorkerId| -> CoreBox {
         let spec = s.specs.get(w.0 as usize).cloned().unwrap_or_default();
-        handoff_replay::make_core(&spec).expect("generated specs are valid")
+        handoff_serving::make_core(&spec).expect("generated specs are valid")
     };
     let hosts = workers
         .iter()
@@ -2060,10 +2060,10 @@ fn run_checked(s: &Schedule) -> Outcome {
     let arrivals = s.items.iter().map(|i| i.request.id).collect();
     let check = Checker::new(pools, cfg.block_size, arrivals);
     let director = Dst::new(
-        handoff_replay::serving(cfg, s.items.clone().into_iter()),
+        handoff_serving::serving(cfg, s.items.clone().into_iter()),
         check,
     );
-    let mut engine = Engine::new(handoff_replay::engine_config(cfg), port, director);
+    let mut engine = Engine::new(handoff_serving::engine_config(cfg), port, director);
     engine.director_mut().trace = std::env::var_os("DST_TRACE").is_some();
     let mut units = 0u64;
     while engine.run_event() {

@@ -6,8 +6,8 @@
 use handoff_core::{Backend, Duration, HandoffConfig, Instant, Request, RequestId, Rng};
 use handoff_engine::fault::FaultPlan;
 use handoff_engine::TransferModel;
-use handoff_replay::{EngineSpec, ReplayConfig};
 use handoff_router::RouterMode;
+use handoff_serving::{EngineSpec, ReplayConfig};
 use handoff_workload::TraceItem;
 
 /// One generated run.

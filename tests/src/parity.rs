@@ -13,8 +13,9 @@ use handoff_core::{
     Backend, Duration, HandoffConfig, HandoffPolicy, Instant, Request, RequestId, Transcript,
 };
 use handoff_live_adapter::{run_in_process, run_virtual_threads, LiveOutcome};
-use handoff_replay::{deployment, make_core, EngineSpec, Replay, ReplayConfig, Report};
+use handoff_replay::Replay;
 use handoff_router::{Pool, RouterMode};
+use handoff_serving::{deployment, make_core, EngineSpec, ReplayConfig, Report};
 use handoff_workload::TraceItem;
 
 /// One canonical trace with its deployment.

@@ -5,7 +5,7 @@
 
 use handoff_core::{Duration, Generation, Instant, Worker, WorkerHost, WorkerId};
 use handoff_engine::{Engine, LocalHosts};
-use handoff_replay::{
+use handoff_serving::{
     deployment, engine_config, make_core, serving, worker_policy, EngineSpec, ReplayConfig,
 };
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};

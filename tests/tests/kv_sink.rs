@@ -4,7 +4,8 @@
 //! events before the step's; see ARCHITECTURE.md, "Known modelling gap".)
 
 use handoff_core::{KvEventData, WorkerId};
-use handoff_replay::{make_core, EngineSpec, Replay, ReplayConfig};
+use handoff_replay::Replay;
+use handoff_serving::{make_core, EngineSpec, ReplayConfig};
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -4,8 +4,8 @@
 
 use handoff_core::{Backend, Instant, WorkerId};
 use handoff_engine::fault::{Fault, FaultPlan};
-use handoff_replay::{EngineSpec, ReplayConfig};
 use handoff_router::RouterMode;
+use handoff_serving::{EngineSpec, ReplayConfig};
 use handoff_tests::parity::{compare, replay_run};
 use handoff_workload::{SyntheticConfig, SyntheticWorkload, TraceItem};
 

@@ -3,8 +3,8 @@
 //! on a realistic slice of the Mooncake conversation trace.
 
 use handoff_core::Backend;
-use handoff_replay::{EngineSpec, ReplayConfig};
 use handoff_router::RouterMode;
+use handoff_serving::{EngineSpec, ReplayConfig};
 use handoff_tests::parity::{cases, compare, run_live, run_replay, setup};
 use handoff_workload::{ReaderOptions, TraceReader};
 

@@ -4,9 +4,10 @@
 //! byte for byte, on a generated session workload.
 
 use handoff_core::{Backend, Duration, HandoffPolicy, Instant};
-use handoff_replay::RequestRecord;
-use handoff_replay::{make_core, EngineSpec, Replay, ReplayConfig, SessionServing};
+use handoff_replay::Replay;
 use handoff_router::{RouterMode, SessionRouting};
+use handoff_serving::RequestRecord;
+use handoff_serving::{make_core, EngineSpec, ReplayConfig, SessionServing};
 use handoff_tests::parity::report_divergence;
 use handoff_workload::{generate_sessions, LengthDist, SessionConfig, TraceItem};
 use std::cell::RefCell;
@@ -72,7 +73,7 @@ fn deployment_with(
 }
 
 struct Run {
-    report: handoff_replay::Report,
+    report: handoff_serving::Report,
     transcript: handoff_core::Transcript,
     log: Vec<String>,
     records: Vec<RequestRecord>,
@@ -83,7 +84,7 @@ fn replay(
     specs: &[EngineSpec],
     sessions: SessionServing,
     items: &[TraceItem],
-) -> (handoff_replay::Report, handoff_core::Transcript) {
+) -> (handoff_serving::Report, handoff_core::Transcript) {
     let r = replay_all(cfg, specs, sessions, items);
     (r.report, r.transcript)
 }

@@ -6,8 +6,8 @@ use clap::{Args, ValueEnum};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant};
 use handoff_engine::fault::{Fault, FaultPlan};
 use handoff_engine::TransferModel;
-use handoff_replay::{make_core, EngineSpec, PerfChoice, ReplayConfig};
 use handoff_router::{Pool, RouterMode};
+use handoff_serving::{make_core, EngineSpec, PerfChoice, ReplayConfig};
 use handoff_workload::{
     ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat, TraceItem,
     TraceReader,
@@ -303,7 +303,7 @@ impl DeployArgs {
         for s in [&prefill_spec, &decode_spec] {
             make_core(s).map_err(|e| e.to_string())?;
         }
-        let specs: Vec<EngineSpec> = handoff_replay::deployment(&cfg)
+        let specs: Vec<EngineSpec> = handoff_serving::deployment(&cfg)
             .iter()
             .map(|(_, pool)| {
                 if *pool == Pool::Decode {
@@ -342,9 +342,11 @@ impl DeployArgs {
         match self.perf.as_str() {
             "dynamo-polynomial" => Ok(PerfChoice::DynamoPolynomial),
             other => match other.strip_prefix("profile:") {
-                Some(path) if !path.is_empty() => handoff_replay::profile_file::load(path.as_ref())
-                    .map(|p| PerfChoice::Profile(Arc::new(p)))
-                    .map_err(|e| format!("--perf: {e}")),
+                Some(path) if !path.is_empty() => {
+                    handoff_serving::profile_file::load(path.as_ref())
+                        .map(|p| PerfChoice::Profile(Arc::new(p)))
+                        .map_err(|e| format!("--perf: {e}"))
+                }
                 _ => Err(format!(
                     "--perf: `{other}`: expected dynamo-polynomial or profile:FILE"
                 )),

@@ -12,8 +12,8 @@ use handoff_lab::{
     run_experiment_on, run_variant_on, EngineRun, ExperimentConfig, ExperimentReport, RunOutput,
     TimingMode, Variant,
 };
-use handoff_replay::report::RequestSink;
-use handoff_replay::{EngineSpec, ReplayConfig, SessionServing};
+use handoff_serving::report::RequestSink;
+use handoff_serving::{EngineSpec, ReplayConfig, SessionServing};
 use handoff_workload::{generate_sessions, ReaderOptions, SessionConfig, TraceItem, TraceReader};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -306,7 +306,7 @@ fn write_outputs(a: &ExperimentArgs, outputs: &[RunOutput]) -> Result<(), String
     Ok(())
 }
 
-fn metrics_line(label: &str, r: &handoff_replay::RequestRecord) -> Result<String, String> {
+fn metrics_line(label: &str, r: &handoff_serving::RequestRecord) -> Result<String, String> {
     let mut v = serde_json::to_value(r).map_err(|e| e.to_string())?;
     if let Some(m) = v.as_object_mut() {
         m.insert("run".into(), serde_json::Value::from(label));

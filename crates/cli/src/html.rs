@@ -4,8 +4,8 @@
 //! durations, every worker's stacked active / pinned / reserved / cached KV
 //! blocks over time, the queue lengths, and the per-worker table.
 
-use handoff_replay::timeline::Point;
-use handoff_replay::{Details, Report};
+use handoff_serving::timeline::Point;
+use handoff_serving::{Details, Report};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::fmt::Write as _;

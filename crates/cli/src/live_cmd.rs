@@ -12,10 +12,11 @@ use handoff_live_adapter::{
     run_in_process, run_virtual_threads, serve_virtual, FrontendNode, LiveOutcome, NodeConfig,
     RemotePort, WallClock, WorkerNode,
 };
-use handoff_replay::{
-    deployment, engine_config, make_core, serving, EngineSpec, Replay, ReplayConfig, Report,
-};
+use handoff_replay::Replay;
 use handoff_router::{Pool, FRONTEND_ID};
+use handoff_serving::{
+    deployment, engine_config, make_core, serving, EngineSpec, ReplayConfig, Report,
+};
 use handoff_transport::{PeerHello, PeerRole, TcpEndpoint};
 use std::io::Write;
 use std::time::Duration as StdDuration;

@@ -3,7 +3,8 @@
 use crate::args::{DeployArgs, WorkloadArgs};
 use crate::report_out::OutputArgs;
 use clap::Args;
-use handoff_replay::{make_core, Replay};
+use handoff_replay::Replay;
+use handoff_serving::make_core;
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -51,11 +52,11 @@ pub struct ReplayArgs {
 /// What one replay produced (see [`simulate`]).
 pub struct Simulated {
     /// The report.
-    pub report: handoff_replay::Report,
+    pub report: handoff_serving::Report,
     /// The lifecycle transcript, when the configuration asked for it.
     pub transcript: Option<handoff_core::Transcript>,
     /// Capacity timelines, when `--html` asked for them.
-    pub details: Option<handoff_replay::Details>,
+    pub details: Option<handoff_serving::Details>,
     /// The workload, for its description and skipped-line count.
     pub workload: crate::args::Workload,
     /// How long the replay itself took.
@@ -103,7 +104,7 @@ impl ReplayArgs {
 pub fn simulate(
     a: &ReplayArgs,
     progress: bool,
-    sink: Option<handoff_replay::report::RequestSink>,
+    sink: Option<handoff_serving::report::RequestSink>,
 ) -> Result<Simulated, String> {
     let (mut cfg, specs) = a.deploy.deployment(!a.no_multi_step)?;
     cfg.transcript = a.out.transcript.is_some();
@@ -154,7 +155,7 @@ pub fn simulate(
         None => None,
     };
     if a.html.is_some() {
-        replay = replay.keep_details(handoff_replay::timeline::DEFAULT_POINTS);
+        replay = replay.keep_details(handoff_serving::timeline::DEFAULT_POINTS);
     }
     let outcome = replay.run_all();
     if progress {
@@ -239,9 +240,9 @@ impl JsonlSink {
         })
     }
 
-    fn sink(&self) -> handoff_replay::report::RequestSink {
+    fn sink(&self) -> handoff_serving::report::RequestSink {
         let out = self.out.clone();
-        Box::new(move |r: &handoff_replay::RequestRecord| {
+        Box::new(move |r: &handoff_serving::RequestRecord| {
             let mut o = out.borrow_mut();
             if o.1.is_some() {
                 return;

@@ -4,7 +4,7 @@
 
 use crate::args::Workload;
 use handoff_core::Transcript;
-use handoff_replay::Report;
+use handoff_serving::Report;
 
 /// What every workload-running command writes and how it ends: the same
 /// flags on `replay`, `live` and `frontend`, so their outputs compare.

@@ -2,13 +2,14 @@
 //! expectations, observations and verdicts as JSON; the command exits
 //! non-zero when any check fails. Scenario 7 (live/replay parity) runs here
 //! because it needs the live adapter; the others run in
-//! `handoff_replay::scenarios`.
+//! `handoff_lab::scenarios`.
 
 use clap::{Args, ValueEnum};
 use handoff_core::{Backend, Transcript};
-use handoff_replay::scenarios::{judged, Checks, Scenario};
-use handoff_replay::{make_core, EngineSpec, Replay, ReplayConfig};
+use handoff_lab::scenarios::{judged, Checks, Scenario};
+use handoff_replay::Replay;
 use handoff_router::RouterMode;
+use handoff_serving::{make_core, EngineSpec, ReplayConfig};
 use serde_json::{json, Value};
 
 /// A scenario name.
@@ -173,7 +174,7 @@ fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, String> {
         let (wall, _) = handoff_live_adapter::run_in_process(&cfg, &specs, 20.0, items())
             .map_err(|e| format!("live-replay-parity: wall-clock live: {e}"))?;
         let wt = wall.transcript.unwrap_or_default();
-        let json = |r: &handoff_replay::Report| serde_json::to_string(r).unwrap_or_default();
+        let json = |r: &handoff_serving::Report| serde_json::to_string(r).unwrap_or_default();
         let mut c = Checks::default();
         c.eq(
             "virtual live transcript equals replay's (byte for byte)",

@@ -1,6 +1,9 @@
 //! # handoff-lab
 //!
-//! The experiment layer of seed 002 (`shared/seeds/002_853f16a73bae9cfb.txt`,
+//! Runs that judge the model against a specification, on the real cores
+//! and the one engine: the DEP's test scenarios ([`scenarios`]: each check
+//! says what it expected, what it observed, and a verdict), and the
+//! experiment layer of seed 002 (`shared/seeds/002_853f16a73bae9cfb.txt`,
 //! "D→P KV 反向推送设计"): its §9 matrix — E1 (naive 1P3D PD
 //! disaggregation, KV-aware routing), E3 (session-affine serving, a reseed
 //! re-prefills), E4 (plus the D→P snapshot push and prefill bypass) and
@@ -33,6 +36,7 @@ pub mod config;
 pub mod experiment;
 pub mod metrics;
 pub mod run;
+pub mod scenarios;
 
 pub use config::{ExperimentConfig, SyncConfig, TimingMode};
 pub use experiment::{

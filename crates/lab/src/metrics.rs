@@ -2,7 +2,7 @@
 //! engine reports: the per-request records (with the seed's §6 session
 //! fields), the report and its session summary.
 
-use handoff_replay::{Report, RequestRecord};
+use handoff_serving::{Report, RequestRecord};
 use serde::Serialize;
 use std::collections::BTreeMap;
 

@@ -9,12 +9,13 @@ use crate::config::{ExperimentConfig, TimingMode};
 use crate::experiment::Variant;
 use crate::metrics::RunSummary;
 use handoff_core::{Backend, CoreBox, HandoffPolicy, WorkerId};
-use handoff_replay::report::RequestSink;
-use handoff_replay::{
-    make_core, EngineSpec, Pool, Replay, ReplayConfig, Report, RequestRecord, SessionServing,
-};
+use handoff_replay::Replay;
 use handoff_router::{RouterMode, SessionRouting};
 use handoff_sched_sglang::{SessionConfig, SglangConfig, SglangCore};
+use handoff_serving::report::RequestSink;
+use handoff_serving::{
+    make_core, EngineSpec, Pool, ReplayConfig, Report, RequestRecord, SessionServing,
+};
 use handoff_workload::TraceItem;
 use std::cell::RefCell;
 use std::rc::Rc;

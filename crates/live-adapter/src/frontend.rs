@@ -1,6 +1,6 @@
 //! The wall-clock live frontend: submits a workload's requests at their
 //! (scaled) timestamps and directs the workers with the same
-//! [`handoff_replay::Serving`] director the engine uses in replay, so it routes with
+//! [`handoff_serving::Serving`] director the engine uses in replay, so it routes with
 //! the same router and writes the same [`Report`]. Workers report events
 //! and, when they drain, their final state.
 
@@ -9,7 +9,7 @@ use crossbeam_channel::RecvTimeoutError;
 use handoff_core::{HostFinal, Instant, Transcript, WorkerId, WorkerRequest};
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::{Director, Route, Undeliverable};
-use handoff_replay::{Report, Serving};
+use handoff_serving::{Report, Serving};
 use handoff_transport::{Frame, Incoming, Transport};
 use handoff_workload::TraceItem;
 use std::collections::BTreeMap;

@@ -5,8 +5,8 @@ use crate::clock::WallClock;
 use crate::frontend::{FrontendNode, LiveOutcome};
 use crate::node::{NodeConfig, NodeStats, WorkerNode};
 use handoff_core::{Generation, WorkerId};
-use handoff_replay::{deployment, make_core, serving, worker_policy, EngineSpec, ReplayConfig};
 use handoff_router::FRONTEND_ID;
+use handoff_serving::{deployment, make_core, serving, worker_policy, EngineSpec, ReplayConfig};
 use handoff_transport::ChannelNet;
 use handoff_workload::TraceItem;
 

@@ -10,7 +10,7 @@
 //!   byte-identical to replay's, on any trace.
 //! - **wall** ([`node`], [`frontend`], [`inproc`]): each node drives its
 //!   host by a [`WallClock`] and the frontend routes with the same
-//!   [`handoff_replay::Serving`] director, for real-time use; its report is close to
+//!   [`handoff_serving::Serving`] director, for real-time use; its report is close to
 //!   replay's, not equal.
 //!
 //! There is no second lifecycle or driver protocol here: nodes only move

@@ -4,12 +4,12 @@
 use crate::remote::{serve_virtual, RemoteError, RemotePort};
 use handoff_core::{CoreBox, Generation, Transcript, Worker, WorkerHost, WorkerId};
 use handoff_engine::Engine;
-use handoff_replay::report::RequestSink;
-use handoff_replay::{
+use handoff_router::FRONTEND_ID;
+use handoff_serving::report::RequestSink;
+use handoff_serving::{
     engine_config, make_core, run_closed_loop, serving, worker_policy, EngineSpec, ReplayConfig,
     Report, SessionServing,
 };
-use handoff_router::FRONTEND_ID;
 use handoff_transport::ChannelNet;
 use handoff_workload::TraceItem;
 use std::time::Duration as StdDuration;
@@ -52,7 +52,7 @@ pub fn run_virtual_threads(
 }
 
 /// [`run_virtual_threads`] with closed-loop sessions and session-affine
-/// routing, as [`handoff_replay::Replay::sessions`] runs them.
+/// routing, as `handoff_replay::Replay::sessions` runs them.
 pub fn run_virtual_sessions(
     cfg: &ReplayConfig,
     specs: &[EngineSpec],
@@ -63,7 +63,7 @@ pub fn run_virtual_sessions(
 }
 
 /// [`run_virtual_sessions`] with every finished request's record handed to
-/// `sink` as it ends (as [`handoff_replay::Replay::with_request_sink`]).
+/// `sink` as it ends (as `handoff_replay::Replay::with_request_sink`).
 pub fn run_virtual_sessions_recorded(
     cfg: &ReplayConfig,
     specs: &[EngineSpec],

@@ -1,10 +1,11 @@
 //! # handoff-replay
 //!
 //! A deterministic discrete-event replay of disaggregated (or aggregated)
-//! serving on a virtual clock. It drives handoff-core [`handoff_core::Worker`]s
-//! of one backend; orchestration comes only from their role machines. Replay
-//! owns the event queue, the frontend's routing hop and the transfer-timing
-//! adapter. The same inputs give a byte-identical report.
+//! serving on a virtual clock: the one engine (`handoff-engine`) with every
+//! worker host in this thread, served by `handoff-serving`'s director, a
+//! trace in and a report out. Orchestration comes only from the workers'
+//! role machines; the same inputs give a byte-identical report. The types
+//! a replay takes and gives back are re-exported from `handoff-serving`.
 //!
 //! # Lifting it into a larger mocker
 //!
@@ -27,25 +28,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod engines;
-pub mod metrics;
-mod per_worker;
-pub mod profile_file;
-pub mod report;
-mod request_table;
-pub mod scenarios;
-pub mod serving;
-pub mod session_log;
 pub mod sim;
-pub mod timeline;
 
-pub use engines::{make_core, EngineSpec, PerfChoice};
-pub use handoff_core::CoreBox;
-pub use handoff_engine::TransferModel;
-pub use handoff_router::Pool;
-pub use report::{Details, Report, RequestRecord};
-pub use serving::Serving;
-pub use sim::{
-    deployment, engine_config, frontend_config, run_closed_loop, serving, worker_policy, Replay,
-    ReplayConfig, ReplayOutcome, SessionServing,
+pub use handoff_serving::{
+    make_core, CoreBox, Details, EngineSpec, PerfChoice, Pool, ReplayConfig, Report, RequestRecord,
+    SessionServing, TransferModel,
 };
+pub use sim::{Replay, ReplayOutcome};

@@ -4,120 +4,18 @@
 //! the deployment (the live modes build the same one from the same
 //! functions).
 
-use crate::engines::EngineSpec;
-use crate::report::{Details, Recorder, Report, RequestSink};
-use crate::serving::Serving;
 use handoff_core::host::WorkerHost;
-use handoff_core::{
-    Backend, Duration, Generation, HandoffConfig, HandoffPolicy, Instant, Transcript, Worker,
-    WorkerId,
+use handoff_core::{Generation, Instant, Transcript, Worker, WorkerId};
+use handoff_engine::{Engine, LocalHosts};
+use handoff_router::Pool;
+use handoff_serving::report::{Details, Report, RequestSink};
+use handoff_serving::{
+    deployment, engine_config, run_closed_loop, serving, worker_policy, ReplayConfig, Serving,
+    SessionServing,
 };
-use handoff_engine::fault::FaultPlan;
-use handoff_engine::TransferModel;
-use handoff_engine::{Engine, EngineConfig, LocalHosts};
-use handoff_router::RouterMode;
-use handoff_router::{Frontend, FrontendConfig, Pool};
 use handoff_workload::TraceItem;
 
-pub use handoff_core::CoreBox;
-
-/// Everything a replay needs besides the workload and the cores.
-#[derive(Clone, Debug)]
-pub struct ReplayConfig {
-    /// The engine imitated (for the report).
-    pub backend: Backend,
-    /// The handoff ordering.
-    pub policy: HandoffPolicy,
-    /// Prefill workers (aggregated workers when `decode_workers == 0`).
-    pub prefill_workers: u32,
-    /// Decode workers; 0 runs aggregated (no disaggregation).
-    pub decode_workers: u32,
-    /// How both routers choose.
-    pub router: RouterMode,
-    /// KV block size the routers hash requests with.
-    pub block_size: u32,
-    /// Transfer timing.
-    pub transfer: TransferModel,
-    /// One-way latency of a control message between workers (and the
-    /// frontend hop that routes decode after a source-first prefill).
-    pub message_latency: Duration,
-    /// Lifecycle timers. The default is `HandoffConfig::for_backend` of the
-    /// default backend (vLLM: reservations never expire); set it with the
-    /// backend.
-    pub handoff: HandoffConfig,
-    /// Seed for the routers.
-    pub seed: u64,
-    /// Advance stable decode passes as one event (off: one pass per event).
-    pub multi_step: bool,
-    /// Record the lifecycle transcript (parity tests).
-    pub transcript: bool,
-    /// Faults to inject (kills, restarts, partitions, lossy facts, failed
-    /// transfers, client cancels).
-    pub faults: FaultPlan,
-    /// The workers' engines, by worker id, for the report's configuration
-    /// only (the cores come from the caller's factory; empty: not
-    /// reported).
-    pub engines: Vec<EngineSpec>,
-}
-
-impl Default for ReplayConfig {
-    fn default() -> Self {
-        ReplayConfig {
-            backend: Backend::Vllm,
-            policy: HandoffPolicy::SourceFirst,
-            prefill_workers: 2,
-            decode_workers: 2,
-            router: RouterMode::KvAware,
-            block_size: 16,
-            transfer: TransferModel::default(),
-            message_latency: Duration::from_micros(500),
-            handoff: HandoffConfig::for_backend(Backend::Vllm),
-            seed: 0,
-            multi_step: true,
-            transcript: false,
-            faults: FaultPlan::none(),
-            engines: Vec::new(),
-        }
-    }
-}
-
-/// Session-affine serving with closed-loop session arrivals (seed 002), as
-/// replay and virtual-clock live both run it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SessionServing {
-    /// The frontend's session routing; `None` routes turns like any
-    /// request (naive PD on a session trace).
-    pub routing: Option<handoff_router::SessionRouting>,
-    /// From a session's last turn ending to the client closing it.
-    pub close_delay: Duration,
-    /// Force a capacity eviction of a session's slot after its turn of
-    /// this index (the seed's §8 smoke test); `None` in normal runs.
-    pub evict_after_turn: Option<u32>,
-}
-
-/// Runs `engine` to the end asking its director for arrivals after every
-/// unit of work, as closed loops need (a completion lets the next request
-/// in at that instant); `each` sees the engine after every unit.
-pub fn run_closed_loop<P: handoff_engine::HostPort, D: handoff_engine::Director>(
-    engine: &mut Engine<P, D>,
-    mut each: impl FnMut(&mut Engine<P, D>, Instant),
-) {
-    loop {
-        let at = engine.now();
-        let more = engine.run_event();
-        engine.arrivals_changed();
-        each(engine, at);
-        if !more {
-            // A completion in the last instant may have freed a slot or
-            // scheduled a session's next turn: look once more.
-            engine.arrivals_changed();
-            if engine.run_event() {
-                continue;
-            }
-            break;
-        }
-    }
-}
+use handoff_core::CoreBox;
 
 /// A replay run: the one [`Engine`] with every host in this thread and the
 /// [`Serving`] director.
@@ -147,65 +45,6 @@ pub struct ReplayOutcome {
     /// than the passes the report counts; not in the report, which is the
     /// same either way).
     pub step_calls: u64,
-}
-
-/// The workers of a deployment: ids `0..n`, prefill (or aggregated) first.
-pub fn deployment(cfg: &ReplayConfig) -> Vec<(WorkerId, Pool)> {
-    let aggregated = cfg.decode_workers == 0;
-    let prefill = cfg.prefill_workers.max(1);
-    (0..prefill + cfg.decode_workers)
-        .map(|i| {
-            let pool = if aggregated {
-                Pool::Aggregated
-            } else if i < prefill {
-                Pool::Prefill
-            } else {
-                Pool::Decode
-            };
-            (WorkerId(i), pool)
-        })
-        .collect()
-}
-
-/// The handoff policy the workers run (none when aggregated).
-pub fn worker_policy(cfg: &ReplayConfig) -> HandoffPolicy {
-    if cfg.decode_workers == 0 {
-        HandoffPolicy::Disabled
-    } else {
-        cfg.policy
-    }
-}
-
-/// The frontend's configuration for `cfg`.
-pub fn frontend_config(cfg: &ReplayConfig) -> FrontendConfig {
-    FrontendConfig {
-        policy: cfg.policy,
-        aggregated: cfg.decode_workers == 0,
-        mode: cfg.router,
-        block_size: cfg.block_size,
-        seed: cfg.seed,
-        hop: cfg.message_latency,
-        disabled_delay: cfg.transfer.base(),
-    }
-}
-
-/// The engine's configuration for `cfg`.
-pub fn engine_config(cfg: &ReplayConfig) -> EngineConfig {
-    EngineConfig {
-        message_latency: cfg.message_latency,
-        transfer: cfg.transfer,
-        multi_step: cfg.multi_step,
-        faults: cfg.faults.clone(),
-    }
-}
-
-/// The director that serves `workload` on `cfg`'s deployment.
-pub fn serving<I: Iterator<Item = TraceItem>>(cfg: &ReplayConfig, workload: I) -> Serving<I> {
-    let workers = deployment(cfg);
-    let frontend = Frontend::new(frontend_config(cfg), &workers);
-    let rec = Recorder::new(cfg, workers.iter().copied());
-    let pools = workers.iter().map(|(_, p)| *p).collect();
-    Serving::new(frontend, pools, workload, rec, cfg.transcript)
 }
 
 impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
@@ -291,7 +130,7 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
     }
 
     /// Hands every KV event the workers report to `sink` (`--kv-events-out`).
-    pub fn with_kv_sink(mut self, sink: crate::serving::KvSink) -> Self {
+    pub fn with_kv_sink(mut self, sink: handoff_serving::serving::KvSink) -> Self {
         self.engine.director_mut().set_kv_sink(sink);
         self
     }

@@ -13,7 +13,8 @@ use handoff_perf::PolynomialPerf;
 use handoff_perf::ProfilePerf;
 
 use handoff_perf::StepModel;
-use handoff_replay::{make_core, profile_file, EngineSpec, PerfChoice, Replay, ReplayConfig};
+use handoff_replay::{make_core, EngineSpec, PerfChoice, Replay, ReplayConfig};
+use handoff_serving::profile_file;
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 use proptest::prelude::*;
 use std::path::Path;

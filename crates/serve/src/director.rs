@@ -27,8 +27,8 @@ use handoff_core::{
 };
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::{Director, Route, Undeliverable};
-use handoff_replay::Serving;
 use handoff_router::Pool;
+use handoff_serving::Serving;
 use handoff_workload::TraceItem;
 use std::cell::RefCell;
 use std::collections::VecDeque;

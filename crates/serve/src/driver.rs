@@ -23,10 +23,10 @@ use handoff_core::{Generation, KvCapacitySnapshot, RequestId, Worker, WorkerHost
 use handoff_engine::fault::Fault;
 use handoff_engine::{Engine, LocalHosts};
 use handoff_live_adapter::WallClock;
-use handoff_replay::{
+use handoff_router::Pool;
+use handoff_serving::{
     deployment, engine_config, make_core, serving, worker_policy, EngineSpec, ReplayConfig, Report,
 };
-use handoff_router::Pool;
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;

@@ -11,7 +11,7 @@
 //!   `/debug/workers`.
 //! - **The engine** ([`driver`], [`director`]): requests go through the one
 //!   [`handoff_engine::Engine`] and the shared
-//!   [`handoff_replay::Serving`] director (router frontend, recorder,
+//!   [`handoff_serving::Serving`] director (router frontend, recorder,
 //!   handoff lifecycle) to the real worker cores, paced by the wall clock
 //!   (`speed` times faster); tokens stream as the workers report them, and
 //!   a client that goes away cancels its request.

@@ -8,7 +8,7 @@ use crate::metrics::Metrics;
 use crate::openai::Limits;
 use crate::worker_http::{worker_router, WorkerState};
 use crate::zmq_pub::{KvEndpoints, KvPublishers};
-use handoff_replay::{deployment, EngineSpec, ReplayConfig, Report};
+use handoff_serving::{deployment, EngineSpec, ReplayConfig, Report};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -139,7 +139,7 @@ async fn run(
         return Err("one engine spec per worker is needed".into());
     }
     let pools: Vec<_> = workers.iter().map(|(_, p)| *p).collect();
-    let policy = handoff_replay::worker_policy(&c.cfg);
+    let policy = handoff_serving::worker_policy(&c.cfg);
     let mut worker_listeners = Vec::new();
     for (w, a) in &c.worker_http {
         if *w as usize >= pools.len() {

@@ -7,8 +7,8 @@
 mod common;
 
 use common::Server;
-use handoff_replay::{EngineSpec, ReplayConfig};
 use handoff_serve::{serve_until, ServeConfig};
+use handoff_serving::{EngineSpec, ReplayConfig};
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -85,7 +85,7 @@ impl Running {
         common::wait_drained(self.addr)
     }
 
-    fn stop(self) -> handoff_replay::Report {
+    fn stop(self) -> handoff_serving::Report {
         self.server.stop()
     }
 }

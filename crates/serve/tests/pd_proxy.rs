@@ -8,8 +8,8 @@
 mod common;
 
 use common::Server;
-use handoff_replay::{EngineSpec, ReplayConfig};
 use handoff_serve::{serve_workers_until, ServeConfig};
+use handoff_serving::{EngineSpec, ReplayConfig};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -95,7 +95,7 @@ impl Running {
         common::wait_drained(self.http)
     }
 
-    fn stop(self) -> handoff_replay::Report {
+    fn stop(self) -> handoff_serving::Report {
         self.server.stop()
     }
 }

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 /// A server running on its own thread until [`Server::stop`].
 pub struct Server {
     pub stop: Option<tokio::sync::oneshot::Sender<()>>,
-    pub thread: Option<std::thread::JoinHandle<Result<handoff_replay::Report, String>>>,
+    pub thread: Option<std::thread::JoinHandle<Result<handoff_serving::Report, String>>>,
 }
 
 impl Server {
     /// Stops the server and returns its report.
-    pub fn stop(mut self) -> handoff_replay::Report {
+    pub fn stop(mut self) -> handoff_serving::Report {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }

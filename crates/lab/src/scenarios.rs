@@ -7,7 +7,7 @@
 //! The lab is a configuration of the one [`Engine`]: a prefill and a decode
 //! [`WorkerHost`] in this thread ([`LocalHosts`], cores from
 //! [`make_core`]) and a lab director that routes through the shared
-//! [`Frontend`], as [`crate::Serving`] does, and records what the scenarios
+//! [`Frontend`], as [`handoff_serving::Serving`] does, and records what the scenarios
 //! look at. Nothing is held back to look at the middle of a handoff: a
 //! scenario runs the engine until the phase it wants
 //! ([`Engine::run_until`]), inspects the hosts and the director there, and
@@ -16,7 +16,6 @@
 //! [`LATENCY`], and every step is one pass, so each phase of a handoff lasts
 //! at least one instant and the engine can stop in it.
 
-use crate::engines::{make_core, EngineSpec};
 use handoff_core::host::{HostFinal, HostInput, WorkerHost};
 use handoff_core::{
     Backend, CoreBox, DestinationEventKind as DE, DestinationState, Duration, Generation,
@@ -30,6 +29,7 @@ use handoff_engine::FaultPlan;
 use handoff_engine::TransferModel;
 use handoff_engine::{Director, Engine, EngineConfig, LocalHosts, Route};
 use handoff_router::{Frontend, FrontendConfig, Pool, RouterMode};
+use handoff_serving::{make_core, EngineSpec};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
@@ -989,7 +989,7 @@ fn router_modes(backend: Backend) -> Value {
             ..EngineSpec::default()
         };
         let specs = [spec(1 << 18), spec(1 << 18), spec(1 << 16), spec(1 << 16)];
-        let cfg = crate::ReplayConfig {
+        let cfg = handoff_serving::ReplayConfig {
             backend,
             policy: backend.native_policy(),
             prefill_workers: 2,
@@ -997,7 +997,7 @@ fn router_modes(backend: Backend) -> Value {
             router: mode,
             block_size: specs[0].event_block_tokens(),
             seed: 3,
-            ..crate::ReplayConfig::default()
+            ..handoff_serving::ReplayConfig::default()
         };
         let workload =
             handoff_workload::SyntheticWorkload::new(handoff_workload::SyntheticConfig {
@@ -1006,7 +1006,7 @@ fn router_modes(backend: Backend) -> Value {
                 rate_per_sec: 30.0,
                 ..handoff_workload::SyntheticConfig::default()
             });
-        let o = crate::Replay::new(cfg, workload, |w: WorkerId, _| {
+        let o = handoff_replay::Replay::new(cfg, workload, |w: WorkerId, _| {
             make_core(&specs[w.0 as usize]).expect("scenario engines are valid")
         })
         .run_all();

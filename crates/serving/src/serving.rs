@@ -20,6 +20,7 @@
 //! its slot and snapshots on the workers (`WorkerRequest::CloseSession`).
 //! Routing is the frontend's session-affine mode.
 
+use crate::deployment::{deployment, frontend_config, ReplayConfig};
 use crate::report::{Details, Recorder, Report, RequestSink};
 use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::host::HostFinal;
@@ -899,4 +900,13 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         });
         true
     }
+}
+
+/// The director that serves `workload` on `cfg`'s deployment.
+pub fn serving<I: Iterator<Item = TraceItem>>(cfg: &ReplayConfig, workload: I) -> Serving<I> {
+    let workers = deployment(cfg);
+    let frontend = Frontend::new(frontend_config(cfg), &workers);
+    let rec = Recorder::new(cfg, workers.iter().copied());
+    let pools = workers.iter().map(|(_, p)| *p).collect();
+    Serving::new(frontend, pools, workload, rec, cfg.transcript)
 }

@@ -1,7 +1,7 @@
 //! Building scheduler cores of either backend from one backend-neutral spec.
 
-use crate::sim::CoreBox;
 use handoff_core::Backend;
+use handoff_core::CoreBox;
 use handoff_perf::PerfProfile;
 use handoff_perf::PolynomialPerf;
 use handoff_perf::ProfilePerf;

@@ -2,10 +2,10 @@
 //! report, plus the lifecycle figures this project exists for (stranding,
 //! reservation waits, transfers, held and reserved block-time per worker).
 
+use crate::deployment::ReplayConfig;
 use crate::metrics::{Accuracy, Coalesced, Distribution, Histogram, Summary};
 use crate::per_worker::{PerWorker, MAX_DENSE};
 use crate::request_table::RequestTable;
-use crate::sim::ReplayConfig;
 use crate::timeline::Series;
 use handoff_core::fasthash::FastMap;
 use handoff_core::host::HostFinal;
