@@ -57,6 +57,7 @@ pub mod host;
 pub mod ids;
 pub mod kv;
 pub mod msg;
+pub mod outcome;
 pub mod policy;
 pub mod request;
 pub mod rng;
@@ -85,6 +86,7 @@ pub use ids::{
 };
 pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds, KvEventQueue};
 pub use msg::{FactKind, HandoffMsg, MsgBody, Role};
+pub use outcome::FailureReason;
 pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
 pub use request::Request;
 pub use rng::Rng;

@@ -35,6 +35,19 @@ pub enum CancelReason {
 }
 
 impl CancelReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [CancelReason; 9] = [
+        CancelReason::Client,
+        CancelReason::PeerAborted,
+        CancelReason::PeerLost,
+        CancelReason::PeerRestarted,
+        CancelReason::TransferFailed,
+        CancelReason::LeaseExpired,
+        CancelReason::ReservationExpired,
+        CancelReason::Unsupported,
+        CancelReason::Teardown,
+    ];
+
     /// Whether the peer already knows (so no abort needs to be sent back).
     pub fn peer_knows(self) -> bool {
         matches!(

@@ -20,6 +20,7 @@ use crate::prompt::chained_block_hashes;
 use crate::vllm_wire::WireEvent;
 use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::msg::HandoffMsg;
+use handoff_core::FailureReason;
 use handoff_core::{
     CancelReason, DestinationState, Generation, HandoffId, HostFinal, Instant, KvEvent,
     KvEventData, Request, RequestError, RequestId, Role, RoleState, SourceReady, WorkerEvent,
@@ -49,8 +50,8 @@ pub enum StreamMsg {
     Tokens(u32),
     /// It finished.
     Finished,
-    /// It failed (`reason` as the report names it).
-    Failed(&'static str),
+    /// It failed, for this reason.
+    Failed(FailureReason),
     /// Per-worker HTTP, `do_remote_decode`: the prefill pinned (its one
     /// token is implied); the response carries the `kv_transfer_params`.
     Prefilled(Pinned),
@@ -411,13 +412,13 @@ impl HttpDirector {
 
     /// Ends the stream of `r` if the serving director no longer has it in
     /// flight (it failed; a finished request was ended already).
-    fn check(&mut self, r: RequestId, why: &'static str) {
+    fn check(&mut self, r: RequestId, why: FailureReason) {
         if self.flows.contains_key(&r) && !self.inner.is_in_flight(r) {
             self.end(r, StreamMsg::Failed(why));
         }
     }
 
-    fn check_all(&mut self, why: &'static str) {
+    fn check_all(&mut self, why: FailureReason) {
         let mut gone: Vec<RequestId> = self
             .flows
             .keys()
@@ -554,7 +555,7 @@ impl HttpDirector {
             // The decode worker cannot take it now; the pin stays for
             // another try until its lease runs out.
             self.parked.insert(handoff, p);
-            return self.end(request, StreamMsg::Failed("no-worker"));
+            return self.end(request, StreamMsg::Failed(FailureReason::NoWorker));
         }
         // The destination reads the pinned prefix instead of computing it,
         // as vLLM counts a connector's external hit as cached.
@@ -721,7 +722,7 @@ impl Director for HttpDirector {
                 });
             }
         }
-        self.check(rid, "no-worker");
+        self.check(rid, FailureReason::NoWorker);
     }
 
     fn on_event(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant, out: &mut Vec<Route>) {
@@ -732,8 +733,8 @@ impl Director for HttpDirector {
                 WorkerEvent::RoleEnded {
                     reason: Some(reason),
                     ..
-                } => reason.name(),
-                _ => "failed",
+                } => FailureReason::from(*reason),
+                _ => FailureReason::Unspecified,
             };
             self.check(r, why);
         }
@@ -756,7 +757,7 @@ impl Director for HttpDirector {
         out: &mut Vec<Route>,
     ) {
         self.inner.on_undeliverable(w, request, why, now, out);
-        self.check_all("worker-down");
+        self.check_all(FailureReason::WorkerDown);
     }
 
     fn on_transfer_done(&mut self, id: HandoffId, ok: bool, now: Instant) {
@@ -769,7 +770,7 @@ impl Director for HttpDirector {
 
     fn on_worker_lost(&mut self, w: WorkerId, now: Instant, out: &mut Vec<Route>) {
         self.inner.on_worker_lost(w, now, out);
-        self.check_all("worker-lost");
+        self.check_all(FailureReason::WorkerLost);
     }
 
     fn on_worker_back(
@@ -788,7 +789,7 @@ impl Director for HttpDirector {
 
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {
         self.inner.finish(end, finals, torn_down, faults);
-        self.check_all("shutdown");
+        self.check_all(FailureReason::Shutdown);
     }
 }
 

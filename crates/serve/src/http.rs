@@ -275,7 +275,7 @@ pub(crate) async fn whole(
             }
             StreamMsg::Failed(reason) => {
                 guard.disarm();
-                return error(&failure(reason));
+                return error(&failure(reason.name()));
             }
             StreamMsg::Prefilled(p) => {
                 guard.disarm();
@@ -340,7 +340,7 @@ impl Streaming {
                 self.pending.push_back(Event::default().data("[DONE]"));
                 self.done = true;
             }
-            StreamMsg::Failed(reason) => self.fail(failure(reason)),
+            StreamMsg::Failed(reason) => self.fail(failure(reason.name())),
             StreamMsg::Refused(e) => self.fail(e.api()),
             // A listener answers a prefill whole (`ProxyError::Streamed`).
             StreamMsg::Prefilled(_) => self.fail(failure("a prefill cannot be streamed")),

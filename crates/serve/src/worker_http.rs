@@ -178,7 +178,7 @@ async fn generate(
             }
             Some(StreamMsg::Failed(why)) => {
                 guard.disarm();
-                return error(&failure(why));
+                return error(&failure(why.name()));
             }
             Some(m) => Some(m),
             None => {

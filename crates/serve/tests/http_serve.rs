@@ -189,7 +189,15 @@ fn whole_streamed_errors_and_disconnect() {
     let report = s.stop();
     assert_eq!(report.completed_requests, 3);
     assert_eq!(report.failed_requests, 1);
-    assert_eq!(report.lifecycle.failure_reasons.get("client"), Some(&1));
+    assert_eq!(
+        report
+            .lifecycle
+            .failure_reasons
+            .get(&handoff_core::FailureReason::Handoff(
+                handoff_core::CancelReason::Client
+            )),
+        Some(&1)
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@ use crate::request_table::RequestTable;
 use crate::timeline::Series;
 use handoff_core::fasthash::FastMap;
 use handoff_core::host::HostFinal;
+use handoff_core::FailureReason;
 use handoff_core::{
     Duration, HandoffId, Instant, KvCapacitySnapshot, Request, RequestError, RequestId, Role,
     TokenEmission, WorkerEvent, WorkerId,
@@ -253,7 +254,7 @@ pub struct Lifecycle {
     /// Failed requests by the reason their handoff (or delivery) ended;
     /// requests still unfinished when the run ended count as `unfinished`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub failure_reasons: BTreeMap<&'static str, u64>,
+    pub failure_reasons: BTreeMap<FailureReason, u64>,
     /// Requests routed to a worker that was down when they reached it.
     #[serde(skip_serializing_if = "is_zero")]
     pub undeliverable_requests: u64,
@@ -549,7 +550,7 @@ pub struct RequestRecord {
     pub outcome: &'static str,
     /// Why it failed (`lease-expired`, `worker-lost`, `unfinished`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub failure_reason: Option<&'static str>,
+    pub failure_reason: Option<FailureReason>,
     /// Arrival, ms.
     pub arrival_ms: f64,
     /// When it ended (completion or failure), ms.
@@ -882,7 +883,7 @@ impl Recorder {
     }
 
     /// The request ended as it did: counted, and handed to the sink.
-    fn end(&mut self, id: RequestId, rec: &ReqRec, reason: Option<&'static str>, at: Instant) {
+    fn end(&mut self, id: RequestId, rec: &ReqRec, reason: Option<FailureReason>, at: Instant) {
         match reason {
             None => self.completed += 1,
             Some(r) => {
@@ -938,12 +939,12 @@ impl Recorder {
 
     /// Request `r` failed for `reason` (its worker was lost, say); a
     /// request already finished or failed is left alone.
-    pub fn fail(&mut self, r: RequestId, reason: &'static str) {
+    pub fn fail(&mut self, r: RequestId, reason: FailureReason) {
         self.fail_at(r, reason, None);
     }
 
     /// [`Recorder::fail`] at a known model time (for its record).
-    pub fn fail_at(&mut self, r: RequestId, reason: &'static str, at: Option<Instant>) {
+    pub fn fail_at(&mut self, r: RequestId, reason: FailureReason, at: Option<Instant>) {
         if let Some(rec) = self.reqs.remove(r) {
             let at = at.unwrap_or(self.last_finish.max(rec.cold.arrival));
             self.end(r, &rec, Some(reason), at);
@@ -1228,7 +1229,7 @@ impl Recorder {
         // in id order.
         let left = self.reqs.drain_sorted();
         for (r, rec) in left {
-            self.end(r, &rec, Some("unfinished"), end);
+            self.end(r, &rec, Some(FailureReason::Unfinished), end);
         }
         let reuse = if self.arrived_prompt_tokens == 0 {
             0.0

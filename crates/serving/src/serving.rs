@@ -28,7 +28,7 @@ use handoff_core::{
     CancelReason, DestinationState, Generation, HandoffId, Instant, Request, RequestError,
     RequestId, RoleState, Transcript, WorkerEvent, WorkerId, WorkerRequest,
 };
-use handoff_core::{Duration, SessionId};
+use handoff_core::{Duration, FailureReason, SessionId};
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::{Director, Route, Undeliverable};
 use handoff_router::{Frontend, Pool, SessionRouting};
@@ -346,7 +346,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// Fails `r`. Its bookings come off as its roles end (each where it
     /// lives), except on `lost`, a worker gone for good, where no role will
     /// ever report it.
-    fn fail(&mut self, r: RequestId, reason: &'static str, lost: Option<WorkerId>) {
+    fn fail(&mut self, r: RequestId, reason: FailureReason, lost: Option<WorkerId>) {
         self.flights.remove(&r);
         if let Some(lp) = self.sessions.as_mut() {
             lp.turn_ended(r, self.now);
@@ -369,7 +369,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     fn migrate_or_fail(
         &mut self,
         r: RequestId,
-        reason: &'static str,
+        reason: FailureReason,
         now: Instant,
         out: &mut Vec<Route>,
         lost: Option<WorkerId>,
@@ -531,7 +531,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             }
         }
         if routes.is_empty() {
-            return self.fail(rid, "no-worker", None);
+            return self.fail(rid, FailureReason::NoWorker, None);
         }
         for (to, request) in routes {
             self.track(to, &request);
@@ -644,11 +644,11 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                         // The destination lives on elsewhere (an active one
                         // ignores its source's fate): it decides.
                     } else if migratable(*reason) {
-                        if self.migrate_or_fail(*request, reason.name(), now, out, None) {
+                        if self.migrate_or_fail(*request, (*reason).into(), now, out, None) {
                             return;
                         }
                     } else {
-                        self.fail(*request, reason.name(), None);
+                        self.fail(*request, (*reason).into(), None);
                     }
                 }
             }
@@ -692,7 +692,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             .is_some_and(|f| attempt.is_none() || f.attempt == attempt);
         if current {
             // Its worker went down while it travelled: the same as a loss.
-            self.migrate_or_fail(rid, "worker-down", now, out, Some(w));
+            self.migrate_or_fail(rid, FailureReason::WorkerDown, now, out, Some(w));
         }
     }
 
@@ -727,7 +727,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         // Deterministic order whatever the map's.
         hit.sort_unstable();
         for r in hit {
-            self.migrate_or_fail(r, "worker-lost", now, out, Some(w));
+            self.migrate_or_fail(r, FailureReason::WorkerLost, now, out, Some(w));
         }
     }
 
@@ -848,7 +848,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             },
         );
         let Some((to, r)) = self.frontend.arrive_at(request, w, now) else {
-            self.fail(rid, "no-worker", None);
+            self.fail(rid, FailureReason::NoWorker, None);
             return false;
         };
         self.track(to, &r);
