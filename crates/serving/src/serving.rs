@@ -162,6 +162,72 @@ fn migratable(reason: CancelReason) -> bool {
 }
 
 impl<I: Iterator<Item = TraceItem>> Serving<I> {
+    /// A request's last token: it leaves the flights, and a session turn
+    /// ends (with the seed's forced eviction after the configured turn).
+    fn request_finished(
+        &mut self,
+        w: WorkerId,
+        request: RequestId,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) {
+        self.flights.remove(&request);
+        if let Some(lp) = self.sessions.as_mut() {
+            let turn = lp.of_request.get(&request).copied();
+            if let (Some((s, k)), Some(n)) = (turn, lp.evict_after_turn) {
+                if k == n {
+                    out.push(Route {
+                        to: w,
+                        request: WorkerRequest::EvictSession(s),
+                        delay: handoff_core::Duration::ZERO,
+                    });
+                }
+            }
+            lp.turn_ended(request, now);
+        }
+        if let Some(log) = self.session_log.as_mut() {
+            log.take_fields(request);
+        }
+    }
+
+    /// A live role of `request` ended on `w`: it leaves the flight, and an
+    /// early end migrates or fails the request unless an active
+    /// destination elsewhere decides. Returns whether the request was
+    /// migrated (its event then routes nothing more).
+    #[allow(clippy::too_many_arguments)]
+    fn role_ended(
+        &mut self,
+        w: WorkerId,
+        id: HandoffId,
+        request: RequestId,
+        role: handoff_core::Role,
+        reason: Option<CancelReason>,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) -> bool {
+        if let Some(f) = self.flights.get_mut(&request) {
+            f.roles.retain(|x| *x != (w, id));
+        }
+        if let Some(reason) = reason {
+            let destination_decides = role == handoff_core::Role::Source
+                && self
+                    .flights
+                    .get(&request)
+                    .is_some_and(|f| f.has_destination);
+            if destination_decides {
+                // The destination lives on elsewhere (an active one
+                // ignores its source's fate): it decides.
+            } else if migratable(reason) {
+                if self.migrate_or_fail(request, reason.into(), now, out, None) {
+                    return true;
+                }
+            } else {
+                self.fail(request, reason.into(), None);
+            }
+        }
+        false
+    }
+
     /// Serves `workload` through `frontend` to workers whose pools are
     /// `pools` (indexed by worker id), recording into `rec`.
     pub fn new(
@@ -601,23 +667,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 return;
             }
             WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
-                self.flights.remove(request);
-                if let Some(lp) = self.sessions.as_mut() {
-                    let turn = lp.of_request.get(request).copied();
-                    if let (Some((s, k)), Some(n)) = (turn, lp.evict_after_turn) {
-                        if k == n {
-                            out.push(Route {
-                                to: w,
-                                request: WorkerRequest::EvictSession(s),
-                                delay: handoff_core::Duration::ZERO,
-                            });
-                        }
-                    }
-                    lp.turn_ended(*request, now);
-                }
-                if let Some(log) = self.session_log.as_mut() {
-                    log.take_fields(*request);
-                }
+                self.request_finished(w, *request, now, out);
             }
             WorkerEvent::Transition(t)
                 if !stale && t.to == RoleState::Destination(DestinationState::Active) =>
@@ -634,22 +684,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 reason,
                 ..
             } if !stale => {
-                if let Some(f) = self.flights.get_mut(request) {
-                    f.roles.retain(|x| *x != (w, *id));
-                }
-                if let Some(reason) = reason {
-                    let destination_decides = *role == handoff_core::Role::Source
-                        && self.flights.get(request).is_some_and(|f| f.has_destination);
-                    if destination_decides {
-                        // The destination lives on elsewhere (an active one
-                        // ignores its source's fate): it decides.
-                    } else if migratable(*reason) {
-                        if self.migrate_or_fail(*request, (*reason).into(), now, out, None) {
-                            return;
-                        }
-                    } else {
-                        self.fail(*request, (*reason).into(), None);
-                    }
+                let migrated = self.role_ended(w, *id, *request, *role, *reason, now, out);
+                if migrated {
+                    return;
                 }
             }
             _ => {}

@@ -1,0 +1,19 @@
+//! What a replay measured: request latencies in the shape of Dynamo's replay
+//! report, plus the lifecycle figures this project exists for (stranding,
+//! reservation waits, transfers, held and reserved block-time per worker).
+
+mod details;
+mod recorder;
+mod records;
+mod sections;
+#[cfg(test)]
+mod tests;
+mod units;
+
+pub use details::Details;
+pub use recorder::Recorder;
+pub use records::{HandoffTimes, RequestRecord, RequestSink};
+pub use sections::{
+    EngineReport, FlatLatencies, Lifecycle, Report, ReportConfig, TimersReport, TransferReport,
+    WorkerReport,
+};
