@@ -1,0 +1,94 @@
+//! Requests a disaggregation proxy places itself (per-worker HTTP): booked on the worker it picked, with the recorder and flight tracking.
+
+use super::*;
+
+/// Per-worker HTTP behind a disaggregation proxy: the proxy picks the
+/// prefill worker, then (later, maybe never) the decode worker. Kept apart
+/// from the routing above so it stays additive.
+impl<I: Iterator<Item = TraceItem>> Serving<I> {
+    /// `request` arrives now, outside the workload, on worker `w` (router
+    /// bypassed, [`Frontend::arrive_at`]): whole on an aggregated worker,
+    /// else as the source-first source on prefill worker `w`, whose decode
+    /// waits for [`Serving::route_destination_to`]. Until then the request
+    /// is in flight with no destination, so a source lease that runs out
+    /// fails it (`lease-expired`), as an abandoned vLLM prefill's blocks
+    /// are freed after `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`. Returns whether
+    /// it was routed (else it failed as `no-worker`); the handoff id is
+    /// then [`Serving::attempt_of`].
+    pub fn arrive_at(
+        &mut self,
+        request: Request,
+        w: WorkerId,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) -> bool {
+        self.now = now;
+        if let Some(rec) = self.rec.as_mut() {
+            rec.arrival(&request);
+        }
+        let rid = request.id;
+        self.flights.insert(
+            rid,
+            Flight {
+                request: request.clone(),
+                holder: WorkerId(u32::MAX),
+                attempt: None,
+                migrated: false,
+                has_destination: false,
+                roles: Vec::new(),
+            },
+        );
+        let Some((to, r)) = self.frontend.arrive_at(request, w, now) else {
+            self.fail(rid, FailureReason::NoWorker, None);
+            return false;
+        };
+        self.track(to, &r);
+        out.push(Route {
+            to,
+            request: r,
+            delay: handoff_core::Duration::ZERO,
+        });
+        true
+    }
+
+    /// The decode of `request`'s current attempt `id` (pinned on `source`
+    /// as `ready`) goes to decode worker `to`, generating
+    /// `max_output_tokens`. Returns whether it was routed: `false` when
+    /// the request is no longer in flight, `id` is not its current
+    /// attempt, it already has a destination, or `to` cannot take it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn route_destination_to(
+        &mut self,
+        request: RequestId,
+        id: HandoffId,
+        source: WorkerId,
+        ready: handoff_core::SourceReady,
+        to: WorkerId,
+        max_output_tokens: u32,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) -> bool {
+        self.now = now;
+        let Some(f) = self.flights.get_mut(&request) else {
+            return false;
+        };
+        if f.attempt != Some(id) || f.has_destination {
+            return false;
+        }
+        f.request.max_output_tokens = max_output_tokens;
+        let req = f.request.clone();
+        let Some((to, r)) = self
+            .frontend
+            .route_destination_to(to, source, id, ready, req, now)
+        else {
+            return false;
+        };
+        self.track(to, &r);
+        out.push(Route {
+            to,
+            request: r,
+            delay: handoff_core::Duration::ZERO,
+        });
+        true
+    }
+}
