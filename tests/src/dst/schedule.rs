@@ -1,0 +1,406 @@
+//! Schedules drawn from one seed.
+
+use handoff_core::{
+    Backend, Duration, HandoffConfig, HandoffPolicy, Instant, Request, RequestId, Rng,
+};
+use handoff_engine::fault::{Fault, FaultPlan};
+use handoff_engine::TransferModel;
+use handoff_router::RouterMode;
+use handoff_serving::{EngineSpec, ReplayConfig};
+use handoff_workload::TraceItem;
+use std::collections::BTreeMap;
+
+/// One schedule: a deployment, its engines and a trace (the fault plan is
+/// `cfg.faults`).
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// The seed it was drawn from.
+    pub seed: u64,
+    /// The deployment, with the fault plan.
+    pub cfg: ReplayConfig,
+    /// Worker `i`'s engine.
+    pub specs: Vec<EngineSpec>,
+    /// The trace, ids `0..n` in arrival order.
+    pub items: Vec<TraceItem>,
+}
+
+/// The schedule of `seed`: every choice comes from it. Small enough that one
+/// costs a few milliseconds in release.
+pub fn schedule(seed: u64) -> (ReplayConfig, Vec<EngineSpec>, Vec<TraceItem>) {
+    let s = Schedule::new(seed);
+    (s.cfg, s.specs, s.items)
+}
+
+impl Schedule {
+    /// See [`schedule`].
+    pub fn new(seed: u64) -> Schedule {
+        let mut r = Rng::seeded(seed ^ 0xd57_d57_d57);
+        let backend = if r.below(2) == 0 {
+            Backend::Vllm
+        } else {
+            Backend::Sglang
+        };
+        // Mostly the backend's own ordering; a quarter of the time the other.
+        let policy = match (backend, r.below(4) == 0) {
+            (Backend::Vllm, false) | (Backend::Sglang, true) => HandoffPolicy::SourceFirst,
+            _ => HandoffPolicy::DestinationFirst,
+        };
+        let prefill = 1 + r.below(3) as u32;
+        let decode = 1 + r.below(3) as u32;
+        let block_size = if backend == Backend::Sglang {
+            [1, 16][r.below(2) as usize]
+        } else {
+            16
+        };
+        // Tiny decode pools: reservations wait, fail and expire.
+        let decode_kv = [1_024, 2_048, 4_096, 16_384, 65_536][r.below(5) as usize];
+        let prefill_kv = [8_192, 16_384, 65_536][r.below(3) as usize];
+        let lease =
+            Duration::from_millis([20, 100, 500, 2_000, 10_000][r.below(5) as usize] + r.below(50));
+        let reservation =
+            Duration::from_millis([20, 100, 500, 2_000, 10_000][r.below(5) as usize] + r.below(50));
+        let max_running = [2, 4, 16, 64][r.below(4) as usize];
+        let max_batched = [256, 1024, 4096][r.below(3) as usize];
+        let spec = |kv_tokens: u64| EngineSpec {
+            backend,
+            kv_tokens,
+            block_size,
+            max_running,
+            max_batched_tokens: max_batched,
+            source_lease_ttl: Some(lease),
+            ..EngineSpec::default()
+        };
+        let transfer = match r.below(3) {
+            0 => TransferModel::Fixed(Duration::from_millis(1 + r.below(30))),
+            1 => TransferModel::Bytes {
+                base: Duration::from_millis(r.below(5)),
+                bytes_per_token: 131_072,
+                bandwidth: 5e9,
+            },
+            _ => TransferModel::Contention {
+                base: Duration::from_millis(r.below(5)),
+                bytes_per_token: 131_072,
+                bandwidth: 5e9,
+            },
+        };
+        let router = [
+            RouterMode::KvAware,
+            RouterMode::RoundRobin,
+            RouterMode::LeastLoaded,
+            RouterMode::PowerOfTwo,
+            RouterMode::Random,
+        ][r.below(5) as usize];
+        // Mean gap from a burst (0) to idle (1 s).
+        let gap_ms = [0, 2, 20, 200, 1_000][r.below(5) as usize];
+        let most = [4, 16, 48, 128][r.below(4) as usize];
+        let n = 1 + r.below(most);
+        let families = 1 + r.below(3);
+        let mut items = Vec::new();
+        let mut t = 0u64;
+        for i in 0..n {
+            t += r.below(2 * gap_ms + 1);
+            let prompt = match r.below(10) {
+                // Longer than small decode pools hold.
+                0 => 2_000 + r.below(4_000),
+                1 | 2 => 500 + r.below(1_500),
+                _ => 16 + r.below(500),
+            } as u32;
+            let chunks = prompt.div_ceil(512) as usize;
+            let output = [8, 64, 300][r.below(3) as usize];
+            let family = r.below(families);
+            let shared = r.below(chunks as u64 + 1) as usize;
+            let hashes = (0..chunks)
+                .map(|b| {
+                    if b < shared {
+                        family * 1_000 + b as u64
+                    } else {
+                        1_000_000 + i * 100 + b as u64
+                    }
+                })
+                .collect();
+            items.push(TraceItem {
+                request: Request {
+                    id: RequestId(i),
+                    prompt_tokens: prompt,
+                    max_output_tokens: 1 + r.below(output) as u32,
+                    prefix_hashes: hashes,
+                    hash_block_tokens: 512,
+                    session: None,
+                    arrival: Instant::from_millis(t),
+                },
+                turn: None,
+                delay: None,
+            });
+        }
+        let workers = prefill + decode;
+        // Faults over about the time the work takes.
+        let span = Duration::from_millis(t + [50, 300, 2_000][r.below(3) as usize]);
+        let intensity = if r.below(5) == 0 { 0.0 } else { r.next_f64() };
+        let mut faults = FaultPlan::generate(seed, workers, n, span, intensity);
+        // Client cancels of small traces round to none in `generate`.
+        if intensity > 0.0 && r.below(2) == 0 {
+            for _ in 0..1 + r.below(3) {
+                let at = Instant(r.below(span.as_nanos() as u64 + 1));
+                faults.push(
+                    at,
+                    Fault::Cancel {
+                        request: RequestId(r.below(n)),
+                    },
+                );
+            }
+        }
+        let handoff = HandoffConfig {
+            reservation_ttl: reservation,
+            renew_source_lease: (r.below(4) == 0).then(|| Duration::from_millis(10 + r.below(200))),
+            early_fact_ttl: Duration::from_millis([5, 100, 30_000][r.below(3) as usize]),
+            tombstones: [4, 1 << 16][r.below(2) as usize],
+        };
+        let cfg = ReplayConfig {
+            engines: Vec::new(),
+            backend,
+            policy,
+            prefill_workers: prefill,
+            decode_workers: decode,
+            router,
+            block_size: spec(1).event_block_tokens(),
+            transfer,
+            message_latency: Duration::from_micros(50 + r.below(2_000)),
+            handoff,
+            seed,
+            multi_step: r.below(4) != 0,
+            transcript: false,
+            faults,
+        };
+        // SGLang decode runs its default chunk cache or, half the time, the
+        // radix cache (drawn apart from the stream above, so every other
+        // choice of a seed stays as it was).
+        let decode_radix =
+            backend == Backend::Sglang && Rng::seeded(seed ^ 0x7ad1_c5ac).below(2) == 0;
+        let specs = (0..workers)
+            .map(|w| {
+                if w < prefill {
+                    spec(prefill_kv)
+                } else {
+                    EngineSpec {
+                        decode_radix_cache: decode_radix,
+                        ..spec(decode_kv)
+                    }
+                }
+            })
+            .collect();
+        Schedule {
+            seed,
+            cfg,
+            specs,
+            items,
+        }
+    }
+
+    /// Renumbers the trace `0..n` in arrival order (as a Mooncake reader
+    /// would) and points cancels at the new ids, dropping cancels of
+    /// requests no longer in the trace.
+    pub(crate) fn normalised(mut self) -> Schedule {
+        self.items
+            .sort_by_key(|i| (i.request.arrival, i.request.id));
+        let mut map = BTreeMap::new();
+        for (k, item) in self.items.iter_mut().enumerate() {
+            map.insert(item.request.id, RequestId(k as u64));
+            item.request.id = RequestId(k as u64);
+        }
+        let timed = std::mem::take(&mut self.cfg.faults.timed);
+        for mut t in timed {
+            if let Fault::Cancel { request } = t.fault {
+                match map.get(&request) {
+                    Some(&r) => t.fault = Fault::Cancel { request: r },
+                    None => continue,
+                }
+            }
+            self.cfg.faults.timed.push(t);
+        }
+        self
+    }
+
+    /// The trace as Mooncake JSONL.
+    pub fn trace_jsonl(&self) -> String {
+        let mut w = handoff_workload::TraceWriter::new(Vec::new());
+        for i in &self.items {
+            w.write(i)
+                .expect("generated requests use 512-token hash blocks");
+        }
+        String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+    }
+
+    /// The deployment as one line of `key=value` words (durations in
+    /// nanoseconds), which [`Schedule::from_text`] reads back: a regression
+    /// test carries it so that it does not depend on how [`schedule`] draws
+    /// deployments. Prefill workers share the first spec, decode workers the
+    /// last (as [`schedule`] builds them).
+    pub fn deployment(&self) -> String {
+        let c = &self.cfg;
+        let ns = |d: Duration| d.as_nanos();
+        let pre = self.specs.first().cloned().unwrap_or_default();
+        let dec = self.specs.last().cloned().unwrap_or_default();
+        let transfer = match c.transfer {
+            TransferModel::Fixed(d) => format!("fixed:{}", ns(d)),
+            TransferModel::Bytes {
+                base,
+                bytes_per_token,
+                bandwidth,
+            } => format!("bytes:{}:{bytes_per_token}:{bandwidth:?}", ns(base)),
+            TransferModel::Contention {
+                base,
+                bytes_per_token,
+                bandwidth,
+            } => format!("contention:{}:{bytes_per_token}:{bandwidth:?}", ns(base)),
+        };
+        format!(
+            "seed={} backend={} policy={} prefill={} decode={} router={} router_block={} \
+             page={} prefill_kv={} decode_kv={} max_running={} max_batched={} lease_ns={} \
+             reservation_ns={} renew_ns={} early_ns={} tombstones={} transfer={transfer} \
+             latency_ns={} multi_step={} decode_radix={}",
+            c.seed,
+            c.backend.name(),
+            c.policy.name(),
+            c.prefill_workers,
+            c.decode_workers,
+            c.router.name(),
+            c.block_size,
+            pre.block_size,
+            pre.kv_tokens,
+            dec.kv_tokens,
+            pre.max_running,
+            pre.max_batched_tokens,
+            pre.source_lease_ttl.map_or(0, ns),
+            ns(c.handoff.reservation_ttl),
+            c.handoff.renew_source_lease.map_or(0, ns),
+            ns(c.handoff.early_fact_ttl),
+            c.handoff.tombstones,
+            ns(c.message_latency),
+            c.multi_step,
+            dec.decode_radix_cache
+        )
+    }
+
+    /// A schedule from its [`Schedule::deployment`] line, a fault plan in
+    /// its text form and a Mooncake JSONL trace: what a regression test
+    /// runs.
+    pub fn from_text(deployment: &str, plan: &str, trace: &str) -> Result<Schedule, String> {
+        let mut kv = BTreeMap::new();
+        for word in deployment.split_whitespace() {
+            let (k, v) = word
+                .split_once('=')
+                .ok_or_else(|| format!("deployment: `{word}` is not key=value"))?;
+            kv.insert(k, v);
+        }
+        let get = |k: &str| {
+            kv.get(k)
+                .copied()
+                .ok_or_else(|| format!("deployment: `{k}` missing"))
+        };
+        let num = |k: &str| -> Result<u64, String> {
+            get(k)?
+                .parse()
+                .map_err(|_| format!("deployment: `{k}` is not a number"))
+        };
+        let dur = |k: &str| num(k).map(Duration::from_nanos);
+        let backend = [Backend::Vllm, Backend::Sglang, Backend::TrtLlm]
+            .into_iter()
+            .find(|b| Ok(b.name()) == get("backend"))
+            .ok_or("deployment: unknown backend")?;
+        let policy = [
+            HandoffPolicy::SourceFirst,
+            HandoffPolicy::DestinationFirst,
+            HandoffPolicy::Disabled,
+        ]
+        .into_iter()
+        .find(|p| Ok(p.name()) == get("policy"))
+        .ok_or("deployment: unknown policy")?;
+        let router = RouterMode::from_name(get("router")?).ok_or("deployment: unknown router")?;
+        let t = get("transfer")?;
+        let parts: Vec<&str> = t.split(':').collect();
+        let bad = || format!("deployment: bad transfer `{t}`");
+        let n = |i: usize| -> Result<u64, String> {
+            parts.get(i).and_then(|x| x.parse().ok()).ok_or_else(bad)
+        };
+        let bw =
+            || -> Result<f64, String> { parts.get(3).and_then(|x| x.parse().ok()).ok_or_else(bad) };
+        let transfer = match parts.first().copied() {
+            Some("fixed") => TransferModel::Fixed(Duration::from_nanos(n(1)?)),
+            Some("bytes") => TransferModel::Bytes {
+                base: Duration::from_nanos(n(1)?),
+                bytes_per_token: n(2)?,
+                bandwidth: bw()?,
+            },
+            Some("contention") => TransferModel::Contention {
+                base: Duration::from_nanos(n(1)?),
+                bytes_per_token: n(2)?,
+                bandwidth: bw()?,
+            },
+            _ => return Err(bad()),
+        };
+        let lease = num("lease_ns")?;
+        let renew = num("renew_ns")?;
+        let spec = |kv_tokens: u64| -> Result<EngineSpec, String> {
+            Ok(EngineSpec {
+                backend,
+                kv_tokens,
+                block_size: num("page")? as u32,
+                max_running: num("max_running")? as u32,
+                max_batched_tokens: num("max_batched")? as u32,
+                source_lease_ttl: (lease > 0).then(|| Duration::from_nanos(lease)),
+                ..EngineSpec::default()
+            })
+        };
+        let prefill = num("prefill")? as u32;
+        let decode = num("decode")? as u32;
+        let (pre, mut dec) = (spec(num("prefill_kv")?)?, spec(num("decode_kv")?)?);
+        // Absent from lines written before the decode chunk cache existed,
+        // which ran SGLang's decode with a radix cache.
+        dec.decode_radix_cache = match kv.get("decode_radix") {
+            Some(v) => *v == "true",
+            None => backend == Backend::Sglang,
+        };
+        let cfg = ReplayConfig {
+            engines: Vec::new(),
+            backend,
+            policy,
+            prefill_workers: prefill,
+            decode_workers: decode,
+            router,
+            block_size: num("router_block")? as u32,
+            transfer,
+            message_latency: dur("latency_ns")?,
+            handoff: HandoffConfig {
+                reservation_ttl: dur("reservation_ns")?,
+                renew_source_lease: (renew > 0).then(|| Duration::from_nanos(renew)),
+                early_fact_ttl: dur("early_ns")?,
+                tombstones: num("tombstones")? as usize,
+            },
+            seed: num("seed")?,
+            multi_step: get("multi_step")? == "true",
+            transcript: false,
+            faults: FaultPlan::parse(plan).map_err(|e| format!("plan: {e}"))?,
+        };
+        let reader = handoff_workload::TraceReader::new(
+            std::io::BufReader::new(trace.as_bytes()),
+            handoff_workload::ReaderOptions::new("regression"),
+        );
+        let items = reader
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("trace: {e}"))?;
+        Ok(Schedule {
+            seed: cfg.seed,
+            specs: (0..prefill + decode)
+                .map(|w| {
+                    if w < prefill {
+                        pre.clone()
+                    } else {
+                        dec.clone()
+                    }
+                })
+                .collect(),
+            cfg,
+            items,
+        })
+    }
+}
