@@ -401,6 +401,9 @@ impl HttpDirector {
     }
 
     fn end(&mut self, r: RequestId, msg: StreamMsg) {
+        if let StreamMsg::Failed(reason) = msg {
+            self.metrics.request_failed(reason);
+        }
         if !matches!(msg, StreamMsg::Prefilled(_)) {
             self.proxied.remove(&r);
         }

@@ -16,7 +16,9 @@
 //! `<engine>:handoff_reserved_destination_blocks`,
 //! `<engine>:handoff_reservation_waits_total`,
 //! `<engine>:handoff_lease_expiries_total`,
-//! `<engine>:handoff_reservation_expiries_total`).
+//! `<engine>:handoff_reservation_expiries_total`), and
+//! `<engine>:handoff_requests_failed_total` labelled by `model_name` and
+//! the [`FailureReason`]'s name (the frontend's, so no `engine` label).
 //!
 //! Labels: `model_name`, `engine` (the worker id, as vLLM labels its
 //! data-parallel engines) and `role` (prefill, decode, aggregated). Gauges
@@ -30,7 +32,7 @@
 //! waited for its reservation (`Reserving` to `Reserved`); prefill-side
 //! queueing is not visible in worker events.
 
-use handoff_core::{Backend, KvCapacitySnapshot};
+use handoff_core::{Backend, FailureReason, KvCapacitySnapshot};
 use handoff_router::Pool;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -49,6 +51,15 @@ pub struct WorkerLabels {
     pub engine: String,
     /// prefill, decode or aggregated.
     pub role: String,
+}
+
+/// A failure's labels: the model and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// The served model name.
+    pub model_name: String,
+    /// The [`FailureReason`]'s name.
+    pub reason: String,
 }
 
 type FGauge = Family<WorkerLabels, Gauge<f64, AtomicU64>>;
@@ -84,6 +95,8 @@ pub struct Metrics {
     itl: Hist,
     e2e: Hist,
     queue: Hist,
+    model: String,
+    failed: Family<FailureLabels, Counter>,
 }
 
 fn role(p: Pool) -> &'static str {
@@ -129,6 +142,8 @@ impl Metrics {
             itl: hist(),
             e2e: hist(),
             queue: hist(),
+            model: model.to_string(),
+            failed: Family::default(),
             registry: Registry::default(),
         };
         let (running, waiting, usage, queue) = if sglang {
@@ -229,6 +244,11 @@ impl Metrics {
             "Time a destination waited for its reservation",
             m.queue.clone(),
         );
+        registry.register(
+            n("handoff_requests_failed"),
+            "Requests that ended without completing, by reason",
+            m.failed.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -308,6 +328,15 @@ impl Metrics {
         if let Some(l) = self.l(w) {
             self.e2e.get_or_create(l).observe(secs);
         }
+    }
+
+    /// A request failed for `reason`.
+    pub fn request_failed(&self, reason: FailureReason) {
+        let labels = FailureLabels {
+            model_name: self.model.clone(),
+            reason: reason.name().to_string(),
+        };
+        self.failed.get_or_create(&labels).inc();
     }
 
     /// The OpenMetrics text of every worker, or of worker `only`.
@@ -392,6 +421,22 @@ mod tests {
         let one = m.render(Some(0));
         assert!(!one.contains("engine=\"1\""));
         assert!(one.contains("engine=\"0\""));
+    }
+
+    #[test]
+    fn failures_count_by_reason_name() {
+        use handoff_core::CancelReason;
+        let m = Metrics::new(Backend::Vllm, "mock", &[Pool::Prefill, Pool::Decode]);
+        m.request_failed(FailureReason::NoWorker);
+        m.request_failed(FailureReason::Handoff(CancelReason::LeaseExpired));
+        m.request_failed(FailureReason::Handoff(CancelReason::LeaseExpired));
+        let text = m.render(None);
+        assert!(text.contains(
+            "vllm:handoff_requests_failed_total{model_name=\"mock\",reason=\"lease-expired\"} 2"
+        ));
+        assert!(text.contains(
+            "vllm:handoff_requests_failed_total{model_name=\"mock\",reason=\"no-worker\"} 1"
+        ));
     }
 
     #[test]
