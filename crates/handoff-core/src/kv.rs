@@ -104,7 +104,7 @@ pub enum KvEventData {
 
 /// Hands out monotonic KV event ids; one per worker.
 #[derive(Clone, Debug, Default)]
-pub struct KvEventIds(u64);
+pub(crate) struct KvEventIds(u64);
 
 impl KvEventIds {
     /// The next id.

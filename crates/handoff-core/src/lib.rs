@@ -67,6 +67,7 @@ pub mod serde_vec;
 pub mod session;
 pub mod source;
 mod spares;
+mod state;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
@@ -84,7 +85,7 @@ pub use ids::{
     DestinationReservationId, Generation, HandoffId, HandoffIdGen, RequestId, SessionId,
     SourceLeaseId, WorkerId,
 };
-pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventIds, KvEventQueue};
+pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventQueue};
 pub use msg::{FactKind, HandoffMsg, MsgBody, Role};
 pub use outcome::FailureReason;
 pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};

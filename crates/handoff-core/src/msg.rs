@@ -6,28 +6,10 @@ use crate::scheduler::ReservationSummary;
 use crate::transition::CancelReason;
 use core::fmt;
 
+pub use crate::state::Role;
+
 #[cfg(feature = "serde")]
 use serde::{Deserialize, Serialize};
-
-/// Which role a message is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
-pub enum Role {
-    /// The prefill side, holding the KV.
-    Source,
-    /// The decode side, receiving the KV.
-    Destination,
-}
-
-impl Role {
-    /// Stable name for transcripts.
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Source => "source",
-            Role::Destination => "destination",
-        }
-    }
-}
 
 /// One fact from one role to its peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,5 +139,17 @@ impl fmt::Display for FactKind {
     /// The [`FactKind::name`], honouring width and alignment.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_prints_the_stable_names() {
+        for k in FactKind::ALL {
+            assert_eq!(k.to_string(), k.name());
+        }
     }
 }

@@ -16,7 +16,7 @@ use serde::de::{Deserialize, Deserializer, SeqAccess, Visitor};
 
 /// Most bytes of elements reserved up front on the strength of a claimed
 /// length alone.
-pub const PREALLOC_BYTES: usize = 4096;
+pub(crate) const PREALLOC_BYTES: usize = 4096;
 
 /// `#[serde(deserialize_with = "handoff_core::serde_vec::deserialize")]`
 /// for a `Vec<T>` field: the same data as serde's `Vec` impl accepts, with

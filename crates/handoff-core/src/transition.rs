@@ -1,10 +1,8 @@
 //! Types shared by both role machines: how a fact is judged, what it costs in
 //! ownership, and the small action list a transition returns.
 
-use crate::destination::{DestinationEventKind, DestinationState};
 use crate::ids::HandoffId;
-use crate::msg::Role;
-use crate::source::{SourceEventKind, SourceState};
+use crate::state::{DestinationEventKind, DestinationState, Role, SourceEventKind, SourceState};
 use core::fmt;
 
 #[cfg(feature = "serde")]
@@ -49,7 +47,7 @@ impl CancelReason {
     ];
 
     /// Whether the peer already knows (so no abort needs to be sent back).
-    pub fn peer_knows(self) -> bool {
+    pub(crate) fn peer_knows(self) -> bool {
         matches!(
             self,
             CancelReason::PeerAborted | CancelReason::PeerLost | CancelReason::PeerRestarted
@@ -334,6 +332,50 @@ impl<A: Copy> FromIterator<A> for ActionList<A> {
     }
 }
 
+/// A role machine's transition under way: the actions it asks for so far and
+/// the ownership it moves (crate-internal, for the per-state handlers).
+#[derive(Debug)]
+pub(crate) struct Effects<A: Copy> {
+    /// What the worker must do, in order.
+    pub(crate) actions: ActionList<A>,
+    /// Ownership moved on this worker.
+    pub(crate) delta: OwnershipDelta,
+}
+
+impl<A: Copy> Effects<A> {
+    /// Nothing asked, nothing moved.
+    pub(crate) fn new() -> Self {
+        Effects {
+            actions: ActionList::new(),
+            delta: OwnershipDelta::NONE,
+        }
+    }
+}
+
+/// Where a per-state handler sends its machine (crate-internal).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Next<S> {
+    /// Apply the fact and move to this state (possibly the same one).
+    To(S),
+    /// The fact repeats one already applied.
+    Duplicate,
+}
+
+impl<S: Copy> Next<S> {
+    /// The verdict for a machine that was in `from`.
+    pub(crate) fn verdict<A: Copy>(self, from: S, fx: Effects<A>) -> Verdict<S, A> {
+        match self {
+            Next::To(to) => Verdict::Applied {
+                from,
+                to,
+                actions: fx.actions,
+                delta: fx.delta,
+            },
+            Next::Duplicate => Verdict::Duplicate,
+        }
+    }
+}
+
 /// A fact a role machine accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict<S: Copy, A: Copy> {
@@ -356,7 +398,6 @@ pub enum Verdict<S: Copy, A: Copy> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::msg::FactKind;
 
     #[test]
     fn display_prints_the_stable_names() {
@@ -377,9 +418,6 @@ mod tests {
         for s in DestinationState::ALL {
             assert_eq!(RoleState::from(s).to_string(), s.name());
             assert_eq!(RoleState::from(s).role(), Role::Destination);
-        }
-        for k in FactKind::ALL {
-            assert_eq!(k.to_string(), k.name());
         }
         // Transcripts pad names into columns.
         let pinned = RoleState::Source(SourceState::Pinned);

@@ -119,6 +119,88 @@ impl FakeCore {
     }
 }
 
+/// The longer commands of [`FakeCore`]'s `apply`.
+impl FakeCore {
+    /// `ReserveDestination`: takes the request's blocks, or reports no room.
+    fn reserve(&mut self, id: HandoffId, request: Request) -> CommandOutcome {
+        if !self.caps.destination_reservation {
+            return CommandOutcome::Unsupported(Some(request));
+        }
+        if self.reserved.contains_key(&id) {
+            panic!("fake core: reservation {id} requested twice");
+        }
+        let need = self.blocks_of(&request);
+        if !self.take(need) {
+            return CommandOutcome::Unavailable(Some(request));
+        }
+        if let Err(e) = self.ledger.open(id, Holding::DestinationReservation) {
+            panic!("fake core: {e}");
+        }
+        let tokens = u64::from(request.prompt_tokens);
+        self.reserved.insert(id, (request, need));
+        CommandOutcome::Reserved(ReservationSummary {
+            reservation: Some(DestinationReservationId(id.sequence())),
+            physical_blocks: need,
+            matched_prefix_tokens: 0,
+            transfer_tokens: tokens,
+            transfer_blocks: Request::blocks_for(tokens, self.caps.block_size),
+            request_slot: false,
+            decode_headroom_tokens: 0,
+        })
+    }
+
+    /// `ActivateDestination`: the reservation becomes a running request.
+    fn activate(&mut self, id: HandoffId) -> CommandOutcome {
+        match self.reserved.remove(&id) {
+            Some((request, blocks)) => {
+                self.end(id, Holding::DestinationReservation);
+                let id_ = self.kv_ids.next_id();
+                self.kv.push(KvEvent {
+                    event_id: id_,
+                    data: KvEventData::Stored {
+                        parent_hash: None,
+                        block_hashes: vec![request.id.0],
+                    },
+                });
+                self.running.push(Running {
+                    id: request.id,
+                    handoff: Some(id),
+                    blocks,
+                    remaining: request.max_output_tokens.max(1),
+                    emitted: false,
+                });
+                CommandOutcome::Applied
+            }
+            None => panic!("fake core: activation of {id} without a reservation"),
+        }
+    }
+
+    /// `CancelDestination`: frees the reservation, or aborts the request
+    /// decoding from it once activated.
+    fn cancel_destination(&mut self, id: HandoffId) -> CommandOutcome {
+        match self.reserved.remove(&id) {
+            Some((_, blocks)) => {
+                self.end(id, Holding::DestinationReservation);
+                self.give(blocks);
+                CommandOutcome::Applied
+            }
+            None => {
+                // Activated: abort the request it is decoding.
+                match self.running.iter().position(|r| r.handoff == Some(id)) {
+                    Some(i) => {
+                        let r = self.running.swap_remove(i);
+                        self.give(r.blocks);
+                        CommandOutcome::Applied
+                    }
+                    None => panic!(
+                        "fake core: cancel of reservation {id} that is neither held nor active (double free?)"
+                    ),
+                }
+            }
+        }
+    }
+}
+
 impl SchedulerCore for FakeCore {
     fn capabilities(&self) -> Capabilities {
         self.caps
@@ -142,54 +224,8 @@ impl SchedulerCore for FakeCore {
                 });
                 CommandOutcome::Submitted
             }
-            SchedulerCommand::ReserveDestination { id, request } => {
-                if !self.caps.destination_reservation {
-                    return CommandOutcome::Unsupported(Some(request));
-                }
-                if self.reserved.contains_key(&id) {
-                    panic!("fake core: reservation {id} requested twice");
-                }
-                let need = self.blocks_of(&request);
-                if !self.take(need) {
-                    return CommandOutcome::Unavailable(Some(request));
-                }
-                if let Err(e) = self.ledger.open(id, Holding::DestinationReservation) {
-                    panic!("fake core: {e}");
-                }
-                let tokens = u64::from(request.prompt_tokens);
-                self.reserved.insert(id, (request, need));
-                CommandOutcome::Reserved(ReservationSummary {
-                    reservation: Some(DestinationReservationId(id.sequence())),
-                    physical_blocks: need,
-                    matched_prefix_tokens: 0,
-                    transfer_tokens: tokens,
-                    transfer_blocks: Request::blocks_for(tokens, self.caps.block_size),
-                    request_slot: false,
-                    decode_headroom_tokens: 0,
-                })
-            }
-            SchedulerCommand::ActivateDestination { id } => match self.reserved.remove(&id) {
-                Some((request, blocks)) => {
-                    self.end(id, Holding::DestinationReservation);
-                    let id_ = self.kv_ids.next_id();
-                    self.kv.push(KvEvent {
-                        event_id: id_,
-                        data: KvEventData::Stored {
-                            parent_hash: None,
-                            block_hashes: vec![request.id.0],
-                        },
-                    });
-                    self.running.push(Running {
-                        id: request.id,
-                        handoff: Some(id),
-                        blocks,
-                        remaining: request.max_output_tokens.max(1),
-                        emitted: false,
-                    });
-                    CommandOutcome::Applied
-                }
-                None => panic!("fake core: activation of {id} without a reservation"),
-            },
+            SchedulerCommand::ReserveDestination { id, request } => self.reserve(id, request),
+            SchedulerCommand::ActivateDestination { id } => self.activate(id),
             SchedulerCommand::ReleaseSource { id } => match self.held.remove(&id) {
                 Some(blocks) => {
                     self.end(id, Holding::SourceLease);
@@ -217,26 +253,7 @@ impl SchedulerCore for FakeCore {
             | SchedulerCommand::CancelSnapshot { .. }
             | SchedulerCommand::FinishPush { .. } => CommandOutcome::Noop,
             SchedulerCommand::ReserveSnapshot { .. } => CommandOutcome::Unsupported(None),
-            SchedulerCommand::CancelDestination { id } => match self.reserved.remove(&id) {
-                Some((_, blocks)) => {
-                    self.end(id, Holding::DestinationReservation);
-                    self.give(blocks);
-                    CommandOutcome::Applied
-                }
-                None => {
-                    // Activated: abort the request it is decoding.
-                    match self.running.iter().position(|r| r.handoff == Some(id)) {
-                        Some(i) => {
-                            let r = self.running.swap_remove(i);
-                            self.give(r.blocks);
-                            CommandOutcome::Applied
-                        }
-                        None => panic!(
-                            "fake core: cancel of reservation {id} that is neither held nor active (double free?)"
-                        ),
-                    }
-                }
-            },
+            SchedulerCommand::CancelDestination { id } => self.cancel_destination(id),
         }
     }
 

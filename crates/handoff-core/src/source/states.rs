@@ -1,0 +1,229 @@
+//! One handler per live source state, in the style of rustls's `hs.rs`:
+//! each takes the facts that mean something special in its state and hands
+//! the rest to [`SourceHandoff::any_state`], whose answers (restarts,
+//! renewals, expiry, cancellation, repeats) do not depend on the state.
+
+use super::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
+use crate::policy::HandoffPolicy;
+use crate::scheduler::ReservationSummary;
+use crate::time::Instant;
+use crate::transition::{CancelReason, Effects, LifecycleEvent, Next, RoleState, TransitionError};
+
+type Fx = Effects<SourceAction>;
+type Judged = Result<Next<SourceState>, TransitionError>;
+
+impl SourceHandoff {
+    /// `NotStarted`: destination-first waits here for a reservation.
+    pub(super) fn not_started(&mut self, event: SourceEvent, now: Instant, fx: &mut Fx) -> Judged {
+        match event {
+            SourceEvent::DestinationReserved { summary }
+                if self.reservation.is_none() && self.started && !self.source_first() =>
+            {
+                fx.actions.push(SourceAction::DispatchPrefill);
+                self.reservation = Some(summary);
+                Ok(Next::To(SourceState::Computing))
+            }
+            SourceEvent::PrefillPinned { .. } | SourceEvent::ReaderCompleted => {
+                Err(self.invalid(&event))
+            }
+            SourceEvent::LeaseExpired
+                if self.lease.is_none() && self.started && !self.source_first() =>
+            {
+                if now < self.wait_deadline {
+                    return Err(self.premature(&event));
+                }
+                fx.actions.push(SourceAction::SendAbort {
+                    reason: CancelReason::LeaseExpired,
+                });
+                Ok(Next::To(SourceState::Released))
+            }
+            _ => self.any_state(event, now, fx),
+        }
+    }
+
+    /// `Computing`: the prefill is dispatched; its pinned KV moves us on.
+    pub(super) fn computing(&mut self, event: SourceEvent, now: Instant, fx: &mut Fx) -> Judged {
+        match event {
+            SourceEvent::PrefillPinned { lease } => Ok(self.pin(lease, fx)),
+            SourceEvent::ReaderCompleted => Err(self.invalid(&event)),
+            _ => self.any_state(event, now, fx),
+        }
+    }
+
+    /// `Pinned` (source-first): KV held, waiting for a destination.
+    pub(super) fn pinned(&mut self, event: SourceEvent, now: Instant, fx: &mut Fx) -> Judged {
+        match event {
+            SourceEvent::DestinationReserved { summary }
+                if self.reservation.is_none() && self.source_first() =>
+            {
+                self.reservation = Some(summary);
+                Ok(Next::To(SourceState::AwaitingReaderCompletion))
+            }
+            _ => self.any_state(event, now, fx),
+        }
+    }
+
+    /// `AwaitingReaderCompletion`: KV held until the transfer completes;
+    /// every fact here is answered as in any held state.
+    pub(super) fn awaiting_reader(
+        &mut self,
+        event: SourceEvent,
+        now: Instant,
+        fx: &mut Fx,
+    ) -> Judged {
+        self.any_state(event, now, fx)
+    }
+
+    /// The facts whose answer does not depend on the (live) state.
+    fn any_state(&mut self, event: SourceEvent, now: Instant, fx: &mut Fx) -> Judged {
+        match event {
+            SourceEvent::Start => Ok(self.start(now, fx)),
+            SourceEvent::DestinationReserved { summary } => self.reserved_again(summary, &event),
+            SourceEvent::PrefillPinned { lease } => match self.lease {
+                Some(held) if held.id == lease.id => Ok(Next::Duplicate),
+                Some(_) => Err(self.conflict(&event)),
+                None => Err(self.invalid(&event)),
+            },
+            SourceEvent::ReaderCompleted => match self.lease {
+                Some(lease) => {
+                    fx.delta.pinned = -(lease.blocks as i64);
+                    fx.actions.push(SourceAction::ReleaseSource);
+                    if !self.source_first() {
+                        fx.actions.push(SourceAction::SendReceiveCompleted);
+                    }
+                    self.lease = None;
+                    Ok(Next::To(SourceState::Released))
+                }
+                None => Err(self.invalid(&event)),
+            },
+            SourceEvent::LeaseRenewed { deadline } => self.renew(deadline, &event, fx),
+            SourceEvent::LeaseExpired => self.expire_lease(&event, now, fx),
+            SourceEvent::Cancelled { reason } => Ok(self.cancel(reason, fx)),
+        }
+    }
+
+    /// The request arrived (once): source-first dispatches the prefill,
+    /// destination-first starts waiting for a reservation.
+    fn start(&mut self, now: Instant, fx: &mut Fx) -> Next<SourceState> {
+        if self.started {
+            return Next::Duplicate;
+        }
+        self.started = true;
+        if self.source_first() {
+            fx.actions.push(SourceAction::DispatchPrefill);
+            Next::To(SourceState::Computing)
+        } else {
+            self.wait_deadline = now + self.wait_ttl;
+            fx.actions.push(SourceAction::ArmLease {
+                deadline: self.wait_deadline,
+            });
+            Next::To(SourceState::NotStarted)
+        }
+    }
+
+    /// A reservation fact the state does not take: a repeat, a conflict or
+    /// out of place.
+    fn reserved_again(&self, summary: ReservationSummary, event: &SourceEvent) -> Judged {
+        match self.reservation {
+            Some(known) if known == summary => Ok(Next::Duplicate),
+            Some(_) => Err(self.conflict(event)),
+            None => Err(self.invalid(event)),
+        }
+    }
+
+    /// The prefill finished and its KV is held under `lease`.
+    fn pin(&mut self, lease: SourceLease, fx: &mut Fx) -> Next<SourceState> {
+        self.lease = Some(lease);
+        fx.delta.pinned = lease.blocks as i64;
+        fx.actions.push(SourceAction::ArmLease {
+            deadline: lease.deadline,
+        });
+        fx.actions.push(SourceAction::AnnounceReady {
+            blocks: lease.blocks,
+            tokens: lease.tokens,
+        });
+        if self.source_first() {
+            Next::To(SourceState::Pinned)
+        } else {
+            fx.actions.push(SourceAction::StartTransfer);
+            Next::To(SourceState::AwaitingReaderCompletion)
+        }
+    }
+
+    /// The destination asked for more time; only a later deadline counts.
+    fn renew(&mut self, deadline: Instant, event: &SourceEvent, fx: &mut Fx) -> Judged {
+        let Some(lease) = self.lease.as_mut() else {
+            return Err(self.invalid(event));
+        };
+        if deadline <= lease.deadline {
+            return Ok(Next::Duplicate);
+        }
+        lease.deadline = deadline;
+        fx.actions.push(SourceAction::ArmLease { deadline });
+        Ok(Next::To(self.state))
+    }
+
+    /// The lease timer fired: free the held KV once it is really due.
+    fn expire_lease(&mut self, event: &SourceEvent, now: Instant, fx: &mut Fx) -> Judged {
+        let Some(lease) = self.lease else {
+            return Err(self.invalid(event));
+        };
+        if now < lease.deadline {
+            return Err(self.premature(event));
+        }
+        fx.delta.pinned = -(lease.blocks as i64);
+        fx.actions.push(SourceAction::ReleaseSource);
+        fx.actions.push(SourceAction::SendAbort {
+            reason: CancelReason::LeaseExpired,
+        });
+        self.lease = None;
+        Ok(Next::To(SourceState::Released))
+    }
+
+    /// The attempt is abandoned, whatever the live state.
+    fn cancel(&mut self, reason: CancelReason, fx: &mut Fx) -> Next<SourceState> {
+        if let Some(lease) = self.lease.take() {
+            fx.delta.pinned = -(lease.blocks as i64);
+        }
+        if matches!(
+            self.state,
+            SourceState::Computing | SourceState::Pinned | SourceState::AwaitingReaderCompletion
+        ) {
+            fx.actions.push(SourceAction::CancelSource);
+        }
+        if !reason.peer_knows() {
+            fx.actions.push(SourceAction::SendAbort { reason });
+        }
+        Next::To(SourceState::Released)
+    }
+
+    fn source_first(&self) -> bool {
+        self.policy == HandoffPolicy::SourceFirst
+    }
+
+    fn name(event: &SourceEvent) -> LifecycleEvent {
+        LifecycleEvent::Source(event.kind())
+    }
+
+    fn invalid(&self, event: &SourceEvent) -> TransitionError {
+        TransitionError::Invalid {
+            id: self.id,
+            state: RoleState::Source(self.state),
+            event: Self::name(event),
+        }
+    }
+
+    fn conflict(&self, event: &SourceEvent) -> TransitionError {
+        TransitionError::Conflict {
+            id: self.id,
+            event: Self::name(event),
+        }
+    }
+
+    fn premature(&self, event: &SourceEvent) -> TransitionError {
+        TransitionError::Premature {
+            id: self.id,
+            event: Self::name(event),
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Endings from outside the roles: transfer outcomes, cancellation, lost
+//! or restarted peers, teardown and restart.
+
+use super::{sorted, Worker, WorkerEvent};
+use crate::destination::DestinationEvent;
+use crate::ids::{Generation, HandoffId, WorkerId};
+use crate::kv::KvEvent;
+use crate::scheduler::SchedulerCore;
+use crate::source::SourceEvent;
+use crate::time::Instant;
+use crate::transition::CancelReason;
+
+impl<S: SchedulerCore> Worker<S> {
+    /// The transfer this worker started for `id` finished (`ok`) or failed.
+    pub fn handle_transfer_done(&mut self, id: HandoffId, ok: bool, now: Instant) {
+        if self.dests.contains_key(&id) {
+            let ev = if ok {
+                DestinationEvent::ReceiveCompleted
+            } else {
+                DestinationEvent::Cancelled {
+                    reason: CancelReason::TransferFailed,
+                }
+            };
+            self.dest_event(id, ev, now);
+        } else if self.sources.contains_key(&id) {
+            let ev = if ok {
+                SourceEvent::ReaderCompleted
+            } else {
+                SourceEvent::Cancelled {
+                    reason: CancelReason::TransferFailed,
+                }
+            };
+            self.source_event(id, ev, now);
+        } else {
+            self.stats.stale += 1;
+        }
+        self.pump_reservations(now);
+        self.flush_kv(now);
+    }
+
+    /// Abandons attempt `id` on this worker (client abort, frontend guard).
+    pub fn cancel(&mut self, id: HandoffId, reason: CancelReason, now: Instant) {
+        if self.sources.contains_key(&id) {
+            self.source_event(id, SourceEvent::Cancelled { reason }, now);
+        }
+        if self.dests.contains_key(&id) {
+            self.dest_event(id, DestinationEvent::Cancelled { reason }, now);
+        }
+        self.pump_reservations(now);
+        self.flush_kv(now);
+    }
+
+    /// The transport to `peer` is gone: every attempt with it ends locally,
+    /// without waiting for a final message.
+    pub fn handle_peer_lost(&mut self, peer: WorkerId, now: Instant) {
+        self.cancel_peer(peer, CancelReason::PeerLost, now);
+        self.pump_reservations(now);
+        self.flush_kv(now);
+    }
+
+    /// `peer` announced (e.g. in a transport hello) that it is now
+    /// `generation`. A newer generation voids every attempt with it.
+    pub fn handle_peer_generation(&mut self, peer: WorkerId, generation: Generation, now: Instant) {
+        match self.peers.get(&peer) {
+            Some(g) if generation > *g => self.peer_restarted(peer, generation, now),
+            None => {
+                self.peers.insert(peer, generation);
+            }
+            _ => {}
+        }
+        self.pump_reservations(now);
+        self.flush_kv(now);
+    }
+
+    pub(super) fn peer_restarted(&mut self, peer: WorkerId, generation: Generation, now: Instant) {
+        self.peers.insert(peer, generation);
+        self.cancel_peer(peer, CancelReason::PeerRestarted, now);
+    }
+
+    fn cancel_peer(&mut self, peer: WorkerId, reason: CancelReason, now: Instant) {
+        let src = sorted(
+            self.sources
+                .iter()
+                .filter(|(_, e)| e.peer == Some(peer))
+                .map(|(id, _)| *id)
+                .collect(),
+        );
+        for id in src {
+            self.source_event(id, SourceEvent::Cancelled { reason }, now);
+        }
+        let dst = sorted(
+            self.dests
+                .iter()
+                .filter(|(_, e)| e.role.source() == Some(peer))
+                .map(|(id, _)| *id)
+                .collect(),
+        );
+        for id in dst {
+            self.dest_event(id, DestinationEvent::Cancelled { reason }, now);
+        }
+    }
+
+    /// Ends every role here, releasing all local ownership (shutdown, or
+    /// replay teardown with unresolved handoffs).
+    pub fn teardown(&mut self, now: Instant) {
+        let src = sorted(self.sources.keys().copied().collect());
+        for id in src {
+            self.source_event(
+                id,
+                SourceEvent::Cancelled {
+                    reason: CancelReason::Teardown,
+                },
+                now,
+            );
+        }
+        let dst = sorted(self.dests.keys().copied().collect());
+        for id in dst {
+            self.dest_event(
+                id,
+                DestinationEvent::Cancelled {
+                    reason: CancelReason::Teardown,
+                },
+                now,
+            );
+        }
+        self.flush_kv(now);
+    }
+
+    /// Restarts as the next generation with a fresh core: every role ends
+    /// locally first (peers learn from the new generation, not from us).
+    pub fn restart(&mut self, core: S, now: Instant) {
+        self.teardown(now);
+        self.core = core;
+        self.caps = self.core.capabilities();
+        self.generation = self.generation.next();
+        self.active_dest.clear();
+        self.reserve_queue.clear();
+        self.early.clear();
+        self.events.push_back(WorkerEvent::Kv {
+            event: KvEvent {
+                event_id: u64::MAX,
+                data: crate::kv::KvEventData::Cleared,
+            },
+            at: now,
+        });
+    }
+}
