@@ -1,5 +1,7 @@
 //! What a router routes and how.
 
+use crate::policy::CustomPolicy;
+
 /// Which pool a router serves; decides what a booking holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolRole {
@@ -12,7 +14,9 @@ pub enum PoolRole {
     Decode,
 }
 
-/// How a router picks a worker.
+/// How a router picks a worker: one of the built-in routing policies by
+/// name (the command line's `--router`), or a downstream one
+/// ([`RouterMode::Custom`]). See [`crate::policy`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RouterMode {
     /// Lowest cost, where cost is booked load in blocks minus the prefix
@@ -32,6 +36,10 @@ pub enum RouterMode {
     /// Two distinct random workers (seeded); the less loaded of them, load
     /// as in `LeastLoaded`.
     PowerOfTwo,
+    /// A downstream [`crate::RoutingPolicy`] (see [`CustomPolicy`]); named
+    /// in reports by [`CustomPolicy::name`]. Not in [`RouterMode::ALL`] and
+    /// not parsed by [`RouterMode::from_name`].
+    Custom(CustomPolicy),
 }
 
 impl RouterMode {
@@ -43,6 +51,7 @@ impl RouterMode {
             RouterMode::Random => "random",
             RouterMode::LeastLoaded => "least-loaded",
             RouterMode::PowerOfTwo => "power-of-two",
+            RouterMode::Custom(c) => c.name(),
         }
     }
 
@@ -58,7 +67,7 @@ impl RouterMode {
         })
     }
 
-    /// Every mode, in a fixed order.
+    /// Every built-in mode, in a fixed order.
     pub const ALL: [RouterMode; 5] = [
         RouterMode::KvAware,
         RouterMode::RoundRobin,

@@ -47,7 +47,9 @@ pub struct FrontendConfig {
     pub policy: HandoffPolicy,
     /// No disaggregation: one pool does prefill and decode.
     pub aggregated: bool,
-    /// Routing mode of both pools.
+    /// Routing mode of both pools: a built-in policy, or
+    /// [`RouterMode::Custom`], whose factory builds one policy per pool
+    /// (the decode role for an aggregated pool).
     pub mode: RouterMode,
     /// Block size requests are hashed with (the engines' KV event granularity).
     pub block_size: u32,

@@ -24,6 +24,10 @@
 //! events against booked load), round-robin, seeded random, least-loaded and
 //! seeded power-of-two-choices. Every decision is deterministic: ties go to
 //! the lowest worker id and no hash-map iteration order reaches a decision.
+//! Each mode is a [`RoutingPolicy`] ([`policy`]); a downstream crate routes
+//! with its own through [`RouterMode::Custom`] and [`CustomPolicy`], which
+//! reaches every driver (replay, live, serve) through the same configuration
+//! field that names a built-in mode.
 //!
 //! Sans-IO: `now` is an argument; nothing reads a clock.
 //!
@@ -56,6 +60,7 @@ pub mod config;
 pub mod frontend;
 pub mod holders;
 pub mod load;
+pub mod policy;
 pub mod prefix;
 mod published;
 pub mod router;
@@ -66,5 +71,6 @@ pub use frontend::{
     FRONTEND_ID, PUSH_REQUESTS,
 };
 pub use load::{Booking, Release, RouterStats, Selection, WorkerLoad};
+pub use policy::{CustomPolicy, RouterView, RoutingChoice, RoutingPolicy};
 pub use prefix::PrefixIndex;
 pub use router::Router;

@@ -28,6 +28,9 @@ pub struct Selection {
     pub blocks: u64,
     /// Prefill tokens booked.
     pub prefill_tokens: u64,
+    /// The DP rank the policy chose ([`crate::RoutingChoice::dp_rank`]);
+    /// reserved, always `None` with the built-in policies.
+    pub dp_rank: Option<u32>,
 }
 
 /// What a release did.
@@ -70,8 +73,12 @@ pub struct WorkerLoad {
 pub struct RouterStats {
     /// Requests booked (by `select` or `book`).
     pub selections: u64,
-    /// Selections refused because no worker was available.
+    /// Selections refused because no worker was available, or because the
+    /// routing policy refused the request or chose an unselectable worker.
     pub no_worker: u64,
+    /// Choices of a routing policy naming a worker that is not selectable
+    /// (also counted in `no_worker`); never made by the built-in policies.
+    pub rejected_choices: u64,
     /// Bookings replaced because the request was booked again.
     pub rebookings: u64,
     /// `prefill_completed` for a request with no live booking or already

@@ -3,20 +3,21 @@
 use crate::config::{PoolRole, RouterConfig, RouterMode};
 use crate::holders::{bit, Slots, MAX_SLOTS};
 use crate::load::{Booking, Release, RouterStats, Selection, WorkerLoad};
+use crate::policy::{overlap_of, request_blocks, Policy, RouterView, RoutingChoice};
 use crate::published::Published;
 use handoff_core::fasthash::ChurnMap;
 use handoff_core::{Instant, KvCapacitySnapshot, KvEvent, Request, RequestId, Rng, WorkerId};
 use std::collections::BTreeSet;
 
 #[derive(Clone, Debug)]
-struct WorkerState {
-    id: WorkerId,
-    available: bool,
-    booked_blocks: u64,
-    booked_prefill_tokens: u64,
+pub(crate) struct WorkerState {
+    pub(crate) id: WorkerId,
+    pub(crate) available: bool,
+    pub(crate) booked_blocks: u64,
+    pub(crate) booked_prefill_tokens: u64,
     booked_requests: u64,
     selected: u64,
-    capacity: Option<KvCapacitySnapshot>,
+    pub(crate) capacity: Option<KvCapacitySnapshot>,
     last_event_id: Option<u64>,
     /// This worker's entry in [`Scoring::by_load`], when it has one.
     load_key: Option<u128>,
@@ -39,9 +40,22 @@ impl WorkerState {
 
     /// Booked blocks plus physically used blocks: what `LeastLoaded` and
     /// `PowerOfTwo` compare.
-    fn load(&self) -> u64 {
+    pub(crate) fn load(&self) -> u64 {
         self.booked_blocks
             .saturating_add(self.capacity.map_or(0, |c| c.kv_used_blocks()))
+    }
+
+    /// Its [`WorkerLoad`], given how many blocks it has published.
+    pub(crate) fn load_view(&self, published_blocks: u64) -> WorkerLoad {
+        WorkerLoad {
+            booked_blocks: self.booked_blocks,
+            booked_prefill_tokens: self.booked_prefill_tokens,
+            booked_requests: self.booked_requests,
+            published_blocks,
+            capacity: self.capacity,
+            selected: self.selected,
+            available: self.available,
+        }
     }
 }
 
@@ -66,24 +80,25 @@ struct Entry {
 /// (where upkeep costs more than it saves) score every worker as before. Both paths choose
 /// the same worker (`indexed_selection_equals_the_scan` checks it).
 #[derive(Clone, Debug, Default)]
-struct Scoring {
+pub(crate) struct Scoring {
     /// `(load_key, slot)` of every available worker.
-    by_load: BTreeSet<(u128, usize)>,
+    pub(crate) by_load: BTreeSet<(u128, usize)>,
     /// The slots of `by_load`.
-    alive: Slots,
+    pub(crate) alive: Slots,
 }
 
 /// Selects workers of one pool and books load on them; see the crate docs.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Router {
     config: RouterConfig,
+    /// The selection rule `config.mode` names.
+    policy: Policy,
     /// Sorted by id; never shrinks, so a booking's worker is always found.
     workers: Vec<WorkerState>,
     /// Lookups only: no decision depends on its iteration order. One
     /// insert and one removal per request, hence a [`ChurnMap`].
     bookings: ChurnMap<RequestId, Entry>,
     rng: Rng,
-    round_robin: u64,
     /// Reused for each request's block hashes.
     hashes: Vec<u64>,
     stats: RouterStats,
@@ -114,10 +129,10 @@ impl Router {
     pub fn new(config: RouterConfig, workers: impl IntoIterator<Item = WorkerId>) -> Self {
         let mut r = Router {
             rng: Rng::seeded(config.seed),
+            policy: Policy::new(config.mode, config.role),
             config,
             workers: Vec::new(),
             bookings: ChurnMap::default(),
-            round_robin: 0,
             hashes: Vec::new(),
             stats: RouterStats::default(),
             published: Published::default(),
@@ -170,7 +185,7 @@ impl Router {
     /// none of the request's blocks. That cost is, for the prefill pool,
     /// `(booked_prefill_tokens + prompt) / block_size + booked_blocks +
     /// request_blocks`, and for the decode pool `booked_blocks +
-    /// request_blocks` (see [`Router::kv_cost`]): with the request's terms
+    /// request_blocks` (see [`Router::select`]): with the request's terms
     /// common to every worker, `booked_prefill_tokens + booked_blocks ×
     /// block_size` (prefill) and `booked_blocks` (decode) order them the
     /// same way. For a power-of-two block size the floating-point cost is
@@ -271,229 +286,57 @@ impl Router {
         self.workers.iter().filter(|w| w.available).count() as u64
     }
 
-    fn nth_available(&self, n: u64) -> Option<usize> {
-        self.workers
-            .iter()
-            .enumerate()
-            .filter(|(_, w)| w.available)
-            .nth(usize::try_from(n).ok()?)
-            .map(|(i, _)| i)
-    }
-
-    fn request_blocks(&self, request: &Request) -> u64 {
-        let bs = self.config.block_size;
-        match self.config.role {
-            PoolRole::Prefill => Request::blocks_for(u64::from(request.prompt_tokens), bs),
-            PoolRole::Decode => Request::blocks_for(
-                u64::from(request.prompt_tokens) + u64::from(request.max_output_tokens),
-                bs,
-            ),
-        }
-    }
-
-    fn weight(&self) -> f64 {
-        let w = self.config.overlap_score_weight;
-        if w.is_finite() && w > 0.0 {
-            w
-        } else {
-            0.0
-        }
-    }
-
-    /// KV-aware cost of placing `request` on `w`, in blocks (lower wins).
-    ///
-    /// Prefill pool, after Dynamo's prefill formula:
-    /// `max(0, (booked_prefill_tokens + prompt_tokens) / block_size
-    ///  - weight * overlap) + booked_blocks + request_blocks`.
-    ///
-    /// Decode pool, after Dynamo's decode formula with a positive overlap
-    /// credit: `max(0, booked_blocks + request_blocks - weight * overlap)`.
-    fn kv_cost(
-        &self,
-        w: &WorkerState,
-        request: &Request,
-        request_blocks: u64,
-        overlap: u32,
-    ) -> f64 {
-        let credit = self.weight() * f64::from(overlap);
-        let decode_blocks = w.booked_blocks.saturating_add(request_blocks) as f64;
-        match self.config.role {
-            PoolRole::Prefill => {
-                let tokens = w
-                    .booked_prefill_tokens
-                    .saturating_add(u64::from(request.prompt_tokens));
-                let raw = tokens as f64 / f64::from(self.config.block_size.max(1));
-                (raw - credit).max(0.0) + decode_blocks
-            }
-            PoolRole::Decode => (decode_blocks - credit).max(0.0),
-        }
-    }
-
-    /// Starts hashing `request` into the scratch buffer: blocks are hashed
-    /// lazily by [`Self::overlap_of`], a window at a time, so a prompt is
-    /// hashed only as far as some worker's cached prefix reaches.
+    /// Starts hashing a request into the scratch buffer: blocks are hashed
+    /// lazily by [`overlap_of`], a window at a time, so a prompt is hashed
+    /// only as far as some worker's cached prefix reaches.
     fn start_hashing(&mut self) {
         self.hashes.clear();
     }
 
-    /// Leading blocks of `request` worker `i` has published, hashing more
-    /// of the request into the scratch buffer as the match needs. A worker
-    /// that published nothing costs nothing.
-    fn overlap_of(&mut self, i: usize, request: &Request) -> u32 {
-        if self.published.len(i) == 0 {
-            return 0;
-        }
-        loop {
-            let n = self.published.overlap(i, &self.hashes);
-            if (n as usize) < self.hashes.len() {
-                return n;
-            }
-            let before = self.hashes.len();
-            let window = before.max(64) * 2;
-            request.extend_block_hashes(self.config.block_size, &mut self.hashes, window);
-            if self.hashes.len() == before {
-                // Every block of the prompt matched.
-                return n;
-            }
-        }
-    }
-
-    /// The kv-aware choice with its overlap, by [`Scoring`]: one walk down
-    /// the prompt's blocks finds every worker that holds a leading block
-    /// and how many; those are scored exactly, and the best of the rest is
-    /// the first worker in load order that matched nothing.
-    fn pick_indexed(&mut self, request: &Request) -> Option<(usize, u32)> {
-        let sc = self.scoring.take()?;
+    /// The policy's answer for `request` among `n` selectable workers, and
+    /// `(slot, overlap)` of the chosen worker when the pick already knows
+    /// it (the indexed kv-aware pick does, so booking need not look again).
+    /// Leaves the request's hashes, as far as the policy needed them, in
+    /// the scratch buffer.
+    fn pick(
+        &mut self,
+        request: &Request,
+        n: u64,
+        now: Instant,
+    ) -> (Option<RoutingChoice>, Option<(usize, u32)>) {
         self.start_hashing();
-        let request_blocks = self.request_blocks(request);
-        let Some(holders) = self.published.holders() else {
-            self.scoring = Some(sc);
-            return None;
+        let mut view = RouterView {
+            config: &self.config,
+            workers: &self.workers,
+            published: &self.published,
+            hashes: &mut self.hashes,
+            rng: &mut self.rng,
+            request,
+            available: n,
+            scoring: self.scoring.as_ref(),
+            matched: &mut self.matched,
+            known_overlap: None,
         };
-        let mut matched = std::mem::take(&mut self.matched);
-        matched.clear();
-        let bs = self.config.block_size;
-        holders.walk(
-            &mut self.hashes,
-            sc.alive,
-            |buf| {
-                let before = buf.len();
-                let window = before.max(64) * 2;
-                request.extend_block_hashes(bs, buf, window);
-                buf.len() > before
-            },
-            |slots, depth| {
-                let mut s = slots;
-                while s != 0 {
-                    let i = s.trailing_zeros() as usize;
-                    matched.push((i, depth));
-                    s &= s - 1;
-                }
-            },
-        );
-        let mut matched_slots: Slots = 0;
-        let mut best: Option<(f64, usize, u32)> = None;
-        let better = |b: Option<(f64, usize, u32)>, c: f64, i: usize| {
-            b.is_none_or(|(bc, bi, _)| c < bc || (c == bc && i < bi))
-        };
-        for &(i, overlap) in &matched {
-            matched_slots |= bit(i);
-            let cost = self.kv_cost(&self.workers[i], request, request_blocks, overlap);
-            if better(best, cost, i) {
-                best = Some((cost, i, overlap));
-            }
-        }
-        if let Some(&(_, i)) = sc
-            .by_load
-            .iter()
-            .find(|(_, i)| matched_slots & bit(*i) == 0)
-        {
-            let cost = self.kv_cost(&self.workers[i], request, request_blocks, 0);
-            if better(best, cost, i) {
-                best = Some((cost, i, 0));
-            }
-        }
-        self.matched = matched;
-        self.scoring = Some(sc);
-        best.map(|(_, i, overlap)| (i, overlap))
+        let choice = self.policy.select(request, &mut view, now);
+        (choice, view.known_overlap)
     }
 
-    fn pick_kv_aware(&mut self, request: &Request) -> Option<usize> {
-        self.start_hashing();
-        let request_blocks = self.request_blocks(request);
-        let mut best: Option<(usize, f64)> = None;
-        for i in 0..self.workers.len() {
-            if !self.workers[i].available {
-                continue;
-            }
-            let overlap = self.overlap_of(i, request);
-            let cost = self.kv_cost(&self.workers[i], request, request_blocks, overlap);
-            // Strictly less: on a tie the earlier (lower) id stays.
-            if best.is_none_or(|(_, c)| cost < c) {
-                best = Some((i, cost));
-            }
-        }
-        best.map(|(i, _)| i)
-    }
-
-    fn pick_least_loaded(&self) -> Option<usize> {
-        let mut best: Option<(usize, u64)> = None;
-        for (i, w) in self.workers.iter().enumerate() {
-            if w.available && best.is_none_or(|(_, l)| w.load() < l) {
-                best = Some((i, w.load()));
-            }
-        }
-        best.map(|(i, _)| i)
-    }
-
-    /// The chosen worker, with its overlap when the pick already knows it
-    /// (the indexed kv-aware pick does, so booking need not look again).
-    fn pick(&mut self, request: &Request, n: u64) -> Option<(usize, Option<u32>)> {
-        if self.config.mode == RouterMode::KvAware && self.scoring.is_some() {
-            return self.pick_indexed(request).map(|(i, o)| (i, Some(o)));
-        }
-        self.pick_unindexed(request, n).map(|i| (i, None))
-    }
-
-    fn pick_unindexed(&mut self, request: &Request, n: u64) -> Option<usize> {
-        match self.config.mode {
-            RouterMode::KvAware => self.pick_kv_aware(request),
-            RouterMode::RoundRobin => {
-                let k = self.round_robin % n;
-                self.round_robin = self.round_robin.wrapping_add(1);
-                self.nth_available(k)
-            }
-            RouterMode::Random => {
-                let k = self.rng.below(n);
-                self.nth_available(k)
-            }
-            RouterMode::LeastLoaded => self.pick_least_loaded(),
-            RouterMode::PowerOfTwo => {
-                if n == 1 {
-                    return self.nth_available(0);
-                }
-                let a = self.rng.below(n);
-                let mut b = self.rng.below(n - 1);
-                if b >= a {
-                    b += 1;
-                }
-                let (lo, hi) = (a.min(b), a.max(b));
-                let (lo, hi) = (self.nth_available(lo)?, self.nth_available(hi)?);
-                // `lo` has the lower id, so it wins ties.
-                if self.workers[hi].load() < self.workers[lo].load() {
-                    Some(hi)
-                } else {
-                    Some(lo)
-                }
-            }
-        }
-    }
-
-    /// Chooses a worker for `request` by the configured mode and books the
-    /// request on it (see [`PoolRole`] for what a booking holds). A request
-    /// that is already booked is moved: its old booking is released first
-    /// (counted as a rebooking). `None` when no worker is selectable; any
-    /// earlier booking is then left in place.
+    /// Chooses a worker for `request` by the configured mode's
+    /// [`crate::RoutingPolicy`] and books the request on it (see
+    /// [`PoolRole`] for what a booking holds). A request that is already
+    /// booked is moved: its old booking is released first (counted as a
+    /// rebooking). `None` when no worker is selectable (any earlier booking
+    /// is then left in place) or when the policy refuses the request or
+    /// names a worker that is not selectable (the earlier booking is then
+    /// gone; both counted in [`RouterStats::no_worker`]).
+    ///
+    /// `KvAware` cost, per pool (lower wins, ties to the lower id):
+    ///
+    /// - prefill, after Dynamo's prefill formula:
+    ///   `max(0, (booked_prefill_tokens + prompt_tokens) / block_size
+    ///   - weight * overlap) + booked_blocks + request_blocks`;
+    /// - decode, after Dynamo's decode formula with a positive overlap
+    ///   credit: `max(0, booked_blocks + request_blocks - weight * overlap)`.
     ///
     /// Hashes the prompt at most once; allocates only when the booking table
     /// or the hash scratch buffer grows.
@@ -504,9 +347,23 @@ impl Router {
             return None;
         }
         self.drop_existing(request.id);
-        let (i, overlap) = self.pick(request, n)?;
-        let hashed = self.config.mode == RouterMode::KvAware;
-        Some(self.book_at(i, request, hashed, overlap, now))
+        let (choice, known) = self.pick(request, n, now);
+        let Some(choice) = choice else {
+            self.stats.no_worker += 1;
+            return None;
+        };
+        let i = match self.index(choice.worker) {
+            Some(i) if self.workers[i].available => i,
+            _ => {
+                self.stats.rejected_choices += 1;
+                self.stats.no_worker += 1;
+                return None;
+            }
+        };
+        let overlap = known.and_then(|(k, o)| (k == i).then_some(o));
+        let mut s = self.book_at(i, request, true, overlap, now);
+        s.dp_rank = choice.dp_rank;
+        Some(s)
     }
 
     /// Books `request` on `worker` without choosing (e.g. a session pinned
@@ -548,9 +405,15 @@ impl Router {
         }
         let overlap = match overlap {
             Some(o) => o,
-            None => self.overlap_of(i, request),
+            None => overlap_of(
+                &self.published,
+                &mut self.hashes,
+                self.config.block_size,
+                i,
+                request,
+            ),
         };
-        let blocks = self.request_blocks(request);
+        let blocks = request_blocks(&self.config, request);
         let prefill_tokens = match self.config.role {
             PoolRole::Prefill => u64::from(request.prompt_tokens)
                 .saturating_sub(u64::from(overlap) * u64::from(self.config.block_size)),
@@ -582,6 +445,7 @@ impl Router {
             overlap_blocks: overlap,
             blocks,
             prefill_tokens,
+            dp_rank: None,
         }
     }
 
@@ -680,7 +544,13 @@ impl Router {
         match self.index(worker) {
             Some(i) => {
                 self.start_hashing();
-                self.overlap_of(i, request)
+                overlap_of(
+                    &self.published,
+                    &mut self.hashes,
+                    self.config.block_size,
+                    i,
+                    request,
+                )
             }
             None => 0,
         }
@@ -692,16 +562,7 @@ impl Router {
     }
 
     fn worker_load(&self, i: usize) -> WorkerLoad {
-        let w = &self.workers[i];
-        WorkerLoad {
-            booked_blocks: w.booked_blocks,
-            booked_prefill_tokens: w.booked_prefill_tokens,
-            booked_requests: w.booked_requests,
-            published_blocks: self.published.len(i) as u64,
-            capacity: w.capacity,
-            selected: w.selected,
-            available: w.available,
-        }
+        self.workers[i].load_view(self.published.len(i) as u64)
     }
 
     /// Every worker ever served, with its load, in id order.
@@ -1025,6 +886,109 @@ mod tests {
     }
 
     #[test]
+    fn built_in_policies_behind_a_custom_mode_pick_as_their_modes() {
+        use crate::policy::{self, CustomPolicy, RoutingPolicy};
+        let wrap = |mode: RouterMode| {
+            CustomPolicy::new("wrapped", move |_| -> Box<dyn RoutingPolicy> {
+                match mode {
+                    RouterMode::KvAware => Box::new(policy::KvAware),
+                    RouterMode::RoundRobin => Box::<policy::RoundRobin>::default(),
+                    RouterMode::Random => Box::new(policy::Random),
+                    RouterMode::LeastLoaded => Box::new(policy::LeastLoaded),
+                    RouterMode::PowerOfTwo => Box::new(policy::PowerOfTwo),
+                    RouterMode::Custom(c) => c.build(PoolRole::Decode),
+                }
+            })
+        };
+        for mode in RouterMode::ALL {
+            for seed in [1, 2] {
+                assert_eq!(
+                    picks(RouterMode::Custom(wrap(mode)), seed),
+                    picks(mode, seed),
+                    "{mode:?}"
+                );
+            }
+        }
+    }
+
+    /// The first worker holding any of the request's prefix, else the
+    /// least used; counts its calls.
+    #[derive(Debug)]
+    struct Sticky(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+    impl crate::RoutingPolicy for Sticky {
+        fn select(
+            &mut self,
+            _: &Request,
+            view: &mut crate::RouterView<'_>,
+            _: Instant,
+        ) -> Option<crate::RoutingChoice> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let ids: Vec<WorkerId> = view.workers().collect();
+            let held = ids.iter().copied().find(|&w| view.overlap_blocks(w) > 0);
+            let w = held.or_else(|| ids.iter().copied().min_by_key(|&w| view.used_blocks(w)))?;
+            Some(crate::RoutingChoice {
+                worker: w,
+                dp_rank: Some(7),
+            })
+        }
+    }
+
+    #[test]
+    fn custom_policies_see_overlap_and_their_choice_is_booked() {
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let c = calls.clone();
+        let sticky = crate::CustomPolicy::new("sticky", move |role| {
+            assert_eq!(role, PoolRole::Prefill);
+            Box::new(Sticky(c.clone()))
+        });
+        assert_eq!(RouterMode::Custom(sticky).name(), "sticky");
+        assert_eq!(RouterMode::Custom(sticky), RouterMode::Custom(sticky));
+        let mut r = router(PoolRole::Prefill, RouterMode::Custom(sticky), 3);
+        assert!(r.scoring.is_none());
+        let a = req(1, 1024, 8, &[10, 11]);
+        publish(&mut r, 2, &a, 64, 0);
+        let s = r.select(&a, Instant::ZERO).unwrap();
+        assert_eq!(
+            (s.worker, s.overlap_blocks, s.prefill_tokens, s.dp_rank),
+            (WorkerId(2), 64, 0, Some(7))
+        );
+        let s = r.select(&req(2, 160, 8, &[99]), Instant::ZERO).unwrap();
+        assert_eq!((s.worker, s.blocks), (WorkerId(0), 10));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+        r.request_released(RequestId(1));
+        r.request_released(RequestId(2));
+        assert!(r.is_drained());
+    }
+
+    #[derive(Debug)]
+    struct Stranger;
+
+    impl crate::RoutingPolicy for Stranger {
+        fn select(
+            &mut self,
+            _: &Request,
+            _: &mut crate::RouterView<'_>,
+            _: Instant,
+        ) -> Option<crate::RoutingChoice> {
+            Some(crate::RoutingChoice::worker(WorkerId(99)))
+        }
+    }
+
+    #[test]
+    fn a_choice_of_an_unselectable_worker_is_refused_and_counted() {
+        let p = crate::CustomPolicy::new("stranger", |_| Box::new(Stranger));
+        let mut r = router(PoolRole::Decode, RouterMode::Custom(p), 2);
+        assert_eq!(r.select(&req(1, 64, 8, &[]), Instant::ZERO), None);
+        let st = r.stats();
+        assert_eq!(
+            (st.rejected_choices, st.no_worker, st.selections),
+            (1, 1, 0)
+        );
+        assert!(r.is_drained());
+    }
+
+    #[test]
     fn seeded_modes_are_deterministic_and_seed_sensitive() {
         for mode in [RouterMode::Random, RouterMode::PowerOfTwo] {
             assert_eq!(picks(mode, 1), picks(mode, 1), "{mode:?}");
@@ -1311,7 +1275,7 @@ mod tests {
                 let mut fast = Router::new(cfg, (0..4).map(WorkerId));
                 fast.force_index = Some(true);
                 fast.rebuild_scoring();
-                let mut scan = fast.clone();
+                let mut scan = Router::new(cfg, (0..4).map(WorkerId));
                 scan.force_index = Some(false);
                 scan.rebuild_scoring();
                 prop_assert!(fast.scoring.is_some() && scan.scoring.is_none());

@@ -20,7 +20,12 @@ pub struct ReplayConfig {
     pub prefill_workers: u32,
     /// Decode workers; 0 runs aggregated (no disaggregation).
     pub decode_workers: u32,
-    /// How both routers choose.
+    /// How both routers choose: a built-in mode, or a downstream
+    /// [`handoff_router::RoutingPolicy`] as [`RouterMode::Custom`] (see
+    /// [`handoff_router::CustomPolicy`]). It reaches the frontend through
+    /// [`frontend_config`], so replay, virtual-clock live, wall-clock live
+    /// and serve all route with it; the report names it by
+    /// [`RouterMode::name`].
     pub router: RouterMode,
     /// KV block size the routers hash requests with.
     pub block_size: u32,
