@@ -147,6 +147,34 @@ impl ExperimentConfig {
     }
 }
 
+/// One column of the experiment matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// Naive PD-disaggregation, 1 prefill + N decode, KV-aware routing.
+    E1,
+    /// KVC: session-affine, a reseed re-prefills.
+    E3,
+    /// KVC plus D→P snapshot push and prefill bypass.
+    E4,
+    /// E4 with the bypass switched off: push traffic without its benefit.
+    E4Ablate,
+}
+
+impl Variant {
+    /// The four, in the seed's order.
+    pub const ALL: [Variant; 4] = [Variant::E1, Variant::E3, Variant::E4, Variant::E4Ablate];
+
+    /// Label in tables and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            Variant::E1 => "E1",
+            Variant::E3 => "E3",
+            Variant::E4 => "E4",
+            Variant::E4Ablate => "E4-ablate",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

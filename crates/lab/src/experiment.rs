@@ -4,40 +4,14 @@
 //! hypotheses H4-1, H4-2 and H4-3 ("证实 / 证伪 / 部分证实" become
 //! `holds` / `fails` / `partial`, with the numbers).
 
+pub use crate::config::Variant;
+
 use crate::config::ExperimentConfig;
 use crate::metrics::RunSummary;
 use crate::run::{run_variant_on, EngineRunner, RunOutput};
 use handoff_workload::TraceItem;
 use serde::Serialize;
 use std::fmt::Write as _;
-
-/// One column of the experiment matrix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Variant {
-    /// Naive PD-disaggregation, 1 prefill + N decode, KV-aware routing.
-    E1,
-    /// KVC: session-affine, a reseed re-prefills.
-    E3,
-    /// KVC plus D→P snapshot push and prefill bypass.
-    E4,
-    /// E4 with the bypass switched off: push traffic without its benefit.
-    E4Ablate,
-}
-
-impl Variant {
-    /// The four, in the seed's order.
-    pub const ALL: [Variant; 4] = [Variant::E1, Variant::E3, Variant::E4, Variant::E4Ablate];
-
-    /// Label in tables and logs.
-    pub fn label(self) -> &'static str {
-        match self {
-            Variant::E1 => "E1",
-            Variant::E3 => "E3",
-            Variant::E4 => "E4",
-            Variant::E4Ablate => "E4-ablate",
-        }
-    }
-}
 
 /// A hypothesis outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -38,10 +38,9 @@ pub mod metrics;
 pub mod run;
 pub mod scenarios;
 
-pub use config::{ExperimentConfig, SyncConfig, TimingMode};
+pub use config::{ExperimentConfig, SyncConfig, TimingMode, Variant};
 pub use experiment::{
-    judge, run_experiment, run_experiment_on, ExperimentOutput, ExperimentReport, Status, Variant,
-    Verdict,
+    judge, run_experiment, run_experiment_on, ExperimentOutput, ExperimentReport, Status, Verdict,
 };
 pub use metrics::RunSummary;
 pub use run::{

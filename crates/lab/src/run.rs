@@ -5,8 +5,7 @@
 //! ([`handoff_replay::Replay::sessions`]); virtual-clock live runs the same
 //! configuration (`handoff_live_adapter::run_virtual_sessions`) with the same bytes.
 
-use crate::config::{ExperimentConfig, TimingMode};
-use crate::experiment::Variant;
+use crate::config::{ExperimentConfig, TimingMode, Variant};
 use crate::metrics::RunSummary;
 use handoff_core::{Backend, CoreBox, HandoffPolicy, WorkerId};
 use handoff_replay::Replay;

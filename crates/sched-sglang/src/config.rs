@@ -115,8 +115,9 @@ pub struct SglangConfig {
 /// `srt/managers/session_controller.py`, and the session-aware cache the
 /// seed's §3.1 names, `SessionAwareCache.cache_finished_req`), and the
 /// session's next request appends to it. On a prefill worker the
-/// [`crate::PrefillSnapshotStore`] holds snapshots decode workers pushed
-/// back, and a reseed covered by one bypasses its prefill.
+/// [`PrefillSnapshotStore`](crate::snapshot_store::PrefillSnapshotStore)
+/// holds snapshots decode workers pushed back, and a reseed covered by one
+/// bypasses its prefill.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SessionConfig {
     /// Keep session KV between turns and accept snapshots.

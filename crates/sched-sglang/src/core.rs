@@ -3,9 +3,8 @@
 //!
 //! This module holds the state, the page bookkeeping every other module
 //! shares, ordinary submission and the trait glue. Admission is in
-//! [`crate::prefill`], decode and retraction in [`crate::decode`],
-//! destination preallocation in [`crate::prealloc`] and the source side in
-//! [`crate::source`].
+//! `prefill.rs`, decode and retraction in `decode.rs`, destination
+//! preallocation in `prealloc.rs` and the source side in `source.rs`.
 //!
 //! Page categories. Every page of the pool is in exactly one of: free; in the
 //! radix tree and unlocked (cached, evictable); or owned by an [`Owner`] —
@@ -109,7 +108,7 @@ pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     pub(crate) scratch_order: Vec<u32>,
     pub(crate) scratch_batch: Vec<(u32, u64)>,
     /// Session slots (decode side of seed 002).
-    pub(crate) sessions: crate::session::Sessions,
+    pub(crate) sessions: crate::session_slots::Sessions,
     /// Snapshot side table (prefill side of seed 002).
     pub(crate) store: crate::snapshot_store::PrefillSnapshotStore,
     /// The time of the last command or step, for snapshot ages.
@@ -391,7 +390,7 @@ impl<P: PerfModel> SglangCore<P> {
     /// Output complete: cache and free (`cache_finished_req`), report it.
     /// The caller removes it from the batch.
     /// A session's turn keeps its KV in the session slot instead
-    /// ([`crate::session`]).
+    /// (`session.rs`).
     pub(crate) fn finish(&mut self, idx: u32, out: &mut StepOutput) {
         let id = self.seqs.get(idx).map(|s| s.id);
         if self.commit_session(idx) {
@@ -491,121 +490,6 @@ impl<P: PerfModel> SglangCore<P> {
             self.join_running(idx);
         }
     }
-
-    /// Recomputes every derived counter from the requests and checks the
-    /// page and slot identities; for tests.
-    #[cfg(test)]
-    pub(crate) fn check_consistency(&self) -> Result<(), String> {
-        self.radix.check()?;
-        let mut private = [0u64; OWNERS];
-        private[Owner::Session as usize] += self.store.entry_pages();
-        private[Owner::Reserved as usize] += self.store.pending_pages();
-        let mut slots = 0u64;
-        let mut running_kv = 0u64;
-        if self.decoding.len() != self.running.len() {
-            return Err("batch entries and running batch differ in length".into());
-        }
-        // The batch's requests as their entries hold them.
-        let mut current: std::collections::HashMap<u32, Seq> = Default::default();
-        for (&idx, d) in self.running.iter().zip(&self.decoding) {
-            let mut s = self
-                .seqs
-                .get(idx)
-                .ok_or("a running request is not in the slab")?
-                .clone();
-            if s.id != d.id || s.max_output != d.max_output {
-                return Err(format!("batch entry of {:?} belongs to {:?}", s.id, d.id));
-            }
-            d.store(&mut s);
-            current.insert(idx, s);
-        }
-        for (idx, seq) in self.seqs.iter_indexed() {
-            let seq = current.get(&idx).unwrap_or(seq);
-            private[seq.owner as usize] += seq.private_pages;
-            slots += u64::from(seq.has_slot);
-            if seq.phase == Phase::Running {
-                running_kv += seq.computed;
-            }
-            let pages = seq.tree_blocks * self.radix.pages_per_node() + seq.private_pages;
-            if seq.has_slot && pages != self.pages_for(seq.computed) {
-                return Err(format!(
-                    "{:?} holds {pages} pages for {} tokens",
-                    seq.id, seq.computed
-                ));
-            }
-        }
-        let mut idle = 0u64;
-        for (sid, slot) in &self.sessions.slots {
-            let Some(seq) = self.seqs.get(slot.idx) else {
-                return Err(format!("slot of {sid:?} has no request"));
-            };
-            if seq.session != Some(*sid) {
-                return Err(format!("slot of {sid:?} points at another request"));
-            }
-            let evictable = self.sessions.evictable.contains(&(slot.lru, *sid));
-            if evictable != (!slot.running && slot.push.is_none()) {
-                return Err(format!("slot of {sid:?}: evictable {evictable}"));
-            }
-            if !slot.running && (seq.phase != Phase::SessionIdle || seq.owner != Owner::Session) {
-                return Err(format!("idle slot of {sid:?} is {:?}", seq.phase));
-            }
-            if evictable {
-                idle += seq.private_pages;
-            }
-        }
-        if idle != self.sessions.evictable_pages
-            || self.sessions.evictable.len() > self.sessions.slots.len()
-        {
-            return Err("evictable session pages drifted".into());
-        }
-        if private != self.private {
-            return Err(format!("private {:?} != {:?}", self.private, private));
-        }
-        if slots + self.free_slots != self.cfg.total_request_slots() {
-            return Err(format!("slots {slots} + free {}", self.free_slots));
-        }
-        let clip = u64::from(self.cfg.max_new_tokens_clip);
-        let batch = self.running.iter().filter_map(|i| current.get(i));
-        let fill: u64 = batch.clone().map(|s| s.prompt + s.emitted).sum();
-        let largest = batch.map(|s| s.max_output.min(clip) + s.prompt).max();
-        if fill != self.batch_sums.fill()
-            || largest != self.batch_sums.largest_need()
-            || self.batch_sums.len() != self.running.len() as u64
-        {
-            return Err("batch sums drifted".into());
-        }
-        if running_kv != self.running_kv_tokens {
-            return Err(format!(
-                "running kv {running_kv} != {}",
-                self.running_kv_tokens
-            ));
-        }
-        let used = self.radix.total_pages() + private.iter().sum::<u64>();
-        if used > self.cfg.total_pages {
-            return Err(format!("{used} pages used of {}", self.cfg.total_pages));
-        }
-        let retracted: u64 = self
-            .waiting
-            .iter()
-            .filter_map(|&i| self.seqs.get(i))
-            .map(|s| s.retracted_fill)
-            .sum();
-        if retracted != self.retracted_fill {
-            return Err("retracted fill drifted".into());
-        }
-        let reserved = u64::from(self.cfg.num_reserved_decode_tokens);
-        let mut offloaded = 0u64;
-        for s in self.retracted.iter().filter_map(|&i| self.seqs.get(i)) {
-            if s.phase != Phase::Retracted || s.has_slot || s.private_pages > 0 {
-                return Err(format!("{:?} in the retracted queue holds KV", s.id));
-            }
-            offloaded += s.offloaded + reserved;
-        }
-        if offloaded != self.retracted_required {
-            return Err("retracted queue requirement drifted".into());
-        }
-        Ok(())
-    }
 }
 
 impl<P: PerfModel> SchedulerCore for SglangCore<P> {
@@ -652,7 +536,9 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
                     request_slot: false,
                     decode_headroom_tokens: 0,
                 }),
-                Err(crate::SnapshotRefusal::Unavailable) => CommandOutcome::Unavailable(None),
+                Err(crate::snapshot_store::SnapshotRefusal::Unavailable) => {
+                    CommandOutcome::Unavailable(None)
+                }
                 Err(_) => CommandOutcome::Unsupported(None),
             },
             SchedulerCommand::IngestSnapshot { id } => {

@@ -82,9 +82,10 @@
 //!
 //! ```
 //! use handoff_core::{
-//!     Generation, HandoffConfig, HandoffPolicy, Instant, PolynomialPerf, Request, RequestId,
-//!     Worker, WorkerEvent, WorkerId, WorkerRequest,
+//!     Generation, HandoffConfig, HandoffPolicy, Instant, Request, RequestId, Worker, WorkerEvent,
+//!     WorkerId, WorkerRequest,
 //! };
+//! use handoff_perf::PolynomialPerf;
 //! use handoff_sched_sglang::{SglangConfig, SglangCore};
 //!
 //! let mut cfg = SglangConfig::with_page_size(1);
@@ -122,7 +123,9 @@ mod ratio;
 mod retracted;
 mod seq;
 mod session;
+mod session_slots;
 mod snapshot_store;
+mod snapshots;
 mod source;
 
 pub use crate::config::{
@@ -130,7 +133,7 @@ pub use crate::config::{
     SglangConfig, ASSUMED_CONTEXT_LEN, DEFAULT_EVENT_BLOCK_TOKENS,
 };
 pub use crate::core::SglangCore;
-pub use crate::session::SessionCapacity;
+pub use crate::session_slots::SessionCapacity;
 pub use crate::snapshot_store::{
     PrefillSnapshotStore, SnapshotEntry, SnapshotRefusal, SnapshotReservation,
 };

@@ -62,6 +62,27 @@ struct Budget {
     offset: f64,
 }
 
+/// One waiting request's admission as [`SglangCore::plan_admission`] found
+/// it fits: its prefix, its extend and the chunk it is truncated to.
+struct Admission {
+    /// It already holds a request slot.
+    has_slot: bool,
+    /// KV it brings itself (a session slot or a snapshot), in tokens.
+    own: u64,
+    /// Blocks of its prefix matched in the radix tree.
+    matched_blocks: u64,
+    /// The deepest matched node, or `NIL`.
+    deepest: u32,
+    /// Tokens already computed when the extend starts.
+    prefix: u64,
+    /// Tokens to compute to complete its fill.
+    extend: u64,
+    /// The extend in whole pages.
+    input_tokens: u64,
+    /// The extend truncated to the remaining chunk budget, when it exceeds it.
+    chunk: Option<u64>,
+}
+
 impl<P: PerfModel> SglangCore<P> {
     /// Clipped new tokens a request still asks for. A handoff prefill counts
     /// one: SGLang's `PrefillBootstrapQueue._process_req` sets its
@@ -92,8 +113,10 @@ impl<P: PerfModel> SglangCore<P> {
         Add::Continue
     }
 
-    /// Builds and runs a prefill pass; `None` when nothing is admitted.
-    pub(crate) fn prefill_pass(&mut self, out: &mut StepOutput) -> Option<PrefillWork> {
+    /// Whether a pass may admit anything: `(running batch size, room)`, or
+    /// `None` (with `batch_is_full` set when the batch or the request slots
+    /// are full).
+    fn prefill_room(&mut self) -> Option<(u64, u64)> {
         if self.chunked.is_none() && (self.waiting.is_empty() || self.batch_is_full) {
             return None;
         }
@@ -118,8 +141,11 @@ impl<P: PerfModel> SglangCore<P> {
             self.batch_is_full = true;
             return None;
         }
-        let mixed = self.cfg.enable_mixed_chunk && running_bs > 0;
-        let num_mixed = if mixed { running_bs as i64 } else { 0 };
+        Some((running_bs, room))
+    }
+
+    /// The budget a pass starts with, `num_mixed` decode requests mixed in.
+    fn prefill_budget(&self, num_mixed: i64) -> Budget {
         let ratio = self.ratio.current();
         let clip = u64::from(self.cfg.max_new_tokens_clip);
         let offset: f64 = self
@@ -127,164 +153,71 @@ impl<P: PerfModel> SglangCore<P> {
             .iter()
             .map(|d| d.remaining_output().min(clip) as f64 * ratio)
             .sum();
-        let mut b = Budget {
+        Budget {
             rem_input: i64::from(self.cfg.max_prefill_tokens) - num_mixed,
             rem_chunk: (self.cfg.chunked_prefill_size > 0)
                 .then(|| i64::from(self.cfg.chunked_prefill_size) - num_mixed),
             offset,
-        };
-        let mut batch = std::mem::take(&mut self.scratch_batch);
-        batch.clear();
-        let mut next_chunked = None;
-
-        // `add_chunked_req`: continue the chunked request. Its memory is not
-        // re-checked by SGLang (an allocation failure there is fatal); here
-        // its chunk is capped by what the pool can still give.
-        if let Some(c) = self.chunked {
-            let (fill, computed) = match self.seqs.get(c) {
-                Some(s) => (s.fill_len(), s.computed),
-                None => (0, 0),
-            };
-            let remaining = fill.saturating_sub(computed);
-            let mut extend = remaining;
-            if let Some(rc) = b.rem_chunk {
-                extend = extend.min(rc.max(0) as u64);
-            }
-            extend = extend.min(self.available_tokens());
-            if extend < remaining {
-                extend = extend / self.page * self.page;
-            }
-            if extend > 0 {
-                let truncated = extend < remaining;
-                let paged = self.ceil_paged(extend);
-                let new_tokens = if truncated {
-                    0
-                } else {
-                    self.admission_new_tokens(c)
-                };
-                b.offset += (paged + new_tokens) as f64;
-                b.rem_input -= paged as i64;
-                if let Some(rc) = b.rem_chunk.as_mut() {
-                    *rc -= paged as i64;
-                }
-                batch.push((c, extend));
-                if truncated {
-                    next_chunked = Some(c);
-                }
-            } else {
-                next_chunked = Some(c);
-            }
         }
+    }
 
-        // `add_one_req` over the waiting queue, FCFS. Admitted requests are
-        // always a prefix of the queue: the loop stops at the first refusal.
+    /// `add_chunked_req`: continue the chunked request `c`. Its memory is not
+    /// re-checked by SGLang (an allocation failure there is fatal); here
+    /// its chunk is capped by what the pool can still give. Returns `c` when
+    /// it stays the chunked request.
+    fn continue_chunked(&self, c: u32, b: &mut Budget, batch: &mut Vec<(u32, u64)>) -> Option<u32> {
+        let (fill, computed) = match self.seqs.get(c) {
+            Some(s) => (s.fill_len(), s.computed),
+            None => (0, 0),
+        };
+        let remaining = fill.saturating_sub(computed);
+        let mut extend = remaining;
+        if let Some(rc) = b.rem_chunk {
+            extend = extend.min(rc.max(0) as u64);
+        }
+        extend = extend.min(self.available_tokens());
+        if extend < remaining {
+            extend = extend / self.page * self.page;
+        }
+        if extend > 0 {
+            let truncated = extend < remaining;
+            let paged = self.ceil_paged(extend);
+            let new_tokens = if truncated {
+                0
+            } else {
+                self.admission_new_tokens(c)
+            };
+            b.offset += (paged + new_tokens) as f64;
+            b.rem_input -= paged as i64;
+            if let Some(rc) = b.rem_chunk.as_mut() {
+                *rc -= paged as i64;
+            }
+            batch.push((c, extend));
+            truncated.then_some(c)
+        } else {
+            Some(c)
+        }
+    }
+
+    /// `add_one_req` over the waiting queue, FCFS; returns how many were
+    /// admitted. Admitted requests are always a prefix of the queue: the
+    /// loop stops at the first refusal.
+    fn admit_waiting(
+        &mut self,
+        room: u64,
+        b: &mut Budget,
+        batch: &mut Vec<(u32, u64)>,
+        next_chunked: &mut Option<u32>,
+    ) -> usize {
         let mut admitted = 0usize;
         while admitted < self.waiting.len() {
             let idx = self.waiting[admitted];
-            // Taking a slot or a snapshot takes pages that earlier
-            // admissions of this pass may be counting on as evictable: then
-            // the request waits to be first in a later pass.
-            let spare = if batch.is_empty() {
-                f64::INFINITY
-            } else {
-                self.available_tokens() as f64 - b.offset
+            let Some(a) = self.plan_admission(idx, room, b, batch) else {
+                break;
             };
-            if self.sessions_on() && !self.take_session_slot(idx, spare) {
-                break;
-            }
-            let has_slot = self.seqs.get(idx).is_some_and(|s| s.has_slot);
-            if batch.len() as u64 >= room || (!has_slot && !self.reclaim_request_slot()) {
-                self.batch_is_full = true;
-                break;
-            }
-            if self.sessions_on() && !self.try_bypass(idx, spare) {
-                break;
-            }
-            // KV the request brings (a session slot it appends to, or a
-            // snapshot it reads) is its prefix; no tree match.
-            let own = self.seqs.get(idx).map_or(0, |s| s.computed);
-            let (fill, max_blocks) = match self.seqs.get(idx) {
-                Some(s) => {
-                    let fill = s.fill_len();
-                    let cap = ((fill - 1) / self.block_tokens) as usize;
-                    (fill, cap.min(s.hashes.len()))
-                }
-                None => break,
-            };
-            let (m, deepest) = match self.seqs.get(idx) {
-                Some(s) => self.radix.match_prefix(&s.hashes[..max_blocks]),
-                None => break,
-            };
-            let prefix = if own > 0 { own } else { m * self.block_tokens };
-            let extend = fill - prefix;
-            let total = (extend + self.admission_new_tokens(idx)) as f64;
-            let avail = self.available_tokens() as f64;
-            if total >= avail - b.offset {
-                self.batch_is_full = true;
-                break;
-            }
-            let input_tokens = self.ceil_paged(extend);
-            if input_tokens as i64 >= b.rem_input && !batch.is_empty() {
-                break;
-            }
-            // Locking the prefix may take pages out of the evictable pool.
-            let newly_locked = if deepest == NIL {
-                0
-            } else {
-                self.radix.unlocked_pages_on_path(deepest) * self.page
-            };
-            if total >= avail - newly_locked as f64 - b.offset {
-                self.batch_is_full = true;
-                break;
-            }
-            let chunk = match b.rem_chunk {
-                Some(rc) if input_tokens as i64 > rc => {
-                    let trunc = rc.max(0) as u64 / self.page * self.page;
-                    if trunc == 0 {
-                        break;
-                    }
-                    Some(trunc)
-                }
-                _ => None,
-            };
-            let new_tokens = self.admission_new_tokens(idx);
-            if deepest != NIL {
-                self.radix.lock(deepest, Owner::Active);
-            }
-            if own == 0 {
-                if let Some(s) = self.seqs.get_mut(idx) {
-                    s.node = deepest;
-                    s.tree_blocks = m;
-                    s.computed = prefix;
-                }
-            }
-            if !has_slot {
-                if let Some(s) = self.seqs.get_mut(idx) {
-                    s.has_slot = true;
-                }
-                self.free_slots -= 1;
-            }
+            self.admit(idx, a, b, batch, next_chunked);
             admitted += 1;
-            match chunk {
-                Some(trunc) => {
-                    batch.push((idx, trunc));
-                    next_chunked = Some(idx);
-                    b.offset += trunc as f64;
-                    b.rem_input -= trunc as i64;
-                    if let Some(rc) = b.rem_chunk.as_mut() {
-                        *rc -= trunc as i64;
-                    }
-                }
-                None => {
-                    batch.push((idx, extend));
-                    b.offset += (input_tokens + new_tokens) as f64;
-                    b.rem_input -= input_tokens as i64;
-                    if let Some(rc) = b.rem_chunk.as_mut() {
-                        *rc -= input_tokens as i64;
-                    }
-                }
-            }
-            match self.budget_state(&b) {
+            match self.budget_state(b) {
                 Add::Continue => {}
                 Add::NoToken => {
                     self.batch_is_full = true;
@@ -293,13 +226,150 @@ impl<P: PerfModel> SglangCore<P> {
                 Add::Other => break,
             }
         }
-        if batch.is_empty() {
-            self.scratch_batch = batch;
+        admitted
+    }
+
+    /// Whether waiting request `idx` fits this pass, and how; `None` stops
+    /// the admission (with `batch_is_full` set on NO_TOKEN or a full batch).
+    fn plan_admission(
+        &mut self,
+        idx: u32,
+        room: u64,
+        b: &Budget,
+        batch: &[(u32, u64)],
+    ) -> Option<Admission> {
+        // Taking a slot or a snapshot takes pages that earlier
+        // admissions of this pass may be counting on as evictable: then
+        // the request waits to be first in a later pass.
+        let spare = if batch.is_empty() {
+            f64::INFINITY
+        } else {
+            self.available_tokens() as f64 - b.offset
+        };
+        if self.sessions_on() && !self.take_session_slot(idx, spare) {
             return None;
         }
+        let has_slot = self.seqs.get(idx).is_some_and(|s| s.has_slot);
+        if batch.len() as u64 >= room || (!has_slot && !self.reclaim_request_slot()) {
+            self.batch_is_full = true;
+            return None;
+        }
+        if self.sessions_on() && !self.try_bypass(idx, spare) {
+            return None;
+        }
+        // KV the request brings (a session slot it appends to, or a
+        // snapshot it reads) is its prefix; no tree match.
+        let own = self.seqs.get(idx).map_or(0, |s| s.computed);
+        let (fill, max_blocks) = match self.seqs.get(idx) {
+            Some(s) => {
+                let fill = s.fill_len();
+                let cap = ((fill - 1) / self.block_tokens) as usize;
+                (fill, cap.min(s.hashes.len()))
+            }
+            None => return None,
+        };
+        let (m, deepest) = match self.seqs.get(idx) {
+            Some(s) => self.radix.match_prefix(&s.hashes[..max_blocks]),
+            None => return None,
+        };
+        let prefix = if own > 0 { own } else { m * self.block_tokens };
+        let extend = fill - prefix;
+        let total = (extend + self.admission_new_tokens(idx)) as f64;
+        let avail = self.available_tokens() as f64;
+        if total >= avail - b.offset {
+            self.batch_is_full = true;
+            return None;
+        }
+        let input_tokens = self.ceil_paged(extend);
+        if input_tokens as i64 >= b.rem_input && !batch.is_empty() {
+            return None;
+        }
+        // Locking the prefix may take pages out of the evictable pool.
+        let newly_locked = if deepest == NIL {
+            0
+        } else {
+            self.radix.unlocked_pages_on_path(deepest) * self.page
+        };
+        if total >= avail - newly_locked as f64 - b.offset {
+            self.batch_is_full = true;
+            return None;
+        }
+        let chunk = match b.rem_chunk {
+            Some(rc) if input_tokens as i64 > rc => {
+                let trunc = rc.max(0) as u64 / self.page * self.page;
+                if trunc == 0 {
+                    return None;
+                }
+                Some(trunc)
+            }
+            _ => None,
+        };
+        Some(Admission {
+            has_slot,
+            own,
+            matched_blocks: m,
+            deepest,
+            prefix,
+            extend,
+            input_tokens,
+            chunk,
+        })
+    }
 
-        // `alloc_for_extend`: the admission budget guarantees the pages exist
-        // once unlocked cache is evicted.
+    /// Admits waiting request `idx` as `a` planned: locks its prefix, takes
+    /// its request slot, and adds its extend (or its chunk) to the batch and
+    /// the budget.
+    fn admit(
+        &mut self,
+        idx: u32,
+        a: Admission,
+        b: &mut Budget,
+        batch: &mut Vec<(u32, u64)>,
+        next_chunked: &mut Option<u32>,
+    ) {
+        let new_tokens = self.admission_new_tokens(idx);
+        if a.deepest != NIL {
+            self.radix.lock(a.deepest, Owner::Active);
+        }
+        if a.own == 0 {
+            if let Some(s) = self.seqs.get_mut(idx) {
+                s.node = a.deepest;
+                s.tree_blocks = a.matched_blocks;
+                s.computed = a.prefix;
+            }
+        }
+        if !a.has_slot {
+            if let Some(s) = self.seqs.get_mut(idx) {
+                s.has_slot = true;
+            }
+            self.free_slots -= 1;
+        }
+        match a.chunk {
+            Some(trunc) => {
+                batch.push((idx, trunc));
+                *next_chunked = Some(idx);
+                b.offset += trunc as f64;
+                b.rem_input -= trunc as i64;
+                if let Some(rc) = b.rem_chunk.as_mut() {
+                    *rc -= trunc as i64;
+                }
+            }
+            None => {
+                batch.push((idx, a.extend));
+                b.offset += (a.input_tokens + new_tokens) as f64;
+                b.rem_input -= a.input_tokens as i64;
+                if let Some(rc) = b.rem_chunk.as_mut() {
+                    *rc -= a.input_tokens as i64;
+                }
+            }
+        }
+    }
+
+    /// `alloc_for_extend`: the admission budget guarantees the pages exist
+    /// once unlocked cache is evicted. Then the `admitted` requests leave
+    /// the waiting queue. Returns the pages needed; `None`, with the
+    /// admissions undone, when the pool could not give them.
+    fn alloc_batch(&mut self, batch: &[(u32, u64)], admitted: usize) -> Option<u64> {
         let need: u64 = batch
             .iter()
             .filter_map(|&(i, e)| self.seqs.get(i).map(|s| (s.computed, e)))
@@ -316,7 +386,6 @@ impl<P: PerfModel> SglangCore<P> {
                 }
             }
             self.batch_is_full = true;
-            self.scratch_batch = batch;
             return None;
         }
         for _ in 0..admitted {
@@ -328,17 +397,16 @@ impl<P: PerfModel> SglangCore<P> {
                 }
             }
         }
+        Some(need)
+    }
 
-        let kv_tokens = self.running_kv_tokens;
-        let mixed_batch = if mixed {
-            self.mixed_decode(need, out)
-        } else {
-            0
-        };
-
+    /// Computes the extends of `batch`: allocates their pages, caches their
+    /// completed prompt blocks, and completes the prefills whose fill is
+    /// done. Returns the tokens computed and their prefix work.
+    fn run_extends(&mut self, batch: &[(u32, u64)], out: &mut StepOutput) -> (u64, u64) {
         let mut tokens = 0u64;
         let mut prefix_work = 0u64;
-        for &(idx, extend) in &batch {
+        for &(idx, extend) in batch {
             let (c, fill) = match self.seqs.get(idx) {
                 Some(s) => (s.computed, s.fill_len()),
                 None => continue,
@@ -357,6 +425,38 @@ impl<P: PerfModel> SglangCore<P> {
                 self.kv_chunk_done(idx, c + extend, out);
             }
         }
+        (tokens, prefix_work)
+    }
+
+    /// Builds and runs a prefill pass; `None` when nothing is admitted.
+    pub(crate) fn prefill_pass(&mut self, out: &mut StepOutput) -> Option<PrefillWork> {
+        let (running_bs, room) = self.prefill_room()?;
+        let mixed = self.cfg.enable_mixed_chunk && running_bs > 0;
+        let num_mixed = if mixed { running_bs as i64 } else { 0 };
+        let mut b = self.prefill_budget(num_mixed);
+        let mut batch = std::mem::take(&mut self.scratch_batch);
+        batch.clear();
+        let mut next_chunked = None;
+        if let Some(c) = self.chunked {
+            next_chunked = self.continue_chunked(c, &mut b, &mut batch);
+        }
+        let admitted = self.admit_waiting(room, &mut b, &mut batch, &mut next_chunked);
+        if batch.is_empty() {
+            self.scratch_batch = batch;
+            return None;
+        }
+        let Some(need) = self.alloc_batch(&batch, admitted) else {
+            self.scratch_batch = batch;
+            return None;
+        };
+
+        let kv_tokens = self.running_kv_tokens;
+        let mixed_batch = if mixed {
+            self.mixed_decode(need, out)
+        } else {
+            0
+        };
+        let (tokens, prefix_work) = self.run_extends(&batch, out);
         self.chunked = next_chunked;
         if let Some(s) = next_chunked.and_then(|c| self.seqs.get_mut(c)) {
             s.phase = Phase::Chunked;

@@ -43,7 +43,7 @@ pub(crate) enum Phase {
 ///
 /// Layout: the decode fields come first (`repr(C)`) and the record starts
 /// on a cache line (`align(64)`), so they share one line. While the
-/// request runs they live in its batch entry ([`crate::batch::Decoding`]);
+/// request runs they live in its batch entry (`Decoding`, in `batch.rs`);
 /// joining and leaving the batch loads and stores them as that one line,
 /// and the paths that read them outside the batch (admission, sessions,
 /// retraction) read one line rather than the three a 192-byte record with

@@ -23,7 +23,7 @@ pub const DEFAULT_MAX_NUM_SEQS: u32 = 1024;
 /// Default token budget of one pass; see [`DEFAULT_MAX_NUM_SEQS`].
 pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 8192;
 
-/// Configuration of a [`crate::VllmCore`].
+/// Configuration of a `VllmCore`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct VllmConfig {
     /// KV blocks in the pool (vLLM `num_gpu_blocks`). vLLM keeps one of them

@@ -128,21 +128,20 @@ impl<P: PerfModel> VllmCore<P> {
         self.run_stable(next_start, horizon, out);
     }
 
-    /// One full pass. `None` when it neither scheduled a token nor preempted
-    /// anything (no runnable work, or waiting work that does not fit).
-    pub(crate) fn run_pass(&mut self, out: &mut StepOutput) -> Option<PassStats> {
-        let mut budget = u64::from(self.cfg.max_num_batched_tokens);
-        self.sched.clear();
-        self.emitted.clear();
+    /// The running half of `Scheduler.schedule`: each running request's new
+    /// tokens within `budget` (which it lowers), preempting from the back
+    /// when blocks run short. The scheduled requests go to `sched`; returns
+    /// whether anything was preempted.
+    fn schedule_running(&mut self, budget: &mut u64, out: &mut StepOutput) -> bool {
         let mut preempted = false;
         self.seqs.warm(&self.running);
         let bs = self.bs();
 
         let mut i = 0;
-        while i < self.running.len() && budget > 0 {
+        while i < self.running.len() && *budget > 0 {
             let s = self.running[i];
             let seq = self.seqs.get(s);
-            let new = (seq.num_tokens().saturating_sub(seq.computed)).min(budget);
+            let new = (seq.num_tokens().saturating_sub(seq.computed)).min(*budget);
             if new == 0 {
                 i += 1;
                 continue;
@@ -182,20 +181,14 @@ impl<P: PerfModel> VllmCore<P> {
                 self.commit(s, end);
             }
             self.sched.push((s, new));
-            budget -= new;
+            *budget -= new;
             i += 1;
         }
+        preempted
+    }
 
-        if !preempted {
-            self.admit_waiting(budget, out);
-        }
-        if self.sched.is_empty() && !preempted {
-            return None;
-        }
-
-        // One walk both shapes the pass and applies it: the shape reads
-        // each request before its tokens count as computed, and nothing the
-        // walk frees (a finish, a pin) is part of the shape.
+    /// Applies the scheduled tokens and shapes the pass from them.
+    fn apply_scheduled(&mut self, out: &mut StepOutput) -> Pass {
         let mut pass = Pass::on_pool(self.pool.total() * self.bs());
         let mut left_batch = false;
         for k in 0..self.sched.len() {
@@ -238,6 +231,28 @@ impl<P: PerfModel> VllmCore<P> {
             self.running
                 .retain(|&s| seqs.get(s).phase == Phase::Running);
         }
+        pass
+    }
+
+    /// One full pass. `None` when it neither scheduled a token nor preempted
+    /// anything (no runnable work, or waiting work that does not fit).
+    pub(crate) fn run_pass(&mut self, out: &mut StepOutput) -> Option<PassStats> {
+        let mut budget = u64::from(self.cfg.max_num_batched_tokens);
+        self.sched.clear();
+        self.emitted.clear();
+        let preempted = self.schedule_running(&mut budget, out);
+
+        if !preempted {
+            self.admit_waiting(budget, out);
+        }
+        if self.sched.is_empty() && !preempted {
+            return None;
+        }
+
+        // One walk both shapes the pass and applies it: the shape reads
+        // each request before its tokens count as computed, and nothing the
+        // walk frees (a finish, a pin) is part of the shape.
+        let pass = self.apply_scheduled(out);
         let prefill_tokens = pass.prefill_tokens;
         let duration = self.perf.pass(&pass);
         Some(PassStats {

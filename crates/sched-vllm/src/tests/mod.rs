@@ -3,6 +3,7 @@
 //! identity ([`check_identity`]), the exactly-once [`Ledger`] and a full
 //! internal audit (every reference accounted for by exactly one owner).
 
+mod fit_hits;
 mod generated;
 mod lifecycle;
 mod multistep;
