@@ -17,17 +17,7 @@ use handoff_core::{
 use handoff_engine::HostOp;
 use handoff_transport::{Frame, HostReply};
 
-const CANCEL: [CancelReason; 9] = [
-    CancelReason::Client,
-    CancelReason::PeerAborted,
-    CancelReason::PeerLost,
-    CancelReason::PeerRestarted,
-    CancelReason::TransferFailed,
-    CancelReason::LeaseExpired,
-    CancelReason::ReservationExpired,
-    CancelReason::Unsupported,
-    CancelReason::Teardown,
-];
+const CANCEL: [CancelReason; 9] = CancelReason::ALL;
 
 /// Stable name of a frame including the variant inside it, for outcome
 /// histograms (`Event/Kv`, `Host/Deliver/Request`, ...).

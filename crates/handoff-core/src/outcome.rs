@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn order_is_by_name() {
-        let mut v = vec![
+        let mut v = [
             FailureReason::WorkerLost,
             FailureReason::Handoff(CancelReason::Client),
             FailureReason::NoWorker,
