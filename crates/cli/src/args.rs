@@ -268,6 +268,7 @@ impl DeployArgs {
     /// with every worker's engine spec in id order (prefill or aggregated
     /// workers first). Every spec is checked to build a core.
     pub fn deployment(&self, multi_step: bool) -> Result<(ReplayConfig, Vec<EngineSpec>), String> {
+        self.check_ranges()?;
         if self.prefill == 0 {
             return Err(if self.decode == 0 {
                 "--prefill 0 --decode 0: there is no worker to serve on".into()
@@ -588,6 +589,7 @@ impl Skipped {
 impl WorkloadArgs {
     /// Opens the trace, or builds the synthetic workload.
     pub fn open(&self, seed: u64) -> Result<Workload, String> {
+        self.check_ranges()?;
         let mut wl = self.open_unscaled(seed)?;
         let ratio = positive("arrival-speedup-ratio", self.arrival_speedup_ratio)?;
         if ratio != 1.0 {

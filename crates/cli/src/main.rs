@@ -21,6 +21,7 @@ macro_rules! out {
 mod args;
 mod experiment_cmd;
 mod html;
+mod limits;
 mod live_cmd;
 mod replay_cmd;
 mod report_out;

@@ -60,6 +60,16 @@ fn bad_flags_are_errors_not_panics() {
         vec!["replay", "--trace", "/nonexistent/trace.jsonl"],
         vec!["live", "--speed", "0", "--requests", "1"],
         vec!["scenario", "no-such-scenario"],
+        // Values that used to panic, size huge allocations or run nonsense.
+        vec!["replay", "--transfer-ms", "1e300"],
+        vec!["replay", "--bandwidth-gbps", "1e-300"],
+        vec!["replay", "--prefill-kv-tokens", "100000000000"],
+        vec!["replay", "--max-running", "4294967295"],
+        vec!["replay", "--prefill", "100000", "--requests", "10"],
+        vec!["replay", "--message-latency-us", "18446744073709551615"],
+        vec!["replay", "--lease-ttl-s", "18446744073709551615"],
+        vec!["replay", "--rate", "inf"],
+        vec!["serve", "--transfer-ms", "1e300"],
     ] {
         let out = Command::new(BIN).args(&args).output().expect("run");
         assert!(!out.status.success(), "{args:?}");

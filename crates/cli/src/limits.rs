@@ -1,0 +1,167 @@
+//! The range every numeric flag of a deployment and a workload must lie
+//! in, so that no flag can panic a conversion, overflow model time, loop
+//! for ever or size an allocation past what a run on one machine can use.
+//! A value outside its range is refused up front, naming the flag, the
+//! value and the range.
+//!
+//! The bounds are generous: each is orders of magnitude past what a real
+//! deployment uses (an H200 holds about a million tokens of an 8B model's
+//! KV; Dynamo and llm-d benchmarks run tens of workers per pool).
+
+use crate::args::{DeployArgs, WorkloadArgs};
+
+/// Workers per pool. Each idle worker costs its scheduler core's fixed
+/// tables (hundreds of kilobytes), so 10^5 workers would need gigabytes
+/// before the first request.
+pub const MAX_WORKERS: u32 = 1024;
+/// KV tokens per worker. The vLLM pool keeps one entry per block, so a
+/// pool's memory is fixed by this at start (2^24 tokens: 1 M blocks of 16).
+pub const MAX_KV_TOKENS: u64 = 1 << 24;
+/// Running requests per worker (the cores size per-request slots by it).
+pub const MAX_RUNNING: u32 = 1 << 16;
+/// Model seconds any lifetime or latency flag may span (about 11.6 days);
+/// model time is nanoseconds in a `u64`, which this keeps far from overflow.
+pub const MAX_SECONDS: f64 = 1_000_000.0;
+/// Smallest and largest speed-up, bandwidth or rate factor accepted.
+const MIN_RATIO: f64 = 1e-6;
+const MAX_RATIO: f64 = 1e6;
+
+/// `x` as a person would write it: plain digits for ordinary magnitudes,
+/// scientific notation for huge or tiny ones.
+fn show(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-3..1e9).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// `value` must be a finite number in `lo..=hi`.
+fn real(flag: &str, value: f64, lo: f64, hi: f64) -> Result<(), String> {
+    if value.is_finite() && (lo..=hi).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--{flag}: {} is outside {}..={}",
+            show(value),
+            show(lo),
+            show(hi)
+        ))
+    }
+}
+
+/// `value` must be an integer in `lo..=hi`.
+fn int(flag: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
+    if (lo..=hi).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("--{flag}: {value} is outside {lo}..={hi}"))
+    }
+}
+
+impl DeployArgs {
+    /// Every numeric flag in its range (see the module docs).
+    pub fn check_ranges(&self) -> Result<(), String> {
+        let secs = MAX_SECONDS as u64;
+        int(
+            "prefill",
+            u64::from(self.prefill),
+            0,
+            u64::from(MAX_WORKERS),
+        )?;
+        int("decode", u64::from(self.decode), 0, u64::from(MAX_WORKERS))?;
+        int(
+            "prefill-kv-tokens",
+            self.prefill_kv_tokens,
+            0,
+            MAX_KV_TOKENS,
+        )?;
+        int("decode-kv-tokens", self.decode_kv_tokens, 0, MAX_KV_TOKENS)?;
+        if let Some(b) = self.block_size {
+            int("block-size", u64::from(b), 1, 4096)?;
+        }
+        if let Some(n) = self.max_running {
+            int("max-running", u64::from(n), 1, u64::from(MAX_RUNNING))?;
+        }
+        int(
+            "max-batched-tokens",
+            u64::from(self.max_batched_tokens),
+            1,
+            MAX_KV_TOKENS,
+        )?;
+        real(
+            "pass-speedup-ratio",
+            self.pass_speedup_ratio,
+            MIN_RATIO,
+            MAX_RATIO,
+        )?;
+        if let Some(r) = self.speedup_ratio {
+            real("speedup-ratio", r, MIN_RATIO, MAX_RATIO)?;
+        }
+        real("transfer-ms", self.transfer_ms, 0.0, MAX_SECONDS * 1e3)?;
+        int("bytes-per-token", self.bytes_per_token, 1, 1 << 30)?;
+        real("bandwidth-gbps", self.bandwidth_gbps, MIN_RATIO, MAX_RATIO)?;
+        int(
+            "message-latency-us",
+            self.message_latency_us,
+            0,
+            secs * 1_000_000,
+        )?;
+        for (flag, v) in [
+            ("reservation-ttl-s", self.reservation_ttl_s),
+            ("lease-ttl-s", self.lease_ttl_s),
+            ("renew-lease-s", self.renew_lease_s),
+        ] {
+            if let Some(v) = v {
+                int(flag, v, 0, secs)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl WorkloadArgs {
+    /// Every numeric flag in its range (see the module docs).
+    pub fn check_ranges(&self) -> Result<(), String> {
+        int(
+            "trace-block-size",
+            u64::from(self.trace_block_size),
+            1,
+            1 << 20,
+        )?;
+        real(
+            "arrival-speedup-ratio",
+            self.arrival_speedup_ratio,
+            MIN_RATIO,
+            MAX_RATIO,
+        )?;
+        if let Some(r) = self.rate {
+            real("rate", r, MIN_RATIO, MAX_RATIO)?;
+        }
+        if let Some(n) = self.requests {
+            int("requests", n, 0, 1_000_000_000)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_flag_value_and_range() {
+        assert_eq!(
+            real("transfer-ms", 1e300, 0.0, 1e9).unwrap_err(),
+            "--transfer-ms: 1e300 is outside 0..=1e9"
+        );
+        assert!(real("bandwidth-gbps", f64::NAN, 1e-6, 1e6).is_err());
+        assert!(real("bandwidth-gbps", 1e-300, 1e-6, 1e6).is_err());
+        assert!(real("bandwidth-gbps", 25.0, 1e-6, 1e6).is_ok());
+        assert_eq!(
+            int("max-running", 4_294_967_295, 1, 65_536).unwrap_err(),
+            "--max-running: 4294967295 is outside 1..=65536"
+        );
+        assert!(int("prefill", 64, 0, 1024).is_ok());
+    }
+}
