@@ -164,6 +164,15 @@ pub fn simulate(
     if let Some(e) = wl.error.borrow_mut().take() {
         return Err(e.to_string());
     }
+    if outcome.report.num_requests == 0 {
+        if let Some(t) = &a.workload.trace {
+            let skipped = wl.skipped.borrow().count;
+            return Err(format!(
+                "--trace {}: no request to replay ({skipped} bad lines skipped)",
+                t.display()
+            ));
+        }
+    }
     let wall = started.elapsed();
     if let (Some(w), Some(p)) = (kv_out, &a.kv_events_out) {
         if let Some(w) = w.borrow_mut().take() {

@@ -70,6 +70,8 @@ fn bad_flags_are_errors_not_panics() {
         vec!["replay", "--lease-ttl-s", "18446744073709551615"],
         vec!["replay", "--rate", "inf"],
         vec!["serve", "--transfer-ms", "1e300"],
+        // A trace with no request in it is no replay.
+        vec!["replay", "--trace", "/dev/null"],
     ] {
         let out = Command::new(BIN).args(&args).output().expect("run");
         assert!(!out.status.success(), "{args:?}");

@@ -403,6 +403,9 @@ fn token_count(s: &Scalar) -> Result<u32, Problem> {
     }
 }
 
+/// The UTF-8 byte order mark.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 impl<R: BufRead> Iterator for TraceReader<R> {
     type Item = Result<TraceItem, TraceError>;
 
@@ -438,6 +441,11 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                 LineRead::Line => {
                     self.line_no += 1;
                     self.stats.lines += 1;
+                    // A UTF-8 byte order mark opens the file, not the
+                    // first record (editors on Windows write one).
+                    if self.line_no == 1 && self.line.starts_with(UTF8_BOM) {
+                        self.line.drain(..UTF8_BOM.len());
+                    }
                     if self.line.iter().all(u8::is_ascii_whitespace) {
                         self.stats.blank_lines += 1;
                         continue;
@@ -674,6 +682,23 @@ mod tests {
         assert_eq!(errors.len(), 2);
         assert_eq!(errors[0].line(), 2);
         assert_eq!(errors[1].to_string(), "t:3: line: longer than 200 bytes");
+    }
+
+    #[test]
+    fn a_byte_order_mark_opens_the_file_not_the_record() {
+        let line = r#"{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": []}"#;
+        let (items, stats, _) = read_all(
+            &format!("\u{feff}{line}\n{line}\n"),
+            ReaderOptions::new("t"),
+        );
+        assert!(items.iter().all(Result::is_ok), "{items:?}");
+        assert_eq!(stats.records, 2);
+        // Only the file's first line may carry one.
+        let (items, _, _) = read_all(
+            &format!("{line}\n\u{feff}{line}\n"),
+            ReaderOptions::new("t"),
+        );
+        assert!(items[1].is_err());
     }
 
     #[test]
