@@ -162,7 +162,47 @@ pub struct ExperimentArgs {
     json: bool,
 }
 
+/// Every numeric flag in its range (see `limits.rs`); a push every 0
+/// tokens would never end.
+fn check_ranges(a: &ExperimentArgs) -> Result<(), String> {
+    use crate::limits::{int, real, MAX_KV_TOKENS, MAX_SECONDS, MAX_WORKERS};
+    int("sessions", u64::from(a.sessions), 1, 1_000_000)?;
+    int("decode", u64::from(a.decode), 1, u64::from(MAX_WORKERS))?;
+    int("decode-kv-tokens", a.decode_kv_tokens, 1, MAX_KV_TOKENS)?;
+    int("prefill-kv-tokens", a.prefill_kv_tokens, 1, MAX_KV_TOKENS)?;
+    int(
+        "d-to-p-sync-delta-tokens",
+        a.d_to_p_sync_delta_tokens,
+        1,
+        MAX_KV_TOKENS,
+    )?;
+    int(
+        "d-to-p-sync-max-sessions",
+        u64::from(a.d_to_p_sync_max_sessions),
+        0,
+        1 << 16,
+    )?;
+    int("k-tail-tolerance", a.k_tail_tolerance, 0, MAX_KV_TOKENS)?;
+    if let Some(s) = a.snapshot_max_age_s {
+        real("snapshot-max-age-s", s, 0.0, MAX_SECONDS)?;
+    }
+    int(
+        "rebalance-threshold",
+        u64::from(a.rebalance_threshold),
+        0,
+        1 << 16,
+    )?;
+    int(
+        "session-close-delay-ms",
+        a.session_close_delay_ms,
+        0,
+        MAX_SECONDS as u64 * 1000,
+    )?;
+    Ok(())
+}
+
 fn config(a: &ExperimentArgs) -> Result<(ExperimentConfig, Option<Variant>), String> {
+    check_ranges(a)?;
     let mut c = ExperimentConfig {
         decode_workers: a.decode,
         decode_kv_tokens: a.decode_kv_tokens,

@@ -22,6 +22,11 @@ pub const MAX_RUNNING: u32 = 1 << 16;
 /// Model seconds any lifetime or latency flag may span (about 11.6 days);
 /// model time is nanoseconds in a `u64`, which this keeps far from overflow.
 pub const MAX_SECONDS: f64 = 1_000_000.0;
+/// Slowest and fastest wall-clock speed (model seconds per wall second): a
+/// run slower than a thousandth of real time would not end in a session.
+pub const MIN_SPEED: f64 = 1e-3;
+/// See [`MIN_SPEED`].
+pub const MAX_SPEED: f64 = 1e6;
 /// Smallest and largest speed-up, bandwidth or rate factor accepted.
 const MIN_RATIO: f64 = 1e-6;
 const MAX_RATIO: f64 = 1e6;
@@ -37,7 +42,7 @@ fn show(x: f64) -> String {
 }
 
 /// `value` must be a finite number in `lo..=hi`.
-fn real(flag: &str, value: f64, lo: f64, hi: f64) -> Result<(), String> {
+pub(crate) fn real(flag: &str, value: f64, lo: f64, hi: f64) -> Result<(), String> {
     if value.is_finite() && (lo..=hi).contains(&value) {
         Ok(())
     } else {
@@ -51,7 +56,7 @@ fn real(flag: &str, value: f64, lo: f64, hi: f64) -> Result<(), String> {
 }
 
 /// `value` must be an integer in `lo..=hi`.
-fn int(flag: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
+pub(crate) fn int(flag: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
     if (lo..=hi).contains(&value) {
         Ok(())
     } else {

@@ -43,11 +43,13 @@ pub enum ClockArg {
 const CONNECT_DEADLINE: StdDuration = StdDuration::from_secs(20);
 
 fn speed_ok(speed: f64) -> Result<f64, String> {
-    if speed.is_finite() && speed > 0.0 {
-        Ok(speed)
-    } else {
-        Err("--speed: must be a positive number".into())
-    }
+    crate::limits::real(
+        "speed",
+        speed,
+        crate::limits::MIN_SPEED,
+        crate::limits::MAX_SPEED,
+    )?;
+    Ok(speed)
 }
 
 fn core(spec: &EngineSpec) -> Result<CoreBox, String> {

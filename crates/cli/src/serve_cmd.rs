@@ -54,12 +54,14 @@ pub struct ServeArgs {
 
 /// Runs `serve` until SIGINT/SIGTERM.
 pub fn run(a: ServeArgs) -> Result<(), String> {
-    if !(a.speed.is_finite() && a.speed > 0.0) {
-        return Err("--speed: must be a positive number".into());
-    }
-    if a.max_model_len == 0 {
-        return Err("--max-model-len: must be at least 1".into());
-    }
+    use crate::limits::{int, real, MAX_KV_TOKENS, MAX_SPEED, MIN_SPEED};
+    real("speed", a.speed, MIN_SPEED, MAX_SPEED)?;
+    int(
+        "max-model-len",
+        u64::from(a.max_model_len),
+        1,
+        MAX_KV_TOKENS,
+    )?;
     let (cfg, specs) = a.deploy.deployment(false)?;
     let n = specs.len();
     let kv = match &a.kv_events {

@@ -72,6 +72,15 @@ fn bad_flags_are_errors_not_panics() {
         vec!["serve", "--transfer-ms", "1e300"],
         // A trace with no request in it is no replay.
         vec!["replay", "--trace", "/dev/null"],
+        vec!["live", "--speed", "1e-300", "--requests", "1"],
+        vec!["experiment", "run", "--snapshot-max-age-s", "1e300"],
+        vec![
+            "experiment",
+            "run",
+            "--enable-d-to-p-sync",
+            "--d-to-p-sync-delta-tokens",
+            "0",
+        ],
     ] {
         let out = Command::new(BIN).args(&args).output().expect("run");
         assert!(!out.status.success(), "{args:?}");
