@@ -1,18 +1,13 @@
 //! What a router routes and how.
+//!
+//! Above the policies (a [`RouterMode`] names one) and below the router;
+//! [`PoolRole`] lives in a lower module so that the policy view can name a
+//! pool's role without knowing the configuration.
 
+use crate::cost::CostParams;
 use crate::policy::CustomPolicy;
 
-/// Which pool a router serves; decides what a booking holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PoolRole {
-    /// Prefill workers: a booking holds the prompt's blocks (request
-    /// ownership, until the source is released) and its uncached prefill
-    /// tokens (compute load, until prefill completes).
-    Prefill,
-    /// Decode workers: a booking holds prompt + output blocks until the
-    /// request completes or fails terminally.
-    Decode,
-}
+pub use crate::role::PoolRole;
 
 /// How a router picks a worker: one of the built-in routing policies by
 /// name (the command line's `--router`), or a downstream one
@@ -117,6 +112,15 @@ impl RouterConfig {
     pub fn with_overlap_weight(mut self, weight: f64) -> Self {
         self.overlap_score_weight = weight;
         self
+    }
+
+    /// What this pool's costs read: role, block size, overlap weight.
+    pub(crate) fn cost_params(&self) -> CostParams {
+        CostParams {
+            role: self.role,
+            block_size: self.block_size,
+            overlap_score_weight: self.overlap_score_weight,
+        }
     }
 }
 

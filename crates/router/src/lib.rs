@@ -56,14 +56,28 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// Layers, lowest first; a module imports only modules of lower layers, so
+// no module imports one that imports it:
+// 1. `holders`, `prefix`, `load`, `role` (which pool): leaves.
+// 2. `published` (workers' KV events), `state` (the router's per-worker
+//    state).
+// 3. `cost` (what a request costs a worker), then `view` (what a policy
+//    sees).
+// 4. `policy` (the policies), then `config` (which names them).
+// 5. `router` (builds the policy from the mode and books its answers), then
+//    `frontend` (drives the routers).
 pub mod config;
+mod cost;
 pub mod frontend;
 pub mod holders;
 pub mod load;
 pub mod policy;
 pub mod prefix;
 mod published;
+mod role;
 pub mod router;
+mod state;
+mod view;
 
 pub use config::{PoolRole, RouterConfig, RouterMode};
 pub use frontend::{
