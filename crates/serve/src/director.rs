@@ -29,6 +29,7 @@ use handoff_core::{
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::{Director, Route, Undeliverable};
 use handoff_router::Pool;
+use handoff_serving::KvOrder;
 use handoff_serving::Serving;
 use handoff_workload::TraceItem;
 use std::cell::RefCell;
@@ -215,6 +216,9 @@ pub struct HttpDirector {
     /// Wire events per worker since the last flush, with their ids.
     wire: Vec<Vec<(u64, WireEvent)>>,
     jsonl: Option<RouterEventWriter>,
+    /// Puts each worker's KV events back in the order it produced them
+    /// before any channel sees them.
+    order: KvOrder,
     metrics: Arc<Metrics>,
     /// Destinations waiting for a reservation, since when.
     reserving: FastMap<HandoffId, Instant>,
@@ -247,6 +251,7 @@ impl HttpDirector {
             chains: (0..n).map(|_| WireChain::default()).collect(),
             wire: vec![Vec::new(); n],
             jsonl,
+            order: KvOrder::new(),
             metrics,
             reserving: FastMap::default(),
         }
@@ -434,6 +439,16 @@ impl HttpDirector {
         }
     }
 
+    /// Worker `w` went down: its KV events still waiting for a lower id
+    /// go out now, and its next ones come from a new core.
+    fn kv_worker_down(&mut self, w: WorkerId) {
+        let mut ready = Vec::new();
+        self.order.worker_down(w, |w, e, _| ready.push((w, e)));
+        for (w, e) in ready {
+            self.kv(w, &e);
+        }
+    }
+
     fn kv(&mut self, w: WorkerId, ev: &KvEvent) {
         let wi = w.0 as usize;
         if let Some(j) = self.jsonl.as_mut() {
@@ -576,7 +591,14 @@ impl HttpDirector {
         let wi = w.0 as usize;
         let pool = self.pool(w);
         match e {
-            WorkerEvent::Kv { event, .. } => self.kv(w, event),
+            WorkerEvent::Kv { event, at } => {
+                let mut ready = Vec::new();
+                self.order
+                    .push(w, event.clone(), *at, |w, e, _| ready.push((w, e)));
+                for (w, e) in ready {
+                    self.kv(w, &e);
+                }
+            }
             WorkerEvent::Tokens { emissions } if pool != Pool::Prefill => {
                 for e in emissions.iter().filter(|e| e.tokens > 0) {
                     self.stream(wi, e.request, e.tokens, now);
@@ -769,10 +791,12 @@ impl Director for HttpDirector {
 
     fn on_worker_down(&mut self, w: WorkerId, now: Instant) {
         self.inner.on_worker_down(w, now);
+        self.kv_worker_down(w);
     }
 
     fn on_worker_lost(&mut self, w: WorkerId, now: Instant, out: &mut Vec<Route>) {
         self.inner.on_worker_lost(w, now, out);
+        self.kv_worker_down(w);
         self.check_all(FailureReason::WorkerLost);
     }
 
@@ -791,6 +815,11 @@ impl Director for HttpDirector {
     }
 
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {
+        let mut ready = Vec::new();
+        self.order.finish(|w, e, _| ready.push((w, e)));
+        for (w, e) in ready {
+            self.kv(w, &e);
+        }
         self.inner.finish(end, finals, torn_down, faults);
         self.check_all(FailureReason::Shutdown);
     }

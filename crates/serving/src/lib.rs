@@ -15,6 +15,7 @@
 
 pub mod deployment;
 pub mod engines;
+pub mod kv_order;
 pub mod metrics;
 mod per_worker;
 pub mod profile_file;
@@ -32,5 +33,6 @@ pub use engines::{make_core, EngineSpec, PerfChoice};
 pub use handoff_core::CoreBox;
 pub use handoff_engine::TransferModel;
 pub use handoff_router::Pool;
+pub use kv_order::KvOrder;
 pub use report::{Details, Report, RequestRecord};
 pub use serving::{serving, Serving};

@@ -126,7 +126,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             return;
         }
         if let (Some(sink), WorkerEvent::Kv { event, at }) = (self.kv_sink.as_mut(), e) {
-            sink(w, event, *at);
+            sink.event(w, event, *at);
         }
         if let (Some(t), WorkerEvent::Transition(tr)) = (self.transcript.as_mut(), e) {
             t.record(tr);
@@ -240,6 +240,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
 
     fn on_worker_down(&mut self, w: WorkerId, now: Instant) {
         self.now = now;
+        if let Some(sink) = self.kv_sink.as_mut() {
+            sink.worker_down(w);
+        }
         self.frontend.worker_lost(w);
         if !self.lost.contains(&w) {
             self.lost.push(w);
@@ -293,6 +296,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     }
 
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {
+        if let Some(sink) = self.kv_sink.as_mut() {
+            sink.finish();
+        }
         if let Some(t) = self.transcript.as_mut() {
             for f in finals {
                 t.finish_worker(f.worker, f.drained, f.capacity);

@@ -25,6 +25,7 @@ mod migration;
 mod proxied;
 
 use crate::deployment::{deployment, frontend_config, ReplayConfig};
+use crate::kv_order::KvOrder;
 use crate::report::{Details, Recorder, Report, RequestSink};
 use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::host::HostFinal;
@@ -132,13 +133,39 @@ pub struct Serving<I> {
     /// then).
     now: Instant,
     details: Option<Details>,
-    /// Every worker's KV events as they are reported (`--kv-events-out`).
-    kv_sink: Option<KvSink>,
+    /// Every worker's KV events, in each worker's id order
+    /// (`--kv-events-out`).
+    kv_sink: Option<OrderedSink>,
 }
 
 /// Receives every KV event a worker reports, with the worker and when
 /// (`Serving::set_kv_sink`).
 pub type KvSink = Box<dyn FnMut(WorkerId, &handoff_core::KvEvent, Instant)>;
+
+/// A [`KvSink`] fed through a [`KvOrder`]: it sees each worker's events in
+/// the order the worker produced them.
+struct OrderedSink {
+    sink: KvSink,
+    order: KvOrder,
+}
+
+impl OrderedSink {
+    fn event(&mut self, w: WorkerId, ev: &handoff_core::KvEvent, at: Instant) {
+        let sink = &mut self.sink;
+        self.order
+            .push(w, ev.clone(), at, |w, e, at| sink(w, &e, at));
+    }
+
+    fn worker_down(&mut self, w: WorkerId) {
+        let sink = &mut self.sink;
+        self.order.worker_down(w, |w, e, at| sink(w, &e, at));
+    }
+
+    fn finish(&mut self) {
+        let sink = &mut self.sink;
+        self.order.finish(|w, e, at| sink(w, &e, at));
+    }
+}
 
 /// The request and attempt `r` carries (`None` for a session close, which
 /// belongs to no request).
@@ -273,9 +300,14 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     }
 
     /// Hands every KV event the workers report to `sink`, physical events
-    /// all (a voided attempt's blocks were still stored and evicted).
+    /// all (a voided attempt's blocks were still stored and evicted), each
+    /// worker's in the order the worker produced them ([`KvOrder`]): ids
+    /// strictly increasing and, within one incarnation, without gaps.
     pub fn set_kv_sink(&mut self, sink: KvSink) {
-        self.kv_sink = Some(sink);
+        self.kv_sink = Some(OrderedSink {
+            sink,
+            order: KvOrder::new(),
+        });
     }
 
     /// Closed-loop session arrivals, with session-affine routing (see the
