@@ -59,7 +59,19 @@ pub(crate) fn error(e: &ApiError) -> Response {
     (status, Json(e.body())).into_response()
 }
 
-pub(crate) fn body_error(r: &BytesRejection) -> ApiError {
+/// The answer to a body that could not be read (too large, cut short):
+/// its error, and `Connection: close`, because the rest of the body may
+/// still be on the connection and would be read as the next request.
+pub(crate) fn body_error_response(r: &BytesRejection) -> Response {
+    let mut res = error(&body_error(r));
+    res.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    res
+}
+
+fn body_error(r: &BytesRejection) -> ApiError {
     let status = r.status().as_u16();
     ApiError {
         status: if (400..500).contains(&status) {
@@ -89,6 +101,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/workers/{id}/metrics", get(worker_metrics))
         .route("/debug/workers", get(debug_workers))
         .fallback(|| async { error(&ApiError::not_found(None, "no such route")) })
+        .method_not_allowed_fallback(|| async { error(&ApiError::method_not_allowed()) })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -207,7 +220,7 @@ async fn generate(
 ) -> Response {
     let body = match body {
         Ok(b) => b,
-        Err(r) => return error(&body_error(&r)),
+        Err(r) => return body_error_response(&r),
     };
     let req = match parse(endpoint, &body, &s.limits) {
         Ok(r) => r,

@@ -90,6 +90,18 @@ impl ApiError {
         }
     }
 
+    /// A 405: the route exists, not for this method (vLLM's FastAPI front
+    /// answers `{"detail": "Method Not Allowed"}`; this keeps the OpenAI
+    /// error shape every other error here has).
+    pub fn method_not_allowed() -> Self {
+        ApiError {
+            status: 405,
+            message: "method not allowed on this route".into(),
+            kind: ErrorKind::InvalidRequest,
+            param: None,
+        }
+    }
+
     /// The response body: `{"error": {message, type, param, code}}`.
     pub fn body(&self) -> Value {
         json!({

@@ -24,7 +24,9 @@
 
 use crate::director::StreamMsg;
 use crate::driver::Cmd;
-use crate::http::{body_error, error, failure, models, stream, unix_secs, whole, AppState};
+use crate::http::{
+    body_error_response, error, failure, models, stream, unix_secs, whole, AppState,
+};
 use crate::http::{CancelGuard, MAX_BODY_BYTES};
 use crate::kv_transfer::{self, KvTransfer, ProxyError};
 use crate::openai::{parse, Endpoint, Meta};
@@ -72,6 +74,9 @@ pub fn worker_router(state: Arc<WorkerState>) -> Router {
         )
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .fallback(|| async { error(&crate::openai::ApiError::not_found(None, "no such route")) })
+        .method_not_allowed_fallback(|| async {
+            error(&crate::openai::ApiError::method_not_allowed())
+        })
 }
 
 async fn completions(
@@ -114,7 +119,7 @@ async fn generate(
 ) -> Response {
     let body = match body {
         Ok(b) => b,
-        Err(r) => return error(&body_error(&r)),
+        Err(r) => return body_error_response(&r),
     };
     let req = match parse(endpoint, &body, &s.app.limits) {
         Ok(r) => r,

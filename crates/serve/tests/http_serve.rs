@@ -236,3 +236,40 @@ fn sglang_destination_first_serves_with_its_metric_names() {
     assert_eq!(report.completed_requests, 1);
     assert_eq!(report.lifecycle.handoffs_activated, 1);
 }
+
+/// A body too large to read is refused with the connection closed (its
+/// rest would otherwise be read as the next request on a keep-alive
+/// connection), and a known route asked with the wrong method gets a 405
+/// in the OpenAI error shape, not an empty body.
+#[test]
+fn oversized_bodies_close_and_wrong_methods_are_json() {
+    use std::io::{Read, Write};
+    let s = Running::start();
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .ok();
+    let big = 5 << 20;
+    write!(
+        c,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {big}\r\n\r\n"
+    )
+    .expect("write head");
+    // Just past the limit: the server refuses once it has read that much
+    // (it reads the body to know), and nothing it did not read is left.
+    c.write_all(&vec![b' '; handoff_serve::http::MAX_BODY_BYTES + 1])
+        .expect("write body");
+    let mut text = Vec::new();
+    // The server closes: reading ends (or the write side was reset).
+    let _ = c.read_to_end(&mut text);
+    let text = String::from_utf8_lossy(&text).to_lowercase();
+    assert!(text.starts_with("http/1.1 413"), "{text}");
+    assert!(text.contains("connection: close"), "{text}");
+    assert!(text.contains("\"error\""), "{text}");
+
+    let (status, body) = s.call("GET", "/v1/completions", "");
+    assert_eq!(status, 405, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json body");
+    assert!(v["error"]["message"].as_str().is_some(), "{v}");
+    s.stop();
+}
