@@ -310,3 +310,16 @@ pub fn check(case: &Case, speed: f64) -> Verdict {
         divergence,
     }
 }
+
+/// The first `n` requests of the committed conversation slice
+/// (`tests/data/conversation_2000.jsonl`, a public Mooncake trace's first
+/// 2,000 lines).
+pub fn conversation_slice(n: usize) -> Vec<TraceItem> {
+    use handoff_workload::{ReaderOptions, TraceReader};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/conversation_2000.jsonl");
+    let file = std::fs::File::open(path).expect("the committed slice is in the repo");
+    TraceReader::new(std::io::BufReader::new(file), ReaderOptions::new(path))
+        .take(n)
+        .map(|r| r.expect("the committed slice parses"))
+        .collect()
+}

@@ -6,6 +6,7 @@
 use handoff_core::{KvEventData, WorkerId};
 use handoff_replay::Replay;
 use handoff_serving::{make_core, EngineSpec, ReplayConfig};
+use handoff_tests::parity::conversation_slice;
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -52,17 +53,6 @@ fn sink_sees_every_event_once_and_changes_nothing() {
     assert!(seen.iter().any(|e| e.2));
 }
 
-/// The first `n` requests of the committed conversation slice.
-fn slice(n: usize) -> Vec<handoff_workload::TraceItem> {
-    use handoff_workload::{ReaderOptions, TraceReader};
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/conversation_2000.jsonl");
-    let file = std::fs::File::open(path).expect("the committed slice is in the repo");
-    TraceReader::new(std::io::BufReader::new(file), ReaderOptions::new(path))
-        .take(n)
-        .map(|r| r.expect("the committed slice parses"))
-        .collect()
-}
-
 /// On a realistic trace, disaggregated decode workers release inputs'
 /// events inside steps (the case that reordered them): every worker's
 /// stream still reaches the sink in id order with no gap, on both
@@ -96,7 +86,7 @@ fn disaggregated_streams_are_in_id_order_without_gaps() {
         };
         let seen: Rc<RefCell<Vec<(WorkerId, u64)>>> = Rc::default();
         let s = seen.clone();
-        let _ = Replay::new(cfg, slice(600).into_iter(), |_, _| {
+        let _ = Replay::new(cfg, conversation_slice(600).into_iter(), |_, _| {
             make_core(&spec).unwrap()
         })
         .with_kv_sink(Box::new(move |w, ev, _| {

@@ -5,8 +5,7 @@
 use handoff_core::Backend;
 use handoff_router::RouterMode;
 use handoff_serving::{EngineSpec, ReplayConfig};
-use handoff_tests::parity::{cases, compare, run_live, run_replay, setup};
-use handoff_workload::{ReaderOptions, TraceReader};
+use handoff_tests::parity::{cases, compare, conversation_slice, run_live, run_replay, setup};
 
 #[test]
 fn live_equals_replay_equals_snapshot() {
@@ -32,16 +31,6 @@ fn live_equals_replay_equals_snapshot() {
     }
 }
 
-/// The first `n` lines of the committed conversation slice.
-fn slice(n: usize) -> Vec<handoff_workload::TraceItem> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/conversation_2000.jsonl");
-    let file = std::fs::File::open(path).expect("the committed slice is in the repo");
-    TraceReader::new(std::io::BufReader::new(file), ReaderOptions::new(path))
-        .take(n)
-        .map(|r| r.expect("the committed slice parses"))
-        .collect()
-}
-
 #[test]
 fn virtual_live_equals_replay_on_a_realistic_slice() {
     for backend in [Backend::Vllm, Backend::Sglang] {
@@ -65,7 +54,7 @@ fn virtual_live_equals_replay_on_a_realistic_slice() {
             ..ReplayConfig::default()
         };
         let specs = vec![spec(1 << 18), spec(1 << 18), spec(1 << 16), spec(1 << 16)];
-        let (d, t) = compare(&cfg, &specs, slice(400));
+        let (d, t) = compare(&cfg, &specs, conversation_slice(400));
         assert!(t.handoffs() > 300, "{backend:?}: the slice ran handoffs");
         assert_eq!(d, None, "{backend:?}: virtual live differs from replay");
     }
