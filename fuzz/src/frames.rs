@@ -380,6 +380,11 @@ pub fn every_frame() -> Vec<Frame> {
             },
         }),
         Frame::FinalQuery,
+        Frame::TransferDone {
+            id,
+            ok: false,
+            at: Instant(77),
+        },
         Frame::Final(HostFinal {
             worker: WorkerId(1),
             generation: Generation(2),

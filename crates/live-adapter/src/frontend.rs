@@ -211,6 +211,12 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
                 self.route(now);
             }
             Incoming::Frame {
+                frame: Frame::TransferDone { id, ok, at },
+                ..
+            } => {
+                self.director.on_transfer_done(id, ok, at);
+            }
+            Incoming::Frame {
                 from,
                 frame: Frame::Final(f),
             } => {

@@ -207,6 +207,12 @@ impl<T: Transport> WorkerNode<T> {
             for n in self.transfers.finish(c.id, now) {
                 self.predicted(n);
             }
+            let done = Frame::TransferDone {
+                id: c.id,
+                ok: true,
+                at: now,
+            };
+            let _ = self.transport.send(self.cfg.frontend, done);
             self.deliver(HostInput::TransferDone { id: c.id, ok: true }, now);
             i = 0;
         }

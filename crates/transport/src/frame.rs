@@ -8,7 +8,7 @@
 use handoff_core::{
     Generation, HandoffMsg, KvCapacitySnapshot, WorkerEvent, WorkerId, WorkerRequest,
 };
-use handoff_core::{HostFinal, HostOutput, HostStatus};
+use handoff_core::{HandoffId, HostFinal, HostOutput, HostStatus, Instant};
 use handoff_engine::HostOp;
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +68,17 @@ pub enum Frame {
         origin_unix_nanos: u64,
         /// Model microseconds per wall second.
         speed_micros: u64,
+    },
+    /// Wall clock, worker to frontend: a transfer this worker timed ended
+    /// at model time `at` (`ok`: the KV arrived), so that the frontend's
+    /// recorder measures it as the engine's director does in replay.
+    TransferDone {
+        /// The attempt whose KV moved.
+        id: HandoffId,
+        /// Whether the KV arrived.
+        ok: bool,
+        /// When, on the frontend's clock.
+        at: Instant,
     },
 }
 
@@ -130,6 +141,7 @@ impl Frame {
             Frame::FinalQuery => "FinalQuery",
             Frame::Final(_) => "Final",
             Frame::Clock { .. } => "Clock",
+            Frame::TransferDone { .. } => "TransferDone",
         }
     }
 

@@ -1,0 +1,22 @@
+//! Wall-clock live measures transfers as replay does: the worker that times
+//! a transfer tells the frontend when it ended (`Frame::TransferDone`), so
+//! the report's transfer times are the transfers' and not zero.
+
+use handoff_live_adapter::run_in_process;
+use handoff_serving::{deployment, EngineSpec, ReplayConfig};
+use handoff_workload::{SyntheticConfig, SyntheticWorkload};
+
+#[test]
+fn wall_clock_live_reports_its_transfers() {
+    let cfg = ReplayConfig::default();
+    let specs = vec![EngineSpec::default(); deployment(&cfg).len()];
+    let items = SyntheticWorkload::new(SyntheticConfig {
+        requests: 12,
+        ..SyntheticConfig::default()
+    });
+    let (o, _) = run_in_process(&cfg, &specs, 50.0, items).expect("runs");
+    assert_eq!(o.report.completed_requests, 12);
+    let t = o.report.lifecycle.transfer_ms;
+    // The default transfer model takes a fixed 10 ms of model time.
+    assert!(t.p50 >= 10.0 && t.max >= t.p50, "{t:?}");
+}
