@@ -9,8 +9,8 @@ use clap::{Args, ValueEnum};
 use handoff_core::{CoreBox, Generation, HandoffPolicy, Worker, WorkerHost, WorkerId};
 use handoff_engine::Engine;
 use handoff_live_adapter::{
-    run_in_process, run_virtual_threads, serve_virtual, FrontendNode, LiveOutcome, NodeConfig,
-    RemotePort, WallClock, WorkerNode,
+    run_in_process, run_virtual_threads, serve_virtual, FrontendNode, LiveOutcome, LiveRun,
+    NodeConfig, RemotePort, WallClock, WorkerNode,
 };
 use handoff_replay::Replay;
 use handoff_router::{Pool, FRONTEND_ID};
@@ -147,6 +147,8 @@ fn live_extra(
             "workers_lost": o.run.workers_lost,
             "stalled": o.run.stalled,
             "wall_seconds": (o.run.wall_seconds * 1000.0).round() / 1000.0,
+            "arrival_lag_ms": {"max": o.run.arrival_lag_max_ms, "p99": o.run.arrival_lag_p99_ms},
+            "kept_up": o.run.kept_up(),
         }),
     );
     let mut text = vec![format!(
@@ -156,6 +158,18 @@ fn live_extra(
         o.run.workers_lost,
         if o.run.stalled { ", STALLED" } else { "" }
     )];
+    text.push(format!(
+        "arrival lag (model ms behind the wall clock): p99 {:.3}, max {:.3}",
+        o.run.arrival_lag_p99_ms, o.run.arrival_lag_max_ms
+    ));
+    if !o.run.kept_up() {
+        text.push(format!(
+            "warning: model time fell more than {} ms behind the wall clock (p99): this \
+             machine did not keep up at this --speed, so latencies include that lag; \
+             a lower --speed separates overload from a modelling difference",
+            LiveRun::LAG_LIMIT_MS
+        ));
+    }
     if let Some(r) = replay {
         let (v, t) = distance(&o.report, r);
         m.insert("distance_from_replay".into(), v);

@@ -36,6 +36,27 @@ pub struct LiveRun {
     pub stalled: bool,
     /// Wall-clock seconds from first arrival to the end.
     pub wall_seconds: f64,
+    /// How late, in model milliseconds, the frontend took arrivals in: the
+    /// model time it read when it handled the earliest due arrival, minus
+    /// that arrival's time (the worst, and the 99th percentile over every
+    /// time it took arrivals in). A run that keeps up with the wall clock
+    /// stays near zero; lag here shows in every latency measured from an
+    /// arrival.
+    pub arrival_lag_max_ms: f64,
+    /// See [`LiveRun::arrival_lag_max_ms`].
+    pub arrival_lag_p99_ms: f64,
+}
+
+impl LiveRun {
+    /// Model time a run may fall behind the wall clock before its
+    /// latencies say more about this machine than about the model.
+    pub const LAG_LIMIT_MS: f64 = 50.0;
+
+    /// Whether model time kept up with the wall clock (see
+    /// [`LiveRun::LAG_LIMIT_MS`]).
+    pub fn kept_up(&self) -> bool {
+        self.arrival_lag_p99_ms <= Self::LAG_LIMIT_MS
+    }
 }
 
 /// The frontend node; see the module docs.
@@ -52,6 +73,8 @@ pub struct FrontendNode<T: Transport, I: Iterator<Item = TraceItem>> {
     generations: BTreeMap<WorkerId, handoff_core::Generation>,
     routes: Vec<Route>,
     run: LiveRun,
+    /// Arrival lags seen, model nanoseconds (see [`LiveRun`]).
+    lags: Vec<u64>,
     /// Real time without any event after which the run gives up.
     pub idle_limit: std::time::Duration,
 }
@@ -76,6 +99,7 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             generations: BTreeMap::new(),
             routes: Vec::new(),
             run: LiveRun::default(),
+            lags: Vec::new(),
             idle_limit: std::time::Duration::from_secs(30),
         }
     }
@@ -145,7 +169,8 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
         let mut last_progress = std::time::Instant::now();
         loop {
             let now = self.clock.now();
-            while self.director.next_arrival().is_some_and(|t| t <= now) {
+            while let Some(due) = self.director.next_arrival().filter(|t| *t <= now) {
+                self.lags.push(now.saturating_since(due).as_nanos() as u64);
                 let mut routes = std::mem::take(&mut self.routes);
                 self.director.arrive(now, &mut routes);
                 self.routes = routes;
@@ -184,6 +209,14 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             }
         }
         self.run.wall_seconds = started.elapsed().as_secs_f64();
+        self.lags.sort_unstable();
+        let ms = |ns: u64| (ns as f64 / 1e3).round() / 1e3;
+        if let Some(&max) = self.lags.last() {
+            // Dynamo's rounded rank, as the report's percentiles.
+            let i = ((self.lags.len() - 1) as f64 * 0.99).round() as usize;
+            self.run.arrival_lag_max_ms = ms(max);
+            self.run.arrival_lag_p99_ms = ms(self.lags[i]);
+        }
         self.transport.close();
         let end = self.clock.now();
         let finals: Vec<HostFinal> = self.finals.values().copied().collect();
