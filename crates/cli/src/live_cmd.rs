@@ -202,6 +202,7 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
     let mut wl = a.workload.open(a.deploy.seed)?;
     wl.check_fits(&specs, cfg.decode_workers as usize)?;
     let items = wl.take_items();
+    let mut stalled = false;
     let (report, transcript, extra, text) = match a.clock {
         ClockArg::Virtual => {
             let o = run_virtual_threads(&cfg, &specs, items).map_err(|e| e.to_string())?;
@@ -220,6 +221,7 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
             let (o, _) = run_in_process(&cfg, &specs, speed_ok(a.speed)?, items)?;
             let r = replay_of(&cfg, &specs, &a.workload, a.deploy.seed)?;
             let (m, text) = live_extra(&o, Some(&r));
+            stalled = o.run.stalled;
             (o.report, o.transcript, m, text)
         }
     };
@@ -228,7 +230,8 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
     }
     let none = serde_json::Map::new();
     a.out
-        .finish(&report, transcript.as_ref(), &wl, &none, extra, &text)
+        .finish(&report, transcript.as_ref(), &wl, &none, extra, &text)?;
+    stall_error(stalled)
 }
 
 /// `--role` of a worker process.
@@ -474,6 +477,7 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     let mut wl = a.workload.open(a.deploy.seed)?;
     wl.check_fits(&specs, cfg.decode_workers as usize)?;
     let items = wl.take_items();
+    let mut stalled = false;
     let (report, transcript, extra, text) = match a.clock {
         ClockArg::Virtual => {
             let workers = listed.len() as u32;
@@ -502,6 +506,7 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
             let o = FrontendNode::new(serving(&cfg, items), workers, ep, clock).run();
             let r = replay_of(&cfg, &specs, &a.workload, a.deploy.seed)?;
             let (m, text) = live_extra(&o, Some(&r));
+            stalled = o.run.stalled;
             (o.report, o.transcript, m, text)
         }
     };
@@ -510,5 +515,20 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     }
     let none = serde_json::Map::new();
     a.out
-        .finish(&report, transcript.as_ref(), &wl, &none, extra, &text)
+        .finish(&report, transcript.as_ref(), &wl, &none, extra, &text)?;
+    stall_error(stalled)
+}
+
+/// A wall-clock run that ended because nothing moved for too long did not
+/// finish its work, whatever its report says: it fails.
+fn stall_error(stalled: bool) -> Result<(), String> {
+    if stalled {
+        Err(
+            "the run stalled: nothing moved for the idle limit while work was left \
+             (a worker that never drained, or a request nobody answered)"
+                .into(),
+        )
+    } else {
+        Ok(())
+    }
 }
