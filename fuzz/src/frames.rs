@@ -723,7 +723,7 @@ fn gen_host_op(rng: &mut Rng) -> HostOp {
 
 /// A random frame of any kind, fields drawn from boundary values.
 pub fn gen_frame(rng: &mut Rng) -> Frame {
-    match rng.below(10) {
+    match rng.below(11) {
         0 => Frame::Hello {
             worker: WorkerId(u32_of(rng)),
             generation: Generation(u32_of(rng)),
@@ -755,6 +755,11 @@ pub fn gen_frame(rng: &mut Rng) -> Frame {
             },
         }),
         8 => Frame::FinalQuery,
+        9 => Frame::TransferDone {
+            id: id(rng),
+            ok: rng.coin(),
+            at: instant(rng),
+        },
         _ => Frame::Final(HostFinal {
             worker: WorkerId(u32_of(rng)),
             generation: Generation(u32_of(rng)),
@@ -784,7 +789,7 @@ mod tests {
     fn samples_cover_every_variant() {
         let frames = every_frame();
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
-        assert_eq!(kinds.len(), 11, "{kinds:?}");
+        assert_eq!(kinds.len(), 12, "{kinds:?}");
         let detailed: BTreeSet<String> = frames.iter().map(detailed_name).collect();
         // 13 events, 10 host operations/inputs, 4 handoff bodies, 7
         // requests, and the 6 other kinds.
