@@ -38,6 +38,7 @@ pub mod kv_transfer;
 pub mod metrics;
 pub mod openai;
 pub mod prompt;
+pub mod sampling;
 pub mod server;
 pub mod tokenizer;
 pub mod vllm_wire;

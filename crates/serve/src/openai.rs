@@ -247,6 +247,15 @@ fn chat_tokens(v: &Value) -> Result<Vec<u32>, ApiError> {
                 format!("messages[{i}].role must be a string"),
             ));
         };
+        if !crate::sampling::ROLES.contains(&role) {
+            return Err(ApiError::invalid(
+                Some("messages"),
+                format!(
+                    "messages[{i}].role {role:?} is not one of {}",
+                    crate::sampling::ROLES.join(", ")
+                ),
+            ));
+        }
         let content = match m.get("content") {
             None | Some(Value::Null) => String::new(),
             Some(Value::String(s)) => s.clone(),
@@ -306,6 +315,8 @@ pub fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<GenRequ
         }
         _ => return Err(ApiError::invalid(Some("model"), "model must be a string")),
     }
+    crate::sampling::check(&v, endpoint == Endpoint::Chat)
+        .map_err(|(field, message)| ApiError::invalid(Some(field), message))?;
     if let Some(n) = uint(&v, "n", u64::from(u32::MAX))? {
         if n != 1 {
             return Err(ApiError::invalid(Some("n"), "only n = 1 is supported"));
