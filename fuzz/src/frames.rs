@@ -17,8 +17,6 @@ use handoff_core::{
 use handoff_engine::HostOp;
 use handoff_transport::{Frame, HostReply};
 
-const CANCEL: [CancelReason; 9] = CancelReason::ALL;
-
 /// Stable name of a frame including the variant inside it, for outcome
 /// histograms (`Event/Kv`, `Host/Deliver/Request`, ...).
 pub fn detailed_name(f: &Frame) -> String {
@@ -496,7 +494,7 @@ fn gen_msg(rng: &mut Rng) -> HandoffMsg {
             extend_nanos: rng.interesting_u64(),
         },
         _ => MsgBody::Abort {
-            reason: *rng.pick(&CANCEL),
+            reason: *rng.pick(&CancelReason::ALL),
             to: gen_role(rng),
         },
     };
@@ -596,7 +594,7 @@ fn gen_event(rng: &mut Rng) -> WorkerEvent {
             id: id(rng),
             request: RequestId(rng.interesting_u64()),
             role: gen_role(rng),
-            reason: rng.coin().then(|| *rng.pick(&CANCEL)),
+            reason: rng.coin().then(|| *rng.pick(&CancelReason::ALL)),
             at: instant(rng),
         },
         10 => WorkerEvent::KvChunkReady {
@@ -701,7 +699,7 @@ fn gen_host_op(rng: &mut Rng) -> HostOp {
                 },
                 3 => HostInput::Cancel {
                     id: id(rng),
-                    reason: *rng.pick(&CANCEL),
+                    reason: *rng.pick(&CancelReason::ALL),
                 },
                 4 => HostInput::PeerLost(WorkerId(u32_of(rng))),
                 _ => HostInput::PeerGeneration {

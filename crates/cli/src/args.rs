@@ -355,7 +355,8 @@ impl DeployArgs {
         }
     }
 
-    /// Engine specs for a prefill and a decode worker.
+    /// Engine specs for a prefill and a decode worker (the flags in their
+    /// ranges: [`DeployArgs::check_ranges`] first).
     pub fn engines(&self) -> Result<(EngineSpec, EngineSpec), String> {
         let pass_speedup = self.pass_speedup_ratio()?;
         let perf = self.perf()?;
@@ -363,15 +364,6 @@ impl DeployArgs {
         let block_size = self
             .block_size
             .unwrap_or(if backend == Backend::Sglang { 1 } else { 16 });
-        if block_size == 0 {
-            return Err("--block-size: must be at least 1".into());
-        }
-        if self.max_running == Some(0) {
-            return Err("--max-running: must be at least 1".into());
-        }
-        if self.max_batched_tokens == 0 {
-            return Err("--max-batched-tokens: must be at least 1".into());
-        }
         let spec = |kv_tokens: u64, flag: &str| -> Result<EngineSpec, String> {
             if kv_tokens < u64::from(block_size) {
                 return Err(format!("--{flag}: must hold at least one block"));
@@ -398,12 +390,10 @@ impl DeployArgs {
         Ok((spec(self.prefill_kv_tokens, "prefill-kv-tokens")?, decode))
     }
 
-    /// The transfer model.
+    /// The transfer model (the flags in their ranges:
+    /// [`DeployArgs::check_ranges`] first).
     pub fn transfer(&self) -> Result<TransferModel, String> {
-        if !(self.transfer_ms.is_finite() && self.transfer_ms >= 0.0) {
-            return Err("--transfer-ms: must be a non-negative number".into());
-        }
-        let bandwidth = positive("bandwidth-gbps", self.bandwidth_gbps)? * 1e9;
+        let bandwidth = self.bandwidth_gbps * 1e9;
         let base = Duration::from_secs_f64(self.transfer_ms / 1e3);
         let bytes_per_token = self.bytes_per_token;
         Ok(match self.transfer {

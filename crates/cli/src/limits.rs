@@ -41,6 +41,12 @@ fn show(x: f64) -> String {
     }
 }
 
+/// A wall-clock `--speed`, in [`MIN_SPEED`]`..=`[`MAX_SPEED`].
+pub(crate) fn speed(value: f64) -> Result<f64, String> {
+    real("speed", value, MIN_SPEED, MAX_SPEED)?;
+    Ok(value)
+}
+
 /// `value` must be a finite number in `lo..=hi`.
 pub(crate) fn real(flag: &str, value: f64, lo: f64, hi: f64) -> Result<(), String> {
     if value.is_finite() && (lo..=hi).contains(&value) {

@@ -42,16 +42,6 @@ pub enum ClockArg {
 /// How long to keep retrying a TCP connection to a peer that is not up yet.
 const CONNECT_DEADLINE: StdDuration = StdDuration::from_secs(20);
 
-fn speed_ok(speed: f64) -> Result<f64, String> {
-    crate::limits::real(
-        "speed",
-        speed,
-        crate::limits::MIN_SPEED,
-        crate::limits::MAX_SPEED,
-    )?;
-    Ok(speed)
-}
-
 fn core(spec: &EngineSpec) -> Result<CoreBox, String> {
     make_core(spec).map_err(|e| e.to_string())
 }
@@ -218,7 +208,7 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
             (o.report, o.transcript, m, text)
         }
         ClockArg::Wall => {
-            let (o, _) = run_in_process(&cfg, &specs, speed_ok(a.speed)?, items)?;
+            let (o, _) = run_in_process(&cfg, &specs, crate::limits::speed(a.speed)?, items)?;
             let r = replay_of(&cfg, &specs, &a.workload, a.deploy.seed)?;
             let (m, text) = live_extra(&o, Some(&r));
             stalled = o.run.stalled;
@@ -283,6 +273,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
         return Err(format!("--id: {} is reserved for the frontend", a.id));
     }
     let d = &a.deploy;
+    d.check_ranges()?;
     let (p, dspec) = d.engines()?;
     let (spec, policy) = match a.role {
         RoleArg::Prefill => (p, d.policy()),
@@ -334,7 +325,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
         frontend: FRONTEND_ID,
         transfer: d.transfer()?,
     };
-    let speed = speed_ok(a.speed)?;
+    let speed = crate::limits::speed(a.speed)?;
     let mut served = 0u64;
     loop {
         // Each frontend session is a new run on a fresh worker; the
@@ -501,7 +492,7 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
             (report, transcript, m, text)
         }
         ClockArg::Wall => {
-            let clock = WallClock::start(speed_ok(a.speed)?);
+            let clock = WallClock::start(crate::limits::speed(a.speed)?);
             let workers = listed.iter().map(|(w, _)| *w).collect();
             let o = FrontendNode::new(serving(&cfg, items), workers, ep, clock).run();
             let r = replay_of(&cfg, &specs, &a.workload, a.deploy.seed)?;

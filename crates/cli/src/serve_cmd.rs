@@ -54,8 +54,8 @@ pub struct ServeArgs {
 
 /// Runs `serve` until SIGINT/SIGTERM.
 pub fn run(a: ServeArgs) -> Result<(), String> {
-    use crate::limits::{int, real, MAX_KV_TOKENS, MAX_SPEED, MIN_SPEED};
-    real("speed", a.speed, MIN_SPEED, MAX_SPEED)?;
+    use crate::limits::{int, speed, MAX_KV_TOKENS};
+    speed(a.speed)?;
     int(
         "max-model-len",
         u64::from(a.max_model_len),

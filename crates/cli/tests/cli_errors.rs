@@ -70,6 +70,15 @@ fn bad_flags_are_errors_not_panics() {
         vec!["replay", "--lease-ttl-s", "18446744073709551615"],
         vec!["replay", "--rate", "inf"],
         vec!["serve", "--transfer-ms", "1e300"],
+        vec![
+            "worker",
+            "--id",
+            "1",
+            "--role",
+            "decode",
+            "--transfer-ms",
+            "1e300",
+        ],
         // A trace with no request in it is no replay.
         vec!["replay", "--trace", "/dev/null"],
         vec!["live", "--speed", "1e-300", "--requests", "1"],

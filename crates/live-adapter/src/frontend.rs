@@ -73,8 +73,8 @@ pub struct FrontendNode<T: Transport, I: Iterator<Item = TraceItem>> {
     generations: BTreeMap<WorkerId, handoff_core::Generation>,
     routes: Vec<Route>,
     run: LiveRun,
-    /// Arrival lags seen, model nanoseconds (see [`LiveRun`]).
-    lags: Vec<u64>,
+    /// Arrival lags seen, model milliseconds (see [`LiveRun`]).
+    lags: Vec<f64>,
     /// Real time without any event after which the run gives up.
     pub idle_limit: std::time::Duration,
 }
@@ -170,7 +170,8 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
         loop {
             let now = self.clock.now();
             while let Some(due) = self.director.next_arrival().filter(|t| *t <= now) {
-                self.lags.push(now.saturating_since(due).as_nanos() as u64);
+                self.lags
+                    .push(now.saturating_since(due).as_nanos() as f64 / 1e6);
                 let mut routes = std::mem::take(&mut self.routes);
                 self.director.arrive(now, &mut routes);
                 self.routes = routes;
@@ -209,14 +210,9 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             }
         }
         self.run.wall_seconds = started.elapsed().as_secs_f64();
-        self.lags.sort_unstable();
-        let ms = |ns: u64| (ns as f64 / 1e3).round() / 1e3;
-        if let Some(&max) = self.lags.last() {
-            // Dynamo's rounded rank, as the report's percentiles.
-            let i = ((self.lags.len() - 1) as f64 * 0.99).round() as usize;
-            self.run.arrival_lag_max_ms = ms(max);
-            self.run.arrival_lag_p99_ms = ms(self.lags[i]);
-        }
+        let lag = handoff_serving::metrics::Summary::exact(&mut self.lags);
+        self.run.arrival_lag_max_ms = lag.max;
+        self.run.arrival_lag_p99_ms = lag.p99;
         self.transport.close();
         let end = self.clock.now();
         let finals: Vec<HostFinal> = self.finals.values().copied().collect();

@@ -443,8 +443,13 @@ impl HttpDirector {
     /// go out now, and its next ones come from a new core.
     fn kv_worker_down(&mut self, w: WorkerId) {
         let mut ready = Vec::new();
-        self.order.worker_down(w, |w, e, _| ready.push((w, e)));
-        for (w, e) in ready {
+        self.order.worker_down(w, &mut ready);
+        self.kv_all(ready);
+    }
+
+    /// Events the reorder buffer let through, to every channel in order.
+    fn kv_all(&mut self, ready: Vec<handoff_serving::kv_order::Released>) {
+        for (w, e, _) in ready {
             self.kv(w, &e);
         }
     }
@@ -593,11 +598,8 @@ impl HttpDirector {
         match e {
             WorkerEvent::Kv { event, at } => {
                 let mut ready = Vec::new();
-                self.order
-                    .push(w, event.clone(), *at, |w, e, _| ready.push((w, e)));
-                for (w, e) in ready {
-                    self.kv(w, &e);
-                }
+                self.order.push(w, event.clone(), *at, &mut ready);
+                self.kv_all(ready);
             }
             WorkerEvent::Tokens { emissions } if pool != Pool::Prefill => {
                 for e in emissions.iter().filter(|e| e.tokens > 0) {
@@ -816,10 +818,8 @@ impl Director for HttpDirector {
 
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {
         let mut ready = Vec::new();
-        self.order.finish(|w, e, _| ready.push((w, e)));
-        for (w, e) in ready {
-            self.kv(w, &e);
-        }
+        self.order.finish(&mut ready);
+        self.kv_all(ready);
         self.inner.finish(end, finals, torn_down, faults);
         self.check_all(FailureReason::Shutdown);
     }

@@ -38,23 +38,30 @@ struct Lane {
     restarted: bool,
 }
 
+/// An event a [`KvOrder`] let through: its worker, the event (renumbered
+/// past earlier incarnations) and when it was released.
+pub type Released = (WorkerId, KvEvent, Instant);
+
 impl Lane {
-    /// Releases `ev` (renumbered) and then every waiting event it unblocks.
-    fn release(
-        &mut self,
-        w: WorkerId,
-        mut ev: KvEvent,
-        at: Instant,
-        out: &mut impl FnMut(WorkerId, KvEvent, Instant),
-    ) {
-        self.next = ev.event_id + 1;
-        ev.event_id += self.offset;
-        out(w, ev, at);
-        while let Some(entry) = self.waiting.first_entry() {
-            if *entry.key() != self.next {
-                break;
+    /// Lets `ev` through (renumbered), then every waiting event it
+    /// unblocks, in id order.
+    fn release(&mut self, w: WorkerId, ev: KvEvent, at: Instant, out: &mut Vec<Released>) {
+        let mut next = Some((ev, at));
+        while let Some((mut ev, at)) = next.take() {
+            self.next = ev.event_id + 1;
+            ev.event_id += self.offset;
+            out.push((w, ev, at));
+            if let Some(e) = self.waiting.first_entry() {
+                if *e.key() == self.next {
+                    next = Some(e.remove());
+                }
             }
-            let (ev, at) = entry.remove();
+        }
+    }
+
+    /// Lets every waiting event through in id order, gaps and all.
+    fn drain(&mut self, w: WorkerId, out: &mut Vec<Released>) {
+        while let Some((_, (ev, at))) = self.waiting.pop_first() {
             self.release(w, ev, at, out);
         }
     }
@@ -80,15 +87,10 @@ impl KvOrder {
         &mut self.lanes[i]
     }
 
-    /// Takes worker `w`'s event `ev`, released at `at`, and passes to `out`
-    /// every event of `w` now in order (possibly none, possibly several).
-    pub fn push(
-        &mut self,
-        w: WorkerId,
-        ev: KvEvent,
-        at: Instant,
-        mut out: impl FnMut(WorkerId, KvEvent, Instant),
-    ) {
+    /// Takes worker `w`'s event `ev`, released at `at`, and appends to
+    /// `out` every event of `w` now in order (possibly none, possibly
+    /// several).
+    pub fn push(&mut self, w: WorkerId, ev: KvEvent, at: Instant, out: &mut Vec<Released>) {
         let lane = self.lane(w);
         if lane.restarted {
             lane.restarted = false;
@@ -96,7 +98,7 @@ impl KvOrder {
             lane.next = 0;
         }
         if ev.event_id == lane.next {
-            lane.release(w, ev, at, &mut out);
+            lane.release(w, ev, at, out);
         } else if ev.event_id > lane.next {
             lane.waiting.insert(ev.event_id, (ev, at));
         }
@@ -104,26 +106,20 @@ impl KvOrder {
         // event, so there is nothing to do with it.
     }
 
-    /// Worker `w` went down: what it had waiting leaves now, in id order
-    /// (ids lost with its last step stay missing), and its next event comes
-    /// from a new core.
-    pub fn worker_down(&mut self, w: WorkerId, mut out: impl FnMut(WorkerId, KvEvent, Instant)) {
+    /// Worker `w` went down: what it had waiting goes to `out` now, in id
+    /// order (ids lost with its last step stay missing), and its next event
+    /// comes from a new core.
+    pub fn worker_down(&mut self, w: WorkerId, out: &mut Vec<Released>) {
         let lane = self.lane(w);
-        while let Some((_, (ev, at))) = lane.waiting.pop_first() {
-            lane.release(w, ev, at, &mut out);
-        }
+        lane.drain(w, out);
         lane.restarted = true;
     }
 
-    /// The run ended: everything still waiting leaves, worker by worker, in
-    /// id order.
-    pub fn finish(&mut self, mut out: impl FnMut(WorkerId, KvEvent, Instant)) {
-        for i in 0..self.lanes.len() {
-            let w = WorkerId(i as u32);
-            let lane = &mut self.lanes[i];
-            while let Some((_, (ev, at))) = lane.waiting.pop_first() {
-                lane.release(w, ev, at, &mut out);
-            }
+    /// The run ended: everything still waiting goes to `out`, worker by
+    /// worker, in id order.
+    pub fn finish(&mut self, out: &mut Vec<Released>) {
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            lane.drain(WorkerId(i as u32), out);
         }
     }
 
@@ -149,11 +145,15 @@ mod tests {
     }
 
     fn run(order: &mut KvOrder, w: u32, ids: &[u64], seen: &mut Vec<(u32, u64)>) {
+        let mut out = Vec::new();
         for &i in ids {
-            order.push(WorkerId(w), ev(i), Instant::ZERO, |w, e, _| {
-                seen.push((w.0, e.event_id))
-            });
+            order.push(WorkerId(w), ev(i), Instant::ZERO, &mut out);
         }
+        seen.extend(ids_of(out));
+    }
+
+    fn ids_of(out: Vec<Released>) -> impl Iterator<Item = (u32, u64)> {
+        out.into_iter().map(|(w, e, _)| (w.0, e.event_id))
     }
 
     #[test]
@@ -171,7 +171,9 @@ mod tests {
         let mut seen = Vec::new();
         run(&mut o, 0, &[0, 1, 3], &mut seen);
         // Id 2 was lost with the worker's last step.
-        o.worker_down(WorkerId(0), |w, e, _| seen.push((w.0, e.event_id)));
+        let mut out = Vec::new();
+        o.worker_down(WorkerId(0), &mut out);
+        seen.extend(ids_of(out));
         run(&mut o, 0, &[0, 1], &mut seen);
         assert_eq!(seen, [(0, 0), (0, 1), (0, 3), (0, 4), (0, 5)]);
     }
@@ -205,7 +207,9 @@ mod tests {
                     run(&mut o, w as u32, &[id], &mut seen);
                 }
             }
-            o.finish(|w, e, _| seen.push((w.0, e.event_id)));
+            let mut out = Vec::new();
+            o.finish(&mut out);
+            seen.extend(ids_of(out));
             for (w, &n) in lens.iter().enumerate() {
                 let ids: Vec<u64> = seen.iter().filter(|s| s.0 == w as u32).map(|s| s.1).collect();
                 prop_assert_eq!(ids, (0..n as u64).collect::<Vec<_>>());

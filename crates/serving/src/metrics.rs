@@ -96,7 +96,8 @@ pub struct Summary {
     pub max: f64,
 }
 
-fn round3(x: f64) -> f64 {
+/// `x` rounded to 0.001 (every reported millisecond figure).
+pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 

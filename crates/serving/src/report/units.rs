@@ -1,5 +1,6 @@
 //! Rounding and unit conversions the report's figures share.
 
+pub(super) use crate::metrics::round3;
 use handoff_core::{Duration, Instant};
 
 pub(super) fn ms(d: Duration) -> f64 {
@@ -8,10 +9,6 @@ pub(super) fn ms(d: Duration) -> f64 {
 
 pub(super) fn at_ms(t: Instant) -> f64 {
     round3(t.0 as f64 / 1e6)
-}
-
-pub(super) fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
 
 pub(super) fn round6(x: f64) -> f64 {

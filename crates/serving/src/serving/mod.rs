@@ -151,19 +151,27 @@ struct OrderedSink {
 
 impl OrderedSink {
     fn event(&mut self, w: WorkerId, ev: &handoff_core::KvEvent, at: Instant) {
-        let sink = &mut self.sink;
-        self.order
-            .push(w, ev.clone(), at, |w, e, at| sink(w, &e, at));
+        let mut out = Vec::new();
+        self.order.push(w, ev.clone(), at, &mut out);
+        self.send(out);
     }
 
     fn worker_down(&mut self, w: WorkerId) {
-        let sink = &mut self.sink;
-        self.order.worker_down(w, |w, e, at| sink(w, &e, at));
+        let mut out = Vec::new();
+        self.order.worker_down(w, &mut out);
+        self.send(out);
     }
 
     fn finish(&mut self) {
-        let sink = &mut self.sink;
-        self.order.finish(|w, e, at| sink(w, &e, at));
+        let mut out = Vec::new();
+        self.order.finish(&mut out);
+        self.send(out);
+    }
+
+    fn send(&mut self, out: Vec<crate::kv_order::Released>) {
+        for (w, e, at) in out {
+            (self.sink)(w, &e, at);
+        }
     }
 }
 
