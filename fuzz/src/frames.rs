@@ -324,7 +324,10 @@ pub fn every_frame() -> Vec<Frame> {
             now: Instant(6),
         }),
         Frame::Host(HostOp::Deliver {
-            input: HostInput::TransferDone { id, ok: false },
+            input: HostInput::TransferDone {
+                id,
+                result: handoff_core::TransferResult::SourceReleased,
+            },
             now: Instant(7),
         }),
         Frame::Host(HostOp::Deliver {
@@ -695,7 +698,11 @@ fn gen_host_op(rng: &mut Rng) -> HostOp {
                 },
                 2 => HostInput::TransferDone {
                     id: id(rng),
-                    ok: rng.coin(),
+                    result: *rng.pick(&[
+                        handoff_core::TransferResult::Completed,
+                        handoff_core::TransferResult::Failed,
+                        handoff_core::TransferResult::SourceReleased,
+                    ]),
                 },
                 3 => HostInput::Cancel {
                     id: id(rng),

@@ -6,8 +6,10 @@
 //! fact sent from then on crosses, and after a restart the peer accepts
 //! nothing more from the old incarnation. Facts already in flight at the
 //! fault still arrive (the engine cuts a link by when a fact is sent; a
-//! restarted worker's old facts are refused by their generation), and KV
-//! transfers under way still complete.
+//! restarted worker's old facts are refused by their generation). A KV
+//! transfer under way completes unless its source's KV is gone: a read of a
+//! restarted source fails as a transfer, a read of a released one as a
+//! failed load (`tests/released_source.rs`).
 //!
 //! The workers are the same `Worker`s replay and live drive, so this matrix
 //! covers both drivers' lifecycle; driver-specific failures (TCP peer loss,

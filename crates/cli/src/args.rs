@@ -41,6 +41,16 @@ pub enum PolicyArg {
     DestinationFirst,
 }
 
+/// `--kv-load-failure-policy`.
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+pub enum KvLoadFailureArg {
+    /// The request fails (`kv-load-failed`).
+    #[default]
+    Fail,
+    /// The decode worker computes the prompt itself.
+    Recompute,
+}
+
 /// `--router`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum RouterArg {
@@ -164,6 +174,11 @@ pub struct DeployArgs {
     /// seconds, every half of that [default: off; vLLM never renews].
     #[arg(long, value_name = "S")]
     pub renew_lease_s: Option<u64>,
+    /// What a request does when its decode worker read KV its source had
+    /// already released (lease expiry, cancel, restart): vLLM's
+    /// `kv_load_failure_policy`.
+    #[arg(long, value_enum, default_value_t = KvLoadFailureArg::Fail, value_name = "POLICY")]
+    pub kv_load_failure_policy: KvLoadFailureArg,
     /// Seed for routers and the synthetic workload.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
@@ -452,6 +467,10 @@ impl DeployArgs {
             .renew_lease_s
             .filter(|s| *s > 0)
             .map(Duration::from_secs);
+        h.kv_load_failure = match self.kv_load_failure_policy {
+            KvLoadFailureArg::Fail => handoff_core::KvLoadFailurePolicy::Fail,
+            KvLoadFailureArg::Recompute => handoff_core::KvLoadFailurePolicy::Recompute,
+        };
         h
     }
 }

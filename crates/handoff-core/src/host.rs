@@ -28,7 +28,7 @@ use crate::kv::KvCapacitySnapshot;
 use crate::msg::HandoffMsg;
 use crate::scheduler::SchedulerCore;
 use crate::time::Instant;
-use crate::transition::CancelReason;
+use crate::transition::{CancelReason, TransferResult};
 use crate::worker::{RequestError, Transmit, Worker, WorkerEvent, WorkerRequest, WorkerStats};
 
 /// An input for a worker, from its driver.
@@ -44,12 +44,12 @@ pub enum HostInput {
         /// The fact.
         msg: HandoffMsg,
     },
-    /// The transfer this worker started for `id` completed (`ok`) or failed.
+    /// The transfer this worker started for `id` ended.
     TransferDone {
         /// The attempt whose KV moved.
         id: HandoffId,
-        /// Whether the bytes arrived.
-        ok: bool,
+        /// How it ended.
+        result: TransferResult,
     },
     /// Abandon attempt `id` here (client abort, frontend guard).
     Cancel {
@@ -181,7 +181,9 @@ impl<S: SchedulerCore> WorkerHost<S> {
                 }
             }
             HostInput::Message { from, msg } => self.worker.handle_message(from, msg, now),
-            HostInput::TransferDone { id, ok } => self.worker.handle_transfer_done(id, ok, now),
+            HostInput::TransferDone { id, result } => {
+                self.worker.handle_transfer_done(id, result, now)
+            }
             HostInput::Cancel { id, reason } => self.worker.cancel(id, reason, now),
             HostInput::PeerLost(peer) => self.worker.handle_peer_lost(peer, now),
             HostInput::PeerGeneration { peer, generation } => {

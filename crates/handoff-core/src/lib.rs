@@ -88,7 +88,7 @@ pub use ids::{
 pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventQueue};
 pub use msg::{FactKind, HandoffMsg, MsgBody, Role};
 pub use outcome::FailureReason;
-pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy};
+pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy, KvLoadFailurePolicy};
 pub use request::Request;
 pub use rng::Rng;
 pub use scheduler::{
@@ -101,7 +101,8 @@ pub use source::{
 pub use time::{Duration, Instant};
 pub use transcript::Transcript;
 pub use transition::{
-    ActionList, CancelReason, LifecycleEvent, OwnershipDelta, RoleState, TransitionError, Verdict,
+    ActionList, CancelReason, LifecycleEvent, OwnershipDelta, RoleState, TransferResult,
+    TransitionError, Verdict,
 };
 pub use worker::{
     DropReason, RequestError, Transition, Transmit, Worker, WorkerEvent, WorkerRequest, WorkerStats,

@@ -78,6 +78,31 @@ pub struct Capabilities {
     pub block_size: u32,
 }
 
+/// What a destination's request does when its KV load failed because the
+/// source had released the blocks ([`crate::CancelReason::KvLoadFailed`]):
+/// vLLM's `kv_load_failure_policy` (`vllm/config/kv_transfer.py`,
+/// `KVTransferConfig`, default `fail`; applied by the decode scheduler,
+/// `vllm/v1/core/sched/scheduler.py`, `_handle_invalid_blocks`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KvLoadFailurePolicy {
+    /// The request fails with the load error.
+    #[default]
+    Fail,
+    /// The decode worker computes the prompt itself (a local prefill on
+    /// the decode worker, then its decode).
+    Recompute,
+}
+
+impl KvLoadFailurePolicy {
+    /// vLLM's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvLoadFailurePolicy::Fail => "fail",
+            KvLoadFailurePolicy::Recompute => "recompute",
+        }
+    }
+}
+
 /// Lifecycle timing knobs shared by both roles of a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HandoffConfig {
@@ -94,6 +119,9 @@ pub struct HandoffConfig {
     pub early_fact_ttl: Duration,
     /// How many released ids are remembered to classify late facts as stale.
     pub tombstones: usize,
+    /// What a request whose KV load failed does (the serving layer applies
+    /// it: it decides requests' fates).
+    pub kv_load_failure: KvLoadFailurePolicy,
 }
 
 impl HandoffConfig {
@@ -127,6 +155,7 @@ impl Default for HandoffConfig {
             renew_source_lease: None,
             early_fact_ttl: Duration::from_secs(30),
             tombstones: 1 << 16,
+            kv_load_failure: KvLoadFailurePolicy::Fail,
         }
     }
 }

@@ -30,11 +30,49 @@ pub enum CancelReason {
     Unsupported,
     /// This worker is shutting down.
     Teardown,
+    /// The destination read the source's KV after the source had released
+    /// it (lease expiry, cancellation, restart): the blocks may already hold
+    /// another request's KV, so the load is invalid. vLLM reports such
+    /// blocks through the connector's `get_block_ids_with_load_errors` and
+    /// then applies `kv_load_failure_policy` (`vllm/config/kv_transfer.py`,
+    /// `KVTransferConfig`; `vllm/v1/core/sched/scheduler.py`,
+    /// `_handle_invalid_blocks`).
+    KvLoadFailed,
+}
+
+/// How a KV transfer ended, as the driver that timed it saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub enum TransferResult {
+    /// The bytes arrived and are valid.
+    Completed,
+    /// The transfer itself failed (a transport fault).
+    Failed,
+    /// The bytes were read from a source that had already released them
+    /// (before or during the read): the load is invalid
+    /// ([`CancelReason::KvLoadFailed`]).
+    SourceReleased,
+}
+
+impl TransferResult {
+    /// Whether the KV arrived valid.
+    pub fn ok(self) -> bool {
+        self == TransferResult::Completed
+    }
+
+    /// Why a role that needed this transfer ends, if it failed.
+    pub fn failure(self) -> Option<CancelReason> {
+        match self {
+            TransferResult::Completed => None,
+            TransferResult::Failed => Some(CancelReason::TransferFailed),
+            TransferResult::SourceReleased => Some(CancelReason::KvLoadFailed),
+        }
+    }
 }
 
 impl CancelReason {
     /// Every reason, in declaration order.
-    pub const ALL: [CancelReason; 9] = [
+    pub const ALL: [CancelReason; 10] = [
         CancelReason::Client,
         CancelReason::PeerAborted,
         CancelReason::PeerLost,
@@ -44,6 +82,7 @@ impl CancelReason {
         CancelReason::ReservationExpired,
         CancelReason::Unsupported,
         CancelReason::Teardown,
+        CancelReason::KvLoadFailed,
     ];
 
     /// Whether the peer already knows (so no abort needs to be sent back).
@@ -66,6 +105,7 @@ impl CancelReason {
             CancelReason::ReservationExpired => "reservation-expired",
             CancelReason::Unsupported => "unsupported",
             CancelReason::Teardown => "teardown",
+            CancelReason::KvLoadFailed => "kv-load-failed",
         }
     }
 }

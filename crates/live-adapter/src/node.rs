@@ -213,7 +213,13 @@ impl<T: Transport> WorkerNode<T> {
                 at: now,
             };
             let _ = self.transport.send(self.cfg.frontend, done);
-            self.deliver(HostInput::TransferDone { id: c.id, ok: true }, now);
+            self.deliver(
+                HostInput::TransferDone {
+                    id: c.id,
+                    result: handoff_core::TransferResult::Completed,
+                },
+                now,
+            );
             i = 0;
         }
         if self.host.next_deadline().is_some_and(|t| t <= now) {

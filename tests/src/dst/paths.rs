@@ -27,6 +27,9 @@ pub struct Paths {
     pub peer_restarted: u64,
     /// Roles that ended because a transfer failed.
     pub transfer_failures: u64,
+    /// Destinations that ended because their read found the source's KV
+    /// released (`kv-load-failed`).
+    pub kv_load_failures: u64,
     /// Roles that ended as unsupported (a prompt no decode pool can hold).
     pub unsupported: u64,
     /// Roles that ended by a teardown (kill, restart or end of run).
@@ -38,8 +41,8 @@ pub struct Paths {
     /// Transfers started after their destination had already released.
     pub transfers_to_released: u64,
     /// Transfers started after their source had already released (its
-    /// lease ran out unseen by a reader that had not told it of itself: the
-    /// read is of freed blocks, as vLLM's abort-timeout race allows).
+    /// lease ran out unseen by a reader that had not told it of itself);
+    /// each must end as a failed load, never an activation.
     pub transfers_from_released: u64,
     /// Facts workers ignored as exact duplicates.
     pub duplicate_facts: u64,
@@ -76,6 +79,7 @@ impl Paths {
             peer_lost,
             peer_restarted,
             transfer_failures,
+            kv_load_failures,
             unsupported,
             teardowns,
             reservation_waits,
@@ -103,6 +107,7 @@ impl Paths {
         self.peer_lost += peer_lost;
         self.peer_restarted += peer_restarted;
         self.transfer_failures += transfer_failures;
+        self.kv_load_failures += kv_load_failures;
         self.unsupported += unsupported;
         self.teardowns += teardowns;
         self.reservation_waits += reservation_waits;
@@ -121,7 +126,7 @@ impl Paths {
     }
 
     /// `(name, count)` for every path, in a fixed order.
-    pub fn rows(&self) -> [(&'static str, u64); 26] {
+    pub fn rows(&self) -> [(&'static str, u64); 27] {
         [
             ("handoff attempts", self.attempts),
             ("destinations activated", self.activations),
@@ -134,6 +139,7 @@ impl Paths {
             ("peer lost", self.peer_lost),
             ("peer restarted", self.peer_restarted),
             ("transfer failures", self.transfer_failures),
+            ("failed loads of released sources", self.kv_load_failures),
             ("unsupported", self.unsupported),
             ("teardowns", self.teardowns),
             ("reservation waits", self.reservation_waits),

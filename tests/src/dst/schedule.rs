@@ -1,7 +1,8 @@
 //! Schedules drawn from one seed.
 
 use handoff_core::{
-    Backend, Duration, HandoffConfig, HandoffPolicy, Instant, Request, RequestId, Rng,
+    Backend, Duration, HandoffConfig, HandoffPolicy, Instant, KvLoadFailurePolicy, Request,
+    RequestId, Rng,
 };
 use handoff_engine::fault::{Fault, FaultPlan};
 use handoff_engine::TransferModel;
@@ -154,6 +155,8 @@ impl Schedule {
             renew_source_lease: (r.below(4) == 0).then(|| Duration::from_millis(10 + r.below(200))),
             early_fact_ttl: Duration::from_millis([5, 100, 30_000][r.below(3) as usize]),
             tombstones: [4, 1 << 16][r.below(2) as usize],
+            kv_load_failure: [KvLoadFailurePolicy::Fail, KvLoadFailurePolicy::Recompute]
+                [r.below(2) as usize],
         };
         let cfg = ReplayConfig {
             engines: Vec::new(),
@@ -257,7 +260,7 @@ impl Schedule {
             "seed={} backend={} policy={} prefill={} decode={} router={} router_block={} \
              page={} prefill_kv={} decode_kv={} max_running={} max_batched={} lease_ns={} \
              reservation_ns={} renew_ns={} early_ns={} tombstones={} transfer={transfer} \
-             latency_ns={} multi_step={} decode_radix={}",
+             latency_ns={} multi_step={} decode_radix={} kv_load_failure={}",
             c.seed,
             c.backend.name(),
             c.policy.name(),
@@ -277,7 +280,8 @@ impl Schedule {
             c.handoff.tombstones,
             ns(c.message_latency),
             c.multi_step,
-            dec.decode_radix_cache
+            dec.decode_radix_cache,
+            c.handoff.kv_load_failure.name()
         )
     }
 
@@ -375,6 +379,14 @@ impl Schedule {
                 renew_source_lease: (renew > 0).then(|| Duration::from_nanos(renew)),
                 early_fact_ttl: dur("early_ns")?,
                 tombstones: num("tombstones")? as usize,
+                // Absent in schedules recorded before the policy existed.
+                kv_load_failure: match get("kv_load_failure") {
+                    Err(_) | Ok("fail") => KvLoadFailurePolicy::Fail,
+                    Ok("recompute") => KvLoadFailurePolicy::Recompute,
+                    Ok(other) => {
+                        return Err(format!("deployment: unknown kv_load_failure `{other}`"))
+                    }
+                },
             },
             seed: num("seed")?,
             multi_step: get("multi_step")? == "true",

@@ -34,6 +34,10 @@ pub enum Kind {
     Terminal,
     /// A worker not drained at the end.
     Drained,
+    /// A destination activated from a read of KV its source had already
+    /// released (lease expiry, cancellation, teardown): it read blocks that
+    /// may hold another request's KV.
+    ReadOfReleasedSource,
     /// The run panicked.
     Panic,
 }

@@ -71,11 +71,12 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                 for n in self.transfers.finish(c.id, now) {
                     self.at_transfer(n);
                 }
-                let ok = self.faults.transfer_ok();
-                self.director.on_transfer_done(c.id, ok, now);
+                let moved = self.faults.transfer_ok();
+                let result = self.reads.judge(c.id, moved);
+                self.director.on_transfer_done(c.id, result.ok(), now);
                 let w = c.owner.0;
                 if self.hosts.get(w as usize).is_some_and(|h| h.up) {
-                    self.deliver(w, HostInput::TransferDone { id: c.id, ok });
+                    self.deliver(w, HostInput::TransferDone { id: c.id, result });
                 }
             }
             Ev::Wake(w) => {

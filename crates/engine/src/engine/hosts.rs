@@ -189,6 +189,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                 }
                 HostOutput::Refused(e) => self.director.on_refused(WorkerId(w), e, now),
                 HostOutput::Event(e) => {
+                    self.reads.observe(WorkerId(w), &e);
                     let changed = match e {
                         WorkerEvent::StartTransfer {
                             id,

@@ -73,6 +73,7 @@ mod api;
 mod handle;
 mod hosts;
 mod local;
+mod reads;
 mod run;
 
 pub use api::{Director, EngineConfig, HostOp, HostPort, QuietEvents, Route, Undeliverable};
@@ -229,6 +230,8 @@ pub struct Engine<P: HostPort, D: Director> {
     /// Transfer completions scheduled (current or superseded).
     completions: Slots<Completion>,
     transfers: TransferTimer,
+    /// Whether each destination's read found its source's KV still held.
+    reads: reads::SourceReads,
     faults: FaultInjector,
     outs: Vec<HostOutput>,
     routes: Vec<Route>,
@@ -257,6 +260,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             .collect();
         let mut e = Engine {
             transfers: TransferTimer::new(cfg.transfer),
+            reads: reads::SourceReads::default(),
             faults: FaultInjector::new(cfg.faults.clone()),
             may_step: vec![0; (port.hosts() as usize).div_ceil(64)],
             undrained: 0,

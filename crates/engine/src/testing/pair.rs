@@ -113,6 +113,7 @@ impl PairConfig {
             early_fact_ttl: Duration::from_secs(5),
             renew_source_lease: self.renew,
             tombstones: 1024,
+            ..HandoffConfig::default()
         }
     }
 

@@ -8,27 +8,24 @@ use crate::kv::KvEvent;
 use crate::scheduler::SchedulerCore;
 use crate::source::SourceEvent;
 use crate::time::Instant;
-use crate::transition::CancelReason;
+use crate::transition::{CancelReason, TransferResult};
 
 impl<S: SchedulerCore> Worker<S> {
-    /// The transfer this worker started for `id` finished (`ok`) or failed.
-    pub fn handle_transfer_done(&mut self, id: HandoffId, ok: bool, now: Instant) {
+    /// The transfer this worker started for `id` ended with `result`.
+    pub fn handle_transfer_done(&mut self, id: HandoffId, result: TransferResult, now: Instant) {
         if self.dests.contains_key(&id) {
-            let ev = if ok {
-                DestinationEvent::ReceiveCompleted
-            } else {
-                DestinationEvent::Cancelled {
-                    reason: CancelReason::TransferFailed,
-                }
+            let ev = match result.failure() {
+                None => DestinationEvent::ReceiveCompleted,
+                Some(reason) => DestinationEvent::Cancelled { reason },
             };
             self.dest_event(id, ev, now);
         } else if self.sources.contains_key(&id) {
-            let ev = if ok {
-                SourceEvent::ReaderCompleted
-            } else {
-                SourceEvent::Cancelled {
+            // A sender's own transfer: whatever went wrong, its read failed.
+            let ev = match result {
+                TransferResult::Completed => SourceEvent::ReaderCompleted,
+                _ => SourceEvent::Cancelled {
                     reason: CancelReason::TransferFailed,
-                }
+                },
             };
             self.source_event(id, ev, now);
         } else {

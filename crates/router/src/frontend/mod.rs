@@ -533,6 +533,21 @@ impl Frontend {
         }
     }
 
+    /// The destination of `request` on decode worker `w` found its source's
+    /// KV released and the deployment recomputes (vLLM's
+    /// `kv_load_failure_policy = recompute`): `w` computes the prompt
+    /// itself, booked there again (the failed destination's booking came
+    /// off with its end). `None` when `w` is not a selectable decode worker.
+    pub fn recompute_on(
+        &mut self,
+        w: WorkerId,
+        request: Request,
+        now: Instant,
+    ) -> Option<WorkerRequest> {
+        self.decode.as_mut()?.book(w, &request, now)?;
+        Some(WorkerRequest::Ordinary(request))
+    }
+
     /// Routes a new request; returns where to deliver what (nothing when a
     /// pool it needs has no selectable worker; it then holds no booking).
     pub fn arrive(&mut self, request: Request, now: Instant) -> Vec<(WorkerId, WorkerRequest)> {

@@ -234,9 +234,15 @@ fn push_once(oks: &[bool]) -> (Vec<SessionEvent>, Vec<SessionEvent>) {
                     }
                     d_events.push(event);
                 }
-                WorkerEvent::StartTransfer { id, .. } => {
-                    d.handle_transfer_done(id, oks.next().unwrap_or(true), now)
-                }
+                WorkerEvent::StartTransfer { id, .. } => d.handle_transfer_done(
+                    id,
+                    if oks.next().unwrap_or(true) {
+                        handoff_core::TransferResult::Completed
+                    } else {
+                        handoff_core::TransferResult::Failed
+                    },
+                    now,
+                ),
                 _ => {}
             }
         }

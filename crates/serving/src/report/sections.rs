@@ -117,6 +117,9 @@ pub struct TimersReport {
     pub renew_source_lease_s: Option<f64>,
     /// How long facts that beat their request are held, s.
     pub early_fact_ttl_s: f64,
+    /// vLLM's `kv_load_failure_policy` when not the default `fail`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_load_failure_policy: Option<&'static str>,
     /// Released ids remembered to classify late facts as stale.
     pub tombstones: usize,
 }
@@ -196,6 +199,9 @@ impl ReportConfig {
                     .then(|| secs(cfg.handoff.reservation_ttl)),
                 renew_source_lease_s: cfg.handoff.renew_source_lease.map(secs),
                 early_fact_ttl_s: secs(cfg.handoff.early_fact_ttl),
+                kv_load_failure_policy: (cfg.handoff.kv_load_failure
+                    != handoff_core::KvLoadFailurePolicy::Fail)
+                    .then(|| cfg.handoff.kv_load_failure.name()),
                 tombstones: cfg.handoff.tombstones,
             },
             multi_step: cfg.multi_step,

@@ -198,6 +198,15 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             self.track(to, &request);
             out.push(Route { to, request, delay });
         }
+        if let WorkerEvent::RoleEnded {
+            request,
+            role: handoff_core::Role::Destination,
+            reason: Some(handoff_core::CancelReason::KvLoadFailed),
+            ..
+        } = e
+        {
+            self.recompute(w, *request, now, out);
+        }
     }
 
     fn on_refused(&mut self, _w: WorkerId, e: RequestError, _now: Instant) {

@@ -121,6 +121,9 @@ pub struct Serving<I> {
     rerouted: FastSet<RequestId>,
     /// Migrate requests whose worker was lost (on by default).
     migration: bool,
+    /// What a request whose KV load failed does (vLLM's
+    /// `kv_load_failure_policy`).
+    kv_load_failure: handoff_core::KvLoadFailurePolicy,
     lost: Vec<WorkerId>,
     /// Closed loop: requests allowed in flight (`None`: open loop, at the
     /// workload's timestamps).
@@ -253,9 +256,15 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
                     .flights
                     .get(&request)
                     .is_some_and(|f| f.has_destination);
+            let recomputed = role == handoff_core::Role::Destination
+                && reason == CancelReason::KvLoadFailed
+                && self.kv_load_failure == handoff_core::KvLoadFailurePolicy::Recompute;
             if destination_decides {
                 // The destination lives on elsewhere (an active one
                 // ignores its source's fate): it decides.
+            } else if recomputed {
+                // The decode worker computes the prompt itself
+                // (`Serving::recompute`, once its booking was released).
             } else if migratable(reason) {
                 if self.migrate_or_fail(request, reason.into(), now, out, None) {
                     return true;
@@ -288,6 +297,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             voided: FastSet::default(),
             rerouted: FastSet::default(),
             migration: true,
+            kv_load_failure: handoff_core::KvLoadFailurePolicy::Fail,
             lost: Vec::new(),
             concurrency: None,
             sessions: None,
@@ -522,6 +532,35 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         true
     }
 
+    /// The destination of `r` on decode worker `w` ended with a failed KV
+    /// load: under `recompute` the request goes on there as an ordinary
+    /// request (the decode worker computes the prompt itself); if `w`
+    /// cannot take it, or under `fail`, the request fails.
+    fn recompute(&mut self, w: WorkerId, r: RequestId, now: Instant, out: &mut Vec<Route>) {
+        if self.kv_load_failure != handoff_core::KvLoadFailurePolicy::Recompute {
+            return;
+        }
+        let Some(f) = self.flights.get_mut(&r) else {
+            return;
+        };
+        f.has_destination = false;
+        f.attempt = None;
+        let request = f.request.clone();
+        // Booked a second time, as a migrated request is.
+        self.rerouted.insert(r);
+        match self.frontend.recompute_on(w, request, now) {
+            Some(request) => {
+                self.track(w, &request);
+                out.push(Route {
+                    to: w,
+                    request,
+                    delay: handoff_core::Duration::ZERO,
+                });
+            }
+            None => self.fail(r, CancelReason::KvLoadFailed.into(), None),
+        }
+    }
+
     /// Whether `e` is a D→P push's.
     fn push_event(&self, e: &WorkerEvent) -> bool {
         let request = match e {
@@ -554,5 +593,7 @@ pub fn serving<I: Iterator<Item = TraceItem>>(cfg: &ReplayConfig, workload: I) -
     let frontend = Frontend::new(frontend_config(cfg), &workers);
     let rec = Recorder::new(cfg, workers.iter().copied());
     let pools = workers.iter().map(|(_, p)| *p).collect();
-    Serving::new(frontend, pools, workload, rec, cfg.transcript)
+    let mut s = Serving::new(frontend, pools, workload, rec, cfg.transcript);
+    s.kv_load_failure = cfg.handoff.kv_load_failure;
+    s
 }

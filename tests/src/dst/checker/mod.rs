@@ -191,6 +191,9 @@ pub struct Checker {
     pub(crate) transfers: FastMap<HandoffId, u32>,
     pub(crate) dest_requests: FastMap<HandoffId, Request>,
     pub(crate) dest_hashes: FastMap<HandoffId, Vec<u64>>,
+    /// Attempts whose source released its KV early and whose destination
+    /// has not ended yet.
+    pub(crate) released_early: FastSet<HandoffId>,
     pub(crate) guards: Vec<StoreGuard>,
     pub(crate) reqs: BTreeMap<RequestId, ReqRec>,
     pub(crate) live_pre: usize,
@@ -238,6 +241,7 @@ impl Checker {
             transfers: FastMap::default(),
             dest_requests: FastMap::default(),
             dest_hashes: FastMap::default(),
+            released_early: FastSet::default(),
             guards: vec![StoreGuard::default(); n],
             reqs: BTreeMap::new(),
             live_pre: 0,
@@ -357,8 +361,21 @@ impl Checker {
     /// A request the director routed (the checker keeps destinations'
     /// requests to know their block hashes).
     pub fn routed(&mut self, r: &Route) {
-        if let WorkerRequest::HandoffDestination { id, request, .. } = &r.request {
-            self.dest_requests.insert(*id, request.clone());
+        match &r.request {
+            WorkerRequest::HandoffDestination { id, request, .. } => {
+                self.dest_requests.insert(*id, request.clone());
+            }
+            // A decode worker computing a prompt itself (a failed KV load
+            // recomputed) publishes its blocks legitimately, whatever
+            // destination there holds the same prefix reserved.
+            WorkerRequest::Ordinary(request) if self.pool(r.to) == Pool::Decode => {
+                let mut hashes = Vec::new();
+                request.block_hashes(self.block_size, &mut hashes);
+                if let Some(g) = self.guards.get_mut(r.to.0 as usize) {
+                    g.allowed.extend(hashes);
+                }
+            }
+            _ => {}
         }
     }
 

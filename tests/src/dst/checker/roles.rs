@@ -127,6 +127,16 @@ impl Checker {
         }
         if t.to == RoleState::Destination(DS::Active) {
             self.paths.activations += 1;
+            if t.event == LifecycleEvent::Destination(DE::ReceiveCompleted)
+                && self.released_early.contains(&t.id)
+            {
+                self.flag(Kind::ReadOfReleasedSource, || {
+                    format!(
+                        "{} destination on {w} activated from a source released before the read completed",
+                        t.id
+                    )
+                });
+            }
         }
         self.roles.insert(key, rec);
     }
@@ -259,7 +269,17 @@ impl Checker {
             Some(CancelReason::TransferFailed) => self.paths.transfer_failures += 1,
             Some(CancelReason::Unsupported) => self.paths.unsupported += 1,
             Some(CancelReason::Teardown) => self.paths.teardowns += 1,
+            Some(CancelReason::KvLoadFailed) => self.paths.kv_load_failures += 1,
             None => {}
+        }
+        match role {
+            Role::Source if reason.is_some() => {
+                self.released_early.insert(id);
+            }
+            Role::Destination => {
+                self.released_early.remove(&id);
+            }
+            Role::Source => {}
         }
         let Some(rec) = self.roles.get_mut(&(id, role)) else {
             self.flag(Kind::RoleEnd, || {

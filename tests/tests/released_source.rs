@@ -1,0 +1,132 @@
+//! A read of KV its source already released fails (issue 34, item 2).
+//!
+//! vLLM's prefill worker frees a request's pinned blocks when its lease runs
+//! out (`nixl_connector.py`: the delayed free of `request_finished`); a
+//! decode worker that reads them afterwards, or while they are being freed,
+//! reads blocks another request may own. The engine reports such a read as
+//! failed ([`handoff_core::TransferResult::SourceReleased`]), the
+//! destination unwinds once with `kv-load-failed`, and the request follows
+//! `kv_load_failure_policy`: it fails (vLLM's default) or the decode worker
+//! computes the prompt itself (`recompute`).
+
+use handoff_core::msg::MsgBody;
+use handoff_core::{
+    CancelReason, DestinationState as DS, Duration, FailureReason, KvLoadFailurePolicy, RoleState,
+};
+use handoff_engine::testing::{PairConfig, PairSim, DEST, SOURCE};
+use handoff_replay::{Replay, ReplayConfig};
+
+/// The pair with a source lease of `lease_ms` and transfers of
+/// `transfer_ms`, run to the end.
+fn pair(lease_ms: u64, transfer_ms: u64) -> PairSim {
+    let mut sim = PairSim::new(PairConfig {
+        lease_ttl: Duration::from_millis(lease_ms),
+        transfer_time: Duration::from_millis(transfer_ms),
+        ..PairConfig::default()
+    });
+    sim.run();
+    sim
+}
+
+fn activated(sim: &PairSim) -> bool {
+    sim.saw(|t| t.to == RoleState::Destination(DS::Active))
+}
+
+fn load_failed(sim: &PairSim) -> bool {
+    sim.sent.iter().any(|(from, to, m)| {
+        *from == DEST
+            && *to == SOURCE
+            && matches!(
+                m.body,
+                MsgBody::Abort {
+                    reason: CancelReason::KvLoadFailed,
+                    ..
+                }
+            )
+    })
+}
+
+#[test]
+fn a_read_of_a_source_released_before_it_knew_its_reader_fails() {
+    // The lease runs out before the destination's reservation reaches the
+    // source: nobody tells the reader, its read finds the blocks freed.
+    let sim = pair(0, 2);
+    assert!(!activated(&sim), "{}", sim.log.join("\n"));
+    assert!(
+        load_failed(&sim),
+        "no kv-load-failed abort\n{}",
+        sim.log.join("\n")
+    );
+    sim.check_drained().unwrap();
+}
+
+#[test]
+fn a_source_released_during_the_read_aborts_its_reader() {
+    // The source knows its reader when the lease runs out mid-read: its
+    // abort ends the destination before the read could complete.
+    let sim = pair(3, 1_000);
+    assert!(!activated(&sim), "{}", sim.log.join("\n"));
+    assert!(sim.saw(|t| t.to == RoleState::Destination(DS::Released)));
+    sim.check_drained().unwrap();
+}
+
+#[test]
+fn a_read_within_the_lease_activates() {
+    let sim = pair(10_000, 2);
+    assert!(activated(&sim), "{}", sim.log.join("\n"));
+    assert!(!load_failed(&sim));
+    sim.check_drained().unwrap();
+}
+
+/// The issue's run: vLLM, decode pools too small to reserve at once, a 1 s
+/// lease. Each request whose source expired before its read completed
+/// fails with `kv-load-failed` (fail) or completes by recomputing
+/// (recompute); none activates from a released source.
+fn tight(policy: KvLoadFailurePolicy) -> handoff_replay::Report {
+    let mut cfg = ReplayConfig::default();
+    cfg.handoff.kv_load_failure = policy;
+    let spec = |kv_tokens: u64| handoff_serving::EngineSpec {
+        kv_tokens,
+        source_lease_ttl: Some(Duration::from_secs(1)),
+        ..handoff_serving::EngineSpec::default()
+    };
+    let specs: Vec<_> = [spec(1_000_000), spec(1_000_000), spec(20_000), spec(20_000)].into();
+    cfg.engines = specs.clone();
+    let items = handoff_workload::SyntheticWorkload::new(handoff_workload::SyntheticConfig {
+        requests: 120,
+        ..Default::default()
+    });
+    let make = move |w: handoff_core::WorkerId, _| {
+        handoff_serving::make_core(&specs[w.0 as usize]).expect("valid spec")
+    };
+    Replay::new(cfg, items, make).run_all().report
+}
+
+fn load_failures(r: &handoff_replay::Report) -> u64 {
+    r.lifecycle
+        .failure_reasons
+        .get(&FailureReason::Handoff(CancelReason::KvLoadFailed))
+        .copied()
+        .unwrap_or(0)
+}
+
+#[test]
+fn replay_fails_or_recomputes_what_it_cannot_read() {
+    let failed = tight(KvLoadFailurePolicy::Fail);
+    let by_reason = load_failures(&failed);
+    assert!(
+        by_reason > 0,
+        "no failed load: {:?}",
+        failed.lifecycle.failure_reasons
+    );
+    assert_eq!(failed.failed_requests, by_reason);
+    assert_eq!(failed.completed_requests + failed.failed_requests, 120);
+
+    let recomputed = tight(KvLoadFailurePolicy::Recompute);
+    assert_eq!(
+        recomputed.failed_requests, 0,
+        "{:?}",
+        recomputed.lifecycle.failure_reasons
+    );
+    assert_eq!(recomputed.completed_requests, 120);
+}
