@@ -41,6 +41,20 @@ pub enum PolicyArg {
     DestinationFirst,
 }
 
+/// `--kv-lease`: how a vLLM prefill worker holds KV for its reader.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum KvLeaseArg {
+    /// Upstream vLLM's NIXL lease: `kv_lease_duration` (30 s unless
+    /// `--lease-ttl-s`), renewed by the decode worker's heartbeats every
+    /// lease/6 until its read completes.
+    #[default]
+    Heartbeat,
+    /// vLLM before the lease (PR #41383): a fixed
+    /// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (480 s unless `--lease-ttl-s`), no
+    /// heartbeat.
+    AbortTimeout,
+}
+
 /// `--kv-load-failure-policy`.
 #[derive(Clone, Copy, Debug, Default, ValueEnum)]
 pub enum KvLoadFailureArg {
@@ -166,10 +180,14 @@ pub struct DeployArgs {
     /// trtllm none (vLLM has no decode-side deadline), sglang 300].
     #[arg(long, value_name = "S")]
     pub reservation_ttl_s: Option<u64>,
-    /// Source lease lifetime, in seconds [default: vllm and trtllm 480,
-    /// sglang 300].
+    /// Source lease lifetime, in seconds [default: vllm 30 (480 with
+    /// `--kv-lease abort-timeout`), trtllm 480, sglang 300].
     #[arg(long, value_name = "S")]
     pub lease_ttl_s: Option<u64>,
+    /// How vLLM's prefill workers hold KV for their readers (ignored by
+    /// the other backends).
+    #[arg(long, value_enum, default_value_t = KvLeaseArg::Heartbeat, value_name = "MODEL")]
+    pub kv_lease: KvLeaseArg,
     /// A destination waiting for room renews its source's lease by this many
     /// seconds, every half of that [default: off; vLLM never renews].
     #[arg(long, value_name = "S")]
@@ -393,7 +411,7 @@ impl DeployArgs {
                 max_batched_tokens: self.max_batched_tokens,
                 speedup_ratio: pass_speedup,
                 perf: perf.clone(),
-                source_lease_ttl: self.lease_ttl_s.map(Duration::from_secs),
+                source_lease_ttl: self.source_lease_ttl(),
                 decode_radix_cache: false,
                 sessions: Default::default(),
             })
@@ -457,6 +475,18 @@ impl DeployArgs {
         Ok(plan)
     }
 
+    /// The source lease override: `--lease-ttl-s`, else vLLM's former
+    /// abort timeout under `--kv-lease abort-timeout`, else the backend's.
+    fn source_lease_ttl(&self) -> Option<Duration> {
+        match (self.lease_ttl_s, self.backend(), self.kv_lease) {
+            (Some(s), ..) => Some(Duration::from_secs(s)),
+            (None, Backend::Vllm, KvLeaseArg::AbortTimeout) => {
+                Some(handoff_sched_vllm::NIXL_ABORT_REQUEST_TIMEOUT)
+            }
+            _ => None,
+        }
+    }
+
     /// Lifecycle timers.
     pub fn handoff(&self) -> HandoffConfig {
         let mut h = HandoffConfig::for_backend(self.backend());
@@ -467,6 +497,15 @@ impl DeployArgs {
             .renew_lease_s
             .filter(|s| *s > 0)
             .map(Duration::from_secs);
+        // vLLM's decode workers heartbeat the lease their prefill workers
+        // hold (both sides share `kv_lease_duration`).
+        h.heartbeat = match (self.backend(), self.kv_lease) {
+            (Backend::Vllm, KvLeaseArg::Heartbeat) => Some(handoff_core::Heartbeat::for_lease(
+                self.source_lease_ttl()
+                    .unwrap_or(handoff_core::Heartbeat::VLLM_LEASE),
+            )),
+            _ => None,
+        };
         h.kv_load_failure = match self.kv_load_failure_policy {
             KvLoadFailureArg::Fail => handoff_core::KvLoadFailurePolicy::Fail,
             KvLoadFailureArg::Recompute => handoff_core::KvLoadFailurePolicy::Recompute,

@@ -447,7 +447,14 @@ mod tests {
         };
         let vllm = HandoffConfig::for_backend(Backend::Vllm);
         assert!(!vllm.reservation_expires());
-        assert_eq!(route(&mut host_with(vllm)), None);
+        // Its only timer is the first lease heartbeat to its source.
+        let hb = vllm.heartbeat.expect("vLLM heartbeats its source's lease");
+        assert_eq!(route(&mut host_with(vllm)), Some(Instant::ZERO + hb.every));
+        let quiet = HandoffConfig {
+            heartbeat: None,
+            ..vllm
+        };
+        assert_eq!(route(&mut host_with(quiet)), None);
         let sglang = HandoffConfig::for_backend(Backend::Sglang);
         assert!(sglang.reservation_expires());
         assert_eq!(

@@ -88,7 +88,9 @@ pub use ids::{
 pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventQueue};
 pub use msg::{FactKind, HandoffMsg, MsgBody, Role};
 pub use outcome::FailureReason;
-pub use policy::{Backend, Capabilities, HandoffConfig, HandoffPolicy, KvLoadFailurePolicy};
+pub use policy::{
+    Backend, Capabilities, HandoffConfig, HandoffPolicy, Heartbeat, KvLoadFailurePolicy,
+};
 pub use request::Request;
 pub use rng::Rng;
 pub use scheduler::{

@@ -103,6 +103,46 @@ impl KvLoadFailurePolicy {
     }
 }
 
+/// vLLM's source lease heartbeat (NIXL connector, upstream main: the
+/// lease `kv_lease_duration`, 30 s by default, in `nixl/base_worker.py`;
+/// `_send_heartbeats` and `_handle_heartbeat`): from the moment a decode
+/// worker has a request whose KV it will read (`nixl/base_scheduler.py`,
+/// `on_new_request`) until the read completes, it tells the prefill worker
+/// every `lease / 6` that it still wants the blocks, and the prefill worker
+/// extends their expiry to `max(expiry, now + lease * 2 / 3)`. A decode
+/// worker that dies stops the heartbeats, so its source's KV is freed
+/// within one extension instead of being stranded.
+///
+/// Modelled per handoff: the destination role sends its first heartbeat
+/// `every` after it is routed, then every `every` while it waits, reserves
+/// or receives, as [`crate::msg::MsgBody::LeaseRenewal`] facts that travel
+/// (and can be lost) like any other. vLLM batches one engine's heartbeats
+/// per tick; the first one of a request therefore comes up to one interval
+/// sooner there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Heartbeat {
+    /// Interval between a destination's heartbeats.
+    pub every: Duration,
+    /// How far past its arrival a heartbeat moves the source's expiry.
+    pub extend: Duration,
+}
+
+impl Heartbeat {
+    /// vLLM's default `kv_lease_duration` (30 s), whose heartbeat
+    /// [`HandoffConfig::for_backend`] arms for vLLM.
+    pub const VLLM_LEASE: Duration = Duration::from_secs(30);
+
+    /// vLLM's heartbeat for a lease of `lease`: every `lease / 6` (at
+    /// least every millisecond, so a tiny lease cannot spin a worker),
+    /// extending by `lease * 2 / 3`.
+    pub fn for_lease(lease: Duration) -> Self {
+        Heartbeat {
+            every: (lease / 6).max(Duration::from_millis(1)),
+            extend: lease / 3 * 2,
+        }
+    }
+}
+
 /// Lifecycle timing knobs shared by both roles of a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HandoffConfig {
@@ -122,6 +162,10 @@ pub struct HandoffConfig {
     /// What a request whose KV load failed does (the serving layer applies
     /// it: it decides requests' fates).
     pub kv_load_failure: KvLoadFailurePolicy,
+    /// Source-first destinations keep their source's lease alive with
+    /// heartbeats (vLLM's NIXL lease); `None`: no heartbeats (SGLang, and
+    /// vLLM before the lease, whose sources held a fixed abort timeout).
+    pub heartbeat: Option<Heartbeat>,
 }
 
 impl HandoffConfig {
@@ -132,12 +176,16 @@ impl HandoffConfig {
     /// refusal mode, which never reserves) has no decode-side deadline: a
     /// `WAITING_FOR_REMOTE_KVS` request waits in `Scheduler.waiting` until its
     /// KV arrives or it is aborted (`vllm/v1/core/sched/scheduler.py`); only
-    /// the prefill side frees its delayed blocks after
-    /// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`. SGLang keeps the 300 s guard.
+    /// the prefill side frees its delayed blocks when their lease runs out,
+    /// which the decode side's heartbeats renew ([`Heartbeat`], for vLLM's
+    /// default 30 s lease). SGLang keeps the 300 s guard and no heartbeat.
     pub fn for_backend(backend: Backend) -> Self {
         let mut c = HandoffConfig::default();
         if matches!(backend, Backend::Vllm | Backend::TrtLlm) {
             c.reservation_ttl = HandoffConfig::NO_DEADLINE;
+        }
+        if backend == Backend::Vllm {
+            c.heartbeat = Some(Heartbeat::for_lease(Heartbeat::VLLM_LEASE));
         }
         c
     }
@@ -156,6 +204,7 @@ impl Default for HandoffConfig {
             early_fact_ttl: Duration::from_secs(30),
             tombstones: 1 << 16,
             kv_load_failure: KvLoadFailurePolicy::Fail,
+            heartbeat: None,
         }
     }
 }

@@ -3,12 +3,17 @@
 
 use handoff_core::Duration;
 
-/// Default lifetime of a pinned source without a reader: vLLM's
-/// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (480 s), after which
-/// `vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`
-/// (`NixlConnectorScheduler.request_finished` records the deadline) frees
-/// the delayed blocks.
+/// Default lifetime of a pinned source without a reader in vLLM before the
+/// NIXL lease (vLLM PR #41383): `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (480 s),
+/// after which `nixl_connector.py` (`NixlConnectorScheduler.request_finished`
+/// records the deadline) frees the delayed blocks; no heartbeat renews it.
 pub const NIXL_ABORT_REQUEST_TIMEOUT: Duration = Duration::from_secs(480);
+
+/// Default lease of a pinned source in upstream vLLM: the NIXL connector's
+/// `kv_lease_duration` (`kv_connector_extra_config`, 30 s;
+/// `nixl/base_worker.py`), renewed by the decode worker's heartbeats
+/// ([`handoff_core::Heartbeat`]) until its read completes.
+pub const KV_LEASE_DURATION: Duration = Duration::from_secs(30);
 
 /// Default running-batch limit: what vLLM's `EngineArgs.get_batch_defaults`
 /// (`vllm/engine/arg_utils.py`) picks for `vllm serve` (the OpenAI API
@@ -66,7 +71,7 @@ impl Default for VllmConfig {
             max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
             watermark: 0.0,
             enable_prefix_caching: true,
-            source_lease_ttl: NIXL_ABORT_REQUEST_TIMEOUT,
+            source_lease_ttl: KV_LEASE_DURATION,
             refuse_destination_reservation: false,
             speedup_ratio: 1.0,
         }

@@ -107,6 +107,7 @@ mod step;
 mod tests;
 
 pub use crate::config::{
-    VllmConfig, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, NIXL_ABORT_REQUEST_TIMEOUT,
+    VllmConfig, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, KV_LEASE_DURATION,
+    NIXL_ABORT_REQUEST_TIMEOUT,
 };
 pub use crate::core::VllmCore;

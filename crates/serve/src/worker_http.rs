@@ -12,9 +12,9 @@
 //!   pinned handoff attaches to W (it reserves, transfers, activates) and
 //!   its tokens stream to this response; an unknown, already decoded or
 //!   expired handoff is a 404. A decode never sent leaves the source
-//!   pinned until its lease runs out (vLLM's
-//!   `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`, 480 s of model time), which frees
-//!   the blocks;
+//!   pinned until its lease runs out (vLLM's `kv_lease_duration`, 30 s of
+//!   model time, which only a decode worker holding the request renews),
+//!   which frees the blocks;
 //! - no params: served whole on W if W is aggregated, else a 400 saying
 //!   the proxy must send `kv_transfer_params`.
 //!

@@ -112,8 +112,9 @@ impl EngineSpec {
     }
 
     /// The source lease lifetime the core runs with: the override, else the
-    /// backend's default (vLLM's `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`, 480 s;
-    /// SGLang's 300 s).
+    /// backend's default (vLLM's NIXL `kv_lease_duration`, 30 s, renewed by
+    /// heartbeats; TRT-LLM's refusal mode keeps vLLM's former
+    /// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`, 480 s; SGLang's 300 s).
     pub fn effective_source_lease_ttl(&self) -> handoff_core::Duration {
         match self.backend {
             Backend::Sglang => self.sglang().source_lease_ttl,
@@ -149,7 +150,11 @@ impl EngineSpec {
             speedup_ratio: self.speedup_ratio,
             source_lease_ttl: self
                 .source_lease_ttl
-                .unwrap_or(handoff_sched_vllm::NIXL_ABORT_REQUEST_TIMEOUT),
+                .unwrap_or(if self.backend == Backend::TrtLlm {
+                    handoff_sched_vllm::NIXL_ABORT_REQUEST_TIMEOUT
+                } else {
+                    handoff_sched_vllm::KV_LEASE_DURATION
+                }),
             ..VllmConfig::default()
         }
     }

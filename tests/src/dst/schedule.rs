@@ -1,8 +1,8 @@
 //! Schedules drawn from one seed.
 
 use handoff_core::{
-    Backend, Duration, HandoffConfig, HandoffPolicy, Instant, KvLoadFailurePolicy, Request,
-    RequestId, Rng,
+    Backend, Duration, HandoffConfig, HandoffPolicy, Heartbeat, Instant, KvLoadFailurePolicy,
+    Request, RequestId, Rng,
 };
 use handoff_engine::fault::{Fault, FaultPlan};
 use handoff_engine::TransferModel;
@@ -157,6 +157,9 @@ impl Schedule {
             tombstones: [4, 1 << 16][r.below(2) as usize],
             kv_load_failure: [KvLoadFailurePolicy::Fail, KvLoadFailurePolicy::Recompute]
                 [r.below(2) as usize],
+            // vLLM's lease heartbeat, for the lease the cores hold.
+            heartbeat: (backend == Backend::Vllm && r.below(2) == 0)
+                .then(|| Heartbeat::for_lease(lease)),
         };
         let cfg = ReplayConfig {
             engines: Vec::new(),
@@ -260,7 +263,7 @@ impl Schedule {
             "seed={} backend={} policy={} prefill={} decode={} router={} router_block={} \
              page={} prefill_kv={} decode_kv={} max_running={} max_batched={} lease_ns={} \
              reservation_ns={} renew_ns={} early_ns={} tombstones={} transfer={transfer} \
-             latency_ns={} multi_step={} decode_radix={} kv_load_failure={}",
+             latency_ns={} multi_step={} decode_radix={} kv_load_failure={} heartbeat={}",
             c.seed,
             c.backend.name(),
             c.policy.name(),
@@ -281,7 +284,12 @@ impl Schedule {
             ns(c.message_latency),
             c.multi_step,
             dec.decode_radix_cache,
-            c.handoff.kv_load_failure.name()
+            c.handoff.kv_load_failure.name(),
+            c.handoff.heartbeat.map_or("none".to_string(), |h| format!(
+                "{}:{}",
+                ns(h.every),
+                ns(h.extend)
+            ))
         )
     }
 
@@ -385,6 +393,19 @@ impl Schedule {
                     Ok("recompute") => KvLoadFailurePolicy::Recompute,
                     Ok(other) => {
                         return Err(format!("deployment: unknown kv_load_failure `{other}`"))
+                    }
+                },
+                heartbeat: match get("heartbeat") {
+                    Err(_) | Ok("none") => None,
+                    Ok(h) => {
+                        let (every, extend) = h
+                            .split_once(':')
+                            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                            .ok_or_else(|| format!("deployment: bad heartbeat `{h}`"))?;
+                        Some(Heartbeat {
+                            every: Duration::from_nanos(every),
+                            extend: Duration::from_nanos(extend),
+                        })
                     }
                 },
             },

@@ -85,6 +85,8 @@ pub struct PairConfig {
     pub reservation_ttl: Duration,
     /// Lease renewal by a waiting destination (`HandoffConfig::renew_source_lease`).
     pub renew: Option<Duration>,
+    /// vLLM's lease heartbeat (`HandoffConfig::heartbeat`).
+    pub heartbeat: Option<handoff_core::Heartbeat>,
 }
 
 impl Default for PairConfig {
@@ -102,6 +104,7 @@ impl Default for PairConfig {
             lease_ttl: Duration::from_secs(10),
             reservation_ttl: Duration::from_secs(20),
             renew: None,
+            heartbeat: None,
         }
     }
 }
@@ -113,6 +116,7 @@ impl PairConfig {
             early_fact_ttl: Duration::from_secs(5),
             renew_source_lease: self.renew,
             tombstones: 1024,
+            heartbeat: self.heartbeat,
             ..HandoffConfig::default()
         }
     }

@@ -67,6 +67,7 @@ enum TimerKind {
     Reservation,
     EarlyFacts,
     Renewal,
+    Heartbeat,
 }
 
 #[derive(Debug)]
@@ -118,7 +119,7 @@ pub struct Worker<S: SchedulerCore> {
     reserve_queue: VecDeque<HandoffId>,
     /// Armed timers, lazily cancelled; one lane per kind (each kind's TTL is
     /// fixed, so its deadlines arrive in order).
-    timers: TimerQueue<(Instant, HandoffId, TimerKind), 4>,
+    timers: TimerQueue<(Instant, HandoffId, TimerKind), 5>,
     tombstones: VecDeque<HandoffId>,
     /// The ids of `tombstones`, for lookups only (never walked). FIFO
     /// churn, hence a [`ChurnMap`], with the integer hasher: every fact

@@ -1,7 +1,9 @@
 //! Work from the frontend: ordinary requests, sessions, and the roles a
 //! new handoff or push attempt opens.
 
-use super::{sorted, DestEntry, PushRole, RequestError, SourceEntry, Worker, WorkerRequest};
+use super::{
+    sorted, DestEntry, PushRole, RequestError, SourceEntry, TimerKind, Worker, WorkerRequest,
+};
 use crate::destination::{DestinationEvent, DestinationHandoff};
 use crate::ids::{HandoffId, RequestId};
 use crate::policy::HandoffPolicy;
@@ -156,6 +158,10 @@ impl<S: SchedulerCore> Worker<S> {
         routed: DestinationEvent,
         now: Instant,
     ) {
+        let heartbeat = self
+            .config
+            .heartbeat
+            .filter(|_| self.policy == HandoffPolicy::SourceFirst && push.is_none());
         self.dests.insert(
             id,
             DestEntry {
@@ -167,6 +173,9 @@ impl<S: SchedulerCore> Worker<S> {
             },
         );
         self.dest_event(id, routed, now);
+        if let Some(hb) = heartbeat {
+            self.arm(now + hb.every, id, TimerKind::Heartbeat);
+        }
         self.replay_early(id, now);
     }
 

@@ -6,6 +6,7 @@ use crate::ids::{HandoffId, RequestId, WorkerId};
 use crate::msg::{FactKind, MsgBody, Role};
 use crate::scheduler::{CommandOutcome, SchedulerCommand, SchedulerCore};
 use crate::source::{SourceAction, SourceEvent, SourceLease, SourceState};
+use crate::state::DestinationState;
 use crate::time::Instant;
 use crate::transition::{CancelReason, LifecycleEvent, RoleState};
 
@@ -220,6 +221,30 @@ impl<S: SchedulerCore> Worker<S> {
                 }
             }
         }
+    }
+
+    /// A source-first destination's heartbeat ([`crate::policy::Heartbeat`]):
+    /// until its read is done it tells its source to keep the KV, and arms
+    /// the next one.
+    pub(super) fn heartbeat(&mut self, id: HandoffId, now: Instant) {
+        let Some(hb) = self.config.heartbeat else {
+            return;
+        };
+        let Some(e) = self.dests.get(&id) else {
+            return;
+        };
+        if matches!(
+            e.role.state(),
+            DestinationState::Active | DestinationState::Released
+        ) {
+            return;
+        }
+        let Some(source) = e.role.source() else {
+            return;
+        };
+        let extend_nanos = u64::try_from(hb.extend.as_nanos()).unwrap_or(u64::MAX);
+        self.send(source, id, MsgBody::LeaseRenewal { extend_nanos }, now);
+        self.arm(now + hb.every, id, TimerKind::Heartbeat);
     }
 
     /// Asks the source to extend its lease (when this worker renews) and

@@ -11,11 +11,15 @@ use crate::time::Instant;
 impl<S: SchedulerCore> Worker<S> {
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // A heartbeat only sends a fact: it frees nothing, so alone it gives
+        // waiting reservations no new chance.
+        let mut pump = false;
         while let Some((deadline, id, kind)) = self.timers.peek() {
             if deadline > now {
                 break;
             }
             self.timers.pop();
+            pump |= kind != TimerKind::Heartbeat;
             match kind {
                 TimerKind::Lease => {
                     let due = self
@@ -46,6 +50,7 @@ impl<S: SchedulerCore> Worker<S> {
                         self.renew_source_lease(id, now);
                     }
                 }
+                TimerKind::Heartbeat => self.heartbeat(id, now),
                 TimerKind::EarlyFacts => {
                     if let Some((exp, facts)) = self.early.remove(&id) {
                         if exp <= now {
@@ -60,7 +65,9 @@ impl<S: SchedulerCore> Worker<S> {
                 }
             }
         }
-        self.pump_reservations(now);
+        if pump {
+            self.pump_reservations(now);
+        }
         self.flush_kv(now);
     }
 

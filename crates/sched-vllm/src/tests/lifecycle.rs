@@ -607,7 +607,10 @@ fn trtllm_mode_refuses_reservation() {
     let caps = v.capabilities();
     assert_eq!(caps.backend, Backend::Vllm);
     assert!(caps.destination_reservation);
-    assert_eq!(caps.source_lease_ttl, Duration::from_secs(480));
+    assert_eq!(caps.source_lease_ttl, Duration::from_secs(30));
+    // The core's default lease is the one whose heartbeat the handoff
+    // config arms for vLLM.
+    assert_eq!(caps.source_lease_ttl, handoff_core::Heartbeat::VLLM_LEASE);
     assert_eq!(caps.block_size, 16);
 }
 

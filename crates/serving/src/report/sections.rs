@@ -117,6 +117,9 @@ pub struct TimersReport {
     pub renew_source_lease_s: Option<f64>,
     /// How long facts that beat their request are held, s.
     pub early_fact_ttl_s: f64,
+    /// vLLM's lease heartbeat: interval and extension, s (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_heartbeat_s: Option<[f64; 2]>,
     /// vLLM's `kv_load_failure_policy` when not the default `fail`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_load_failure_policy: Option<&'static str>,
@@ -199,6 +202,10 @@ impl ReportConfig {
                     .then(|| secs(cfg.handoff.reservation_ttl)),
                 renew_source_lease_s: cfg.handoff.renew_source_lease.map(secs),
                 early_fact_ttl_s: secs(cfg.handoff.early_fact_ttl),
+                lease_heartbeat_s: cfg
+                    .handoff
+                    .heartbeat
+                    .map(|h| [secs(h.every), secs(h.extend)]),
                 kv_load_failure_policy: (cfg.handoff.kv_load_failure
                     != handoff_core::KvLoadFailurePolicy::Fail)
                     .then(|| cfg.handoff.kv_load_failure.name()),

@@ -1,4 +1,13 @@
-//! A read of KV its source already released fails (issue 34, item 2).
+//! vLLM's source lease (issue 34, items 1 and 2): heartbeats keep a
+//! waiting reader's source alive, and a read of KV its source already
+//! released fails.
+//!
+//! Upstream vLLM's prefill worker holds a request's blocks for
+//! `kv_lease_duration` (30 s); the decode worker that will read them sends a
+//! heartbeat every lease/6 until its read completes, each moving the expiry
+//! to `now + lease * 2 / 3` (`nixl/base_worker.py`, `_send_heartbeats`,
+//! `_handle_heartbeat`). A reader that stops (it died, or gave up) lets the
+//! lease run out within one extension.
 //!
 //! vLLM's prefill worker frees a request's pinned blocks when its lease runs
 //! out (`nixl_connector.py`: the delayed free of `request_finished`); a
@@ -11,7 +20,8 @@
 
 use handoff_core::msg::MsgBody;
 use handoff_core::{
-    CancelReason, DestinationState as DS, Duration, FailureReason, KvLoadFailurePolicy, RoleState,
+    CancelReason, DestinationEventKind as DE, DestinationState as DS, Duration, FailureReason,
+    Heartbeat, Instant, KvLoadFailurePolicy, RoleState, SourceEventKind as SE,
 };
 use handoff_engine::testing::{PairConfig, PairSim, DEST, SOURCE};
 use handoff_replay::{Replay, ReplayConfig};
@@ -68,6 +78,56 @@ fn a_source_released_during_the_read_aborts_its_reader() {
     assert!(!activated(&sim), "{}", sim.log.join("\n"));
     assert!(sim.saw(|t| t.to == RoleState::Destination(DS::Released)));
     sim.check_drained().unwrap();
+}
+
+/// A destination that can never reserve (the decode pool is one block too
+/// small) and gives up after 5 s; the source's lease is 1 s; `drop_pct` of
+/// facts are lost.
+fn waiting_reader(heartbeat: Option<Heartbeat>, drop_pct: u64) -> PairSim {
+    let mut sim = PairSim::new(PairConfig {
+        lease_ttl: Duration::from_secs(1),
+        decode_blocks: 4,
+        reservation_ttl: Duration::from_secs(5),
+        heartbeat,
+        drop_pct,
+        ..PairConfig::default()
+    });
+    sim.run();
+    sim
+}
+
+fn when(sim: &PairSim, event: impl Into<handoff_core::LifecycleEvent>) -> Option<Instant> {
+    let event = event.into();
+    sim.transitions
+        .iter()
+        .find(|t| t.event == event)
+        .map(|t| t.at)
+}
+
+#[test]
+fn heartbeats_hold_a_waiting_readers_source() {
+    let hb = Heartbeat::for_lease(Duration::from_secs(1));
+    let sim = waiting_reader(Some(hb), 0);
+    let log = || sim.log.join("\n");
+    assert!(sim.saw_event(SE::LeaseRenewed), "{}", log());
+    assert_eq!(when(&sim, SE::LeaseExpired), None, "{}", log());
+    // The source lives until the reader gives up and tells it.
+    let gave_up = when(&sim, DE::ReservationExpired).expect("the reader gave up");
+    let cancelled = when(&sim, SE::Cancelled).expect("the source was told");
+    assert!(cancelled >= gave_up && gave_up >= Instant::from_millis(5_000));
+    sim.check_drained().unwrap();
+}
+
+#[test]
+fn without_heartbeats_or_when_they_are_lost_the_lease_runs_out() {
+    let hb = Heartbeat::for_lease(Duration::from_secs(1));
+    for (heartbeat, drop_pct) in [(None, 0), (Some(hb), 100)] {
+        let sim = waiting_reader(heartbeat, drop_pct);
+        let expired = when(&sim, SE::LeaseExpired).expect("the lease ran out");
+        assert!(!sim.saw_event(SE::LeaseRenewed));
+        assert!(expired < Instant::from_millis(1_100), "{expired:?}");
+        sim.check_drained().unwrap();
+    }
 }
 
 #[test]
