@@ -64,19 +64,17 @@ fn prompt(v: &Value) -> Result<Vec<u32>, ApiError> {
             [Value::String(s)] => Ok(tokenize(s)),
             _ => Err(invalid(
                 "text",
-                "batched requests are not supported: send one text per request",
+                "text: batched requests are not supported: send one text per request",
             )),
         },
         (Some(_), None) => Err(invalid("text", "text must be a string")),
         (None, Some(Value::Array(a))) => {
             let flat = match a.as_slice() {
                 [Value::Array(inner)] => inner,
-                _ if a.iter().any(Value::is_array) => {
-                    return Err(invalid(
-                        "input_ids",
-                        "batched requests are not supported: send one prompt per request",
-                    ))
-                }
+                _ if a.iter().any(Value::is_array) => return Err(invalid(
+                    "input_ids",
+                    "input_ids: batched requests are not supported: send one prompt per request",
+                )),
                 _ => a,
             };
             // Checked against the vocabulary by `openai::parse`; here only
@@ -116,6 +114,9 @@ fn renamed(mut e: ApiError, prompt_field: &'static str) -> ApiError {
     if let Some((from, to)) = to {
         e.param = Some(to);
         e.message = e.message.replace(from, to);
+        if !e.message.contains(to) {
+            e.message = format!("{to}: {}", e.message);
+        }
     }
     e
 }
