@@ -100,8 +100,12 @@ pub fn routes(info: Arc<InfoState>, scope: Scope) -> Router {
         Scope::Worker(_) => r.route("/metrics", get(worker_metrics)),
         Scope::Front => r,
     };
-    r.layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(Arc::new(Scoped { info, scope }))
+    // Set on the routes above only, so merging keeps the other router's.
+    r.method_not_allowed_fallback(|| async {
+        error(&crate::openai::ApiError::method_not_allowed())
+    })
+    .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+    .with_state(Arc::new(Scoped { info, scope }))
 }
 
 /// One scope's load and capacity, from the engine thread's view.

@@ -212,6 +212,13 @@ fn vllm_pd_info_shapes_and_values() {
     let texts: Vec<&str> = chunks.iter().filter_map(|c| c["text"].as_str()).collect();
     assert!(texts.windows(2).all(|p| p[1].starts_with(p[0])));
 
+    // A wrong method is a 405 in the OpenAI error shape, as elsewhere.
+    for to in [s.http, s.workers[0]] {
+        let (status, text) = common::call(to, "GET", "/generate", "");
+        assert_eq!(status, 405, "{text}");
+        assert!(text.contains("\"error\""), "{text}");
+    }
+
     // A disaggregated worker takes no plain /generate; a bootstrap_room is
     // SGLang's PD flow, not modelled.
     let (status, text) = common::call(s.workers[1], "POST", "/generate", r#"{"text":"hi"}"#);
