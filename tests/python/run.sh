@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Real-client tests of `handoff-mocker serve`: the official `openai` client,
 # a pyzmq + msgspec KV event subscriber with vLLM's struct layout, and the
-# Prometheus OpenMetrics parser. Creates a venv under target/venv on first
-# use. HANDOFF_MOCKER=path overrides the binary (default: a release build).
+# Prometheus OpenMetrics parser (test_serve.py); then real routers in front
+# of it (test_routers.py): vllm-router in target/venv, and smg in its own
+# venv, target/venv-smg (smg and sglang-router both install an `smg`
+# command). Creates the venvs on first use, pinned versions.
+# HANDOFF_MOCKER=path overrides the binary (default: a release build).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=target/venv
@@ -10,9 +13,24 @@ if ! "$VENV/bin/python" -c "import openai, zmq, msgspec, prometheus_client" 2>/d
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q openai pyzmq msgspec prometheus_client
 fi
+VLLM_ROUTER_VERSION=0.1.17
+SMG_VERSION=1.13.0
+SMG_VENV=target/venv-smg
+pinned() { # VENV PACKAGE VERSION: the venv has exactly that version
+    "$1/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$2') != '$3')" 2>/dev/null
+}
+if ! pinned "$VENV" vllm-router "$VLLM_ROUTER_VERSION"; then
+    "$VENV/bin/pip" install -q "vllm-router==$VLLM_ROUTER_VERSION"
+fi
+if ! pinned "$SMG_VENV" smg "$SMG_VERSION"; then
+    python3 -m venv "$SMG_VENV"
+    "$SMG_VENV/bin/pip" install -q "smg==$SMG_VERSION"
+fi
 if [ -z "${HANDOFF_MOCKER:-}" ]; then
     cargo build --release --locked -q -p handoff-mocker
     HANDOFF_MOCKER="${CARGO_TARGET_DIR:-target}/release/handoff-mocker"
 fi
 export HANDOFF_MOCKER
-exec timeout 300 "$VENV/bin/python" tests/python/test_serve.py
+timeout 300 "$VENV/bin/python" tests/python/test_serve.py
+VLLM_ROUTER="$VENV/bin/vllm-router" SMG="$SMG_VENV/bin/python -m smg" \
+    exec timeout 300 "$VENV/bin/python" tests/python/test_routers.py

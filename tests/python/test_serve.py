@@ -104,13 +104,14 @@ def free_port(n: int = 1) -> int:
 
 
 class Server:
-    def __init__(self, *extra: str, workers: int = 2):
+    def __init__(self, *extra: str, prefill: int = 1, decode: int = 1):
+        workers = prefill + decode
         self.port = free_port()
         self.kv = free_port(workers)
         self.replay = free_port(workers)
         args = [
             BIN, "serve", "--http", f"127.0.0.1:{self.port}", "--model", MODEL,
-            "--prefill", "1", "--decode", "1",
+            "--prefill", str(prefill), "--decode", str(decode),
             "--kv-events", f"tcp://127.0.0.1:{self.kv}",
             "--kv-replay", f"tcp://127.0.0.1:{self.replay}",
             *extra,

@@ -89,12 +89,12 @@ fn body_error(r: &BytesRejection) -> ApiError {
     }
 }
 
-/// The router over `state`.
+/// The router over `state` (`/v1/models` and the other endpoints routers
+/// poll are [`crate::info`]'s, merged in by the server).
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
-        .route("/v1/models", get(models))
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
@@ -115,21 +115,6 @@ async fn completions(
 
 async fn chat(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     generate(s, Endpoint::Chat, body).await
-}
-
-pub(crate) async fn models(State(s): State<Arc<AppState>>) -> Response {
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": s.limits.model,
-            "object": "model",
-            "created": s.created,
-            "owned_by": "handoff-mocker",
-            "root": s.limits.model,
-            "max_model_len": s.limits.max_model_len,
-        }],
-    }))
-    .into_response()
 }
 
 async fn ready(State(s): State<Arc<AppState>>) -> Response {

@@ -9,6 +9,10 @@
 //!   and `prompt_tokens_details.cached_tokens`), `GET /v1/models`,
 //!   `/health`, `/ready`, `/metrics`, `/workers/{id}/metrics`,
 //!   `/debug/workers`.
+//! - **What routers poll** ([`info`], [`native`]): SGLang's `/server_info`,
+//!   `/model_info`, `/get_load`, `/health_generate` and native `/generate`,
+//!   vLLM's `/version`, smg's `/v1/loads`, and on each worker's listener
+//!   its own `/metrics`, with the deployment's live values.
 //! - **The engine** ([`driver`], [`director`]): requests go through the one
 //!   [`handoff_engine::Engine`] and the shared
 //!   [`handoff_serving::Serving`] director (router frontend, recorder,
@@ -34,8 +38,10 @@ pub mod director;
 pub mod driver;
 pub mod dynamo_events;
 pub mod http;
+pub mod info;
 pub mod kv_transfer;
 pub mod metrics;
+pub mod native;
 pub mod openai;
 pub mod prompt;
 pub mod sampling;

@@ -4,6 +4,7 @@
 use crate::driver::{self, Cmd, DriverConfig, EngineView};
 use crate::dynamo_events::RouterEventWriter;
 use crate::http::{router, AppState};
+use crate::info::{self, InfoState, Scope};
 use crate::metrics::Metrics;
 use crate::openai::Limits;
 use crate::worker_http::{worker_router, WorkerState};
@@ -169,6 +170,8 @@ async fn run(
         .map_err(|e| format!("--http {}: {e}", c.http))?;
     let view = Arc::new(Mutex::new(EngineView::default()));
     let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
+    let backend = c.cfg.backend;
+    let info_specs = c.specs.clone();
     let d = DriverConfig {
         cfg: c.cfg,
         specs: c.specs,
@@ -195,6 +198,13 @@ async fn run(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     });
+    let info = Arc::new(InfoState {
+        app: state.clone(),
+        backend,
+        pools: pools.clone(),
+        specs: info_specs,
+        policy,
+    });
     on_listen(Listening {
         http: addr,
         workers: worker_listeners.iter().map(|(w, _, a)| (*w, *a)).collect(),
@@ -212,15 +222,18 @@ async fn run(
             port: a.port(),
         });
         let mut rx = stop_rx.clone();
+        let info = info.clone();
         others.push(tokio::spawn(async move {
-            axum::serve(l, worker_router(ws))
+            let routes = worker_router(ws).merge(info::routes(info, Scope::Worker(w as usize)));
+            axum::serve(l, routes)
                 .with_graceful_shutdown(async move {
                     let _ = rx.wait_for(|s| *s).await;
                 })
                 .await
         }));
     }
-    let served = axum::serve(listener, router(state))
+    let front = router(state).merge(info::routes(info, Scope::Front));
+    let served = axum::serve(listener, front)
         .with_graceful_shutdown(async move {
             stop.await;
             let _ = stop_tx.send(true);

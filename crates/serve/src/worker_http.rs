@@ -24,9 +24,7 @@
 
 use crate::director::StreamMsg;
 use crate::driver::Cmd;
-use crate::http::{
-    body_error_response, error, failure, models, stream, unix_secs, whole, AppState,
-};
+use crate::http::{body_error_response, error, failure, stream, unix_secs, whole, AppState};
 use crate::http::{CancelGuard, MAX_BODY_BYTES};
 use crate::kv_transfer::{self, KvTransfer, ProxyError};
 use crate::openai::{parse, Endpoint, Meta};
@@ -61,17 +59,11 @@ pub struct WorkerState {
 
 /// The routes of one worker's listener.
 pub fn worker_router(state: Arc<WorkerState>) -> Router {
-    let app = state.app.clone();
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/health", get(|| async { StatusCode::OK }))
         .with_state(state)
-        .merge(
-            Router::new()
-                .route("/v1/models", get(models))
-                .with_state(app),
-        )
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .fallback(|| async { error(&crate::openai::ApiError::not_found(None, "no such route")) })
         .method_not_allowed_fallback(|| async {

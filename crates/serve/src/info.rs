@@ -1,0 +1,514 @@
+//! The endpoints routers and gateways poll besides the OpenAI routes, on the
+//! front port and on every worker's own listener, with the real engines'
+//! field names and this deployment's live values.
+//!
+//! - SGLang (`sglang/srt/entrypoints/http_server.py`): `/server_info` and
+//!   `/get_server_info` (`get_server_info`: the server args, the scheduler
+//!   info and `internal_states`, one per data-parallel rank),
+//!   `/model_info` and `/get_model_info` (`get_model_info`), `/get_load`
+//!   (`get_load`: one `GetLoadReqOutput` per rank, `dp_rank`, `num_reqs`,
+//!   `num_waiting_reqs`, `num_tokens`), `/health_generate`, `/generate`
+//!   ([`crate::native`]).
+//! - vLLM (`vllm/entrypoints/openai/api_server.py`): `/version`
+//!   (`show_version`), `/v1/models` whose `owned_by` names the engine
+//!   (`vllm` or `sglang`: smg's `detect_backend.rs`,
+//!   `detect_via_models_endpoint`, reads the runtime from it), and on a
+//!   worker's listener `/metrics` with that worker's series only, labelled
+//!   `engine="0"` as a single-engine vLLM server labels them (vllm-router's
+//!   `dp_utils.rs`, `discover_dp_size`, counts the distinct `engine` labels
+//!   of a worker's `/metrics` as its data-parallel size).
+//! - smg (`crates/protocols/src/worker.rs`, `WorkerLoadResponse` and
+//!   `SchedulerLoadSnapshot`; `model_gateway/src/worker/monitor.rs`,
+//!   `fetch_http_load_native`): `/v1/loads` and `/loads`, `{timestamp,
+//!   dp_rank_count, loads: [..]}`.
+//!
+//! Scope: on a worker's listener everything describes that worker (its
+//! role as `disaggregation_mode`, its pool, its live load from the engine
+//! thread's [`EngineView`]); on the front port the deployment as one
+//! server that takes whole requests (`disaggregation_mode` `"null"`,
+//! capacities and loads summed over the workers). There is one
+//! data-parallel rank: `dp_size` 1, rank 0. Values the mock does not have
+//! (GPU memory, throughput, a bootstrap server) are left out or `null`,
+//! never invented.
+
+use crate::driver::{Cmd, EngineView, WorkerView};
+use crate::http::{body_error_response, error, failure, AppState, CancelGuard, MAX_BODY_BYTES};
+use crate::kv_transfer::ProxyError;
+use crate::native::{parse_native, response_id, NativeRequest};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use handoff_core::{Backend, HandoffPolicy, RequestId, WorkerId};
+use handoff_router::Pool;
+use handoff_serving::EngineSpec;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::sync::mpsc::unbounded_channel;
+
+/// The version `/version` and `/server_info` report: this mock's.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What the info endpoints know of the deployment besides the live view.
+pub struct InfoState {
+    /// The server's shared state (engine commands, limits, metrics, view).
+    pub app: Arc<AppState>,
+    /// The engine every worker runs.
+    pub backend: Backend,
+    /// Every worker's pool, by id.
+    pub pools: Vec<Pool>,
+    /// Every worker's engine, by id.
+    pub specs: Vec<EngineSpec>,
+    /// The deployment's handoff ordering.
+    pub policy: HandoffPolicy,
+}
+
+/// Whom a listener speaks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The front port: the deployment as one server.
+    Front,
+    /// Worker `w`'s own listener.
+    Worker(usize),
+}
+
+struct Scoped {
+    info: Arc<InfoState>,
+    scope: Scope,
+}
+
+/// The routes of `scope`'s listener, to merge into its router. A worker's
+/// listener also gets `/metrics` (the front port has its own).
+pub fn routes(info: Arc<InfoState>, scope: Scope) -> Router {
+    let r = Router::new()
+        .route("/generate", post(generate))
+        .route("/server_info", get(server_info))
+        .route("/get_server_info", get(server_info))
+        .route("/model_info", get(model_info))
+        .route("/get_model_info", get(model_info))
+        .route("/get_load", get(get_load))
+        .route("/v1/loads", get(loads))
+        .route("/loads", get(loads))
+        .route("/health_generate", get(health_generate))
+        .route("/version", get(version))
+        .route("/v1/models", get(models));
+    let r = match scope {
+        Scope::Worker(_) => r.route("/metrics", get(worker_metrics)),
+        Scope::Front => r,
+    };
+    // Set on the routes above only, so merging keeps the other router's.
+    r.method_not_allowed_fallback(|| async {
+        error(&crate::openai::ApiError::method_not_allowed())
+    })
+    .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+    .with_state(Arc::new(Scoped { info, scope }))
+}
+
+/// One scope's load and capacity, from the engine thread's view.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Load {
+    /// Requests in the running batch.
+    pub running: u64,
+    /// Requests queued for admission.
+    pub waiting: u64,
+    /// KV tokens in use (active, pinned for a reader, reserved for an
+    /// incoming handoff).
+    pub used_tokens: u64,
+    /// KV tokens in the pool.
+    pub total_tokens: u64,
+    /// SGLang's decode headroom promised to admitted requests.
+    pub headroom_tokens: u64,
+    /// `used_tokens / total_tokens`.
+    pub usage: f64,
+}
+
+impl Load {
+    fn add(&mut self, w: &WorkerView, block: u64) {
+        let c = &w.capacity;
+        self.running += c.running_requests;
+        self.waiting += c.waiting_requests;
+        self.used_tokens += c.kv_used_blocks() * block;
+        self.total_tokens += c.total_blocks * block;
+        self.headroom_tokens += c.decode_headroom_tokens;
+        self.usage = if self.total_tokens == 0 {
+            0.0
+        } else {
+            self.used_tokens as f64 / self.total_tokens as f64
+        };
+    }
+}
+
+impl InfoState {
+    fn block(&self, w: usize) -> u64 {
+        self.specs.get(w).map_or(16, |s| u64::from(s.block_size))
+    }
+
+    /// The workers `scope` speaks for.
+    fn members(&self, scope: Scope) -> std::ops::Range<usize> {
+        match scope {
+            Scope::Front => 0..self.pools.len(),
+            Scope::Worker(w) => w..w + 1,
+        }
+    }
+
+    /// `scope`'s load in `view`.
+    pub fn load(&self, scope: Scope, view: &EngineView) -> Load {
+        let mut l = Load::default();
+        for w in self.members(scope) {
+            if let Some(v) = view.workers.get(w) {
+                l.add(v, self.block(w));
+            }
+        }
+        l
+    }
+
+    /// SGLang's `disaggregation_mode` of `scope`.
+    pub fn mode(&self, scope: Scope) -> &'static str {
+        match scope {
+            Scope::Worker(w) => match self.pools.get(w) {
+                Some(Pool::Prefill) => "prefill",
+                Some(Pool::Decode) => "decode",
+                _ => "null",
+            },
+            Scope::Front => "null",
+        }
+    }
+
+    fn max_running(&self, scope: Scope) -> u64 {
+        self.members(scope)
+            .filter_map(|w| self.specs.get(w))
+            .map(|s| u64::from(s.max_running))
+            .sum()
+    }
+
+    fn spec(&self, scope: Scope) -> EngineSpec {
+        let w = match scope {
+            Scope::Worker(w) => w,
+            Scope::Front => 0,
+        };
+        self.specs.get(w).cloned().unwrap_or_default()
+    }
+
+    fn engine_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Sglang => "sglang",
+            Backend::Vllm => "vllm",
+            // trtllm-serve's model cards (`tensorrt_llm/serve/openai_protocol.py`).
+            Backend::TrtLlm => "tensorrt_llm",
+        }
+    }
+
+    /// `/server_info`: SGLang's server args (those this deployment has),
+    /// the scheduler info and one `internal_states` entry for rank 0.
+    pub fn server_info(&self, scope: Scope, load: &Load) -> Value {
+        let limits = &self.app.limits;
+        let spec = self.spec(scope);
+        json!({
+            "model_path": limits.model,
+            "tokenizer_path": limits.model,
+            "served_model_name": limits.model,
+            "context_length": limits.max_model_len,
+            "is_embedding": false,
+            "tp_size": 1,
+            "pp_size": 1,
+            "dp_size": 1,
+            "page_size": spec.block_size,
+            "chunked_prefill_size": spec.max_batched_tokens,
+            "max_running_requests": self.max_running(scope),
+            "max_total_num_tokens": load.total_tokens,
+            "max_req_input_len": limits.max_model_len.saturating_sub(1),
+            "disaggregation_mode": self.mode(scope),
+            // No bootstrap server runs: SGLang's destination-first
+            // bootstrap flow is not served over HTTP.
+            "disaggregation_bootstrap_port": Value::Null,
+            "disaggregation_transfer_backend": Value::Null,
+            "engine": self.engine_name(),
+            "internal_states": [{
+                "dp_rank": 0,
+                "memory_usage": {"token_capacity": load.total_tokens},
+                "load": load.used_tokens,
+                "running_batch_size": load.running,
+                "waiting_queue_size": load.waiting,
+                "num_reserved_decode_tokens": load.headroom_tokens,
+            }],
+            "version": VERSION,
+        })
+    }
+
+    /// `/model_info`.
+    pub fn model_info(&self) -> Value {
+        let m = &self.app.limits.model;
+        json!({
+            "model_path": m,
+            "tokenizer_path": m,
+            "is_generation": true,
+            "preferred_sampling_params": Value::Null,
+            "weight_version": "default",
+            "has_image_understanding": false,
+            "has_audio_understanding": false,
+        })
+    }
+
+    /// `/get_load`: SGLang's per-rank list. `num_tokens` counts the KV in
+    /// use; SGLang also adds its waiting queue's prompt tokens, which the
+    /// capacity snapshot does not carry.
+    pub fn get_load(&self, load: &Load) -> Value {
+        json!([{
+            "dp_rank": 0,
+            "num_reqs": load.running + load.waiting,
+            "num_waiting_reqs": load.waiting,
+            "num_tokens": load.used_tokens,
+        }])
+    }
+
+    /// `/v1/loads` and `/loads`: smg's `WorkerLoadResponse`.
+    pub fn loads(&self, scope: Scope, load: &Load, unix: u64) -> Value {
+        json!({
+            "timestamp": rfc3339(unix),
+            "dp_rank_count": 1,
+            "loads": [{
+                "dp_rank": 0,
+                "num_running_reqs": load.running,
+                "num_waiting_reqs": load.waiting,
+                "num_total_reqs": load.running + load.waiting,
+                "num_used_tokens": load.used_tokens,
+                "max_total_num_tokens": load.total_tokens,
+                "token_usage": load.usage,
+                "max_running_requests": self.max_running(scope),
+                "disagg_mode": self.mode(scope),
+            }],
+        })
+    }
+
+    /// `/v1/models`, `owned_by` the engine.
+    pub fn models(&self) -> Value {
+        let l = &self.app.limits;
+        json!({
+            "object": "list",
+            "data": [{
+                "id": l.model,
+                "object": "model",
+                "created": self.app.created,
+                "owned_by": self.engine_name(),
+                "root": l.model,
+                "parent": Value::Null,
+                "max_model_len": l.max_model_len,
+            }],
+        })
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` of Unix seconds (civil-from-days, proleptic
+/// Gregorian).
+pub fn rfc3339(unix: u64) -> String {
+    let (days, secs) = (unix / 86_400, unix % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+fn view_load(s: &Scoped) -> Option<Load> {
+    let v = s.info.app.view.lock().ok()?;
+    Some(s.info.load(s.scope, &v))
+}
+
+fn unavailable() -> Response {
+    StatusCode::SERVICE_UNAVAILABLE.into_response()
+}
+
+async fn server_info(State(s): State<Arc<Scoped>>) -> Response {
+    match view_load(&s) {
+        Some(l) => Json(s.info.server_info(s.scope, &l)).into_response(),
+        None => unavailable(),
+    }
+}
+
+async fn model_info(State(s): State<Arc<Scoped>>) -> Response {
+    Json(s.info.model_info()).into_response()
+}
+
+async fn get_load(State(s): State<Arc<Scoped>>) -> Response {
+    match view_load(&s) {
+        Some(l) => Json(s.info.get_load(&l)).into_response(),
+        None => unavailable(),
+    }
+}
+
+async fn loads(State(s): State<Arc<Scoped>>) -> Response {
+    match view_load(&s) {
+        Some(l) => Json(s.info.loads(s.scope, &l, crate::http::unix_secs())).into_response(),
+        None => unavailable(),
+    }
+}
+
+async fn version() -> Response {
+    Json(json!({ "version": VERSION })).into_response()
+}
+
+async fn models(State(s): State<Arc<Scoped>>) -> Response {
+    Json(s.info.models()).into_response()
+}
+
+/// 200 once the engine thread has published its workers, else 503.
+/// SGLang runs a one-token generation here; the mock's engine either runs
+/// or the server is down, so its published view is the answer.
+async fn health_generate(State(s): State<Arc<Scoped>>) -> Response {
+    let up = s
+        .info
+        .app
+        .view
+        .lock()
+        .map(|v| !v.workers.is_empty())
+        .unwrap_or(false);
+    if up {
+        StatusCode::OK.into_response()
+    } else {
+        unavailable()
+    }
+}
+
+/// Worker `w`'s series only, with `engine="0"`: on its own listener the
+/// worker is a single-engine server.
+pub fn worker_series(text: &str, w: usize) -> String {
+    let tag = format!("engine=\"{w}\"");
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.starts_with('#') {
+            out.push_str(line);
+        } else if line.contains(&tag) {
+            out.push_str(&line.replacen(&tag, "engine=\"0\"", 1));
+        } else {
+            continue;
+        }
+        out.push('\n');
+    }
+    out
+}
+
+async fn worker_metrics(State(s): State<Arc<Scoped>>) -> Response {
+    let Scope::Worker(w) = s.scope else {
+        return error(&crate::openai::ApiError::not_found(None, "no such route"));
+    };
+    let text = worker_series(&s.info.app.metrics.render(None), w);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Where a `/generate` on `scope`'s listener runs: `None` routed by the
+/// frontend, `Some(w)` on worker `w` itself, or why not.
+fn placement(
+    info: &InfoState,
+    scope: Scope,
+    req: &NativeRequest,
+) -> Result<Option<usize>, ProxyError> {
+    let Scope::Worker(w) = scope else {
+        // The front serves whole requests; bootstrap fields are for workers.
+        return Ok(None);
+    };
+    let pool = info.pools.get(w).copied().unwrap_or(Pool::Decode);
+    // SGLang's destination-first PD pair (`bootstrap_room` sent to both a
+    // prefill and a decode worker) is where a bootstrap flow plugs in; until
+    // one is served it is the same 400 as the OpenAI routes give.
+    if req.bootstrap || (pool != Pool::Aggregated && info.policy != HandoffPolicy::SourceFirst) {
+        return Err(ProxyError::Ordering);
+    }
+    match pool {
+        Pool::Aggregated => Ok(Some(w)),
+        pool => Err(ProxyError::NeedsParams { pool }),
+    }
+}
+
+async fn generate(State(s): State<Arc<Scoped>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => return body_error_response(&r),
+    };
+    let app = &s.info.app;
+    let req = match parse_native(&body, &app.limits) {
+        Ok(r) => r,
+        Err(e) => return error(&e),
+    };
+    let at = match placement(&s.info, s.scope, &req) {
+        Ok(at) => at,
+        Err(e) => return error(&e.api()),
+    };
+    let id = RequestId(app.next_id.fetch_add(1, Ordering::Relaxed));
+    let (tx, rx) = unbounded_channel();
+    let (tokens, output_tokens) = (req.gen.prompt.clone(), req.gen.output_tokens());
+    let cmd = match at {
+        None => Cmd::Submit {
+            id,
+            tokens,
+            output_tokens,
+            tx,
+        },
+        Some(w) => Cmd::SubmitAt {
+            worker: WorkerId(w as u32),
+            id,
+            tokens,
+            output_tokens,
+            tx,
+        },
+    };
+    if app.tx.send(cmd).is_err() {
+        return error(&failure("the engine is not running"));
+    }
+    let guard = CancelGuard {
+        id,
+        tx: app.tx.clone(),
+        armed: true,
+    };
+    let rid = response_id(req.rid, id.0);
+    if req.gen.stream {
+        crate::native::stream(rid, req.gen, rx, guard, id.0).into_response()
+    } else {
+        crate::native::whole(rid, req.gen, rx, guard, id.0).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_798_761_599), "2026-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn worker_series_keeps_one_worker_as_engine_zero() {
+        let text = "# TYPE vllm:x gauge\n\
+                    vllm:x{model_name=\"m\",engine=\"0\",role=\"prefill\"} 1\n\
+                    vllm:x{model_name=\"m\",engine=\"1\",role=\"decode\"} 2\n\
+                    vllm:x{model_name=\"m\",engine=\"10\",role=\"decode\"} 3\n";
+        let one = worker_series(text, 1);
+        assert_eq!(
+            one,
+            "# TYPE vllm:x gauge\nvllm:x{model_name=\"m\",engine=\"0\",role=\"decode\"} 2\n"
+        );
+    }
+}
