@@ -44,8 +44,12 @@ pub enum PolicyArg {
 /// `--router`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum RouterArg {
-    /// Prefix overlap from KV events, minus load.
+    /// Dynamo 1.6.1's KV router cost: prefix overlap from KV events against
+    /// prompt load (and, on decode, active blocks).
     Kv,
+    /// The project's earlier kv cost: booked blocks plus prompt load minus
+    /// overlap, ties to the lowest id.
+    KvLegacy,
     /// Cycle through workers.
     RoundRobin,
     /// Seeded random.
@@ -257,6 +261,7 @@ impl DeployArgs {
     pub fn router(&self) -> RouterMode {
         match self.router {
             RouterArg::Kv => RouterMode::KvAware,
+            RouterArg::KvLegacy => RouterMode::KvLegacy,
             RouterArg::RoundRobin => RouterMode::RoundRobin,
             RouterArg::Random => RouterMode::Random,
             RouterArg::LeastLoaded => RouterMode::LeastLoaded,

@@ -197,7 +197,9 @@ impl Frontend {
             PoolRole::Prefill
         };
         let prefill = Router::new(
-            RouterConfig::new(prefill_role, cfg.mode, cfg.block_size).with_seed(cfg.seed),
+            RouterConfig::new(prefill_role, cfg.mode, cfg.block_size)
+                .with_seed(cfg.seed)
+                .with_aggregated(aggregated),
             prefill_ids,
         );
         let decode = (!aggregated).then(|| {
