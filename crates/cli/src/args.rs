@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant};
 use handoff_engine::fault::{Fault, FaultPlan};
 use handoff_engine::TransferModel;
-use handoff_router::{Pool, RouterMode};
+use handoff_router::{KvKnobs, Pool, RouterMode};
 use handoff_serving::{make_core, EngineSpec, PerfChoice, ReplayConfig};
 use handoff_workload::{
     ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat, TraceItem,
@@ -90,6 +90,23 @@ pub struct DeployArgs {
     /// Router mode of both pools.
     #[arg(long, value_enum, default_value = "kv")]
     pub router: RouterArg,
+    /// `--router kv`: blocks of prompt load one cached block takes off
+    /// (Dynamo's `overlap_score_credit`; 0 ignores prefix overlap).
+    #[arg(long, default_value_t = 1.0, value_name = "BLOCKS")]
+    pub overlap_score_credit: f64,
+    /// `--router kv`: multiplies the prompt load after the overlap credit
+    /// (Dynamo's `prefill_load_scale`).
+    #[arg(long, default_value_t = 1.0, value_name = "SCALE")]
+    pub prefill_load_scale: f64,
+    /// `--router kv`: blocks of cost per request live on a worker (Dynamo's
+    /// `decode_active_request_weight`).
+    #[arg(long, default_value_t = 0.0, value_name = "BLOCKS")]
+    pub decode_active_request_weight: f64,
+    /// `--router kv`: softmax temperature over worker costs, sampled with
+    /// the seeded generator; 0 takes the lowest (Dynamo's
+    /// `router_temperature`).
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    pub router_temperature: f64,
     /// KV capacity of a prefill (or aggregated) worker, in tokens.
     #[arg(long, default_value_t = 262_144, value_name = "TOKENS")]
     pub prefill_kv_tokens: u64,
@@ -269,6 +286,16 @@ impl DeployArgs {
         }
     }
 
+    /// The `kv` router's knobs.
+    pub fn router_kv(&self) -> KvKnobs {
+        KvKnobs {
+            overlap_score_credit: self.overlap_score_credit,
+            prefill_load_scale: self.prefill_load_scale,
+            decode_active_request_weight: self.decode_active_request_weight,
+            router_temperature: self.router_temperature,
+        }
+    }
+
     /// The deployment as the engine runs it (replay, and both live clocks),
     /// with every worker's engine spec in id order (prefill or aggregated
     /// workers first). Every spec is checked to build a core.
@@ -296,6 +323,7 @@ impl DeployArgs {
             prefill_workers: self.prefill,
             decode_workers: self.decode,
             router: self.router(),
+            router_kv: self.router_kv(),
             block_size: prefill_spec.event_block_tokens(),
             transfer: self.transfer()?,
             message_latency: Duration::from_micros(self.message_latency_us),
