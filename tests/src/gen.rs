@@ -127,6 +127,7 @@ pub fn run(seed: u64) -> GenRun {
         prefill_workers: prefill,
         decode_workers: decode,
         router,
+        router_kv: handoff_router::KvKnobs::default(),
         block_size: spec(1).event_block_tokens(),
         transfer,
         message_latency: Duration::from_micros(50 + r.below(2_000)),

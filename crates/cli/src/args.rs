@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant};
 use handoff_engine::fault::{Fault, FaultPlan};
 use handoff_engine::TransferModel;
-use handoff_router::{Pool, RouterMode};
+use handoff_router::{KvKnobs, Pool, RouterMode};
 use handoff_serving::{make_core, EngineSpec, PerfChoice, ReplayConfig};
 use handoff_workload::{
     ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat, TraceItem,
@@ -68,8 +68,12 @@ pub enum KvLoadFailureArg {
 /// `--router`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum RouterArg {
-    /// Prefix overlap from KV events, minus load.
+    /// Dynamo 1.6.1's KV router cost: prefix overlap from KV events against
+    /// prompt load (and, on decode, active blocks).
     Kv,
+    /// The project's earlier kv cost: booked blocks plus prompt load minus
+    /// overlap, ties to the lowest id.
+    KvLegacy,
     /// Cycle through workers.
     RoundRobin,
     /// Seeded random.
@@ -110,6 +114,23 @@ pub struct DeployArgs {
     /// Router mode of both pools.
     #[arg(long, value_enum, default_value = "kv")]
     pub router: RouterArg,
+    /// `--router kv`: blocks of prompt load one cached block takes off
+    /// (Dynamo's `overlap_score_credit`; 0 ignores prefix overlap).
+    #[arg(long, default_value_t = 1.0, value_name = "BLOCKS")]
+    pub overlap_score_credit: f64,
+    /// `--router kv`: multiplies the prompt load after the overlap credit
+    /// (Dynamo's `prefill_load_scale`).
+    #[arg(long, default_value_t = 1.0, value_name = "SCALE")]
+    pub prefill_load_scale: f64,
+    /// `--router kv`: blocks of cost per request live on a worker (Dynamo's
+    /// `decode_active_request_weight`).
+    #[arg(long, default_value_t = 0.0, value_name = "BLOCKS")]
+    pub decode_active_request_weight: f64,
+    /// `--router kv`: softmax temperature over worker costs, sampled with
+    /// the seeded generator; 0 takes the lowest (Dynamo's
+    /// `router_temperature`).
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    pub router_temperature: f64,
     /// KV capacity of a prefill (or aggregated) worker, in tokens.
     #[arg(long, default_value_t = 262_144, value_name = "TOKENS")]
     pub prefill_kv_tokens: u64,
@@ -290,10 +311,21 @@ impl DeployArgs {
     pub fn router(&self) -> RouterMode {
         match self.router {
             RouterArg::Kv => RouterMode::KvAware,
+            RouterArg::KvLegacy => RouterMode::KvLegacy,
             RouterArg::RoundRobin => RouterMode::RoundRobin,
             RouterArg::Random => RouterMode::Random,
             RouterArg::LeastLoaded => RouterMode::LeastLoaded,
             RouterArg::PowerOfTwo => RouterMode::PowerOfTwo,
+        }
+    }
+
+    /// The `kv` router's knobs.
+    pub fn router_kv(&self) -> KvKnobs {
+        KvKnobs {
+            overlap_score_credit: self.overlap_score_credit,
+            prefill_load_scale: self.prefill_load_scale,
+            decode_active_request_weight: self.decode_active_request_weight,
+            router_temperature: self.router_temperature,
         }
     }
 
@@ -324,6 +356,7 @@ impl DeployArgs {
             prefill_workers: self.prefill,
             decode_workers: self.decode,
             router: self.router(),
+            router_kv: self.router_kv(),
             block_size: prefill_spec.event_block_tokens(),
             transfer: self.transfer()?,
             message_latency: Duration::from_micros(self.message_latency_us),

@@ -110,6 +110,32 @@ impl DeployArgs {
             real("speedup-ratio", r, MIN_RATIO, MAX_RATIO)?;
         }
         real("transfer-ms", self.transfer_ms, 0.0, MAX_SECONDS * 1e3)?;
+        // Dynamo requires the knobs finite and non-negative
+        // (`KvRouterConfig`'s validation); the bound keeps costs finite.
+        real(
+            "overlap-score-credit",
+            self.overlap_score_credit,
+            0.0,
+            MAX_RATIO,
+        )?;
+        real(
+            "prefill-load-scale",
+            self.prefill_load_scale,
+            0.0,
+            MAX_RATIO,
+        )?;
+        real(
+            "decode-active-request-weight",
+            self.decode_active_request_weight,
+            0.0,
+            MAX_RATIO,
+        )?;
+        real(
+            "router-temperature",
+            self.router_temperature,
+            0.0,
+            MAX_RATIO,
+        )?;
         int("bytes-per-token", self.bytes_per_token, 1, 1 << 30)?;
         real("bandwidth-gbps", self.bandwidth_gbps, MIN_RATIO, MAX_RATIO)?;
         int(

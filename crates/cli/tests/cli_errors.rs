@@ -69,6 +69,10 @@ fn bad_flags_are_errors_not_panics() {
         vec!["replay", "--message-latency-us", "18446744073709551615"],
         vec!["replay", "--lease-ttl-s", "18446744073709551615"],
         vec!["replay", "--rate", "inf"],
+        vec!["replay", "--router-temperature=-1"],
+        vec!["replay", "--overlap-score-credit", "nan"],
+        vec!["replay", "--prefill-load-scale", "1e300"],
+        vec!["replay", "--decode-active-request-weight", "inf"],
         vec!["serve", "--transfer-ms", "1e300"],
         vec![
             "worker",

@@ -5,6 +5,7 @@
 //! pool's role without knowing the configuration.
 
 use crate::cost::CostParams;
+pub use crate::cost::KvKnobs;
 use crate::policy::CustomPolicy;
 
 pub use crate::role::PoolRole;
@@ -14,13 +15,17 @@ pub use crate::role::PoolRole;
 /// ([`RouterMode::Custom`]). See [`crate::policy`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RouterMode {
-    /// Lowest cost, where cost is booked load in blocks minus the prefix
-    /// overlap (from published KV events) weighted by
-    /// [`RouterConfig::overlap_score_weight`]; after Dynamo's
-    /// `DefaultWorkerScorer::worker_logit`
-    /// (`lib/kv-router/src/scheduling/selector/default.rs`). See
-    /// [`crate::Router::select`] for the formula per pool.
+    /// Dynamo 1.6.1's KV router: the lowest cost (or a softmax sample at a
+    /// positive temperature) with the knobs of [`RouterConfig::kv`]; ties
+    /// broken uniformly at random by the seeded generator. See
+    /// [`crate::policy::KvAware`] for the formula per pool and the Dynamo
+    /// functions each rule follows.
     KvAware,
+    /// This project's earlier kv-aware cost: booked blocks plus prompt
+    /// load minus the overlap weighted by
+    /// [`RouterConfig::overlap_score_weight`], ties to the lowest id (see
+    /// [`crate::policy::KvLegacy`]).
+    KvLegacy,
     /// The next worker in id order, cycling.
     RoundRobin,
     /// A uniformly random worker from the seeded generator.
@@ -42,6 +47,7 @@ impl RouterMode {
     pub fn name(self) -> &'static str {
         match self {
             RouterMode::KvAware => "kv",
+            RouterMode::KvLegacy => "kv-legacy",
             RouterMode::RoundRobin => "round-robin",
             RouterMode::Random => "random",
             RouterMode::LeastLoaded => "least-loaded",
@@ -54,6 +60,7 @@ impl RouterMode {
     pub fn from_name(s: &str) -> Option<RouterMode> {
         Some(match s {
             "kv" | "kv-aware" => RouterMode::KvAware,
+            "kv-legacy" => RouterMode::KvLegacy,
             "round-robin" | "rr" => RouterMode::RoundRobin,
             "random" => RouterMode::Random,
             "least-loaded" => RouterMode::LeastLoaded,
@@ -63,8 +70,9 @@ impl RouterMode {
     }
 
     /// Every built-in mode, in a fixed order.
-    pub const ALL: [RouterMode; 5] = [
+    pub const ALL: [RouterMode; 6] = [
         RouterMode::KvAware,
+        RouterMode::KvLegacy,
         RouterMode::RoundRobin,
         RouterMode::Random,
         RouterMode::LeastLoaded,
@@ -82,24 +90,45 @@ pub struct RouterConfig {
     /// The engines' KV block size in tokens; requests are hashed with it so
     /// their hashes match the workers' KV events.
     pub block_size: u32,
-    /// Blocks of cost one overlapping block saves (Dynamo's
-    /// `overlap_score_weight`, default 1.0). 0 makes `KvAware` pure load
-    /// balancing.
+    /// Blocks of cost one overlapping block saves in `KvLegacy` (default
+    /// 1.0); 0 makes it pure load balancing. `KvAware` reads [`RouterConfig::kv`].
     pub overlap_score_weight: f64,
+    /// `KvAware`'s knobs, Dynamo's names and defaults.
+    pub kv: KvKnobs,
+    /// The pool is an aggregated frontend's only pool (its role is
+    /// [`PoolRole::Decode`]): `KvAware` then scores it as Dynamo's
+    /// aggregated router does, prompt load and overlap included, and books
+    /// its uncached prompt tokens until the first token.
+    pub aggregated: bool,
     /// Seed of `Random` and `PowerOfTwo`.
     pub seed: u64,
 }
 
 impl RouterConfig {
-    /// A config with overlap weight 1.0 and seed 0.
+    /// A config with overlap weight 1.0, Dynamo's default `KvAware` knobs,
+    /// not aggregated, seed 0.
     pub fn new(role: PoolRole, mode: RouterMode, block_size: u32) -> Self {
         RouterConfig {
             role,
             mode,
             block_size,
             overlap_score_weight: 1.0,
+            kv: KvKnobs::default(),
+            aggregated: false,
             seed: 0,
         }
+    }
+
+    /// The same config with other `KvAware` knobs.
+    pub fn with_kv(mut self, kv: KvKnobs) -> Self {
+        self.kv = kv;
+        self
+    }
+
+    /// The same config, marked as an aggregated frontend's pool (or not).
+    pub fn with_aggregated(mut self, aggregated: bool) -> Self {
+        self.aggregated = aggregated;
+        self
     }
 
     /// The same config with another seed.
@@ -114,12 +143,14 @@ impl RouterConfig {
         self
     }
 
-    /// What this pool's costs read: role, block size, overlap weight.
+    /// What this pool's costs read: role, block size, weights.
     pub(crate) fn cost_params(&self) -> CostParams {
         CostParams {
             role: self.role,
             block_size: self.block_size,
             overlap_score_weight: self.overlap_score_weight,
+            kv: self.kv,
+            aggregated: self.aggregated,
         }
     }
 }
@@ -134,6 +165,10 @@ mod tests {
             assert_eq!(RouterMode::from_name(m.name()), Some(m));
         }
         assert_eq!(RouterMode::from_name("p2c"), Some(RouterMode::PowerOfTwo));
+        assert_eq!(
+            RouterMode::from_name("kv-legacy"),
+            Some(RouterMode::KvLegacy)
+        );
         assert_eq!(RouterMode::from_name("nope"), None);
     }
 }

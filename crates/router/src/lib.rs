@@ -20,10 +20,13 @@
 //! Releases are idempotent: a second release, or one for an unknown request,
 //! changes nothing and is counted in [`RouterStats`].
 //!
-//! Modes ([`RouterMode`]): KV-aware (prefix overlap from the workers' KV
-//! events against booked load), round-robin, seeded random, least-loaded and
-//! seeded power-of-two-choices. Every decision is deterministic: ties go to
-//! the lowest worker id and no hash-map iteration order reaches a decision.
+//! Modes ([`RouterMode`]): KV-aware (Dynamo 1.6.1's cost: prefix overlap
+//! from the workers' KV events against booked load, ties broken by the
+//! seeded generator), the project's earlier kv-aware cost (`kv-legacy`),
+//! round-robin, seeded random, least-loaded and seeded
+//! power-of-two-choices. Every decision is deterministic: randomness comes
+//! from the router's seeded generator, other ties go to the lowest worker
+//! id, and no hash-map iteration order reaches a decision.
 //! Each mode is a [`RoutingPolicy`] ([`policy`]); a downstream crate routes
 //! with its own through [`RouterMode::Custom`] and [`CustomPolicy`], which
 //! reaches every driver (replay, live, serve) through the same configuration
@@ -79,7 +82,7 @@ pub mod router;
 mod state;
 mod view;
 
-pub use config::{PoolRole, RouterConfig, RouterMode};
+pub use config::{KvKnobs, PoolRole, RouterConfig, RouterMode};
 pub use frontend::{
     is_push, Frontend, FrontendConfig, Pool, ReseedCause, SessionRoute, SessionRouting,
     FRONTEND_ID, PUSH_REQUESTS,

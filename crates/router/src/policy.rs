@@ -4,9 +4,9 @@
 //! A [`Router`](crate::Router) keeps the pool's state (workers, bookings,
 //! published KV, capacity reports, the seeded generator) and asks its policy
 //! for a worker on every [`Router::select`](crate::Router::select); it then
-//! books the request on the chosen worker. The five built-in modes of
+//! books the request on the chosen worker. The six built-in modes of
 //! [`RouterMode`](crate::RouterMode) are policies of this module
-//! ([`KvAware`], [`RoundRobin`], [`Random`], [`LeastLoaded`],
+//! ([`KvAware`], [`KvLegacy`], [`RoundRobin`], [`Random`], [`LeastLoaded`],
 //! [`PowerOfTwo`]), dispatched statically; a downstream crate plugs its own
 //! in with [`CustomPolicy`] and
 //! [`RouterMode::Custom`](crate::RouterMode::Custom), which every driver
@@ -124,15 +124,53 @@ fn choice(view: &RouterView<'_>, i: usize) -> RoutingChoice {
     RoutingChoice::worker(view.id_at(i))
 }
 
-/// [`RouterMode::KvAware`](crate::RouterMode::KvAware): lowest kv-aware
-/// cost (booked load minus weighted published overlap; see
-/// [`crate::Router::select`]), ties to the lowest id. Large pools with a
-/// power-of-two block size answer from the router's pool-wide index instead
-/// of scoring every worker; both choose the same worker.
+/// [`RouterMode::KvAware`](crate::RouterMode::KvAware): Dynamo 1.6.1's KV
+/// router. Each selectable worker costs, in blocks,
+///
+/// `prefill_load_scale * max(0, (booked_prefill_tokens + prompt_tokens) /
+/// block_size - overlap_score_credit * overlap) + active_blocks +
+/// decode_active_request_weight * booked_requests`
+///
+/// (`DefaultScorer::score_worker`, `dynamo-custom-policy-builtin`
+/// `default/scorer.rs`), where `overlap` is the worker's published prefix of
+/// the prompt in blocks and the terms a pool uses are those of Dynamo's
+/// disaggregated replay: a prefill pool tracks no active blocks, a decode
+/// pool no prefill tokens and no overlap, an aggregated pool all three
+/// (details at [`crate::RouterConfig::aggregated`] and the cost's source).
+/// Booking follows Dynamo's `ActiveSequences`: prefill tokens are the
+/// prompt minus the chosen worker's overlap, dropped at
+/// [`crate::Router::prefill_completed`]. The lowest cost wins, a tie to
+/// each tied worker with equal probability from the seeded generator; with
+/// `router_temperature > 0` the worker is a softmax sample over the costs
+/// (`DefaultPicker::pick`, `default/picker.rs`). Knobs:
+/// [`crate::RouterConfig::kv`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct KvAware;
 
 impl RoutingPolicy for KvAware {
+    fn select(
+        &mut self,
+        _: &Request,
+        view: &mut RouterView<'_>,
+        _: Instant,
+    ) -> Option<RoutingChoice> {
+        let (i, overlap) = view.pick_kv_dynamo()?;
+        if view.cost.dynamo_reads_overlap() {
+            view.known_overlap = Some((i, overlap));
+        }
+        Some(choice(view, i))
+    }
+}
+
+/// [`RouterMode::KvLegacy`](crate::RouterMode::KvLegacy): this project's
+/// earlier kv-aware cost (booked load minus weighted published overlap;
+/// see [`crate::Router::select`]), ties to the lowest id. Large pools with a
+/// power-of-two block size answer from the router's pool-wide index instead
+/// of scoring every worker; both choose the same worker.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KvLegacy;
+
+impl RoutingPolicy for KvLegacy {
     fn select(
         &mut self,
         _: &Request,
@@ -315,6 +353,7 @@ impl Hash for CustomPolicy {
 #[derive(Debug)]
 pub(crate) enum Policy {
     KvAware(KvAware),
+    KvLegacy(KvLegacy),
     RoundRobin(RoundRobin),
     Random(Random),
     LeastLoaded(LeastLoaded),
@@ -332,6 +371,7 @@ impl Policy {
     ) -> Option<RoutingChoice> {
         match self {
             Policy::KvAware(p) => p.select(request, view, now),
+            Policy::KvLegacy(p) => p.select(request, view, now),
             Policy::RoundRobin(p) => p.select(request, view, now),
             Policy::Random(p) => p.select(request, view, now),
             Policy::LeastLoaded(p) => p.select(request, view, now),

@@ -10,7 +10,9 @@ use crate::config::{RouterConfig, RouterMode};
 use crate::cost::overlap_of;
 use crate::holders::{bit, MAX_SLOTS};
 use crate::load::{Booking, Release, RouterStats, Selection, WorkerLoad};
-use crate::policy::{KvAware, LeastLoaded, Policy, PowerOfTwo, Random, RoundRobin, RoutingChoice};
+use crate::policy::{
+    KvAware, KvLegacy, LeastLoaded, Policy, PowerOfTwo, Random, RoundRobin, RoutingChoice,
+};
 use crate::published::Published;
 use crate::role::PoolRole;
 use crate::state::{Scoring, WorkerState};
@@ -24,6 +26,8 @@ struct Entry {
     /// Prefill compute load still counted (prefill pool, until
     /// `prefill_completed`).
     prefill_open: bool,
+    /// Full prompt blocks counted in the worker's `booked_prompt_blocks`.
+    prompt_blocks: u64,
 }
 
 /// The policy `mode` names, for a pool of `role` (a custom policy's factory
@@ -31,6 +35,7 @@ struct Entry {
 fn policy_for(mode: RouterMode, role: PoolRole) -> Policy {
     match mode {
         RouterMode::KvAware => Policy::KvAware(KvAware),
+        RouterMode::KvLegacy => Policy::KvLegacy(KvLegacy),
         RouterMode::RoundRobin => Policy::RoundRobin(RoundRobin::default()),
         RouterMode::Random => Policy::Random(Random),
         RouterMode::LeastLoaded => Policy::LeastLoaded(LeastLoaded),
@@ -60,6 +65,8 @@ pub struct Router {
     scoring: Option<Scoring>,
     /// Reused by the indexed pick: (slot, overlap) of workers that match.
     matched: Vec<(usize, u32)>,
+    /// Reused by `KvAware`: (slot, cost, overlap) of each selectable worker.
+    scores: Vec<(usize, f64, u32)>,
     /// Tests force the indexed pick (`Some(true)`) or the scan
     /// (`Some(false)`) whatever the pool's size, to compare them.
     #[cfg(test)]
@@ -90,6 +97,7 @@ impl Router {
             published: Published::default(),
             scoring: None,
             matched: Vec::new(),
+            scores: Vec::new(),
             #[cfg(test)]
             force_index: None,
         };
@@ -99,7 +107,8 @@ impl Router {
         r
     }
 
-    /// Whether kv-aware selection can use [`Scoring`] for this pool.
+    /// Whether `KvLegacy` selection can use [`Scoring`] for this pool
+    /// (`KvAware` breaks ties at random and scores every worker).
     fn can_index(&self) -> bool {
         #[allow(unused_mut)]
         let mut big_enough = self.workers.len() >= INDEX_MIN_WORKERS;
@@ -108,7 +117,7 @@ impl Router {
             big_enough = f;
         }
         big_enough
-            && self.config.mode == RouterMode::KvAware
+            && self.config.mode == RouterMode::KvLegacy
             && self.config.block_size.is_power_of_two()
             && self.workers.len() <= MAX_SLOTS
     }
@@ -133,7 +142,7 @@ impl Router {
         }
     }
 
-    /// The integer that orders workers by their kv-aware cost when they hold
+    /// The integer that orders workers by their `KvLegacy` cost when they hold
     /// none of the request's blocks. That cost is, for the prefill pool,
     /// `(booked_prefill_tokens + prompt) / block_size + booked_blocks +
     /// request_blocks`, and for the decode pool `booked_blocks +
@@ -267,6 +276,7 @@ impl Router {
             available: n,
             scoring: self.scoring.as_ref(),
             matched: &mut self.matched,
+            scores: &mut self.scores,
             known_overlap: None,
         };
         let choice = self.policy.select(request, &mut view, now);
@@ -282,13 +292,12 @@ impl Router {
     /// names a worker that is not selectable (the earlier booking is then
     /// gone; both counted in [`RouterStats::no_worker`]).
     ///
-    /// `KvAware` cost, per pool (lower wins, ties to the lower id):
+    /// `KvAware` is Dynamo 1.6.1's cost (see [`crate::policy::KvAware`]).
+    /// `KvLegacy` cost, per pool (lower wins, ties to the lower id):
     ///
-    /// - prefill, after Dynamo's prefill formula:
-    ///   `max(0, (booked_prefill_tokens + prompt_tokens) / block_size
-    ///   - weight * overlap) + booked_blocks + request_blocks`;
-    /// - decode, after Dynamo's decode formula with a positive overlap
-    ///   credit: `max(0, booked_blocks + request_blocks - weight * overlap)`.
+    /// - prefill: `max(0, (booked_prefill_tokens + prompt_tokens) /
+    ///   block_size - weight * overlap) + booked_blocks + request_blocks`;
+    /// - decode: `max(0, booked_blocks + request_blocks - weight * overlap)`.
     ///
     /// Hashes the prompt at most once; allocates only when the booking table
     /// or the hash scratch buffer grows.
@@ -333,6 +342,16 @@ impl Router {
         Some(self.book_at(i, request, false, None, now))
     }
 
+    /// Whether a booking holds prefill tokens until `prefill_completed`:
+    /// in a prefill pool, and in an aggregated pool under `KvAware`
+    /// (Dynamo's aggregated router tracks them until the first token).
+    fn books_prefill(&self) -> bool {
+        match self.config.mode {
+            RouterMode::KvAware => self.config.cost_params().dynamo_books_prefill(),
+            _ => self.config.role == PoolRole::Prefill,
+        }
+    }
+
     fn drop_existing(&mut self, id: RequestId) {
         if self.bookings.contains_key(&id) {
             self.stats.rebookings += 1;
@@ -365,14 +384,19 @@ impl Router {
                 request,
             ),
         };
-        let blocks = self.config.cost_params().request_blocks(request);
-        let prefill_tokens = match self.config.role {
-            PoolRole::Prefill => u64::from(request.prompt_tokens)
-                .saturating_sub(u64::from(overlap) * u64::from(self.config.block_size)),
-            PoolRole::Decode => 0,
+        let params = self.config.cost_params();
+        let blocks = params.request_blocks(request);
+        let prompt_blocks = params.prompt_full_blocks(request);
+        let prefill_open = self.books_prefill();
+        let prefill_tokens = if prefill_open {
+            u64::from(request.prompt_tokens)
+                .saturating_sub(u64::from(overlap) * u64::from(self.config.block_size))
+        } else {
+            0
         };
         let w = &mut self.workers[i];
         w.booked_blocks = w.booked_blocks.saturating_add(blocks);
+        w.booked_prompt_blocks = w.booked_prompt_blocks.saturating_add(prompt_blocks);
         w.booked_prefill_tokens = w.booked_prefill_tokens.saturating_add(prefill_tokens);
         w.booked_requests += 1;
         w.selected += 1;
@@ -388,7 +412,8 @@ impl Router {
             request.id,
             Entry {
                 booking,
-                prefill_open: self.config.role == PoolRole::Prefill,
+                prefill_open,
+                prompt_blocks,
             },
         );
         self.stats.selections += 1;
@@ -453,6 +478,7 @@ impl Router {
             w.booked_blocks = w.booked_blocks.saturating_sub(b.blocks);
             w.booked_prefill_tokens = w.booked_prefill_tokens.saturating_sub(b.prefill_tokens);
             w.booked_requests = w.booked_requests.saturating_sub(1);
+            w.booked_prompt_blocks = w.booked_prompt_blocks.saturating_sub(entry.prompt_blocks);
             self.resync(i);
         }
         Some(Release::Released {
@@ -537,7 +563,10 @@ impl Router {
     pub fn is_drained(&self) -> bool {
         self.bookings.is_empty()
             && self.workers.iter().all(|w| {
-                w.booked_blocks == 0 && w.booked_prefill_tokens == 0 && w.booked_requests == 0
+                w.booked_blocks == 0
+                    && w.booked_prefill_tokens == 0
+                    && w.booked_requests == 0
+                    && w.booked_prompt_blocks == 0
             })
     }
 
@@ -545,7 +574,7 @@ impl Router {
     /// bookings; a description of the first mismatch otherwise. For tests
     /// and drain checks; O(bookings).
     pub fn audit(&self) -> Result<(), String> {
-        let mut sums = vec![(0u64, 0u64, 0u64); self.workers.len()];
+        let mut sums = vec![(0u64, 0u64, 0u64, 0u64); self.workers.len()];
         for (id, e) in self.bookings.iter() {
             let Some(i) = self.index(e.booking.worker) else {
                 return Err(format!("{id} booked on unknown {}", e.booking.worker));
@@ -553,12 +582,18 @@ impl Router {
             sums[i].0 += e.booking.blocks;
             sums[i].1 += e.booking.prefill_tokens;
             sums[i].2 += 1;
+            sums[i].3 += e.prompt_blocks;
         }
         for (w, s) in self.workers.iter().zip(sums) {
-            let have = (w.booked_blocks, w.booked_prefill_tokens, w.booked_requests);
+            let have = (
+                w.booked_blocks,
+                w.booked_prefill_tokens,
+                w.booked_requests,
+                w.booked_prompt_blocks,
+            );
             if have != s {
                 return Err(format!(
-                    "{}: totals (blocks, prefill tokens, requests) {have:?} but bookings sum to {s:?}",
+                    "{}: totals (blocks, prefill tokens, requests, prompt blocks) {have:?} but bookings sum to {s:?}",
                     w.id
                 ));
             }
@@ -567,5 +602,7 @@ impl Router {
     }
 }
 
+#[cfg(test)]
+mod kv_tests;
 #[cfg(test)]
 mod tests;

@@ -16,6 +16,9 @@ pub(crate) struct WorkerState {
     pub(crate) booked_blocks: u64,
     pub(crate) booked_prefill_tokens: u64,
     pub(crate) booked_requests: u64,
+    /// Full prompt blocks of the live bookings (Dynamo's active blocks,
+    /// read by `KvAware` in a decode pool).
+    pub(crate) booked_prompt_blocks: u64,
     pub(crate) selected: u64,
     pub(crate) capacity: Option<KvCapacitySnapshot>,
     pub(crate) last_event_id: Option<u64>,
@@ -32,6 +35,7 @@ impl WorkerState {
             booked_blocks: 0,
             booked_prefill_tokens: 0,
             booked_requests: 0,
+            booked_prompt_blocks: 0,
             selected: 0,
             capacity: None,
             last_event_id: None,

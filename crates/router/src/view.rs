@@ -34,6 +34,8 @@ pub struct RouterView<'a> {
     pub(crate) scoring: Option<&'a Scoring>,
     /// Scratch for the indexed pick.
     pub(crate) matched: &'a mut Vec<(usize, u32)>,
+    /// Scratch for `KvAware`: (slot, cost, overlap) per selectable worker.
+    pub(crate) scores: &'a mut Vec<(usize, f64, u32)>,
     /// `(slot, overlap)` a pick already computed, so booking need not look
     /// again.
     pub(crate) known_overlap: Option<(usize, u32)>,
@@ -155,10 +157,21 @@ impl RouterView<'_> {
         self.cost.request_blocks(self.request)
     }
 
-    /// The `KvAware` cost of placing the request on `worker` given its
-    /// `overlap` (see [`crate::Router::select`]; lower wins); `None` for a
-    /// stranger. For policies that adjust the built-in score.
+    /// The `KvAware` (Dynamo 1.6.1) cost of placing the request on
+    /// `worker` given its `overlap` (see [`crate::policy::KvAware`]; lower
+    /// wins); `None` for a stranger. For policies that adjust the built-in
+    /// score.
     pub fn kv_cost(&self, worker: WorkerId, overlap: u32) -> Option<f64> {
+        let i = self.index(worker)?;
+        Some(
+            self.cost
+                .dynamo_cost(&self.workers[i], self.request, overlap),
+        )
+    }
+
+    /// The `KvLegacy` cost of placing the request on `worker` given its
+    /// `overlap` (see [`crate::Router::select`]); `None` for a stranger.
+    pub fn kv_legacy_cost(&self, worker: WorkerId, overlap: u32) -> Option<f64> {
         let i = self.index(worker)?;
         Some(self.cost.kv_cost(
             &self.workers[i],
@@ -166,6 +179,43 @@ impl RouterView<'_> {
             self.request_blocks(),
             overlap,
         ))
+    }
+
+    /// `KvAware`'s knobs as configured (`RouterConfig::kv`).
+    pub fn kv_knobs(&self) -> crate::KvKnobs {
+        self.cost.kv
+    }
+
+    /// The `KvAware` choice and its overlap: every selectable worker
+    /// scored by [`CostParams::dynamo_cost`] in id order, then picked as
+    /// Dynamo's `DefaultPicker::pick` does (`dynamo-custom-policy-builtin`
+    /// `default/picker.rs`): at temperature 0 the lowest cost, a tie going
+    /// to each tied worker with equal probability (a reservoir over the
+    /// ties in id order, one draw of the seeded generator per tie after the
+    /// first); above 0 a softmax sample ([`softmax_row`]).
+    pub(crate) fn pick_kv_dynamo(&mut self) -> Option<(usize, u32)> {
+        let reads_overlap = self.cost.dynamo_reads_overlap();
+        let mut scores = std::mem::take(self.scores);
+        scores.clear();
+        for i in 0..self.workers.len() {
+            if !self.workers[i].available {
+                continue;
+            }
+            let overlap = if reads_overlap { self.overlap_at(i) } else { 0 };
+            let cost = self
+                .cost
+                .dynamo_cost(&self.workers[i], self.request, overlap);
+            scores.push((i, cost, overlap));
+        }
+        let temperature = self.cost.kv.sanitized().router_temperature;
+        let row = if temperature == 0.0 {
+            lowest_row(&scores, self.rng)
+        } else {
+            softmax_row(&scores, temperature, self.rng.next_f64())
+        };
+        let pick = row.map(|r| (scores[r].0, scores[r].2));
+        *self.scores = scores;
+        pick
     }
 
     /// The router's seeded generator (`RouterConfig::seed`): the only
@@ -256,4 +306,67 @@ impl RouterView<'_> {
         }
         best.map(|(_, i, overlap)| (i, overlap))
     }
+}
+
+/// The row of the lowest cost, ties broken uniformly: the `k`-th worker
+/// tied at the current best replaces it with probability `1/k` (Dynamo's
+/// `DefaultPicker::pick` at temperature 0, with the seeded generator in
+/// place of `fastrand`).
+pub(crate) fn lowest_row(scores: &[(usize, f64, u32)], rng: &mut Rng) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    let mut ties = 0u64;
+    for (row, &(_, cost, _)) in scores.iter().enumerate() {
+        match best {
+            Some((_, b)) if cost > b => {}
+            Some((_, b)) if cost == b => {
+                ties += 1;
+                if rng.below(ties) == 0 {
+                    best = Some((row, b));
+                }
+            }
+            _ => {
+                best = Some((row, cost));
+                ties = 1;
+            }
+        }
+    }
+    best.map(|(row, _)| row)
+}
+
+/// A row sampled with probability proportional to `exp(-(cost - min) /
+/// ((max - min) * temperature))`, `sample` uniform in `[0, 1)`: the first
+/// row whose cumulative probability reaches `sample` (the last if rounding
+/// leaves it short). All rows are equally likely when every cost is equal.
+/// After `softmax_sample_index` (`dynamo-custom-policy-builtin`
+/// `default/picker.rs`), costs normalised by their range so the temperature
+/// is scale-free.
+pub(crate) fn softmax_row(
+    scores: &[(usize, f64, u32)],
+    temperature: f64,
+    sample: f64,
+) -> Option<usize> {
+    let (lo, hi) = scores
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), s| {
+            (lo.min(s.1), hi.max(s.1))
+        });
+    if scores.is_empty() {
+        return None;
+    }
+    let weight = |cost: f64| {
+        if lo == hi || !(hi - lo).is_finite() {
+            1.0
+        } else {
+            (-(cost - lo) / ((hi - lo) * temperature)).exp()
+        }
+    };
+    let total: f64 = scores.iter().map(|s| weight(s.1)).sum();
+    let mut cumulative = 0.0;
+    for (row, s) in scores.iter().enumerate() {
+        cumulative += weight(s.1) / total;
+        if sample <= cumulative {
+            return Some(row);
+        }
+    }
+    Some(scores.len() - 1)
 }

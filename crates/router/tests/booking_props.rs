@@ -4,7 +4,7 @@
 use handoff_core::{
     Instant, KvCapacitySnapshot, KvEvent, KvEventData, Request, RequestId, WorkerId,
 };
-use handoff_router::{PoolRole, Release, Router, RouterConfig, RouterMode};
+use handoff_router::{KvKnobs, PoolRole, Release, Router, RouterConfig, RouterMode};
 use proptest::prelude::*;
 
 const BS: u32 = 16;
@@ -182,9 +182,22 @@ proptest! {
         role in roles(),
         seed in any::<u64>(),
         weight in prop_oneof![Just(1.0f64), Just(0.0), Just(2.5), Just(f64::NAN), Just(-1.0)],
+        temperature in prop_oneof![Just(0.0f64), Just(0.5), Just(f64::INFINITY)],
+        request_weight in prop_oneof![Just(0.0f64), Just(1.0)],
+        aggregated in any::<bool>(),
         ops in proptest::collection::vec(op(), 0..80),
     ) {
-        let config = RouterConfig::new(role, mode, BS).with_seed(seed).with_overlap_weight(weight);
+        let kv = KvKnobs {
+            overlap_score_credit: weight,
+            router_temperature: temperature,
+            decode_active_request_weight: request_weight,
+            ..KvKnobs::default()
+        };
+        let config = RouterConfig::new(role, mode, BS)
+            .with_seed(seed)
+            .with_overlap_weight(weight)
+            .with_kv(kv)
+            .with_aggregated(aggregated && role == PoolRole::Decode);
         let a = run(config, &ops);
         let b = run(config, &ops);
         prop_assert_eq!(a, b);

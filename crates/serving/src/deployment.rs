@@ -7,7 +7,7 @@ use crate::engines::EngineSpec;
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant, WorkerId};
 use handoff_engine::fault::FaultPlan;
 use handoff_engine::{Engine, EngineConfig, TransferModel};
-use handoff_router::{FrontendConfig, Pool, RouterMode};
+use handoff_router::{FrontendConfig, KvKnobs, Pool, RouterMode};
 
 /// Everything a replay needs besides the workload and the cores.
 #[derive(Clone, Debug)]
@@ -27,6 +27,8 @@ pub struct ReplayConfig {
     /// and serve all route with it; the report names it by
     /// [`RouterMode::name`].
     pub router: RouterMode,
+    /// The `kv` mode's knobs (Dynamo's names and defaults).
+    pub router_kv: KvKnobs,
     /// KV block size the routers hash requests with.
     pub block_size: u32,
     /// Transfer timing.
@@ -61,6 +63,7 @@ impl Default for ReplayConfig {
             prefill_workers: 2,
             decode_workers: 2,
             router: RouterMode::KvAware,
+            router_kv: KvKnobs::default(),
             block_size: 16,
             transfer: TransferModel::default(),
             message_latency: Duration::from_micros(500),
@@ -147,6 +150,7 @@ pub fn frontend_config(cfg: &ReplayConfig) -> FrontendConfig {
         mode: cfg.router,
         block_size: cfg.block_size,
         seed: cfg.seed,
+        kv: cfg.router_kv,
         hop: cfg.message_latency,
         disabled_delay: cfg.transfer.base(),
     }

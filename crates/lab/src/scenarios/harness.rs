@@ -419,6 +419,7 @@ impl Lab {
                 mode: RouterMode::KvAware,
                 block_size,
                 seed: 0,
+                kv: handoff_router::KvKnobs::default(),
                 hop: LATENCY,
                 disabled_delay: TRANSFER,
             },

@@ -18,7 +18,7 @@
 //! decode worker destination-first, which then holds the session. The table
 //! follows the workers' `SlotEvicted` session events.
 
-use crate::{PoolRole, Router, RouterConfig, RouterMode};
+use crate::{KvKnobs, PoolRole, Router, RouterConfig, RouterMode};
 use handoff_core::fasthash::ChurnMap;
 use handoff_core::session::{SessionEvent, SlotEvictReason};
 use handoff_core::SessionId;
@@ -55,6 +55,8 @@ pub struct FrontendConfig {
     pub block_size: u32,
     /// Router seed.
     pub seed: u64,
+    /// The `kv` mode's knobs (Dynamo's), for both pools.
+    pub kv: KvKnobs,
     /// Delay of the frontend hop that routes decode after a source-first pin.
     pub hop: Duration,
     /// Disabled ordering: delay between prefill completion and decode submission.
@@ -197,13 +199,17 @@ impl Frontend {
             PoolRole::Prefill
         };
         let prefill = Router::new(
-            RouterConfig::new(prefill_role, cfg.mode, cfg.block_size).with_seed(cfg.seed),
+            RouterConfig::new(prefill_role, cfg.mode, cfg.block_size)
+                .with_seed(cfg.seed)
+                .with_kv(cfg.kv)
+                .with_aggregated(aggregated),
             prefill_ids,
         );
         let decode = (!aggregated).then(|| {
             Router::new(
                 RouterConfig::new(PoolRole::Decode, cfg.mode, cfg.block_size)
-                    .with_seed(cfg.seed ^ 0x5eed),
+                    .with_seed(cfg.seed ^ 0x5eed)
+                    .with_kv(cfg.kv),
                 pick(Pool::Decode),
             )
         });

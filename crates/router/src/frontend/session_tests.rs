@@ -8,6 +8,7 @@ fn frontend() -> Frontend {
         mode: RouterMode::RoundRobin,
         block_size: 64,
         seed: 1,
+        kv: crate::KvKnobs::default(),
         hop: Duration::ZERO,
         disabled_delay: Duration::ZERO,
     };

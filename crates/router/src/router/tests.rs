@@ -63,7 +63,7 @@ fn decode_books_prompt_and_output_blocks_until_release() {
 
 #[test]
 fn prefill_keeps_blocks_after_prefill_completes() {
-    let mut r = router(PoolRole::Prefill, RouterMode::KvAware, 1);
+    let mut r = router(PoolRole::Prefill, RouterMode::KvLegacy, 1);
     let s = r.select(&req(1, 100, 60, &[]), Instant::ZERO).unwrap();
     assert_eq!((s.blocks, s.prefill_tokens), (7, 100));
     assert_eq!(
@@ -172,7 +172,7 @@ fn round_robin_cycles_in_id_order_over_available_workers() {
 
 #[test]
 fn empty_pool_refuses_and_counts() {
-    let mut r = router(PoolRole::Decode, RouterMode::KvAware, 0);
+    let mut r = router(PoolRole::Decode, RouterMode::KvLegacy, 0);
     assert_eq!(r.select(&req(1, 16, 1, &[]), Instant::ZERO), None);
     let mut r = router(PoolRole::Decode, RouterMode::Random, 1);
     r.remove_worker(WorkerId(0));
@@ -276,6 +276,7 @@ fn built_in_policies_behind_a_custom_mode_pick_as_their_modes() {
         CustomPolicy::new("wrapped", move |_| -> Box<dyn RoutingPolicy> {
             match mode {
                 RouterMode::KvAware => Box::new(policy::KvAware),
+                RouterMode::KvLegacy => Box::new(policy::KvLegacy),
                 RouterMode::RoundRobin => Box::<policy::RoundRobin>::default(),
                 RouterMode::Random => Box::new(policy::Random),
                 RouterMode::LeastLoaded => Box::new(policy::LeastLoaded),
@@ -384,7 +385,7 @@ fn seeded_modes_are_deterministic_and_seed_sensitive() {
     }
     // Unseeded modes ignore the seed entirely.
     for mode in [
-        RouterMode::KvAware,
+        RouterMode::KvLegacy,
         RouterMode::RoundRobin,
         RouterMode::LeastLoaded,
     ] {
@@ -394,7 +395,7 @@ fn seeded_modes_are_deterministic_and_seed_sensitive() {
 
 #[test]
 fn kv_aware_prefers_overlap_and_forgets_removed_blocks() {
-    let mut r = router(PoolRole::Prefill, RouterMode::KvAware, 3);
+    let mut r = router(PoolRole::Prefill, RouterMode::KvLegacy, 3);
     let a = req(1, 1024, 8, &[10, 11]);
     publish(&mut r, 2, &a, 64, 0);
     assert_eq!(r.overlap_blocks(WorkerId(2), &a), 64);
@@ -434,7 +435,7 @@ fn kv_aware_prefers_overlap_and_forgets_removed_blocks() {
 #[test]
 fn kv_aware_trades_overlap_against_load() {
     // Decode pool: cost = max(0, booked + request blocks - weight * overlap).
-    let mut r = router(PoolRole::Decode, RouterMode::KvAware, 2);
+    let mut r = router(PoolRole::Decode, RouterMode::KvLegacy, 2);
     let a = req(1, 512, 0, &[5]); // 32 blocks
     publish(&mut r, 1, &a, 32, 0);
     // Load w1 with 40 blocks: cost w1 = 40 + 32 - 32 = 40 > w0 = 32.
@@ -444,7 +445,7 @@ fn kv_aware_trades_overlap_against_load() {
     r.request_released(RequestId(1));
     // A heavier overlap weight flips it: w1 = 40 + 32 - 64 = 8 < 32.
     let mut r2 = Router::new(
-        RouterConfig::new(PoolRole::Decode, RouterMode::KvAware, BS).with_overlap_weight(2.0),
+        RouterConfig::new(PoolRole::Decode, RouterMode::KvLegacy, BS).with_overlap_weight(2.0),
         [WorkerId(0), WorkerId(1)],
     );
     publish(&mut r2, 1, &a, 32, 0);
@@ -453,7 +454,7 @@ fn kv_aware_trades_overlap_against_load() {
     assert_eq!(r2.select(&a, Instant::ZERO).unwrap().worker, WorkerId(1));
     // Weight 0 is pure load balancing.
     let mut r3 = Router::new(
-        RouterConfig::new(PoolRole::Decode, RouterMode::KvAware, BS).with_overlap_weight(0.0),
+        RouterConfig::new(PoolRole::Decode, RouterMode::KvLegacy, BS).with_overlap_weight(0.0),
         [WorkerId(0), WorkerId(1)],
     );
     publish(&mut r3, 1, &a, 32, 0);
@@ -462,7 +463,7 @@ fn kv_aware_trades_overlap_against_load() {
 
 #[test]
 fn kv_aware_prefill_counts_booked_prefill_tokens() {
-    let mut r = router(PoolRole::Prefill, RouterMode::KvAware, 2);
+    let mut r = router(PoolRole::Prefill, RouterMode::KvLegacy, 2);
     // w0 prefills 1600 tokens (owning 100 blocks), w1 1200 (75 blocks).
     r.book(WorkerId(0), &req(100, 1600, 1, &[]), Instant::ZERO)
         .unwrap();
@@ -488,7 +489,7 @@ fn kv_aware_prefill_counts_booked_prefill_tokens() {
 fn unpublished_bookings_never_attract_traffic() {
     // Booking a prefix on w1 (as a destination reservation would) does
     // not make w1 look cached: only Stored events do.
-    let mut r = router(PoolRole::Decode, RouterMode::KvAware, 2);
+    let mut r = router(PoolRole::Decode, RouterMode::KvLegacy, 2);
     let a = req(1, 512, 0, &[5]);
     r.book(WorkerId(1), &a, Instant::ZERO).unwrap();
     assert_eq!(r.overlap_blocks(WorkerId(1), &a), 0);
@@ -499,7 +500,7 @@ fn unpublished_bookings_never_attract_traffic() {
 
 #[test]
 fn kv_events_for_strangers_and_orphans_are_counted() {
-    let mut r = router(PoolRole::Decode, RouterMode::KvAware, 1);
+    let mut r = router(PoolRole::Decode, RouterMode::KvLegacy, 1);
     let ev = |id, data| KvEvent { event_id: id, data };
     r.on_kv_event(WorkerId(5), &ev(0, KvEventData::Cleared));
     r.on_kv_event(
@@ -537,7 +538,7 @@ fn kv_events_for_strangers_and_orphans_are_counted() {
 
 #[test]
 fn remove_worker_forgets_its_cache() {
-    let mut r = router(PoolRole::Prefill, RouterMode::KvAware, 2);
+    let mut r = router(PoolRole::Prefill, RouterMode::KvLegacy, 2);
     let a = req(1, 512, 1, &[5]);
     publish(&mut r, 1, &a, 32, 0);
     r.remove_worker(WorkerId(1));
@@ -557,17 +558,17 @@ fn other_modes_still_report_overlap_of_the_chosen_worker() {
 
 #[test]
 fn only_large_kv_aware_pools_keep_the_index() {
-    let big = router(PoolRole::Prefill, RouterMode::KvAware, 64);
+    let big = router(PoolRole::Prefill, RouterMode::KvLegacy, 64);
     assert!(big.scoring.is_some());
     assert_eq!(big.scoring.as_ref().unwrap().by_load.len(), 64);
-    assert!(router(PoolRole::Decode, RouterMode::KvAware, 4)
+    assert!(router(PoolRole::Decode, RouterMode::KvLegacy, 4)
         .scoring
         .is_none());
     assert!(router(PoolRole::Decode, RouterMode::RoundRobin, 64)
         .scoring
         .is_none());
     let odd = Router::new(
-        RouterConfig::new(PoolRole::Decode, RouterMode::KvAware, 10),
+        RouterConfig::new(PoolRole::Decode, RouterMode::KvLegacy, 10),
         (0..64).map(WorkerId),
     );
     assert!(
@@ -655,7 +656,7 @@ mod indexed {
             ops in proptest::collection::vec(op(), 1..120),
         ) {
             let role = if prefill { PoolRole::Prefill } else { PoolRole::Decode };
-            let cfg = RouterConfig::new(role, RouterMode::KvAware, BS);
+            let cfg = RouterConfig::new(role, RouterMode::KvLegacy, BS);
             let mut fast = Router::new(cfg, (0..4).map(WorkerId));
             fast.force_index = Some(true);
             fast.rebuild_scoring();

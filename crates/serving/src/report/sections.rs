@@ -25,6 +25,9 @@ pub struct ReportConfig {
     pub decode_workers: u32,
     /// Router mode.
     pub router: &'static str,
+    /// The `kv` router's knobs (Dynamo's names); only with `router: kv`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub router_kv: Option<KvKnobsReport>,
     /// Router seed.
     pub seed: u64,
     /// Tokens per block the routers hash requests with (the engines' KV
@@ -44,6 +47,30 @@ pub struct ReportConfig {
     /// The fault plan in `--faults` syntax (`;` between directives), or
     /// empty when none.
     pub faults: String,
+}
+
+/// The `kv` router's knobs as configured (see [`handoff_router::KvKnobs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct KvKnobsReport {
+    /// `overlap_score_credit`.
+    pub overlap_score_credit: f64,
+    /// `prefill_load_scale`.
+    pub prefill_load_scale: f64,
+    /// `decode_active_request_weight`.
+    pub decode_active_request_weight: f64,
+    /// `router_temperature`.
+    pub router_temperature: f64,
+}
+
+impl From<handoff_router::KvKnobs> for KvKnobsReport {
+    fn from(k: handoff_router::KvKnobs) -> Self {
+        KvKnobsReport {
+            overlap_score_credit: k.overlap_score_credit,
+            prefill_load_scale: k.prefill_load_scale,
+            decode_active_request_weight: k.decode_active_request_weight,
+            router_temperature: k.router_temperature,
+        }
+    }
 }
 
 /// Engines of a run of workers.
@@ -190,6 +217,8 @@ impl ReportConfig {
             prefill_workers: cfg.prefill_workers,
             decode_workers: cfg.decode_workers,
             router: cfg.router.name(),
+            router_kv: (cfg.router == handoff_router::RouterMode::KvAware)
+                .then(|| KvKnobsReport::from(cfg.router_kv)),
             seed: cfg.seed,
             router_block_size: cfg.block_size,
             engines,
