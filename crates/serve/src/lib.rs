@@ -33,6 +33,7 @@
 pub mod director;
 pub mod driver;
 pub mod dynamo_events;
+pub mod dynamo_hash;
 pub mod http;
 pub mod kv_transfer;
 pub mod metrics;
@@ -46,6 +47,7 @@ pub mod worker_http;
 pub mod zmq_pub;
 
 pub use dynamo_events::RouterEventWriter;
+pub use dynamo_hash::TraceBlocks;
 pub use server::{
     parse_worker_http, per_worker, serve, serve_until, serve_workers, serve_workers_until,
     worker_http_ports, Listening, ServeConfig,
