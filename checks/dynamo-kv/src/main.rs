@@ -196,22 +196,18 @@ fn compare_overlaps(
     }
 }
 
-fn run(a: &Args) -> Result<Tally, String> {
-    let requests = match &a.trace {
-        Some(p) => read_trace(p)?,
-        None => Vec::new(),
-    };
-    // Every prompt block of the trace: engine hash -> Dynamo's hash of its
-    // stand-in tokens. At most MAX_SAMPLES requests, evenly spaced, are
-    // kept whole for the overlap comparisons.
+/// Every prompt block of the trace: engine hash -> Dynamo's hash of its
+/// stand-in tokens; and at most [`MAX_SAMPLES`] requests, evenly spaced,
+/// kept whole for the overlap comparisons.
+fn expectations(requests: &[Request], block_size: u32) -> (HashMap<u64, u64>, Vec<Sample>) {
     let stride = requests.len().div_ceil(MAX_SAMPLES).max(1);
     let mut expect_tokens_hash: HashMap<u64, u64> = HashMap::new();
     let mut samples: Vec<Sample> = Vec::new();
     for (i, r) in requests.iter().enumerate() {
         let mut engine = Vec::new();
-        r.block_hashes(a.block_size, &mut engine);
+        r.block_hashes(block_size, &mut engine);
         let tokens = stand_in_prompt(r);
-        let dynamo = compute_block_hash_for_seq(&tokens, a.block_size, BlockHashOptions::default());
+        let dynamo = compute_block_hash_for_seq(&tokens, block_size, BlockHashOptions::default());
         for (e, d) in engine.iter().zip(&dynamo) {
             expect_tokens_hash.insert(*e, d.0);
         }
@@ -219,6 +215,52 @@ fn run(a: &Args) -> Result<Tally, String> {
             samples.push(Sample { engine, dynamo });
         }
     }
+    (expect_tokens_hash, samples)
+}
+
+/// The blocks each worker holds in Dynamo's tree (its dump) against the
+/// mocker's router index.
+fn compare_counts(
+    tree: &RadixTree,
+    mocker: &BTreeMap<WorkerWithDpRank, PrefixIndex>,
+    t: &mut Tally,
+) {
+    let mut dumped: BTreeMap<u64, usize> = BTreeMap::new();
+    for e in tree.dump_tree_as_events() {
+        if let KvCacheEventData::Stored(s) = e.event.data {
+            *dumped.entry(e.worker_id).or_default() += s.blocks.len();
+        }
+    }
+    if dumped.values().sum::<usize>() != tree.current_size() {
+        t.fail(format!(
+            "Dynamo's dump holds {} blocks, its lookup {}",
+            dumped.values().sum::<usize>(),
+            tree.current_size()
+        ));
+    }
+    for (w, index) in mocker {
+        let theirs = dumped.get(&w.worker_id).copied().unwrap_or(0);
+        println!(
+            "worker {}: mocker router index {} blocks, Dynamo radix tree {theirs}",
+            w.worker_id,
+            index.len()
+        );
+        if index.len() != theirs {
+            t.fail(format!(
+                "worker {}: mocker holds {} blocks, Dynamo {theirs}",
+                w.worker_id,
+                index.len()
+            ));
+        }
+    }
+}
+
+fn run(a: &Args) -> Result<Tally, String> {
+    let requests = match &a.trace {
+        Some(p) => read_trace(p)?,
+        None => Vec::new(),
+    };
+    let (expect_tokens_hash, samples) = expectations(&requests, a.block_size);
     let open = || {
         std::fs::File::open(&a.events)
             .map(|f| std::io::BufReader::with_capacity(1 << 20, f).lines())
@@ -293,7 +335,7 @@ fn run(a: &Args) -> Result<Tally, String> {
         }
     }
     // Final state: every request once against the full tree is the
-    // strongest overlap check; block counts per worker.
+    // strongest overlap check.
     if !samples.is_empty() {
         compare_overlaps(
             &tree,
@@ -305,34 +347,7 @@ fn run(a: &Args) -> Result<Tally, String> {
             &mut t,
         );
     }
-    let mut dumped: BTreeMap<u64, usize> = BTreeMap::new();
-    for e in tree.dump_tree_as_events() {
-        if let KvCacheEventData::Stored(s) = e.event.data {
-            *dumped.entry(e.worker_id).or_default() += s.blocks.len();
-        }
-    }
-    if dumped.values().sum::<usize>() != tree.current_size() {
-        t.fail(format!(
-            "Dynamo's dump holds {} blocks, its lookup {}",
-            dumped.values().sum::<usize>(),
-            tree.current_size()
-        ));
-    }
-    for (w, index) in &mocker {
-        let theirs = dumped.get(&w.worker_id).copied().unwrap_or(0);
-        println!(
-            "worker {}: mocker router index {} blocks, Dynamo radix tree {theirs}",
-            w.worker_id,
-            index.len()
-        );
-        if index.len() != theirs {
-            t.fail(format!(
-                "worker {}: mocker holds {} blocks, Dynamo {theirs}",
-                w.worker_id,
-                index.len()
-            ));
-        }
-    }
+    compare_counts(&tree, &mocker, &mut t);
     Ok(t)
 }
 
