@@ -44,7 +44,9 @@ pub struct ReplayArgs {
     #[arg(long)]
     wall_time: bool,
     /// Write every KV event the workers report as a Dynamo `RouterEvent`
-    /// JSON line to FILE (worker_id, event_id, stored/removed/cleared).
+    /// JSON line to FILE (worker_id, event_id, stored/removed/cleared);
+    /// `tokens_hash` is Dynamo's hash of each block's stand-in token ids
+    /// (README, "Reproducing our hashes").
     #[arg(long, value_name = "FILE")]
     kv_events_out: Option<PathBuf>,
 }
@@ -126,7 +128,18 @@ pub fn simulate(
     }
     let mut wl = a.workload.open(a.deploy.seed)?;
     wl.check_fits(&specs, cfg.decode_workers as usize)?;
-    let items = Progress::new(wl.take_items(), progress);
+    // `--kv-events-out`: each request's prompt blocks are indexed as the
+    // replay pulls it, before any of its blocks can be stored.
+    let trace_blocks = a.kv_events_out.as_ref().map(|_| {
+        let sizes = specs.iter().map(|s| s.event_block_tokens()).collect();
+        Rc::new(RefCell::new(handoff_serve::TraceBlocks::new(sizes)))
+    });
+    let index = trace_blocks.clone();
+    let items = Progress::new(wl.take_items(), progress).inspect(move |item| {
+        if let Some(i) = &index {
+            i.borrow_mut().register(&item.request);
+        }
+    });
     let started = std::time::Instant::now();
     let mut replay = match a.concurrency {
         Some(n) => Replay::closed_loop(cfg, items, n, make),
@@ -144,10 +157,14 @@ pub fn simulate(
             )));
             let w = Rc::new(RefCell::new(Some(w)));
             let sink = w.clone();
+            let index = trace_blocks.clone().unwrap_or_default();
+            let sizes: Vec<u32> = specs.iter().map(|s| s.event_block_tokens()).collect();
             replay = replay.with_kv_sink(Box::new(move |worker, ev, _at| {
                 if let Some(w) = sink.borrow_mut().as_mut() {
-                    // A trace has no token content: tokens_hash falls back.
-                    w.write(worker, ev, |_| None);
+                    // Dynamo's hash of the block's stand-in token ids.
+                    let bs = sizes.get(worker.0 as usize).copied().unwrap_or(1);
+                    let index = index.borrow();
+                    w.write(worker, ev, |h| index.tokens_hash(h, bs));
                 }
             }));
             Some(w)

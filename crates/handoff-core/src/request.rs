@@ -118,9 +118,12 @@ impl Request {
         }
     }
 
-    /// The content hash of trace chunk `c`: the trace's own, or one salted
-    /// with the request id past the known chunks.
-    fn chunk_content(&self, c: u64) -> u64 {
+    /// The content hash of trace chunk `c`: the trace's own
+    /// (`prefix_hashes[c]`), or past the known chunks
+    /// `mix64(id ^ 0xdead_beef) ^ c`, salted with the request id so unknown
+    /// content never shares. Edges that give a chunk stand-in token ids
+    /// derive them from this value.
+    pub fn chunk_content(&self, c: u64) -> u64 {
         match self.prefix_hashes.get(c as usize) {
             Some(&x) => x,
             None => mix64(self.id.0 ^ 0xdead_beef) ^ c,

@@ -8,12 +8,13 @@
 //!   workers, as the report counts them) go to the request's HTTP stream as
 //!   they are reported, its end (`RequestFinished`) or failure (the request
 //!   is no longer in flight without having finished) closes it;
-//! - KV events become vLLM wire events (with the stored blocks' token ids,
-//!   kept from the prompts they came from) and, when asked, Dynamo
-//!   `RouterEvent` lines;
+//! - KV events become vLLM wire events (the core's block hashes, with the
+//!   stored blocks' token ids, kept from the prompts they came from) and,
+//!   when asked, Dynamo `RouterEvent` lines with the same hashes;
 //! - lifecycle figures feed the Prometheus families.
 
 use crate::dynamo_events::RouterEventWriter;
+use crate::dynamo_hash::{generated_tokens, tokens_hash};
 use crate::kv_transfer::{Pinned, ProxyError};
 use crate::metrics::Metrics;
 use crate::prompt::chained_block_hashes;
@@ -143,60 +144,6 @@ impl BlockTokens {
     }
 }
 
-/// Stand-in token ids of a generated block the core published as `hash`
-/// (output text is synthetic, so any fixed ids will do; these are a
-/// function of the block alone, so a re-publication repeats them).
-fn generated_token_ids(hash: u64, block_size: u32) -> Arc<[u32]> {
-    (0..u64::from(block_size))
-        .map(|i| (handoff_core::request::mix64(hash ^ (i + 1)) as u32) & 0x7fff_ffff)
-        .collect()
-}
-
-/// One worker's published blocks on vLLM's wire: each core hash's wire hash
-/// and the chain state it was derived from, so every wire hash is
-/// recomputable from `BlockStored.token_ids` by the rule `prompt` documents.
-/// A prompt block's wire hash is the core's own (both chain the same token
-/// ids); a generated block's is chained from its stand-in ids.
-#[derive(Default)]
-struct WireChain {
-    blocks: FastMap<u64, (u64, u64)>,
-}
-
-impl WireChain {
-    /// The wire hash of core block `h` (itself when it was never stored).
-    fn wire(&self, h: u64) -> u64 {
-        self.blocks.get(&h).map_or(h, |e| e.0)
-    }
-
-    /// The chain state after core block `h`, when it is stored.
-    fn chained(&self, h: u64) -> Option<u64> {
-        self.blocks.get(&h).map(|e| e.1)
-    }
-
-    /// Records core block `h` of `tokens` after chain state `prev`; returns
-    /// its wire hash and chain state.
-    fn store(&mut self, h: u64, tokens: &[u32], prev: Option<u64>) -> (u64, u64) {
-        use handoff_core::request::mix64;
-        let c = crate::prompt::block_content_hash(tokens);
-        let chained = match prev {
-            None => mix64(c ^ 0x5eed),
-            Some(p) => mix64(p ^ c),
-        };
-        let wire = mix64(chained) & !(handoff_core::request::BLOCK_HASH_GROUP - 1);
-        self.blocks.insert(h, (wire, chained));
-        (wire, chained)
-    }
-
-    /// Forgets core block `h`; returns its wire hash.
-    fn remove(&mut self, h: u64) -> u64 {
-        self.blocks.remove(&h).map_or(h, |e| e.0)
-    }
-
-    fn clear(&mut self) {
-        self.blocks.clear();
-    }
-}
-
 /// See the module docs.
 pub struct HttpDirector {
     inner: Serving<Arrivals>,
@@ -211,8 +158,6 @@ pub struct HttpDirector {
     block_size: u32,
     flows: FastMap<RequestId, Flow>,
     blocks: BlockTokens,
-    /// Per worker: its published blocks' wire hashes.
-    chains: Vec<WireChain>,
     /// Wire events per worker since the last flush, with their ids.
     wire: Vec<Vec<(u64, WireEvent)>>,
     jsonl: Option<RouterEventWriter>,
@@ -248,7 +193,6 @@ impl HttpDirector {
                 pending: FastMap::default(),
                 stored: (0..n).map(|_| FastMap::default()).collect(),
             },
-            chains: (0..n).map(|_| WireChain::default()).collect(),
             wire: vec![Vec::new(); n],
             jsonl,
             order: KvOrder::new(),
@@ -454,42 +398,42 @@ impl HttpDirector {
         }
     }
 
+    /// One KV event, in its worker's order, to every channel. A block has
+    /// one identity everywhere: the hash its core published. Its token ids
+    /// (vLLM's `BlockStored.token_ids`) are the prompt's when a prompt in
+    /// flight or a block stored earlier has them, else a generated block's
+    /// stand-ins ([`crate::dynamo_hash`]); Dynamo's `tokens_hash` is of
+    /// those ids.
     fn kv(&mut self, w: WorkerId, ev: &KvEvent) {
         let wi = w.0 as usize;
+        let bs = self.block_size;
+        let tokens_of = |blocks: &BlockTokens, h: u64| -> Arc<[u32]> {
+            blocks
+                .lookup(h)
+                .unwrap_or_else(|| Arc::from(generated_tokens(h, bs)))
+        };
         if let Some(j) = self.jsonl.as_mut() {
-            j.write(w, ev, |h| self.blocks.lookup(h));
+            let blocks = &self.blocks;
+            j.write(w, ev, |h| tokens_hash(&tokens_of(blocks, h)));
         }
         let wire = match &ev.data {
             KvEventData::Stored {
                 parent_hash,
                 block_hashes,
             } => {
-                let mut token_ids =
-                    Vec::with_capacity(block_hashes.len() * self.block_size as usize);
-                let mut wire_hashes = Vec::with_capacity(block_hashes.len());
-                let chain = &mut self.chains[wi];
-                let parent = parent_hash.map(|p| chain.wire(p));
-                let mut prev = parent_hash.and_then(|p| chain.chained(p));
+                let mut token_ids = Vec::with_capacity(block_hashes.len() * bs as usize);
                 for h in block_hashes {
-                    // A prompt block's ids are known; a generated block's
-                    // (vLLM caches those too) get stand-ins from its hash.
-                    let t = self
-                        .blocks
-                        .lookup(*h)
-                        .unwrap_or_else(|| generated_token_ids(*h, self.block_size));
-                    let (wire, chained) = chain.store(*h, &t, prev);
-                    prev = Some(chained);
-                    wire_hashes.push(wire);
+                    let t = tokens_of(&self.blocks, *h);
                     token_ids.extend_from_slice(&t);
                     if let Some(m) = self.blocks.stored.get_mut(wi) {
                         m.insert(*h, t);
                     }
                 }
                 WireEvent::BlockStored {
-                    block_hashes: wire_hashes,
-                    parent_block_hash: parent,
+                    block_hashes: block_hashes.clone(),
+                    parent_block_hash: *parent_hash,
                     token_ids,
-                    block_size: self.block_size,
+                    block_size: bs,
                 }
             }
             KvEventData::Removed { block_hashes } => {
@@ -498,16 +442,14 @@ impl HttpDirector {
                         m.remove(h);
                     }
                 }
-                let chain = &mut self.chains[wi];
                 WireEvent::BlockRemoved {
-                    block_hashes: block_hashes.iter().map(|h| chain.remove(*h)).collect(),
+                    block_hashes: block_hashes.clone(),
                 }
             }
             KvEventData::Cleared => {
                 if let Some(m) = self.blocks.stored.get_mut(wi) {
                     m.clear();
                 }
-                self.chains[wi].clear();
                 WireEvent::AllBlocksCleared
             }
         };
@@ -826,37 +768,32 @@ impl Director for HttpDirector {
 }
 
 #[cfg(test)]
-mod wire_chain_tests {
+mod block_tokens_tests {
     use super::*;
-    use crate::prompt::chained_block_hashes;
 
+    /// A block's token ids come from the prompt that holds it, then from
+    /// the worker that stored it; a block no prompt has is a generated one,
+    /// whose stand-ins are a function of its hash alone.
     #[test]
-    fn prompt_blocks_keep_their_hash_and_generated_blocks_chain_from_their_ids() {
+    fn prompt_blocks_keep_their_ids_and_generated_blocks_get_stand_ins() {
         let bs = 16u32;
         let prompt: Vec<u32> = (0..32).collect();
-        let core = chained_block_hashes(&prompt, bs);
-        let mut chain = WireChain::default();
-        let (w0, c0) = chain.store(core[0], &prompt[..16], None);
-        let (w1, c1) = chain.store(core[1], &prompt[16..], Some(c0));
-        assert_eq!(
-            (w0, w1),
-            (core[0], core[1]),
-            "a prompt block's wire hash is the core's"
-        );
-        // A generated block (the core's own stand-in hash) after the prompt:
-        // its wire hash is the prompt's chain continued over its stand-in ids.
-        let generated_core = 0xdead_beef_u64 << 5;
-        let ids = generated_token_ids(generated_core, bs);
-        let (wg, _) = chain.store(generated_core, &ids, Some(c1));
-        let mut all = prompt.clone();
-        all.extend_from_slice(&ids);
-        assert_eq!(wg, chained_block_hashes(&all, bs)[2]);
-        assert_eq!(chain.wire(generated_core), wg);
-        assert_eq!(
-            chain.remove(generated_core),
-            wg,
-            "Removed carries the wire hash"
-        );
-        assert_eq!(chain.wire(generated_core), generated_core, "forgotten");
+        let hashes = chained_block_hashes(&prompt, bs);
+        let mut b = BlockTokens {
+            pending: FastMap::default(),
+            stored: vec![FastMap::default()],
+        };
+        for (h, t) in hashes.iter().zip(prompt.chunks_exact(16)) {
+            b.pending.insert(*h, (Arc::from(t), 1));
+        }
+        assert_eq!(b.lookup(hashes[1]).as_deref(), Some(&prompt[16..]));
+        b.stored[0].insert(hashes[0], Arc::from(&prompt[..16]));
+        b.release(&hashes);
+        assert!(b.pending.is_empty());
+        assert_eq!(b.lookup(hashes[0]).as_deref(), Some(&prompt[..16]));
+        assert_eq!(b.lookup(hashes[1]), None);
+        let g = 0xdead_beef_u64 << 5;
+        assert_eq!(generated_tokens(g, bs), generated_tokens(g, bs));
+        assert_eq!(generated_tokens(g, bs).len(), 16);
     }
 }

@@ -5,16 +5,16 @@
 //! `parent_hash` and `blocks` of `{block_hash, tokens_hash}`, `removed`
 //! with `block_hashes`, and the unit `cleared`).
 //!
-//! `tokens_hash` (Dynamo's `LocalBlockHash`, a hash of the block's tokens
-//! alone) is [`crate::prompt::block_content_hash`] of the block's token ids
-//! when they are known (HTTP prompts); a trace gives no token content, so
-//! replay writes the block's own hash there.
+//! `block_hash` is the block's one identity, the hash the engine, the
+//! router, the ZMQ stream and the transcript use. `tokens_hash` (Dynamo's
+//! `LocalBlockHash`, what its radix tree matches prompts by) is Dynamo's
+//! own hash of the block's token ids, [`crate::dynamo_hash::tokens_hash`]:
+//! of the real ids for an HTTP prompt block, of the stand-in ids
+//! [`crate::dynamo_hash`] documents otherwise; the caller supplies it.
 
-use crate::prompt::block_content_hash;
 use handoff_core::{KvEvent, KvEventData, WorkerId};
 use serde::Serialize;
 use std::io::Write;
-use std::sync::Arc;
 
 #[derive(Serialize)]
 struct StoredBlock {
@@ -49,11 +49,11 @@ struct RouterEvent {
 }
 
 /// The `RouterEvent` JSON line (without the newline) of `ev` on `worker`;
-/// `tokens(h)` gives a block's token ids when known.
+/// `tokens_hash(h)` gives the `tokens_hash` of stored block `h`.
 pub fn router_event_json(
     worker: WorkerId,
     ev: &KvEvent,
-    tokens: impl Fn(u64) -> Option<Arc<[u32]>>,
+    mut tokens_hash: impl FnMut(u64) -> u64,
 ) -> String {
     let data = match &ev.data {
         KvEventData::Stored {
@@ -65,7 +65,7 @@ pub fn router_event_json(
                 .iter()
                 .map(|h| StoredBlock {
                     block_hash: *h,
-                    tokens_hash: tokens(*h).map_or(*h, |t| block_content_hash(&t)),
+                    tokens_hash: tokens_hash(*h),
                 })
                 .collect(),
         },
@@ -106,16 +106,11 @@ impl RouterEventWriter {
     }
 
     /// Writes `ev` of `worker` as one line.
-    pub fn write(
-        &mut self,
-        worker: WorkerId,
-        ev: &KvEvent,
-        tokens: impl Fn(u64) -> Option<Arc<[u32]>>,
-    ) {
+    pub fn write(&mut self, worker: WorkerId, ev: &KvEvent, tokens_hash: impl FnMut(u64) -> u64) {
         if self.error.is_some() {
             return;
         }
-        let line = router_event_json(worker, ev, tokens);
+        let line = router_event_json(worker, ev, tokens_hash);
         match writeln!(self.out, "{line}") {
             Ok(()) => self.lines += 1,
             Err(e) => self.error = Some(e),
@@ -145,8 +140,7 @@ mod tests {
                 block_hashes: vec![32, 64],
             },
         };
-        let t: Arc<[u32]> = Arc::from(vec![5u32, 6]);
-        let line = router_event_json(WorkerId(2), &stored, |h| (h == 32).then(|| t.clone()));
+        let line = router_event_json(WorkerId(2), &stored, |h| h + 1);
         let v: serde_json::Value = serde_json::from_str(&line).expect("json");
         assert_eq!(v["worker_id"], 2);
         assert_eq!(v["event"]["event_id"], 3);
@@ -154,8 +148,8 @@ mod tests {
         let s = &v["event"]["data"]["stored"];
         assert_eq!(s["parent_hash"], 1);
         assert_eq!(s["blocks"][0]["block_hash"], 32);
-        assert_eq!(s["blocks"][0]["tokens_hash"], block_content_hash(&[5, 6]));
-        assert_eq!(s["blocks"][1]["tokens_hash"], 64);
+        assert_eq!(s["blocks"][0]["tokens_hash"], 33);
+        assert_eq!(s["blocks"][1]["tokens_hash"], 65);
         let removed = KvEvent {
             event_id: 4,
             data: KvEventData::Removed {
@@ -163,16 +157,14 @@ mod tests {
             },
         };
         let v: serde_json::Value =
-            serde_json::from_str(&router_event_json(WorkerId(0), &removed, |_| None))
-                .expect("json");
+            serde_json::from_str(&router_event_json(WorkerId(0), &removed, |h| h)).expect("json");
         assert_eq!(v["event"]["data"]["removed"]["block_hashes"][0], 32);
         let cleared = KvEvent {
             event_id: 5,
             data: KvEventData::Cleared,
         };
         let v: serde_json::Value =
-            serde_json::from_str(&router_event_json(WorkerId(0), &cleared, |_| None))
-                .expect("json");
+            serde_json::from_str(&router_event_json(WorkerId(0), &cleared, |h| h)).expect("json");
         assert_eq!(v["event"]["data"], "cleared");
     }
 }

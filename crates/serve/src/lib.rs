@@ -37,6 +37,7 @@
 pub mod director;
 pub mod driver;
 pub mod dynamo_events;
+pub mod dynamo_hash;
 pub mod http;
 pub mod info;
 pub mod kv_transfer;
@@ -52,6 +53,7 @@ pub mod worker_http;
 pub mod zmq_pub;
 
 pub use dynamo_events::RouterEventWriter;
+pub use dynamo_hash::TraceBlocks;
 pub use server::{
     parse_worker_http, per_worker, serve, serve_until, serve_workers, serve_workers_until,
     worker_http_ports, Listening, ServeConfig,

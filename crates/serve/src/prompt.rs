@@ -8,9 +8,11 @@
 //! ([`Request::block_hashes`]): block `i`'s published hash is
 //! `mix64(c_i) & !31` with `c_0 = mix64(h_0 ^ 0x5eed)` and
 //! `c_i = mix64(c_{i-1} ^ h_i)`, `h_i` the content hash of block `i` and
-//! `mix64` splitmix64's finaliser. An external indexer that sees a block's
-//! token ids (vLLM's `BlockStored.token_ids`) can therefore recompute every
-//! hash; `tests/python/` does. Only full blocks are hashed, as in vLLM.
+//! `mix64` splitmix64's finaliser. An external indexer that sees a prompt
+//! block's token ids (vLLM's `BlockStored.token_ids`) can therefore
+//! recompute its hash; `tests/python/` does. (A generated block keeps the
+//! core's own hash and carries stand-in ids derived from it,
+//! [`crate::dynamo_hash`].) Only full blocks are hashed, as in vLLM.
 
 use handoff_core::request::mix64;
 use handoff_core::{Instant, Request, RequestId};

@@ -1,0 +1,210 @@
+//! Serve's two KV channels name every block the same way: each worker's
+//! vLLM ZMQ stream (read back through its replay socket by a DEALER, as
+//! Dynamo's listener does) and its Dynamo `RouterEvent` JSONL carry the
+//! same events with the same block and parent hashes, and each JSONL
+//! `tokens_hash` is Dynamo's hash of the token ids the ZMQ event carries;
+//! generated blocks carry their stand-in ids.
+
+mod common;
+
+use bytes::Bytes;
+use common::Server;
+use handoff_serve::dynamo_hash::{generated_tokens, tokens_hash};
+use handoff_serve::vllm_wire::END_SEQ;
+use handoff_serve::{serve_until, KvEndpoints, RouterEventWriter, ServeConfig};
+use handoff_serving::{EngineSpec, ReplayConfig};
+use rmpv::Value;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
+
+/// A `Write` the test reads after the server stopped.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("not poisoned").extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One stored event as either channel shows it: block hashes, parent and,
+/// per block, the token ids (ZMQ) or `tokens_hash` (JSONL).
+#[derive(Debug, PartialEq)]
+enum Ev {
+    Stored(Vec<u64>, Option<u64>, Vec<u64>),
+    Removed(Vec<u64>),
+    Cleared,
+}
+
+use Ev::{Cleared, Removed, Stored};
+
+fn u64s(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("u64"))
+        .collect()
+}
+
+/// Every batch worker `w` published, through its replay socket; stored
+/// events' per-block field is Dynamo's hash of the block's token ids.
+async fn zmq_events(replay: &str, block_size: usize, generated: &mut usize) -> Vec<Ev> {
+    let mut dealer = zeromq::DealerSocket::new();
+    dealer.connect(replay).await.expect("connect");
+    let ask = vec![Bytes::new(), Bytes::copy_from_slice(&0u64.to_be_bytes())];
+    dealer
+        .send(ZmqMessage::try_from(ask).expect("frames"))
+        .await
+        .expect("send");
+    let mut out = Vec::new();
+    loop {
+        let f = tokio::time::timeout(Duration::from_secs(10), dealer.recv())
+            .await
+            .expect("replay answers")
+            .expect("recv")
+            .into_vec();
+        if f[2].is_empty() {
+            assert_eq!(&f[1][..], &END_SEQ[..]);
+            return out;
+        }
+        let batch = rmpv::decode::read_value(&mut &f[2][..]).expect("msgpack");
+        for e in batch.as_array().expect("batch")[1]
+            .as_array()
+            .expect("events")
+        {
+            let e = e.as_array().expect("tagged");
+            out.push(match e[0].as_str() {
+                Some("BlockStored") => {
+                    let hashes = u64s(&e[1]);
+                    let ids: Vec<u32> = u64s(&e[3]).into_iter().map(|t| t as u32).collect();
+                    let per_block: Vec<u64> = ids
+                        .chunks_exact(block_size)
+                        .zip(&hashes)
+                        .map(|(t, h)| {
+                            if *t == generated_tokens(*h, block_size as u32)[..] {
+                                *generated += 1;
+                            }
+                            tokens_hash(t)
+                        })
+                        .collect();
+                    assert_eq!(per_block.len(), hashes.len(), "token ids per block");
+                    Stored(hashes, e[2].as_u64(), per_block)
+                }
+                Some("BlockRemoved") => Removed(u64s(&e[1])),
+                _ => Cleared,
+            });
+        }
+    }
+}
+
+fn jsonl_events(text: &str, worker: u64) -> Vec<Ev> {
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .filter(|v| v["worker_id"] == worker)
+        .map(|v| {
+            let d = &v["event"]["data"];
+            if let Some(s) = d.get("stored") {
+                let blocks = s["blocks"].as_array().expect("blocks");
+                let f = |k: &str| blocks.iter().map(|b| b[k].as_u64().expect("u64")).collect();
+                Stored(f("block_hash"), s["parent_hash"].as_u64(), f("tokens_hash"))
+            } else if let Some(r) = d.get("removed") {
+                Removed(
+                    r["block_hashes"]
+                        .as_array()
+                        .expect("hashes")
+                        .iter()
+                        .map(|h| h.as_u64().expect("u64"))
+                        .collect(),
+                )
+            } else {
+                Cleared
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn zmq_and_jsonl_carry_one_identity_and_dynamos_tokens_hash() {
+    let spec = EngineSpec::default();
+    let block_size = spec.block_size as usize;
+    let cfg = ReplayConfig {
+        prefill_workers: 1,
+        decode_workers: 1,
+        ..ReplayConfig::default()
+    };
+    let ep = KvEndpoints {
+        publish: (0..2)
+            .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
+            .collect(),
+        replay: (0..2)
+            .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
+            .collect(),
+        topic: String::new(),
+    };
+    let jsonl = Shared::default();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (atx, arx) = std::sync::mpsc::channel();
+    let (kv, sink) = (ep.clone(), jsonl.clone());
+    let thread = std::thread::spawn(move || {
+        serve_until(
+            ServeConfig {
+                cfg,
+                specs: vec![spec; 2],
+                speed: 1.0,
+                http: "127.0.0.1:0".into(),
+                model: "m".into(),
+                max_model_len: 65_536,
+                kv: Some(kv),
+                kv_jsonl: Some(RouterEventWriter::new(Box::new(sink))),
+                worker_http: Vec::new(),
+            },
+            move |a| {
+                let _ = atx.send(a);
+            },
+            async move {
+                let _ = rx.await;
+            },
+        )
+    });
+    let addr = arx.recv_timeout(Duration::from_secs(20)).expect("listens");
+    let server = Server {
+        stop: Some(tx),
+        thread: Some(thread),
+    };
+    for i in 0..6 {
+        let body = format!(
+            r#"{{"model":"m","prompt":"A shared system prompt about storage racks, cables, fans and disks, long enough for several blocks. Question {i}?","max_tokens":40,"ignore_eos":true}}"#
+        );
+        let (status, _) = common::call(addr, "POST", "/v1/completions", &body);
+        assert_eq!(status, 200);
+    }
+    common::wait_drained(addr);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let mut generated = 0;
+    let zmq: Vec<Vec<Ev>> = ep
+        .replay
+        .iter()
+        .map(|r| rt.block_on(zmq_events(r, block_size, &mut generated)))
+        .collect();
+    let _ = server.stop();
+    let text = String::from_utf8(jsonl.0.lock().expect("not poisoned").clone()).expect("utf-8");
+    for (w, z) in zmq.iter().enumerate() {
+        let j = jsonl_events(&text, w as u64);
+        assert!(!j.is_empty(), "worker {w} published");
+        assert_eq!(z, &j, "worker {w}: the two channels differ");
+    }
+    assert!(generated > 0, "generated blocks carry their stand-in ids");
+}
