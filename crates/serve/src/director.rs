@@ -12,6 +12,14 @@
 //!   kept from the prompts they came from) and, when asked, Dynamo
 //!   `RouterEvent` lines;
 //! - lifecycle figures feed the Prometheus families.
+//!
+//! Per-worker listeners add two flows the router does not place: vLLM's
+//! `kv_transfer_params` proxy flow (below) and SGLang's bootstrap-room
+//! pairs ([`pairs`]).
+
+mod pairs;
+
+pub use pairs::LegOut;
 
 use crate::dynamo_events::RouterEventWriter;
 use crate::kv_transfer::{Pinned, ProxyError};
@@ -58,6 +66,9 @@ pub enum StreamMsg {
     Prefilled(Pinned),
     /// Per-worker HTTP: the worker's listener refused it (a 4xx).
     Refused(ProxyError),
+    /// SGLang PD leg: refused at its bootstrap room, or its partner never
+    /// came.
+    Bootstrap(crate::bootstrap::BootstrapError),
 }
 
 /// An arrival the director has queued, in submission order.
@@ -66,6 +77,13 @@ enum Pending {
     Routed(RequestId),
     /// Per-worker HTTP: `request` arrives on `worker` itself.
     At { request: Request, worker: WorkerId },
+    /// SGLang PD: both legs of `request` met; one destination-first
+    /// handoff from `prefill` to `decode`.
+    Pair {
+        request: Request,
+        prefill: WorkerId,
+        decode: WorkerId,
+    },
     /// Per-worker HTTP: the decode of `handoff` attaches to `worker`.
     Decode {
         at: Instant,
@@ -222,10 +240,14 @@ pub struct HttpDirector {
     metrics: Arc<Metrics>,
     /// Destinations waiting for a reservation, since when.
     reserving: FastMap<HandoffId, Instant>,
+    /// SGLang PD legs: waiting in their rooms, and paired prefill legs.
+    pairs: pairs::Pairs,
 }
 
 impl HttpDirector {
-    /// Wraps `inner`, whose workload is `arrivals`, for workers of `pools`.
+    /// Wraps `inner`, whose workload is `arrivals`, for workers of `pools`;
+    /// an SGLang PD leg waits at most `bootstrap_timeout` (model time) for
+    /// its partner.
     pub fn new(
         inner: Serving<Arrivals>,
         arrivals: Arrivals,
@@ -233,6 +255,7 @@ impl HttpDirector {
         block_size: u32,
         metrics: Arc<Metrics>,
         jsonl: Option<RouterEventWriter>,
+        bootstrap_timeout: handoff_core::Duration,
     ) -> Self {
         let n = pools.len();
         HttpDirector {
@@ -254,6 +277,7 @@ impl HttpDirector {
             order: KvOrder::new(),
             metrics,
             reserving: FastMap::default(),
+            pairs: pairs::Pairs::new(bootstrap_timeout),
         }
     }
 
@@ -373,9 +397,10 @@ impl HttpDirector {
         self.inner.in_flight()
     }
 
-    /// HTTP requests not yet ended.
+    /// HTTP requests not yet ended (SGLang PD legs waiting for their
+    /// partner and open prefill legs count too).
     pub fn open_streams(&self) -> usize {
-        self.flows.len()
+        self.flows.len() + self.pairs.open()
     }
 
     /// The vLLM wire events each worker produced since the last call, in
@@ -411,6 +436,13 @@ impl HttpDirector {
         }
         if !matches!(msg, StreamMsg::Prefilled(_)) {
             self.proxied.remove(&r);
+        }
+        // A pair's prefill leg still open when its request ends: finished,
+        // its KV was sent (the decode had it); failed, it fails alike.
+        match msg {
+            StreamMsg::Finished => self.end_prefill_leg(r, pairs::PrefillEnd::Sent),
+            StreamMsg::Failed(why) => self.end_prefill_leg(r, pairs::PrefillEnd::Failed(why)),
+            _ => {}
         }
         if let Some(f) = self.flows.remove(&r) {
             let _ = f.tx.send(msg);
@@ -667,13 +699,18 @@ impl HttpDirector {
                 _ => {}
             },
             WorkerEvent::RoleEnded {
-                id, reason, role, ..
+                id,
+                reason,
+                role,
+                request,
+                ..
             } => {
                 self.reserving.remove(id);
                 if *role == Role::Source {
                     // Its lease ran out (or it was torn down) before a decode
                     // attached: the blocks are freed, the handoff is gone.
                     self.parked.remove(id);
+                    self.source_ended(*request, *reason);
                 }
                 match reason {
                     Some(CancelReason::LeaseExpired) => self.metrics.lease_expired(wi),
@@ -702,7 +739,9 @@ fn request_of(e: &WorkerEvent) -> Option<RequestId> {
 impl Director for HttpDirector {
     fn next_arrival(&mut self) -> Option<Instant> {
         match self.arriving.front() {
-            Some(Pending::At { request, .. }) => Some(request.arrival),
+            Some(Pending::At { request, .. } | Pending::Pair { request, .. }) => {
+                Some(request.arrival)
+            }
             Some(Pending::Decode { at, .. }) => Some(*at),
             Some(Pending::Routed(_)) | None => self.inner.next_arrival(),
         }
@@ -718,6 +757,15 @@ impl Director for HttpDirector {
             Some(Pending::At { request, worker }) => {
                 let rid = request.id;
                 self.inner.arrive_at(request, worker, now, out);
+                rid
+            }
+            Some(Pending::Pair {
+                request,
+                prefill,
+                decode,
+            }) => {
+                let rid = request.id;
+                self.inner.arrive_pair(request, prefill, decode, now, out);
                 rid
             }
             Some(Pending::Decode {
@@ -748,6 +796,7 @@ impl Director for HttpDirector {
                     cached_tokens: cached,
                 });
             }
+            self.prefill_leg_started(rid, cached);
         }
         self.check(rid, FailureReason::NoWorker);
     }

@@ -30,6 +30,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bootstrap;
 pub mod director;
 pub mod driver;
 pub mod dynamo_events;
@@ -40,6 +41,7 @@ pub mod openai;
 pub mod prompt;
 pub mod sampling;
 pub mod server;
+pub mod sglang_pd;
 pub mod tokenizer;
 pub mod vllm_wire;
 pub mod worker_http;
