@@ -69,6 +69,7 @@ pub fn worker_router(state: Arc<WorkerState>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/generate", post(crate::sglang_pd::generate))
         .route("/health", get(|| async { StatusCode::OK }))
         .with_state(state)
         .merge(

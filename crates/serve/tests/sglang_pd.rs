@@ -273,3 +273,57 @@ fn a_client_that_leaves_frees_both_sides() {
     let report = s.server.stop();
     assert_eq!(report.failed_requests, 1, "the cancelled pair");
 }
+
+#[test]
+fn native_generate_legs_pair_too() {
+    let s = start(300.0);
+    for (room, stream) in [(21u64, false), (22, true)] {
+        let b = json!({
+            "text": PROMPT, "model": null, "stream": stream,
+            "sampling_params": {"max_new_tokens": 5, "ignore_eos": true},
+            "bootstrap_host": "127.0.0.1", "bootstrap_port": 8998, "bootstrap_room": room,
+        });
+        let ((ps, pb), (ds, db)) = pair(&s, "/generate", &b, stream, Duration::from_millis(100));
+        assert_eq!((ps, ds), (200, 200), "{pb} / {db}");
+        let last = |text: &str| -> Value {
+            if stream {
+                let e = events(text);
+                assert_eq!(e.last().map(String::as_str), Some("[DONE]"), "{text}");
+                serde_json::from_str(&e[e.len() - 2]).expect("last event")
+            } else {
+                serde_json::from_str(text).expect("json")
+            }
+        };
+        let (p, d) = (last(&pb), last(&db));
+        assert_eq!(p["meta_info"]["completion_tokens"], 1, "{p}");
+        assert_eq!(d["meta_info"]["completion_tokens"], 5, "{d}");
+        assert_eq!(
+            d["meta_info"]["finish_reason"],
+            json!({"type": "length", "length": 5})
+        );
+        assert!(!d["text"].as_str().unwrap_or_default().is_empty(), "{d}");
+        if stream {
+            // Each event carries the text so far.
+            let texts: Vec<String> = events(&db)
+                .iter()
+                .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+                .map(|v| v["text"].as_str().unwrap_or_default().to_string())
+                .collect();
+            assert!(
+                texts.windows(2).all(|w| w[1].starts_with(&w[0])),
+                "{texts:?}"
+            );
+        }
+        common::wait_drained(s.http);
+    }
+    // Without a room, or with a bad sampling parameter: a 4xx naming it.
+    let (status, text) = leg(s.workers[1], "/generate", &json!({"text": "x"}));
+    assert_eq!(status, 400, "{text}");
+    let bad = json!({"text": "x", "sampling_params": {"max_new_tokens": -1},
+                     "bootstrap_host": "h", "bootstrap_room": 1});
+    let (status, text) = leg(s.workers[1], "/generate", &bad);
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("sampling_params.max_new_tokens"), "{text}");
+    let report = s.server.stop();
+    assert_eq!(report.completed_requests, 2);
+}
