@@ -9,7 +9,7 @@ two legs in their bootstrap room and runs one destination-first handoff.
 Checks: 200 requests at 16 concurrent through the router with the official
 `openai` client (completions and chat, streamed and not) all complete with
 usage, the handoff gauges moved while they ran, and every worker ends
-drained; a leg whose partner never comes (sent by hand) fails after the
+drained; SGLang's native `/generate` goes through too; a leg whose partner never comes (sent by hand) fails after the
 bootstrap timeout and frees everything; a client that leaves mid-stream
 frees both sides.
 
@@ -252,6 +252,29 @@ def test_router_runs_200_requests(d: Deployment) -> None:
     d.wait_drained()
 
 
+def test_native_generate_through_the_router(d: Deployment) -> None:
+    for i in range(8):
+        stream = i % 2 == 1
+        body = {
+            "text": PROMPTS[i], "stream": stream,
+            "sampling_params": {"max_new_tokens": 6, "ignore_eos": True},
+        }
+        r = requests.post(d.router_url + "/generate", json=body, timeout=30, stream=stream)
+        assert r.status_code == 200, (r.status_code, r.text)
+        if stream:
+            events = [ln[len("data: "):] for ln in r.iter_lines(decode_unicode=True)
+                      if ln.startswith("data: ")]
+            assert events[-1] == "[DONE]", events
+            out = json.loads(events[-2])
+        else:
+            out = r.json()
+        meta = out["meta_info"]
+        assert meta["completion_tokens"] == 6 and meta["prompt_tokens"] > 0, out
+        assert meta["finish_reason"] == {"type": "length", "length": 6}, out
+        assert out["text"], out
+    d.wait_drained()
+
+
 def leg(url: str, room: int, stream: bool) -> requests.Response:
     body = {
         "model": MODEL, "prompt": PROMPTS[0], "max_tokens": 4, "stream": stream,
@@ -315,6 +338,7 @@ def main() -> int:
     d = Deployment()
     try:
         run("sglang-router runs 200 requests", test_router_runs_200_requests, d)
+        run("native /generate through the router", test_native_generate_through_the_router, d)
         run("a leg without its partner times out", test_a_leg_without_its_partner_times_out, d)
         run("a client that leaves mid-stream frees both sides",
             test_a_client_that_leaves_mid_stream_frees_both_sides, d)
