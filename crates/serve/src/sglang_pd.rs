@@ -65,8 +65,8 @@ struct Sent {
 }
 
 /// Sends one leg of room `key`, parsed as `req`, to the engine.
-fn send(s: &WorkerState, req: &GenRequest, key: RoomKey) -> Result<Sent, Response> {
-    let side = side(s).map_err(|e| error(&e.api()))?;
+fn send(s: &WorkerState, req: &GenRequest, key: RoomKey) -> Result<Sent, ApiError> {
+    let side = side(s).map_err(|e| e.api())?;
     let id = RequestId(s.app.next_id.fetch_add(1, Ordering::Relaxed));
     let (tx, rx) = unbounded_channel();
     let cmd = Cmd::Leg {
@@ -79,7 +79,7 @@ fn send(s: &WorkerState, req: &GenRequest, key: RoomKey) -> Result<Sent, Respons
         tx,
     };
     if s.app.tx.send(cmd).is_err() {
-        return Err(error(&failure("the engine is not running")));
+        return Err(failure("the engine is not running"));
     }
     let guard = CancelGuard {
         id,
@@ -97,17 +97,15 @@ fn send(s: &WorkerState, req: &GenRequest, key: RoomKey) -> Result<Sent, Respons
 /// A streamed leg's first answer: the pairing, or the refusal, timeout or
 /// failure that is then the response's status (not an error inside a 200
 /// stream).
-async fn first(sent: &mut Sent) -> Result<StreamMsg, Response> {
-    let fail = |sent: &mut Sent, e: &crate::openai::ApiError| {
-        sent.guard.disarm();
-        error(e)
+async fn first(sent: &mut Sent) -> Result<StreamMsg, ApiError> {
+    let e = match sent.rx.recv().await {
+        Some(StreamMsg::Bootstrap(e)) => e.api(),
+        Some(StreamMsg::Failed(why)) => failure(why.name()),
+        Some(m) => return Ok(m),
+        None => failure("the engine stopped"),
     };
-    match sent.rx.recv().await {
-        Some(StreamMsg::Bootstrap(e)) => Err(fail(sent, &e.api())),
-        Some(StreamMsg::Failed(why)) => Err(fail(sent, &failure(why.name()))),
-        Some(m) => Ok(m),
-        None => Err(fail(sent, &failure("the engine stopped"))),
-    }
+    sent.guard.disarm();
+    Err(e)
 }
 
 /// Serves one leg of room `key`, parsed as `req`, on `s`'s listener.
@@ -119,7 +117,7 @@ pub(crate) async fn leg(
 ) -> Response {
     let mut sent = match send(s, &req, key) {
         Ok(sent) => sent,
-        Err(r) => return r,
+        Err(e) => return error(&e),
     };
     if sent.side == Side::Prefill {
         req.max_tokens = 1;
@@ -139,7 +137,7 @@ pub(crate) async fn leg(
     }
     match first(&mut sent).await {
         Ok(m) => stream(meta, req, sent.rx, sent.guard, sent.id.0, Some(m)).into_response(),
-        Err(r) => r,
+        Err(e) => error(&e),
     }
 }
 
@@ -293,7 +291,7 @@ pub(crate) async fn generate(
     };
     let mut sent = match send(&s, &req, key) {
         Ok(sent) => sent,
-        Err(r) => return r,
+        Err(e) => return error(&e),
     };
     let mut n = Native {
         id: sent.id.0.to_string(),
@@ -328,7 +326,7 @@ pub(crate) async fn generate(
     }
     let m = match first(&mut sent).await {
         Ok(m) => m,
-        Err(r) => return r,
+        Err(e) => return error(&e),
     };
     let pending: VecDeque<Event> = VecDeque::new();
     let st = (sent, n, pending, Some(m), false);
