@@ -2,16 +2,20 @@
 # Real-client tests of `handoff-mocker serve`: the official `openai` client,
 # a pyzmq + msgspec KV event subscriber with vLLM's struct layout, and the
 # Prometheus OpenMetrics parser (test_serve.py); then real routers in front
-# of it (test_routers.py): vllm-router in target/venv, and smg in its own
-# venv, target/venv-smg (smg and sglang-router both install an `smg`
-# command). Creates the venvs on first use, pinned versions.
-# HANDOFF_MOCKER=path overrides the binary (default: a release build).
+# of the per-worker listeners: vllm-router (target/venv) and smg (its own
+# venv, target/venv-smg: smg and sglang-router both install an `smg`
+# command) for vLLM (test_routers.py), and sglang-router for SGLang's
+# bootstrap-room flow (test_sglang_pd.py). Creates the venvs on first use,
+# pinned versions. HANDOFF_MOCKER=path overrides the binary (default: a
+# release build).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=target/venv
-if ! "$VENV/bin/python" -c "import openai, zmq, msgspec, prometheus_client" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import openai, zmq, msgspec, prometheus_client, requests, sglang_router
+from importlib.metadata import version
+assert version('sglang-router') == '0.3.2'" 2>/dev/null; then
     python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q openai pyzmq msgspec prometheus_client
+    "$VENV/bin/pip" install -q openai pyzmq msgspec prometheus_client requests sglang-router==0.3.2
 fi
 VLLM_ROUTER_VERSION=0.1.17
 SMG_VERSION=1.13.0
@@ -31,6 +35,9 @@ if [ -z "${HANDOFF_MOCKER:-}" ]; then
     HANDOFF_MOCKER="${CARGO_TARGET_DIR:-target}/release/handoff-mocker"
 fi
 export HANDOFF_MOCKER
-timeout 300 "$VENV/bin/python" tests/python/test_serve.py
+rc=0
+timeout 300 "$VENV/bin/python" tests/python/test_serve.py || rc=1
 VLLM_ROUTER="$VENV/bin/vllm-router" SMG="$SMG_VENV/bin/python -m smg" \
-    exec timeout 300 "$VENV/bin/python" tests/python/test_routers.py
+    timeout 300 "$VENV/bin/python" tests/python/test_routers.py || rc=1
+timeout 300 "$VENV/bin/python" tests/python/test_sglang_pd.py || rc=1
+exit $rc

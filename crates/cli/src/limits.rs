@@ -47,6 +47,23 @@ pub(crate) fn speed(value: f64) -> Result<f64, String> {
     Ok(value)
 }
 
+/// Shortest SGLang PD bootstrap timeout, in model seconds (a millisecond:
+/// a shorter one would time legs out before their partner's request could
+/// cross the loopback).
+pub const MIN_BOOTSTRAP_TIMEOUT_S: f64 = 1e-3;
+
+/// `serve --bootstrap-timeout-s`, in
+/// [`MIN_BOOTSTRAP_TIMEOUT_S`]`..=`[`MAX_SECONDS`].
+pub(crate) fn bootstrap_timeout(value: f64) -> Result<f64, String> {
+    real(
+        "bootstrap-timeout-s",
+        value,
+        MIN_BOOTSTRAP_TIMEOUT_S,
+        MAX_SECONDS,
+    )?;
+    Ok(value)
+}
+
 /// `value` must be a finite number in `lo..=hi`.
 pub(crate) fn real(flag: &str, value: f64, lo: f64, hi: f64) -> Result<(), String> {
     if value.is_finite() && (lo..=hi).contains(&value) {
@@ -200,5 +217,11 @@ mod tests {
             "--max-running: 4294967295 is outside 1..=65536"
         );
         assert!(int("prefill", 64, 0, 1024).is_ok());
+        assert_eq!(
+            bootstrap_timeout(0.0).unwrap_err(),
+            "--bootstrap-timeout-s: 0 is outside 0.001..=1000000"
+        );
+        assert!(bootstrap_timeout(f64::INFINITY).is_err());
+        assert_eq!(bootstrap_timeout(2.0), Ok(2.0));
     }
 }

@@ -47,6 +47,11 @@ pub struct ServeArgs {
     /// Per-worker HTTP for one worker, WORKER=HOST:PORT (repeatable).
     #[arg(long, value_name = "WORKER=HOST:PORT", value_parser = handoff_serve::parse_worker_http)]
     worker_http: Vec<(u32, String)>,
+    /// SGLang PD on the per-worker listeners: how long a leg sent by
+    /// sglang-router waits for its partner leg, in model seconds (SGLang's
+    /// SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, 300 by default).
+    #[arg(long, default_value_t = handoff_serve::bootstrap::DEFAULT_TIMEOUT_S, value_name = "SECONDS")]
+    bootstrap_timeout_s: f64,
     /// Write the run's report, as JSON, to FILE at shutdown.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -54,8 +59,9 @@ pub struct ServeArgs {
 
 /// Runs `serve` until SIGINT/SIGTERM.
 pub fn run(a: ServeArgs) -> Result<(), String> {
-    use crate::limits::{int, speed, MAX_KV_TOKENS};
+    use crate::limits::{bootstrap_timeout, int, speed, MAX_KV_TOKENS};
     speed(a.speed)?;
+    bootstrap_timeout(a.bootstrap_timeout_s)?;
     int(
         "max-model-len",
         u64::from(a.max_model_len),
@@ -109,6 +115,7 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         kv,
         kv_jsonl,
         worker_http,
+        bootstrap_timeout_s: a.bootstrap_timeout_s,
     };
     let report = handoff_serve::serve_workers(c, |l| {
         eprintln!(

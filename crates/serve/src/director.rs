@@ -12,6 +12,17 @@
 //!   stored blocks' token ids, kept from the prompts they came from) and,
 //!   when asked, Dynamo `RouterEvent` lines with the same hashes;
 //! - lifecycle figures feed the Prometheus families.
+//!
+//! Per-worker listeners add two flows the router does not place: vLLM's
+//! `kv_transfer_params` proxy flow (below) and SGLang's bootstrap-room
+//! pairs ([`pairs`]).
+
+mod pairs;
+mod wire;
+
+use wire::BlockTokens;
+
+pub use pairs::LegOut;
 
 use crate::dynamo_events::RouterEventWriter;
 use crate::dynamo_hash::{generated_tokens, tokens_hash};
@@ -59,6 +70,9 @@ pub enum StreamMsg {
     Prefilled(Pinned),
     /// Per-worker HTTP: the worker's listener refused it (a 4xx).
     Refused(ProxyError),
+    /// SGLang PD leg: refused at its bootstrap room, or its partner never
+    /// came.
+    Bootstrap(crate::bootstrap::BootstrapError),
 }
 
 /// An arrival the director has queued, in submission order.
@@ -67,6 +81,13 @@ enum Pending {
     Routed(RequestId),
     /// Per-worker HTTP: `request` arrives on `worker` itself.
     At { request: Request, worker: WorkerId },
+    /// SGLang PD: both legs of `request` met; one destination-first
+    /// handoff from `prefill` to `decode`.
+    Pair {
+        request: Request,
+        prefill: WorkerId,
+        decode: WorkerId,
+    },
     /// Per-worker HTTP: the decode of `handoff` attaches to `worker`.
     Decode {
         at: Instant,
@@ -115,35 +136,6 @@ struct Flow {
     hashes: Vec<u64>,
 }
 
-/// Token ids of blocks that may be published, by chained hash.
-#[derive(Default)]
-struct BlockTokens {
-    /// Blocks of prompts in flight, with how many flows hold each.
-    pending: FastMap<u64, (Arc<[u32]>, u32)>,
-    /// Blocks each worker has published as stored.
-    stored: Vec<FastMap<u64, Arc<[u32]>>>,
-}
-
-impl BlockTokens {
-    fn lookup(&self, h: u64) -> Option<Arc<[u32]>> {
-        if let Some((t, _)) = self.pending.get(&h) {
-            return Some(t.clone());
-        }
-        self.stored.iter().find_map(|m| m.get(&h).cloned())
-    }
-
-    fn release(&mut self, hashes: &[u64]) {
-        for h in hashes {
-            if let Some(e) = self.pending.get_mut(h) {
-                e.1 -= 1;
-                if e.1 == 0 {
-                    self.pending.remove(h);
-                }
-            }
-        }
-    }
-}
-
 /// See the module docs.
 pub struct HttpDirector {
     inner: Serving<Arrivals>,
@@ -167,10 +159,14 @@ pub struct HttpDirector {
     metrics: Arc<Metrics>,
     /// Destinations waiting for a reservation, since when.
     reserving: FastMap<HandoffId, Instant>,
+    /// SGLang PD legs: waiting in their rooms, and paired prefill legs.
+    pairs: pairs::Pairs,
 }
 
 impl HttpDirector {
-    /// Wraps `inner`, whose workload is `arrivals`, for workers of `pools`.
+    /// Wraps `inner`, whose workload is `arrivals`, for workers of `pools`;
+    /// an SGLang PD leg waits at most `bootstrap_timeout` (model time) for
+    /// its partner.
     pub fn new(
         inner: Serving<Arrivals>,
         arrivals: Arrivals,
@@ -178,6 +174,7 @@ impl HttpDirector {
         block_size: u32,
         metrics: Arc<Metrics>,
         jsonl: Option<RouterEventWriter>,
+        bootstrap_timeout: handoff_core::Duration,
     ) -> Self {
         let n = pools.len();
         HttpDirector {
@@ -198,6 +195,7 @@ impl HttpDirector {
             order: KvOrder::new(),
             metrics,
             reserving: FastMap::default(),
+            pairs: pairs::Pairs::new(bootstrap_timeout),
         }
     }
 
@@ -317,9 +315,10 @@ impl HttpDirector {
         self.inner.in_flight()
     }
 
-    /// HTTP requests not yet ended.
+    /// HTTP requests not yet ended (SGLang PD legs waiting for their
+    /// partner and open prefill legs count too).
     pub fn open_streams(&self) -> usize {
-        self.flows.len()
+        self.flows.len() + self.pairs.open()
     }
 
     /// The vLLM wire events each worker produced since the last call, in
@@ -355,6 +354,13 @@ impl HttpDirector {
         }
         if !matches!(msg, StreamMsg::Prefilled(_)) {
             self.proxied.remove(&r);
+        }
+        // A pair's prefill leg still open when its request ends: finished,
+        // its KV was sent (the decode had it); failed, it fails alike.
+        match msg {
+            StreamMsg::Finished => self.end_prefill_leg(r, pairs::PrefillEnd::Sent),
+            StreamMsg::Failed(why) => self.end_prefill_leg(r, pairs::PrefillEnd::Failed(why)),
+            _ => {}
         }
         if let Some(f) = self.flows.remove(&r) {
             let _ = f.tx.send(msg);
@@ -609,13 +615,18 @@ impl HttpDirector {
                 _ => {}
             },
             WorkerEvent::RoleEnded {
-                id, reason, role, ..
+                id,
+                reason,
+                role,
+                request,
+                ..
             } => {
                 self.reserving.remove(id);
                 if *role == Role::Source {
                     // Its lease ran out (or it was torn down) before a decode
                     // attached: the blocks are freed, the handoff is gone.
                     self.parked.remove(id);
+                    self.source_ended(*request, *reason);
                 }
                 match reason {
                     Some(CancelReason::LeaseExpired) => self.metrics.lease_expired(wi),
@@ -644,7 +655,9 @@ fn request_of(e: &WorkerEvent) -> Option<RequestId> {
 impl Director for HttpDirector {
     fn next_arrival(&mut self) -> Option<Instant> {
         match self.arriving.front() {
-            Some(Pending::At { request, .. }) => Some(request.arrival),
+            Some(Pending::At { request, .. } | Pending::Pair { request, .. }) => {
+                Some(request.arrival)
+            }
             Some(Pending::Decode { at, .. }) => Some(*at),
             Some(Pending::Routed(_)) | None => self.inner.next_arrival(),
         }
@@ -660,6 +673,15 @@ impl Director for HttpDirector {
             Some(Pending::At { request, worker }) => {
                 let rid = request.id;
                 self.inner.arrive_at(request, worker, now, out);
+                rid
+            }
+            Some(Pending::Pair {
+                request,
+                prefill,
+                decode,
+            }) => {
+                let rid = request.id;
+                self.inner.arrive_pair(request, prefill, decode, now, out);
                 rid
             }
             Some(Pending::Decode {
@@ -690,6 +712,7 @@ impl Director for HttpDirector {
                     cached_tokens: cached,
                 });
             }
+            self.prefill_leg_started(rid, cached);
         }
         self.check(rid, FailureReason::NoWorker);
     }
@@ -764,36 +787,5 @@ impl Director for HttpDirector {
         self.kv_all(ready);
         self.inner.finish(end, finals, torn_down, faults);
         self.check_all(FailureReason::Shutdown);
-    }
-}
-
-#[cfg(test)]
-mod block_tokens_tests {
-    use super::*;
-
-    /// A block's token ids come from the prompt that holds it, then from
-    /// the worker that stored it; a block no prompt has is a generated one,
-    /// whose stand-ins are a function of its hash alone.
-    #[test]
-    fn prompt_blocks_keep_their_ids_and_generated_blocks_get_stand_ins() {
-        let bs = 16u32;
-        let prompt: Vec<u32> = (0..32).collect();
-        let hashes = chained_block_hashes(&prompt, bs);
-        let mut b = BlockTokens {
-            pending: FastMap::default(),
-            stored: vec![FastMap::default()],
-        };
-        for (h, t) in hashes.iter().zip(prompt.chunks_exact(16)) {
-            b.pending.insert(*h, (Arc::from(t), 1));
-        }
-        assert_eq!(b.lookup(hashes[1]).as_deref(), Some(&prompt[16..]));
-        b.stored[0].insert(hashes[0], Arc::from(&prompt[..16]));
-        b.release(&hashes);
-        assert!(b.pending.is_empty());
-        assert_eq!(b.lookup(hashes[0]).as_deref(), Some(&prompt[..16]));
-        assert_eq!(b.lookup(hashes[1]), None);
-        let g = 0xdead_beef_u64 << 5;
-        assert_eq!(generated_tokens(g, bs), generated_tokens(g, bs));
-        assert_eq!(generated_tokens(g, bs).len(), 16);
     }
 }

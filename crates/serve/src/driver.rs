@@ -12,6 +12,9 @@
 //! request's attempt, so its leases and reservations end as any cancelled
 //! attempt's do. Passes are stepped one at a time (no multi-step folding),
 //! so tokens are reported, and streamed, as model time produces them.
+//!
+//! SGLang PD legs wait in the director's bootstrap rooms; the thread also
+//! wakes when the first of them times out.
 
 use crate::director::{Arrivals, HttpDirector, StreamMsg};
 use crate::dynamo_events::RouterEventWriter;
@@ -74,7 +77,27 @@ pub enum Cmd {
         /// Where its tokens go (a refusal too).
         tx: UnboundedSender<StreamMsg>,
     },
-    /// The client went away: cancel it.
+    /// SGLang PD: one leg of a request sent by the router to `worker`'s
+    /// listener with its bootstrap room.
+    Leg {
+        /// The worker.
+        worker: WorkerId,
+        /// Which leg (the worker's pool).
+        side: crate::bootstrap::Side,
+        /// `bootstrap_host`, `bootstrap_port`, `bootstrap_room`.
+        key: crate::bootstrap::RoomKey,
+        /// The leg's id (unique per server; the pair's request takes the
+        /// decode leg's).
+        id: RequestId,
+        /// Prompt token ids.
+        tokens: Vec<u32>,
+        /// Output tokens it will generate.
+        output_tokens: u32,
+        /// Where the leg's answer goes.
+        tx: UnboundedSender<StreamMsg>,
+    },
+    /// The client went away: cancel it (a leg still waiting for its
+    /// partner just leaves its room).
     Cancel(RequestId),
     /// Stop (the report is produced).
     Shutdown,
@@ -124,6 +147,8 @@ pub struct DriverConfig {
     pub jsonl: Option<RouterEventWriter>,
     /// Shared view for `/debug/workers` and `/ready`.
     pub view: Arc<Mutex<EngineView>>,
+    /// How long an SGLang PD leg waits for its partner (model time).
+    pub bootstrap_timeout: handoff_core::Duration,
 }
 
 fn role(p: Pool) -> &'static str {
@@ -151,6 +176,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         kv,
         jsonl,
         view,
+        bootstrap_timeout,
     } = d;
     let workers = deployment(&cfg);
     let pools: Vec<Pool> = workers.iter().map(|(_, p)| *p).collect();
@@ -179,6 +205,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         cfg.block_size,
         metrics.clone(),
         jsonl,
+        bootstrap_timeout,
     );
     let mut ecfg = engine_config(&cfg);
     // One pass per step: a folded step would release many passes' tokens
@@ -188,9 +215,15 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
     let clock = WallClock::start(speed);
     metrics.touch_all();
     loop {
-        engine.advance_to(clock.now());
+        let now = clock.now();
+        engine.advance_to(now);
+        engine.director_mut().expire_legs(now);
         publish(&mut engine, &pools, &metrics, kv.as_ref(), &view);
-        let cmd = match engine.next_event_at() {
+        let wake = match (engine.next_event_at(), engine.director().leg_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let cmd = match wake {
             Some(t) => rx.recv_deadline(clock.real(t)),
             None => rx
                 .recv()
@@ -239,9 +272,33 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
                     }
                 }
             }
+            Ok(Cmd::Leg {
+                worker,
+                side,
+                key,
+                id,
+                tokens,
+                output_tokens,
+                tx,
+            }) => {
+                let now = clock.now();
+                engine.advance_to(now);
+                let leg = crate::bootstrap::Leg {
+                    id,
+                    side,
+                    worker,
+                    tokens,
+                    payload: crate::director::LegOut { output_tokens, tx },
+                };
+                if engine.director_mut().leg(key, leg, now) {
+                    engine.arrivals_changed();
+                }
+            }
             Ok(Cmd::Cancel(id)) => {
                 engine.advance_to(clock.now());
-                engine.inject_fault(Fault::Cancel { request: id });
+                if let Some(request) = engine.director_mut().leg_gone(id) {
+                    engine.inject_fault(Fault::Cancel { request });
+                }
             }
             Ok(Cmd::Shutdown) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}

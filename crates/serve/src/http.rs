@@ -288,6 +288,10 @@ pub(crate) async fn whole(
                 guard.disarm();
                 return error(&e.api());
             }
+            StreamMsg::Bootstrap(e) => {
+                guard.disarm();
+                return error(&e.api());
+            }
         }
     }
     guard.disarm();
@@ -340,6 +344,7 @@ impl Streaming {
             }
             StreamMsg::Failed(reason) => self.fail(failure(reason.name())),
             StreamMsg::Refused(e) => self.fail(e.api()),
+            StreamMsg::Bootstrap(e) => self.fail(e.api()),
             // A listener answers a prefill whole (`ProxyError::Streamed`).
             StreamMsg::Prefilled(_) => self.fail(failure("a prefill cannot be streamed")),
         }

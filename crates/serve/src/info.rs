@@ -85,7 +85,6 @@ struct Scoped {
 /// listener also gets `/metrics` (the front port has its own).
 pub fn routes(info: Arc<InfoState>, scope: Scope) -> Router {
     let r = Router::new()
-        .route("/generate", post(generate))
         .route("/server_info", get(server_info))
         .route("/get_server_info", get(server_info))
         .route("/model_info", get(model_info))
@@ -96,9 +95,11 @@ pub fn routes(info: Arc<InfoState>, scope: Scope) -> Router {
         .route("/health_generate", get(health_generate))
         .route("/version", get(version))
         .route("/v1/models", get(models));
+    // A worker's own `/generate` is its listener's (SGLang PD legs first,
+    // `sglang_pd::generate`, then [`generate_on`]).
     let r = match scope {
         Scope::Worker(_) => r.route("/metrics", get(worker_metrics)),
-        Scope::Front => r,
+        Scope::Front => r.route("/generate", post(generate)),
     };
     // Set on the routes above only, so merging keeps the other router's.
     r.method_not_allowed_fallback(|| async {
@@ -454,6 +455,22 @@ async fn generate(State(s): State<Arc<Scoped>>, body: Result<Bytes, BytesRejecti
         Ok(at) => at,
         Err(e) => return error(&e.api()),
     };
+    run_native(app, at, req).await
+}
+
+/// `/generate` without a bootstrap room on aggregated worker `w`'s own
+/// listener (whose `/generate` route serves SGLang PD legs first): served
+/// whole on `w`.
+pub(crate) async fn generate_on(app: &AppState, w: WorkerId, body: &Bytes) -> Response {
+    match parse_native(body, &app.limits) {
+        Ok(req) => run_native(app, Some(w.0 as usize), req).await,
+        Err(e) => error(&e),
+    }
+}
+
+/// Runs a parsed `/generate` routed by the frontend (`at` = `None`) or on
+/// worker `at`, and answers it as SGLang does.
+async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Response {
     let id = RequestId(app.next_id.fetch_add(1, Ordering::Relaxed));
     let (tx, rx) = unbounded_channel();
     let (tokens, output_tokens) = (req.gen.prompt.clone(), req.gen.output_tokens());

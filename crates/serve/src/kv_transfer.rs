@@ -27,9 +27,9 @@
 //! - `remote_request_id`: the prefill's request id, and `handoff_id`: the
 //!   handoff, both decimal strings, which tie the decode to the pin.
 //!
-//! SGLang's destination-first proxy flow (`mini_lb` with
-//! `bootstrap_room`) is not modelled: a worker of an SGLang (or TRT-LLM)
-//! deployment answers a typed 400 ([`ProxyError::Ordering`]).
+//! A worker of an SGLang deployment speaks SGLang's bootstrap-room flow
+//! instead ([`crate::sglang_pd`]); one of a deployment with neither
+//! ordering answers a typed 400 ([`ProxyError::Ordering`]).
 
 use crate::openai::{ApiError, ErrorKind};
 use handoff_core::{HandoffId, RequestId, WorkerId};
@@ -103,7 +103,8 @@ pub enum ProxyError {
         /// The worker's pool.
         pool: Pool,
     },
-    /// The deployment does not run vLLM's source-first ordering.
+    /// The deployment runs neither vLLM's source-first nor SGLang's
+    /// destination-first ordering.
     Ordering,
     /// `do_remote_decode` with `stream: true` (the proxy's prefill is a
     /// whole response).
@@ -161,9 +162,9 @@ impl ProxyError {
             ),
             ProxyError::Ordering => ApiError::invalid(
                 p,
-                "per-worker HTTP models vLLM's source-first kv_transfer_params flow only; \
-                 SGLang's destination-first proxy flow (mini_lb, bootstrap_room) and TRT-LLM \
-                 are not modelled: use the frontend's /v1 routes",
+                "per-worker HTTP models vLLM's source-first kv_transfer_params flow and \
+                 SGLang's destination-first bootstrap_room flow; this deployment runs neither: \
+                 use the frontend's /v1 routes",
             ),
             ProxyError::Streamed => ApiError::invalid(
                 Some("stream"),

@@ -19,6 +19,11 @@
 //!   handoff lifecycle) to the real worker cores, paced by the wall clock
 //!   (`speed` times faster); tokens stream as the workers report them, and
 //!   a client that goes away cancels its request.
+//! - **Per-worker listeners** ([`worker_http`]): each worker's own OpenAI
+//!   routes for a disaggregation proxy, speaking vLLM's
+//!   `kv_transfer_params` ([`kv_transfer`]) or, on an SGLang deployment,
+//!   SGLang's PD legs with their bootstrap rooms ([`sglang_pd`],
+//!   [`bootstrap`]), as `sglang-router` sends them.
 //! - **KV events** ([`zmq_pub`], [`vllm_wire`], [`dynamo_events`]): each
 //!   worker publishes vLLM-format `KVEventBatch`es on a ZMQ PUB socket,
 //!   with vLLM's ROUTER replay socket; Dynamo `RouterEvent` JSONL on
@@ -34,6 +39,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bootstrap;
 pub mod director;
 pub mod driver;
 pub mod dynamo_events;
@@ -47,6 +53,7 @@ pub mod openai;
 pub mod prompt;
 pub mod sampling;
 pub mod server;
+pub mod sglang_pd;
 pub mod tokenizer;
 pub mod vllm_wire;
 pub mod worker_http;

@@ -270,6 +270,10 @@ pub async fn whole(
                 guard.disarm();
                 return error(&e.api());
             }
+            StreamMsg::Bootstrap(e) => {
+                guard.disarm();
+                return error(&e.api());
+            }
             // Only a `do_remote_decode` prefill pins, and `/generate` never
             // asks for one.
             StreamMsg::Prefilled(_) => {
@@ -305,6 +309,7 @@ impl Streaming {
             }
             StreamMsg::Failed(reason) => self.fail(&failure(reason.name())),
             StreamMsg::Refused(e) => self.fail(&e.api()),
+            StreamMsg::Bootstrap(e) => self.fail(&e.api()),
             StreamMsg::Prefilled(_) => {
                 self.fail(&failure("a /generate request cannot be a proxy prefill"))
             }

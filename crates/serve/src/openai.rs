@@ -56,6 +56,9 @@ pub enum ErrorKind {
     TooLarge,
     /// The engine failed the request or is gone (a 5xx).
     Unavailable,
+    /// The request failed inside a worker (a 500, as SGLang answers an
+    /// aborted request).
+    Internal,
 }
 
 impl ErrorKind {
@@ -65,6 +68,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found_error",
             ErrorKind::TooLarge => "invalid_request_error",
             ErrorKind::Unavailable => "service_unavailable_error",
+            ErrorKind::Internal => "internal_server_error",
         }
     }
 }

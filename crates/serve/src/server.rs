@@ -35,6 +35,10 @@ pub struct ServeConfig {
     /// Per-worker HTTP listeners for a disaggregation proxy
     /// ([`crate::worker_http`]): worker id and where it listens.
     pub worker_http: Vec<(u32, String)>,
+    /// How long an SGLang PD leg waits for its partner, in model seconds
+    /// ([`crate::bootstrap`]; SGLang's default is
+    /// [`crate::bootstrap::DEFAULT_TIMEOUT_S`]).
+    pub bootstrap_timeout_s: f64,
 }
 
 /// Where a server listens, once it does.
@@ -180,6 +184,8 @@ async fn run(
         kv,
         jsonl: c.kv_jsonl,
         view: view.clone(),
+        bootstrap_timeout: handoff_core::Duration::try_from_secs_f64(c.bootstrap_timeout_s)
+            .map_err(|e| format!("bootstrap timeout {}: {e}", c.bootstrap_timeout_s))?,
     };
     let engine = std::thread::Builder::new()
         .name("engine".into())

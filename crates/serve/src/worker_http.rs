@@ -18,6 +18,10 @@
 //! - no params: served whole on W if W is aggregated, else a 400 saying
 //!   the proxy must send `kv_transfer_params`.
 //!
+//! A worker of an SGLang deployment speaks SGLang's PD flow instead: each
+//! request is one leg of a pair sent by `sglang-router`, with its
+//! bootstrap room ([`crate::sglang_pd`]).
+//!
 //! Everything still runs through the one engine and the shared serving
 //! director ([`crate::director::HttpDirector`]), so the report counts these
 //! requests as any other.
@@ -62,6 +66,7 @@ pub fn worker_router(state: Arc<WorkerState>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/generate", post(crate::sglang_pd::generate))
         .route("/health", get(|| async { StatusCode::OK }))
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -82,7 +87,7 @@ async fn chat(State(s): State<Arc<WorkerState>>, body: Result<Bytes, BytesReject
     generate(s, Endpoint::Chat, body).await
 }
 
-/// What the listener does with a request, or why not.
+/// What the listener does with a vLLM-flow request, or why not.
 fn decide(s: &WorkerState, kv: KvTransfer, streamed: bool) -> Result<KvTransfer, ProxyError> {
     if s.pool != Pool::Aggregated && s.policy != HandoffPolicy::SourceFirst {
         return Err(ProxyError::Ordering);
@@ -117,6 +122,17 @@ async fn generate(
         Ok(r) => r,
         Err(e) => return error(&e),
     };
+    // `parse` read the body as a JSON object already.
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    match crate::bootstrap::parse(&v) {
+        Err(e) => return error(&e.api()),
+        Ok(Some(room)) => return crate::sglang_pd::leg(&s, endpoint, req, room).await,
+        Ok(None) => {
+            if let Some(e) = crate::sglang_pd::needs_room(&s) {
+                return error(&e.api());
+            }
+        }
+    }
     let kv = match kv_transfer::parse(&body).and_then(|kv| decide(&s, kv, req.stream)) {
         Ok(kv) => kv,
         Err(e) => return error(&e.api()),

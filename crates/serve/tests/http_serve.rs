@@ -45,6 +45,7 @@ impl Running {
                     kv: None,
                     kv_jsonl: None,
                     worker_http: Vec::new(),
+                    bootstrap_timeout_s: 300.0,
                 },
                 move |a| {
                     let _ = atx.send(a);

@@ -48,6 +48,7 @@ impl Running {
                     kv: None,
                     kv_jsonl: None,
                     worker_http: (0..n as u32).map(|w| (w, "127.0.0.1:0".into())).collect(),
+                    bootstrap_timeout_s: 300.0,
                 },
                 move |l| {
                     let _ = atx.send(l);
@@ -219,8 +220,8 @@ fn vllm_pd_info_shapes_and_values() {
         assert!(text.contains("\"error\""), "{text}");
     }
 
-    // A disaggregated worker takes no plain /generate; a bootstrap_room is
-    // SGLang's PD flow, not modelled.
+    // A disaggregated vLLM worker takes no plain /generate; a
+    // bootstrap_room is SGLang's PD flow, not this deployment's.
     let (status, text) = common::call(s.workers[1], "POST", "/generate", r#"{"text":"hi"}"#);
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("kv_transfer_params"), "{text}");
@@ -228,10 +229,10 @@ fn vllm_pd_info_shapes_and_values() {
         s.workers[0],
         "POST",
         "/generate",
-        r#"{"text":"hi","bootstrap_room":5}"#,
+        r#"{"text":"hi","bootstrap_host":"127.0.0.1","bootstrap_room":5}"#,
     );
     assert_eq!(status, 400, "{text}");
-    assert!(text.contains("not modelled"), "{text}");
+    assert!(text.contains("destination-first"), "{text}");
     let (status, text) = common::call(
         s.http,
         "POST",

@@ -43,6 +43,7 @@ impl Running {
                     kv: None,
                     kv_jsonl: None,
                     worker_http: vec![(0, "127.0.0.1:0".into()), (1, "127.0.0.1:0".into())],
+                    bootstrap_timeout_s: 300.0,
                 },
                 move |l| {
                     let _ = atx.send(l);

@@ -719,62 +719,7 @@ impl Frontend {
     }
 }
 
-/// Per-worker HTTP behind a disaggregation proxy (vLLM's
-/// `kv_transfer_params`): the proxy, not the routers, picks both workers.
-/// Kept apart from the routing above so it stays additive.
-impl Frontend {
-    /// A proxy sent `request` to worker `w` itself. Aggregated, `w` serves
-    /// it whole (an ordinary request). Disaggregated source-first, the
-    /// request came with `do_remote_decode` (vLLM `NixlConnector`): `w`
-    /// is its prefill worker and its source role is returned. Its decode
-    /// is not held here (the pin routes nothing): the proxy sends it later
-    /// to a worker it picks, through [`Frontend::route_destination_to`].
-    /// Either way it is booked on `w`, the router's choice bypassed.
-    /// `None` for other orderings or when `w` is not a selectable worker
-    /// of the first pool.
-    pub fn arrive_at(
-        &mut self,
-        request: Request,
-        w: WorkerId,
-        now: Instant,
-    ) -> Option<(WorkerId, WorkerRequest)> {
-        if self.aggregated {
-            self.prefill.book(w, &request, now)?;
-            return Some((w, WorkerRequest::Ordinary(request)));
-        }
-        if self.policy != HandoffPolicy::SourceFirst {
-            return None;
-        }
-        self.prefill.book(w, &request, now)?;
-        let id = self.ids.next_id();
-        Some((w, WorkerRequest::HandoffSource { id, request }))
-    }
-
-    /// The proxy sent the decode of handoff `id` (pinned on `source` as
-    /// `ready`) to decode worker `to` with `do_remote_prefill`: it is
-    /// booked there and its destination role returned. `None` when `to`
-    /// is not a selectable decode worker.
-    pub fn route_destination_to(
-        &mut self,
-        to: WorkerId,
-        source: WorkerId,
-        id: HandoffId,
-        ready: SourceReady,
-        request: Request,
-        now: Instant,
-    ) -> Option<(WorkerId, WorkerRequest)> {
-        self.decode.as_mut()?.book(to, &request, now)?;
-        Some((
-            to,
-            WorkerRequest::HandoffDestination {
-                id,
-                request,
-                source,
-                ready: Some(ready),
-            },
-        ))
-    }
-}
+mod proxied;
 
 #[cfg(test)]
 mod session_tests;

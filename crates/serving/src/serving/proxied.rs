@@ -1,4 +1,4 @@
-//! Requests a disaggregation proxy places itself (per-worker HTTP): booked on the worker it picked, with the recorder and flight tracking.
+//! Requests a disaggregation proxy places itself (per-worker HTTP): booked on the workers it picked, with the recorder and flight tracking.
 
 use super::*;
 
@@ -89,6 +89,55 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             request: r,
             delay: handoff_core::Duration::ZERO,
         });
+        true
+    }
+
+    /// SGLang's PD router sent both legs of `request` itself and they met
+    /// in their bootstrap room: it arrives now, outside the workload, as
+    /// one destination-first handoff from prefill worker `prefill` to
+    /// decode worker `decode` ([`Frontend::arrive_pair`]): the decode
+    /// reserves, then the prefill runs and its KV moves. It is never
+    /// migrated (its flight counts as migrated already): the workers are
+    /// the router's, and SGLang's answer to a lost worker is the router's
+    /// retry of the whole request, not a new pair behind its back.
+    /// Returns whether it was routed (else it failed as `no-worker`, with
+    /// nothing booked).
+    pub fn arrive_pair(
+        &mut self,
+        request: Request,
+        prefill: WorkerId,
+        decode: WorkerId,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) -> bool {
+        self.now = now;
+        if let Some(rec) = self.rec.as_mut() {
+            rec.arrival(&request);
+        }
+        let rid = request.id;
+        self.flights.insert(
+            rid,
+            Flight {
+                request: request.clone(),
+                holder: WorkerId(u32::MAX),
+                attempt: None,
+                migrated: true,
+                has_destination: false,
+                roles: Vec::new(),
+            },
+        );
+        let Some(routes) = self.frontend.arrive_pair(request, prefill, decode, now) else {
+            self.fail(rid, FailureReason::NoWorker, None);
+            return false;
+        };
+        for (to, r) in routes {
+            self.track(to, &r);
+            out.push(Route {
+                to,
+                request: r,
+                delay: handoff_core::Duration::ZERO,
+            });
+        }
         true
     }
 }

@@ -1,0 +1,357 @@
+"""SGLang's PD flow of `handoff-mocker serve --backend sglang` behind the
+real SGLang PD router (`sglang-router` 0.3.2 from PyPI, run from the venv
+tests/python/run.sh makes). Run by tests/python/run.sh.
+
+The router sends every request twice at once, the same body with
+`bootstrap_host`, `bootstrap_port` and `bootstrap_room` added, to a
+prefill worker's and a decode worker's own listener; the mock pairs the
+two legs in their bootstrap room and runs one destination-first handoff.
+Checks: 200 requests at 16 concurrent through the router with the official
+`openai` client (completions and chat, streamed and not) all complete with
+usage, the handoff gauges moved while they ran, and every worker ends
+drained; SGLang's native `/generate` goes through too; a leg whose partner never comes (sent by hand) fails after the
+bootstrap timeout and frees everything; a client that leaves mid-stream
+frees both sides.
+
+Prints "N passed, N failed" and exits non-zero on any failure.
+"""
+
+import concurrent.futures
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+import openai
+import requests
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+BIN = os.environ["HANDOFF_MOCKER"]
+MODEL = "mock-model"
+PREFILL, DECODE = 2, 2
+TIMEOUT_S = 2.0
+PROMPTS = [
+    "You are a support assistant for a storage company. " * 8 + f"Question {i}: which cable?"
+    for i in range(20)
+]
+
+
+def free_port(n: int = 1) -> int:
+    """A base port with n free consecutive ports after it."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n >= 65535:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free ports")
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+class Deployment:
+    """`serve --backend sglang` with per-worker listeners, and
+    `sglang-router` in PD mode in front of them."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.base = free_port(PREFILL + DECODE)
+        self.serve = subprocess.Popen(
+            [
+                BIN, "serve", "--backend", "sglang", "--model", MODEL,
+                "--prefill", str(PREFILL), "--decode", str(DECODE),
+                "--http", f"127.0.0.1:{self.port}",
+                "--worker-http-base-port", str(self.base),
+                "--bootstrap-timeout-s", str(TIMEOUT_S),
+                # A visible transfer, so the reservation gauges can be seen.
+                "--transfer", "fixed", "--transfer-ms", "40",
+            ],
+            stderr=subprocess.PIPE, text=True,
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.wait(lambda: get(self.url + "/ready")[0] == 200, self.serve, "serve")
+        self.workers = [f"http://127.0.0.1:{self.base + i}" for i in range(PREFILL + DECODE)]
+        self.router_port = free_port()
+        self.router_log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+        args = [
+            sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
+            "--host", "127.0.0.1", "--port", str(self.router_port),
+            "--policy", "round_robin", "--log-level", "warn",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+        ]
+        for i in range(PREFILL):
+            # The bootstrap port is only passed through to both legs.
+            args += ["--prefill", self.workers[i], str(8998 + i)]
+        for i in range(PREFILL, PREFILL + DECODE):
+            args += ["--decode", self.workers[i]]
+        self.router = subprocess.Popen(args, stdout=self.router_log, stderr=subprocess.STDOUT)
+        self.router_url = f"http://127.0.0.1:{self.router_port}"
+        # Ready when a request goes through (worker registration runs in
+        # the background after the router listens).
+        self.wait(self.one_request_works, self.router, "sglang-router")
+        self.wait_drained()
+
+    def one_request_works(self) -> bool:
+        try:
+            r = requests.post(
+                self.router_url + "/v1/completions",
+                json={"model": MODEL, "prompt": "warm up", "max_tokens": 2}, timeout=10,
+            )
+            return r.status_code == 200
+        except requests.RequestException:
+            return False
+
+    def wait(self, ready, proc: subprocess.Popen, name: str) -> None:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if ready():
+                    return
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited: {self.logs()}")
+            time.sleep(0.1)
+        raise RuntimeError(f"{name} did not become ready: {self.logs()}")
+
+    def logs(self) -> str:
+        self.router_log.flush()
+        self.router_log.seek(0)
+        return self.router_log.read()[-4000:] if hasattr(self, "router") else ""
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.router_url + "/v1", api_key="unused", max_retries=0)
+
+    def debug(self) -> dict:
+        return json.loads(get(self.url + "/debug/workers")[1])
+
+    def wait_drained(self, timeout: float = 20) -> dict:
+        deadline = time.time() + timeout
+        while True:
+            v = self.debug()
+            if v["in_flight"] == 0 and v["open_streams"] == 0 and all(w["drained"] for w in v["workers"]):
+                for w in v["workers"]:
+                    cap = w["capacity"]
+                    assert w["live_handoffs"] == 0, w
+                    assert cap["active_blocks"] == 0, w
+                    assert cap["pinned_source_blocks"] == 0, w
+                    assert cap["reserved_destination_blocks"] == 0, w
+                return v
+            if time.time() > deadline:
+                raise AssertionError(f"workers not drained: {v}")
+            time.sleep(0.05)
+
+    def metrics(self) -> dict:
+        status, text = get(self.url + "/metrics")
+        assert status == 200
+        out = {}
+        for fam in text_string_to_metric_families(text.decode()):
+            for s in fam.samples:
+                out[(s.name, s.labels.get("engine"))] = s.value
+        return out
+
+    def stop(self) -> None:
+        for p in (self.router, self.serve):
+            p.terminate()
+        self.router.wait(timeout=30)
+        self.serve.wait(timeout=30)
+        assert self.serve.returncode == 0, self.serve.stderr.read()
+        self.router_log.close()
+        os.unlink(self.router_log.name)
+
+
+def one(c: openai.OpenAI, i: int) -> tuple[int, int]:
+    """Request i through the router: completions or chat, streamed or not,
+    i % 4 picks. Returns (completion tokens reported, asked)."""
+    n = 4 + i % 9
+    prompt = PROMPTS[i % len(PROMPTS)]
+    extra = {"ignore_eos": True}
+    kind = i % 4
+    if kind == 0:
+        r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=n, extra_body=extra)
+        assert r.choices[0].text and r.usage.prompt_tokens > 0
+        return r.usage.completion_tokens, n
+    if kind == 1:
+        chunks = list(c.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=n, stream=True,
+            stream_options={"include_usage": True}, extra_body=extra))
+        assert sum(1 for k in chunks if k.choices and k.choices[0].text) == n
+        return chunks[-1].usage.completion_tokens, n
+    messages = [{"role": "user", "content": prompt}]
+    if kind == 2:
+        r = c.chat.completions.create(
+            model=MODEL, messages=messages, max_completion_tokens=n, extra_body=extra)
+        assert r.choices[0].message.content and r.usage.prompt_tokens > 0
+        return r.usage.completion_tokens, n
+    chunks = list(c.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=n, stream=True,
+        stream_options={"include_usage": True}, extra_body=extra))
+    assert chunks[-1].usage is not None
+    return chunks[-1].usage.completion_tokens, n
+
+
+def test_router_runs_200_requests(d: Deployment) -> None:
+    before = d.metrics()
+    seen = {"reserved": 0.0, "pinned": 0.0}
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            m = d.metrics()
+            for w in range(PREFILL, PREFILL + DECODE):
+                seen["reserved"] = max(seen["reserved"], m[("sglang:handoff_reserved_destination_blocks", str(w))])
+            for w in range(PREFILL):
+                seen["pinned"] = max(seen["pinned"], m[("sglang:handoff_pinned_source_blocks", str(w))])
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    c = d.client()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(lambda i: one(c, i), range(200)))
+    finally:
+        stop.set()
+        sampler.join()
+    for got, asked in results:
+        assert got == asked, results
+    print(f"     200 requests; peak reserved destination blocks {seen['reserved']:.0f}, "
+          f"peak pinned source blocks {seen['pinned']:.0f}", flush=True)
+    after = d.metrics()
+    assert seen["reserved"] > 0, "no decode worker was seen holding a reservation"
+    assert seen["pinned"] > 0, "no prefill worker was seen holding KV for its transfer"
+    for w in range(PREFILL, PREFILL + DECODE):
+        key = ("sglang:time_to_first_token_seconds_count", str(w))
+        assert after[key] > before.get(key, 0), f"decode worker {w} streamed nothing"
+    for w in range(PREFILL):
+        key = ("sglang:prefix_cache_queries_total", str(w))
+        assert after[key] > before.get(key, 0), f"prefill worker {w} prefilled nothing"
+    d.wait_drained()
+
+
+def test_native_generate_through_the_router(d: Deployment) -> None:
+    for i in range(8):
+        stream = i % 2 == 1
+        body = {
+            "text": PROMPTS[i], "stream": stream,
+            "sampling_params": {"max_new_tokens": 6, "ignore_eos": True},
+        }
+        r = requests.post(d.router_url + "/generate", json=body, timeout=30, stream=stream)
+        assert r.status_code == 200, (r.status_code, r.text)
+        if stream:
+            events = [ln[len("data: "):] for ln in r.iter_lines(decode_unicode=True)
+                      if ln.startswith("data: ")]
+            assert events[-1] == "[DONE]", events
+            out = json.loads(events[-2])
+        else:
+            out = r.json()
+        meta = out["meta_info"]
+        assert meta["completion_tokens"] == 6 and meta["prompt_tokens"] > 0, out
+        assert meta["finish_reason"] == {"type": "length", "length": 6}, out
+        assert out["text"], out
+    d.wait_drained()
+
+
+def leg(url: str, room: int, stream: bool) -> requests.Response:
+    body = {
+        "model": MODEL, "prompt": PROMPTS[0], "max_tokens": 4, "stream": stream,
+        "bootstrap_host": "127.0.0.1", "bootstrap_port": 8998, "bootstrap_room": room,
+    }
+    return requests.post(url + "/v1/completions", json=body, timeout=30)
+
+
+def test_a_leg_without_its_partner_times_out(d: Deployment) -> None:
+    before = d.metrics()
+    for w, partner in [(PREFILL, "prefill"), (0, "decode")]:
+        for stream in (False, True):
+            t0 = time.time()
+            r = leg(d.workers[w], 424242 + w, stream)
+            waited = time.time() - t0
+            assert r.status_code == 500, (r.status_code, r.text)
+            msg = r.json()["error"]["message"]
+            assert "bootstrap_room" in msg and f"its {partner} leg did not arrive" in msg, msg
+            assert waited >= TIMEOUT_S * 0.9, waited
+            d.wait_drained()
+    # Nothing reached the engine: no request was counted as failed.
+    failed = sum(v for (k, _), v in d.metrics().items() if k == "sglang:handoff_requests_failed_total")
+    assert failed == sum(v for (k, _), v in before.items() if k == "sglang:handoff_requests_failed_total")
+
+
+def test_a_client_that_leaves_mid_stream_frees_both_sides(d: Deployment) -> None:
+    body = json.dumps({
+        "model": MODEL, "prompt": PROMPTS[1], "max_tokens": 20000, "ignore_eos": True, "stream": True,
+    }).encode()
+    conn = socket.create_connection(("127.0.0.1", d.router_port))
+    conn.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+    )
+    got = b""
+    while got.count(b"data: ") < 5:
+        chunk = conn.recv(4096)
+        assert chunk, "the stream ended early"
+        got += chunk
+    v = d.debug()
+    assert v["in_flight"] == 1 and not all(w["drained"] for w in v["workers"]), v
+    conn.close()
+    d.wait_drained(timeout=10)
+
+
+def main() -> int:
+    passed = failed = 0
+
+    def run(name, fn, *args) -> None:
+        nonlocal passed, failed
+        t0 = time.time()
+        try:
+            fn(*args)
+            passed += 1
+            print(f"ok   {name} ({time.time() - t0:.1f}s)", flush=True)
+        except Exception:  # noqa: BLE001 - report every failure and go on
+            failed += 1
+            print(f"FAIL {name}", flush=True)
+            traceback.print_exc()
+
+    d = Deployment()
+    try:
+        run("sglang-router runs 200 requests", test_router_runs_200_requests, d)
+        run("native /generate through the router", test_native_generate_through_the_router, d)
+        run("a leg without its partner times out", test_a_leg_without_its_partner_times_out, d)
+        run("a client that leaves mid-stream frees both sides",
+            test_a_client_that_leaves_mid_stream_frees_both_sides, d)
+    except Exception:  # noqa: BLE001
+        print(d.logs())
+        raise
+    finally:
+        d.stop()
+    if failed:
+        print(d.logs() if not d.router_log.closed else "")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
