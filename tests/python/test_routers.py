@@ -405,15 +405,6 @@ def test_smg_vllm(log_dir: str, registered: bool) -> None:
 def test_smg_sglang(log_dir: str) -> None:
     s, base, roles, ids = start_pd("sglang")
     try:
-        # SGLang's PD pair sends bootstrap_room to both workers; until that
-        # flow is served, a worker answers a 400 saying it is not modelled.
-        status, body = http(roles["prefill"][0] + "/v1/completions", {
-            "model": MODEL, "prompt": "probe", "max_tokens": 1,
-            "bootstrap_host": "127.0.0.1", "bootstrap_room": 1,
-        })
-        if status == 400 and b"not modelled" in body:
-            raise Skip("SGLang's bootstrap flow is not served by the workers yet "
-                       f"(a prefill worker answers 400: {json.loads(body)['error']['message'][:80]}...)")
         cli = []
         for u in roles["prefill"]:
             cli += ["--prefill", u, "none"]
