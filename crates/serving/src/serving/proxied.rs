@@ -6,13 +6,34 @@ use super::*;
 /// prefill worker, then (later, maybe never) the decode worker. Kept apart
 /// from the routing above so it stays additive.
 impl<I: Iterator<Item = TraceItem>> Serving<I> {
+    /// A request a proxy placed arrives now: recorded, and in flight with no
+    /// role yet (`migrated`: never to be migrated). Returns its id.
+    fn placed(&mut self, request: &Request, migrated: bool, now: Instant) -> RequestId {
+        self.now = now;
+        if let Some(rec) = self.rec.as_mut() {
+            rec.arrival(request);
+        }
+        self.flights.insert(
+            request.id,
+            Flight {
+                request: request.clone(),
+                holder: WorkerId(u32::MAX),
+                attempt: None,
+                migrated,
+                has_destination: false,
+                roles: Vec::new(),
+            },
+        );
+        request.id
+    }
+
     /// `request` arrives now, outside the workload, on worker `w` (router
     /// bypassed, [`Frontend::arrive_at`]): whole on an aggregated worker,
     /// else as the source-first source on prefill worker `w`, whose decode
     /// waits for [`Serving::route_destination_to`]. Until then the request
     /// is in flight with no destination, so a source lease that runs out
     /// fails it (`lease-expired`), as an abandoned vLLM prefill's blocks
-    /// are freed after `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`. Returns whether
+    /// are freed when their lease runs out unrenewed. Returns whether
     /// it was routed (else it failed as `no-worker`); the handoff id is
     /// then [`Serving::attempt_of`].
     pub fn arrive_at(
@@ -22,22 +43,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         now: Instant,
         out: &mut Vec<Route>,
     ) -> bool {
-        self.now = now;
-        if let Some(rec) = self.rec.as_mut() {
-            rec.arrival(&request);
-        }
-        let rid = request.id;
-        self.flights.insert(
-            rid,
-            Flight {
-                request: request.clone(),
-                holder: WorkerId(u32::MAX),
-                attempt: None,
-                migrated: false,
-                has_destination: false,
-                roles: Vec::new(),
-            },
-        );
+        let rid = self.placed(&request, false, now);
         let Some((to, r)) = self.frontend.arrive_at(request, w, now) else {
             self.fail(rid, FailureReason::NoWorker, None);
             return false;
@@ -110,22 +116,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         now: Instant,
         out: &mut Vec<Route>,
     ) -> bool {
-        self.now = now;
-        if let Some(rec) = self.rec.as_mut() {
-            rec.arrival(&request);
-        }
-        let rid = request.id;
-        self.flights.insert(
-            rid,
-            Flight {
-                request: request.clone(),
-                holder: WorkerId(u32::MAX),
-                attempt: None,
-                migrated: true,
-                has_destination: false,
-                roles: Vec::new(),
-            },
-        );
+        let rid = self.placed(&request, true, now);
         let Some(routes) = self.frontend.arrive_pair(request, prefill, decode, now) else {
             self.fail(rid, FailureReason::NoWorker, None);
             return false;
