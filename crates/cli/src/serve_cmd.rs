@@ -52,9 +52,31 @@ pub struct ServeArgs {
     /// SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, 300 by default).
     #[arg(long, default_value_t = handoff_serve::bootstrap::DEFAULT_TIMEOUT_S, value_name = "SECONDS")]
     bootstrap_timeout_s: f64,
+    /// A Hugging Face tokenizer.json for text prompts (completions with the
+    /// tokenizer's special tokens, chat rendered by the built-in template
+    /// without them); without it, the built-in stand-in tokenizer.
+    #[arg(long, value_name = "FILE")]
+    tokenizer: Option<PathBuf>,
+    /// The block hashes every KV event channel publishes: the cores' own
+    /// chain (mocker), or vLLM's sha256_cbor prefix-cache chain (vllm).
+    #[arg(long, value_enum, default_value_t = BlockHash::Mocker)]
+    block_hash: BlockHash,
+    /// With --block-hash vllm: the PYTHONHASHSEED vLLM's NONE_HASH is made
+    /// from (a router must hash with the same one).
+    #[arg(long, default_value = handoff_serve::vllm_hash::DEFAULT_SEED, value_name = "SEED")]
+    block_hash_seed: String,
     /// Write the run's report, as JSON, to FILE at shutdown.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
+}
+
+/// `--block-hash`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum BlockHash {
+    /// The cores' chained u64 (README: "Reproducing our hashes").
+    Mocker,
+    /// vLLM's sha256_cbor chain, its low 64 bits on the wire.
+    Vllm,
 }
 
 /// Runs `serve` until SIGINT/SIGTERM.
@@ -105,6 +127,16 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         worker_http.push((*w, addr.clone()));
     }
     worker_http.sort();
+    let tokenizer = match &a.tokenizer {
+        Some(p) => handoff_serve::tokenizer::Tokenizer::from_file(p)?,
+        None => handoff_serve::tokenizer::Tokenizer::Builtin,
+    };
+    let hash_mode = match a.block_hash {
+        BlockHash::Mocker => handoff_serve::vllm_hash::BlockHashMode::Mocker,
+        BlockHash::Vllm => handoff_serve::vllm_hash::BlockHashMode::Vllm(
+            handoff_serve::vllm_hash::VllmHasher::new(&a.block_hash_seed),
+        ),
+    };
     let c = ServeConfig {
         cfg,
         specs,
@@ -116,6 +148,8 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         kv_jsonl,
         worker_http,
         bootstrap_timeout_s: a.bootstrap_timeout_s,
+        tokenizer,
+        hash_mode,
     };
     let report = handoff_serve::serve_workers(c, |l| {
         eprintln!(

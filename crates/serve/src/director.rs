@@ -25,18 +25,17 @@ use wire::BlockTokens;
 pub use pairs::LegOut;
 
 use crate::dynamo_events::RouterEventWriter;
-use crate::dynamo_hash::{generated_tokens, tokens_hash};
 use crate::kv_transfer::{Pinned, ProxyError};
 use crate::metrics::Metrics;
 use crate::prompt::chained_block_hashes;
+use crate::vllm_hash::BlockHashMode;
 use crate::vllm_wire::WireEvent;
 use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::msg::HandoffMsg;
 use handoff_core::FailureReason;
 use handoff_core::{
-    CancelReason, DestinationState, Generation, HandoffId, HostFinal, Instant, KvEvent,
-    KvEventData, Request, RequestError, RequestId, Role, RoleState, SourceReady, WorkerEvent,
-    WorkerId, WorkerRequest,
+    CancelReason, DestinationState, Generation, HandoffId, HostFinal, Instant, KvEvent, Request,
+    RequestError, RequestId, Role, RoleState, SourceReady, WorkerEvent, WorkerId, WorkerRequest,
 };
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::{Director, Route, Undeliverable};
@@ -153,6 +152,8 @@ pub struct HttpDirector {
     /// Wire events per worker since the last flush, with their ids.
     wire: Vec<Vec<(u64, WireEvent)>>,
     jsonl: Option<RouterEventWriter>,
+    /// The hashes blocks are published under.
+    hash_mode: BlockHashMode,
     /// Puts each worker's KV events back in the order it produced them
     /// before any channel sees them.
     order: KvOrder,
@@ -175,6 +176,7 @@ impl HttpDirector {
         metrics: Arc<Metrics>,
         jsonl: Option<RouterEventWriter>,
         bootstrap_timeout: handoff_core::Duration,
+        hash_mode: BlockHashMode,
     ) -> Self {
         let n = pools.len();
         HttpDirector {
@@ -192,6 +194,7 @@ impl HttpDirector {
             },
             wire: vec![Vec::new(); n],
             jsonl,
+            hash_mode,
             order: KvOrder::new(),
             metrics,
             reserving: FastMap::default(),
@@ -288,15 +291,9 @@ impl HttpDirector {
 
     /// Opens the HTTP stream of `request`.
     fn open(&mut self, request: &Request, tokens: &[u32], tx: UnboundedSender<StreamMsg>) {
-        let bs = self.block_size.max(1) as usize;
         let hashes = chained_block_hashes(tokens, self.block_size);
-        for (h, block) in hashes.iter().zip(tokens.chunks_exact(bs)) {
-            self.blocks
-                .pending
-                .entry(*h)
-                .or_insert_with(|| (Arc::from(block), 0))
-                .1 += 1;
-        }
+        self.blocks
+            .hold(&hashes, tokens, self.block_size, &self.hash_mode);
         let id = request.id;
         self.flows.insert(
             id,
@@ -405,62 +402,24 @@ impl HttpDirector {
     }
 
     /// One KV event, in its worker's order, to every channel. A block has
-    /// one identity everywhere: the hash its core published. Its token ids
-    /// (vLLM's `BlockStored.token_ids`) are the prompt's when a prompt in
-    /// flight or a block stored earlier has them, else a generated block's
-    /// stand-ins ([`crate::dynamo_hash`]); Dynamo's `tokens_hash` is of
-    /// those ids.
+    /// one identity everywhere: the hash its core published, or under
+    /// `--block-hash vllm` vLLM's hash of it ([`wire`] documents both). Its
+    /// token ids (vLLM's `BlockStored.token_ids`) are the prompt's when a
+    /// prompt in flight or a block stored earlier has them, else a
+    /// generated block's stand-ins ([`crate::dynamo_hash`]); Dynamo's
+    /// `tokens_hash` is of those ids.
     fn kv(&mut self, w: WorkerId, ev: &KvEvent) {
         let wi = w.0 as usize;
-        let bs = self.block_size;
-        let tokens_of = |blocks: &BlockTokens, h: u64| -> Arc<[u32]> {
-            blocks
-                .lookup(h)
-                .unwrap_or_else(|| Arc::from(generated_tokens(h, bs)))
-        };
+        let p = self
+            .blocks
+            .publish(wi, ev, self.block_size, &self.hash_mode);
         if let Some(j) = self.jsonl.as_mut() {
-            let blocks = &self.blocks;
-            j.write(w, ev, |h| tokens_hash(&tokens_of(blocks, h)));
+            j.write(w, &p.event, |h| {
+                p.tokens_hashes.get(&h).copied().unwrap_or_default()
+            });
         }
-        let wire = match &ev.data {
-            KvEventData::Stored {
-                parent_hash,
-                block_hashes,
-            } => {
-                let mut token_ids = Vec::with_capacity(block_hashes.len() * bs as usize);
-                for h in block_hashes {
-                    let t = tokens_of(&self.blocks, *h);
-                    token_ids.extend_from_slice(&t);
-                    if let Some(m) = self.blocks.stored.get_mut(wi) {
-                        m.insert(*h, t);
-                    }
-                }
-                WireEvent::BlockStored {
-                    block_hashes: block_hashes.clone(),
-                    parent_block_hash: *parent_hash,
-                    token_ids,
-                    block_size: bs,
-                }
-            }
-            KvEventData::Removed { block_hashes } => {
-                if let Some(m) = self.blocks.stored.get_mut(wi) {
-                    for h in block_hashes {
-                        m.remove(h);
-                    }
-                }
-                WireEvent::BlockRemoved {
-                    block_hashes: block_hashes.clone(),
-                }
-            }
-            KvEventData::Cleared => {
-                if let Some(m) = self.blocks.stored.get_mut(wi) {
-                    m.clear();
-                }
-                WireEvent::AllBlocksCleared
-            }
-        };
         if let Some(v) = self.wire.get_mut(wi) {
-            v.push((ev.event_id, wire));
+            v.push((ev.event_id, p.wire));
         }
     }
 

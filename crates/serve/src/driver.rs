@@ -149,6 +149,8 @@ pub struct DriverConfig {
     pub view: Arc<Mutex<EngineView>>,
     /// How long an SGLang PD leg waits for its partner (model time).
     pub bootstrap_timeout: handoff_core::Duration,
+    /// The hashes blocks are published under (`--block-hash`).
+    pub hash_mode: crate::vllm_hash::BlockHashMode,
 }
 
 fn role(p: Pool) -> &'static str {
@@ -177,6 +179,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         jsonl,
         view,
         bootstrap_timeout,
+        hash_mode,
     } = d;
     let workers = deployment(&cfg);
     let pools: Vec<Pool> = workers.iter().map(|(_, p)| *p).collect();
@@ -206,6 +209,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         metrics.clone(),
         jsonl,
         bootstrap_timeout,
+        hash_mode,
     );
     let mut ecfg = engine_config(&cfg);
     // One pass per step: a folded step would release many passes' tokens

@@ -29,12 +29,13 @@
 //!   with vLLM's ROUTER replay socket; Dynamo `RouterEvent` JSONL on
 //!   request.
 //! - **Metrics** ([`metrics`]): the engines' own Prometheus names.
-//! - **Prompts** ([`tokenizer`], [`prompt`]): a documented stand-in
-//!   tokenizer and the chained block hashes an external indexer can
-//!   recompute.
+//! - **Prompts** ([`tokenizer`], [`prompt`], [`vllm_hash`]): a documented
+//!   stand-in tokenizer or a Hugging Face `tokenizer.json`, and the block
+//!   hashes an external indexer can recompute: the cores' own chain, or
+//!   vLLM's `sha256_cbor` chain (`--block-hash vllm`).
 //!
-//! Only this crate depends on tokio, axum, zeromq, rmpv and
-//! prometheus-client; `handoff-core` and the backend crates know nothing of
+//! Only this crate depends on tokio, axum, zeromq, rmpv, tokenizers, sha2,
+//! minicbor and prometheus-client; `handoff-core` and the backend crates know nothing of
 //! it.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -55,6 +56,7 @@ pub mod sampling;
 pub mod server;
 pub mod sglang_pd;
 pub mod tokenizer;
+pub mod vllm_hash;
 pub mod vllm_wire;
 pub mod worker_http;
 pub mod zmq_pub;

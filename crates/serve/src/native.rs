@@ -23,8 +23,8 @@
 
 use crate::director::StreamMsg;
 use crate::http::{error, failure, CancelGuard};
-use crate::openai::{parse, ApiError, Endpoint, GenRequest, Limits};
-use crate::tokenizer::{synthetic_piece, tokenize};
+use crate::openai::{encode, parse, ApiError, Endpoint, GenRequest, Limits};
+use crate::tokenizer::{synthetic_piece, PromptKind};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -53,15 +53,15 @@ fn invalid(field: &'static str, msg: impl Into<String>) -> ApiError {
 }
 
 /// The prompt's token ids from `text` or `input_ids`.
-fn prompt(v: &Value) -> Result<Vec<u32>, ApiError> {
+fn prompt(v: &Value, limits: &Limits) -> Result<Vec<u32>, ApiError> {
     let text = v.get("text").filter(|t| !t.is_null());
     let ids = v.get("input_ids").filter(|t| !t.is_null());
     match (text, ids) {
         (Some(_), Some(_)) => Err(invalid("text", "give either text or input_ids, not both")),
         (None, None) => Err(invalid("text", "text or input_ids is required")),
-        (Some(Value::String(s)), None) => Ok(tokenize(s)),
+        (Some(Value::String(s)), None) => encode(limits, s, PromptKind::Completion, "text"),
         (Some(Value::Array(a)), None) => match a.as_slice() {
-            [Value::String(s)] => Ok(tokenize(s)),
+            [Value::String(s)] => encode(limits, s, PromptKind::Completion, "text"),
             _ => Err(invalid(
                 "text",
                 "text: batched requests are not supported: send one text per request",
@@ -137,7 +137,7 @@ pub fn parse_native(body: &[u8], limits: &Limits) -> Result<NativeRequest, ApiEr
     if !v.is_object() {
         return Err(ApiError::invalid(None, "the body must be a JSON object"));
     }
-    let tokens = prompt(&v)?;
+    let tokens = prompt(&v, limits)?;
     let prompt_field = if v.get("text").is_some_and(|t| !t.is_null()) {
         "text"
     } else {
@@ -371,11 +371,13 @@ pub fn stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokenizer::tokenize;
 
     fn limits() -> Limits {
         Limits {
             model: "m".into(),
             max_model_len: 100,
+            tokenizer: crate::tokenizer::Tokenizer::Builtin,
         }
     }
 

@@ -17,7 +17,7 @@
 //! the same prompt always stops at the same place (`finish_reason`
 //! `"stop"`, or `"length"` when that position is `max_tokens`).
 
-use crate::tokenizer::{chat_prompt, fnv1a64, tokenize, VOCAB};
+use crate::tokenizer::{chat_prompt, fnv1a64, PromptKind, Tokenizer, VOCAB};
 use serde_json::{json, Value};
 
 /// `max_tokens` when the request gives none (OpenAI's completions default).
@@ -126,6 +126,8 @@ pub struct Limits {
     pub model: String,
     /// Prompt plus output tokens may not exceed this.
     pub max_model_len: u32,
+    /// What text prompts are tokenised with.
+    pub tokenizer: Tokenizer,
 }
 
 /// A parsed generation request.
@@ -203,7 +205,20 @@ fn token_ids(a: &[Value]) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
-fn prompt_tokens(v: &Value) -> Result<Vec<u32>, ApiError> {
+/// `text` through `limits`' tokenizer; a refusal names `field`.
+pub(crate) fn encode(
+    limits: &Limits,
+    text: &str,
+    kind: PromptKind,
+    field: &'static str,
+) -> Result<Vec<u32>, ApiError> {
+    limits
+        .tokenizer
+        .encode(text, kind)
+        .map_err(|e| ApiError::invalid(Some(field), e))
+}
+
+fn prompt_tokens(v: &Value, limits: &Limits) -> Result<Vec<u32>, ApiError> {
     let bad = || {
         ApiError::invalid(
             Some("prompt"),
@@ -212,9 +227,9 @@ fn prompt_tokens(v: &Value) -> Result<Vec<u32>, ApiError> {
     };
     match v.get("prompt") {
         None | Some(Value::Null) => Err(ApiError::invalid(Some("prompt"), "prompt is required")),
-        Some(Value::String(s)) => Ok(tokenize(s)),
+        Some(Value::String(s)) => encode(limits, s, PromptKind::Completion, "prompt"),
         Some(Value::Array(a)) => match a.as_slice() {
-            [Value::String(s)] => Ok(tokenize(s)),
+            [Value::String(s)] => encode(limits, s, PromptKind::Completion, "prompt"),
             [Value::Array(ids)] => token_ids(ids),
             ids if ids.iter().all(Value::is_number) && !ids.is_empty() => token_ids(ids),
             [] => Err(ApiError::invalid(
@@ -230,7 +245,7 @@ fn prompt_tokens(v: &Value) -> Result<Vec<u32>, ApiError> {
     }
 }
 
-fn chat_tokens(v: &Value) -> Result<Vec<u32>, ApiError> {
+fn chat_tokens(v: &Value, limits: &Limits) -> Result<Vec<u32>, ApiError> {
     let Some(Value::Array(msgs)) = v.get("messages") else {
         return Err(ApiError::invalid(
             Some("messages"),
@@ -289,9 +304,8 @@ fn chat_tokens(v: &Value) -> Result<Vec<u32>, ApiError> {
         };
         parts.push((role.to_string(), content));
     }
-    Ok(tokenize(&chat_prompt(
-        parts.iter().map(|(r, c)| (r.as_str(), c.as_str())),
-    )))
+    let text = chat_prompt(parts.iter().map(|(r, c)| (r.as_str(), c.as_str())));
+    encode(limits, &text, PromptKind::Chat, "messages")
 }
 
 /// Parses `body` sent to `endpoint`.
@@ -327,8 +341,8 @@ pub fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<GenRequ
         }
     }
     let prompt = match endpoint {
-        Endpoint::Completions => prompt_tokens(&v)?,
-        Endpoint::Chat => chat_tokens(&v)?,
+        Endpoint::Completions => prompt_tokens(&v, limits)?,
+        Endpoint::Chat => chat_tokens(&v, limits)?,
     };
     if prompt.is_empty() {
         return Err(ApiError::invalid(
@@ -497,11 +511,13 @@ impl Meta {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokenizer::tokenize;
 
     fn limits() -> Limits {
         Limits {
             model: "m".into(),
             max_model_len: 100,
+            tokenizer: Tokenizer::Builtin,
         }
     }
 

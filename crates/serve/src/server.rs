@@ -39,6 +39,10 @@ pub struct ServeConfig {
     /// ([`crate::bootstrap`]; SGLang's default is
     /// [`crate::bootstrap::DEFAULT_TIMEOUT_S`]).
     pub bootstrap_timeout_s: f64,
+    /// `--tokenizer`: what text prompts are tokenised with.
+    pub tokenizer: crate::tokenizer::Tokenizer,
+    /// `--block-hash`: the hashes blocks are published under.
+    pub hash_mode: crate::vllm_hash::BlockHashMode,
 }
 
 /// Where a server listens, once it does.
@@ -186,6 +190,7 @@ async fn run(
         view: view.clone(),
         bootstrap_timeout: handoff_core::Duration::try_from_secs_f64(c.bootstrap_timeout_s)
             .map_err(|e| format!("bootstrap timeout {}: {e}", c.bootstrap_timeout_s))?,
+        hash_mode: c.hash_mode,
     };
     let engine = std::thread::Builder::new()
         .name("engine".into())
@@ -197,6 +202,7 @@ async fn run(
         limits: Limits {
             model: c.model,
             max_model_len: c.max_model_len,
+            tokenizer: c.tokenizer,
         },
         metrics,
         view,

@@ -116,6 +116,60 @@ pub fn chat_prompt<'a>(messages: impl IntoIterator<Item = (&'a str, &'a str)>) -
     s
 }
 
+/// The tokenizer prompts go through (`serve --tokenizer`).
+#[derive(Clone, Default)]
+pub enum Tokenizer {
+    /// The stand-in rule of this module.
+    #[default]
+    Builtin,
+    /// A Hugging Face `tokenizer.json`, loaded with the `tokenizers` crate,
+    /// so a router given the same file computes the same ids.
+    HuggingFace(std::sync::Arc<tokenizers::Tokenizer>),
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Tokenizer::Builtin => f.write_str("Builtin"),
+            Tokenizer::HuggingFace(_) => f.write_str("HuggingFace"),
+        }
+    }
+}
+
+/// Where a prompt is tokenised: which decides the special tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromptKind {
+    /// A completions prompt: encoded with the tokenizer's special tokens
+    /// (`add_special_tokens=True`, as vLLM's completions endpoint does).
+    Completion,
+    /// A chat prompt rendered by [`chat_prompt`]: the template carries the
+    /// structure, so no special tokens are added
+    /// (`add_special_tokens=False`, as vLLM does after a chat template).
+    Chat,
+}
+
+impl Tokenizer {
+    /// Loads a Hugging Face `tokenizer.json` from `path`; the error names
+    /// the file.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, String> {
+        tokenizers::Tokenizer::from_file(path)
+            .map(|t| Tokenizer::HuggingFace(std::sync::Arc::new(t)))
+            .map_err(|e| format!("--tokenizer {}: {e}", path.display()))
+    }
+
+    /// The ids of `text` as a prompt of `kind`; the error says why the
+    /// tokenizer refused it.
+    pub fn encode(&self, text: &str, kind: PromptKind) -> Result<Vec<u32>, String> {
+        match self {
+            Tokenizer::Builtin => Ok(tokenize(text)),
+            Tokenizer::HuggingFace(t) => t
+                .encode(text, kind == PromptKind::Completion)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| format!("the tokenizer could not encode the text: {e}")),
+        }
+    }
+}
+
 const WORDS: [&str; 16] = [
     " the", " model", " says", " hello", " and", " then", " mocks", " a", " token", " of", " KV",
     " cache", " on", " decode", " prefill", ".",

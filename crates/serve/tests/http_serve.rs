@@ -46,6 +46,8 @@ impl Running {
                     kv_jsonl: None,
                     worker_http: Vec::new(),
                     bootstrap_timeout_s: 300.0,
+                    tokenizer: Default::default(),
+                    hash_mode: Default::default(),
                 },
                 move |a| {
                     let _ = atx.send(a);

@@ -49,6 +49,8 @@ impl Running {
                     kv_jsonl: None,
                     worker_http: (0..n as u32).map(|w| (w, "127.0.0.1:0".into())).collect(),
                     bootstrap_timeout_s: 300.0,
+                    tokenizer: Default::default(),
+                    hash_mode: Default::default(),
                 },
                 move |l| {
                     let _ = atx.send(l);

@@ -171,6 +171,8 @@ fn zmq_and_jsonl_carry_one_identity_and_dynamos_tokens_hash() {
                 kv_jsonl: Some(RouterEventWriter::new(Box::new(sink))),
                 worker_http: Vec::new(),
                 bootstrap_timeout_s: 300.0,
+                tokenizer: Default::default(),
+                hash_mode: Default::default(),
             },
             move |a| {
                 let _ = atx.send(a);

@@ -44,6 +44,8 @@ impl Running {
                     kv_jsonl: None,
                     worker_http: vec![(0, "127.0.0.1:0".into()), (1, "127.0.0.1:0".into())],
                     bootstrap_timeout_s: 300.0,
+                    tokenizer: Default::default(),
+                    hash_mode: Default::default(),
                 },
                 move |l| {
                     let _ = atx.send(l);

@@ -57,6 +57,8 @@ fn start(timeout_s: f64) -> Running {
                 kv_jsonl: None,
                 worker_http: vec![(0, "127.0.0.1:0".into()), (1, "127.0.0.1:0".into())],
                 bootstrap_timeout_s: timeout_s,
+                tokenizer: Default::default(),
+                hash_mode: Default::default(),
             },
             move |l| {
                 let _ = atx.send(l);

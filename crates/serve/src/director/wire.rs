@@ -1,25 +1,99 @@
 //! The token ids behind each block hash a worker may publish: a prompt's
 //! own, kept while a flow holds it and then per worker that stored it
-//! (`BlockStored.token_ids` and Dynamo's `tokens_hash` come from them).
+//! (`BlockStored.token_ids` and Dynamo's `tokens_hash` come from them), and
+//! the identity each block is published under on every channel.
+//!
+//! A block's published hash is the core's own `u64` by default. Under
+//! `--block-hash vllm` ([`crate::vllm_hash`]) it is vLLM's `sha256_cbor`
+//! chain hash of the block's token ids after its parent's digest, sent as
+//! vLLM sends it: a prompt block's digest comes from its prompt's chain
+//! (computed when the request opens); a generated block's from its
+//! stand-in ids ([`crate::dynamo_hash::generated_tokens`]) after the digest
+//! of the block it was stored after (its event's parent, or the previous
+//! block of the same event), or after `NONE_HASH` when that parent is not
+//! known. Either way the published hash is what vLLM's
+//! `hash_block_tokens` gives for the published `parent_block_hash` chain
+//! and `token_ids`, and the ZMQ stream and the JSONL agree on it.
 
+use crate::dynamo_hash::{generated_tokens, tokens_hash};
+use crate::vllm_hash::{external_id, BlockDigest, BlockHashMode};
+use crate::vllm_wire::WireEvent;
 use handoff_core::fasthash::FastMap;
+use handoff_core::{KvEvent, KvEventData};
 use std::sync::Arc;
+
+/// What is known of one block the core names by its own hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Block {
+    /// Its token ids.
+    pub(super) tokens: Arc<[u32]>,
+    /// Its vLLM digest, under `--block-hash vllm`.
+    pub(super) digest: Option<BlockDigest>,
+}
+
+impl Block {
+    /// The hash channels publish for the block the core calls `h`.
+    fn published(&self, h: u64) -> u64 {
+        self.digest.as_ref().map_or(h, external_id)
+    }
+}
 
 /// Token ids of blocks that may be published, by chained hash.
 #[derive(Default)]
 pub(super) struct BlockTokens {
     /// Blocks of prompts in flight, with how many flows hold each.
-    pub(super) pending: FastMap<u64, (Arc<[u32]>, u32)>,
+    pub(super) pending: FastMap<u64, (Block, u32)>,
     /// Blocks each worker has published as stored.
-    pub(super) stored: Vec<FastMap<u64, Arc<[u32]>>>,
+    pub(super) stored: Vec<FastMap<u64, Block>>,
+}
+
+/// One core KV event as the channels publish it.
+pub(super) struct Published {
+    /// The event under published hashes (for the JSONL).
+    pub(super) event: KvEvent,
+    /// Dynamo's `tokens_hash` of each stored block, by published hash.
+    pub(super) tokens_hashes: FastMap<u64, u64>,
+    /// The vLLM wire event.
+    pub(super) wire: WireEvent,
 }
 
 impl BlockTokens {
-    pub(super) fn lookup(&self, h: u64) -> Option<Arc<[u32]>> {
-        if let Some((t, _)) = self.pending.get(&h) {
-            return Some(t.clone());
+    pub(super) fn lookup(&self, h: u64) -> Option<Block> {
+        if let Some((b, _)) = self.pending.get(&h) {
+            return Some(b.clone());
         }
         self.stored.iter().find_map(|m| m.get(&h).cloned())
+    }
+
+    /// Holds the blocks of a prompt in flight: `hashes` are the core's,
+    /// `tokens` the prompt's ids, in `block_size`-token blocks.
+    pub(super) fn hold(
+        &mut self,
+        hashes: &[u64],
+        tokens: &[u32],
+        block_size: u32,
+        mode: &BlockHashMode,
+    ) {
+        let digests = match mode {
+            BlockHashMode::Mocker => Vec::new(),
+            BlockHashMode::Vllm(v) => v.chain(tokens, block_size),
+        };
+        let blocks = tokens.chunks_exact(block_size.max(1) as usize);
+        for (i, (h, block)) in hashes.iter().zip(blocks).enumerate() {
+            self.pending
+                .entry(*h)
+                .or_insert_with(|| {
+                    let digest = digests.get(i).copied();
+                    (
+                        Block {
+                            tokens: Arc::from(block),
+                            digest,
+                        },
+                        0,
+                    )
+                })
+                .1 += 1;
+        }
     }
 
     pub(super) fn release(&mut self, hashes: &[u64]) {
@@ -32,13 +106,117 @@ impl BlockTokens {
             }
         }
     }
+
+    /// Worker `wi`'s event `ev` as every channel publishes it (see the
+    /// module docs), recording what `wi` now stores.
+    pub(super) fn publish(
+        &mut self,
+        wi: usize,
+        ev: &KvEvent,
+        bs: u32,
+        mode: &BlockHashMode,
+    ) -> Published {
+        let mut tokens_hashes = FastMap::default();
+        let (data, wire) = match &ev.data {
+            KvEventData::Stored {
+                parent_hash,
+                block_hashes,
+            } => {
+                let parent = parent_hash.and_then(|p| {
+                    let own = self.stored.get(wi).and_then(|m| m.get(&p)).cloned();
+                    own.or_else(|| self.lookup(p))
+                });
+                let parent_pub = parent_hash.map(|p| parent.as_ref().map_or(p, |b| b.published(p)));
+                let mut prev = parent.and_then(|b| b.digest);
+                let mut published = Vec::with_capacity(block_hashes.len());
+                let mut token_ids = Vec::with_capacity(block_hashes.len() * bs as usize);
+                for h in block_hashes {
+                    let mut b = self.lookup(*h).unwrap_or_else(|| Block {
+                        tokens: Arc::from(generated_tokens(*h, bs)),
+                        digest: None,
+                    });
+                    if let BlockHashMode::Vllm(v) = mode {
+                        let d = *b
+                            .digest
+                            .get_or_insert_with(|| v.block(prev.as_ref(), &b.tokens));
+                        prev = Some(d);
+                    }
+                    let p = b.published(*h);
+                    tokens_hashes.insert(p, tokens_hash(&b.tokens));
+                    published.push(p);
+                    token_ids.extend_from_slice(&b.tokens);
+                    if let Some(m) = self.stored.get_mut(wi) {
+                        m.insert(*h, b);
+                    }
+                }
+                let wire = WireEvent::BlockStored {
+                    block_hashes: published.clone(),
+                    parent_block_hash: parent_pub,
+                    token_ids,
+                    block_size: bs,
+                };
+                let data = KvEventData::Stored {
+                    parent_hash: parent_pub,
+                    block_hashes: published,
+                };
+                (data, wire)
+            }
+            KvEventData::Removed { block_hashes } => {
+                let mut published = Vec::with_capacity(block_hashes.len());
+                for h in block_hashes {
+                    let b = self.stored.get_mut(wi).and_then(|m| m.remove(h));
+                    published.push(b.map_or(*h, |b| b.published(*h)));
+                }
+                let wire = WireEvent::BlockRemoved {
+                    block_hashes: published.clone(),
+                };
+                (
+                    KvEventData::Removed {
+                        block_hashes: published,
+                    },
+                    wire,
+                )
+            }
+            KvEventData::Cleared => {
+                if let Some(m) = self.stored.get_mut(wi) {
+                    m.clear();
+                }
+                (KvEventData::Cleared, WireEvent::AllBlocksCleared)
+            }
+        };
+        Published {
+            event: KvEvent {
+                event_id: ev.event_id,
+                data,
+            },
+            tokens_hashes,
+            wire,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dynamo_hash::generated_tokens;
     use crate::prompt::chained_block_hashes;
+    use crate::vllm_hash::VllmHasher;
+
+    fn tokens(n: usize) -> BlockTokens {
+        BlockTokens {
+            pending: FastMap::default(),
+            stored: (0..n).map(|_| FastMap::default()).collect(),
+        }
+    }
+
+    fn stored(parent: Option<u64>, hashes: &[u64]) -> KvEvent {
+        KvEvent {
+            event_id: 1,
+            data: KvEventData::Stored {
+                parent_hash: parent,
+                block_hashes: hashes.to_vec(),
+            },
+        }
+    }
 
     /// A block's token ids come from the prompt that holds it, then from
     /// the worker that stored it; a block no prompt has is a generated one,
@@ -48,21 +226,84 @@ mod tests {
         let bs = 16u32;
         let prompt: Vec<u32> = (0..32).collect();
         let hashes = chained_block_hashes(&prompt, bs);
-        let mut b = BlockTokens {
-            pending: FastMap::default(),
-            stored: vec![FastMap::default()],
-        };
-        for (h, t) in hashes.iter().zip(prompt.chunks_exact(16)) {
-            b.pending.insert(*h, (Arc::from(t), 1));
-        }
-        assert_eq!(b.lookup(hashes[1]).as_deref(), Some(&prompt[16..]));
-        b.stored[0].insert(hashes[0], Arc::from(&prompt[..16]));
+        let mut b = tokens(1);
+        b.hold(&hashes, &prompt, bs, &BlockHashMode::Mocker);
+        assert_eq!(
+            b.lookup(hashes[1]).map(|b| b.tokens),
+            Some(Arc::from(&prompt[16..]))
+        );
+        let p = b.publish(0, &stored(None, &hashes[..1]), bs, &BlockHashMode::Mocker);
+        assert_eq!(p.event, stored(None, &hashes[..1]));
         b.release(&hashes);
         assert!(b.pending.is_empty());
-        assert_eq!(b.lookup(hashes[0]).as_deref(), Some(&prompt[..16]));
+        assert_eq!(
+            b.lookup(hashes[0]).map(|b| b.tokens),
+            Some(Arc::from(&prompt[..16]))
+        );
         assert_eq!(b.lookup(hashes[1]), None);
         let g = 0xdead_beef_u64 << 5;
-        assert_eq!(generated_tokens(g, bs), generated_tokens(g, bs));
-        assert_eq!(generated_tokens(g, bs).len(), 16);
+        let p = b.publish(
+            0,
+            &stored(Some(hashes[0]), &[g]),
+            bs,
+            &BlockHashMode::Mocker,
+        );
+        let WireEvent::BlockStored {
+            token_ids,
+            block_hashes,
+            parent_block_hash,
+            ..
+        } = p.wire
+        else {
+            panic!("a stored event publishes BlockStored");
+        };
+        assert_eq!(token_ids, generated_tokens(g, bs));
+        assert_eq!(
+            (block_hashes, parent_block_hash),
+            (vec![g], Some(hashes[0]))
+        );
+    }
+
+    /// Under vLLM hashing every channel publishes vLLM's chain: prompt
+    /// blocks from the prompt's chain, a generated block after its parent,
+    /// removals under the same identities.
+    #[test]
+    fn vllm_mode_publishes_one_identity_per_block() {
+        let bs = 4u32;
+        let v = VllmHasher::new("0");
+        let mode = BlockHashMode::Vllm(v.clone());
+        let prompt: Vec<u32> = (100..112).collect();
+        let hashes = chained_block_hashes(&prompt, bs);
+        let chain = v.chain(&prompt, bs);
+        let want: Vec<u64> = chain.iter().map(external_id).collect();
+        let mut b = tokens(2);
+        b.hold(&hashes, &prompt, bs, &mode);
+        let p = b.publish(0, &stored(None, &hashes[..2]), bs, &mode);
+        assert_eq!(p.event, stored(None, &want[..2]));
+        let p = b.publish(0, &stored(Some(hashes[1]), &hashes[2..]), bs, &mode);
+        assert_eq!(p.event, stored(Some(want[1]), &want[2..]));
+        b.release(&hashes);
+        let g = 0xfeed_u64 << 5;
+        let p = b.publish(0, &stored(Some(hashes[2]), &[g]), bs, &mode);
+        let gd = v.block(Some(&chain[2]), &generated_tokens(g, bs));
+        assert_eq!(p.event, stored(Some(want[2]), &[external_id(&gd)]));
+        let th = tokens_hash(&generated_tokens(g, bs));
+        assert_eq!(p.tokens_hashes.get(&external_id(&gd)), Some(&th));
+        // Worker 1 stores the same prompt block: the same identity.
+        let p = b.publish(1, &stored(None, &hashes[..1]), bs, &mode);
+        assert_eq!(p.event, stored(None, &want[..1]));
+        let removed = KvEvent {
+            event_id: 2,
+            data: KvEventData::Removed {
+                block_hashes: vec![hashes[0], g],
+            },
+        };
+        let p = b.publish(0, &removed, bs, &mode);
+        assert_eq!(
+            p.wire,
+            WireEvent::BlockRemoved {
+                block_hashes: vec![want[0], external_id(&gd)]
+            }
+        );
     }
 }
