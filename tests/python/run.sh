@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Real-client tests of `handoff-mocker serve`: the official `openai` client,
 # a pyzmq + msgspec KV event subscriber with vLLM's struct layout, and the
-# Prometheus OpenMetrics parser (test_serve.py); then real routers in front
+# Prometheus OpenMetrics parser (test_serve.py); a subscriber hashing
+# prompts as vLLM does with cbor2 and Hugging Face tokenizers
+# (test_vllm_hash.py); then real routers in front
 # of the per-worker listeners: vllm-router (target/venv) and smg (its own
 # venv, target/venv-smg: smg and sglang-router both install an `smg`
 # command) for vLLM (test_routers.py), and sglang-router for SGLang's
@@ -11,11 +13,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=target/venv
-if ! "$VENV/bin/python" -c "import openai, zmq, msgspec, prometheus_client, requests, sglang_router
+if ! "$VENV/bin/python" -c "import openai, zmq, msgspec, prometheus_client, requests, sglang_router, cbor2, tokenizers
 from importlib.metadata import version
 assert version('sglang-router') == '0.3.2'" 2>/dev/null; then
     python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q openai pyzmq msgspec prometheus_client requests sglang-router==0.3.2
+    "$VENV/bin/pip" install -q openai pyzmq msgspec prometheus_client requests sglang-router==0.3.2 \
+        cbor2 tokenizers
 fi
 VLLM_ROUTER_VERSION=0.1.17
 SMG_VERSION=1.13.0
@@ -37,6 +40,7 @@ fi
 export HANDOFF_MOCKER
 rc=0
 timeout 300 "$VENV/bin/python" tests/python/test_serve.py || rc=1
+timeout 120 "$VENV/bin/python" tests/python/test_vllm_hash.py || rc=1
 VLLM_ROUTER="$VENV/bin/vllm-router" SMG="$SMG_VENV/bin/python -m smg" \
     timeout 300 "$VENV/bin/python" tests/python/test_routers.py || rc=1
 timeout 300 "$VENV/bin/python" tests/python/test_sglang_pd.py || rc=1
