@@ -176,7 +176,6 @@ impl HttpDirector {
         metrics: Arc<Metrics>,
         jsonl: Option<RouterEventWriter>,
         bootstrap_timeout: handoff_core::Duration,
-        hash_mode: BlockHashMode,
     ) -> Self {
         let n = pools.len();
         HttpDirector {
@@ -194,12 +193,18 @@ impl HttpDirector {
             },
             wire: vec![Vec::new(); n],
             jsonl,
-            hash_mode,
+            hash_mode: BlockHashMode::Mocker,
             order: KvOrder::new(),
             metrics,
             reserving: FastMap::default(),
             pairs: pairs::Pairs::new(bootstrap_timeout),
         }
+    }
+
+    /// Publishes blocks under `mode`'s hashes (the cores' own by default).
+    pub fn with_block_hash(mut self, mode: BlockHashMode) -> Self {
+        self.hash_mode = mode;
+        self
     }
 
     /// Queues an HTTP request: `tokens` is its prompt, `request` the

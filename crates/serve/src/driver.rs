@@ -209,8 +209,8 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         metrics.clone(),
         jsonl,
         bootstrap_timeout,
-        hash_mode,
-    );
+    )
+    .with_block_hash(hash_mode);
     let mut ecfg = engine_config(&cfg);
     // One pass per step: a folded step would release many passes' tokens
     // at its end, and streaming would come in bursts.
