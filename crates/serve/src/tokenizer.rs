@@ -222,6 +222,30 @@ mod tests {
         }
     }
 
+    /// A missing or malformed tokenizer.json is an error naming the flag
+    /// and the file, not a panic.
+    #[test]
+    fn bad_tokenizer_files_are_named_errors() {
+        let dir = std::env::temp_dir().join(format!("handoff-tok-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let missing = dir.join("missing.json");
+        let e = Tokenizer::from_file(&missing).expect_err("no such file");
+        assert!(
+            e.starts_with("--tokenizer ") && e.contains("missing.json"),
+            "{e}"
+        );
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, "{\"model\": 3}").expect("write");
+        let e = Tokenizer::from_file(&bad).expect_err("not a tokenizer");
+        assert!(e.contains("bad.json"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+        let b = Tokenizer::Builtin;
+        assert_eq!(
+            b.encode("hi there", PromptKind::Chat),
+            Ok(tokenize("hi there"))
+        );
+    }
+
     #[test]
     fn chat_template_shape() {
         let p = chat_prompt([("system", "be brief"), ("user", "hi")]);
