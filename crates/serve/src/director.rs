@@ -81,6 +81,9 @@ enum Pending {
     Routed(RequestId),
     /// Per-worker HTTP: `request` arrives on `worker` itself.
     At { request: Request, worker: WorkerId },
+    /// Per-worker HTTP, no `kv_transfer_params` on a disaggregated
+    /// worker: `worker` serves `request` whole.
+    Local { request: Request, worker: WorkerId },
     /// SGLang PD: both legs of `request` met; one destination-first
     /// handoff from `prefill` to `decode`.
     Pair {
@@ -146,6 +149,10 @@ pub struct HttpDirector {
     proxied: FastSet<RequestId>,
     /// Per-worker HTTP prefills pinned, waiting for their decode.
     parked: FastMap<HandoffId, Parked>,
+    /// Per-worker HTTP plain requests served whole on a prefill worker
+    /// (smg's passthrough prefill): their tokens and finish end their
+    /// stream, which a prefill worker's otherwise do not.
+    local: FastSet<RequestId>,
     pools: Vec<Pool>,
     block_size: u32,
     flows: FastMap<RequestId, Flow>,
@@ -183,6 +190,7 @@ impl HttpDirector {
             arriving: VecDeque::new(),
             proxied: FastSet::default(),
             parked: FastMap::default(),
+            local: FastSet::default(),
             pools,
             block_size,
             flows: FastMap::default(),
@@ -229,6 +237,25 @@ impl HttpDirector {
             self.proxied.insert(request.id);
         }
         self.arriving.push_back(Pending::At { request, worker });
+    }
+
+    /// Per-worker HTTP: queues `request` (prompt `tokens`), sent without
+    /// `kv_transfer_params` to `worker` of a disaggregated source-first
+    /// deployment, to be served whole there, prefill and decode, whatever
+    /// `worker`'s pool ([`Serving::arrive_local`]): smg's PD passthrough
+    /// for vLLM workers. Its stream ends when `worker` finishes it.
+    pub fn submit_local(
+        &mut self,
+        request: Request,
+        tokens: &[u32],
+        worker: WorkerId,
+        tx: UnboundedSender<StreamMsg>,
+    ) {
+        self.open(&request, tokens, tx);
+        if self.pool(worker) == Pool::Prefill {
+            self.local.insert(request.id);
+        }
+        self.arriving.push_back(Pending::Local { request, worker });
     }
 
     /// Per-worker HTTP: the decode call (`do_remote_prefill`) of the
@@ -355,6 +382,7 @@ impl HttpDirector {
         if !matches!(msg, StreamMsg::Prefilled(_)) {
             self.proxied.remove(&r);
         }
+        self.local.remove(&r);
         // A pair's prefill leg still open when its request ends: finished,
         // its KV was sent (the decode had it); failed, it fails alike.
         match msg {
@@ -554,12 +582,23 @@ impl HttpDirector {
                     self.stream(wi, e.request, e.tokens, now);
                 }
             }
+            // A prefill worker's tokens reach a client only for a request it
+            // serves whole (the passthrough's prefill).
+            WorkerEvent::Tokens { emissions } if !self.local.is_empty() => {
+                for e in emissions.iter().filter(|e| e.tokens > 0) {
+                    if self.local.contains(&e.request) {
+                        self.stream(wi, e.request, e.tokens, now);
+                    }
+                }
+            }
             // SGLang PD decode streams the token its prefill sampled when the
             // request joins the decode batch: the first token, no pass of its own.
             WorkerEvent::FirstTokenFromPrefill { request, at } if pool != Pool::Prefill => {
                 self.stream(wi, *request, 1, *at)
             }
-            WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
+            WorkerEvent::RequestFinished { request, .. }
+                if pool != Pool::Prefill || self.local.contains(request) =>
+            {
                 if let Some(f) = self.flows.get(request) {
                     self.metrics.e2e(wi, (now - f.arrival).as_secs_f64());
                 }
@@ -655,9 +694,11 @@ fn request_of(e: &WorkerEvent) -> Option<RequestId> {
 impl Director for HttpDirector {
     fn next_arrival(&mut self) -> Option<Instant> {
         match self.arriving.front() {
-            Some(Pending::At { request, .. } | Pending::Pair { request, .. }) => {
-                Some(request.arrival)
-            }
+            Some(
+                Pending::At { request, .. }
+                | Pending::Local { request, .. }
+                | Pending::Pair { request, .. },
+            ) => Some(request.arrival),
             Some(Pending::Decode { at, .. }) => Some(*at),
             Some(Pending::Routed(_)) | None => self.inner.next_arrival(),
         }
@@ -665,6 +706,7 @@ impl Director for HttpDirector {
 
     fn arrive(&mut self, now: Instant, out: &mut Vec<Route>) {
         let before = out.len();
+        let mut local = false;
         let rid = match self.arriving.pop_front() {
             Some(Pending::Routed(rid)) => {
                 self.inner.arrive(now, out);
@@ -673,6 +715,12 @@ impl Director for HttpDirector {
             Some(Pending::At { request, worker }) => {
                 let rid = request.id;
                 self.inner.arrive_at(request, worker, now, out);
+                rid
+            }
+            Some(Pending::Local { request, worker }) => {
+                let rid = request.id;
+                local = true;
+                self.inner.arrive_local(request, worker, now, out);
                 rid
             }
             Some(Pending::Pair {
@@ -695,11 +743,11 @@ impl Director for HttpDirector {
         };
         // The worker that prefills it: the first route to a prefill or
         // aggregated worker (destination-first also books the decode
-        // worker now).
+        // worker now), or the one route of a request served whole.
         let prefill = out[before..]
             .iter()
             .map(|r| r.to)
-            .find(|w| self.pool(*w) != Pool::Decode);
+            .find(|w| local || self.pool(*w) != Pool::Decode);
         if let Some(w) = prefill {
             let cached = self.cached_on(w, rid);
             if let Some(f) = self.flows.get(&rid) {

@@ -80,6 +80,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 migrated: false,
                 has_destination: false,
                 roles: Vec::new(),
+                local: false,
             },
         );
         let session = item.request.session;
@@ -123,6 +124,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             if let Some(rec) = self.rec.as_mut() {
                 rec.event(w, pool, e, false);
             }
+            if let (Pool::Prefill, WorkerEvent::Tokens { emissions }) = (pool, e) {
+                self.local_tokens(w, emissions);
+            }
             return;
         }
         if let (Some(sink), WorkerEvent::Kv { event, at }) = (self.kv_sink.as_mut(), e) {
@@ -165,6 +169,12 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 return;
             }
             WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
+                self.request_finished(w, *request, now, out);
+            }
+            WorkerEvent::RequestFinished { request, at } if self.is_local(*request) => {
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.local_finished(*request, *at);
+                }
                 self.request_finished(w, *request, now, out);
             }
             WorkerEvent::Transition(t)

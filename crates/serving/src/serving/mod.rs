@@ -102,6 +102,10 @@ struct Flight {
     /// Roles of its current attempt routed and not yet ended, and where:
     /// what a client cancel must reach.
     roles: Vec<(WorkerId, HandoffId)>,
+    /// Served whole on the worker a proxy sent it to, though that worker
+    /// is in a disaggregated pool ([`Serving::arrive_local`]): its tokens
+    /// and its finish count even on a prefill worker.
+    local: bool,
 }
 
 /// See the module docs.
