@@ -13,13 +13,16 @@
 //!   when asked, Dynamo `RouterEvent` lines with the same hashes;
 //! - lifecycle figures feed the Prometheus families.
 //!
-//! Per-worker listeners add two flows the router does not place: vLLM's
-//! `kv_transfer_params` proxy flow (below) and SGLang's bootstrap-room
-//! pairs ([`pairs`]).
+//! Per-worker listeners add flows the router does not place: vLLM's
+//! `kv_transfer_params` proxy flow and plain requests served whole on the
+//! worker they were sent to ([`proxy`]), and SGLang's bootstrap-room pairs
+//! ([`pairs`]).
 
 mod pairs;
+mod proxy;
 mod wire;
 
+use proxy::Parked;
 use wire::BlockTokens;
 
 pub use pairs::LegOut;
@@ -99,15 +102,6 @@ enum Pending {
         worker: WorkerId,
         output_tokens: u32,
     },
-}
-
-/// A proxied prefill that pinned and waits for its decode.
-#[derive(Clone, Copy)]
-struct Parked {
-    request: RequestId,
-    source: WorkerId,
-    ready: SourceReady,
-    prompt_tokens: u32,
 }
 
 /// The workload as HTTP hands it over: requests pushed as they arrive.
@@ -218,99 +212,6 @@ impl HttpDirector {
             turn: None,
             delay: None,
         });
-    }
-
-    /// Per-worker HTTP: queues `request` (prompt `tokens`) to arrive on
-    /// `worker` itself, the router bypassed: whole on an aggregated
-    /// worker, as a `do_remote_decode` prefill on a prefill worker (its
-    /// stream then ends with [`StreamMsg::Prefilled`] when it pins). The
-    /// listener checked the worker's pool and the ordering.
-    pub fn submit_at(
-        &mut self,
-        request: Request,
-        tokens: &[u32],
-        worker: WorkerId,
-        tx: UnboundedSender<StreamMsg>,
-    ) {
-        self.open(&request, tokens, tx);
-        if self.pool(worker) == Pool::Prefill {
-            self.proxied.insert(request.id);
-        }
-        self.arriving.push_back(Pending::At { request, worker });
-    }
-
-    /// Per-worker HTTP: queues `request` (prompt `tokens`), sent without
-    /// `kv_transfer_params` to `worker` of a disaggregated source-first
-    /// deployment, to be served whole there, prefill and decode, whatever
-    /// `worker`'s pool ([`Serving::arrive_local`]): smg's PD passthrough
-    /// for vLLM workers. Its stream ends when `worker` finishes it.
-    pub fn submit_local(
-        &mut self,
-        request: Request,
-        tokens: &[u32],
-        worker: WorkerId,
-        tx: UnboundedSender<StreamMsg>,
-    ) {
-        self.open(&request, tokens, tx);
-        if self.pool(worker) == Pool::Prefill {
-            self.local.insert(request.id);
-        }
-        self.arriving.push_back(Pending::Local { request, worker });
-    }
-
-    /// Per-worker HTTP: the decode call (`do_remote_prefill`) of the
-    /// prefill `remote` names, to decode worker `worker` at `now`,
-    /// generating `output_tokens`. Checked here against the pinned
-    /// prefills; an error is for the caller to answer (nothing is queued).
-    #[allow(clippy::too_many_arguments)]
-    pub fn submit_decode(
-        &mut self,
-        remote: &crate::kv_transfer::RemotePrefill,
-        worker: WorkerId,
-        tokens: &[u32],
-        output_tokens: u32,
-        now: Instant,
-        tx: UnboundedSender<StreamMsg>,
-    ) -> Result<(), ProxyError> {
-        let p = match self.parked.get(&remote.handoff) {
-            Some(p) if p.request == remote.request => *p,
-            _ => return Err(ProxyError::UnknownHandoff),
-        };
-        if p.source != remote.engine {
-            return Err(ProxyError::WrongEngine);
-        }
-        let got = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
-        if got != p.prompt_tokens {
-            return Err(ProxyError::PromptMismatch {
-                expected: p.prompt_tokens,
-                got,
-            });
-        }
-        if remote.blocks != p.ready.blocks {
-            return Err(ProxyError::BlockCount {
-                expected: p.ready.blocks,
-                got: remote.blocks,
-            });
-        }
-        if self.flows.contains_key(&p.request) {
-            return Err(ProxyError::AlreadyAttached);
-        }
-        let request =
-            crate::prompt::request_for(p.request, tokens, output_tokens, self.block_size, now);
-        self.open(&request, tokens, tx);
-        self.arriving.push_back(Pending::Decode {
-            at: now,
-            request: p.request,
-            handoff: remote.handoff,
-            worker,
-            output_tokens,
-        });
-        Ok(())
-    }
-
-    /// Per-worker HTTP prefills pinned and waiting for their decode.
-    pub fn parked(&self) -> usize {
-        self.parked.len()
     }
 
     /// Opens the HTTP stream of `request`.
@@ -526,48 +427,6 @@ impl HttpDirector {
         }
     }
 
-    /// Routes the decode of parked `handoff` to `worker`; a handoff that
-    /// ended since the call was checked refuses it.
-    fn attach(
-        &mut self,
-        request: RequestId,
-        handoff: HandoffId,
-        worker: WorkerId,
-        output_tokens: u32,
-        now: Instant,
-        out: &mut Vec<Route>,
-    ) {
-        let Some(p) = self.parked.remove(&handoff) else {
-            return self.end(request, StreamMsg::Refused(ProxyError::UnknownHandoff));
-        };
-        let routed = self.inner.route_destination_to(
-            request,
-            handoff,
-            p.source,
-            p.ready,
-            worker,
-            output_tokens,
-            now,
-            out,
-        );
-        if !routed {
-            // The decode worker cannot take it now; the pin stays for
-            // another try until its lease runs out.
-            self.parked.insert(handoff, p);
-            return self.end(request, StreamMsg::Failed(FailureReason::NoWorker));
-        }
-        // The destination reads the pinned prefix instead of computing it,
-        // as vLLM counts a connector's external hit as cached.
-        let cached = u32::try_from(p.ready.tokens)
-            .unwrap_or(u32::MAX)
-            .min(p.prompt_tokens);
-        if let Some(f) = self.flows.get(&request) {
-            let _ = f.tx.send(StreamMsg::Started {
-                cached_tokens: cached,
-            });
-        }
-    }
-
     fn observe(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant) {
         let wi = w.0 as usize;
         let pool = self.pool(w);
@@ -611,32 +470,11 @@ impl HttpDirector {
                 tokens,
                 ..
             } if self.proxied.remove(request) => {
-                // vLLM's `request_finished` on the prefill worker: the
-                // blocks stay, the response carries where they are.
                 let ready = SourceReady {
                     blocks: *blocks,
                     tokens: *tokens,
                 };
-                let prompt_tokens = self.flows.get(request).map_or(0, |f| f.prompt_tokens);
-                self.parked.insert(
-                    *id,
-                    Parked {
-                        request: *request,
-                        source: w,
-                        ready,
-                        prompt_tokens,
-                    },
-                );
-                self.end(
-                    *request,
-                    StreamMsg::Prefilled(Pinned {
-                        request: *request,
-                        handoff: *id,
-                        engine: w,
-                        blocks: *blocks,
-                        tokens: *tokens,
-                    }),
-                );
+                self.pinned(w, *id, *request, ready);
             }
             WorkerEvent::Preempted { .. } => self.metrics.preempted(wi),
             WorkerEvent::Transition(t) => match t.to {

@@ -124,8 +124,8 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             if let Some(rec) = self.rec.as_mut() {
                 rec.event(w, pool, e, false);
             }
-            if let (Pool::Prefill, WorkerEvent::Tokens { emissions }) = (pool, e) {
-                self.local_tokens(w, emissions);
+            if pool == Pool::Prefill {
+                self.local_event(w, e);
             }
             return;
         }
@@ -159,22 +159,16 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.event(w, pool, e, stale);
         }
+        if pool == Pool::Prefill {
+            self.local_event(w, e);
+        }
         match e {
             WorkerEvent::StartTransfer {
                 id, request, at, ..
-            } => {
-                if let Some(rec) = self.rec.as_mut() {
-                    rec.transfer_started(*id, *request, *at);
-                }
-                return;
-            }
-            WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
-                self.request_finished(w, *request, now, out);
-            }
-            WorkerEvent::RequestFinished { request, at } if self.is_local(*request) => {
-                if let Some(rec) = self.rec.as_mut() {
-                    rec.local_finished(*request, *at);
-                }
+            } => return self.transfer_started(*id, *request, *at),
+            WorkerEvent::RequestFinished { request, .. }
+                if pool != Pool::Prefill || self.is_local(*request) =>
+            {
                 self.request_finished(w, *request, now, out);
             }
             WorkerEvent::Transition(t)

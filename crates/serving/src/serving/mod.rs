@@ -236,6 +236,14 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         }
     }
 
+    /// A transfer of handoff `id` (of `request`) started at `at`: only the
+    /// recorder reads it.
+    fn transfer_started(&mut self, id: HandoffId, request: RequestId, at: Instant) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.transfer_started(id, request, at);
+        }
+    }
+
     /// A live role of `request` ended on `w`: it leaves the flight, and an
     /// early end migrates or fails the request unless an active
     /// destination elsewhere decides. Returns whether the request was

@@ -100,21 +100,31 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         self.flights.get(&request).is_some_and(|f| f.local)
     }
 
-    /// A prefill worker's tokens: those of requests it serves whole
-    /// ([`Serving::arrive_local`]) reach the recorder as a decode worker's
-    /// would; the others (a disabled ordering's prefill token) stay
-    /// uncounted, as before.
-    pub(super) fn local_tokens(&mut self, w: WorkerId, emissions: &[handoff_core::TokenEmission]) {
-        if !emissions.iter().any(|e| self.is_local(e.request)) {
-            return;
-        }
-        let mine: Vec<_> = emissions
-            .iter()
-            .filter(|e| self.is_local(e.request))
-            .cloned()
-            .collect();
-        if let Some(rec) = self.rec.as_mut() {
-            rec.local_tokens(w, &mine);
+    /// What the recorder must hear of prefill worker `w`'s event `e` beyond
+    /// what [`Recorder::event`] takes from a prefill worker: the tokens and
+    /// the finish of requests it serves whole ([`Serving::arrive_local`]),
+    /// counted as an aggregated worker's. A disabled ordering's prefill
+    /// tokens and finish stay uncounted, as before.
+    pub(super) fn local_event(&mut self, w: WorkerId, e: &WorkerEvent) {
+        match e {
+            WorkerEvent::Tokens { emissions }
+                if emissions.iter().any(|e| self.is_local(e.request)) =>
+            {
+                let mine: Vec<_> = emissions
+                    .iter()
+                    .filter(|e| self.is_local(e.request))
+                    .cloned()
+                    .collect();
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.local_tokens(w, &mine);
+                }
+            }
+            WorkerEvent::RequestFinished { request, at } if self.is_local(*request) => {
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.local_finished(*request, *at);
+                }
+            }
+            _ => {}
         }
     }
 
