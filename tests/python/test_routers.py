@@ -211,11 +211,16 @@ def sums(s: Server, name: str, workers: list[int]) -> float:
     return sum(m.get((name, str(w)), 0.0) for w in workers)
 
 
-def drive(s: Server, router_url: str, roles_ids: dict[str, list[int]], prefix: str) -> None:
+def drive(s: Server, router_url: str, roles_ids: dict[str, list[int]], prefix: str,
+          prefill_whole: bool = False) -> None:
     """REQUESTS requests, CONCURRENCY at a time, through the router; then
-    the handoff metrics moved and every worker drained."""
+    the handoff metrics moved and every worker drained. `prefill_whole`: the
+    router sends each prefill as a plain request (smg's passthrough), which
+    the prefill worker serves whole, so it ends as many requests as it got;
+    else a prefill worker ends none (its prefill hands off)."""
     queries = f"{prefix}:prefix_cache_queries_total"
     e2e = f"{prefix}:e2e_request_latency_seconds_count"
+    ended_on_prefill = sums(s, e2e, roles_ids["prefill"])
     before = (sums(s, queries, roles_ids["prefill"]), sums(s, e2e, roles_ids["decode"]))
     c = openai.OpenAI(base_url=router_url + "/v1", api_key="unused", max_retries=0, timeout=60)
     t0 = time.time()
@@ -227,6 +232,11 @@ def drive(s: Server, router_url: str, roles_ids: dict[str, list[int]], prefix: s
     after = (sums(s, queries, roles_ids["prefill"]), sums(s, e2e, roles_ids["decode"]))
     assert after[0] > before[0], ("prefill workers saw no prompts", before, after)
     assert after[1] - before[1] >= REQUESTS, ("decode workers ended too few requests", before, after)
+    ended_on_prefill = sums(s, e2e, roles_ids["prefill"]) - ended_on_prefill
+    if prefill_whole:
+        assert ended_on_prefill >= REQUESTS, ("prefill workers served too few whole", ended_on_prefill)
+    else:
+        assert ended_on_prefill == 0, ("a prefill worker ended requests itself", ended_on_prefill)
     for w in v["workers"]:
         cap = w["capacity"]
         assert w["drained"] and w["live_handoffs"] == 0, w
@@ -345,24 +355,6 @@ def check_smg_loads(r: Router, fmap: dict[str, str]) -> None:
         assert got["worker_type"] == info["disaggregation_mode"], (got, info)
 
 
-def passthrough_skip(r: Router) -> None:
-    """smg learns a vLLM worker's KV connector only from its registration
-    (POST /workers `kv_connector`, or a discovery annotation); command-line
-    workers have none, so smg runs PD as a passthrough: the request with
-    `max_tokens: 1` and no `kv_transfer_params` to the prefill worker, then
-    the original to the decode worker. The workers' listeners answer such a
-    plain request with a 400 until that flow is modelled."""
-    c = openai.OpenAI(base_url=r.url + "/v1", api_key="unused", max_retries=0, timeout=30)
-    try:
-        c.completions.create(model=MODEL, prompt="passthrough probe", max_tokens=2)
-    except openai.BadRequestError as e:
-        if "kv_transfer_params" in str(e):
-            raise Skip("smg gives command-line vLLM workers no kv_connector, so it sends the "
-                       "prefill plain (max_tokens 1, no kv_transfer_params); the prefill worker "
-                       "answers 400 (the runtime was detected as vllm and no poll 404ed)") from e
-        raise
-
-
 def test_smg_vllm(log_dir: str, registered: bool) -> None:
     s, base, roles, ids = start_pd("vllm")
     name = "smg-vllm-" + ("post-workers" if registered else "cli")
@@ -393,9 +385,12 @@ def test_smg_vllm(log_dir: str, registered: bool) -> None:
         r = start(None, name)
         try:
             check_smg_runtime(r, "vllm")
-            if not registered:
-                passthrough_skip(r)
-            drive(s, r.url, ids, "vllm")
+            # Command-line workers have no kv_connector in smg (it learns one
+            # only from a registration or a discovery annotation), so smg runs
+            # PD as a passthrough: the request with max_tokens 1 and no
+            # kv_transfer_params to the prefill worker, then the plain request
+            # to the decode worker; each serves its call whole.
+            drive(s, r.url, ids, "vllm", prefill_whole=not registered)
         finally:
             r.stop()
     finally:

@@ -13,13 +13,16 @@
 //!   when asked, Dynamo `RouterEvent` lines with the same hashes;
 //! - lifecycle figures feed the Prometheus families.
 //!
-//! Per-worker listeners add two flows the router does not place: vLLM's
-//! `kv_transfer_params` proxy flow (below) and SGLang's bootstrap-room
-//! pairs ([`pairs`]).
+//! Per-worker listeners add flows the router does not place: vLLM's
+//! `kv_transfer_params` proxy flow and plain requests served whole on the
+//! worker they were sent to ([`proxy`]), and SGLang's bootstrap-room pairs
+//! ([`pairs`]).
 
 mod pairs;
+mod proxy;
 mod wire;
 
+use proxy::Parked;
 use wire::BlockTokens;
 
 pub use pairs::LegOut;
@@ -80,6 +83,9 @@ enum Pending {
     Routed(RequestId),
     /// Per-worker HTTP: `request` arrives on `worker` itself.
     At { request: Request, worker: WorkerId },
+    /// Per-worker HTTP, no `kv_transfer_params` on a disaggregated
+    /// worker: `worker` serves `request` whole.
+    Local { request: Request, worker: WorkerId },
     /// SGLang PD: both legs of `request` met; one destination-first
     /// handoff from `prefill` to `decode`.
     Pair {
@@ -95,15 +101,6 @@ enum Pending {
         worker: WorkerId,
         output_tokens: u32,
     },
-}
-
-/// A proxied prefill that pinned and waits for its decode.
-#[derive(Clone, Copy)]
-struct Parked {
-    request: RequestId,
-    source: WorkerId,
-    ready: SourceReady,
-    prompt_tokens: u32,
 }
 
 /// The workload as HTTP hands it over: requests pushed as they arrive.
@@ -145,6 +142,10 @@ pub struct HttpDirector {
     proxied: FastSet<RequestId>,
     /// Per-worker HTTP prefills pinned, waiting for their decode.
     parked: FastMap<HandoffId, Parked>,
+    /// Per-worker HTTP plain requests served whole on a prefill worker
+    /// (smg's passthrough prefill): their tokens and finish end their
+    /// stream, which a prefill worker's otherwise do not.
+    local: FastSet<RequestId>,
     pools: Vec<Pool>,
     block_size: u32,
     flows: FastMap<RequestId, Flow>,
@@ -184,6 +185,7 @@ impl HttpDirector {
             arriving: VecDeque::new(),
             proxied: FastSet::default(),
             parked: FastMap::default(),
+            local: FastSet::default(),
             pools,
             block_size,
             flows: FastMap::default(),
@@ -218,80 +220,6 @@ impl HttpDirector {
             turn: None,
             delay: None,
         });
-    }
-
-    /// Per-worker HTTP: queues `request` (prompt `tokens`) to arrive on
-    /// `worker` itself, the router bypassed: whole on an aggregated
-    /// worker, as a `do_remote_decode` prefill on a prefill worker (its
-    /// stream then ends with [`StreamMsg::Prefilled`] when it pins). The
-    /// listener checked the worker's pool and the ordering.
-    pub fn submit_at(
-        &mut self,
-        request: Request,
-        tokens: &[u32],
-        worker: WorkerId,
-        tx: UnboundedSender<StreamMsg>,
-    ) {
-        self.open(&request, tokens, tx);
-        if self.pool(worker) == Pool::Prefill {
-            self.proxied.insert(request.id);
-        }
-        self.arriving.push_back(Pending::At { request, worker });
-    }
-
-    /// Per-worker HTTP: the decode call (`do_remote_prefill`) of the
-    /// prefill `remote` names, to decode worker `worker` at `now`,
-    /// generating `output_tokens`. Checked here against the pinned
-    /// prefills; an error is for the caller to answer (nothing is queued).
-    #[allow(clippy::too_many_arguments)]
-    pub fn submit_decode(
-        &mut self,
-        remote: &crate::kv_transfer::RemotePrefill,
-        worker: WorkerId,
-        tokens: &[u32],
-        output_tokens: u32,
-        now: Instant,
-        tx: UnboundedSender<StreamMsg>,
-    ) -> Result<(), ProxyError> {
-        let p = match self.parked.get(&remote.handoff) {
-            Some(p) if p.request == remote.request => *p,
-            _ => return Err(ProxyError::UnknownHandoff),
-        };
-        if p.source != remote.engine {
-            return Err(ProxyError::WrongEngine);
-        }
-        let got = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
-        if got != p.prompt_tokens {
-            return Err(ProxyError::PromptMismatch {
-                expected: p.prompt_tokens,
-                got,
-            });
-        }
-        if remote.blocks != p.ready.blocks {
-            return Err(ProxyError::BlockCount {
-                expected: p.ready.blocks,
-                got: remote.blocks,
-            });
-        }
-        if self.flows.contains_key(&p.request) {
-            return Err(ProxyError::AlreadyAttached);
-        }
-        let request =
-            crate::prompt::request_for(p.request, tokens, output_tokens, self.block_size, now);
-        self.open(&request, tokens, tx);
-        self.arriving.push_back(Pending::Decode {
-            at: now,
-            request: p.request,
-            handoff: remote.handoff,
-            worker,
-            output_tokens,
-        });
-        Ok(())
-    }
-
-    /// Per-worker HTTP prefills pinned and waiting for their decode.
-    pub fn parked(&self) -> usize {
-        self.parked.len()
     }
 
     /// Opens the HTTP stream of `request`.
@@ -357,6 +285,7 @@ impl HttpDirector {
         if !matches!(msg, StreamMsg::Prefilled(_)) {
             self.proxied.remove(&r);
         }
+        self.local.remove(&r);
         // A pair's prefill leg still open when its request ends: finished,
         // its KV was sent (the decode had it); failed, it fails alike.
         match msg {
@@ -462,48 +391,6 @@ impl HttpDirector {
         }
     }
 
-    /// Routes the decode of parked `handoff` to `worker`; a handoff that
-    /// ended since the call was checked refuses it.
-    fn attach(
-        &mut self,
-        request: RequestId,
-        handoff: HandoffId,
-        worker: WorkerId,
-        output_tokens: u32,
-        now: Instant,
-        out: &mut Vec<Route>,
-    ) {
-        let Some(p) = self.parked.remove(&handoff) else {
-            return self.end(request, StreamMsg::Refused(ProxyError::UnknownHandoff));
-        };
-        let routed = self.inner.route_destination_to(
-            request,
-            handoff,
-            p.source,
-            p.ready,
-            worker,
-            output_tokens,
-            now,
-            out,
-        );
-        if !routed {
-            // The decode worker cannot take it now; the pin stays for
-            // another try until its lease runs out.
-            self.parked.insert(handoff, p);
-            return self.end(request, StreamMsg::Failed(FailureReason::NoWorker));
-        }
-        // The destination reads the pinned prefix instead of computing it,
-        // as vLLM counts a connector's external hit as cached.
-        let cached = u32::try_from(p.ready.tokens)
-            .unwrap_or(u32::MAX)
-            .min(p.prompt_tokens);
-        if let Some(f) = self.flows.get(&request) {
-            let _ = f.tx.send(StreamMsg::Started {
-                cached_tokens: cached,
-            });
-        }
-    }
-
     fn observe(&mut self, w: WorkerId, e: &WorkerEvent, now: Instant) {
         let wi = w.0 as usize;
         let pool = self.pool(w);
@@ -518,12 +405,23 @@ impl HttpDirector {
                     self.stream(wi, e.request, e.tokens, now);
                 }
             }
+            // A prefill worker's tokens reach a client only for a request it
+            // serves whole (the passthrough's prefill).
+            WorkerEvent::Tokens { emissions } if !self.local.is_empty() => {
+                for e in emissions.iter().filter(|e| e.tokens > 0) {
+                    if self.local.contains(&e.request) {
+                        self.stream(wi, e.request, e.tokens, now);
+                    }
+                }
+            }
             // SGLang PD decode streams the token its prefill sampled when the
             // request joins the decode batch: the first token, no pass of its own.
             WorkerEvent::FirstTokenFromPrefill { request, at } if pool != Pool::Prefill => {
                 self.stream(wi, *request, 1, *at)
             }
-            WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
+            WorkerEvent::RequestFinished { request, .. }
+                if pool != Pool::Prefill || self.local.contains(request) =>
+            {
                 if let Some(f) = self.flows.get(request) {
                     self.metrics.e2e(wi, (now - f.arrival).as_secs_f64());
                 }
@@ -536,32 +434,11 @@ impl HttpDirector {
                 tokens,
                 ..
             } if self.proxied.remove(request) => {
-                // vLLM's `request_finished` on the prefill worker: the
-                // blocks stay, the response carries where they are.
                 let ready = SourceReady {
                     blocks: *blocks,
                     tokens: *tokens,
                 };
-                let prompt_tokens = self.flows.get(request).map_or(0, |f| f.prompt_tokens);
-                self.parked.insert(
-                    *id,
-                    Parked {
-                        request: *request,
-                        source: w,
-                        ready,
-                        prompt_tokens,
-                    },
-                );
-                self.end(
-                    *request,
-                    StreamMsg::Prefilled(Pinned {
-                        request: *request,
-                        handoff: *id,
-                        engine: w,
-                        blocks: *blocks,
-                        tokens: *tokens,
-                    }),
-                );
+                self.pinned(w, *id, *request, ready);
             }
             WorkerEvent::Preempted { .. } => self.metrics.preempted(wi),
             WorkerEvent::Transition(t) => match t.to {
@@ -619,9 +496,11 @@ fn request_of(e: &WorkerEvent) -> Option<RequestId> {
 impl Director for HttpDirector {
     fn next_arrival(&mut self) -> Option<Instant> {
         match self.arriving.front() {
-            Some(Pending::At { request, .. } | Pending::Pair { request, .. }) => {
-                Some(request.arrival)
-            }
+            Some(
+                Pending::At { request, .. }
+                | Pending::Local { request, .. }
+                | Pending::Pair { request, .. },
+            ) => Some(request.arrival),
             Some(Pending::Decode { at, .. }) => Some(*at),
             Some(Pending::Routed(_)) | None => self.inner.next_arrival(),
         }
@@ -629,6 +508,7 @@ impl Director for HttpDirector {
 
     fn arrive(&mut self, now: Instant, out: &mut Vec<Route>) {
         let before = out.len();
+        let mut local = false;
         let rid = match self.arriving.pop_front() {
             Some(Pending::Routed(rid)) => {
                 self.inner.arrive(now, out);
@@ -637,6 +517,12 @@ impl Director for HttpDirector {
             Some(Pending::At { request, worker }) => {
                 let rid = request.id;
                 self.inner.arrive_at(request, worker, now, out);
+                rid
+            }
+            Some(Pending::Local { request, worker }) => {
+                let rid = request.id;
+                local = true;
+                self.inner.arrive_local(request, worker, now, out);
                 rid
             }
             Some(Pending::Pair {
@@ -659,11 +545,11 @@ impl Director for HttpDirector {
         };
         // The worker that prefills it: the first route to a prefill or
         // aggregated worker (destination-first also books the decode
-        // worker now).
+        // worker now), or the one route of a request served whole.
         let prefill = out[before..]
             .iter()
             .map(|r| r.to)
-            .find(|w| self.pool(*w) != Pool::Decode);
+            .find(|w| local || self.pool(*w) != Pool::Decode);
         if let Some(w) = prefill {
             let cached = self.cached_on(w, rid);
             if let Some(f) = self.flows.get(&rid) {

@@ -34,6 +34,18 @@ use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
 
+/// What a worker's listener asks of the worker a request was sent to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// As the proxy flow places it: whole on an aggregated worker, a
+    /// `do_remote_decode` prefill on a prefill worker
+    /// ([`crate::director::HttpDirector::submit_at`]).
+    Proxy,
+    /// Served whole on a disaggregated worker: no `kv_transfer_params`
+    /// ([`crate::director::HttpDirector::submit_local`]).
+    Local,
+}
+
 /// What HTTP asks of the engine thread.
 #[derive(Debug)]
 pub enum Cmd {
@@ -54,6 +66,8 @@ pub enum Cmd {
     SubmitAt {
         /// The worker.
         worker: WorkerId,
+        /// What the worker does with it.
+        placement: Placement,
         /// Its id (unique per server).
         id: RequestId,
         /// Prompt token ids.
@@ -248,6 +262,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
             }
             Ok(Cmd::SubmitAt {
                 worker,
+                placement,
                 id,
                 tokens,
                 output_tokens,
@@ -256,7 +271,11 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
                 let now = clock.now();
                 engine.advance_to(now);
                 let req = request_for(id, &tokens, output_tokens, cfg.block_size, now);
-                engine.director_mut().submit_at(req, &tokens, worker, tx);
+                let d = engine.director_mut();
+                match placement {
+                    Placement::Proxy => d.submit_at(req, &tokens, worker, tx),
+                    Placement::Local => d.submit_local(req, &tokens, worker, tx),
+                }
                 engine.arrivals_changed();
             }
             Ok(Cmd::Decode {

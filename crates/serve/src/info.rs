@@ -483,6 +483,7 @@ async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Re
         },
         Some(w) => Cmd::SubmitAt {
             worker: WorkerId(w as u32),
+            placement: crate::driver::Placement::Proxy,
             id,
             tokens,
             output_tokens,

@@ -98,7 +98,8 @@ pub enum ProxyError {
         /// What was asked.
         asked: &'static str,
     },
-    /// A plain request to a disaggregated worker.
+    /// A `/generate` without a bootstrap room to a disaggregated worker of
+    /// a vLLM deployment (the OpenAI routes serve plain requests whole).
     NeedsParams {
         /// The worker's pool.
         pool: Pool,
@@ -154,9 +155,9 @@ impl ProxyError {
             ProxyError::NeedsParams { pool } => ApiError::invalid(
                 p,
                 format!(
-                    "this worker is a {} worker of a disaggregated deployment: the proxy must \
-                     send kv_transfer_params (do_remote_decode to a prefill worker, then \
-                     do_remote_prefill to a decode worker), or use the frontend's /v1 routes",
+                    "this worker is a {} worker of a disaggregated vLLM deployment: /generate \
+                     here serves SGLang PD legs only; send the request to its /v1 routes (with \
+                     kv_transfer_params, or plain to be served whole here), or to the frontend",
                     pool.name()
                 ),
             ),

@@ -15,8 +15,11 @@
 //!   pinned until its lease runs out (vLLM's `kv_lease_duration`, 30 s of
 //!   model time, which only a decode worker holding the request renews),
 //!   which frees the blocks;
-//! - no params: served whole on W if W is aggregated, else a 400 saying
-//!   the proxy must send `kv_transfer_params`.
+//! - no params: served whole on W, whatever its pool, as an ordinary
+//!   request (vLLM's NIXL connector loads nothing and pins nothing for a
+//!   request without remote params): smg's PD passthrough for vLLM
+//!   workers, a plain `max_tokens: 1` prefill on a prefill worker, then
+//!   the plain request on a decode worker, which prefills it again.
 //!
 //! A worker of an SGLang deployment speaks SGLang's PD flow instead: each
 //! request is one leg of a pair sent by `sglang-router`, with its
@@ -27,7 +30,7 @@
 //! requests as any other.
 
 use crate::director::StreamMsg;
-use crate::driver::Cmd;
+use crate::driver::{Cmd, Placement};
 use crate::http::{body_error_response, error, failure, stream, unix_secs, whole, AppState};
 use crate::http::{CancelGuard, MAX_BODY_BYTES};
 use crate::kv_transfer::{self, KvTransfer, ProxyError};
@@ -93,8 +96,7 @@ fn decide(s: &WorkerState, kv: KvTransfer, streamed: bool) -> Result<KvTransfer,
         return Err(ProxyError::Ordering);
     }
     match (&kv, s.pool) {
-        (KvTransfer::Plain, Pool::Aggregated) => Ok(kv),
-        (KvTransfer::Plain, pool) => Err(ProxyError::NeedsParams { pool }),
+        (KvTransfer::Plain, _) => Ok(kv),
         (KvTransfer::RemoteDecode, Pool::Prefill) if streamed => Err(ProxyError::Streamed),
         (KvTransfer::RemoteDecode, Pool::Prefill) => Ok(kv),
         (KvTransfer::RemoteDecode, pool) => Err(ProxyError::WrongPool {
@@ -151,8 +153,13 @@ async fn generate(
         ),
         KvTransfer::Plain | KvTransfer::RemoteDecode => {
             let id = RequestId(s.app.next_id.fetch_add(1, Ordering::Relaxed));
+            let placement = match (&kv, s.pool) {
+                (KvTransfer::Plain, Pool::Prefill | Pool::Decode) => Placement::Local,
+                _ => Placement::Proxy,
+            };
             let cmd = Cmd::SubmitAt {
                 worker: s.worker,
+                placement,
                 id,
                 tokens: req.prompt.clone(),
                 output_tokens: req.output_tokens(),

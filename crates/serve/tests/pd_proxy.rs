@@ -2,8 +2,9 @@
 //! the two calls of vLLM's `toy_proxy_server.py` (a `do_remote_decode`
 //! prefill with `max_tokens: 1` to a prefill worker, then the decode with
 //! the returned `kv_transfer_params` to a decode worker), the abandoned
-//! decode whose source lease expires and frees the pin, and the 4xx
-//! answers to bad params.
+//! decode whose source lease expires and frees the pin, smg's passthrough
+//! (plain requests, no params: each worker serves its call whole), and the
+//! 4xx answers to bad params.
 
 mod common;
 
@@ -240,18 +241,100 @@ fn abandoned_decode_lease_expires_and_frees_the_pin() {
     assert_eq!(r.lifecycle.lease_expiries, 1);
 }
 
+/// One worker's capacity as `/debug/workers` shows it: no block held by a
+/// request, a pin or a reservation (cached blocks may stay).
+fn no_block_in_use(d: &Value) {
+    for w in d["workers"].as_array().expect("workers") {
+        let c = &w["capacity"];
+        for k in [
+            "active_blocks",
+            "pinned_source_blocks",
+            "reserved_destination_blocks",
+        ] {
+            assert_eq!(c[k], 0, "{k}: {d}");
+        }
+        assert_eq!(c["running_requests"], 0, "{d}");
+        assert_eq!(w["live_handoffs"], 0, "{d}");
+    }
+}
+
+/// smg's PD passthrough for vLLM workers it knows no KV connector of: the
+/// request with `max_tokens: 1` and no `kv_transfer_params` to the prefill
+/// worker, then the plain request to the decode worker. Each worker serves
+/// its call whole, as vLLM does a request without remote params: the
+/// decode worker prefills the prompt again (nothing cached there the first
+/// time), and a repeated prompt hits each worker's own prefix cache.
+#[test]
+fn passthrough_serves_each_plain_call_whole() {
+    let s = Running::start(EngineSpec::default(), ReplayConfig::default());
+    let plain = |max_tokens: u32, stream: bool| {
+        json!({
+            "model": "m", "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": true,
+            "stream": stream,
+            "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
+        })
+    };
+    let mut first_cached = Vec::new();
+    for round in 0..2 {
+        let (status, v) = s.post(0, &plain(1, false));
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["usage"]["completion_tokens"], 1, "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+        assert!(v.get("kv_transfer_params").is_none(), "{v}");
+        let prompt_tokens = v["usage"]["prompt_tokens"].as_u64().expect("count");
+        let cached = |v: &Value| v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
+        first_cached.push(cached(&v).expect("cached"));
+        // Nothing pinned for a decode: the prefill worker is free again.
+        let d = s.debug();
+        assert_eq!(d["workers"][0]["live_handoffs"], 0, "{d}");
+        assert_eq!(
+            d["workers"][0]["capacity"]["pinned_source_blocks"], 0,
+            "{d}"
+        );
+
+        let (status, v) = s.post(1, &plain(6, false));
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["usage"]["completion_tokens"], 6, "{v}");
+        assert_eq!(v["usage"]["prompt_tokens"], prompt_tokens);
+        let c = cached(&v).expect("cached");
+        if round == 0 {
+            assert_eq!(c, 0, "the decode worker computes the prompt itself: {v}");
+        } else {
+            assert!(c > 0 && c < prompt_tokens, "its own prefix cache: {v}");
+        }
+    }
+    assert_eq!(first_cached[0], 0);
+    assert!(first_cached[1] > 0, "the prefill worker's own prefix cache");
+
+    // Streamed, on both workers: every token on its own chunk, then usage.
+    for (w, n) in [(0, 1), (1, 4)] {
+        let (status, text) = s.call(
+            s.workers[w],
+            "POST",
+            "/v1/completions",
+            &plain(n, true).to_string(),
+        );
+        assert_eq!(status, 200, "{text}");
+        let data: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .collect();
+        assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
+        let last: Value = serde_json::from_str(data[data.len() - 2]).expect("usage chunk");
+        assert_eq!(last["usage"]["completion_tokens"], n, "{text}");
+    }
+    let d = s.wait_drained();
+    no_block_in_use(&d);
+    let r = s.stop();
+    assert_eq!(r.num_requests, 6);
+    assert_eq!(r.completed_requests, 6);
+    assert_eq!(r.failed_requests, 0);
+    assert_eq!(r.lifecycle.lease_expiries, 0);
+}
+
 #[test]
 fn bad_params_are_4xx() {
     let s = Running::start(EngineSpec::default(), ReplayConfig::default());
-    let plain = json!({"model": "m", "prompt": PROMPT, "max_tokens": 2});
-    // A plain request to a disaggregated worker.
-    for w in [0, 1] {
-        let (status, v) = s.post(w, &plain);
-        assert_eq!(status, 400, "{v}");
-        assert!(v["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("kv_transfer_params")));
-    }
     // do_remote_decode to the decode worker; a streamed prefill.
     assert_eq!(s.post(1, &prefill_body(PROMPT)).0, 400);
     let mut streamed = prefill_body(PROMPT);

@@ -36,6 +36,36 @@ impl Frontend {
         Some((w, WorkerRequest::HandoffSource { id, request }))
     }
 
+    /// A proxy sent `request` to worker `w` of a disaggregated
+    /// source-first (vLLM) deployment without `kv_transfer_params`: `w`
+    /// serves it as an ordinary request, whatever its pool, booked on its
+    /// pool's router (the routers' choice bypassed). So does a vLLM worker
+    /// running the NIXL connector: a request without remote params loads
+    /// nothing and frees its blocks when it finishes
+    /// (`vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`,
+    /// `NixlConnectorScheduler.get_num_new_matched_tokens` and
+    /// `request_finished`); smg's PD passthrough sends exactly that. Its
+    /// `RequestFinished` releases the booking, on a prefill worker as in the
+    /// disabled ordering (nothing is held for a decode). `None` for an
+    /// aggregated deployment ([`Frontend::arrive_at`] serves those), another
+    /// ordering, or when `w` is not a selectable worker of either pool.
+    pub fn arrive_local(
+        &mut self,
+        request: Request,
+        w: WorkerId,
+        now: Instant,
+    ) -> Option<(WorkerId, WorkerRequest)> {
+        if self.aggregated || self.policy != HandoffPolicy::SourceFirst {
+            return None;
+        }
+        if self.prefill.workers().any(|x| x == w) {
+            self.prefill.book(w, &request, now)?;
+        } else {
+            self.decode.as_mut()?.book(w, &request, now)?;
+        }
+        Some((w, WorkerRequest::Ordinary(request)))
+    }
+
     /// SGLang's PD router sent both legs of `request` itself, to prefill
     /// worker `prefill` and decode worker `decode`, and they met in their
     /// bootstrap room: both are booked there, the routers' choice
@@ -177,6 +207,39 @@ mod tests {
         };
         f.on_event(WorkerId(3), Pool::Decode, &done, Instant::ZERO);
         assert_eq!(f.prefill_router().live_bookings(), 0);
+        assert_eq!(f.decode_router().map(|d| d.live_bookings()), Some(0));
+    }
+
+    #[test]
+    fn a_plain_request_is_ordinary_on_either_pool_and_released_by_its_finish() {
+        let mut f = frontend(HandoffPolicy::SourceFirst);
+        for (w, pool, rid) in [
+            (WorkerId(1), Pool::Prefill, 5),
+            (WorkerId(3), Pool::Decode, 6),
+        ] {
+            match f.arrive_local(request(rid), w, Instant::ZERO) {
+                Some((to, WorkerRequest::Ordinary(r))) if to == w && r.id == RequestId(rid) => {}
+                other => panic!("{other:?}"),
+            }
+            let done = WorkerEvent::RequestFinished {
+                request: RequestId(rid),
+                at: Instant::ZERO,
+            };
+            // The finish routes nothing on (no decode is held for it).
+            assert!(f.on_event(w, pool, &done, Instant::ZERO).is_empty());
+        }
+        assert_eq!(f.prefill_router().booking(RequestId(5)), None);
+        assert_eq!(f.prefill_router().live_bookings(), 0);
+        assert_eq!(f.decode_router().map(|d| d.live_bookings()), Some(0));
+        // Other orderings, and a worker that is gone, take none.
+        let mut d = frontend(HandoffPolicy::DestinationFirst);
+        assert!(d
+            .arrive_local(request(1), WorkerId(0), Instant::ZERO)
+            .is_none());
+        f.worker_lost(WorkerId(2));
+        assert!(f
+            .arrive_local(request(2), WorkerId(2), Instant::ZERO)
+            .is_none());
         assert_eq!(f.decode_router().map(|d| d.live_bookings()), Some(0));
     }
 

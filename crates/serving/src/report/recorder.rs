@@ -364,6 +364,20 @@ impl Recorder {
         }
     }
 
+    /// Tokens a prefill worker emitted for requests it serves whole (a
+    /// proxy's plain request, `Serving::arrive_local`): counted as an
+    /// aggregated worker's (it prefilled them and decodes them), which
+    /// [`Recorder::event`] does not do for a prefill worker's.
+    pub fn local_tokens(&mut self, w: WorkerId, emissions: &[TokenEmission]) {
+        self.on_tokens(w, Pool::Aggregated, emissions);
+    }
+
+    /// The finish of a request a prefill worker served whole (see
+    /// [`Recorder::local_tokens`]): it completes as any request does.
+    pub fn local_finished(&mut self, request: RequestId, at: Instant) {
+        self.on_finished(request, at);
+    }
+
     /// A decode (or aggregated) worker's tokens: the requests' token
     /// stamps and the inter-token latencies of the step that emitted them.
     fn on_tokens(&mut self, w: WorkerId, pool: Pool, emissions: &[TokenEmission]) {

@@ -80,6 +80,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 migrated: false,
                 has_destination: false,
                 roles: Vec::new(),
+                local: false,
             },
         );
         let session = item.request.session;
@@ -123,6 +124,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             if let Some(rec) = self.rec.as_mut() {
                 rec.event(w, pool, e, false);
             }
+            if pool == Pool::Prefill {
+                self.local_event(w, e);
+            }
             return;
         }
         if let (Some(sink), WorkerEvent::Kv { event, at }) = (self.kv_sink.as_mut(), e) {
@@ -155,16 +159,16 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.event(w, pool, e, stale);
         }
+        if pool == Pool::Prefill {
+            self.local_event(w, e);
+        }
         match e {
             WorkerEvent::StartTransfer {
                 id, request, at, ..
-            } => {
-                if let Some(rec) = self.rec.as_mut() {
-                    rec.transfer_started(*id, *request, *at);
-                }
-                return;
-            }
-            WorkerEvent::RequestFinished { request, .. } if pool != Pool::Prefill => {
+            } => return self.transfer_started(*id, *request, *at),
+            WorkerEvent::RequestFinished { request, .. }
+                if pool != Pool::Prefill || self.is_local(*request) =>
+            {
                 self.request_finished(w, *request, now, out);
             }
             WorkerEvent::Transition(t)

@@ -102,6 +102,10 @@ struct Flight {
     /// Roles of its current attempt routed and not yet ended, and where:
     /// what a client cancel must reach.
     roles: Vec<(WorkerId, HandoffId)>,
+    /// Served whole on the worker a proxy sent it to, though that worker
+    /// is in a disaggregated pool ([`Serving::arrive_local`]): its tokens
+    /// and its finish count even on a prefill worker.
+    local: bool,
 }
 
 /// See the module docs.
@@ -229,6 +233,14 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         }
         if let Some(log) = self.session_log.as_mut() {
             log.take_fields(request);
+        }
+    }
+
+    /// A transfer of handoff `id` (of `request`) started at `at`: only the
+    /// recorder reads it.
+    fn transfer_started(&mut self, id: HandoffId, request: RequestId, at: Instant) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.transfer_started(id, request, at);
         }
     }
 

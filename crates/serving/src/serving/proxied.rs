@@ -8,7 +8,13 @@ use super::*;
 impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// A request a proxy placed arrives now: recorded, and in flight with no
     /// role yet (`migrated`: never to be migrated). Returns its id.
-    fn placed(&mut self, request: &Request, migrated: bool, now: Instant) -> RequestId {
+    fn placed(
+        &mut self,
+        request: &Request,
+        migrated: bool,
+        local: bool,
+        now: Instant,
+    ) -> RequestId {
         self.now = now;
         if let Some(rec) = self.rec.as_mut() {
             rec.arrival(request);
@@ -22,6 +28,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
                 migrated,
                 has_destination: false,
                 roles: Vec::new(),
+                local,
             },
         );
         request.id
@@ -43,7 +50,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         now: Instant,
         out: &mut Vec<Route>,
     ) -> bool {
-        let rid = self.placed(&request, false, now);
+        let rid = self.placed(&request, false, false, now);
         let Some((to, r)) = self.frontend.arrive_at(request, w, now) else {
             self.fail(rid, FailureReason::NoWorker, None);
             return false;
@@ -55,6 +62,70 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             delay: handoff_core::Duration::ZERO,
         });
         true
+    }
+
+    /// `request` arrives now, outside the workload, on worker `w` of a
+    /// disaggregated source-first deployment without `kv_transfer_params`
+    /// ([`Frontend::arrive_local`]): `w` serves it whole, prefill and
+    /// decode, whatever its pool, as vLLM serves a request that names no
+    /// remote KV (smg's PD passthrough: a `max_tokens: 1` prefill, then the
+    /// plain request on a decode worker). It is never migrated (its flight
+    /// counts as migrated already): the proxy picked `w` and retries as it
+    /// sees fit. Returns whether it was routed (else it failed as
+    /// `no-worker`, with nothing booked).
+    pub fn arrive_local(
+        &mut self,
+        request: Request,
+        w: WorkerId,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) -> bool {
+        let rid = self.placed(&request, true, true, now);
+        let Some((to, r)) = self.frontend.arrive_local(request, w, now) else {
+            self.fail(rid, FailureReason::NoWorker, None);
+            return false;
+        };
+        self.track(to, &r);
+        out.push(Route {
+            to,
+            request: r,
+            delay: handoff_core::Duration::ZERO,
+        });
+        true
+    }
+
+    /// Whether `request` is in flight served whole on a proxy's pick
+    /// ([`Serving::arrive_local`]).
+    pub(super) fn is_local(&self, request: RequestId) -> bool {
+        self.flights.get(&request).is_some_and(|f| f.local)
+    }
+
+    /// What the recorder must hear of prefill worker `w`'s event `e` beyond
+    /// what [`Recorder::event`] takes from a prefill worker: the tokens and
+    /// the finish of requests it serves whole ([`Serving::arrive_local`]),
+    /// counted as an aggregated worker's. A disabled ordering's prefill
+    /// tokens and finish stay uncounted, as before.
+    pub(super) fn local_event(&mut self, w: WorkerId, e: &WorkerEvent) {
+        match e {
+            WorkerEvent::Tokens { emissions }
+                if emissions.iter().any(|e| self.is_local(e.request)) =>
+            {
+                let mine: Vec<_> = emissions
+                    .iter()
+                    .filter(|e| self.is_local(e.request))
+                    .cloned()
+                    .collect();
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.local_tokens(w, &mine);
+                }
+            }
+            WorkerEvent::RequestFinished { request, at } if self.is_local(*request) => {
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.local_finished(*request, *at);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The decode of `request`'s current attempt `id` (pinned on `source`
@@ -116,7 +187,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         now: Instant,
         out: &mut Vec<Route>,
     ) -> bool {
-        let rid = self.placed(&request, true, now);
+        let rid = self.placed(&request, true, false, now);
         let Some(routes) = self.frontend.arrive_pair(request, prefill, decode, now) else {
             self.fail(rid, FailureReason::NoWorker, None);
             return false;

@@ -1,0 +1,191 @@
+//! vLLM's `kv_transfer_params` flow on the worker listeners
+//! ([`crate::kv_transfer`]): a `do_remote_decode` prefill on the worker it
+//! was sent to, which pins and parks until its decode call attaches to a
+//! decode worker; and a plain request, which the worker it was sent to
+//! serves whole (smg's passthrough).
+
+use super::{HttpDirector, Pending, StreamMsg};
+use crate::kv_transfer::{Pinned, ProxyError};
+use handoff_core::{FailureReason, HandoffId, Instant, Request, RequestId, SourceReady, WorkerId};
+use handoff_engine::Route;
+use handoff_router::Pool;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A proxied prefill that pinned and waits for its decode.
+#[derive(Clone, Copy)]
+pub(super) struct Parked {
+    request: RequestId,
+    source: WorkerId,
+    ready: SourceReady,
+    prompt_tokens: u32,
+}
+
+impl HttpDirector {
+    /// Per-worker HTTP: queues `request` (prompt `tokens`) to arrive on
+    /// `worker` itself, the router bypassed: whole on an aggregated
+    /// worker, as a `do_remote_decode` prefill on a prefill worker (its
+    /// stream then ends with [`StreamMsg::Prefilled`] when it pins). The
+    /// listener checked the worker's pool and the ordering.
+    pub fn submit_at(
+        &mut self,
+        request: Request,
+        tokens: &[u32],
+        worker: WorkerId,
+        tx: UnboundedSender<StreamMsg>,
+    ) {
+        self.open(&request, tokens, tx);
+        if self.pool(worker) == Pool::Prefill {
+            self.proxied.insert(request.id);
+        }
+        self.arriving.push_back(Pending::At { request, worker });
+    }
+
+    /// Per-worker HTTP: queues `request` (prompt `tokens`), sent without
+    /// `kv_transfer_params` to `worker` of a disaggregated source-first
+    /// deployment, to be served whole there, prefill and decode, whatever
+    /// `worker`'s pool ([`Serving::arrive_local`]): smg's PD passthrough
+    /// for vLLM workers. Its stream ends when `worker` finishes it.
+    pub fn submit_local(
+        &mut self,
+        request: Request,
+        tokens: &[u32],
+        worker: WorkerId,
+        tx: UnboundedSender<StreamMsg>,
+    ) {
+        self.open(&request, tokens, tx);
+        if self.pool(worker) == Pool::Prefill {
+            self.local.insert(request.id);
+        }
+        self.arriving.push_back(Pending::Local { request, worker });
+    }
+
+    /// Per-worker HTTP: the decode call (`do_remote_prefill`) of the
+    /// prefill `remote` names, to decode worker `worker` at `now`,
+    /// generating `output_tokens`. Checked here against the pinned
+    /// prefills; an error is for the caller to answer (nothing is queued).
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_decode(
+        &mut self,
+        remote: &crate::kv_transfer::RemotePrefill,
+        worker: WorkerId,
+        tokens: &[u32],
+        output_tokens: u32,
+        now: Instant,
+        tx: UnboundedSender<StreamMsg>,
+    ) -> Result<(), ProxyError> {
+        let p = match self.parked.get(&remote.handoff) {
+            Some(p) if p.request == remote.request => *p,
+            _ => return Err(ProxyError::UnknownHandoff),
+        };
+        if p.source != remote.engine {
+            return Err(ProxyError::WrongEngine);
+        }
+        let got = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
+        if got != p.prompt_tokens {
+            return Err(ProxyError::PromptMismatch {
+                expected: p.prompt_tokens,
+                got,
+            });
+        }
+        if remote.blocks != p.ready.blocks {
+            return Err(ProxyError::BlockCount {
+                expected: p.ready.blocks,
+                got: remote.blocks,
+            });
+        }
+        if self.flows.contains_key(&p.request) {
+            return Err(ProxyError::AlreadyAttached);
+        }
+        let request =
+            crate::prompt::request_for(p.request, tokens, output_tokens, self.block_size, now);
+        self.open(&request, tokens, tx);
+        self.arriving.push_back(Pending::Decode {
+            at: now,
+            request: p.request,
+            handoff: remote.handoff,
+            worker,
+            output_tokens,
+        });
+        Ok(())
+    }
+
+    /// Per-worker HTTP prefills pinned and waiting for their decode.
+    pub fn parked(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// Routes the decode of parked `handoff` to `worker`; a handoff that
+    /// ended since the call was checked refuses it.
+    pub(super) fn attach(
+        &mut self,
+        request: RequestId,
+        handoff: HandoffId,
+        worker: WorkerId,
+        output_tokens: u32,
+        now: Instant,
+        out: &mut Vec<Route>,
+    ) {
+        let Some(p) = self.parked.remove(&handoff) else {
+            return self.end(request, StreamMsg::Refused(ProxyError::UnknownHandoff));
+        };
+        let routed = self.inner.route_destination_to(
+            request,
+            handoff,
+            p.source,
+            p.ready,
+            worker,
+            output_tokens,
+            now,
+            out,
+        );
+        if !routed {
+            // The decode worker cannot take it now; the pin stays for
+            // another try until its lease runs out.
+            self.parked.insert(handoff, p);
+            return self.end(request, StreamMsg::Failed(FailureReason::NoWorker));
+        }
+        // The destination reads the pinned prefix instead of computing it,
+        // as vLLM counts a connector's external hit as cached.
+        let cached = u32::try_from(p.ready.tokens)
+            .unwrap_or(u32::MAX)
+            .min(p.prompt_tokens);
+        if let Some(f) = self.flows.get(&request) {
+            let _ = f.tx.send(StreamMsg::Started {
+                cached_tokens: cached,
+            });
+        }
+    }
+
+    /// vLLM's `request_finished` on the prefill worker for a
+    /// `do_remote_decode` prefill `request` (handoff `id`) that pinned
+    /// `ready` on `w`: the blocks stay, parked for the decode call, and the
+    /// response carries where they are.
+    pub(super) fn pinned(
+        &mut self,
+        w: WorkerId,
+        id: HandoffId,
+        request: RequestId,
+        ready: SourceReady,
+    ) {
+        let prompt_tokens = self.flows.get(&request).map_or(0, |f| f.prompt_tokens);
+        self.parked.insert(
+            id,
+            Parked {
+                request,
+                source: w,
+                ready,
+                prompt_tokens,
+            },
+        );
+        self.end(
+            request,
+            StreamMsg::Prefilled(Pinned {
+                request,
+                handoff: id,
+                engine: w,
+                blocks: ready.blocks,
+                tokens: ready.tokens,
+            }),
+        );
+    }
+}
