@@ -159,12 +159,18 @@ impl std::fmt::Display for GridError {
                 write!(f, "{len} values, more than the {max} allowed")
             }
             GridErrorKind::Length { expected, found } => {
-                write!(f, "expected {expected} values along its axis, found {found}")
+                write!(
+                    f,
+                    "expected {expected} values along its axis, found {found}"
+                )
             }
             GridErrorKind::NotFinite(at) => write!(f, "{at} is not finite"),
             GridErrorKind::Negative(at) => write!(f, "{at} is negative"),
             GridErrorKind::NotIncreasing(i) => {
-                write!(f, "[{i}] is not above the point before it (axes must increase)")
+                write!(
+                    f,
+                    "[{i}] is not above the point before it (axes must increase)"
+                )
             }
         }
     }
@@ -294,7 +300,10 @@ impl DynamoGrid {
         }
         let x = context_tokens as f64;
         let y = (context_tokens / batch) as f64;
-        let (xs, ys) = (&self.a.decode_active_kv_tokens, &self.a.decode_context_length);
+        let (xs, ys) = (
+            &self.a.decode_active_kv_tokens,
+            &self.a.decode_context_length,
+        );
         let (i, j) = (lower(xs, x), lower(ys, y));
         let cols = ys.len();
         let z = |r: usize, c: usize| self.a.decode_itl[r * cols + c];
@@ -353,7 +362,10 @@ impl PerfModel for GridPerf {
         if pass.prefill_tokens == 0 && pass.decode_batch == 0 {
             return Duration::ZERO;
         }
-        let p = scaled_ms(self.grid.prefill_ms(pass.prefill_tokens), self.speedup_ratio);
+        let p = scaled_ms(
+            self.grid.prefill_ms(pass.prefill_tokens),
+            self.speedup_ratio,
+        );
         let d = scaled_ms(
             self.grid
                 .decode_ms(pass.decode_batch, pass.decode_context_tokens),
