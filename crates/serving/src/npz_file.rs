@@ -697,4 +697,22 @@ mod tests {
             "p.npz: prefill_isl: compressed entry (np.savez_compressed); write it with np.savez"
         );
     }
+
+    /// Every single-byte corruption and every truncation of a valid archive
+    /// is read or refused, never a panic (the zip crate and this reader both
+    /// see it), and a refusal names the file.
+    #[test]
+    fn corrupted_archives_never_panic() {
+        let good = to_npz_bytes(&arrays()).unwrap();
+        for pos in 0..good.len() {
+            for v in [0u8, 0xff, good[pos] ^ 0x80, good[pos].wrapping_add(1)] {
+                let mut b = good.clone();
+                b[pos] = v;
+                if let Err(e) = parse(&b, "p.npz", "p.npz") {
+                    assert!(e.to_string().starts_with("p.npz: "), "{e}");
+                }
+            }
+            assert!(parse(&good[..pos], "p.npz", "p.npz").is_err());
+        }
+    }
 }
