@@ -166,10 +166,13 @@ pub struct DeployArgs {
     )]
     pub speedup_ratio: Option<f64>,
     /// Step-time model: `dynamo-polynomial` (Dynamo's legacy fit: decode
-    /// by KV fraction of the pool, cached-prefix attention free) or
+    /// by KV fraction of the pool, cached-prefix attention free),
     /// `profile:FILE` (interpolation over a measured profile, prefill by
     /// new and cached tokens, decode by batch and context tokens; format in
-    /// profiles/README.md, e.g. profile:profiles/qwen3-4b-a100-sglang.json).
+    /// profiles/README.md, e.g. profile:profiles/qwen3-4b-a100-sglang.json)
+    /// or `npz:FILE` (a Dynamo profiler `.npz`, e.g. perf_data.npz, looked
+    /// up as Dynamo's mocker does: prefill by new tokens, decode by active
+    /// KV tokens and mean context length).
     #[arg(long, default_value = "dynamo-polynomial", value_name = "MODEL")]
     pub perf: String,
     /// SGLang decode workers keep a radix prefix cache (SGLang's flag of
@@ -406,19 +409,23 @@ impl DeployArgs {
 
     /// The step-time model of `--perf` (a profile is read and checked here).
     pub fn perf(&self) -> Result<PerfChoice, String> {
-        match self.perf.as_str() {
-            "dynamo-polynomial" => Ok(PerfChoice::DynamoPolynomial),
-            other => match other.strip_prefix("profile:") {
-                Some(path) if !path.is_empty() => {
-                    handoff_serving::profile_file::load(path.as_ref())
-                        .map(|p| PerfChoice::Profile(Arc::new(p)))
-                        .map_err(|e| format!("--perf: {e}"))
-                }
-                _ => Err(format!(
-                    "--perf: `{other}`: expected dynamo-polynomial or profile:FILE"
-                )),
-            },
+        let other = self.perf.as_str();
+        if other == "dynamo-polynomial" {
+            return Ok(PerfChoice::DynamoPolynomial);
         }
+        if let Some(path) = other.strip_prefix("profile:").filter(|p| !p.is_empty()) {
+            return handoff_serving::profile_file::load(path.as_ref())
+                .map(|p| PerfChoice::Profile(Arc::new(p)))
+                .map_err(|e| format!("--perf: {e}"));
+        }
+        if let Some(path) = other.strip_prefix("npz:").filter(|p| !p.is_empty()) {
+            return handoff_serving::npz_file::load(path.as_ref())
+                .map(|g| PerfChoice::Npz(Arc::new(g)))
+                .map_err(|e| format!("--perf: {e}"));
+        }
+        Err(format!(
+            "--perf: `{other}`: expected dynamo-polynomial, profile:FILE or npz:FILE"
+        ))
     }
 
     /// Engine specs for a prefill and a decode worker (the flags in their

@@ -294,7 +294,7 @@ fn a_bad_perf_profile_fails_with_its_location() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("expected dynamo-polynomial or profile:FILE"),
+        err.contains("expected dynamo-polynomial, profile:FILE or npz:FILE"),
         "{err}"
     );
 }

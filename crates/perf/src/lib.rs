@@ -12,14 +12,19 @@
 //! - [`ProfilePerf`] (`profile:FILE`): interpolation over measured tables,
 //!   prefill by (new tokens, cached-prefix tokens) and decode by (batch,
 //!   context tokens) — see [`profile`];
+//! - [`GridPerf`] (`npz:FILE`): Dynamo's profiled interpolation, prefill by
+//!   new tokens and decode by (summed, mean) context — see [`grid`];
 //! - [`FixedPerf`]: fixed costs, for tests;
-//! - [`StepModel`]: the run-time choice among the first two, an enum so the
+//! - [`StepModel`]: the run-time choice among the first three, an enum so the
 //!   cores stay monomorphic (one match per pass, no virtual call).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod grid;
 pub mod profile;
+
+pub use grid::{DynamoGrid, GridArray, GridArrays, GridAt, GridError, GridErrorKind, GridPerf};
 
 pub use profile::{PerfProfile, PerfTable, ProfileError, ProfileErrorKind, ProfilePerf, TableKind};
 
@@ -253,6 +258,8 @@ pub enum StepModel {
     Polynomial(PolynomialPerf),
     /// `profile:FILE`.
     Profile(ProfilePerf),
+    /// `npz:FILE`.
+    Grid(GridPerf),
 }
 
 impl Default for StepModel {
@@ -263,11 +270,13 @@ impl Default for StepModel {
 
 impl StepModel {
     /// The model's name as the report and `--perf` spell it
-    /// (`dynamo-polynomial`, or `profile:NAME` with the profile's name).
+    /// (`dynamo-polynomial`, `profile:NAME` with the profile's name, or
+    /// `npz:NAME` with the Dynamo profile's).
     pub fn label(&self) -> String {
         match self {
             StepModel::Polynomial(_) => "dynamo-polynomial".to_string(),
             StepModel::Profile(p) => format!("profile:{}", p.profile().name()),
+            StepModel::Grid(g) => format!("npz:{}", g.grid().name()),
         }
     }
 }
@@ -278,6 +287,7 @@ impl PerfModel for StepModel {
         match self {
             StepModel::Polynomial(m) => m.pass(pass),
             StepModel::Profile(m) => m.pass(pass),
+            StepModel::Grid(m) => m.pass(pass),
         }
     }
 
@@ -285,6 +295,7 @@ impl PerfModel for StepModel {
         match self {
             StepModel::Polynomial(m) => m.grows_with_work(),
             StepModel::Profile(m) => m.grows_with_work(),
+            StepModel::Grid(m) => m.grows_with_work(),
         }
     }
 }

@@ -2,6 +2,8 @@
 
 use handoff_core::Backend;
 use handoff_core::CoreBox;
+use handoff_perf::DynamoGrid;
+use handoff_perf::GridPerf;
 use handoff_perf::PerfProfile;
 use handoff_perf::PolynomialPerf;
 use handoff_perf::ProfilePerf;
@@ -19,6 +21,9 @@ pub enum PerfChoice {
     /// Interpolation over a measured profile ([`ProfilePerf`]), loaded
     /// with [`crate::profile_file::load`]; shared by every worker.
     Profile(Arc<PerfProfile>),
+    /// Dynamo's profiled interpolation ([`GridPerf`]) over a profiler
+    /// `.npz`, loaded with [`crate::npz_file::load`]; shared by every worker.
+    Npz(Arc<DynamoGrid>),
 }
 
 impl PerfChoice {
@@ -29,11 +34,13 @@ impl PerfChoice {
             PerfChoice::Profile(p) => {
                 StepModel::Profile(ProfilePerf::new(p.clone(), speedup_ratio))
             }
+            PerfChoice::Npz(g) => StepModel::Grid(GridPerf::new(g.clone(), speedup_ratio)),
         }
     }
 
     /// As `--perf` and the report's `config.engines[].perf` spell it:
-    /// `dynamo-polynomial`, or `profile:NAME` with the profile's own name.
+    /// `dynamo-polynomial`, `profile:NAME` with the profile's own name, or
+    /// `npz:FILE_NAME`.
     pub fn label(&self) -> String {
         self.model(1.0).label()
     }

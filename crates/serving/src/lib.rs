@@ -17,6 +17,7 @@ pub mod deployment;
 pub mod engines;
 pub mod kv_order;
 pub mod metrics;
+pub mod npz_file;
 mod per_worker;
 pub mod profile_file;
 pub mod report;
