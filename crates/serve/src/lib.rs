@@ -48,6 +48,7 @@ pub mod dynamo_hash;
 pub mod http;
 pub mod info;
 pub mod kv_transfer;
+mod listener;
 pub mod metrics;
 pub mod native;
 pub mod openai;

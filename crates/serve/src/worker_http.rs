@@ -31,9 +31,10 @@
 
 use crate::director::StreamMsg;
 use crate::driver::{Cmd, Placement};
-use crate::http::{body_error_response, error, failure, stream, unix_secs, whole, AppState};
+use crate::http::{body_error_response, error, failure, stream, unix_secs, whole};
 use crate::http::{CancelGuard, MAX_BODY_BYTES};
 use crate::kv_transfer::{self, KvTransfer, ProxyError};
+pub use crate::listener::WorkerState;
 use crate::openai::{parse, Endpoint, Meta};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -42,27 +43,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use handoff_core::{HandoffPolicy, RequestId, WorkerId};
+use handoff_core::{HandoffPolicy, RequestId};
 use handoff_router::Pool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::mpsc::unbounded_channel;
-
-/// What one worker's listener knows.
-pub struct WorkerState {
-    /// The server's shared state (engine commands, ids, limits).
-    pub app: Arc<AppState>,
-    /// This worker.
-    pub worker: WorkerId,
-    /// Its pool.
-    pub pool: Pool,
-    /// The deployment's handoff ordering.
-    pub policy: HandoffPolicy,
-    /// The host this listener is bound to (`remote_host`).
-    pub host: String,
-    /// Its port (`remote_port`).
-    pub port: u16,
-}
 
 /// The routes of one worker's listener.
 pub fn worker_router(state: Arc<WorkerState>) -> Router {

@@ -1,0 +1,25 @@
+//! [`WorkerState`]: what one worker's own listener knows, shared by the
+//! flows it serves (vLLM's `kv_transfer_params` proxy flow in
+//! [`crate::worker_http`], SGLang's bootstrap-room legs in
+//! [`crate::sglang_pd`]).
+
+use crate::http::AppState;
+use handoff_core::{HandoffPolicy, WorkerId};
+use handoff_router::Pool;
+use std::sync::Arc;
+
+/// What one worker's listener knows.
+pub struct WorkerState {
+    /// The server's shared state (engine commands, ids, limits).
+    pub app: Arc<AppState>,
+    /// This worker.
+    pub worker: WorkerId,
+    /// Its pool.
+    pub pool: Pool,
+    /// The deployment's handoff ordering.
+    pub policy: HandoffPolicy,
+    /// The host this listener is bound to (`remote_host`).
+    pub host: String,
+    /// Its port (`remote_port`).
+    pub port: u16,
+}
