@@ -561,14 +561,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         // Booked a second time, as a migrated request is.
         self.rerouted.insert(r);
         match self.frontend.recompute_on(w, request, now) {
-            Some(request) => {
-                self.track(w, &request);
-                out.push(Route {
-                    to: w,
-                    request,
-                    delay: handoff_core::Duration::ZERO,
-                });
-            }
+            Some(request) => self.send_now(w, request, out),
             None => self.fail(r, CancelReason::KvLoadFailed.into(), None),
         }
     }

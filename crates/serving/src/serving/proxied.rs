@@ -34,6 +34,35 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         request.id
     }
 
+    /// Sends placed request `rid`'s roles now, or fails it as `no-worker`
+    /// when the frontend could book none (`routes` is `None`). Returns
+    /// whether it was routed.
+    fn send_placed(
+        &mut self,
+        rid: RequestId,
+        routes: Option<Vec<(WorkerId, WorkerRequest)>>,
+        out: &mut Vec<Route>,
+    ) -> bool {
+        let Some(routes) = routes else {
+            self.fail(rid, FailureReason::NoWorker, None);
+            return false;
+        };
+        for (to, r) in routes {
+            self.send_now(to, r, out);
+        }
+        true
+    }
+
+    /// Tracks `r` on `to` and delivers it there now.
+    pub(super) fn send_now(&mut self, to: WorkerId, r: WorkerRequest, out: &mut Vec<Route>) {
+        self.track(to, &r);
+        out.push(Route {
+            to,
+            request: r,
+            delay: handoff_core::Duration::ZERO,
+        });
+    }
+
     /// `request` arrives now, outside the workload, on worker `w` (router
     /// bypassed, [`Frontend::arrive_at`]): whole on an aggregated worker,
     /// else as the source-first source on prefill worker `w`, whose decode
@@ -51,17 +80,8 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         out: &mut Vec<Route>,
     ) -> bool {
         let rid = self.placed(&request, false, false, now);
-        let Some((to, r)) = self.frontend.arrive_at(request, w, now) else {
-            self.fail(rid, FailureReason::NoWorker, None);
-            return false;
-        };
-        self.track(to, &r);
-        out.push(Route {
-            to,
-            request: r,
-            delay: handoff_core::Duration::ZERO,
-        });
-        true
+        let routes = self.frontend.arrive_at(request, w, now).map(|r| vec![r]);
+        self.send_placed(rid, routes, out)
     }
 
     /// `request` arrives now, outside the workload, on worker `w` of a
@@ -81,17 +101,8 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         out: &mut Vec<Route>,
     ) -> bool {
         let rid = self.placed(&request, true, true, now);
-        let Some((to, r)) = self.frontend.arrive_local(request, w, now) else {
-            self.fail(rid, FailureReason::NoWorker, None);
-            return false;
-        };
-        self.track(to, &r);
-        out.push(Route {
-            to,
-            request: r,
-            delay: handoff_core::Duration::ZERO,
-        });
-        true
+        let routes = self.frontend.arrive_local(request, w, now).map(|r| vec![r]);
+        self.send_placed(rid, routes, out)
     }
 
     /// Whether `request` is in flight served whole on a proxy's pick
@@ -160,12 +171,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         else {
             return false;
         };
-        self.track(to, &r);
-        out.push(Route {
-            to,
-            request: r,
-            delay: handoff_core::Duration::ZERO,
-        });
+        self.send_now(to, r, out);
         true
     }
 
@@ -188,18 +194,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         out: &mut Vec<Route>,
     ) -> bool {
         let rid = self.placed(&request, true, false, now);
-        let Some(routes) = self.frontend.arrive_pair(request, prefill, decode, now) else {
-            self.fail(rid, FailureReason::NoWorker, None);
-            return false;
-        };
-        for (to, r) in routes {
-            self.track(to, &r);
-            out.push(Route {
-                to,
-                request: r,
-                delay: handoff_core::Duration::ZERO,
-            });
-        }
-        true
+        let routes = self.frontend.arrive_pair(request, prefill, decode, now);
+        self.send_placed(rid, routes, out)
     }
 }
