@@ -5,7 +5,9 @@
 //! other run's.
 
 use crate::args::DeployArgs;
-use handoff_serve::{per_worker, worker_http_ports, KvEndpoints, RouterEventWriter, ServeConfig};
+use handoff_serve::{
+    per_worker, worker_http_ports, KvEndpoints, KvEventEncoding, RouterEventWriter, ServeConfig,
+};
 use std::path::PathBuf;
 
 /// Options of `serve`.
@@ -36,6 +38,11 @@ pub struct ServeArgs {
     /// The topic frame of every KV event message (vLLM's default: empty).
     #[arg(long, default_value = "", value_name = "TOPIC")]
     kv_topic: String,
+    /// How each ZMQ event is laid out: msgspec's array form (array, vLLM
+    /// before 0.28) or its tagged map (map, vLLM 0.28 on, which
+    /// vllm-router's kv_aware subscriber reads).
+    #[arg(long, value_enum, default_value_t = KvEncoding::Array, requires = "kv_events")]
+    kv_event_encoding: KvEncoding,
     /// Write every KV event as a Dynamo `RouterEvent` JSON line to FILE.
     #[arg(long, value_name = "FILE")]
     kv_events_out: Option<PathBuf>,
@@ -70,6 +77,24 @@ pub struct ServeArgs {
     output: Option<PathBuf>,
 }
 
+/// `--kv-event-encoding`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum KvEncoding {
+    /// `["BlockStored", block_hashes, ...]`.
+    Array,
+    /// `{"type": "BlockStored", "block_hashes": ..., ...}`.
+    Map,
+}
+
+impl From<KvEncoding> for KvEventEncoding {
+    fn from(e: KvEncoding) -> Self {
+        match e {
+            KvEncoding::Array => KvEventEncoding::Array,
+            KvEncoding::Map => KvEventEncoding::Map,
+        }
+    }
+}
+
 /// `--block-hash`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum BlockHash {
@@ -100,6 +125,7 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
                 None => Vec::new(),
             },
             topic: a.kv_topic.clone(),
+            encoding: a.kv_event_encoding.into(),
         }),
         None => None,
     };

@@ -142,6 +142,11 @@ pub struct HttpDirector {
     proxied: FastSet<RequestId>,
     /// Per-worker HTTP prefills pinned, waiting for their decode.
     parked: FastMap<HandoffId, Parked>,
+    /// The prompt blocks of each pinned per-worker prefill, held in
+    /// [`BlockTokens`] from its response until its source role ends: the
+    /// prefill's `Stored` events may still wait in the reorder buffer when
+    /// the pin ends its stream, and must carry the prompt's token ids.
+    pinned_prompts: FastMap<RequestId, Vec<u64>>,
     /// Per-worker HTTP plain requests served whole on a prefill worker
     /// (smg's passthrough prefill): their tokens and finish end their
     /// stream, which a prefill worker's otherwise do not.
@@ -185,6 +190,7 @@ impl HttpDirector {
             arriving: VecDeque::new(),
             proxied: FastSet::default(),
             parked: FastMap::default(),
+            pinned_prompts: FastMap::default(),
             local: FastSet::default(),
             pools,
             block_size,
@@ -293,9 +299,14 @@ impl HttpDirector {
             StreamMsg::Failed(why) => self.end_prefill_leg(r, pairs::PrefillEnd::Failed(why)),
             _ => {}
         }
+        let pinned = matches!(msg, StreamMsg::Prefilled(_));
         if let Some(f) = self.flows.remove(&r) {
             let _ = f.tx.send(msg);
-            self.blocks.release(&f.hashes);
+            if pinned {
+                self.pinned_prompts.insert(r, f.hashes);
+            } else {
+                self.blocks.release(&f.hashes);
+            }
         }
     }
 
@@ -467,6 +478,9 @@ impl HttpDirector {
                     // Its lease ran out (or it was torn down) before a decode
                     // attached: the blocks are freed, the handoff is gone.
                     self.parked.remove(id);
+                    if let Some(hashes) = self.pinned_prompts.remove(request) {
+                        self.blocks.release(&hashes);
+                    }
                     self.source_ended(*request, *reason);
                 }
                 match reason {

@@ -53,6 +53,7 @@ pub mod metrics;
 pub mod native;
 pub mod openai;
 pub mod prompt;
+pub mod render;
 pub mod sampling;
 pub mod server;
 pub mod sglang_pd;
@@ -68,4 +69,5 @@ pub use server::{
     parse_worker_http, per_worker, serve, serve_until, serve_workers, serve_workers_until,
     worker_http_ports, Listening, ServeConfig,
 };
+pub use vllm_wire::KvEventEncoding;
 pub use zmq_pub::KvEndpoints;

@@ -236,7 +236,10 @@ async fn run(
         let mut rx = stop_rx.clone();
         let info = info.clone();
         others.push(tokio::spawn(async move {
-            let routes = worker_router(ws).merge(info::routes(info, Scope::Worker(w as usize)));
+            let render = crate::render::routes(ws.app.clone());
+            let routes = worker_router(ws)
+                .merge(info::routes(info, Scope::Worker(w as usize)))
+                .merge(render);
             axum::serve(l, routes)
                 .with_graceful_shutdown(async move {
                     let _ = rx.wait_for(|s| *s).await;
@@ -244,7 +247,10 @@ async fn run(
                 .await
         }));
     }
-    let front = router(state).merge(info::routes(info, Scope::Front));
+    let render = crate::render::routes(state.clone());
+    let front = router(state)
+        .merge(info::routes(info, Scope::Front))
+        .merge(render);
     let served = axum::serve(listener, front)
         .with_graceful_shutdown(async move {
             stop.await;

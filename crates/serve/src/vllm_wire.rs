@@ -14,6 +14,14 @@
 //!   block_size, lora_id, medium]`, `["BlockRemoved", block_hashes,
 //!   medium]`, `["AllBlocksCleared"]`. Hashes are unsigned 64-bit ints
 //!   (vLLM's `ExternalBlockHash` may be an int).
+//! - [`KvEventEncoding::Map`] writes each event as vLLM 0.28 and later
+//!   declare `KVCacheEvent` (`tag=True` without `array_like`): a map whose
+//!   first key is `"type"` (the class name), then every field without a
+//!   default, nil ones included (`omit_defaults` drops only the defaulted
+//!   ones): `{type, block_hashes, parent_block_hash, token_ids, block_size,
+//!   lora_id, medium, lora_name}`, `{type, block_hashes, medium}`,
+//!   `{type}`. The batch stays an array. vllm-router 0.1.17's subscriber
+//!   (`src/kv_index/decode.rs`, `decode_event`) reads only this form.
 //! - The replay socket is a ROUTER: a client sends `[b"", start_seq (8
 //!   bytes big-endian)]`; it is answered, frame for frame, with every
 //!   buffered message whose sequence is at least `start_seq` as
@@ -51,6 +59,16 @@ pub enum WireEvent {
     AllBlocksCleared,
 }
 
+/// How each event is laid out inside a batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvEventEncoding {
+    /// msgspec `array_like=True`: `["BlockStored", field, ...]`.
+    #[default]
+    Array,
+    /// msgspec's tagged map: `{"type": "BlockStored", "field": ...}`.
+    Map,
+}
+
 fn hashes(h: &[u64]) -> Value {
     Value::Array(h.iter().map(|x| Value::from(*x)).collect())
 }
@@ -82,12 +100,54 @@ impl WireEvent {
     }
 }
 
+/// The map form of `event` (see the module docs): the array form's
+/// values under vLLM's field names, `type` first.
+fn to_map_value(event: &WireEvent) -> Value {
+    let names: &[&str] = match event {
+        WireEvent::BlockStored { .. } => &[
+            "type",
+            "block_hashes",
+            "parent_block_hash",
+            "token_ids",
+            "block_size",
+            "lora_id",
+            "medium",
+        ],
+        WireEvent::BlockRemoved { .. } => &["type", "block_hashes", "medium"],
+        WireEvent::AllBlocksCleared => &["type"],
+    };
+    let Value::Array(values) = event.to_value() else {
+        return Value::Nil;
+    };
+    let mut pairs: Vec<(Value, Value)> =
+        names.iter().map(|n| Value::from(*n)).zip(values).collect();
+    // `lora_name` (vLLM 0.9 on) has no default, so it is written, as nil.
+    if matches!(event, WireEvent::BlockStored { .. }) {
+        pairs.push((Value::from("lora_name"), Value::Nil));
+    }
+    Value::Map(pairs)
+}
+
 /// The msgpack payload of a `KVEventBatch` of `events` at `ts` (Unix
-/// seconds) from data-parallel rank `dp_rank`.
+/// seconds) from data-parallel rank `dp_rank`, events in the array form.
 pub fn encode_batch(ts: f64, events: &[WireEvent], dp_rank: u32) -> Vec<u8> {
+    encode_batch_as(ts, events, dp_rank, KvEventEncoding::Array)
+}
+
+/// As [`encode_batch`], each event laid out as `encoding` says.
+pub fn encode_batch_as(
+    ts: f64,
+    events: &[WireEvent],
+    dp_rank: u32,
+    encoding: KvEventEncoding,
+) -> Vec<u8> {
+    let event = match encoding {
+        KvEventEncoding::Array => WireEvent::to_value,
+        KvEventEncoding::Map => to_map_value,
+    };
     let v = Value::Array(vec![
         Value::F64(ts),
-        Value::Array(events.iter().map(WireEvent::to_value).collect()),
+        Value::Array(events.iter().map(event).collect()),
         Value::from(dp_rank),
     ]);
     let mut out = Vec::with_capacity(64);
@@ -136,6 +196,62 @@ mod tests {
         assert_eq!(removed[0].as_str(), Some("BlockRemoved"));
         assert_eq!(removed.len(), 3);
         assert_eq!(events[2].as_array().map(Vec::len), Some(1));
+    }
+
+    fn map_keys(v: &Value) -> Vec<&str> {
+        v.as_map()
+            .expect("tagged map")
+            .iter()
+            .map(|(k, _)| k.as_str().expect("string key"))
+            .collect()
+    }
+
+    #[test]
+    fn map_layout_is_vllm_0_28s() {
+        let ev = [
+            WireEvent::BlockStored {
+                block_hashes: vec![5, 6],
+                parent_block_hash: Some(4),
+                token_ids: vec![1, 2, 3, 4],
+                block_size: 2,
+            },
+            WireEvent::BlockRemoved {
+                block_hashes: vec![7],
+            },
+            WireEvent::AllBlocksCleared,
+        ];
+        let bytes = encode_batch_as(2.5, &ev, 0, KvEventEncoding::Map);
+        let v = rmpv::decode::read_value(&mut &bytes[..]).expect("valid msgpack");
+        let top = v.as_array().expect("the batch stays array-like");
+        assert_eq!((top.len(), top[0].as_f64()), (3, Some(2.5)));
+        let events = top[1].as_array().expect("events");
+        assert_eq!(
+            map_keys(&events[0]),
+            [
+                "type",
+                "block_hashes",
+                "parent_block_hash",
+                "token_ids",
+                "block_size",
+                "lora_id",
+                "medium",
+                "lora_name"
+            ]
+        );
+        let stored = events[0].as_map().expect("map");
+        assert_eq!(stored[0].1.as_str(), Some("BlockStored"));
+        assert_eq!(stored[2].1.as_u64(), Some(4));
+        assert_eq!(stored[3].1.as_array().map(Vec::len), Some(4));
+        assert!(stored[5].1.is_nil() && stored[7].1.is_nil());
+        assert_eq!(stored[6].1.as_str(), Some("GPU"));
+        assert_eq!(map_keys(&events[1]), ["type", "block_hashes", "medium"]);
+        assert_eq!(map_keys(&events[2]), ["type"]);
+        // The same events in the default form are unchanged.
+        assert_eq!(
+            encode_batch(2.5, &ev, 0),
+            encode_batch_as(2.5, &ev, 0, KvEventEncoding::Array)
+        );
+        assert_ne!(encode_batch(2.5, &ev, 0), bytes);
     }
 
     #[test]

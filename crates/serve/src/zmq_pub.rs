@@ -16,7 +16,7 @@
 //! and still ends with the marker; a `start_seq` past the newest is
 //! answered with the marker alone.
 
-use crate::vllm_wire::{encode_batch, WireEvent, END_SEQ};
+use crate::vllm_wire::{encode_batch_as, KvEventEncoding, WireEvent, END_SEQ};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -70,12 +70,15 @@ pub struct KvEndpoints {
     pub replay: Vec<String>,
     /// The topic frame (vLLM's default is empty).
     pub topic: String,
+    /// How events are laid out in a batch (vLLM's array form by default).
+    pub encoding: KvEventEncoding,
 }
 
 /// The running publishers; [`KvPublishers::publish`] is called from the
 /// engine thread.
 pub struct KvPublishers {
     senders: Vec<UnboundedSender<Bytes>>,
+    encoding: KvEventEncoding,
 }
 
 impl KvPublishers {
@@ -127,13 +130,16 @@ impl KvPublishers {
             });
             senders.push(tx);
         }
-        Ok(KvPublishers { senders })
+        Ok(KvPublishers {
+            senders,
+            encoding: ep.encoding,
+        })
     }
 
     /// Publishes worker `w`'s events of one engine instant as one batch.
     pub fn publish(&self, w: usize, ts: f64, events: &[WireEvent]) {
         if let Some(tx) = self.senders.get(w) {
-            let _ = tx.send(Bytes::from(encode_batch(ts, events, 0)));
+            let _ = tx.send(Bytes::from(encode_batch_as(ts, events, 0, self.encoding)));
         }
     }
 }
@@ -248,6 +254,7 @@ mod tests {
             publish: vec![format!("tcp://127.0.0.1:{}", ports[0])],
             replay: vec![format!("tcp://127.0.0.1:{}", ports[1])],
             topic: String::new(),
+            encoding: KvEventEncoding::Array,
         };
         let publishers = KvPublishers::start_keeping(&ep, 5).await.expect("bind");
         for i in 0..8u32 {

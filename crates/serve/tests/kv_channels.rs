@@ -11,7 +11,7 @@ use bytes::Bytes;
 use common::Server;
 use handoff_serve::dynamo_hash::{generated_tokens, tokens_hash};
 use handoff_serve::vllm_wire::END_SEQ;
-use handoff_serve::{serve_until, KvEndpoints, RouterEventWriter, ServeConfig};
+use handoff_serve::{serve_until, KvEndpoints, KvEventEncoding, RouterEventWriter, ServeConfig};
 use handoff_serving::{EngineSpec, ReplayConfig};
 use rmpv::Value;
 use std::io::Write;
@@ -153,6 +153,7 @@ fn zmq_and_jsonl_carry_one_identity_and_dynamos_tokens_hash() {
             .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
             .collect(),
         topic: String::new(),
+        encoding: KvEventEncoding::Array,
     };
     let jsonl = Shared::default();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
