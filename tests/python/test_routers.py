@@ -3,6 +3,12 @@ tests/python/run.sh): vllm-router with --vllm-pd-disaggregation, and smg
 (Shepherd Model Gateway) in PD mode, with workers given on its command line
 and registered by POST /workers.
 
+vllm-router's `kv_aware` prefill policy is checked on its own: it renders
+each prompt on the prefill workers (`/v1/completions/render`), subscribes
+to their KV events (`--pd-kv-events`, map-form events from `serve
+--kv-event-encoding map`), and must credit the prefix a worker holds and
+send the request there, as its decision log shows.
+
 For each router:
 - its start-up polling is recorded: the router first runs in front of
   logging forwarders (one per worker port, passing every GET through to the
@@ -22,9 +28,11 @@ Prints "N passed, N failed, N skipped" and exits non-zero on any failure.
 import concurrent.futures
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -36,6 +44,7 @@ import openai
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_serve import MODEL, SYSTEM, Server, free_port  # noqa: E402
+from wordlevel import WORDS, tokenizer_json  # noqa: E402
 
 VLLM_ROUTER = shlex.split(os.environ.get("VLLM_ROUTER", "target/venv/bin/vllm-router"))
 SMG = shlex.split(os.environ.get("SMG", "target/venv-smg/bin/python -m smg"))
@@ -297,6 +306,106 @@ def test_vllm_router(log_dir: str) -> None:
         s.stop()
 
 
+# vllm-router's PD decision line (src/routers/http/pd_router.rs, "P/D
+# admission"): its fallback, the prefix tokens it credited, and the prefill
+# worker it picked.
+ADMISSION = re.compile(
+    r'P/D admission .*?fallback=(\S+) .*?credited_prefix_tokens=Some\((\d+)\)'
+    r'.*?prefill: StageDecision \{.*?http_url: "([^"]+)"')
+# Its terminal colours, which it writes to a file too.
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def prefix(step: int, n: int = 80) -> str:
+    """n words of the test tokenizer, a different sequence per step."""
+    return " ".join(WORDS[(i * step) % len(WORDS)] for i in range(n))
+
+
+def counter(text: str, name: str, **labels: str) -> float:
+    """The Prometheus counter `name` with exactly these labels in text."""
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    m = re.search(rf'^{re.escape(name)}\{{{re.escape(want)}\}} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_vllm_router_kv_aware(log_dir: str) -> None:
+    """Two prompts of 81 tokens (5 blocks of 16) are served whole on
+    different prefill workers, so each holds one prefix. Requests extending
+    them then go through vllm-router with `--prefill-policy kv_aware`: each
+    must be rendered (not `render_unavailable`), credited the 80 cached
+    tokens and sent to the worker holding its prefix (the policy's tie
+    between two idle workers would pick the first); a cold prompt is
+    credited nothing."""
+    base = free_port(4)
+    with tempfile.TemporaryDirectory() as d:
+        tok = os.path.join(d, "tokenizer.json")
+        with open(tok, "w") as f:
+            json.dump(tokenizer_json(), f)
+        s = Server("--backend", "vllm", "--worker-http-base-port", str(base), "--tokenizer", tok,
+                   "--block-hash", "vllm", "--kv-event-encoding", "map", prefill=2, decode=2)
+    try:
+        roles = workers_of(s, base, 4)
+        events = [f"{u}=tcp://127.0.0.1:{s.kv + int(u.rsplit(':', 1)[1]) - base}"
+                  for u in roles["prefill"]]
+        metrics_port = free_port()
+        r = Router("vllm-router-kv-aware", lambda port: VLLM_ROUTER + [
+            "--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(metrics_port),
+            "--vllm-pd-disaggregation", *pd_args(roles),
+            "--prefill-policy", "kv_aware", "--decode-policy", "round_robin",
+            *[a for e in events for a in ("--pd-kv-events", e)],
+            "--worker-startup-timeout-secs", "30", "--log-level", "debug",
+        ], log_dir)
+        try:
+            r.wait(models_ready)
+            r.wait(lambda r: r.text().count("kv_index subscriber for") == 2)
+            time.sleep(1)  # the SUB sockets' connections settle
+            holder = {7: roles["prefill"][1], 3: roles["prefill"][0]}
+            for step, worker in holder.items():
+                status, body = http(worker + "/v1/completions",
+                                    {"model": MODEL, "prompt": prefix(step), "max_tokens": 2})
+                assert status == 200, body
+            s.wait_drained()
+            time.sleep(1)  # their BlockStored batches reach the router
+            seen = ANSI.sub("", r.text()).count("P/D admission")
+            c = openai.OpenAI(base_url=r.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+            sent = []
+            for q in range(3):
+                for step in holder:
+                    p = f"{prefix(step)} w{300 + q} w{350 + q}"
+                    c.completions.create(model=MODEL, prompt=p, max_tokens=4)
+                    sent.append(step)
+            c.completions.create(model=MODEL, prompt=prefix(11), max_tokens=4)
+            sent.append(None)
+            log = ANSI.sub("", r.text())
+            lines = [ln for ln in log.splitlines() if "P/D admission" in ln][seen:]
+            decisions = [ADMISSION.search(ln).groups() for ln in lines]
+            assert len(decisions) == len(sent), (len(decisions), sent)
+            print("     vllm-router decisions (fallback, credited prefix tokens, prefill worker):",
+                  flush=True)
+            for step, (fallback, credited, url) in zip(sent, decisions):
+                print(f"       {'cold' if step is None else f'prefix {step}'}: "
+                      f"{fallback} {credited} {url}", flush=True)
+                assert fallback == "None", (step, fallback)
+                if step is None:
+                    assert credited == "0", ("a cold prompt was credited", credited)
+                else:
+                    assert credited == "80", (step, credited)
+                    assert url == holder[step], (step, url, holder)
+            print("     " + ADMISSION.search(lines[0]).group(0)[:200] + " ...", flush=True)
+            m = http(f"http://127.0.0.1:{metrics_port}/metrics")[1].decode()
+            inputs = "vllm_router_kv_routing_inputs_total"
+            assert counter(m, inputs, transport="pd", result="render") >= 2 * len(sent), m
+            assert counter(m, inputs, transport="pd", result="render_unavailable") == 0
+            assert counter(m, "vllm_router_kv_placement_lookups_total", result="hit") > 0
+            assert counter(m, "vllm_router_prefix_routing_decisions_total", policy="kv_aware",
+                           stage="prefill", outcome="load_fallback") == 0
+        finally:
+            r.stop()
+        s.wait_drained()
+    finally:
+        s.stop()
+
+
 def smg_workers(r: Router) -> list[dict]:
     status, body = http(r.url + "/workers", timeout=2)
     if status != 200:
@@ -437,6 +546,7 @@ def main() -> int:
             traceback.print_exc()
 
     run("vllm-router --vllm-pd-disaggregation", test_vllm_router, log_dir)
+    run("vllm-router kv_aware prefill policy", test_vllm_router_kv_aware, log_dir)
     run("smg PD --backend vllm, command-line workers", test_smg_vllm, log_dir, False)
     run("smg PD --backend vllm, POST /workers", test_smg_vllm, log_dir, True)
     run("smg PD --backend sglang", test_smg_sglang, log_dir)
