@@ -2,8 +2,8 @@
 //! handoff-mocker's KV events as the mocker's own router does?
 //!
 //! ```text
-//! dynamo-kv-check --events KV.jsonl [--trace TRACE.jsonl --block-size N]
-//!                 [--checkpoints N] [--samples N]
+//! dynamo-kv-check --events KV.jsonl [--trace TRACE.jsonl | --prompts PROMPTS.jsonl]
+//!                 [--block-size N] [--cached CACHED.json] [--checkpoints N] [--samples N]
 //! ```
 //!
 //! Dynamo's side runs on Dynamo's code only (`dynamo-kv-router` 1.6.1):
@@ -28,6 +28,15 @@
 //!   rule README.md documents ("Reproducing our hashes"), not from the
 //!   mocker's code; any stored block of a sampled request must carry the
 //!   `tokens_hash` Dynamo computes from them.
+//! - with `--prompts` (serve traffic: one `{"token_ids": [...]}` line per
+//!   request, the ids serve's `/v1/completions/render` gave), the same
+//!   comparisons over those prompts: Dynamo hashes the real token ids, the
+//!   mocker's index is asked for the prompt's engine block hashes, rebuilt
+//!   here from the rule `handoff-serve`'s `prompt` module documents
+//!   ([`serve_block_hashes`]);
+//! - with `--cached` (`{"WORKER": tokens}`: what serve's `/debug/workers`
+//!   reports cached once drained), every worker's blocks in Dynamo's tree
+//!   times the block size must be exactly that many tokens.
 
 use dynamo_kv_router::protocols::{BlockHashOptions, KvCacheEventData, WorkerWithDpRank};
 use dynamo_kv_router::recovery::{CursorObservation, CursorState};
@@ -44,6 +53,8 @@ const MAX_SAMPLES: usize = 400;
 struct Args {
     events: String,
     trace: Option<String>,
+    prompts: Option<String>,
+    cached: Option<String>,
     block_size: u32,
     checkpoints: usize,
     samples: usize,
@@ -53,6 +64,8 @@ fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         events: String::new(),
         trace: None,
+        prompts: None,
+        cached: None,
         block_size: 0,
         checkpoints: 40,
         samples: 50,
@@ -64,6 +77,8 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--events" => a.events = value()?,
             "--trace" => a.trace = Some(value()?),
+            "--prompts" => a.prompts = Some(value()?),
+            "--cached" => a.cached = Some(value()?),
             "--block-size" => a.block_size = num(value()?)? as u32,
             "--checkpoints" => a.checkpoints = num(value()?)?.max(1),
             "--samples" => a.samples = num(value()?)?,
@@ -73,8 +88,14 @@ fn parse_args() -> Result<Args, String> {
     if a.events.is_empty() {
         return Err("--events FILE is required".into());
     }
-    if a.trace.is_some() && a.block_size == 0 {
-        return Err("--trace needs --block-size (the workers' KV event block size)".into());
+    if a.trace.is_some() && a.prompts.is_some() {
+        return Err("--trace and --prompts: one workload at a time".into());
+    }
+    if (a.trace.is_some() || a.prompts.is_some() || a.cached.is_some()) && a.block_size == 0 {
+        return Err(
+            "--trace, --prompts and --cached need --block-size (the workers' KV event block size)"
+                .into(),
+        );
     }
     Ok(a)
 }
@@ -109,6 +130,48 @@ fn stand_in_prompt(r: &Request) -> Vec<u32> {
 fn stand_in_generated(h: u64, block_size: u32) -> Vec<u32> {
     (0..u64::from(block_size))
         .map(|i| (mix64(mix64(h) ^ i) & 0x7fff_ffff) as u32)
+        .collect()
+}
+
+/// FNV-1a 64 over the ids' little-endian `u32` bytes: an HTTP prompt
+/// block's content hash (`handoff-serve`'s `prompt::block_content_hash`).
+fn block_content_hash(tokens: &[u32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in tokens.iter().flat_map(|t| t.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The engine hash of each full block of an HTTP prompt, by the rule
+/// `handoff-serve`'s `prompt` module documents: `c_0 = mix64(h_0 ^
+/// 0x5eed)`, `c_i = mix64(c_{i-1} ^ h_i)`, block `i` published as
+/// `mix64(c_i) & !31`.
+fn serve_block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
+    let mut chained = 0u64;
+    tokens
+        .chunks_exact(block_size.max(1) as usize)
+        .enumerate()
+        .map(|(i, block)| {
+            let h = block_content_hash(block);
+            chained = mix64(if i == 0 { h ^ 0x5eed } else { chained ^ h });
+            mix64(chained) & !31
+        })
+        .collect()
+}
+
+/// Serve traffic's prompts: one `{"token_ids": [...]}` per line.
+fn read_prompts(path: &str) -> Result<Vec<Vec<u32>>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    text.lines()
+        .enumerate()
+        .map(|(n, line)| {
+            let v: serde_json::Value =
+                serde_json::from_str(line).map_err(|e| format!("{path}:{}: {e}", n + 1))?;
+            serde_json::from_value(v["token_ids"].clone())
+                .map_err(|e| format!("{path}:{}: token_ids: {e}", n + 1))
+        })
         .collect()
 }
 
@@ -199,15 +262,16 @@ fn compare_overlaps(
 /// Every prompt block of the trace: engine hash -> Dynamo's hash of its
 /// stand-in tokens; and at most [`MAX_SAMPLES`] requests, evenly spaced,
 /// kept whole for the overlap comparisons.
-fn expectations(requests: &[Request], block_size: u32) -> (HashMap<u64, u64>, Vec<Sample>) {
-    let stride = requests.len().div_ceil(MAX_SAMPLES).max(1);
+fn expectations(
+    prompts: &[(Vec<u64>, Vec<u32>)],
+    block_size: u32,
+) -> (HashMap<u64, u64>, Vec<Sample>) {
+    let stride = prompts.len().div_ceil(MAX_SAMPLES).max(1);
     let mut expect_tokens_hash: HashMap<u64, u64> = HashMap::new();
     let mut samples: Vec<Sample> = Vec::new();
-    for (i, r) in requests.iter().enumerate() {
-        let mut engine = Vec::new();
-        r.block_hashes(block_size, &mut engine);
-        let tokens = stand_in_prompt(r);
-        let dynamo = compute_block_hash_for_seq(&tokens, block_size, BlockHashOptions::default());
+    for (i, (engine, tokens)) in prompts.iter().enumerate() {
+        let engine = engine.clone();
+        let dynamo = compute_block_hash_for_seq(tokens, block_size, BlockHashOptions::default());
         for (e, d) in engine.iter().zip(&dynamo) {
             expect_tokens_hash.insert(*e, d.0);
         }
@@ -219,10 +283,13 @@ fn expectations(requests: &[Request], block_size: u32) -> (HashMap<u64, u64>, Ve
 }
 
 /// The blocks each worker holds in Dynamo's tree (its dump) against the
-/// mocker's router index.
+/// mocker's router index, and against the tokens `cached` says the worker
+/// itself holds (`block_size` tokens a block), when given.
 fn compare_counts(
     tree: &RadixTree,
     mocker: &BTreeMap<WorkerWithDpRank, PrefixIndex>,
+    cached: Option<&BTreeMap<u64, u64>>,
+    block_size: u32,
     t: &mut Tally,
 ) {
     let mut dumped: BTreeMap<u64, usize> = BTreeMap::new();
@@ -253,14 +320,51 @@ fn compare_counts(
             ));
         }
     }
+    for (w, &tokens) in cached.into_iter().flatten() {
+        let theirs = dumped.get(w).copied().unwrap_or(0) as u64;
+        println!("worker {w}: serve caches {tokens} tokens, Dynamo's tree {theirs} blocks");
+        if theirs * u64::from(block_size) != tokens {
+            t.fail(format!(
+                "worker {w}: serve caches {tokens} tokens, Dynamo holds {theirs} blocks of {block_size}"
+            ));
+        }
+    }
+}
+
+/// `--cached`: `{"WORKER": tokens}`.
+fn read_cached(path: &str) -> Result<BTreeMap<u64, u64>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let m: BTreeMap<String, u64> =
+        serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+    m.into_iter()
+        .map(|(w, n)| {
+            Ok((
+                w.parse().map_err(|e| format!("{path}: worker {w}: {e}"))?,
+                n,
+            ))
+        })
+        .collect()
 }
 
 fn run(a: &Args) -> Result<Tally, String> {
-    let requests = match &a.trace {
-        Some(p) => read_trace(p)?,
-        None => Vec::new(),
+    // Each prompt's engine block hashes and its token ids.
+    let prompts: Vec<(Vec<u64>, Vec<u32>)> = match (&a.trace, &a.prompts) {
+        (Some(p), _) => read_trace(p)?
+            .iter()
+            .map(|r| {
+                let mut engine = Vec::new();
+                r.block_hashes(a.block_size, &mut engine);
+                (engine, stand_in_prompt(r))
+            })
+            .collect(),
+        (None, Some(p)) => read_prompts(p)?
+            .into_iter()
+            .map(|t| (serve_block_hashes(&t, a.block_size), t))
+            .collect(),
+        (None, None) => Vec::new(),
     };
-    let (expect_tokens_hash, samples) = expectations(&requests, a.block_size);
+    let workload = !prompts.is_empty();
+    let (expect_tokens_hash, samples) = expectations(&prompts, a.block_size);
     let open = || {
         std::fs::File::open(&a.events)
             .map(|f| std::io::BufReader::with_capacity(1 << 20, f).lines())
@@ -300,7 +404,7 @@ fn run(a: &Args) -> Result<Tally, String> {
                     // A trace prompt's block, else a generated one.
                     let (kind, want) = match expect_tokens_hash.get(&b.block_hash.0) {
                         Some(&w) => ("prompt", w),
-                        None if a.trace.is_some() => {
+                        None if workload => {
                             let t = stand_in_generated(b.block_hash.0, a.block_size);
                             let h = compute_block_hash_for_seq(
                                 &t,
@@ -347,7 +451,8 @@ fn run(a: &Args) -> Result<Tally, String> {
             &mut t,
         );
     }
-    compare_counts(&tree, &mocker, &mut t);
+    let cached = a.cached.as_deref().map(read_cached).transpose()?;
+    compare_counts(&tree, &mocker, cached.as_ref(), a.block_size, &mut t);
     Ok(t)
 }
 
@@ -378,7 +483,7 @@ fn main() -> ExitCode {
         t.deep,
         t.tokens_hash_checked
     );
-    if a.trace.is_some() && (t.deep == 0 || t.tokens_hash_checked == 0) {
+    if (a.trace.is_some() || a.prompts.is_some()) && (t.deep == 0 || t.tokens_hash_checked == 0) {
         eprintln!("FAIL: the overlap check compared nothing but zeros");
         return ExitCode::FAILURE;
     }
