@@ -3,13 +3,15 @@
 //! prefill with `max_tokens: 1` to a prefill worker, then the decode with
 //! the returned `kv_transfer_params` to a decode worker), the abandoned
 //! decode whose source lease expires and frees the pin, smg's passthrough
-//! (plain requests, no params: each worker serves its call whole), and the
-//! 4xx answers to bad params.
+//! (plain requests, no params: each worker serves its call whole), the
+//! 4xx answers to bad params, and the KV events of a proxied prefill,
+//! which carry its prompt's token ids (as the worker's render gives them).
 
 mod common;
 
 use common::Server;
-use handoff_serve::{serve_workers_until, ServeConfig};
+use handoff_serve::dynamo_hash::tokens_hash;
+use handoff_serve::{serve_workers_until, RouterEventWriter, ServeConfig};
 use handoff_serving::{EngineSpec, ReplayConfig};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -25,6 +27,16 @@ impl Running {
     /// One prefill (worker 0) and one decode worker (worker 1), each with
     /// its own listener.
     fn start(spec: EngineSpec, base: ReplayConfig) -> Running {
+        Self::start_with(spec, base, None)
+    }
+
+    /// As [`Running::start`], writing Dynamo `RouterEvent` JSONL to
+    /// `kv_jsonl`.
+    fn start_with(
+        spec: EngineSpec,
+        base: ReplayConfig,
+        kv_jsonl: Option<RouterEventWriter>,
+    ) -> Running {
         let cfg = ReplayConfig {
             prefill_workers: 1,
             decode_workers: 1,
@@ -42,7 +54,7 @@ impl Running {
                     model: "m".into(),
                     max_model_len: 65_536,
                     kv: None,
-                    kv_jsonl: None,
+                    kv_jsonl,
                     worker_http: vec![(0, "127.0.0.1:0".into()), (1, "127.0.0.1:0".into())],
                     bootstrap_timeout_s: 300.0,
                     tokenizer: Default::default(),
@@ -401,4 +413,65 @@ fn sglang_workers_refuse_with_a_typed_400() {
         .as_str()
         .is_some_and(|m| m.contains("SGLang")));
     s.stop();
+}
+
+/// A `Write` the test reads after the server stopped.
+#[derive(Clone, Default)]
+struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("not poisoned").extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A proxied prefill answers when it pins, in the step that stores its
+/// blocks; their `Stored` event still carries the prompt's own token ids
+/// (Dynamo's `tokens_hash` of the ids the prefill worker's
+/// `/v1/completions/render` gives), not a generated block's stand-ins.
+#[test]
+fn proxied_prefill_events_carry_the_prompts_token_ids() {
+    let jsonl = Shared::default();
+    let s = Running::start_with(
+        EngineSpec::default(),
+        ReplayConfig::default(),
+        Some(RouterEventWriter::new(Box::new(jsonl.clone()))),
+    );
+    let (status, text) = s.call(
+        s.workers[0],
+        "POST",
+        "/v1/completions/render",
+        &json!({"model": "m", "prompt": PROMPT}).to_string(),
+    );
+    assert_eq!(status, 200, "{text}");
+    let rendered: Value = serde_json::from_str(&text).expect("json");
+    let ids: Vec<u32> =
+        serde_json::from_value(rendered[0]["token_ids"].clone()).expect("token ids");
+    let want: Vec<u64> = ids.chunks_exact(16).map(tokens_hash).collect();
+    assert!(want.len() >= 2, "{} tokens", ids.len());
+    let (status, v) = s.post(0, &prefill_body(PROMPT));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], ids.len());
+    let (status, v) = s.post(1, &decode_body(PROMPT, &v["kv_transfer_params"], 4, false));
+    assert_eq!(status, 200, "{v}");
+    s.wait_drained();
+    s.stop();
+    let text = String::from_utf8(jsonl.0.lock().expect("not poisoned").clone()).expect("utf-8");
+    let on_prefill: Vec<u64> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json line"))
+        .filter(|e| e["worker_id"] == 0)
+        .flat_map(|e| {
+            e["event"]["data"]["stored"]["blocks"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|b| b["tokens_hash"].as_u64().expect("tokens_hash"))
+        .collect();
+    assert_eq!(on_prefill, want, "the prefill worker's stored blocks");
 }
