@@ -6,7 +6,8 @@
 # (test_vllm_hash.py); then real routers in front
 # of the per-worker listeners: vllm-router (target/venv) and smg (its own
 # venv, target/venv-smg: smg and sglang-router both install an `smg`
-# command) for vLLM (test_routers.py), and sglang-router for SGLang's
+# command) for vLLM, with vllm-router's kv_aware prefill policy routing on
+# the overlap it computes (test_routers.py), and sglang-router for SGLang's
 # bootstrap-room flow (test_sglang_pd.py). Creates the venvs on first use,
 # pinned versions. HANDOFF_MOCKER=path overrides the binary (default: a
 # release build).
