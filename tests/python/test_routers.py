@@ -365,7 +365,9 @@ def test_vllm_router_kv_aware(log_dir: str) -> None:
                                     {"model": MODEL, "prompt": prefix(step), "max_tokens": 2})
                 assert status == 200, body
             s.wait_drained()
-            time.sleep(1)  # their BlockStored batches reach the router
+            # Their BlockStored batches reached the router's subscribers.
+            r.wait(lambda r: all(f"live sequence advanced source={u}" in ANSI.sub("", r.text())
+                                 for u in holder.values()))
             seen = ANSI.sub("", r.text()).count("P/D admission")
             c = openai.OpenAI(base_url=r.url + "/v1", api_key="unused", max_retries=0, timeout=30)
             sent = []
