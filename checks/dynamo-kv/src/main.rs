@@ -262,10 +262,7 @@ fn compare_overlaps(
 /// Every prompt block of the trace: engine hash -> Dynamo's hash of its
 /// stand-in tokens; and at most [`MAX_SAMPLES`] requests, evenly spaced,
 /// kept whole for the overlap comparisons.
-fn expectations(
-    prompts: &[(Vec<u64>, Vec<u32>)],
-    block_size: u32,
-) -> (HashMap<u64, u64>, Vec<Sample>) {
+fn expectations(prompts: &[Prompt], block_size: u32) -> (HashMap<u64, u64>, Vec<Sample>) {
     let stride = prompts.len().div_ceil(MAX_SAMPLES).max(1);
     let mut expect_tokens_hash: HashMap<u64, u64> = HashMap::new();
     let mut samples: Vec<Sample> = Vec::new();
@@ -346,9 +343,12 @@ fn read_cached(path: &str) -> Result<BTreeMap<u64, u64>, String> {
         .collect()
 }
 
-fn run(a: &Args) -> Result<Tally, String> {
-    // Each prompt's engine block hashes and its token ids.
-    let prompts: Vec<(Vec<u64>, Vec<u32>)> = match (&a.trace, &a.prompts) {
+/// A prompt's engine block hashes and its token ids.
+type Prompt = (Vec<u64>, Vec<u32>);
+
+/// Each prompt of the workload (`--trace` or `--prompts`).
+fn workload(a: &Args) -> Result<Vec<Prompt>, String> {
+    Ok(match (&a.trace, &a.prompts) {
         (Some(p), _) => read_trace(p)?
             .iter()
             .map(|r| {
@@ -362,7 +362,11 @@ fn run(a: &Args) -> Result<Tally, String> {
             .map(|t| (serve_block_hashes(&t, a.block_size), t))
             .collect(),
         (None, None) => Vec::new(),
-    };
+    })
+}
+
+fn run(a: &Args) -> Result<Tally, String> {
+    let prompts = workload(a)?;
     let workload = !prompts.is_empty();
     let (expect_tokens_hash, samples) = expectations(&prompts, a.block_size);
     let open = || {
