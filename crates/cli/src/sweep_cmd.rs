@@ -316,7 +316,10 @@ fn run_one(c: &Configuration, keys: &[String], out: &Path, total: usize) -> Valu
             simulate(args, false, None).and_then(|sim| {
                 write_output_with(&out.join(&name), &sim.report, &Map::new())?;
                 let report = serde_json::to_value(&sim.report).map_err(|e| e.to_string())?;
-                Ok(METRICS.iter().map(|m| ((*m).to_string(), metric(&report, m))).collect())
+                Ok(METRICS
+                    .iter()
+                    .map(|m| ((*m).to_string(), metric(&report, m)))
+                    .collect())
             }),
             METRICS,
         ),

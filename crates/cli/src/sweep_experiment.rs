@@ -56,10 +56,13 @@ pub fn run_point(a: &ExperimentArgs, path: &Path) -> Result<Map<String, Value>, 
     let out = run_experiment_on(&cfg, &items, a.runner())?;
     let text = serde_json::to_string_pretty(&out.report).map_err(|e| e.to_string())? + "\n";
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let m = PointMeasures::of(&out)?;
-    if !m.drained {
-        return Err("a run did not drain (a leaked lease or reservation, or a failed request)".into());
+    if let Some(r) = out.report.runs.iter().find(|r| !r.drained) {
+        return Err(format!(
+            "{}: not drained ({} failed requests)",
+            r.label, r.failed
+        ));
     }
+    let m = PointMeasures::of(&out)?;
     match serde_json::to_value(&m).map_err(|e| e.to_string())? {
         Value::Object(o) => Ok(o),
         other => Err(format!("measures are not an object: {other}")),

@@ -426,14 +426,14 @@ impl Grid {
             .map(|o| Parsed::Experiment(Box::new(o.args))),
         };
         parsed.map_err(|e| {
-                let text = e.to_string();
-                let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-                let first = lines.next().unwrap_or("").trim_start_matches("error: ");
-                match lines.find(|l| l.trim_start().starts_with("tip:")) {
-                    Some(tip) => format!("{first} ({})", tip.trim()),
-                    None => first.to_string(),
-                }
-            })
+            let text = e.to_string();
+            let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+            let first = lines.next().unwrap_or("").trim_start_matches("error: ");
+            match lines.find(|l| l.trim_start().starts_with("tip:")) {
+                Some(tip) => format!("{first} ({})", tip.trim()),
+                None => first.to_string(),
+            }
+        })
     }
 
     /// Every configuration, checked: each base option and each axis value

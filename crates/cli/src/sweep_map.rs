@@ -67,7 +67,11 @@ fn choose(axes: &[Axis], map: Option<&str>) -> Result<(usize, Option<usize>), St
 
 /// A cell's background: `t` in 0..=1 from white to `rgb`.
 fn shade(t: f64, rgb: (u8, u8, u8)) -> String {
-    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 };
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     let mix = |c: u8| (255.0 - (255.0 - f64::from(c)) * t).round() as u8;
     format!("#{:02x}{:02x}{:02x}", mix(rgb.0), mix(rgb.1), mix(rgb.2))
 }
@@ -106,29 +110,51 @@ impl Measure {
         }
     }
 
-    /// The cell's text and background for `row` (`None`: not run).
-    fn cell(self, row: Option<&Value>) -> (String, String) {
+    /// The cell for `row` (`None`: not run): its value (the `data-v`
+    /// attribute), the line under it, and its background.
+    fn cell(self, row: Option<&Value>) -> (String, String, String) {
         let Some(row) = row.filter(|r| r["error"].is_null()) else {
-            return ("error".into(), "#bdbdbd".into());
+            return ("error".into(), String::new(), "#bdbdbd".into());
         };
+        let secs = |k: &str| row[k].as_f64().unwrap_or(0.0) / 1e3;
         match self {
             Measure::H42 => {
                 let s = row["h4_2"].as_str().unwrap_or("?");
-                (s.to_string(), status_colour(s).to_string())
+                let detail = format!(
+                    "{:.1} s vs {:.1} s",
+                    secs("e4_reseed_ttft_p50_ms"),
+                    secs("e1_normal_ttft_p50_ms")
+                );
+                (s.to_string(), detail, status_colour(s).to_string())
             }
             Measure::HitRate => {
                 let r = row["e4_bypass_hit_rate"].as_f64().unwrap_or(0.0);
                 let n = row["e4_reseeds"].as_u64().unwrap_or(0);
                 (
-                    format!("{:.0}% of {n}", r * 100.0),
+                    format!("{:.0}%", r * 100.0),
+                    format!("of {n}"),
                     shade(r, (33, 102, 172)),
                 )
             }
             Measure::PushGbps { max } => {
                 let g = row["e4_push_gbps"].as_f64().unwrap_or(0.0);
                 let t = if max > 0.0 { g / max } else { 0.0 };
-                (format!("{g:.3}"), shade(t, (230, 85, 13)))
+                let gb = row["e4_push_gb"].as_f64().unwrap_or(0.0);
+                (
+                    format!("{g:.2}"),
+                    format!("{gb:.0} GB"),
+                    shade(t, (230, 85, 13)),
+                )
             }
+        }
+    }
+
+    /// What the line under a cell's value is.
+    fn detail(self) -> &'static str {
+        match self {
+            Measure::H42 => "E4 reseed-path TTFT p50 vs E1 normal p50",
+            Measure::HitRate => "of E4's reseeds",
+            Measure::PushGbps { .. } => "and bytes pushed",
         }
     }
 }
@@ -156,11 +182,10 @@ fn heatmap(
     };
     let _ = write!(
         s,
-        "<table class=\"heatmap\" data-measure=\"{}\"><caption>{}</caption><tr><th>{} \\ {}</th>",
+        "<table class=\"heatmap\" data-measure=\"{}\"><caption>{}<br><small>{}</small></caption><tr><th>y \\ x</th>",
         m.id(),
         m.title(),
-        y.map_or("-".into(), |y| escape(&axes[y].key)),
-        escape(&axes[x].key)
+        m.detail()
     );
     for xv in &axes[x].values {
         let _ = write!(s, "<th>{}</th>", escape(xv));
@@ -174,11 +199,11 @@ fn heatmap(
             if let Some(y) = y {
                 want.push((y, yv));
             }
-            let (text, bg) = m.cell(row_at(rows, axes, &want));
+            let (value, detail, bg) = m.cell(row_at(rows, axes, &want));
+            let (value, detail) = (escape(&value), escape(&detail));
             let _ = write!(
                 s,
-                "<td style=\"background:{bg}\">{}</td>",
-                escape(&text)
+                "<td style=\"background:{bg}\" data-v=\"{value}\">{value}<br><small>{detail}</small></td>"
             );
         }
         s.push_str("</tr>");
@@ -266,6 +291,7 @@ const STYLE: &str = "body{font-family:sans-serif;margin:1.5em;color:#222}\
 table{border-collapse:collapse;margin:0 1.5em 1em 0}\
 td,th{border:1px solid #ccc;padding:3px 7px;text-align:center;font-size:13px}\
 caption{font-weight:bold;padding:4px}\
+small{font-weight:normal;color:#444;font-size:11px}\
 .panel{display:flex;flex-wrap:wrap;align-items:flex-start}\
 .bar{display:flex;width:320px;height:14px;background:#eee}\
 .bar span{display:block;height:14px}\
@@ -312,7 +338,12 @@ pub fn page(summary: &Value, map: Option<&str>) -> Result<String, String> {
             let _ = write!(s, "<h2>{}</h2>", escape(&title.join(", ")));
         }
         let fixed: Vec<(usize, &str)> = fixed.iter().map(|(i, v)| (*i, v.as_str())).collect();
-        s.push_str("<div class=\"panel\">");
+        let _ = write!(
+            s,
+            "<p>x: {}, y: {}</p><div class=\"panel\">",
+            escape(&axes[x].key),
+            y.map_or("-".into(), |y| escape(&axes[y].key))
+        );
         for m in [
             Measure::H42,
             Measure::HitRate,
@@ -353,9 +384,9 @@ mod tests {
         let h = &p[p.find("data-measure=\"h4-2\"").unwrap()..];
         let h = &h[..h.find("</table>").unwrap()];
         let cells: Vec<&str> = h
-            .split("<td style=\"background:")
+            .split("data-v=\"")
             .skip(1)
-            .map(|c| &c[c.find('>').unwrap() + 1..c.find("</td>").unwrap()])
+            .map(|c| &c[..c.find('"').unwrap()])
             .collect();
         assert_eq!(cells, ["fails", "partial", "holds", "holds"]);
         assert!(p.contains("8 of 8 bypass misses (100%) found the session's snapshot evicted"));
@@ -363,8 +394,12 @@ mod tests {
 
     #[test]
     fn bad_maps_and_replay_sweeps_are_refused() {
-        assert!(page(&summary(), Some("a,a")).unwrap_err().contains("differ"));
-        assert!(page(&summary(), Some("a,c")).unwrap_err().contains("not a swept key"));
+        assert!(page(&summary(), Some("a,a"))
+            .unwrap_err()
+            .contains("differ"));
+        assert!(page(&summary(), Some("a,c"))
+            .unwrap_err()
+            .contains("not a swept key"));
         assert!(page(&summary(), Some("a")).unwrap_err().contains("X,Y"));
         let mut s = summary();
         s["grid"]["kind"] = Value::Null;
@@ -381,7 +416,7 @@ mod tests {
         let p = page(&s, None).unwrap();
         assert!(p.contains("<h2>c=p</h2>") && p.contains("<h2>c=q</h2>"));
         // No row has c: every cell of both panels is an error cell.
-        assert_eq!(p.matches(">error</td>").count(), 24);
+        assert_eq!(p.matches("data-v=\"error\"").count(), 24);
         assert_eq!(shade(2.0, (0, 0, 0)), "#000000");
         assert_eq!(shade(f64::NAN, (0, 0, 0)), "#ffffff");
     }

@@ -59,7 +59,10 @@ impl Freshness {
             let v: serde_json::Value =
                 serde_json::from_str(l).map_err(|e| format!("session log line {n}: {e}"))?;
             let event = field(&v, "event", n)?.as_str().unwrap_or_default();
-            let sid = field(&v, "sid", n)?.as_str().unwrap_or_default().to_string();
+            let sid = field(&v, "sid", n)?
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let s = seen.entry(sid).or_default();
             match event {
                 "snapshot_recv_ingested" => s.1 = true,
@@ -234,14 +237,26 @@ mod tests {
         let log = vec![
             // Session 1: seed miss, a push lands, evicted, reseed misses.
             line("snapshot_bypass_miss", 1, ",\"reason\":\"no_entry\""),
-            line("snapshot_recv_ingested", 1, ",\"seqlen\":9000,\"double_push\":false"),
+            line(
+                "snapshot_recv_ingested",
+                1,
+                ",\"seqlen\":9000,\"double_push\":false",
+            ),
             line("snapshot_evicted", 1, ",\"seqlen\":9000,\"reason\":\"lru\""),
             line("snapshot_bypass_miss", 1, ",\"reason\":\"no_entry\""),
             // Session 2: seed, reseed before any push landed, then a hit.
             line("snapshot_bypass_miss", 2, ",\"reason\":\"no_entry\""),
             line("snapshot_bypass_miss", 2, ",\"reason\":\"no_entry\""),
-            line("snapshot_recv_ingested", 2, ",\"seqlen\":9000,\"double_push\":false"),
-            line("snapshot_bypass_hit", 2, ",\"seqlen\":9000,\"tail\":40,\"age_s\":2.500"),
+            line(
+                "snapshot_recv_ingested",
+                2,
+                ",\"seqlen\":9000,\"double_push\":false",
+            ),
+            line(
+                "snapshot_bypass_hit",
+                2,
+                ",\"seqlen\":9000,\"tail\":40,\"age_s\":2.500",
+            ),
             line("snapshot_bypass_miss", 2, ",\"reason\":\"seqlen_short\""),
             line("snapshot_bypass_miss", 2, ",\"reason\":\"stale\""),
         ];
@@ -252,6 +267,50 @@ mod tests {
         );
         assert_eq!((f.miss_short, f.miss_stale, f.miss_disabled), (1, 1, 0));
         assert_eq!((f.hit_age_p50_s, f.hit_tail_p50_tokens), (2.5, 40.0));
+    }
+
+    proptest::proptest! {
+        /// Any sequence of lookups and ingests: each reseed lands in
+        /// exactly one category, and a session's first lookup is never one.
+        #[test]
+        fn every_reseed_is_counted_once(
+            events in proptest::collection::vec((0u32..4, 0u8..6), 0..60)
+        ) {
+            let mut firsts = std::collections::BTreeSet::new();
+            let mut lookups = 0u64;
+            let log: Vec<String> = events
+                .iter()
+                .map(|&(sid, e)| {
+                    let rest = match e {
+                        0 => return line("snapshot_recv_ingested", sid, ",\"seqlen\":1"),
+                        1 => return line("snapshot_bypass_hit", sid, ",\"tail\":3,\"age_s\":0.5"),
+                        2 => ",\"reason\":\"no_entry\"",
+                        3 => ",\"reason\":\"seqlen_short\"",
+                        4 => ",\"reason\":\"stale\"",
+                        _ => ",\"reason\":\"bypass_disabled\"",
+                    };
+                    line("snapshot_bypass_miss", sid, rest)
+                })
+                .collect();
+            for &(sid, e) in &events {
+                if e >= 1 && !firsts.insert(sid) {
+                    lookups += 1;
+                }
+            }
+            let f = Freshness::of_log(&log).unwrap();
+            let parts = f.hit + f.miss_evicted + f.miss_never_pushed + f.miss_short
+                + f.miss_stale + f.miss_disabled;
+            proptest::prop_assert_eq!(f.reseeds, lookups);
+            proptest::prop_assert_eq!(parts, lookups);
+        }
+
+        /// Arbitrary text is refused with a located error, never a panic.
+        #[test]
+        fn garbage_never_panics(lines in proptest::collection::vec(".{0,40}", 0..5)) {
+            if let Err(e) = Freshness::of_log(&lines) {
+                proptest::prop_assert!(e.starts_with("session log line "), "{}", e);
+            }
+        }
     }
 
     #[test]
