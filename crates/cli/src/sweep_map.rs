@@ -259,7 +259,7 @@ fn freshness(s: &mut String, rows: &[Value], axes: &[Axis]) {
     if misses > 0 {
         let _ = write!(
             s,
-            "<p>Over the sweep, {evicted} of {misses} bypass misses ({:.0}%) found the session's snapshot evicted.</p>",
+            "<p>Over the sweep, {evicted} of {misses} bypass misses ({:.1}%) found the session's snapshot evicted.</p>",
             evicted as f64 * 100.0 / misses as f64
         );
     }
@@ -389,7 +389,7 @@ mod tests {
             .map(|c| &c[..c.find('"').unwrap()])
             .collect();
         assert_eq!(cells, ["fails", "partial", "holds", "holds"]);
-        assert!(p.contains("8 of 8 bypass misses (100%) found the session's snapshot evicted"));
+        assert!(p.contains("8 of 8 bypass misses (100.0%) found the session's snapshot evicted"));
     }
 
     #[test]
