@@ -88,8 +88,8 @@ pub struct ExperimentConfig {
     pub rebalance_threshold: u32,
     /// From a session's last turn to the client closing it.
     pub session_close_delay: Duration,
-    /// The session frontend's fixed latencies (seed §3.2); none by default,
-    /// [`SessionOverheads::SEED`] under the seed's timings.
+    /// The session frontend's fixed latencies (seed §3.2); none by default
+    /// (`experiment --timings seed` sets [`SessionOverheads::SEED`]).
     pub overheads: SessionOverheads,
     /// Router seed.
     pub seed: u64,
