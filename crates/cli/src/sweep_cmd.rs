@@ -211,6 +211,12 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
     }
     grid.trailing = a.base.clone();
     let shard = a.shard.as_deref().map(parse_shard).transpose()?;
+    if a.page.html.is_some() {
+        if shard.is_some() {
+            return Err("--html draws the whole grid: give it to `sweep merge`".into());
+        }
+        crate::sweep_map::check_map(&grid.keys(), a.page.map.as_deref())?;
+    }
     let all = grid.configurations()?;
     let total = all.len();
     let mine: Vec<Configuration> = match shard {

@@ -65,6 +65,18 @@ fn choose(axes: &[Axis], map: Option<&str>) -> Result<(usize, Option<usize>), St
     }
 }
 
+/// Checks `--map` against the swept `keys` before anything runs.
+pub fn check_map(keys: &[String], map: Option<&str>) -> Result<(), String> {
+    let axes: Vec<Axis> = keys
+        .iter()
+        .map(|k| Axis {
+            key: k.clone(),
+            values: Vec::new(),
+        })
+        .collect();
+    choose(&axes, map).map(|_| ())
+}
+
 /// A cell's background: `t` in 0..=1 from white to `rgb`.
 fn shade(t: f64, rgb: (u8, u8, u8)) -> String {
     let t = if t.is_finite() {
@@ -394,6 +406,10 @@ mod tests {
 
     #[test]
     fn bad_maps_and_replay_sweeps_are_refused() {
+        let keys = ["a".to_string(), "b-c".to_string()];
+        assert_eq!(check_map(&keys, Some("a,--b_c")), Ok(()));
+        assert!(check_map(&keys, Some("a,d")).is_err());
+        assert!(check_map(&keys[..0], None).is_err());
         assert!(page(&summary(), Some("a,a"))
             .unwrap_err()
             .contains("differ"));

@@ -203,6 +203,30 @@ fn experiment_grids_refuse_what_a_point_cannot_vary() {
             vec!["--experiment", "--set", "sessions=1", "--", "--log", "x"],
             "--log after `--` cannot be part of a sweep",
         ),
+        (
+            vec![
+                "--experiment",
+                "--set",
+                "sessions=1,2",
+                "--html",
+                "x.html",
+                "--map",
+                "sessions,decode",
+            ],
+            "--map: decode is not a swept key (sessions)",
+        ),
+        (
+            vec![
+                "--experiment",
+                "--set",
+                "sessions=1",
+                "--html",
+                "x.html",
+                "--shard",
+                "0/2",
+            ],
+            "give it to `sweep merge`",
+        ),
     ] {
         let out = Command::new(BIN)
             .arg("sweep")
