@@ -34,7 +34,9 @@ pub enum Which {
 pub enum TimingsArg {
     /// PolynomialPerf compute (the engines' default).
     Polynomial,
-    /// The seed's §3.2 table: ~45 µs/token re-prefill, 20 ms decode passes.
+    /// The seed's §3.2 table: ~45 µs/token re-prefill, 20 ms decode
+    /// passes, and its frontend overheads (10 ms direct route, 50 ms P open
+    /// session, 50 ms D' decode start; each replaced by its flag).
     Seed,
 }
 
