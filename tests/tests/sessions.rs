@@ -7,7 +7,7 @@ use handoff_core::{Backend, Duration, HandoffPolicy, Instant};
 use handoff_replay::Replay;
 use handoff_router::{RouterMode, SessionRouting};
 use handoff_serving::RequestRecord;
-use handoff_serving::{make_core, EngineSpec, ReplayConfig, SessionServing};
+use handoff_serving::{make_core, EngineSpec, ReplayConfig, SessionOverheads, SessionServing};
 use handoff_tests::parity::report_divergence;
 use handoff_workload::{generate_sessions, LengthDist, SessionConfig, TraceItem};
 use std::cell::RefCell;
@@ -68,6 +68,7 @@ fn deployment_with(
         }),
         close_delay: Duration::from_millis(100),
         evict_after_turn: None,
+        overheads: SessionOverheads::default(),
     };
     (cfg, specs, sessions)
 }
@@ -129,6 +130,33 @@ fn later_turns_append_on_their_decode_worker() {
         "{}",
         report.prefix_cache_reused_ratio
     );
+}
+
+/// The seed's §3.2 frontend overheads delay each turn before any worker
+/// sees it: one session alone (nothing contends), so each turn's TTFT grows
+/// by exactly its route's overhead, and the run's shape is unchanged.
+#[test]
+fn seed_overheads_delay_each_turn_by_its_route() {
+    let items = workload(1, 3);
+    let (cfg, specs, sessions) = deployment(1 << 17);
+    let plain = replay_all(&cfg, &specs, sessions, &items);
+    let seed = SessionServing {
+        overheads: SessionOverheads::SEED,
+        ..sessions
+    };
+    let slow = replay_all(&cfg, &specs, seed, &items);
+    assert_eq!(plain.records.len(), 3);
+    assert_eq!(plain.log.len(), slow.log.len(), "the same events happen");
+    for (a, b) in plain.records.iter().zip(&slow.records) {
+        let mode = a.session.map(|s| s.execution_mode);
+        let want = match mode {
+            Some("direct") => 10.0,
+            Some("seed") => 100.0,
+            other => panic!("one session, room for it: {other:?}"),
+        };
+        let got = b.ttft_ms.unwrap() - a.ttft_ms.unwrap();
+        assert!((got - want).abs() < 1e-6, "{mode:?}: {got} ms, want {want}");
+    }
 }
 
 #[test]
@@ -307,6 +335,7 @@ fn smoke(bypass: bool) -> Smoke {
         close_delay: Duration::from_millis(100),
         // The seed forces a capacity eviction after turn 2's append.
         evict_after_turn: Some(1),
+        overheads: SessionOverheads::default(),
     };
     let o = Replay::sessions(cfg, items.iter().cloned(), sessions, make)
         .with_request_sink(Box::new(move |r: &RequestRecord| {

@@ -10,11 +10,13 @@ use handoff_core::Duration;
 use handoff_engine::TransferModel;
 use handoff_lab::{
     run_experiment_on, run_variant_on, EngineRun, ExperimentConfig, ExperimentReport, RunOutput,
-    TimingMode, Variant,
+    SessionOverheads, TimingMode, Variant,
 };
 use handoff_serving::report::RequestSink;
 use handoff_serving::{EngineSpec, ReplayConfig, SessionServing};
-use handoff_workload::{generate_sessions, ReaderOptions, SessionConfig, TraceItem, TraceReader};
+use handoff_workload::{
+    generate_sessions, LengthDist, ReaderOptions, SessionConfig, TraceItem, TraceReader,
+};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -32,7 +34,9 @@ pub enum Which {
 pub enum TimingsArg {
     /// PolynomialPerf compute (the engines' default).
     Polynomial,
-    /// The seed's §3.2 table: ~45 µs/token re-prefill, 20 ms decode passes.
+    /// The seed's §3.2 table: ~45 µs/token re-prefill, 20 ms decode
+    /// passes, and its frontend overheads (10 ms direct route, 50 ms P open
+    /// session, 50 ms D' decode start; each replaced by its flag).
     Seed,
 }
 
@@ -103,6 +107,13 @@ pub struct ExperimentArgs {
     /// Generated workload: seed.
     #[arg(long, default_value_t = 7)]
     session_seed: u64,
+    /// Generated workload: prompt length a session's last turn grows to,
+    /// tokens (the seed's sessions average ~50K).
+    #[arg(long, default_value_t = 50_000)]
+    session_final_tokens: u32,
+    /// Generated workload: turns per session [default: 16 to 24, uniform].
+    #[arg(long)]
+    session_turns: Option<u32>,
     /// Decode workers.
     #[arg(long, default_value_t = 3)]
     decode: u32,
@@ -141,6 +152,22 @@ pub struct ExperimentArgs {
     /// Override the link model of the calibration.
     #[arg(long, value_enum)]
     link: Option<LinkArg>,
+    /// Link bandwidth of every KV transfer (P→D handoffs and D→P pushes),
+    /// GB/s.
+    #[arg(long, default_value_t = 15.0, value_name = "GBPS")]
+    bandwidth_gbps: f64,
+    /// A direct-to-D turn's routing latency, ms (seed §3.2) [default: 0,
+    /// 10 under --timings seed].
+    #[arg(long, value_name = "MS")]
+    direct_route_ms: Option<f64>,
+    /// A seed or reseed turn's "P open session" latency, ms (seed §3.2)
+    /// [default: 0, 50 under --timings seed].
+    #[arg(long, value_name = "MS")]
+    open_session_ms: Option<f64>,
+    /// A seed or reseed turn's "D' decode start" latency, ms (seed §3.2)
+    /// [default: 0, 50 under --timings seed].
+    #[arg(long, value_name = "MS")]
+    decode_start_ms: Option<f64>,
     /// Move a session when its decode worker runs this many more turns than
     /// the least busy one (a reseed for load); 0 disables.
     #[arg(long, default_value_t = 0)]
@@ -160,6 +187,35 @@ pub struct ExperimentArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+}
+
+impl ExperimentArgs {
+    /// The configuration is one `experiment` could run (a sweep checks
+    /// every one before the first runs).
+    pub fn check(&self) -> Result<(), String> {
+        config(self).map(|_| ())
+    }
+
+    /// Output flags a sweep writes itself, as `--flag` names; empty when
+    /// none is set.
+    pub fn per_run_outputs(&self) -> Vec<&'static str> {
+        [
+            (self.json, "--json"),
+            (self.log.is_some(), "--log"),
+            (self.metrics.is_some(), "--metrics"),
+        ]
+        .into_iter()
+        .filter_map(|(set, name)| set.then_some(name))
+        .collect()
+    }
+
+    /// Where the experiment runs (`--clock`).
+    pub fn runner(&self) -> Option<handoff_lab::EngineRunner<'static>> {
+        match self.clock {
+            ExperimentClock::Replay => None,
+            ExperimentClock::Virtual => Some(&on_virtual_live),
+        }
+    }
 }
 
 /// Every numeric flag in its range (see `limits.rs`); a push every 0
@@ -183,6 +239,25 @@ fn check_ranges(a: &ExperimentArgs) -> Result<(), String> {
         1 << 16,
     )?;
     int("k-tail-tolerance", a.k_tail_tolerance, 0, MAX_KV_TOKENS)?;
+    int(
+        "session-final-tokens",
+        u64::from(a.session_final_tokens),
+        1,
+        MAX_KV_TOKENS,
+    )?;
+    if let Some(t) = a.session_turns {
+        int("session-turns", u64::from(t), 1, 10_000)?;
+    }
+    real("bandwidth-gbps", a.bandwidth_gbps, 1e-6, 1e6)?;
+    for (name, v) in [
+        ("direct-route-ms", a.direct_route_ms),
+        ("open-session-ms", a.open_session_ms),
+        ("decode-start-ms", a.decode_start_ms),
+    ] {
+        if let Some(ms) = v {
+            real(name, ms, 0.0, MAX_SECONDS * 1000.0)?;
+        }
+    }
     if let Some(s) = a.snapshot_max_age_s {
         real("snapshot-max-age-s", s, 0.0, MAX_SECONDS)?;
     }
@@ -201,7 +276,24 @@ fn check_ranges(a: &ExperimentArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn config(a: &ExperimentArgs) -> Result<(ExperimentConfig, Option<Variant>), String> {
+/// The session frontend's overheads: the seed's under its timings, each
+/// replaced by its flag when given.
+fn overheads(a: &ExperimentArgs) -> SessionOverheads {
+    let base = match a.timings {
+        TimingsArg::Polynomial => SessionOverheads::default(),
+        TimingsArg::Seed => SessionOverheads::SEED,
+    };
+    // In range (check_ranges): finite, non-negative, at most MAX_SECONDS.
+    let ms = |v: Option<f64>, d: Duration| v.map_or(d, |ms| Duration::from_secs_f64(ms / 1e3));
+    SessionOverheads {
+        direct_route: ms(a.direct_route_ms, base.direct_route),
+        open_session: ms(a.open_session_ms, base.open_session),
+        decode_start: ms(a.decode_start_ms, base.decode_start),
+    }
+}
+
+/// The experiment's configuration and, for `run`, its variant.
+pub(crate) fn config(a: &ExperimentArgs) -> Result<(ExperimentConfig, Option<Variant>), String> {
     check_ranges(a)?;
     let mut c = ExperimentConfig {
         decode_workers: a.decode,
@@ -213,6 +305,7 @@ fn config(a: &ExperimentArgs) -> Result<(ExperimentConfig, Option<Variant>), Str
         },
         rebalance_threshold: a.rebalance_threshold,
         session_close_delay: Duration::from_millis(a.session_close_delay_ms),
+        overheads: overheads(a),
         seed: a.seed,
         ..ExperimentConfig::default()
     };
@@ -221,19 +314,20 @@ fn config(a: &ExperimentArgs) -> Result<(ExperimentConfig, Option<Variant>), Str
         TimingsArg::Polynomial => LinkArg::Contention,
         TimingsArg::Seed => LinkArg::Bytes,
     });
-    let (base, bytes_per_token, bandwidth) = match c.transfer {
+    let (base, bytes_per_token) = match c.transfer {
         TransferModel::Bytes {
             base,
             bytes_per_token,
-            bandwidth,
+            ..
         }
         | TransferModel::Contention {
             base,
             bytes_per_token,
-            bandwidth,
-        } => (base, bytes_per_token, bandwidth),
-        TransferModel::Fixed(d) => (d, 0, 1.0),
+            ..
+        } => (base, bytes_per_token),
+        TransferModel::Fixed(d) => (d, 0),
     };
+    let bandwidth = a.bandwidth_gbps * 1e9;
     c.transfer = match link {
         LinkArg::Bytes => TransferModel::Bytes {
             base,
@@ -280,7 +374,8 @@ fn config(a: &ExperimentArgs) -> Result<(ExperimentConfig, Option<Variant>), Str
     Ok((c, variant))
 }
 
-fn load(a: &ExperimentArgs) -> Result<Vec<TraceItem>, String> {
+/// The experiment's workload: the trace, or the generated sessions.
+pub(crate) fn load(a: &ExperimentArgs) -> Result<Vec<TraceItem>, String> {
     match &a.trace {
         Some(path) => {
             let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -299,10 +394,13 @@ fn load(a: &ExperimentArgs) -> Result<Vec<TraceItem>, String> {
             Ok(items)
         }
         None => {
+            let d = SessionConfig::default();
             let mut items = generate_sessions(&SessionConfig {
                 seed: a.session_seed,
                 sessions: a.sessions,
-                ..SessionConfig::default()
+                final_context_tokens: a.session_final_tokens,
+                turns: a.session_turns.map_or(d.turns, LengthDist::Fixed),
+                ..d
             });
             if let Some(n) = a.limit {
                 items.truncate(usize::try_from(n).unwrap_or(usize::MAX));
@@ -371,10 +469,7 @@ pub fn run(a: ExperimentArgs) -> Result<(), String> {
         return Err("the trace has no requests".into());
     }
     let started = std::time::Instant::now();
-    let runner: Option<handoff_lab::EngineRunner<'_>> = match a.clock {
-        ExperimentClock::Replay => None,
-        ExperimentClock::Virtual => Some(&on_virtual_live),
-    };
+    let runner = a.runner();
     let (report, outputs) = match variant {
         None => {
             let out = run_experiment_on(&cfg, &items, runner)?;

@@ -37,7 +37,7 @@ fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("drawing a chart: {e:?}")
 }
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

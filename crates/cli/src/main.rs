@@ -28,7 +28,9 @@ mod report_out;
 mod scenario_cmd;
 mod serve_cmd;
 mod sweep_cmd;
+mod sweep_experiment;
 mod sweep_grid;
+mod sweep_map;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -4,6 +4,10 @@
 //! configuration; `--shard I/N` runs every N-th configuration and `sweep
 //! merge` joins the shards' summaries into the full grid's.
 //!
+//! `sweep --experiment` sweeps `experiment e4` the same way (see
+//! [`crate::sweep_experiment`]), and `--html` draws its map
+//! ([`crate::sweep_map`]).
+//!
 //! Determinism: each configuration is one replay, itself deterministic, on
 //! one thread; rows are gathered in configuration order, and nothing that
 //! depends on timing or thread count (wall times, completion order) enters
@@ -13,7 +17,7 @@
 
 use crate::replay_cmd::simulate;
 use crate::report_out::write_output_with;
-use crate::sweep_grid::{Configuration, Grid};
+use crate::sweep_grid::{Configuration, Grid, Kind, Parsed};
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 use std::io::IsTerminal;
@@ -45,9 +49,29 @@ pub struct SweepArgs {
     /// Threads [default: every core, or RAYON_NUM_THREADS].
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
-    /// Replay flags every configuration shares, after `--`.
-    #[arg(last = true, value_name = "REPLAY FLAGS")]
+    /// Sweep `experiment e4` instead of `replay`: keys are experiment's
+    /// flags, each configuration runs E1, E3, E4 and E4-ablate, and its row
+    /// holds the H4 verdicts and the measures behind them.
+    #[arg(long)]
+    experiment: bool,
+    #[command(flatten)]
+    page: MapPage,
+    /// Flags every configuration shares, after `--`.
+    #[arg(last = true, value_name = "FLAGS")]
     base: Vec<String>,
+}
+
+/// The HTML map of an experiment sweep.
+#[derive(Args, Debug, Default)]
+struct MapPage {
+    /// Write the HTML map of an experiment sweep here: H4-2 as a heatmap
+    /// over two axes, bypass hit rate and push bandwidth beside it, and
+    /// the freshness of E4's snapshots at its reseeds.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// The heatmap's axes, X,Y (swept keys) [default: the first two].
+    #[arg(long, value_name = "X,Y", requires = "html")]
+    map: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -61,6 +85,8 @@ enum SweepCommand {
         /// Directory for `summary.csv` and `summary.json`.
         #[arg(long, default_value = "sweep-out", value_name = "DIR")]
         out: PathBuf,
+        #[command(flatten)]
+        page: MapPage,
     },
 }
 
@@ -121,22 +147,59 @@ fn report_name(index: usize, total: usize) -> String {
 }
 
 /// What identifies a grid: shards of one grid must agree on it to merge.
+/// A replay grid has no `kind` (its summaries predate experiment sweeps).
 fn grid_json(grid: &Grid, total: usize) -> Value {
-    json!({
+    let mut g = json!({
         "configurations": total,
         "base": grid.base_args(),
         "axes": grid.axes.iter().map(|a| json!({
             "key": a.key,
             "values": a.values.iter().map(|v| v.label()).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
-    })
+    });
+    if grid.kind == Kind::Experiment {
+        g["kind"] = json!("experiment");
+    }
+    g
+}
+
+/// The summary's columns after the axes: by its grid's kind.
+fn metrics_of(summary: &Value) -> &'static [&'static str] {
+    match summary["grid"]["kind"].as_str() {
+        Some("experiment") => crate::sweep_experiment::METRICS,
+        _ => METRICS,
+    }
+}
+
+/// Writes the map page of `summary` when asked (experiment sweeps only).
+fn write_page(page: &MapPage, summary: &Value) -> Result<(), String> {
+    let Some(path) = &page.html else {
+        return Ok(());
+    };
+    let html = crate::sweep_map::page(summary, page.map.as_deref())?;
+    std::fs::write(path, html).map_err(|e| format!("--html {}: {e}", path.display()))
 }
 
 pub fn run(a: SweepArgs) -> Result<(), String> {
-    if let Some(SweepCommand::Merge { summaries, out }) = &a.command {
-        return merge(summaries, out);
+    if let Some(SweepCommand::Merge {
+        summaries,
+        out,
+        page,
+    }) = &a.command
+    {
+        return merge(summaries, out, page);
     }
-    let mut grid = Grid::default();
+    let mut grid = Grid {
+        kind: if a.experiment {
+            Kind::Experiment
+        } else {
+            Kind::Replay
+        },
+        ..Grid::default()
+    };
+    if a.page.html.is_some() && !a.experiment {
+        return Err("--html draws the map of an experiment sweep (add --experiment)".into());
+    }
     if let Some(p) = &a.grid {
         grid.read_file(p)?;
     }
@@ -148,6 +211,12 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
     }
     grid.trailing = a.base.clone();
     let shard = a.shard.as_deref().map(parse_shard).transpose()?;
+    if a.page.html.is_some() {
+        if shard.is_some() {
+            return Err("--html draws the whole grid: give it to `sweep merge`".into());
+        }
+        crate::sweep_map::check_map(&grid.keys(), a.page.map.as_deref())?;
+    }
     let all = grid.configurations()?;
     let total = all.len();
     let mine: Vec<Configuration> = match shard {
@@ -194,7 +263,9 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
         Some((i, n)) => format!("summary-shard-{i}-of-{n}"),
         None => "summary".to_string(),
     };
-    write_summary(&Value::Object(summary), &a.out, &stem)?;
+    let summary = Value::Object(summary);
+    write_summary(&summary, &a.out, &stem)?;
+    write_page(&a.page, &summary)?;
     eprintln!(
         "sweep: {} of {total} configurations in {:.3} s on {} threads, {failed} failed; {}",
         mine.len(),
@@ -246,22 +317,35 @@ fn run_one(c: &Configuration, keys: &[String], out: &Path, total: usize) -> Valu
     row.insert("config".into(), Value::Object(config));
     row.insert("args".into(), json!(c.args.join(" ")));
     let name = report_name(c.index, total);
-    let result = simulate(&c.replay, false, None).and_then(|sim| {
-        write_output_with(&out.join(&name), &sim.report, &Map::new())?;
-        serde_json::to_value(&sim.report).map_err(|e| e.to_string())
-    });
+    let (result, metrics) = match &c.parsed {
+        Parsed::Replay(args) => (
+            simulate(args, false, None).and_then(|sim| {
+                write_output_with(&out.join(&name), &sim.report, &Map::new())?;
+                let report = serde_json::to_value(&sim.report).map_err(|e| e.to_string())?;
+                Ok(METRICS
+                    .iter()
+                    .map(|m| ((*m).to_string(), metric(&report, m)))
+                    .collect())
+            }),
+            METRICS,
+        ),
+        Parsed::Experiment(args) => (
+            crate::sweep_experiment::run_point(args, &out.join(&name)),
+            crate::sweep_experiment::METRICS,
+        ),
+    };
     match result {
-        Ok(report) => {
+        Ok(mut values) => {
             row.insert("report".into(), json!(name));
             row.insert("error".into(), Value::Null);
-            for m in METRICS {
-                row.insert((*m).into(), metric(&report, m));
+            for m in metrics {
+                row.insert((*m).into(), values.remove(*m).unwrap_or(Value::Null));
             }
         }
         Err(e) => {
             row.insert("report".into(), Value::Null);
             row.insert("error".into(), json!(e));
-            for m in METRICS {
+            for m in metrics {
                 row.insert((*m).into(), Value::Null);
             }
         }
@@ -295,7 +379,8 @@ fn csv(summary: &Value) -> String {
     let mut head = vec!["index".to_string()];
     head.extend(keys.iter().cloned());
     head.extend(["report".to_string(), "error".to_string()]);
-    head.extend(METRICS.iter().map(|m| m.to_string()));
+    let metrics = metrics_of(summary);
+    head.extend(metrics.iter().map(|m| m.to_string()));
     let mut s = head.join(",");
     s.push('\n');
     for row in summary["rows"].as_array().into_iter().flatten() {
@@ -303,7 +388,7 @@ fn csv(summary: &Value) -> String {
         cells.extend(keys.iter().map(|k| csv_field(&row["config"][k])));
         cells.push(csv_field(&row["report"]));
         cells.push(csv_field(&row["error"]));
-        cells.extend(METRICS.iter().map(|m| csv_field(&row[*m])));
+        cells.extend(metrics.iter().map(|m| csv_field(&row[*m])));
         s.push_str(&cells.join(","));
         s.push('\n');
     }
@@ -321,7 +406,7 @@ fn write_summary(summary: &Value, dir: &Path, stem: &str) -> Result<(), String> 
 
 /// `sweep merge`: checks the shards are of one grid and together hold each
 /// configuration exactly once, then writes the full grid's summary.
-fn merge(paths: &[PathBuf], out: &Path) -> Result<(), String> {
+fn merge(paths: &[PathBuf], out: &Path, page: &MapPage) -> Result<(), String> {
     let mut grid: Option<Value> = None;
     let mut rows: Vec<Value> = Vec::new();
     for p in paths {
@@ -383,7 +468,9 @@ fn merge(paths: &[PathBuf], out: &Path) -> Result<(), String> {
         Value::Array(by_index.into_iter().flatten().collect()),
     );
     std::fs::create_dir_all(out).map_err(|e| format!("--out {}: {e}", out.display()))?;
-    write_summary(&Value::Object(summary), out, "summary")?;
+    let summary = Value::Object(summary);
+    write_summary(&summary, out, "summary")?;
+    write_page(page, &summary)?;
     eprintln!(
         "sweep merge: {total} configurations from {} shards; {}",
         paths.len(),

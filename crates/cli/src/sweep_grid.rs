@@ -20,14 +20,63 @@
 //! router = ["kv", "round-robin"]
 //! ```
 //!
+//! With `sweep --experiment` the keys are `experiment`'s flags instead and
+//! each configuration is one `experiment e4` (E1, E3, E4, E4-ablate).
+//!
 //! Configurations are numbered in a fixed order: the file's axes in key
 //! order (JSON and TOML tables are read as sorted maps), then the `--set`
 //! axes in the order given; the last axis varies fastest. The number is a
 //! configuration's identity in report file names, summaries and shards.
 
+use crate::experiment_cmd::ExperimentArgs;
 use crate::replay_cmd::ReplayArgs;
 use clap::{CommandFactory, Parser};
 use std::path::Path;
+
+/// The command a grid sweeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kind {
+    /// `replay`: one report per configuration.
+    #[default]
+    Replay,
+    /// `experiment e4`: the four variants and the H4 verdicts per
+    /// configuration.
+    Experiment,
+}
+
+impl Kind {
+    /// The command's name, in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Replay => "replay",
+            Kind::Experiment => "experiment",
+        }
+    }
+
+    fn command(self) -> clap::Command {
+        match self {
+            Kind::Replay => ReplayOnly::command(),
+            Kind::Experiment => ExperimentOnly::command(),
+        }
+    }
+}
+
+/// `experiment e4`'s options parsed on their own.
+#[derive(Parser, Debug)]
+#[command(name = "experiment", no_binary_name = true)]
+pub struct ExperimentOnly {
+    #[command(flatten)]
+    pub args: ExperimentArgs,
+}
+
+/// A configuration's options, parsed by its command's own parser.
+#[derive(Debug)]
+pub enum Parsed {
+    /// `replay`'s.
+    Replay(Box<ReplayArgs>),
+    /// `experiment e4`'s.
+    Experiment(Box<ExperimentArgs>),
+}
 
 /// `replay`'s options parsed on their own, to check and build a
 /// configuration with exactly the parser `replay` uses.
@@ -91,6 +140,9 @@ pub struct Axis {
 /// A whole grid: the base and the axes.
 #[derive(Clone, Debug, Default)]
 pub struct Grid {
+    /// The command swept (set before reading keys: it decides which are
+    /// valid).
+    pub kind: Kind,
     /// Options from the file's `[base]`.
     pub base: Vec<Fixed>,
     /// Replay flags given after `--`.
@@ -106,10 +158,10 @@ pub struct Configuration {
     pub index: usize,
     /// Each axis's value for it, in axis order.
     pub labels: Vec<String>,
-    /// Its `replay` flags.
+    /// Its command's flags.
     pub args: Vec<String>,
     /// Them, parsed.
-    pub replay: ReplayArgs,
+    pub parsed: Parsed,
 }
 
 /// Largest grid accepted: every configuration is built and checked before
@@ -120,10 +172,11 @@ fn normalise(key: &str) -> String {
     key.trim().trim_start_matches("--").replace('_', "-")
 }
 
-/// Whether `key` is a switch (takes no value) of `replay`, or an error
-/// naming the closest flag.
-fn is_switch(key: &str) -> Result<bool, String> {
-    let cmd = ReplayOnly::command();
+/// Whether `key` is a switch (takes no value) of `kind`'s command, or an
+/// error naming the closest flag.
+fn is_switch(kind: Kind, key: &str) -> Result<bool, String> {
+    let cmd = kind.command();
+    let what = kind.name();
     if let Some(a) = cmd.get_arguments().find(|a| a.get_long() == Some(key)) {
         return Ok(!a.get_action().takes_values());
     }
@@ -134,9 +187,9 @@ fn is_switch(key: &str) -> Result<bool, String> {
         .min_by_key(|l| edit_distance(l, key));
     Err(match near {
         Some(n) if edit_distance(n, key) <= 3 => {
-            format!("unknown replay option --{key} (did you mean --{n}?)")
+            format!("unknown {what} option --{key} (did you mean --{n}?)")
         }
-        _ => format!("unknown replay option --{key}"),
+        _ => format!("unknown {what} option --{key}"),
     })
 }
 
@@ -156,21 +209,29 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// Flags a sweep writes itself or decides per configuration.
-fn refused(key: &str) -> Option<&'static str> {
-    match key {
-        "json" | "output" | "transcript" | "html" | "per-request-jsonl" | "wall-time" => {
-            Some("the sweep writes each configuration's report itself (see --out)")
+fn refused(kind: Kind, key: &str) -> Option<&'static str> {
+    let writes = "the sweep writes each configuration's report itself (see --out)";
+    match (kind, key) {
+        (
+            Kind::Replay,
+            "json" | "output" | "transcript" | "html" | "per-request-jsonl" | "wall-time",
+        ) => Some(writes),
+        (Kind::Replay, "allow-failures") => {
+            Some("a sweep always records failed requests in its summary")
         }
-        "allow-failures" => Some("a sweep always records failed requests in its summary"),
+        (Kind::Experiment, "json" | "log" | "metrics") => Some(writes),
+        (Kind::Experiment, "naive" | "enable-d-to-p-sync" | "disable-prefill-bypass") => {
+            Some("each configuration runs all four variants (E1, E3, E4, E4-ablate)")
+        }
         _ => None,
     }
 }
 
-fn check_key(key: &str) -> Result<bool, String> {
-    if let Some(why) = refused(key) {
+fn check_key(kind: Kind, key: &str) -> Result<bool, String> {
+    if let Some(why) = refused(kind, key) {
         return Err(format!("--{key} cannot be part of a sweep: {why}"));
     }
-    is_switch(key)
+    is_switch(kind, key)
 }
 
 /// A value from the file or `--set`, as the flag takes it.
@@ -257,7 +318,7 @@ impl Grid {
             for (k, v) in base {
                 let key = normalise(k);
                 let origin = at("base", k);
-                let switch = check_key(&key).map_err(|e| format!("{origin}: {e}"))?;
+                let switch = check_key(self.kind, &key).map_err(|e| format!("{origin}: {e}"))?;
                 let value = value_of(switch, &key, v).map_err(|e| format!("{origin}: {e}"))?;
                 self.base.push(Fixed { key, value, origin });
             }
@@ -273,7 +334,7 @@ impl Grid {
         for (k, v) in grid {
             let key = normalise(k);
             let origin = at("grid", k);
-            let switch = check_key(&key).map_err(|e| format!("{origin}: {e}"))?;
+            let switch = check_key(self.kind, &key).map_err(|e| format!("{origin}: {e}"))?;
             let list = match v {
                 serde_json::Value::Array(a) => a.clone(),
                 one => vec![one.clone()],
@@ -300,7 +361,7 @@ impl Grid {
             return Err(format!("{origin}: expected KEY=V1,V2,..."));
         };
         let key = normalise(k);
-        let switch = check_key(&key).map_err(|e| format!("{origin}: {e}"))?;
+        let switch = check_key(self.kind, &key).map_err(|e| format!("{origin}: {e}"))?;
         let mut values = Vec::new();
         for v in vs.split(',') {
             let v = serde_json::Value::String(v.trim().to_string());
@@ -353,18 +414,26 @@ impl Grid {
         out
     }
 
-    fn parse(args: &[String]) -> Result<ReplayArgs, String> {
-        ReplayOnly::try_parse_from(args)
-            .map(|o| o.args)
-            .map_err(|e| {
-                let text = e.to_string();
-                let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-                let first = lines.next().unwrap_or("").trim_start_matches("error: ");
-                match lines.find(|l| l.trim_start().starts_with("tip:")) {
-                    Some(tip) => format!("{first} ({})", tip.trim()),
-                    None => first.to_string(),
-                }
-            })
+    fn parse(&self, args: &[String]) -> Result<Parsed, String> {
+        let parsed = match self.kind {
+            Kind::Replay => {
+                ReplayOnly::try_parse_from(args).map(|o| Parsed::Replay(Box::new(o.args)))
+            }
+            // `experiment e4`: the positional comes first.
+            Kind::Experiment => ExperimentOnly::try_parse_from(
+                std::iter::once("e4".to_string()).chain(args.iter().cloned()),
+            )
+            .map(|o| Parsed::Experiment(Box::new(o.args))),
+        };
+        parsed.map_err(|e| {
+            let text = e.to_string();
+            let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+            let first = lines.next().unwrap_or("").trim_start_matches("error: ");
+            match lines.find(|l| l.trim_start().starts_with("tip:")) {
+                Some(tip) => format!("{first} ({})", tip.trim()),
+                None => first.to_string(),
+            }
+        })
     }
 
     /// Every configuration, checked: each base option and each axis value
@@ -387,18 +456,21 @@ impl Grid {
             }
         }
         let base = self.base_args();
-        let base_parsed = Self::parse(&base).map_err(|e| {
+        let base_parsed = self.parse(&base).map_err(|e| {
             // Name the base option at fault when one fails alone.
             for f in &self.base {
                 let mut one = Vec::new();
                 f.value.push_args(&f.key, &mut one);
-                if let Err(e) = Self::parse(&one) {
+                if let Err(e) = self.parse(&one) {
                     return format!("{}: {e}", f.origin);
                 }
             }
             format!("the sweep's base options: {e}")
         })?;
-        let outputs = base_parsed.per_run_outputs();
+        let outputs = match &base_parsed {
+            Parsed::Replay(r) => r.per_run_outputs(),
+            Parsed::Experiment(e) => e.per_run_outputs(),
+        };
         if !outputs.is_empty() {
             return Err(format!(
                 "{} after `--` cannot be part of a sweep: the sweep writes each report itself",
@@ -409,7 +481,7 @@ impl Grid {
             for (i, v) in a.values.iter().enumerate() {
                 let mut args = base.clone();
                 v.push_args(&a.key, &mut args);
-                Self::parse(&args)
+                self.parse(&args)
                     .map_err(|e| format!("{}[{i}] = {}: {e}", a.origin, v.label()))?;
             }
         }
@@ -435,16 +507,21 @@ impl Grid {
                     .collect::<Vec<_>>()
                     .join(" ")
             };
-            let replay = Self::parse(&args)
-                .map_err(|e| format!("configuration {index} ({}): {e}", describe()))?;
-            replay
-                .check()
+            let parsed = self
+                .parse(&args)
+                .and_then(|p| {
+                    match &p {
+                        Parsed::Replay(r) => r.check()?,
+                        Parsed::Experiment(e) => e.check()?,
+                    }
+                    Ok(p)
+                })
                 .map_err(|e| format!("configuration {index} ({}): {e}", describe()))?;
             out.push(Configuration {
                 index,
                 labels,
                 args,
-                replay,
+                parsed,
             });
         }
         Ok(out)

@@ -94,6 +94,12 @@ fn bad_flags_are_errors_not_panics() {
             "--d-to-p-sync-delta-tokens",
             "0",
         ],
+        vec!["experiment", "e4", "--bandwidth-gbps", "0"],
+        vec!["experiment", "e4", "--open-session-ms", "nan"],
+        vec!["experiment", "e4", "--decode-start-ms=-1"],
+        vec!["experiment", "e4", "--direct-route-ms", "1e300"],
+        vec!["experiment", "e4", "--session-turns", "0"],
+        vec!["experiment", "e4", "--session-final-tokens", "0"],
     ] {
         let out = Command::new(BIN).args(&args).output().expect("run");
         assert!(!out.status.success(), "{args:?}");

@@ -12,6 +12,8 @@ use handoff_perf::FixedPerf;
 
 use handoff_engine::TransferModel;
 
+pub use handoff_serving::SessionOverheads;
+
 /// KV bytes per token the seed assumes: its §6 log example moves 4.2 GB for
 /// a ~50K-token session.
 pub const SEED_BYTES_PER_TOKEN: u64 = 84_000;
@@ -86,6 +88,9 @@ pub struct ExperimentConfig {
     pub rebalance_threshold: u32,
     /// From a session's last turn to the client closing it.
     pub session_close_delay: Duration,
+    /// The session frontend's fixed latencies (seed §3.2); none by default
+    /// (`experiment --timings seed` sets [`SessionOverheads::SEED`]).
+    pub overheads: SessionOverheads,
     /// Router seed.
     pub seed: u64,
 }
@@ -105,6 +110,7 @@ impl Default for ExperimentConfig {
             },
             rebalance_threshold: 0,
             session_close_delay: Duration::from_millis(100),
+            overheads: SessionOverheads::default(),
             seed: 0,
         }
     }

@@ -34,14 +34,16 @@
 
 pub mod config;
 pub mod experiment;
+pub mod map;
 pub mod metrics;
 pub mod run;
 pub mod scenarios;
 
-pub use config::{ExperimentConfig, SyncConfig, TimingMode, Variant};
+pub use config::{ExperimentConfig, SessionOverheads, SyncConfig, TimingMode, Variant};
 pub use experiment::{
     judge, run_experiment, run_experiment_on, ExperimentOutput, ExperimentReport, Status, Verdict,
 };
+pub use map::{Freshness, PointMeasures};
 pub use metrics::RunSummary;
 pub use run::{
     engine_specs, replay_config, run_variant, run_variant_on, serving_of, EngineRun, EngineRunner,

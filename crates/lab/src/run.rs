@@ -76,6 +76,7 @@ pub fn serving_of(cfg: &ExperimentConfig, variant: Variant) -> SessionServing {
         }),
         close_delay: cfg.session_close_delay,
         evict_after_turn: None,
+        overheads: cfg.overheads,
     }
 }
 

@@ -108,6 +108,7 @@ fn run_virtual(
         engine
             .director_mut()
             .set_sessions(s.routing, s.close_delay, s.evict_after_turn);
+        engine.director_mut().set_session_overheads(s.overheads);
         run_closed_loop(&mut engine, |_, _| {});
     }
     let (mut director, port) = engine.run();

@@ -119,6 +119,9 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
             sessions.close_delay,
             sessions.evict_after_turn,
         );
+        r.engine
+            .director_mut()
+            .set_session_overheads(sessions.overheads);
         r.closed_loop = true;
         r
     }

@@ -89,6 +89,49 @@ pub struct SessionServing {
     /// Force a capacity eviction of a session's slot after its turn of
     /// this index (the seed's §8 smoke test); `None` in normal runs.
     pub evict_after_turn: Option<u32>,
+    /// Fixed latencies of the session frontend (zero: none).
+    pub overheads: SessionOverheads,
+}
+
+/// Fixed latencies the seed's session frontend adds to a turn before any
+/// worker sees it (seed 002 §3.2, its timeline and its "收益对照" table),
+/// applied as the delay of the turn's routes. They occupy no worker: a
+/// turn waiting out an overhead holds no KV and no batch slot. Turns routed
+/// without session routing (the seed's E1, naive PD) pay none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionOverheads {
+    /// A direct-to-D append: from the turn's arrival to its request
+    /// reaching the decode worker holding the session (§3.2: the router is
+    /// entered at t = 10 ms).
+    pub direct_route: Duration,
+    /// A seed or reseed: "P open session" (§3.2 table, ~50 ms: routing,
+    /// the snapshot probe, opening the streaming sessions on D' and P and
+    /// forwarding, t = 0..50 ms of the timeline).
+    pub open_session: Duration,
+    /// A seed or reseed: "D' decode start" (§3.2 table, ~50 ms: rebuilding
+    /// the session on D' after the P→D' transfer). The engine has no hook
+    /// between a destination's activation and its first decode pass, so it
+    /// is paid with `open_session`, before the roles are routed: the first
+    /// token comes as late, but D' holds its reservation this much less.
+    pub decode_start: Duration,
+}
+
+impl SessionOverheads {
+    /// The seed's values: 10 ms direct route, 50 ms P open session, 50 ms
+    /// D' decode start.
+    pub const SEED: SessionOverheads = SessionOverheads {
+        direct_route: Duration::from_millis(10),
+        open_session: Duration::from_millis(50),
+        decode_start: Duration::from_millis(50),
+    };
+
+    /// The delay before a turn routed as `route` reaches its workers.
+    pub fn delay(&self, route: handoff_router::SessionRoute) -> Duration {
+        match route {
+            handoff_router::SessionRoute::Direct => self.direct_route,
+            _ => self.open_session + self.decode_start,
+        }
+    }
 }
 
 /// Runs `engine` to the end asking its director for arrivals after every

@@ -28,7 +28,7 @@ pub mod timeline;
 
 pub use deployment::{
     deployment, engine_config, frontend_config, run_closed_loop, worker_policy, ReplayConfig,
-    SessionServing,
+    SessionOverheads, SessionServing,
 };
 pub use engines::{make_core, EngineSpec, PerfChoice};
 pub use handoff_core::CoreBox;

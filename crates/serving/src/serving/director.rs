@@ -85,6 +85,10 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         );
         let session = item.request.session;
         let routes = self.frontend.arrive(item.request, now);
+        let delay = match (self.sessions.as_ref(), self.frontend.last_session_route()) {
+            (Some(lp), Some(route)) if session.is_some() => lp.overheads.delay(route),
+            _ => handoff_core::Duration::ZERO,
+        };
         if let (Some(log), Some(s), Some(route)) = (
             self.session_log.as_mut(),
             session,
@@ -100,11 +104,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         }
         for (to, request) in routes {
             self.track(to, &request);
-            out.push(Route {
-                to,
-                request,
-                delay: handoff_core::Duration::ZERO,
-            });
+            out.push(Route { to, request, delay });
         }
     }
 

@@ -58,6 +58,8 @@ struct SessionLoop {
     of_request: FastMap<RequestId, (SessionId, u32)>,
     /// Force a capacity eviction of the session's slot after this turn.
     evict_after_turn: Option<u32>,
+    /// Fixed frontend latencies of a session's turns.
+    overheads: crate::deployment::SessionOverheads,
 }
 
 impl SessionLoop {
@@ -360,6 +362,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         }
         let mut lp = SessionLoop {
             evict_after_turn,
+            overheads: crate::deployment::SessionOverheads::default(),
             close_delay,
             turns: BTreeMap::new(),
             due: BTreeMap::new(),
@@ -380,6 +383,15 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         }
         self.sessions = Some(lp);
         self.session_log = Some(crate::session_log::SessionLog::new(true));
+    }
+
+    /// Delays each session-routed turn by `o` (see
+    /// [`crate::SessionOverheads`]); after [`Serving::set_sessions`], which
+    /// starts with none.
+    pub fn set_session_overheads(&mut self, o: crate::deployment::SessionOverheads) {
+        if let Some(lp) = self.sessions.as_mut() {
+            lp.overheads = o;
+        }
     }
 
     /// The session log (session runs only).
