@@ -190,7 +190,10 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
     let (mut cfg, specs) = a.deploy.deployment(true)?;
     cfg.transcript = a.out.transcript.is_some();
     let mut wl = a.workload.open(a.deploy.seed)?;
-    wl.check_fits(&specs, cfg.decode_workers as usize)?;
+    wl.check_fits(
+        &specs,
+        cfg.decode_workers as usize * usize::from(cfg.dp.dp_size()),
+    )?;
     let items = wl.take_items();
     let mut stalled = false;
     let (report, transcript, extra, text) = match a.clock {
@@ -466,7 +469,10 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
         }
     }
     let mut wl = a.workload.open(a.deploy.seed)?;
-    wl.check_fits(&specs, cfg.decode_workers as usize)?;
+    wl.check_fits(
+        &specs,
+        cfg.decode_workers as usize * usize::from(cfg.dp.dp_size()),
+    )?;
     let items = wl.take_items();
     let mut stalled = false;
     let (report, transcript, extra, text) = match a.clock {

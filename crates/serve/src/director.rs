@@ -155,6 +155,8 @@ pub struct HttpDirector {
     jsonl: Option<RouterEventWriter>,
     /// The hashes blocks are published under.
     hash_mode: BlockHashMode,
+    /// Maps each scheduler to the (worker, rank) its events are from.
+    dp: handoff_core::DpLayout,
     /// Puts each worker's KV events back in the order it produced them
     /// before any channel sees them.
     order: KvOrder,
@@ -196,6 +198,7 @@ impl HttpDirector {
             wire: vec![Vec::new(); n],
             jsonl,
             hash_mode: BlockHashMode::Mocker,
+            dp: handoff_core::DpLayout::SINGLE,
             order: KvOrder::new(),
             metrics,
             reserving: FastMap::default(),
@@ -206,6 +209,13 @@ impl HttpDirector {
     /// Publishes blocks under `mode`'s hashes (the cores' own by default).
     pub fn with_block_hash(mut self, mode: BlockHashMode) -> Self {
         self.hash_mode = mode;
+        self
+    }
+
+    /// Attributes each scheduler's KV events to its (worker, rank) under
+    /// `dp` (one rank per worker by default).
+    pub fn with_dp(mut self, dp: handoff_core::DpLayout) -> Self {
+        self.dp = dp;
         self
     }
 
@@ -348,7 +358,7 @@ impl HttpDirector {
             .blocks
             .publish(wi, ev, self.block_size, &self.hash_mode);
         if let Some(j) = self.jsonl.as_mut() {
-            j.write(w, &p.event, |h| {
+            j.write(self.dp.address(w), &p.event, |h| {
                 p.tokens_hashes.get(&h).copied().unwrap_or_default()
             });
         }
