@@ -406,9 +406,21 @@ fn frontend_deployment(
     listed.sort_by_key(|(w, _, _)| *w);
     let decode = listed.iter().filter(|(_, p, _)| *p == Pool::Decode).count() as u32;
     let prefill = listed.len() as u32 - decode;
+    // With `--dp-size N` every rank is its own scheduler, so its own
+    // process (as each vLLM DP rank is its own engine core): the list
+    // names N ranks per worker.
+    let dp = handoff_core::DpLayout::new(a.deploy.dp_size)
+        .map_err(|e| format!("--dp-size {}: {e}", a.deploy.dp_size))?;
+    let n = u32::from(dp.dp_size());
+    if prefill % n != 0 || decode % n != 0 {
+        return Err(format!(
+            "--worker: with --dp-size {n} each worker's {n} ranks are listed, one process each; \
+             {prefill} prefill and {decode} decode processes are not whole workers"
+        ));
+    }
     let mut d = a.deploy.clone();
-    d.prefill = prefill;
-    d.decode = decode;
+    d.prefill = prefill / n;
+    d.decode = decode / n;
     // The workers build their own cores; these specs serve the replay the
     // wall-clock run is measured against.
     let (mut cfg, specs) = d.deployment(true)?;

@@ -219,6 +219,11 @@ impl HttpDirector {
         self
     }
 
+    /// How schedulers group into workers' ranks.
+    pub fn dp(&self) -> handoff_core::DpLayout {
+        self.dp
+    }
+
     /// Queues an HTTP request: `tokens` is its prompt, `request` the
     /// engine's view of it (from [`crate::prompt::request_for`]).
     pub fn submit(&mut self, request: Request, tokens: &[u32], tx: UnboundedSender<StreamMsg>) {
