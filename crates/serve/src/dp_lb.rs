@@ -92,6 +92,16 @@ impl RankPicker {
         Some(s)
     }
 
+    /// Scheduler `s` refused the request [`RankPicker::pick`] just gave it
+    /// (a decode naming a prefill it cannot attach): it is not counted.
+    pub fn refused(&mut self, s: WorkerId) {
+        let i = s.0 as usize;
+        if let (Some(c), Some(t)) = (self.counts.get_mut(i), self.taken.get_mut(i)) {
+            c[0] = c[0].saturating_sub(1);
+            *t = t.saturating_sub(1);
+        }
+    }
+
     /// Requests scheduler `s` took from its worker's listener.
     pub fn taken(&self, s: usize) -> u64 {
         self.taken.get(s).copied().unwrap_or(0)
@@ -113,6 +123,8 @@ mod tests {
         assert_eq!(p.pick(WorkerId(1), RankRule::Room(4)), Some(WorkerId(2)));
         assert_eq!(p.pick(WorkerId(0), RankRule::Room(9)), Some(WorkerId(1)));
         assert_eq!((p.taken(1), p.taken(2), p.taken(3)), (1, 1, 1));
+        p.refused(WorkerId(3));
+        assert_eq!(p.taken(3), 0);
         assert_eq!(p.pick(WorkerId(2), RankRule::Room(0)), None, "no worker 2");
     }
 

@@ -313,11 +313,15 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
             }) => {
                 let now = clock.now();
                 engine.advance_to(now);
-                let worker = ranks.pick(worker, no_room).unwrap_or(worker);
+                let picked = ranks.pick(worker, no_room);
+                let worker = picked.unwrap_or(worker);
                 let d = engine.director_mut();
                 match d.submit_decode(&remote, worker, &tokens, output_tokens, now, tx.clone()) {
                     Ok(()) => engine.arrivals_changed(),
                     Err(e) => {
+                        if let Some(s) = picked {
+                            ranks.refused(s);
+                        }
                         let _ = tx.send(StreamMsg::Refused(e));
                     }
                 }

@@ -5,13 +5,15 @@
 //! `follow_bootstrap_room_scheduler`); the info endpoints, `/metrics`,
 //! `/debug/workers`, the ZMQ batches (`data_parallel_rank`) and Dynamo's
 //! `RouterEvent` lines (`dp_rank`) all speak per rank; the report has a
-//! row per rank and every rank ends drained.
+//! row per rank and every rank ends drained. A vLLM deployment's
+//! `kv_transfer_params` name the prefill's rank as vLLM's per-rank engine
+//! id (`0_dp0`), which the decode call must give back.
 
 mod common;
 
 use bytes::Bytes;
 use common::Server;
-use handoff_core::{Backend, DpLayout, HandoffConfig, HandoffPolicy};
+use handoff_core::{Backend, DpLayout, HandoffConfig};
 use handoff_serve::vllm_wire::END_SEQ;
 use handoff_serve::{serve_workers_until, KvEndpoints, RouterEventWriter, ServeConfig};
 use handoff_serving::{EngineSpec, ReplayConfig};
@@ -51,21 +53,22 @@ struct Running {
     server: Server,
 }
 
-fn start() -> Running {
+/// One prefill and one decode worker of `backend`, two ranks each.
+fn start(backend: Backend) -> Running {
     let spec = EngineSpec {
-        backend: Backend::Sglang,
+        backend,
         block_size: 16,
-        max_running: EngineSpec::default_max_running(Backend::Sglang, 16_384 * 16),
+        max_running: EngineSpec::default_max_running(backend, 16_384 * 16),
         ..EngineSpec::default()
     };
     let cfg = ReplayConfig {
-        backend: Backend::Sglang,
-        policy: HandoffPolicy::DestinationFirst,
+        backend,
+        policy: backend.native_policy(),
         prefill_workers: 1,
         decode_workers: 1,
         dp: DpLayout::new(2).expect("in range"),
         block_size: spec.event_block_tokens(),
-        handoff: HandoffConfig::for_backend(Backend::Sglang),
+        handoff: HandoffConfig::for_backend(backend),
         ..ReplayConfig::default()
     };
     // One publisher and one replay socket per rank.
@@ -176,7 +179,7 @@ async fn batch_ranks(replay: &str) -> Vec<u64> {
 
 #[test]
 fn legs_land_on_room_mod_dp_size_and_everything_is_per_rank() {
-    let s = start();
+    let s = start(Backend::Sglang);
     // Rooms 4, 6, 8 → rank 0; 7 → rank 1.
     for (i, room) in [4u64, 7, 6, 8].into_iter().enumerate() {
         pair(&s, room, i as u64);
@@ -278,4 +281,50 @@ fn legs_land_on_room_mod_dp_size_and_everything_is_per_rank() {
         ));
     }
     assert!(seen.contains(&(0, 0)) && seen.contains(&(0, 1)), "{seen:?}");
+}
+
+#[test]
+fn vllm_kv_transfer_params_name_the_prefill_rank() {
+    let s = start(Backend::Vllm);
+    let post = |w: usize, b: &Value| -> (u16, Value) {
+        let (status, text) = common::call(s.workers[w], "POST", "/v1/completions", &b.to_string());
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("json: {text}")),
+        )
+    };
+    let words: Vec<String> = (0..80).map(|k| format!("v{k}")).collect();
+    let prompt = words.join(" ");
+    let (status, v) = post(
+        0,
+        &json!({"model": "m", "prompt": prompt, "max_tokens": 1,
+                "kv_transfer_params": {"do_remote_decode": true}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let p = v["kv_transfer_params"].clone();
+    // Both ranks idle: vLLM's balancer takes the first.
+    assert_eq!(p["remote_engine_id"], "0_dp0", "{p}");
+    let decode = |params: &Value| {
+        json!({"model": "m", "prompt": prompt, "max_tokens": 3, "ignore_eos": true,
+               "kv_transfer_params": params})
+    };
+    // The other rank does not hold it.
+    let mut wrong = p.clone();
+    wrong["remote_engine_id"] = json!("0_dp1");
+    let (status, v) = post(1, &decode(&wrong));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "kv_transfer_params");
+    let (status, v) = post(1, &decode(&p));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    let d = common::wait_drained(s.http);
+    let took: Vec<u64> = d["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["listener_requests"].as_u64().unwrap())
+        .collect();
+    assert_eq!(took, [1, 0, 1, 0], "{d}");
+    let r = s.server.stop();
+    assert_eq!((r.completed_requests, r.failed_requests), (1, 0));
 }
