@@ -412,7 +412,7 @@ fn frontend_deployment(
     let dp = handoff_core::DpLayout::new(a.deploy.dp_size)
         .map_err(|e| format!("--dp-size {}: {e}", a.deploy.dp_size))?;
     let n = u32::from(dp.dp_size());
-    if prefill % n != 0 || decode % n != 0 {
+    if !prefill.is_multiple_of(n) || !decode.is_multiple_of(n) {
         return Err(format!(
             "--worker: with --dp-size {n} each worker's {n} ranks are listed, one process each; \
              {prefill} prefill and {decode} decode processes are not whole workers"
