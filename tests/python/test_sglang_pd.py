@@ -11,7 +11,12 @@ Checks: 200 requests at 16 concurrent through the router with the official
 usage, the handoff gauges moved while they ran, and every worker ends
 drained; SGLang's native `/generate` goes through too; a leg whose partner never comes (sent by hand) fails after the
 bootstrap timeout and frees everything; a client that leaves mid-stream
-frees both sides.
+frees both sides. Then a deployment with `--dp-size 2` (one prefill and one
+decode worker of two attention-DP ranks each) behind the same router: every
+request completes, each pair's two legs land on the same rank
+`bootstrap_room % 2` of both workers (per-rank counters of
+`/debug/workers`, with rooms chosen by hand too), and the workers' own
+`/server_info` says `dp_size` 2.
 
 Prints "N passed, N failed" and exits non-zero on any failure.
 """
@@ -76,13 +81,14 @@ class Deployment:
     """`serve --backend sglang` with per-worker listeners, and
     `sglang-router` in PD mode in front of them."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefill: int = PREFILL, decode: int = DECODE, dp_size: int = 1) -> None:
         self.port = free_port()
-        self.base = free_port(PREFILL + DECODE)
+        self.base = free_port(prefill + decode)
         self.serve = subprocess.Popen(
             [
                 BIN, "serve", "--backend", "sglang", "--model", MODEL,
-                "--prefill", str(PREFILL), "--decode", str(DECODE),
+                "--prefill", str(prefill), "--decode", str(decode),
+                "--dp-size", str(dp_size),
                 "--http", f"127.0.0.1:{self.port}",
                 "--worker-http-base-port", str(self.base),
                 "--bootstrap-timeout-s", str(TIMEOUT_S),
@@ -93,7 +99,7 @@ class Deployment:
         )
         self.url = f"http://127.0.0.1:{self.port}"
         self.wait(lambda: get(self.url + "/ready")[0] == 200, self.serve, "serve")
-        self.workers = [f"http://127.0.0.1:{self.base + i}" for i in range(PREFILL + DECODE)]
+        self.workers = [f"http://127.0.0.1:{self.base + i}" for i in range(prefill + decode)]
         self.router_port = free_port()
         self.router_log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
         args = [
@@ -102,10 +108,10 @@ class Deployment:
             "--policy", "round_robin", "--log-level", "warn",
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
         ]
-        for i in range(PREFILL):
+        for i in range(prefill):
             # The bootstrap port is only passed through to both legs.
             args += ["--prefill", self.workers[i], str(8998 + i)]
-        for i in range(PREFILL, PREFILL + DECODE):
+        for i in range(prefill, prefill + decode):
             args += ["--decode", self.workers[i]]
         self.router = subprocess.Popen(args, stdout=self.router_log, stderr=subprocess.STDOUT)
         self.router_url = f"http://127.0.0.1:{self.router_port}"
@@ -320,6 +326,43 @@ def test_a_client_that_leaves_mid_stream_frees_both_sides(d: Deployment) -> None
     d.wait_drained(timeout=10)
 
 
+def rank_counts(d: Deployment) -> dict:
+    """Requests each (worker, rank) took from its worker's listener."""
+    return {(w["worker"], w["dp_rank"]): w["listener_requests"] for w in d.debug()["workers"]}
+
+
+def test_dp2_pairs_land_on_room_mod_2(d: Deployment) -> None:
+    for w in d.workers:
+        status, body = get(w + "/server_info")
+        info = json.loads(body)
+        assert status == 200 and info["dp_size"] == 2, info
+        assert [s["dp_rank"] for s in info["internal_states"]] == [0, 1], info
+    before = rank_counts(d)
+    c = d.client()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: one(c, i), range(40)))
+    for got, asked in results:
+        assert got == asked, results
+    d.wait_drained()
+    after = rank_counts(d)
+    delta = {k: after[k] - before.get(k, 0) for k in after}
+    # The router picks rooms at random: both ranks took legs, and each
+    # pair's legs took the same rank on both workers.
+    assert delta[(0, 0)] + delta[(0, 1)] == 40, delta
+    assert delta[(0, 0)] > 0 and delta[(0, 1)] > 0, delta
+    assert (delta[(0, 0)], delta[(0, 1)]) == (delta[(1, 0)], delta[(1, 1)]), delta
+    # Rooms by hand: 10 -> rank 0, 13 -> rank 1, on both workers.
+    for room, rank in [(10, 0), (13, 1)]:
+        before = rank_counts(d)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            legs = list(pool.map(lambda u: leg(u, room, False), d.workers))
+        assert [r.status_code for r in legs] == [200, 200], [r.text for r in legs]
+        d.wait_drained()
+        after = rank_counts(d)
+        moved = {k for k in after if after[k] != before.get(k, 0)}
+        assert moved == {(0, rank), (1, rank)}, (room, before, after)
+
+
 def main() -> int:
     passed = failed = 0
 
@@ -349,6 +392,11 @@ def main() -> int:
         d.stop()
     if failed:
         print(d.logs() if not d.router_log.closed else "")
+    d2 = Deployment(prefill=1, decode=1, dp_size=2)
+    try:
+        run("dp-size 2: pairs land on rank bootstrap_room % 2", test_dp2_pairs_land_on_room_mod_2, d2)
+    finally:
+        d2.stop()
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

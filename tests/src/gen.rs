@@ -126,6 +126,7 @@ pub fn run(seed: u64) -> GenRun {
         policy: backend.native_policy(),
         prefill_workers: prefill,
         decode_workers: decode,
+        dp: handoff_core::DpLayout::SINGLE,
         router,
         router_kv: handoff_router::KvKnobs::default(),
         block_size: spec(1).event_block_tokens(),

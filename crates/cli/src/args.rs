@@ -111,6 +111,11 @@ pub struct DeployArgs {
     /// Decode workers; 0 runs aggregated (no disaggregation).
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub decode: u32,
+    /// Attention data-parallel ranks per worker (1..=256): each rank is an
+    /// independent scheduler with its own KV pool of the worker's size,
+    /// sharing the worker's listener; routers address (worker, rank).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub dp_size: u64,
     /// Router mode of both pools.
     #[arg(long, value_enum, default_value = "kv")]
     pub router: RouterArg,
@@ -353,11 +358,22 @@ impl DeployArgs {
             );
         }
         let (prefill_spec, decode_spec) = self.engines()?;
+        let dp = handoff_core::DpLayout::new(self.dp_size)
+            .map_err(|e| format!("--dp-size {}: {e}", self.dp_size))?;
+        let schedulers =
+            (u64::from(self.prefill) + u64::from(self.decode)) * u64::from(dp.dp_size());
+        if schedulers > u64::from(u32::MAX) {
+            return Err(format!(
+                "--dp-size {}: {schedulers} rank schedulers do not fit in worker ids",
+                self.dp_size
+            ));
+        }
         let cfg = ReplayConfig {
             backend: self.backend(),
             policy: self.policy(),
             prefill_workers: self.prefill,
             decode_workers: self.decode,
+            dp,
             router: self.router(),
             router_kv: self.router_kv(),
             block_size: prefill_spec.event_block_tokens(),
@@ -609,8 +625,9 @@ impl<R: std::io::BufRead> Iterator for Checked<R> {
 impl Workload {
     /// Refuses a deployment whose KV pools cannot hold the workload's first
     /// request (prompt plus output) at all, instead of failing every request
-    /// on it: `specs` are the workers' engines, prefill (or aggregated)
-    /// first, `decode` of them decode workers.
+    /// on it: `specs` are the schedulers' engines (one per DP rank),
+    /// prefill (or aggregated) first, the last `decode` of them decode
+    /// ranks.
     pub fn check_fits(&mut self, specs: &[EngineSpec], decode: usize) -> Result<(), String> {
         let Some(first) = self.items.next() else {
             return Ok(());

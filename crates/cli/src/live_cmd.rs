@@ -190,7 +190,10 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
     let (mut cfg, specs) = a.deploy.deployment(true)?;
     cfg.transcript = a.out.transcript.is_some();
     let mut wl = a.workload.open(a.deploy.seed)?;
-    wl.check_fits(&specs, cfg.decode_workers as usize)?;
+    wl.check_fits(
+        &specs,
+        cfg.decode_workers as usize * usize::from(cfg.dp.dp_size()),
+    )?;
     let items = wl.take_items();
     let mut stalled = false;
     let (report, transcript, extra, text) = match a.clock {
@@ -403,9 +406,21 @@ fn frontend_deployment(
     listed.sort_by_key(|(w, _, _)| *w);
     let decode = listed.iter().filter(|(_, p, _)| *p == Pool::Decode).count() as u32;
     let prefill = listed.len() as u32 - decode;
+    // With `--dp-size N` every rank is its own scheduler, so its own
+    // process (as each vLLM DP rank is its own engine core): the list
+    // names N ranks per worker.
+    let dp = handoff_core::DpLayout::new(a.deploy.dp_size)
+        .map_err(|e| format!("--dp-size {}: {e}", a.deploy.dp_size))?;
+    let n = u32::from(dp.dp_size());
+    if !prefill.is_multiple_of(n) || !decode.is_multiple_of(n) {
+        return Err(format!(
+            "--worker: with --dp-size {n} each worker's {n} ranks are listed, one process each; \
+             {prefill} prefill and {decode} decode processes are not whole workers"
+        ));
+    }
     let mut d = a.deploy.clone();
-    d.prefill = prefill;
-    d.decode = decode;
+    d.prefill = prefill / n;
+    d.decode = decode / n;
     // The workers build their own cores; these specs serve the replay the
     // wall-clock run is measured against.
     let (mut cfg, specs) = d.deployment(true)?;
@@ -466,7 +481,10 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
         }
     }
     let mut wl = a.workload.open(a.deploy.seed)?;
-    wl.check_fits(&specs, cfg.decode_workers as usize)?;
+    wl.check_fits(
+        &specs,
+        cfg.decode_workers as usize * usize::from(cfg.dp.dp_size()),
+    )?;
     let items = wl.take_items();
     let mut stalled = false;
     let (report, transcript, extra, text) = match a.clock {

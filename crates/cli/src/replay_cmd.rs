@@ -127,7 +127,10 @@ pub fn simulate(
         return Err("--concurrency: must be at least 1".into());
     }
     let mut wl = a.workload.open(a.deploy.seed)?;
-    wl.check_fits(&specs, cfg.decode_workers as usize)?;
+    wl.check_fits(
+        &specs,
+        cfg.decode_workers as usize * usize::from(cfg.dp.dp_size()),
+    )?;
     // `--kv-events-out`: each request's prompt blocks are indexed as the
     // replay pulls it, before any of its blocks can be stored.
     let trace_blocks = a.kv_events_out.as_ref().map(|_| {
@@ -141,6 +144,7 @@ pub fn simulate(
         }
     });
     let started = std::time::Instant::now();
+    let cfg_dp = cfg.dp;
     let mut replay = match a.concurrency {
         Some(n) => Replay::closed_loop(cfg, items, n, make),
         None => Replay::new(cfg, items, make),
@@ -159,12 +163,13 @@ pub fn simulate(
             let sink = w.clone();
             let index = trace_blocks.clone().unwrap_or_default();
             let sizes: Vec<u32> = specs.iter().map(|s| s.event_block_tokens()).collect();
+            let dp = cfg_dp;
             replay = replay.with_kv_sink(Box::new(move |worker, ev, _at| {
                 if let Some(w) = sink.borrow_mut().as_mut() {
                     // Dynamo's hash of the block's stand-in token ids.
                     let bs = sizes.get(worker.0 as usize).copied().unwrap_or(1);
                     let index = index.borrow();
-                    w.write(worker, ev, |h| index.tokens_hash(h, bs));
+                    w.write(dp.address(worker), ev, |h| index.tokens_hash(h, bs));
                 }
             }));
             Some(w)

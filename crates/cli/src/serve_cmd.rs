@@ -28,7 +28,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
     /// Publish KV events in vLLM's ZMQ format: worker i binds a PUB socket
-    /// on PORT + i.
+    /// on PORT + i; with --dp-size N, rank r of worker i on PORT + i·N + r
+    /// (each rank its own publisher, as vLLM offsets a rank's port).
     #[arg(long, value_name = "tcp://HOST:PORT")]
     kv_events: Option<String>,
     /// vLLM's ROUTER replay socket for the KV events: worker i on PORT + i
@@ -144,7 +145,8 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
                 .rsplit_once(':')
                 .map_or("127.0.0.1", |(h, _)| h)
                 .to_string();
-            worker_http_ports(&host, base, n)?
+            // One listener per worker, shared by its ranks.
+            worker_http_ports(&host, base, n / usize::from(cfg.dp.dp_size()))?
         }
         None => Vec::new(),
     };

@@ -166,6 +166,26 @@ fn impossible_deployments_are_refused_at_start_with_why() {
             &["live", "--clock", "virtual", "--prefill-kv-tokens", "64"][..],
             "cannot hold the workload's first request",
         ),
+        (
+            &["replay", "--dp-size", "0"][..],
+            "--dp-size 0: dp size 0 is outside 1..=256",
+        ),
+        (
+            &["serve", "--dp-size", "257"][..],
+            "--dp-size 257: dp size 257 is outside 1..=256",
+        ),
+        (
+            &[
+                "frontend",
+                "--dp-size",
+                "2",
+                "--worker",
+                "0=prefill@127.0.0.1:9",
+                "--worker",
+                "1=decode@127.0.0.1:9",
+            ][..],
+            "are not whole workers",
+        ),
     ] {
         let out = Command::new(BIN).args(args).output().expect("run");
         let err = String::from_utf8_lossy(&out.stderr);

@@ -52,6 +52,7 @@
 
 pub mod accounting;
 pub mod destination;
+pub mod dp;
 pub mod fasthash;
 pub mod host;
 pub mod ids;
@@ -80,6 +81,7 @@ pub use destination::{
     DestinationAction, DestinationEvent, DestinationEventKind, DestinationHandoff,
     DestinationState, SourceReady,
 };
+pub use dp::{DpLayout, DpRank, DpSizeError, WorkerWithDpRank, MAX_DP_SIZE};
 pub use host::{HostFinal, HostInput, HostOutput, HostStatus, WorkerHost};
 pub use ids::{
     DestinationReservationId, Generation, HandoffId, HandoffIdGen, RequestId, SessionId,

@@ -29,7 +29,8 @@ pub struct Selection {
     /// Prefill tokens booked.
     pub prefill_tokens: u64,
     /// The DP rank the policy chose ([`crate::RoutingChoice::dp_rank`]);
-    /// reserved, always `None` with the built-in policies.
+    /// always `None` with the built-in policies, which route to ranks as
+    /// workers of their own.
     pub dp_rank: Option<u32>,
 }
 

@@ -59,10 +59,12 @@ pub use crate::view::RouterView;
 pub struct RoutingChoice {
     /// The worker; it must be one of [`RouterView::workers`].
     pub worker: WorkerId,
-    /// The data-parallel rank within the worker, for engines that expose
-    /// several. Reserved: no worker of this mocker has ranks yet, the
-    /// built-in policies always answer `None`, and the router only carries
-    /// it to [`crate::Selection::dp_rank`].
+    /// A data-parallel rank inside `worker`, for a policy whose workers
+    /// hide their ranks. This mocker's ranks are workers of their own in
+    /// the view (`--dp-size`: each rank is a scheduler with its own id,
+    /// `handoff_core::DpLayout` maps it to its worker and rank), so the
+    /// built-in policies answer `None`; the router only carries it to
+    /// [`crate::Selection::dp_rank`].
     pub dp_rank: Option<u32>,
 }
 

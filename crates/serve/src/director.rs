@@ -160,6 +160,8 @@ pub struct HttpDirector {
     jsonl: Option<RouterEventWriter>,
     /// The hashes blocks are published under.
     hash_mode: BlockHashMode,
+    /// Maps each scheduler to the (worker, rank) its events are from.
+    dp: handoff_core::DpLayout,
     /// Puts each worker's KV events back in the order it produced them
     /// before any channel sees them.
     order: KvOrder,
@@ -202,6 +204,7 @@ impl HttpDirector {
             wire: vec![Vec::new(); n],
             jsonl,
             hash_mode: BlockHashMode::Mocker,
+            dp: handoff_core::DpLayout::SINGLE,
             order: KvOrder::new(),
             metrics,
             reserving: FastMap::default(),
@@ -213,6 +216,18 @@ impl HttpDirector {
     pub fn with_block_hash(mut self, mode: BlockHashMode) -> Self {
         self.hash_mode = mode;
         self
+    }
+
+    /// Attributes each scheduler's KV events to its (worker, rank) under
+    /// `dp` (one rank per worker by default).
+    pub fn with_dp(mut self, dp: handoff_core::DpLayout) -> Self {
+        self.dp = dp;
+        self
+    }
+
+    /// How schedulers group into workers' ranks.
+    pub fn dp(&self) -> handoff_core::DpLayout {
+        self.dp
     }
 
     /// Queues an HTTP request: `tokens` is its prompt, `request` the
@@ -359,7 +374,7 @@ impl HttpDirector {
             .blocks
             .publish(wi, ev, self.block_size, &self.hash_mode);
         if let Some(j) = self.jsonl.as_mut() {
-            j.write(w, &p.event, |h| {
+            j.write(self.dp.address(w), &p.event, |h| {
                 p.tokens_hashes.get(&h).copied().unwrap_or_default()
             });
         }

@@ -17,6 +17,7 @@
 //! wakes when the first of them times out.
 
 use crate::director::{Arrivals, HttpDirector, StreamMsg};
+use crate::dp_lb::{RankPicker, RankRule};
 use crate::dynamo_events::RouterEventWriter;
 use crate::kv_transfer::RemotePrefill;
 use crate::metrics::Metrics;
@@ -117,11 +118,19 @@ pub enum Cmd {
     Shutdown,
 }
 
-/// One worker as `/debug/workers` shows it.
+/// One worker (one rank of it, with `--dp-size` above 1) as
+/// `/debug/workers` shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkerView {
     /// Worker id.
     pub worker: u32,
+    /// The rank, with `--dp-size` above 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dp_rank: Option<u16>,
+    /// Requests the rank took from its worker's listener (by
+    /// [`crate::dp_lb::RankPicker`]), with `--dp-size` above 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listener_requests: Option<u64>,
     /// prefill, decode or aggregated.
     pub role: &'static str,
     /// No request, role, step or output held.
@@ -215,6 +224,14 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         make_core(&spec).unwrap_or_else(|e| unreachable!("checked at start: {e}"))
     });
     let arrivals = Arrivals::default();
+    let dp = cfg.dp;
+    let mut ranks = RankPicker::new(dp, pools.len());
+    // The rule a request without a room picks a rank by: the engine's own.
+    let no_room = if cfg.backend == handoff_core::Backend::Sglang {
+        RankRule::RoundRobin
+    } else {
+        RankRule::LeastLoaded
+    };
     let director = HttpDirector::new(
         serving(&cfg, arrivals.clone()),
         arrivals,
@@ -224,7 +241,8 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         jsonl,
         bootstrap_timeout,
     )
-    .with_block_hash(hash_mode);
+    .with_block_hash(hash_mode)
+    .with_dp(dp);
     let mut ecfg = engine_config(&cfg);
     // One pass per step: a folded step would release many passes' tokens
     // at its end, and streaming would come in bursts.
@@ -236,7 +254,14 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         let now = clock.now();
         engine.advance_to(now);
         engine.director_mut().expire_legs(now);
-        publish(&mut engine, &pools, &metrics, kv.as_ref(), &view);
+        publish(
+            &mut engine,
+            &pools,
+            &metrics,
+            kv.as_ref(),
+            &view,
+            &mut ranks,
+        );
         let wake = match (engine.next_event_at(), engine.director().leg_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -271,6 +296,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
                 let now = clock.now();
                 engine.advance_to(now);
                 let req = request_for(id, &tokens, output_tokens, cfg.block_size, now);
+                let worker = ranks.pick(worker, no_room).unwrap_or(worker);
                 let d = engine.director_mut();
                 match placement {
                     Placement::Proxy => d.submit_at(req, &tokens, worker, tx),
@@ -287,10 +313,15 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
             }) => {
                 let now = clock.now();
                 engine.advance_to(now);
+                let picked = ranks.pick(worker, no_room);
+                let worker = picked.unwrap_or(worker);
                 let d = engine.director_mut();
                 match d.submit_decode(&remote, worker, &tokens, output_tokens, now, tx.clone()) {
                     Ok(()) => engine.arrivals_changed(),
                     Err(e) => {
+                        if let Some(s) = picked {
+                            ranks.refused(s);
+                        }
                         let _ = tx.send(StreamMsg::Refused(e));
                     }
                 }
@@ -306,6 +337,9 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
             }) => {
                 let now = clock.now();
                 engine.advance_to(now);
+                let worker = ranks
+                    .pick(worker, RankRule::Room(key.room))
+                    .unwrap_or(worker);
                 let leg = crate::bootstrap::Leg {
                     id,
                     side,
@@ -339,11 +373,14 @@ fn publish(
     metrics: &Metrics,
     kv: Option<&KvPublishers>,
     view: &Mutex<EngineView>,
+    ranks: &mut RankPicker,
 ) {
     let ts = unix_now();
+    let dp = engine.director().dp();
     for (w, events) in engine.director_mut().take_wire() {
         if let Some(kv) = kv {
-            kv.publish(w, ts, &events);
+            let rank = dp.address(WorkerId(w as u32)).dp_rank.0;
+            kv.publish_rank(w, rank, ts, &events);
         }
     }
     let workers: Vec<WorkerView> = engine
@@ -354,8 +391,12 @@ fn publish(
         .map(|(i, h)| {
             let f = h.final_state();
             metrics.capacity(i, &f.capacity);
+            ranks.refresh(i, &f.capacity);
+            let at = dp.address(f.worker);
             WorkerView {
-                worker: f.worker.0,
+                worker: at.worker.0,
+                dp_rank: dp.is_split().then_some(at.dp_rank.0),
+                listener_requests: dp.is_split().then(|| ranks.taken(i)),
                 role: role(pools.get(i).copied().unwrap_or(Pool::Decode)),
                 drained: f.drained,
                 live_handoffs: f.live_handoffs,

@@ -12,7 +12,7 @@
 //! of the real ids for an HTTP prompt block, of the stand-in ids
 //! [`crate::dynamo_hash`] documents otherwise; the caller supplies it.
 
-use handoff_core::{KvEvent, KvEventData, WorkerId};
+use handoff_core::{KvEvent, KvEventData, WorkerWithDpRank};
 use serde::Serialize;
 use std::io::Write;
 
@@ -39,7 +39,7 @@ enum Data {
 struct Event {
     event_id: u64,
     data: Data,
-    dp_rank: u32,
+    dp_rank: u16,
 }
 
 #[derive(Serialize)]
@@ -48,10 +48,12 @@ struct RouterEvent {
     event: Event,
 }
 
-/// The `RouterEvent` JSON line (without the newline) of `ev` on `worker`;
+/// The `RouterEvent` JSON line (without the newline) of `ev` from rank
+/// `at.dp_rank` of worker `at.worker` (each rank numbers its own events,
+/// as Dynamo's indexer tracks them per `WorkerWithDpRank`);
 /// `tokens_hash(h)` gives the `tokens_hash` of stored block `h`.
 pub fn router_event_json(
-    worker: WorkerId,
+    at: WorkerWithDpRank,
     ev: &KvEvent,
     mut tokens_hash: impl FnMut(u64) -> u64,
 ) -> String {
@@ -75,11 +77,11 @@ pub fn router_event_json(
         KvEventData::Cleared => Data::Cleared,
     };
     let e = RouterEvent {
-        worker_id: u64::from(worker.0),
+        worker_id: u64::from(at.worker.0),
         event: Event {
             event_id: ev.event_id,
             data,
-            dp_rank: 0,
+            dp_rank: at.dp_rank.0,
         },
     };
     // Plain structs of numbers serialise infallibly.
@@ -105,12 +107,17 @@ impl RouterEventWriter {
         }
     }
 
-    /// Writes `ev` of `worker` as one line.
-    pub fn write(&mut self, worker: WorkerId, ev: &KvEvent, tokens_hash: impl FnMut(u64) -> u64) {
+    /// Writes `ev` of rank `at` as one line.
+    pub fn write(
+        &mut self,
+        at: WorkerWithDpRank,
+        ev: &KvEvent,
+        tokens_hash: impl FnMut(u64) -> u64,
+    ) {
         if self.error.is_some() {
             return;
         }
-        let line = router_event_json(worker, ev, tokens_hash);
+        let line = router_event_json(at, ev, tokens_hash);
         match writeln!(self.out, "{line}") {
             Ok(()) => self.lines += 1,
             Err(e) => self.error = Some(e),
@@ -140,7 +147,7 @@ mod tests {
                 block_hashes: vec![32, 64],
             },
         };
-        let line = router_event_json(WorkerId(2), &stored, |h| h + 1);
+        let line = router_event_json(at(2, 0), &stored, |h| h + 1);
         let v: serde_json::Value = serde_json::from_str(&line).expect("json");
         assert_eq!(v["worker_id"], 2);
         assert_eq!(v["event"]["event_id"], 3);
@@ -157,14 +164,34 @@ mod tests {
             },
         };
         let v: serde_json::Value =
-            serde_json::from_str(&router_event_json(WorkerId(0), &removed, |h| h)).expect("json");
+            serde_json::from_str(&router_event_json(at(0, 0), &removed, |h| h)).expect("json");
         assert_eq!(v["event"]["data"]["removed"]["block_hashes"][0], 32);
         let cleared = KvEvent {
             event_id: 5,
             data: KvEventData::Cleared,
         };
         let v: serde_json::Value =
-            serde_json::from_str(&router_event_json(WorkerId(0), &cleared, |h| h)).expect("json");
+            serde_json::from_str(&router_event_json(at(0, 0), &cleared, |h| h)).expect("json");
         assert_eq!(v["event"]["data"], "cleared");
+    }
+
+    fn at(w: u32, r: u16) -> WorkerWithDpRank {
+        WorkerWithDpRank {
+            worker: handoff_core::WorkerId(w),
+            dp_rank: handoff_core::DpRank(r),
+        }
+    }
+
+    #[test]
+    fn a_rank_is_the_events_dp_rank_and_its_worker_the_worker_id() {
+        let cleared = KvEvent {
+            event_id: 9,
+            data: KvEventData::Cleared,
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&router_event_json(at(3, 1), &cleared, |h| h)).expect("json");
+        assert_eq!(v["worker_id"], 3);
+        assert_eq!(v["event"]["dp_rank"], 1);
+        assert_eq!(v["event"]["event_id"], 9);
     }
 }

@@ -24,12 +24,15 @@
 //!
 //! Scope: on a worker's listener everything describes that worker (its
 //! role as `disaggregation_mode`, its pool, its live load from the engine
-//! thread's [`EngineView`]); on the front port the deployment as one
+//! thread's [`EngineView`]), one entry per data-parallel rank where the
+//! engines list ranks (`dp_size`, `internal_states`, `/get_load`,
+//! `/v1/loads`' `dp_rank_count` and `loads`, the `engine` label of its
+//! `/metrics`: each rank is its own scheduler, see
+//! [`handoff_core::DpLayout`]); on the front port the deployment as one
 //! server that takes whole requests (`disaggregation_mode` `"null"`,
-//! capacities and loads summed over the workers). There is one
-//! data-parallel rank: `dp_size` 1, rank 0. Values the mock does not have
-//! (GPU memory, throughput, a bootstrap server) are left out or `null`,
-//! never invented.
+//! capacities and loads summed over the workers, one rank). Values the
+//! mock does not have (GPU memory, throughput, a bootstrap server) are
+//! left out or `null`, never invented.
 
 use crate::driver::{Cmd, EngineView, WorkerView};
 use crate::http::{body_error_response, error, failure, AppState, CancelGuard, MAX_BODY_BYTES};
@@ -42,7 +45,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use handoff_core::{Backend, HandoffPolicy, RequestId, WorkerId};
+use handoff_core::{Backend, DpLayout, HandoffPolicy, RequestId, WorkerId};
 use handoff_router::Pool;
 use handoff_serving::EngineSpec;
 use serde_json::{json, Value};
@@ -59,10 +62,12 @@ pub struct InfoState {
     pub app: Arc<AppState>,
     /// The engine every worker runs.
     pub backend: Backend,
-    /// Every worker's pool, by id.
+    /// Every scheduler's pool, by id.
     pub pools: Vec<Pool>,
-    /// Every worker's engine, by id.
+    /// Every scheduler's engine, by id.
     pub specs: Vec<EngineSpec>,
+    /// How schedulers group into workers' ranks.
+    pub dp: DpLayout,
     /// The deployment's handoff ordering.
     pub policy: HandoffPolicy,
 }
@@ -72,7 +77,7 @@ pub struct InfoState {
 pub enum Scope {
     /// The front port: the deployment as one server.
     Front,
-    /// Worker `w`'s own listener.
+    /// Worker `w`'s own listener (all its ranks).
     Worker(usize),
 }
 
@@ -135,6 +140,19 @@ impl Load {
         self.used_tokens += c.kv_used_blocks() * block;
         self.total_tokens += c.total_blocks * block;
         self.headroom_tokens += c.decode_headroom_tokens;
+        self.set_usage();
+    }
+
+    fn merge(&mut self, o: &Load) {
+        self.running += o.running;
+        self.waiting += o.waiting;
+        self.used_tokens += o.used_tokens;
+        self.total_tokens += o.total_tokens;
+        self.headroom_tokens += o.headroom_tokens;
+        self.set_usage();
+    }
+
+    fn set_usage(&mut self) {
         self.usage = if self.total_tokens == 0 {
             0.0
         } else {
@@ -143,34 +161,76 @@ impl Load {
     }
 }
 
+/// One scope's load per data-parallel rank (the front's: one, summed).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RankLoads {
+    /// By rank.
+    pub ranks: Vec<Load>,
+}
+
+impl RankLoads {
+    /// The ranks summed.
+    pub fn total(&self) -> Load {
+        let mut t = Load::default();
+        for r in &self.ranks {
+            t.merge(r);
+        }
+        t
+    }
+}
+
 impl InfoState {
     fn block(&self, w: usize) -> u64 {
         self.specs.get(w).map_or(16, |s| u64::from(s.block_size))
     }
 
-    /// The workers `scope` speaks for.
+    /// The schedulers `scope` speaks for, rank 0 first.
     fn members(&self, scope: Scope) -> std::ops::Range<usize> {
         match scope {
             Scope::Front => 0..self.pools.len(),
-            Scope::Worker(w) => w..w + 1,
+            Scope::Worker(w) => {
+                let n = usize::from(self.dp.dp_size());
+                w.saturating_mul(n)..w.saturating_mul(n).saturating_add(n)
+            }
         }
     }
 
-    /// `scope`'s load in `view`.
-    pub fn load(&self, scope: Scope, view: &EngineView) -> Load {
-        let mut l = Load::default();
-        for w in self.members(scope) {
+    /// Worker `w`'s rank-0 scheduler, whose engine and pool every rank of
+    /// the worker shares.
+    fn first(&self, scope: Scope) -> usize {
+        match scope {
+            Scope::Worker(_) => self.members(scope).start,
+            Scope::Front => 0,
+        }
+    }
+
+    /// `scope`'s load in `view`, per rank (the front: one entry).
+    pub fn load(&self, scope: Scope, view: &EngineView) -> RankLoads {
+        let one = |w: usize| {
+            let mut l = Load::default();
             if let Some(v) = view.workers.get(w) {
                 l.add(v, self.block(w));
             }
+            l
+        };
+        match scope {
+            Scope::Front => {
+                let mut l = Load::default();
+                for w in self.members(scope) {
+                    l.merge(&one(w));
+                }
+                RankLoads { ranks: vec![l] }
+            }
+            Scope::Worker(_) => RankLoads {
+                ranks: self.members(scope).map(one).collect(),
+            },
         }
-        l
     }
 
     /// SGLang's `disaggregation_mode` of `scope`.
     pub fn mode(&self, scope: Scope) -> &'static str {
         match scope {
-            Scope::Worker(w) => match self.pools.get(w) {
+            Scope::Worker(_) => match self.pools.get(self.first(scope)) {
                 Some(Pool::Prefill) => "prefill",
                 Some(Pool::Decode) => "decode",
                 _ => "null",
@@ -187,11 +247,10 @@ impl InfoState {
     }
 
     fn spec(&self, scope: Scope) -> EngineSpec {
-        let w = match scope {
-            Scope::Worker(w) => w,
-            Scope::Front => 0,
-        };
-        self.specs.get(w).cloned().unwrap_or_default()
+        self.specs
+            .get(self.first(scope))
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn engine_name(&self) -> &'static str {
@@ -204,10 +263,26 @@ impl InfoState {
     }
 
     /// `/server_info`: SGLang's server args (those this deployment has),
-    /// the scheduler info and one `internal_states` entry for rank 0.
-    pub fn server_info(&self, scope: Scope, load: &Load) -> Value {
+    /// the scheduler info and one `internal_states` entry per rank.
+    pub fn server_info(&self, scope: Scope, loads: &RankLoads) -> Value {
         let limits = &self.app.limits;
         let spec = self.spec(scope);
+        let load = loads.total();
+        let states: Vec<Value> = loads
+            .ranks
+            .iter()
+            .enumerate()
+            .map(|(r, l)| {
+                json!({
+                    "dp_rank": r,
+                    "memory_usage": {"token_capacity": l.total_tokens},
+                    "load": l.used_tokens,
+                    "running_batch_size": l.running,
+                    "waiting_queue_size": l.waiting,
+                    "num_reserved_decode_tokens": l.headroom_tokens,
+                })
+            })
+            .collect();
         json!({
             "model_path": limits.model,
             "tokenizer_path": limits.model,
@@ -216,7 +291,7 @@ impl InfoState {
             "is_embedding": false,
             "tp_size": 1,
             "pp_size": 1,
-            "dp_size": 1,
+            "dp_size": loads.ranks.len(),
             "page_size": spec.block_size,
             "chunked_prefill_size": spec.max_batched_tokens,
             "max_running_requests": self.max_running(scope),
@@ -228,14 +303,7 @@ impl InfoState {
             "disaggregation_bootstrap_port": Value::Null,
             "disaggregation_transfer_backend": Value::Null,
             "engine": self.engine_name(),
-            "internal_states": [{
-                "dp_rank": 0,
-                "memory_usage": {"token_capacity": load.total_tokens},
-                "load": load.used_tokens,
-                "running_batch_size": load.running,
-                "waiting_queue_size": load.waiting,
-                "num_reserved_decode_tokens": load.headroom_tokens,
-            }],
+            "internal_states": states,
             "version": VERSION,
         })
     }
@@ -257,31 +325,53 @@ impl InfoState {
     /// `/get_load`: SGLang's per-rank list. `num_tokens` counts the KV in
     /// use; SGLang also adds its waiting queue's prompt tokens, which the
     /// capacity snapshot does not carry.
-    pub fn get_load(&self, load: &Load) -> Value {
-        json!([{
-            "dp_rank": 0,
-            "num_reqs": load.running + load.waiting,
-            "num_waiting_reqs": load.waiting,
-            "num_tokens": load.used_tokens,
-        }])
+    pub fn get_load(&self, loads: &RankLoads) -> Value {
+        let v: Vec<Value> = loads
+            .ranks
+            .iter()
+            .enumerate()
+            .map(|(r, l)| {
+                json!({
+                    "dp_rank": r,
+                    "num_reqs": l.running + l.waiting,
+                    "num_waiting_reqs": l.waiting,
+                    "num_tokens": l.used_tokens,
+                })
+            })
+            .collect();
+        Value::Array(v)
     }
 
-    /// `/v1/loads` and `/loads`: smg's `WorkerLoadResponse`.
-    pub fn loads(&self, scope: Scope, load: &Load, unix: u64) -> Value {
+    /// `/v1/loads` and `/loads`: smg's `WorkerLoadResponse`, one
+    /// `SchedulerLoadSnapshot` per rank.
+    pub fn loads(&self, scope: Scope, loads: &RankLoads, unix: u64) -> Value {
+        // Every rank runs the worker's engine; the front's one entry sums.
+        let max_running = match scope {
+            Scope::Front => self.max_running(scope),
+            Scope::Worker(_) => u64::from(self.spec(scope).max_running),
+        };
+        let v: Vec<Value> = loads
+            .ranks
+            .iter()
+            .enumerate()
+            .map(|(r, l)| {
+                json!({
+                    "dp_rank": r,
+                    "num_running_reqs": l.running,
+                    "num_waiting_reqs": l.waiting,
+                    "num_total_reqs": l.running + l.waiting,
+                    "num_used_tokens": l.used_tokens,
+                    "max_total_num_tokens": l.total_tokens,
+                    "token_usage": l.usage,
+                    "max_running_requests": max_running,
+                    "disagg_mode": self.mode(scope),
+                })
+            })
+            .collect();
         json!({
             "timestamp": rfc3339(unix),
-            "dp_rank_count": 1,
-            "loads": [{
-                "dp_rank": 0,
-                "num_running_reqs": load.running,
-                "num_waiting_reqs": load.waiting,
-                "num_total_reqs": load.running + load.waiting,
-                "num_used_tokens": load.used_tokens,
-                "max_total_num_tokens": load.total_tokens,
-                "token_usage": load.usage,
-                "max_running_requests": self.max_running(scope),
-                "disagg_mode": self.mode(scope),
-            }],
+            "dp_rank_count": loads.ranks.len(),
+            "loads": v,
         })
     }
 
@@ -324,7 +414,7 @@ pub fn rfc3339(unix: u64) -> String {
     )
 }
 
-fn view_load(s: &Scoped) -> Option<Load> {
+fn view_load(s: &Scoped) -> Option<RankLoads> {
     let v = s.info.app.view.lock().ok()?;
     Some(s.info.load(s.scope, &v))
 }
@@ -384,8 +474,10 @@ async fn health_generate(State(s): State<Arc<Scoped>>) -> Response {
     }
 }
 
-/// Worker `w`'s series only, with `engine="0"`: on its own listener the
-/// worker is a single-engine server.
+/// Worker `w`'s series only, each rank's labelled `engine="RANK"` (0 with
+/// one rank): on its own listener the worker is a vLLM server whose
+/// data-parallel engines vLLM labels by index (`PrometheusStatLogger`'s
+/// `engine` label), which vllm-router counts as the worker's DP size.
 pub fn worker_series(text: &str, w: usize) -> String {
     let tag = format!("engine=\"{w}\"");
     let mut out = String::with_capacity(text.len());
@@ -393,7 +485,11 @@ pub fn worker_series(text: &str, w: usize) -> String {
         if line.starts_with('#') {
             out.push_str(line);
         } else if line.contains(&tag) {
-            out.push_str(&line.replacen(&tag, "engine=\"0\"", 1));
+            let rank = line
+                .split_once("dp_rank=\"")
+                .and_then(|(_, r)| r.split_once('"'))
+                .map_or("0", |(r, _)| r);
+            out.push_str(&line.replacen(&tag, &format!("engine=\"{rank}\""), 1));
         } else {
             continue;
         }
@@ -428,7 +524,11 @@ fn placement(
         // The front serves whole requests; bootstrap fields are for workers.
         return Ok(None);
     };
-    let pool = info.pools.get(w).copied().unwrap_or(Pool::Decode);
+    let pool = info
+        .pools
+        .get(info.first(scope))
+        .copied()
+        .unwrap_or(Pool::Decode);
     // SGLang's destination-first PD pair (`bootstrap_room` sent to both a
     // prefill and a decode worker) is where a bootstrap flow plugs in; until
     // one is served it is the same 400 as the OpenAI routes give.
@@ -515,6 +615,18 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_798_761_599), "2026-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn worker_series_labels_each_rank_of_the_worker_by_its_rank() {
+        let text = "vllm:x{model_name=\"m\",engine=\"1\",dp_rank=\"0\",role=\"decode\"} 2\n\
+                    vllm:x{model_name=\"m\",engine=\"1\",dp_rank=\"1\",role=\"decode\"} 3\n\
+                    vllm:x{model_name=\"m\",engine=\"0\",dp_rank=\"1\",role=\"prefill\"} 4\n";
+        assert_eq!(
+            worker_series(text, 1),
+            "vllm:x{model_name=\"m\",engine=\"0\",dp_rank=\"0\",role=\"decode\"} 2\n\
+             vllm:x{model_name=\"m\",engine=\"1\",dp_rank=\"1\",role=\"decode\"} 3\n"
+        );
     }
 
     #[test]

@@ -18,7 +18,9 @@
 //! decode of that pinned handoff to the decode worker. What the params
 //! carry:
 //!
-//! - `remote_engine_id`: the prefill worker's id, as a string;
+//! - `remote_engine_id`: the prefill worker's id, as a string, with
+//!   `_dp{rank}` after it when the worker runs several data-parallel
+//!   ranks ([`EngineId`]);
 //! - `remote_block_ids`: **stand-ins**, `0..blocks` for the pinned blocks
 //!   (the worker cores do not expose physical block ids); only their
 //!   count is checked on the decode call;
@@ -32,7 +34,7 @@
 //! ordering answers a typed 400 ([`ProxyError::Ordering`]).
 
 use crate::openai::{ApiError, ErrorKind};
-use handoff_core::{HandoffId, RequestId, WorkerId};
+use handoff_core::{DpRank, HandoffId, RequestId, WorkerId, WorkerWithDpRank};
 use handoff_router::Pool;
 use serde_json::{json, Value};
 
@@ -56,7 +58,7 @@ pub struct RemotePrefill {
     /// `handoff_id`.
     pub handoff: HandoffId,
     /// `remote_engine_id`.
-    pub engine: WorkerId,
+    pub engine: EngineId,
     /// `remote_block_ids`' length.
     pub blocks: u64,
 }
@@ -68,12 +70,66 @@ pub struct Pinned {
     pub request: RequestId,
     /// Its handoff.
     pub handoff: HandoffId,
-    /// The prefill worker.
-    pub engine: WorkerId,
+    /// The prefill worker's rank that pinned it.
+    pub engine: EngineId,
     /// Blocks pinned.
     pub blocks: u64,
     /// Tokens pinned.
     pub tokens: u64,
+}
+
+/// vLLM's `engine_id` of one scheduler: the worker's id, and when the
+/// worker runs several data-parallel ranks `_dp{rank}` after it, as vLLM
+/// makes each rank's KV-transfer identity unique (`run_engine_core` in
+/// `vllm/v1/engine/core.py`: `engine_id = f"{engine_id}_dp{local_dp_rank}"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineId {
+    /// The worker and rank.
+    pub at: WorkerWithDpRank,
+    /// Whether the id names the rank (`_dp{rank}`); a bare id is rank 0.
+    pub ranked: bool,
+}
+
+impl EngineId {
+    /// The id of a one-rank worker `w`.
+    pub fn worker(w: WorkerId) -> Self {
+        EngineId {
+            at: WorkerWithDpRank {
+                worker: w,
+                dp_rank: DpRank(0),
+            },
+            ranked: false,
+        }
+    }
+
+    /// `N` or `N_dpR`, or `None`.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (w, r) = match s.split_once("_dp") {
+            Some((w, r)) => (w, Some(r)),
+            None => (s, None),
+        };
+        let digits = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
+        if !digits(w) || r.is_some_and(|r| !digits(r)) {
+            return None;
+        }
+        Some(EngineId {
+            at: WorkerWithDpRank {
+                worker: WorkerId(w.parse().ok()?),
+                dp_rank: DpRank(r.map_or(Ok(0), str::parse).ok()?),
+            },
+            ranked: r.is_some(),
+        })
+    }
+}
+
+impl std::fmt::Display for EngineId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.at.worker.0)?;
+        if self.ranked {
+            write!(f, "_dp{}", self.at.dp_rank.0)?;
+        }
+        Ok(())
+    }
 }
 
 /// Most `remote_block_ids` accepted (bounds what a body can make us hold).
@@ -232,6 +288,27 @@ fn id_field(o: &serde_json::Map<String, Value>, field: &'static str) -> Result<u
     }
 }
 
+/// `remote_engine_id`: an [`EngineId`] as a string, or a worker id as a
+/// non-negative integer.
+fn engine_field(o: &serde_json::Map<String, Value>) -> Result<EngineId, ProxyError> {
+    let field = "remote_engine_id";
+    let bad = |why: &str| ProxyError::BadParam {
+        field,
+        why: why.into(),
+    };
+    match o.get(field) {
+        None | Some(Value::Null) => Err(bad("is required with do_remote_prefill")),
+        Some(Value::String(s)) => EngineId::parse(s)
+            .ok_or_else(|| bad("must be an engine id as the prefill returned it (N or N_dpR)")),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(|n| EngineId::worker(WorkerId(n)))
+            .ok_or_else(|| bad("is out of range")),
+        Some(_) => Err(bad("must be a string")),
+    }
+}
+
 /// Reads `kv_transfer_params` from a request body (already parsed as
 /// JSON by [`crate::openai::parse`], so `body` is valid JSON).
 pub fn parse(body: &[u8]) -> Result<KvTransfer, ProxyError> {
@@ -262,12 +339,7 @@ pub fn parse(body: &[u8]) -> Result<KvTransfer, ProxyError> {
                 why: "is out of range".into(),
             })?;
             let handoff = HandoffId(id_field(o, "handoff_id")?);
-            let engine = u32::try_from(id_field(o, "remote_engine_id")?).map_err(|_| {
-                ProxyError::BadParam {
-                    field: "remote_engine_id",
-                    why: "is out of range".into(),
-                }
-            })?;
+            let engine = engine_field(o)?;
             let blocks = match o.get("remote_block_ids") {
                 Some(Value::Array(a)) if a.len() <= MAX_BLOCK_IDS => {
                     if a.iter().any(|x| x.as_u64().is_none()) {
@@ -294,7 +366,7 @@ pub fn parse(body: &[u8]) -> Result<KvTransfer, ProxyError> {
             Ok(KvTransfer::RemotePrefill(RemotePrefill {
                 request: RequestId(request),
                 handoff,
-                engine: WorkerId(engine),
+                engine,
                 blocks,
             }))
         }
@@ -307,7 +379,7 @@ pub fn response_params(p: &Pinned, host: &str, port: u16) -> Value {
     json!({
         "do_remote_prefill": true,
         "do_remote_decode": false,
-        "remote_engine_id": p.engine.0.to_string(),
+        "remote_engine_id": p.engine.to_string(),
         "remote_block_ids": ids,
         "remote_host": host,
         "remote_port": port,
@@ -325,7 +397,7 @@ mod tests {
         let p = Pinned {
             request: RequestId(7),
             handoff: HandoffId(u128::MAX - 3),
-            engine: WorkerId(1),
+            engine: EngineId::worker(WorkerId(1)),
             blocks: 3,
             tokens: 40,
         };
@@ -336,10 +408,47 @@ mod tests {
             KvTransfer::RemotePrefill(RemotePrefill {
                 request: RequestId(7),
                 handoff: HandoffId(u128::MAX - 3),
-                engine: WorkerId(1),
+                engine: EngineId::worker(WorkerId(1)),
                 blocks: 3,
             })
         );
+    }
+
+    #[test]
+    fn a_ranked_engine_id_is_vllms_dp_suffix_and_round_trips() {
+        let at = WorkerWithDpRank {
+            worker: WorkerId(3),
+            dp_rank: DpRank(1),
+        };
+        let id = EngineId { at, ranked: true };
+        assert_eq!(id.to_string(), "3_dp1");
+        assert_eq!(EngineId::parse("3_dp1"), Some(id));
+        assert_eq!(EngineId::parse("3"), Some(EngineId::worker(WorkerId(3))));
+        for bad in [
+            "",
+            "_dp1",
+            "3_dp",
+            "3_dpx",
+            "x",
+            "3_dp1_dp2",
+            "-1",
+            "99999999999",
+            "3_dp70000",
+        ] {
+            assert_eq!(EngineId::parse(bad), None, "{bad}");
+        }
+        let p = Pinned {
+            request: RequestId(1),
+            handoff: HandoffId(2),
+            engine: id,
+            blocks: 0,
+            tokens: 1,
+        };
+        let body = json!({"kv_transfer_params": response_params(&p, "h", 1)}).to_string();
+        match parse(body.as_bytes()) {
+            Ok(KvTransfer::RemotePrefill(r)) => assert_eq!(r.engine, id),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -42,6 +42,7 @@
 
 pub mod bootstrap;
 pub mod director;
+pub mod dp_lb;
 pub mod driver;
 pub mod dynamo_events;
 pub mod dynamo_hash;

@@ -20,8 +20,9 @@
 //! `<engine>:handoff_requests_failed_total` labelled by `model_name` and
 //! the [`FailureReason`]'s name (the frontend's, so no `engine` label).
 //!
-//! Labels: `model_name`, `engine` (the worker id, as vLLM labels its
-//! data-parallel engines) and `role` (prefill, decode, aggregated). Gauges
+//! Labels: `model_name`, `engine` (the worker id), with `--dp-size` above 1
+//! `dp_rank` (each rank is its own scheduler with its own series), and
+//! `role` (prefill, decode, aggregated). Gauges
 //! are set from each worker's `KvCapacitySnapshot` after every engine
 //! instant; latencies are in model seconds (wall seconds at `--speed 1`).
 //! How the counted quantities are defined here: a prefix cache query is a
@@ -32,9 +33,9 @@
 //! waited for its reservation (`Reserving` to `Reserved`); prefill-side
 //! queueing is not visible in worker events.
 
-use handoff_core::{Backend, FailureReason, KvCapacitySnapshot};
+use handoff_core::{Backend, DpLayout, FailureReason, KvCapacitySnapshot, WorkerId};
 use handoff_router::Pool;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -42,15 +43,31 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-/// One worker's labels.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// One scheduler's labels: its worker and, with attention data
+/// parallelism, its rank.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct WorkerLabels {
     /// The served model name.
     pub model_name: String,
     /// The worker id.
     pub engine: String,
+    /// The rank within the worker; written only with `--dp-size` above 1,
+    /// so a one-rank deployment's series are unchanged.
+    pub dp_rank: Option<String>,
     /// prefill, decode or aggregated.
     pub role: String,
+}
+
+impl EncodeLabelSet for WorkerLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        let mut l: Vec<(&str, &str)> =
+            vec![("model_name", &self.model_name), ("engine", &self.engine)];
+        if let Some(r) = &self.dp_rank {
+            l.push(("dp_rank", r));
+        }
+        l.push(("role", &self.role));
+        l.as_slice().encode(encoder)
+    }
 }
 
 /// A failure's labels: the model and why.
@@ -111,16 +128,27 @@ impl Metrics {
     /// Metrics for `workers` (their pools, by id) of `backend`, serving
     /// `model`.
     pub fn new(backend: Backend, model: &str, workers: &[Pool]) -> Self {
+        Self::with_ranks(backend, model, workers, DpLayout::SINGLE)
+    }
+
+    /// [`Metrics::new`] for schedulers `workers` laid out by `dp`: each
+    /// labelled with its worker as `engine` and, with several ranks, its
+    /// rank as `dp_rank`.
+    pub fn with_ranks(backend: Backend, model: &str, workers: &[Pool], dp: DpLayout) -> Self {
         let sglang = backend == Backend::Sglang;
         let p = if sglang { "sglang:" } else { "vllm:" };
         let mut registry = Registry::default();
         let labels = workers
             .iter()
             .enumerate()
-            .map(|(i, pool)| WorkerLabels {
-                model_name: model.to_string(),
-                engine: i.to_string(),
-                role: role(*pool).to_string(),
+            .map(|(i, pool)| {
+                let at = dp.address(WorkerId(i as u32));
+                WorkerLabels {
+                    model_name: model.to_string(),
+                    engine: at.worker.0.to_string(),
+                    dp_rank: dp.is_split().then(|| at.dp_rank.0.to_string()),
+                    role: role(*pool).to_string(),
+                }
             })
             .collect();
         let hist = || Hist::new_with_constructor(latency_hist as fn() -> Histogram);
@@ -421,6 +449,31 @@ mod tests {
         let one = m.render(Some(0));
         assert!(!one.contains("engine=\"1\""));
         assert!(one.contains("engine=\"0\""));
+    }
+
+    #[test]
+    fn ranks_are_labelled_by_worker_and_dp_rank() {
+        let dp = DpLayout::new(2).unwrap();
+        let pools = [Pool::Prefill, Pool::Prefill, Pool::Decode, Pool::Decode];
+        let m = Metrics::with_ranks(Backend::Sglang, "mock", &pools, dp);
+        m.touch_all();
+        m.capacity(
+            3,
+            &KvCapacitySnapshot {
+                running_requests: 4,
+                ..KvCapacitySnapshot::default()
+            },
+        );
+        let text = m.render(None);
+        assert!(text.contains(
+            "sglang:num_running_reqs{model_name=\"mock\",engine=\"1\",dp_rank=\"1\",role=\"decode\"} 4"
+        ));
+        assert!(text.contains(
+            "sglang:num_running_reqs{model_name=\"mock\",engine=\"0\",dp_rank=\"0\",role=\"prefill\"} 0"
+        ));
+        // Worker 1's series are both of its ranks.
+        let one = m.render(Some(1));
+        assert_eq!(one.matches("sglang:num_running_reqs{").count(), 2);
     }
 
     #[test]

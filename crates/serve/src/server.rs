@@ -149,12 +149,14 @@ async fn run(
     }
     let pools: Vec<_> = workers.iter().map(|(_, p)| *p).collect();
     let policy = handoff_serving::worker_policy(&c.cfg);
+    let dp = c.cfg.dp;
+    // A listener is a worker's, shared by its ranks.
+    let n_workers = pools.len() / usize::from(dp.dp_size());
     let mut worker_listeners = Vec::new();
     for (w, a) in &c.worker_http {
-        if *w as usize >= pools.len() {
+        if *w as usize >= n_workers {
             return Err(format!(
-                "--worker-http {w}={a}: there are {} workers",
-                pools.len()
+                "--worker-http {w}={a}: there are {n_workers} workers"
             ));
         }
         let l = tokio::net::TcpListener::bind(a)
@@ -165,7 +167,7 @@ async fn run(
             .map_err(|e| format!("--worker-http {w}={a}: {e}"))?;
         worker_listeners.push((*w, l, addr));
     }
-    let metrics = Arc::new(Metrics::new(c.cfg.backend, &c.model, &pools));
+    let metrics = Arc::new(Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp));
     let kv = match &c.kv {
         Some(ep) => Some(KvPublishers::start(ep).await?),
         None => None,
@@ -215,6 +217,7 @@ async fn run(
         backend,
         pools: pools.clone(),
         specs: info_specs,
+        dp,
         policy,
     });
     on_listen(Listening {
@@ -228,7 +231,7 @@ async fn run(
         let ws = Arc::new(WorkerState {
             app: state.clone(),
             worker: handoff_core::WorkerId(w),
-            pool: pools[w as usize],
+            pool: pools[w as usize * usize::from(dp.dp_size())],
             policy,
             host: a.ip().to_string(),
             port: a.port(),

@@ -138,8 +138,20 @@ impl KvPublishers {
 
     /// Publishes worker `w`'s events of one engine instant as one batch.
     pub fn publish(&self, w: usize, ts: f64, events: &[WireEvent]) {
-        if let Some(tx) = self.senders.get(w) {
-            let _ = tx.send(Bytes::from(encode_batch_as(ts, events, 0, self.encoding)));
+        self.publish_rank(w, 0, ts, events);
+    }
+
+    /// Publishes scheduler `s`'s events of one engine instant as one batch
+    /// stamped with its `data_parallel_rank` (publishers are per
+    /// scheduler: each rank has its own, as in vLLM).
+    pub fn publish_rank(&self, s: usize, dp_rank: u16, ts: f64, events: &[WireEvent]) {
+        if let Some(tx) = self.senders.get(s) {
+            let _ = tx.send(Bytes::from(encode_batch_as(
+                ts,
+                events,
+                u32::from(dp_rank),
+                self.encoding,
+            )));
         }
     }
 }

@@ -4,7 +4,7 @@
 //! [`ReplayConfig`]; and the closed-loop run helper.
 
 use crate::engines::EngineSpec;
-use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant, WorkerId};
+use handoff_core::{Backend, DpLayout, Duration, HandoffConfig, HandoffPolicy, Instant, WorkerId};
 use handoff_engine::fault::FaultPlan;
 use handoff_engine::{Engine, EngineConfig, TransferModel};
 use handoff_router::{FrontendConfig, KvKnobs, Pool, RouterMode};
@@ -20,6 +20,10 @@ pub struct ReplayConfig {
     pub prefill_workers: u32,
     /// Decode workers; 0 runs aggregated (no disaggregation).
     pub decode_workers: u32,
+    /// Attention data-parallel ranks per worker (`--dp-size`): each rank is
+    /// its own scheduler, core and host, with the whole engine spec's KV
+    /// pool, so [`deployment`] lists `workers × dp_size` schedulers.
+    pub dp: DpLayout,
     /// How both routers choose: a built-in mode, or a downstream
     /// [`handoff_router::RoutingPolicy`] as [`RouterMode::Custom`] (see
     /// [`handoff_router::CustomPolicy`]). It reaches the frontend through
@@ -62,6 +66,7 @@ impl Default for ReplayConfig {
             policy: HandoffPolicy::SourceFirst,
             prefill_workers: 2,
             decode_workers: 2,
+            dp: DpLayout::SINGLE,
             router: RouterMode::KvAware,
             router_kv: KvKnobs::default(),
             block_size: 16,
@@ -158,12 +163,16 @@ pub fn run_closed_loop<P: handoff_engine::HostPort, D: handoff_engine::Director>
     }
 }
 
-/// The workers of a deployment: ids `0..n`, prefill (or aggregated) first.
+/// The schedulers of a deployment, prefill (or aggregated) workers first:
+/// worker `i`'s ranks are ids `i·dp_size..(i+1)·dp_size` (see
+/// [`DpLayout`]), so with one rank the ids are the workers' `0..n`. Each
+/// is routed to as its own target, as Dynamo's router treats every
+/// `WorkerWithDpRank`.
 pub fn deployment(cfg: &ReplayConfig) -> Vec<(WorkerId, Pool)> {
     let aggregated = cfg.decode_workers == 0;
     let prefill = cfg.prefill_workers.max(1);
     (0..prefill + cfg.decode_workers)
-        .map(|i| {
+        .flat_map(|i| {
             let pool = if aggregated {
                 Pool::Aggregated
             } else if i < prefill {
@@ -171,7 +180,7 @@ pub fn deployment(cfg: &ReplayConfig) -> Vec<(WorkerId, Pool)> {
             } else {
                 Pool::Decode
             };
-            (WorkerId(i), pool)
+            cfg.dp.schedulers(WorkerId(i)).map(move |s| (s, pool))
         })
         .collect()
 }

@@ -77,7 +77,7 @@ impl HttpDirector {
             Some(p) if p.request == remote.request => *p,
             _ => return Err(ProxyError::UnknownHandoff),
         };
-        if p.source != remote.engine {
+        if self.dp.scheduler(remote.engine.at) != Some(p.source) {
             return Err(ProxyError::WrongEngine);
         }
         let got = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
@@ -182,7 +182,10 @@ impl HttpDirector {
             StreamMsg::Prefilled(Pinned {
                 request,
                 handoff: id,
-                engine: w,
+                engine: crate::kv_transfer::EngineId {
+                    at: self.dp.address(w),
+                    ranked: self.dp.is_split(),
+                },
                 blocks: ready.blocks,
                 tokens: ready.tokens,
             }),

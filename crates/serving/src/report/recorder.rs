@@ -23,6 +23,8 @@ use std::collections::BTreeMap;
 
 /// Folds worker events into a [`Report`].
 pub struct Recorder {
+    /// Maps each scheduler to its (worker, rank) row.
+    pub(super) dp: handoff_core::DpLayout,
     pub(super) config: ReportConfig,
     pub(super) reqs: RequestTable<ReqRec>,
     pub(super) workers: PerWorker<WorkerAcc>,
@@ -65,6 +67,7 @@ impl Recorder {
     pub fn new(cfg: &ReplayConfig, workers: impl Iterator<Item = (WorkerId, Pool)>) -> Self {
         let workers: Vec<(WorkerId, Pool)> = workers.collect();
         Recorder {
+            dp: cfg.dp,
             config: ReportConfig::of(cfg, &workers),
             reqs: RequestTable::default(),
             workers: workers.iter().map(|(w, _)| *w).collect(),
@@ -188,6 +191,8 @@ impl Recorder {
             }
             _ => None,
         };
+        let dp = self.dp;
+        let split = dp.is_split();
         let record = RequestRecord {
             id: id.0,
             outcome: if reason.is_none() {
@@ -204,8 +209,14 @@ impl Recorder {
             ttst_ms: since(rec.tok.second(), rec.tok.first()),
             tpot_ms: tpot,
             e2e_ms: reason.is_none().then(|| round3(ms(at - rec.cold.arrival))),
-            prefill_worker: rec.tok.prefill_worker().map(|w| w.0),
-            decode_worker: rec.tok.decode_worker().map(|w| w.0),
+            prefill_worker: rec.tok.prefill_worker().map(|w| dp.address(w).worker.0),
+            prefill_dp_rank: split
+                .then(|| rec.tok.prefill_worker().map(|w| dp.address(w).dp_rank.0))
+                .flatten(),
+            decode_worker: rec.tok.decode_worker().map(|w| dp.address(w).worker.0),
+            decode_dp_rank: split
+                .then(|| rec.tok.decode_worker().map(|w| dp.address(w).dp_rank.0))
+                .flatten(),
             handoff: HandoffTimes {
                 pinned_ms: rec.cold.pinned_at.map(at_ms),
                 routed_ms: rec.cold.routed_at.map(at_ms),
@@ -514,8 +525,10 @@ impl Recorder {
                 computed_prefill += acc.prefill_tokens;
             }
             let cap: KvCapacitySnapshot = w.capacity;
+            let at = self.dp.address(w.worker);
             out.push(WorkerReport {
-                worker: w.worker.0,
+                worker: at.worker.0,
+                dp_rank: self.dp.is_split().then_some(at.dp_rank.0),
                 pool: pool.name(),
                 steps: acc.steps,
                 prefill_tokens: acc.prefill_tokens,

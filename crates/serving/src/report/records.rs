@@ -162,8 +162,14 @@ pub struct RequestRecord {
     pub e2e_ms: Option<f64>,
     /// The prefill (or aggregated) worker that computed its prompt.
     pub prefill_worker: Option<u32>,
+    /// Its data-parallel rank (only with `--dp-size` above 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_dp_rank: Option<u16>,
     /// The decode worker that produced its tokens.
     pub decode_worker: Option<u32>,
+    /// Its data-parallel rank (only with `--dp-size` above 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_dp_rank: Option<u16>,
     /// Handoff phase times, ms of model time (absent when the request had
     /// no handoff or never reached the phase).
     pub handoff: HandoffTimes,

@@ -23,6 +23,9 @@ pub struct ReportConfig {
     pub prefill_workers: u32,
     /// Decode workers (0 = aggregated).
     pub decode_workers: u32,
+    /// Attention data-parallel ranks per worker; written only above 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub dp_size: u16,
     /// Router mode.
     pub router: &'static str,
     /// The `kv` router's knobs (Dynamo's names); only with `router: kv`.
@@ -186,7 +189,10 @@ impl ReportConfig {
             },
         };
         let mut engines: Vec<EngineReport> = Vec::new();
-        for ((w, pool), spec) in workers.iter().zip(&cfg.engines) {
+        for ((s, pool), spec) in workers.iter().zip(&cfg.engines) {
+            // Every rank of a worker runs the worker's engine: list the
+            // worker once.
+            let w = cfg.dp.address(*s).worker;
             let e = EngineReport {
                 pool: pool.name(),
                 workers: vec![w.0],
@@ -203,7 +209,11 @@ impl ReportConfig {
                     && spec.backend == handoff_core::Backend::Sglang,
             };
             match engines.last_mut() {
-                Some(last) if last.same_engine(&e) => last.workers.push(w.0),
+                Some(last) if last.same_engine(&e) => {
+                    if last.workers.last() != Some(&w.0) {
+                        last.workers.push(w.0);
+                    }
+                }
                 _ => engines.push(e),
             }
         }
@@ -216,6 +226,7 @@ impl ReportConfig {
             },
             prefill_workers: cfg.prefill_workers,
             decode_workers: cfg.decode_workers,
+            dp_size: cfg.dp.dp_size(),
             router: cfg.router.name(),
             router_kv: (cfg.router == handoff_router::RouterMode::KvAware)
                 .then(|| KvKnobsReport::from(cfg.router_kv)),
@@ -303,11 +314,18 @@ pub(super) fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// One worker's figures.
+fn is_one(n: &u16) -> bool {
+    *n == 1
+}
+
+/// One worker's figures: one row per data-parallel rank.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkerReport {
     /// Worker id.
     pub worker: u32,
+    /// The rank of this row, with `--dp-size` above 1 (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dp_rank: Option<u16>,
     /// Its pool.
     pub pool: &'static str,
     /// Forward passes.
