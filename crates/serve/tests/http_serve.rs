@@ -40,6 +40,7 @@ impl Running {
                     specs,
                     speed: 1.0,
                     http: "127.0.0.1:0".into(),
+                    http_timeouts: Default::default(),
                     model: "m".into(),
                     max_model_len: 65_536,
                     kv: None,
@@ -258,10 +259,9 @@ fn oversized_bodies_close_and_wrong_methods_are_json() {
          Content-Length: {big}\r\n\r\n"
     )
     .expect("write head");
-    // Just past the limit: the server refuses once it has read that much
-    // (it reads the body to know), and nothing it did not read is left.
-    c.write_all(&vec![b' '; handoff_serve::http::MAX_BODY_BYTES + 1])
-        .expect("write body");
+    // Past the limit: the server refuses on the announced length, before
+    // reading the body, and closes, so the write may be cut short.
+    let _ = c.write_all(&vec![b' '; handoff_serve::http::MAX_BODY_BYTES + 1]);
     let mut text = Vec::new();
     // The server closes: reading ends (or the write side was reset).
     let _ = c.read_to_end(&mut text);
