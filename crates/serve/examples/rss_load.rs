@@ -75,7 +75,9 @@ fn response(r: &mut BufReader<TcpStream>) -> std::io::Result<u16> {
 }
 
 fn body(i: usize) -> (&'static str, String, bool) {
-    let words: String = (0..24).map(|j| format!("w{} ", (i * 31 + j * 7) % 100_003)).collect();
+    let words: String = (0..24)
+        .map(|j| format!("w{} ", (i * 31 + j * 7) % 100_003))
+        .collect();
     match i % 20 {
         0 => (
             "/v1/completions",
@@ -84,17 +86,23 @@ fn body(i: usize) -> (&'static str, String, bool) {
         ),
         5 | 15 => (
             "/v1/completions",
-            format!(r#"{{"model":"handoff-mocker","prompt":"{words}","max_tokens":300,"ignore_eos":true,"stream":true}}"#),
+            format!(
+                r#"{{"model":"handoff-mocker","prompt":"{words}","max_tokens":300,"ignore_eos":true,"stream":true}}"#
+            ),
             true,
         ),
         k if k % 3 == 0 => (
             "/v1/chat/completions",
-            format!(r#"{{"model":"handoff-mocker","messages":[{{"role":"user","content":"{words}"}}],"max_tokens":8,"stream":true,"stream_options":{{"include_usage":true}}}}"#),
+            format!(
+                r#"{{"model":"handoff-mocker","messages":[{{"role":"user","content":"{words}"}}],"max_tokens":8,"stream":true,"stream_options":{{"include_usage":true}}}}"#
+            ),
             false,
         ),
         k if k % 3 == 1 => (
             "/v1/chat/completions",
-            format!(r#"{{"model":"handoff-mocker","messages":[{{"role":"user","content":"{words}"}}],"max_tokens":8}}"#),
+            format!(
+                r#"{{"model":"handoff-mocker","messages":[{{"role":"user","content":"{words}"}}],"max_tokens":8}}"#
+            ),
             false,
         ),
         _ => (
@@ -123,7 +131,8 @@ fn main() {
     println!("0\t{}\t0.0", rss_kb(&pid));
     let workers: Vec<_> = (0..clients)
         .map(|_| {
-            let (addr, pid, next, failed) = (addr.clone(), pid.clone(), next.clone(), failed.clone());
+            let (addr, pid, next, failed) =
+                (addr.clone(), pid.clone(), next.clone(), failed.clone());
             std::thread::spawn(move || {
                 let s = TcpStream::connect(&addr).expect("connect");
                 s.set_read_timeout(Some(Duration::from_secs(60))).ok();
@@ -141,7 +150,8 @@ fn main() {
                         let mut first = [0u8; 256];
                         let _ = c.read(&mut first);
                     } else {
-                        w.write_all(post(path, &b, false).as_bytes()).expect("write");
+                        w.write_all(post(path, &b, false).as_bytes())
+                            .expect("write");
                         let status = response(&mut r).expect("a response");
                         let want = if i % 20 == 0 { 400 } else { 200 };
                         if status != want {
@@ -149,7 +159,12 @@ fn main() {
                         }
                     }
                     if (i + 1) % every == 0 {
-                        println!("{}\t{}\t{:.1}", i + 1, rss_kb(&pid), t0.elapsed().as_secs_f64());
+                        println!(
+                            "{}\t{}\t{:.1}",
+                            i + 1,
+                            rss_kb(&pid),
+                            t0.elapsed().as_secs_f64()
+                        );
                     }
                 }
             })

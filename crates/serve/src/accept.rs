@@ -23,7 +23,9 @@
 //!   ([`crate::http::body_error_response`]).
 //!
 //! A `Content-Length` over the body limit is answered 413 (with
-//! `Connection: close`) before the body is read.
+//! `Connection: close`) at once, without buffering the body: it is read
+//! and dropped while the answer goes out ([`drain`]), then the connection
+//! closes.
 //!
 //! On stop, every connection is shut down gracefully (a request in
 //! progress finishes, an idle connection closes) and the loop returns once
@@ -209,6 +211,24 @@ fn announced_too_large<B>(req: &Request<B>) -> Option<u64> {
     (n > crate::http::MAX_BODY_BYTES as u64).then_some(n)
 }
 
+/// The most of a refused body [`drain`] reads before it gives up.
+const MAX_DRAIN_BYTES: usize = 4 * crate::http::MAX_BODY_BYTES;
+
+/// Reads and discards a refused body while its 413 goes out, until its
+/// end, its deadline, or [`MAX_DRAIN_BYTES`]: a lingering close, as nginx
+/// does after a 413. Closing at once would reset a client still sending
+/// (most send the whole body before reading), and it would lose the 413.
+async fn drain(mut body: Deadline) {
+    let mut read = 0usize;
+    while read <= MAX_DRAIN_BYTES {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        match frame {
+            Some(Ok(f)) => read += f.data_ref().map_or(0, |d| d.len()),
+            _ => return,
+        }
+    }
+}
+
 /// Resolves once `stop` is true (or its sender is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
@@ -226,6 +246,7 @@ async fn connection(
     let body_limit = timeouts.body;
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         if let Some(n) = announced_too_large(&req) {
+            tokio::spawn(drain(Deadline::new(req.into_body(), body_limit)));
             return Either::Left(ready(Ok(crate::http::announced_too_large(n))));
         }
         let mut app = app.clone();

@@ -252,16 +252,17 @@ fn oversized_bodies_close_and_wrong_methods_are_json() {
     let mut c = TcpStream::connect(s.addr).expect("connect");
     c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .ok();
-    let big = 5 << 20;
+    let big = handoff_serve::http::MAX_BODY_BYTES + 1;
     write!(
         c,
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
          Content-Length: {big}\r\n\r\n"
     )
     .expect("write head");
-    // Past the limit: the server refuses on the announced length, before
-    // reading the body, and closes, so the write may be cut short.
-    let _ = c.write_all(&vec![b' '; handoff_serve::http::MAX_BODY_BYTES + 1]);
+    // Just past the limit: refused on the announced length; the server
+    // reads and drops the body while it answers, then closes, so the whole
+    // body is written and nothing of it is read as a next request.
+    c.write_all(&vec![b' '; big]).expect("write body");
     let mut text = Vec::new();
     // The server closes: reading ends (or the write side was reset).
     let _ = c.read_to_end(&mut text);

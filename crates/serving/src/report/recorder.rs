@@ -1,8 +1,8 @@
 //! The [`Recorder`]: fed only worker events and host finals, it builds the [`Report`].
 
 use super::details::*;
-use super::samples::Samples;
 use super::records::*;
+use super::samples::Samples;
 use super::sections::*;
 use super::units::*;
 use crate::deployment::ReplayConfig;
@@ -567,10 +567,7 @@ impl Recorder {
                 ("source pinned (stranded)", self.pinned_ms.cdf(CDF_POINTS)),
                 ("reservation wait", self.wait_ms.cdf(CDF_POINTS)),
                 ("transfer", self.transfer_ms.cdf(CDF_POINTS)),
-                (
-                    "reserved -> activated",
-                    self.activation_ms.cdf(CDF_POINTS),
-                ),
+                ("reserved -> activated", self.activation_ms.cdf(CDF_POINTS)),
             ];
             let pools = &self.pools;
             d.timelines = self

@@ -86,11 +86,8 @@ mod tests {
     #[test]
     fn folded_matches_exact_within_the_histogram_precision() {
         let values: Vec<f64> = (1..=1000).map(|i| f64::from(i) * 0.37).collect();
-        let (mut exact, mut folded, mut late) = (
-            Samples::default(),
-            Samples::default(),
-            Samples::default(),
-        );
+        let (mut exact, mut folded, mut late) =
+            (Samples::default(), Samples::default(), Samples::default());
         folded.fold();
         for (i, v) in values.iter().enumerate() {
             exact.push(*v);
