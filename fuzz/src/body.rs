@@ -216,7 +216,8 @@ impl Target for BodyTarget {
     }
 
     fn generate(&mut self, rng: &mut Rng) -> Vec<u8> {
-        let mut v: Value = serde_json::from_str(*rng.pick(SEEDS)).unwrap_or(Value::Null);
+        let seed: &&str = rng.pick(SEEDS);
+        let mut v: Value = serde_json::from_str(seed).unwrap_or(Value::Null);
         if let Value::Object(m) = &mut v {
             for _ in 0..rng.range(1, 4) {
                 m.insert(rng.pick(FIELDS).to_string(), gen_value(rng, 0));

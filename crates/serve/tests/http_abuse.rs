@@ -164,13 +164,11 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> Duration {
 fn usable_or_closed(mut s: TcpStream, first: &Answer) {
     // Writing may fail once the server has closed; the read below says.
     let _ = s.write_all(request("POST", "/v1/completions", GOOD).as_bytes());
-    match read_answer(&mut s) {
-        Some(a) => {
-            assert!(!first.closes(), "answered after Connection: close");
-            assert_eq!(a.status, 200, "{a:?}");
-            assert_eq!(a.json()["usage"]["completion_tokens"], 3);
-        }
-        None => {}
+    // A clean close (None) is the other acceptable outcome.
+    if let Some(a) = read_answer(&mut s) {
+        assert!(!first.closes(), "answered after Connection: close");
+        assert_eq!(a.status, 200, "{a:?}");
+        assert_eq!(a.json()["usage"]["completion_tokens"], 3);
     }
 }
 
