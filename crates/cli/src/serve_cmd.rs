@@ -18,6 +18,14 @@ pub struct ServeArgs {
     /// Where HTTP listens (port 0 picks a free one; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
     http: String,
+    /// How long a client may take to send a request head, from a new
+    /// connection or the end of the previous response (vLLM's
+    /// VLLM_HTTP_TIMEOUT_KEEP_ALIVE, uvicorn's timeout_keep_alive: 5 s).
+    #[arg(long, default_value_t = handoff_serve::accept::DEFAULT_HEADER_TIMEOUT_S, value_name = "SECONDS")]
+    http_header_timeout_s: f64,
+    /// How long a client may take to send a request body, from its head.
+    #[arg(long, default_value_t = handoff_serve::accept::DEFAULT_BODY_TIMEOUT_S, value_name = "SECONDS")]
+    http_body_timeout_s: f64,
     /// The model name served (requests must name it).
     #[arg(long, default_value = "handoff-mocker", value_name = "NAME")]
     model: String,
@@ -116,6 +124,10 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         1,
         MAX_KV_TOKENS,
     )?;
+    let http_timeouts = handoff_serve::accept::HttpTimeouts::from_secs(
+        a.http_header_timeout_s,
+        a.http_body_timeout_s,
+    )?;
     let (cfg, specs) = a.deploy.deployment(false)?;
     let n = specs.len();
     let kv = match &a.kv_events {
@@ -170,6 +182,7 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         specs,
         speed: a.speed,
         http: a.http.clone(),
+        http_timeouts,
         model: a.model.clone(),
         max_model_len: a.max_model_len,
         kv,

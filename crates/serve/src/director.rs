@@ -132,6 +132,35 @@ struct Flow {
     hashes: Vec<u64>,
 }
 
+/// How many entries each per-request table of the director and the
+/// serving director under it holds (`/debug/workers`' `held`). Every one
+/// is keyed by a request, a leg or a handoff in flight and is emptied when
+/// it ends, so all are zero once nothing is in flight, however many
+/// requests came before: a long run's state does not grow with its count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Held {
+    /// HTTP streams open (one per request in flight).
+    pub flows: usize,
+    /// Arrivals queued and not yet arrived.
+    pub arriving: usize,
+    /// Per-worker `do_remote_decode` prefills not yet pinned.
+    pub proxied: usize,
+    /// Pinned prefills waiting for their decode.
+    pub parked: usize,
+    /// Plain requests served whole on a prefill worker.
+    pub local: usize,
+    /// Destinations waiting for a reservation.
+    pub reserving: usize,
+    /// Prompt blocks held for flows in flight (their token ids).
+    pub prompt_blocks: usize,
+    /// SGLang PD legs waiting in rooms plus open prefill legs.
+    pub legs: usize,
+    /// Requests the recorder tracks (arrived, not ended).
+    pub recorded: usize,
+    /// Requests booked on the routers.
+    pub router_bookings: usize,
+}
+
 /// See the module docs.
 pub struct HttpDirector {
     inner: Serving<Arrivals>,
@@ -264,6 +293,22 @@ impl HttpDirector {
     /// Requests the director still tracks (the serving director's count).
     pub fn in_flight(&self) -> usize {
         self.inner.in_flight()
+    }
+
+    /// The size of every per-request table ([`Held`]).
+    pub fn held(&self) -> Held {
+        Held {
+            flows: self.flows.len(),
+            arriving: self.arriving.len(),
+            proxied: self.proxied.len(),
+            parked: self.parked.len(),
+            local: self.local.len(),
+            reserving: self.reserving.len(),
+            prompt_blocks: self.blocks.pending.len(),
+            legs: self.pairs.open(),
+            recorded: self.inner.in_flight(),
+            router_bookings: self.inner.router_bookings(),
+        }
     }
 
     /// HTTP requests not yet ended (SGLang PD legs waiting for their

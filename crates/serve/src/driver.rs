@@ -150,6 +150,8 @@ pub struct EngineView {
     pub in_flight: usize,
     /// HTTP requests not yet ended.
     pub open_streams: usize,
+    /// Every per-request table's size: all zero when nothing is in flight.
+    pub held: crate::director::Held,
     /// Model time reached, in seconds.
     pub model_time_s: f64,
 }
@@ -232,8 +234,12 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
     } else {
         RankRule::LeastLoaded
     };
+    let mut inner = serving(&cfg, arrivals.clone());
+    // A server runs until stopped: per-request latencies go into
+    // histograms, so the recorder does not grow with the request count.
+    inner.fold_latencies();
     let director = HttpDirector::new(
-        serving(&cfg, arrivals.clone()),
+        inner,
         arrivals,
         pools.clone(),
         cfg.block_size,
@@ -409,6 +415,7 @@ fn publish(
         workers,
         in_flight: d.in_flight(),
         open_streams: d.open_streams(),
+        held: d.held(),
         model_time_s: engine.now().as_nanos() as f64 / 1e9,
     };
     if let Ok(mut g) = view.lock() {

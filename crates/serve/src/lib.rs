@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod accept;
 pub mod bootstrap;
 pub mod director;
 pub mod dp_lb;

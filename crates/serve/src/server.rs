@@ -1,6 +1,7 @@
 //! Starting and stopping a server: the tokio runtime (HTTP and ZMQ), the
 //! engine thread, and shutdown on SIGINT/SIGTERM (or a caller's signal).
 
+use crate::accept::{self, HttpTimeouts};
 use crate::driver::{self, Cmd, DriverConfig, EngineView};
 use crate::dynamo_events::RouterEventWriter;
 use crate::http::{router, AppState};
@@ -24,6 +25,9 @@ pub struct ServeConfig {
     pub speed: f64,
     /// Where HTTP listens (`127.0.0.1:0` picks a free port).
     pub http: String,
+    /// How long a client may take to send a request, on every listener
+    /// ([`crate::accept`]).
+    pub http_timeouts: HttpTimeouts,
     /// The served model name.
     pub model: String,
     /// Prompt plus output tokens per request, at most.
@@ -181,6 +185,7 @@ async fn run(
     let view = Arc::new(Mutex::new(EngineView::default()));
     let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
     let backend = c.cfg.backend;
+    let timeouts = c.http_timeouts;
     let info_specs = c.specs.clone();
     let d = DriverConfig {
         cfg: c.cfg,
@@ -236,39 +241,32 @@ async fn run(
             host: a.ip().to_string(),
             port: a.port(),
         });
-        let mut rx = stop_rx.clone();
+        let rx = stop_rx.clone();
         let info = info.clone();
         others.push(tokio::spawn(async move {
             let render = crate::render::routes(ws.app.clone());
             let routes = worker_router(ws)
                 .merge(info::routes(info, Scope::Worker(w as usize)))
                 .merge(render);
-            axum::serve(l, routes)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-                .await
+            accept::serve(l, routes, timeouts, rx).await
         }));
     }
     let render = crate::render::routes(state.clone());
     let front = router(state)
         .merge(info::routes(info, Scope::Front))
         .merge(render);
-    let served = axum::serve(listener, front)
-        .with_graceful_shutdown(async move {
-            stop.await;
-            let _ = stop_tx.send(true);
-        })
-        .await;
+    tokio::spawn(async move {
+        stop.await;
+        let _ = stop_tx.send(true);
+    });
+    accept::serve(listener, front, timeouts, stop_rx).await;
     for o in others {
         let _ = o.await;
     }
     let _ = tx.send(Cmd::Shutdown);
-    let report = engine
+    engine
         .join()
-        .map_err(|_| "the engine thread panicked".to_string())?;
-    served.map_err(|e| format!("http: {e}"))?;
-    report
+        .map_err(|_| "the engine thread panicked".to_string())?
 }
 
 async fn shutdown_signal() {

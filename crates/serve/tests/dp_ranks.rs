@@ -80,6 +80,7 @@ fn start(backend: Backend) -> Running {
             .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
             .collect(),
         topic: String::new(),
+        encoding: Default::default(),
     };
     let jsonl = Shared::default();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -100,6 +101,7 @@ fn start(backend: Backend) -> Running {
                 bootstrap_timeout_s: 300.0,
                 tokenizer: Default::default(),
                 hash_mode: Default::default(),
+                http_timeouts: Default::default(),
             },
             move |l| {
                 let _ = atx.send(l);

@@ -43,6 +43,7 @@ impl Running {
                     specs: vec![spec; n],
                     speed: 1.0,
                     http: "127.0.0.1:0".into(),
+                    http_timeouts: Default::default(),
                     model: "m".into(),
                     max_model_len: 65_536,
                     kv: None,

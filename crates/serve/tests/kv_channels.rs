@@ -166,6 +166,7 @@ fn zmq_and_jsonl_carry_one_identity_and_dynamos_tokens_hash() {
                 specs: vec![spec; 2],
                 speed: 1.0,
                 http: "127.0.0.1:0".into(),
+                http_timeouts: Default::default(),
                 model: "m".into(),
                 max_model_len: 65_536,
                 kv: Some(kv),

@@ -51,6 +51,7 @@ fn start(timeout_s: f64) -> Running {
                 specs: vec![spec; 2],
                 speed: 1.0,
                 http: "127.0.0.1:0".into(),
+                http_timeouts: Default::default(),
                 model: "m".into(),
                 max_model_len: 65_536,
                 kv: None,

@@ -125,6 +125,7 @@ fn prompt_blocks_carry_vllms_hash_of_the_tokenizers_ids() {
                 specs: vec![spec; 2],
                 speed: 1.0,
                 http: "127.0.0.1:0".into(),
+                http_timeouts: Default::default(),
                 model: "m".into(),
                 max_model_len: 65_536,
                 kv: None,

@@ -128,7 +128,8 @@ const ITL_MAX_NS: u64 = 1 << 42;
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Accuracy {
     /// TTFT, TTST, TPOT, end-to-end and lifecycle phases: `exact` (every
-    /// per-request value kept, Dynamo's rounded rank).
+    /// per-request value kept, Dynamo's rounded rank), or `hdrhistogram`
+    /// as ITL when folded ([`Accuracy::FOLDED`]).
     pub per_request: &'static str,
     /// ITL percentiles: `hdrhistogram` over nanoseconds (mean, min, max
     /// and standard deviation exact).
@@ -149,6 +150,13 @@ impl Accuracy {
         itl_significant_digits: ITL_SIGNIFICANT_DIGITS,
         itl_max_relative_error: ITL_MAX_RELATIVE_ERROR,
         rounding_ms: 0.001,
+    };
+
+    /// Per-request latencies folded into histograms as ITL is
+    /// (`Recorder::fold_latencies`, a server's report).
+    pub const FOLDED: Accuracy = Accuracy {
+        per_request: "hdrhistogram",
+        ..Accuracy::REPORTED
     };
 }
 

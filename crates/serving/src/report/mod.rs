@@ -5,6 +5,7 @@
 mod details;
 mod recorder;
 mod records;
+mod samples;
 mod sections;
 #[cfg(test)]
 mod tests;

@@ -2,10 +2,11 @@
 
 use super::details::*;
 use super::records::*;
+use super::samples::Samples;
 use super::sections::*;
 use super::units::*;
 use crate::deployment::ReplayConfig;
-use crate::metrics::{Accuracy, Coalesced, Distribution, Histogram, Summary};
+use crate::metrics::{Accuracy, Coalesced, Histogram};
 use crate::per_worker::{PerWorker, MAX_DENSE};
 use crate::request_table::RequestTable;
 use crate::timeline::Series;
@@ -43,15 +44,15 @@ pub struct Recorder {
     pub(super) input_tokens: u64,
     pub(super) arrived_prompt_tokens: u64,
     pub(super) output_tokens: u64,
-    pub(super) ttft: Vec<f64>,
-    pub(super) ttst: Vec<f64>,
-    pub(super) tpot: Vec<f64>,
-    pub(super) e2e: Vec<f64>,
+    pub(super) ttft: Samples,
+    pub(super) ttst: Samples,
+    pub(super) tpot: Samples,
+    pub(super) e2e: Samples,
     pub(super) itl: Histogram,
-    pub(super) pinned_ms: Vec<f64>,
-    pub(super) wait_ms: Vec<f64>,
-    pub(super) transfer_ms: Vec<f64>,
-    pub(super) activation_ms: Vec<f64>,
+    pub(super) pinned_ms: Samples,
+    pub(super) wait_ms: Samples,
+    pub(super) transfer_ms: Samples,
+    pub(super) activation_ms: Samples,
     pub(super) life: Lifecycle,
     pub(super) sink: Option<RequestSink>,
     pub(super) timelines: Option<BTreeMap<WorkerId, Series>>,
@@ -91,15 +92,15 @@ impl Recorder {
             input_tokens: 0,
             arrived_prompt_tokens: 0,
             output_tokens: 0,
-            ttft: Vec::new(),
-            ttst: Vec::new(),
-            tpot: Vec::new(),
-            e2e: Vec::new(),
+            ttft: Samples::default(),
+            ttst: Samples::default(),
+            tpot: Samples::default(),
+            e2e: Samples::default(),
             itl: Histogram::default(),
-            pinned_ms: Vec::new(),
-            wait_ms: Vec::new(),
-            transfer_ms: Vec::new(),
-            activation_ms: Vec::new(),
+            pinned_ms: Samples::default(),
+            wait_ms: Samples::default(),
+            transfer_ms: Samples::default(),
+            activation_ms: Samples::default(),
             life: Lifecycle::default(),
             sink: None,
             timelines: None,
@@ -243,6 +244,26 @@ impl Recorder {
         if let Some(rec) = self.reqs.remove(r) {
             let at = at.unwrap_or(self.last_finish.max(rec.cold.arrival));
             self.end(r, &rec, Some(reason), at);
+        }
+    }
+
+    /// From now on, folds every per-request latency series (TTFT, TTST,
+    /// TPOT, end-to-end, the handoff phases) into a histogram as ITL is,
+    /// instead of keeping each value: the recorder's memory then stays
+    /// flat however many requests end (`serve`, which runs until stopped).
+    /// The report says so in `latency_accuracy`.
+    pub fn fold_latencies(&mut self) {
+        for s in [
+            &mut self.ttft,
+            &mut self.ttst,
+            &mut self.tpot,
+            &mut self.e2e,
+            &mut self.pinned_ms,
+            &mut self.wait_ms,
+            &mut self.transfer_ms,
+            &mut self.activation_ms,
+        ] {
+            s.fold();
         }
     }
 
@@ -549,20 +570,17 @@ impl Recorder {
         self.details.take().map(|mut d| {
             // Every vector above is sorted now.
             d.latency_cdfs = vec![
-                ("TTFT", cdf(&self.ttft, CDF_POINTS)),
-                ("TTST", cdf(&self.ttst, CDF_POINTS)),
-                ("TPOT", cdf(&self.tpot, CDF_POINTS)),
+                ("TTFT", self.ttft.cdf(CDF_POINTS)),
+                ("TTST", self.ttst.cdf(CDF_POINTS)),
+                ("TPOT", self.tpot.cdf(CDF_POINTS)),
                 ("ITL", self.itl.cdf(CDF_POINTS)),
-                ("E2E", cdf(&self.e2e, CDF_POINTS)),
+                ("E2E", self.e2e.cdf(CDF_POINTS)),
             ];
             d.phase_cdfs = vec![
-                ("source pinned (stranded)", cdf(&self.pinned_ms, CDF_POINTS)),
-                ("reservation wait", cdf(&self.wait_ms, CDF_POINTS)),
-                ("transfer", cdf(&self.transfer_ms, CDF_POINTS)),
-                (
-                    "reserved -> activated",
-                    cdf(&self.activation_ms, CDF_POINTS),
-                ),
+                ("source pinned (stranded)", self.pinned_ms.cdf(CDF_POINTS)),
+                ("reservation wait", self.wait_ms.cdf(CDF_POINTS)),
+                ("transfer", self.transfer_ms.cdf(CDF_POINTS)),
+                ("reserved -> activated", self.activation_ms.cdf(CDF_POINTS)),
             ];
             let pools = &self.pools;
             d.timelines = self
@@ -607,16 +625,16 @@ impl Recorder {
             (1.0 - computed_prefill as f64 / self.arrived_prompt_tokens as f64).clamp(0.0, 1.0)
         };
         let flat = FlatLatencies {
-            ttft: Distribution::exact(&mut self.ttft),
-            ttst: Distribution::exact(&mut self.ttst),
-            tpot: Distribution::exact(&mut self.tpot),
+            ttft: self.ttft.distribution(),
+            ttst: self.ttst.distribution(),
+            tpot: self.tpot.distribution(),
             itl: self.itl.distribution(),
-            e2e_latency: Distribution::exact(&mut self.e2e),
+            e2e_latency: self.e2e.distribution(),
         };
-        let source_pinned_ms = Summary::exact(&mut self.pinned_ms);
-        let reservation_wait_ms = Summary::exact(&mut self.wait_ms);
-        let transfer_ms = Summary::exact(&mut self.transfer_ms);
-        let reservation_to_activation_ms = Summary::exact(&mut self.activation_ms);
+        let source_pinned_ms = self.pinned_ms.summary();
+        let reservation_wait_ms = self.wait_ms.summary();
+        let transfer_ms = self.transfer_ms.summary();
+        let reservation_to_activation_ms = self.activation_ms.summary();
         let details = self.take_details();
         let mut life = std::mem::take(&mut self.life);
         life.unresolved_at_teardown = self.unresolved_teardown;
@@ -645,7 +663,11 @@ impl Recorder {
             tpot_ms: flat.tpot.summary(),
             itl_ms: flat.itl.summary(),
             e2e_latency_ms: flat.e2e_latency.summary(),
-            latency_accuracy: Accuracy::REPORTED,
+            latency_accuracy: if self.e2e.is_folded() {
+                Accuracy::FOLDED
+            } else {
+                Accuracy::REPORTED
+            },
             flat,
             lifecycle: life,
             workers: out,

@@ -413,6 +413,13 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         }
     }
 
+    /// See [`Recorder::fold_latencies`].
+    pub fn fold_latencies(&mut self) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.fold_latencies();
+        }
+    }
+
     /// See [`Recorder::capacity`].
     pub fn capacity(&mut self, w: WorkerId, at: Instant, c: &handoff_core::KvCapacitySnapshot) {
         if let Some(rec) = self.rec.as_mut() {
