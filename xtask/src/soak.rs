@@ -242,6 +242,25 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
     if !status.success() {
         return Err(format!("frontend failed: {stderr}"));
     }
+    let over_at = run_over();
+    let (line, bad) = judge(&json, o, workers.len(), &kills, over_at, wall)?;
+    println!("{line}");
+    for b in &bad {
+        println!("soak: BROKEN: {b}");
+    }
+    Ok(bad.is_empty())
+}
+
+/// Reads the frontend's report against what the soak did: its summary line
+/// and what broke.
+fn judge(
+    json: &str,
+    o: &Soak,
+    workers: usize,
+    kills: &[Kill],
+    over_at: Option<Instant>,
+    wall: f64,
+) -> Result<(String, Vec<String>), String> {
     let v: serde_json::Value = serde_json::from_str(&json)
         .map_err(|e| format!("the frontend's report is not JSON ({e}): {json}"))?;
     let field = |key: &str| v[key].as_u64().unwrap_or(0);
@@ -264,7 +283,7 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
         .iter()
         .filter(|w| w["drained"] == true && w["final_kv_used_blocks"] == 0)
         .count();
-    if table.len() + 1 < workers.len() || drained != table.len() {
+    if table.len() + 1 < workers || drained != table.len() {
         bad.push(format!(
             "{drained} of {} workers up at the end drained with no block in use",
             table.len()
@@ -287,9 +306,36 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
         })
         .unwrap_or_default();
     let seen = losses.len();
-    let over_at = run_over();
+    let (matched, raced) = match_kills(kills, &mut losses, over_at, &mut bad);
+    // Absent when nothing failed.
+    let reasons = match &v["lifecycle"]["failure_reasons"] {
+        serde_json::Value::Null => "{}".to_string(),
+        r => r.to_string(),
+    };
+    let line = format!(
+        "soak: {num} requests, {done} completed, {failed} failed (by reason {reasons}), migrated {}; \
+         {} kills and restarts, {matched} counted by the frontend as losses of that incarnation, \
+         {raced} at the run's end; {seen} losses seen; {drained} of {} workers up at the end drained; \
+         {wall:.1} s wall",
+        v["lifecycle"]["migrated_requests"].as_u64().unwrap_or(0),
+        kills.len(),
+        table.len(),
+    );
+    Ok((line, bad))
+}
+
+/// Pairs each kill with the frontend's loss of that incarnation, taking the
+/// matched losses out of `losses` (what is left was never killed). Returns
+/// how many matched and how many raced the run's end; a kill neither
+/// matched nor racing is broken, as is a soak with no kill at all.
+fn match_kills(
+    kills: &[Kill],
+    losses: &mut Vec<(u64, u64)>,
+    over_at: Option<Instant>,
+    bad: &mut Vec<String>,
+) -> (usize, usize) {
     let (mut matched, mut raced) = (0usize, 0usize);
-    for k in &kills {
+    for k in kills {
         let key = (u64::from(k.id), u64::from(k.generation));
         if let Some(i) = losses.iter().position(|l| *l == key) {
             losses.swap_remove(i);
@@ -303,27 +349,45 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
             ));
         }
     }
-    for (w, g) in &losses {
+    if kills.is_empty() {
+        bad.push("no kill landed while the run went on (a longer workload or --kill-every-s)".into());
+    }
+    for (w, g) in losses.iter() {
         bad.push(format!(
             "the frontend took worker {w} generation {g} for lost, and it was not killed"
         ));
     }
-    // Absent when nothing failed.
-    let reasons = match &v["lifecycle"]["failure_reasons"] {
-        serde_json::Value::Null => "{}".to_string(),
-        r => r.to_string(),
-    };
-    println!(
-        "soak: {num} requests, {done} completed, {failed} failed (by reason {reasons}), migrated {}; \
-         {} kills and restarts, {matched} counted by the frontend as losses of that incarnation, \
-         {raced} at the run's end; {seen} losses seen; {drained} of {} workers up at the end drained; \
-         {wall:.1} s wall",
-        v["lifecycle"]["migrated_requests"].as_u64().unwrap_or(0),
-        kills.len(),
-        table.len(),
-    );
-    for b in &bad {
-        println!("soak: BROKEN: {b}");
+    (matched, raced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kill(id: u32, generation: u32, at: Instant) -> Kill {
+        Kill { id, generation, at }
     }
-    Ok(bad.is_empty())
+
+    #[test]
+    fn every_kill_must_be_a_loss_and_every_loss_a_kill() {
+        let t = Instant::now();
+        let end = t + Duration::from_secs(10);
+        let kills = [kill(0, 0, t), kill(2, 0, t), kill(0, 1, end - Duration::from_millis(100))];
+        // All counted.
+        let mut bad = Vec::new();
+        let mut losses = vec![(2, 0), (0, 0), (0, 1)];
+        assert_eq!(match_kills(&kills, &mut losses, Some(end), &mut bad), (3, 0));
+        assert!(bad.is_empty(), "{bad:?}");
+        // The last kill raced the end; the second was missed; worker 3 was
+        // taken for lost without a kill.
+        let mut losses = vec![(0, 0), (3, 0)];
+        assert_eq!(match_kills(&kills, &mut losses, Some(end), &mut bad), (1, 1));
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert!(bad[0].contains("worker 2 generation 0 was killed"), "{bad:?}");
+        assert!(bad[1].contains("worker 3 generation 0 for lost"), "{bad:?}");
+        // No kill at all proves nothing.
+        let mut bad = Vec::new();
+        match_kills(&[], &mut Vec::new(), None, &mut bad);
+        assert_eq!(bad.len(), 1);
+    }
 }

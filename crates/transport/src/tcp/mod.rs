@@ -25,10 +25,16 @@
 //! closed and its peer reported lost. So a peer is seen lost at once when
 //! its process dies (the kernel closes its sockets: end of stream or
 //! reset), and at most `silence_limit` after its last frame when it hangs
-//! or is stopped (`SIGSTOP`), as vLLM's NIXL connector gives up on a peer
-//! whose heartbeats stop (`kv_lease_duration`, renewed by the decode
-//! worker's heartbeats in `nixl_connector.py`). A sender blocked on such a
-//! peer's full socket is released by the same close.
+//! or is stopped (`SIGSTOP`). Upstream engines judge peers the same way,
+//! by heartbeats that stop rather than by a clean goodbye: SGLang's decode
+//! worker checks its prefill servers every
+//! `SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL` (5 s) and takes one for
+//! offline after `SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE` (2) failed
+//! checks (`srt/disaggregation/common/conn.py`, `CommonKVManager`); vLLM's
+//! prefill worker frees a reader's KV when its heartbeats stop renewing the
+//! lease (modelled by the role machines, not here). The bound here is
+//! tighter because the peers are processes on one host. A sender blocked on
+//! such a peer's full socket is released by the same close.
 //!
 //! Connections: both sides may dial each other; a second connection of the
 //! same incarnation is kept and read, and sends use the oldest, so nothing
