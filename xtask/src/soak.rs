@@ -261,7 +261,7 @@ fn judge(
     over_at: Option<Instant>,
     wall: f64,
 ) -> Result<(String, Vec<String>), String> {
-    let v: serde_json::Value = serde_json::from_str(&json)
+    let v: serde_json::Value = serde_json::from_str(json)
         .map_err(|e| format!("the frontend's report is not JSON ({e}): {json}"))?;
     let field = |key: &str| v[key].as_u64().unwrap_or(0);
     let (num, done, failed) = (
@@ -350,7 +350,9 @@ fn match_kills(
         }
     }
     if kills.is_empty() {
-        bad.push("no kill landed while the run went on (a longer workload or --kill-every-s)".into());
+        bad.push(
+            "no kill landed while the run went on (a longer workload or --kill-every-s)".into(),
+        );
     }
     for (w, g) in losses.iter() {
         bad.push(format!(
@@ -372,18 +374,31 @@ mod tests {
     fn every_kill_must_be_a_loss_and_every_loss_a_kill() {
         let t = Instant::now();
         let end = t + Duration::from_secs(10);
-        let kills = [kill(0, 0, t), kill(2, 0, t), kill(0, 1, end - Duration::from_millis(100))];
+        let kills = [
+            kill(0, 0, t),
+            kill(2, 0, t),
+            kill(0, 1, end - Duration::from_millis(100)),
+        ];
         // All counted.
         let mut bad = Vec::new();
         let mut losses = vec![(2, 0), (0, 0), (0, 1)];
-        assert_eq!(match_kills(&kills, &mut losses, Some(end), &mut bad), (3, 0));
+        assert_eq!(
+            match_kills(&kills, &mut losses, Some(end), &mut bad),
+            (3, 0)
+        );
         assert!(bad.is_empty(), "{bad:?}");
         // The last kill raced the end; the second was missed; worker 3 was
         // taken for lost without a kill.
         let mut losses = vec![(0, 0), (3, 0)];
-        assert_eq!(match_kills(&kills, &mut losses, Some(end), &mut bad), (1, 1));
+        assert_eq!(
+            match_kills(&kills, &mut losses, Some(end), &mut bad),
+            (1, 1)
+        );
         assert_eq!(bad.len(), 2, "{bad:?}");
-        assert!(bad[0].contains("worker 2 generation 0 was killed"), "{bad:?}");
+        assert!(
+            bad[0].contains("worker 2 generation 0 was killed"),
+            "{bad:?}"
+        );
         assert!(bad[1].contains("worker 3 generation 0 for lost"), "{bad:?}");
         // No kill at all proves nothing.
         let mut bad = Vec::new();

@@ -323,10 +323,7 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
                 self.lose(peer, LossKind::ConnectionLost, now);
             }
             Incoming::PeerUp { peer, generation } if self.workers.contains(&peer) => {
-                let newer = self
-                    .generations
-                    .get(&peer)
-                    .is_some_and(|g| generation > *g);
+                let newer = self.generations.get(&peer).is_some_and(|g| generation > *g);
                 if newer && !self.lost.contains(&peer) {
                     // A restart can beat the old connection's loss: a newer
                     // incarnation means the old one and what it held are gone.

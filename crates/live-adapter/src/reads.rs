@@ -302,7 +302,10 @@ mod tests {
             p.on_event(P, &pinned(1));
             p.on_fact_in(D, &renewal(1));
             d.on_event(D, &read(1, P));
-            deliver(&mut d, p.on_event(P, &ended(1, Role::Source, Some(reason), 3)));
+            deliver(
+                &mut d,
+                p.on_event(P, &ended(1, Role::Source, Some(reason), 3)),
+            );
             assert_eq!(d.judge(id(1), Instant(4)), TransferResult::SourceReleased);
             d.on_event(
                 D,
@@ -350,7 +353,10 @@ mod tests {
         ] {
             p.on_event(P, &pinned(n));
             p.on_fact_in(D, &renewal(n));
-            assert_eq!(p.on_event(P, &ended(n, Role::Source, Some(reason), 1)), None);
+            assert_eq!(
+                p.on_event(P, &ended(n, Role::Source, Some(reason), 1)),
+                None
+            );
         }
         assert_eq!(p.remembered(), 0);
         // Destination-first: the source times its own write; not a read.

@@ -24,12 +24,7 @@ fn tight(policy: KvLoadFailurePolicy) -> (Report, u64) {
         source_lease_ttl: Some(Duration::from_secs(1)),
         ..EngineSpec::default()
     };
-    let specs = vec![
-        spec(1_000_000),
-        spec(1_000_000),
-        spec(20_000),
-        spec(20_000),
-    ];
+    let specs = vec![spec(1_000_000), spec(1_000_000), spec(20_000), spec(20_000)];
     cfg.engines = specs.clone();
     let items = SyntheticWorkload::new(SyntheticConfig {
         requests: REQUESTS,

@@ -384,8 +384,14 @@ fn bind_quick(w: u32) -> TcpEndpoint {
         ping_every: Duration::from_millis(50),
         silence_limit: Duration::from_millis(500),
     };
-    TcpEndpoint::bind_with(WorkerId(w), Generation(0), PeerRole::Any, quick, "127.0.0.1:0")
-        .expect("bind loopback")
+    TcpEndpoint::bind_with(
+        WorkerId(w),
+        Generation(0),
+        PeerRole::Any,
+        quick,
+        "127.0.0.1:0",
+    )
+    .expect("bind loopback")
 }
 
 #[test]
