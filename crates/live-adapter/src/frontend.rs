@@ -246,8 +246,12 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
                     last_progress = std::time::Instant::now();
                     self.handle(inc);
                     // Everything already heard (a loss among it) counts
-                    // before the run may be judged finished.
-                    while let Ok(inc) = self.transport.incoming().try_recv() {
+                    // before the run may be judged finished; only that, so
+                    // a steady stream of events cannot hold arrivals back.
+                    for _ in 0..self.transport.incoming().len() {
+                        let Ok(inc) = self.transport.incoming().try_recv() else {
+                            break;
+                        };
                         self.handle(inc);
                     }
                 }
