@@ -501,11 +501,15 @@ fn parity(args: &[String]) -> bool {
 
 fn soak_cmd(args: &[String]) -> bool {
     let mut o = soak::Soak::default();
+    let mut bin: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it.next();
         let num = v.and_then(|s| s.parse::<f64>().ok()).filter(|x| *x > 0.0);
         match (a.as_str(), num) {
+            // A binary already built (say a debug one), instead of building
+            // the release one.
+            ("--bin", _) if v.is_some() => bin = v.map(PathBuf::from),
             ("--requests", Some(n)) => o.requests = n as u64,
             ("--rate", Some(x)) => o.rate = x,
             ("--speed", Some(x)) => o.speed = x,
@@ -519,7 +523,7 @@ fn soak_cmd(args: &[String]) -> bool {
             }
         }
     }
-    match release_bin() {
+    match bin.or_else(release_bin) {
         Some(bin) => soak::run(&bin, &o),
         None => false,
     }
@@ -551,7 +555,7 @@ fn main() -> ExitCode {
         Some("dst") => dst(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask bench [--runs N] [--trace FILE] [--baseline REV | --baseline-bin FILE] [--workloads cluster,conversation,x2] [--cluster-requests N] [--no-micro]\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang]\n       cargo xtask dst [--schedules N] [--seed S] [--no-shrink]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]"
+                "usage: cargo xtask bench [--runs N] [--trace FILE] [--baseline REV | --baseline-bin FILE] [--workloads cluster,conversation,x2] [--cluster-requests N] [--no-micro]\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang] [--bin FILE]\n       cargo xtask dst [--schedules N] [--seed S] [--no-shrink]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]"
             );
             false
         }

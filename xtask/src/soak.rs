@@ -4,12 +4,30 @@
 //! restarted as its next generation (it dials the frontend and its peers
 //! back). At the end every request must be terminal, every worker (the
 //! survivors and the restarted incarnations) drained with no block in use,
-//! and the report must say what failed and why.
+//! the report must say what failed and why, and every kill must be one of
+//! the frontend's losses (same worker, same generation) and every loss a
+//! kill: a kill the frontend did not count, or a live worker it took for
+//! lost, breaks the soak. Kills stop once the frontend says its run is
+//! over; a kill less than [`END_RACE`] before that may have raced the
+//! run's last event and is reported apart.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// A kill this close to the frontend's end of run may land after its last
+/// look at its connections (a process death is seen in microseconds, but
+/// the run may end in between).
+const END_RACE: Duration = Duration::from_secs(1);
+
+/// One kill: which incarnation, when.
+struct Kill {
+    id: u32,
+    generation: u32,
+    at: Instant,
+}
 
 /// Options of `soak`.
 pub struct Soak {
@@ -152,11 +170,23 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
         .strip_prefix("frontend listening on ")
         .ok_or_else(|| format!("frontend did not start: {line:?}"))?
         .to_string();
+    // When the frontend said its run is over (no kill after that counts).
+    let over: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let over_w = Arc::clone(&over);
     let errors = std::thread::spawn(move || {
         let mut rest = String::new();
-        let _ = err.read_to_string(&mut rest);
+        for l in err.lines().map_while(Result::ok) {
+            if l.starts_with("frontend: run over") {
+                if let Ok(mut o) = over_w.lock() {
+                    *o = Some(Instant::now());
+                }
+            }
+            rest.push_str(&l);
+            rest.push('\n');
+        }
         rest
     });
+    let run_over = || over.lock().ok().and_then(|o| *o);
     let mut stdout = fe.stdout.take().ok_or("no stdout")?;
     let report = std::thread::spawn(move || {
         let mut s = String::new();
@@ -164,7 +194,7 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
         s
     });
     let started = Instant::now();
-    let mut kills = 0u32;
+    let mut kills: Vec<Kill> = Vec::new();
     let mut next_kill = started + Duration::from_secs_f64(o.kill_every);
     let limit = started + Duration::from_secs(900);
     let status = loop {
@@ -175,12 +205,16 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
             let _ = fe.kill();
             return Err("the frontend did not finish in 15 minutes".into());
         }
-        if Instant::now() >= next_kill {
-            let i = (kills as usize) % workers.len();
+        if Instant::now() >= next_kill && run_over().is_none() {
+            let i = kills.len() % workers.len();
             let w = &mut workers[i];
             let _ = w.child.kill();
             let _ = w.child.wait();
-            kills += 1;
+            kills.push(Kill {
+                id: w.id,
+                generation: w.generation,
+                at: Instant::now(),
+            });
             let generation = w.generation + 1;
             let (id, role, addr) = (w.id, w.role, w.addr.clone());
             let mut connect = vec![fe_addr.clone()];
@@ -208,13 +242,28 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
     if !status.success() {
         return Err(format!("frontend failed: {stderr}"));
     }
-    let field = |key: &str| -> u64 {
-        let pat = format!("\"{key}\":");
-        json.lines()
-            .find_map(|l| l.trim().strip_prefix(&pat))
-            .and_then(|v| v.trim().trim_end_matches(',').parse().ok())
-            .unwrap_or(0)
-    };
+    let over_at = run_over();
+    let (line, bad) = judge(&json, o, workers.len(), &kills, over_at, wall)?;
+    println!("{line}");
+    for b in &bad {
+        println!("soak: BROKEN: {b}");
+    }
+    Ok(bad.is_empty())
+}
+
+/// Reads the frontend's report against what the soak did: its summary line
+/// and what broke.
+fn judge(
+    json: &str,
+    o: &Soak,
+    workers: usize,
+    kills: &[Kill],
+    over_at: Option<Instant>,
+    wall: f64,
+) -> Result<(String, Vec<String>), String> {
+    let v: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| format!("the frontend's report is not JSON ({e}): {json}"))?;
+    let field = |key: &str| v[key].as_u64().unwrap_or(0);
     let (num, done, failed) = (
         field("num_requests"),
         field("completed_requests"),
@@ -229,30 +278,131 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
     }
     // Workers up at the end (survivors and restarted incarnations) are in
     // the table; one killed too late to be back is not.
-    let listed = json.matches("\"drained\":").count();
-    let drained = json.matches("\"drained\": true").count();
-    let unused = json.matches("\"final_kv_used_blocks\": 0").count();
-    if listed + 1 < workers.len() || drained != listed || unused != listed {
+    let table = v["workers"].as_array().cloned().unwrap_or_default();
+    let drained = table
+        .iter()
+        .filter(|w| w["drained"] == true && w["final_kv_used_blocks"] == 0)
+        .count();
+    if table.len() + 1 < workers || drained != table.len() {
         bad.push(format!(
-            "{drained} of {listed} workers up at the end drained, {unused} with no block in use"
+            "{drained} of {} workers up at the end drained with no block in use",
+            table.len()
         ));
     }
-    if json.contains("\"stalled\": true") {
+    if v["live"]["stalled"] == true {
         bad.push("the frontend stalled".into());
     }
-    let reasons = json
-        .split("\"failure_reasons\":")
-        .nth(1)
-        .and_then(|r| r.split('}').next())
-        .map(|r| r.split_whitespace().collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|| "{}".into());
-    println!(
-        "soak: {num} requests, {done} completed, {failed} failed (by reason {reasons} }}), migrated {}, {kills} kills and restarts, workers lost {}, {wall:.1} s wall",
-        field("migrated_requests"),
-        field("workers_lost"),
+    let mut losses: Vec<(u64, u64)> = v["live"]["losses"]
+        .as_array()
+        .map(|ls| {
+            ls.iter()
+                .map(|l| {
+                    (
+                        l["worker"].as_u64().unwrap_or(u64::MAX),
+                        l["generation"].as_u64().unwrap_or(u64::MAX),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let seen = losses.len();
+    let (matched, raced) = match_kills(kills, &mut losses, over_at, &mut bad);
+    // Absent when nothing failed.
+    let reasons = match &v["lifecycle"]["failure_reasons"] {
+        serde_json::Value::Null => "{}".to_string(),
+        r => r.to_string(),
+    };
+    let line = format!(
+        "soak: {num} requests, {done} completed, {failed} failed (by reason {reasons}), migrated {}; \
+         {} kills and restarts, {matched} counted by the frontend as losses of that incarnation, \
+         {raced} at the run's end; {seen} losses seen; {drained} of {} workers up at the end drained; \
+         {wall:.1} s wall",
+        v["lifecycle"]["migrated_requests"].as_u64().unwrap_or(0),
+        kills.len(),
+        table.len(),
     );
-    for b in &bad {
-        println!("soak: BROKEN: {b}");
+    Ok((line, bad))
+}
+
+/// Pairs each kill with the frontend's loss of that incarnation, taking the
+/// matched losses out of `losses` (what is left was never killed). Returns
+/// how many matched and how many raced the run's end; a kill neither
+/// matched nor racing is broken, as is a soak with no kill at all.
+fn match_kills(
+    kills: &[Kill],
+    losses: &mut Vec<(u64, u64)>,
+    over_at: Option<Instant>,
+    bad: &mut Vec<String>,
+) -> (usize, usize) {
+    let (mut matched, mut raced) = (0usize, 0usize);
+    for k in kills {
+        let key = (u64::from(k.id), u64::from(k.generation));
+        if let Some(i) = losses.iter().position(|l| *l == key) {
+            losses.swap_remove(i);
+            matched += 1;
+        } else if over_at.is_some_and(|t| t.saturating_duration_since(k.at) < END_RACE) {
+            raced += 1;
+        } else {
+            bad.push(format!(
+                "worker {} generation {} was killed and the frontend did not count it",
+                k.id, k.generation
+            ));
+        }
     }
-    Ok(bad.is_empty())
+    if kills.is_empty() {
+        bad.push(
+            "no kill landed while the run went on (a longer workload or --kill-every-s)".into(),
+        );
+    }
+    for (w, g) in losses.iter() {
+        bad.push(format!(
+            "the frontend took worker {w} generation {g} for lost, and it was not killed"
+        ));
+    }
+    (matched, raced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kill(id: u32, generation: u32, at: Instant) -> Kill {
+        Kill { id, generation, at }
+    }
+
+    #[test]
+    fn every_kill_must_be_a_loss_and_every_loss_a_kill() {
+        let t = Instant::now();
+        let end = t + Duration::from_secs(10);
+        let kills = [
+            kill(0, 0, t),
+            kill(2, 0, t),
+            kill(0, 1, end - Duration::from_millis(100)),
+        ];
+        // All counted.
+        let mut bad = Vec::new();
+        let mut losses = vec![(2, 0), (0, 0), (0, 1)];
+        assert_eq!(
+            match_kills(&kills, &mut losses, Some(end), &mut bad),
+            (3, 0)
+        );
+        assert!(bad.is_empty(), "{bad:?}");
+        // The last kill raced the end; the second was missed; worker 3 was
+        // taken for lost without a kill.
+        let mut losses = vec![(0, 0), (3, 0)];
+        assert_eq!(
+            match_kills(&kills, &mut losses, Some(end), &mut bad),
+            (1, 1)
+        );
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert!(
+            bad[0].contains("worker 2 generation 0 was killed"),
+            "{bad:?}"
+        );
+        assert!(bad[1].contains("worker 3 generation 0 for lost"), "{bad:?}");
+        // No kill at all proves nothing.
+        let mut bad = Vec::new();
+        match_kills(&[], &mut Vec::new(), None, &mut bad);
+        assert_eq!(bad.len(), 1);
+    }
 }

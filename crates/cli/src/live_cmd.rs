@@ -135,6 +135,12 @@ fn live_extra(
             "clock": "wall",
             "worker_events": o.run.events,
             "workers_lost": o.run.workers_lost,
+            "losses": o.losses.iter().map(|l| serde_json::json!({
+                "worker": l.worker.0,
+                "generation": l.generation.0,
+                "at_ms": l.at.0 as f64 / 1e6,
+                "how": l.kind.name(),
+            })).collect::<Vec<_>>(),
             "stalled": o.run.stalled,
             "wall_seconds": (o.run.wall_seconds * 1000.0).round() / 1000.0,
             "arrival_lag_ms": {"max": o.run.arrival_lag_max_ms, "p99": o.run.arrival_lag_p99_ms},
@@ -148,6 +154,15 @@ fn live_extra(
         o.run.workers_lost,
         if o.run.stalled { ", STALLED" } else { "" }
     )];
+    for l in &o.losses {
+        text.push(format!(
+            "worker {} (generation {}) lost at {:.3} s model time ({}): its requests migrated once or failed",
+            l.worker,
+            l.generation.0,
+            l.at.0 as f64 / 1e9,
+            l.kind.name()
+        ));
+    }
     text.push(format!(
         "arrival lag (model ms behind the wall clock): p99 {:.3}, max {:.3}",
         o.run.arrival_lag_p99_ms, o.run.arrival_lag_max_ms
@@ -513,6 +528,12 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
             let clock = WallClock::start(crate::limits::speed(a.speed)?);
             let workers = listed.iter().map(|(w, _)| *w).collect();
             let o = FrontendNode::new(serving(&cfg, items), workers, ep, clock).run();
+            // For whoever drives the processes (`cargo xtask soak`): a worker
+            // lost after this line is not this run's.
+            eprintln!(
+                "frontend: run over, {} worker loss(es) seen",
+                o.run.workers_lost
+            );
             let r = replay_of(&cfg, &specs, &a.workload, a.deploy.seed)?;
             let (m, text) = live_extra(&o, Some(&r));
             stalled = o.run.stalled;

@@ -14,6 +14,43 @@ use handoff_transport::{Frame, Incoming, Transport};
 use handoff_workload::TraceItem;
 use std::collections::BTreeMap;
 
+/// How the frontend learned that a worker incarnation was gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossKind {
+    /// Its connection ended: the process died (end of stream or reset, at
+    /// once) or stayed silent past the transport's silence limit
+    /// (`handoff_transport::Liveness`).
+    ConnectionLost,
+    /// A newer incarnation said hello before the old connection's end was
+    /// seen.
+    Restarted,
+}
+
+impl LossKind {
+    /// Stable name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            LossKind::ConnectionLost => "connection-lost",
+            LossKind::Restarted => "restarted",
+        }
+    }
+}
+
+/// One worker incarnation the frontend saw go, and what it did about it:
+/// every request the worker held was migrated once or failed with a reason
+/// (the director's `on_worker_lost`) at that moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerLoss {
+    /// The worker.
+    pub worker: WorkerId,
+    /// The incarnation that went (the last one heard from).
+    pub generation: handoff_core::Generation,
+    /// When the frontend saw it, model time.
+    pub at: Instant,
+    /// How.
+    pub kind: LossKind,
+}
+
 /// What a wall-clock live run produced.
 #[derive(Debug)]
 pub struct LiveOutcome {
@@ -23,6 +60,8 @@ pub struct LiveOutcome {
     pub transcript: Option<Transcript>,
     /// Facts about the run itself.
     pub run: LiveRun,
+    /// Every worker loss seen, in order ([`LiveRun::workers_lost`] of them).
+    pub losses: Vec<WorkerLoss>,
 }
 
 /// How a wall-clock run went, beyond the report.
@@ -69,6 +108,7 @@ pub struct FrontendNode<T: Transport, I: Iterator<Item = TraceItem>> {
     seq: u64,
     finals: BTreeMap<WorkerId, HostFinal>,
     lost: Vec<WorkerId>,
+    losses: Vec<WorkerLoss>,
     /// The incarnation of each worker last heard from.
     generations: BTreeMap<WorkerId, handoff_core::Generation>,
     routes: Vec<Route>,
@@ -96,6 +136,7 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             seq: 0,
             finals: BTreeMap::new(),
             lost: Vec::new(),
+            losses: Vec::new(),
             generations: BTreeMap::new(),
             routes: Vec::new(),
             run: LiveRun::default(),
@@ -204,6 +245,15 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
                 Ok(inc) => {
                     last_progress = std::time::Instant::now();
                     self.handle(inc);
+                    // Everything already heard (a loss among it) counts
+                    // before the run may be judged finished; only that, so
+                    // a steady stream of events cannot hold arrivals back.
+                    for _ in 0..self.transport.incoming().len() {
+                        let Ok(inc) = self.transport.incoming().try_recv() else {
+                            break;
+                        };
+                        self.handle(inc);
+                    }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -223,7 +273,27 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             report: report.unwrap_or_else(|| unreachable!("finish writes the report")),
             transcript,
             run: self.run,
+            losses: self.losses,
         }
+    }
+
+    /// Worker `w`'s incarnation is gone: every request it held moves now.
+    fn lose(&mut self, w: WorkerId, kind: LossKind, now: Instant) {
+        self.lost.push(w);
+        self.run.workers_lost += 1;
+        self.losses.push(WorkerLoss {
+            worker: w,
+            generation: self.generations.get(&w).copied().unwrap_or_default(),
+            at: now,
+            kind,
+        });
+        // What the dead incarnation last said no longer holds; a worker
+        // still down at the end is missing from the table.
+        self.finals.remove(&w);
+        let mut routes = std::mem::take(&mut self.routes);
+        self.director.on_worker_lost(w, now, &mut routes);
+        self.routes = routes;
+        self.route(now);
     }
 
     fn handle(&mut self, inc: Incoming) {
@@ -254,29 +324,16 @@ impl<T: Transport, I: Iterator<Item = TraceItem>> FrontendNode<T, I> {
             Incoming::PeerLost { peer }
                 if self.workers.contains(&peer) && !self.lost.contains(&peer) =>
             {
-                self.lost.push(peer);
-                self.run.workers_lost += 1;
-                // What the dead incarnation last said no longer holds; a
-                // worker still down at the end is missing from the table.
-                self.finals.remove(&peer);
-                let mut routes = std::mem::take(&mut self.routes);
-                self.director.on_worker_lost(peer, now, &mut routes);
-                self.routes = routes;
-                self.route(now);
+                self.lose(peer, LossKind::ConnectionLost, now);
             }
             Incoming::PeerUp { peer, generation } if self.workers.contains(&peer) => {
-                let known = self.generations.insert(peer, generation);
-                let newer = known.is_some_and(|g| generation > g);
+                let newer = self.generations.get(&peer).is_some_and(|g| generation > *g);
                 if newer && !self.lost.contains(&peer) {
                     // A restart can beat the old connection's loss: a newer
                     // incarnation means the old one and what it held are gone.
-                    self.lost.push(peer);
-                    self.run.workers_lost += 1;
-                    let mut routes = std::mem::take(&mut self.routes);
-                    self.director.on_worker_lost(peer, now, &mut routes);
-                    self.routes = routes;
-                    self.route(now);
+                    self.lose(peer, LossKind::Restarted, now);
                 }
+                self.generations.insert(peer, generation);
                 if let Some(i) = self.lost.iter().position(|w| *w == peer) {
                     // A restarted worker dialled back in: it is a new
                     // incarnation with nothing held; its old final state

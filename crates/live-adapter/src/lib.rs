@@ -22,11 +22,12 @@ pub mod clock;
 pub mod frontend;
 pub mod inproc;
 pub mod node;
+pub mod reads;
 pub mod remote;
 pub mod virtual_run;
 
 pub use clock::WallClock;
-pub use frontend::{FrontendNode, LiveOutcome, LiveRun};
+pub use frontend::{FrontendNode, LiveOutcome, LiveRun, LossKind, WorkerLoss};
 pub use inproc::run_in_process;
 pub use node::{NodeConfig, NodeStats, WorkerNode};
 pub use remote::{serve_virtual, RemoteError, RemotePort, ServeStats};

@@ -9,9 +9,12 @@
 //! Wall-clock runs are for real-time use: timing follows the machine, so
 //! their reports are close to replay's but not equal (the virtual clock,
 //! [`crate::remote`], is exact). Transfers started here are timed here, with
-//! contention among this worker's own transfers only.
+//! contention among this worker's own transfers only, and a read is judged
+//! against its source's early release as replay judges it
+//! ([`crate::reads`]).
 
 use crate::clock::WallClock;
+use crate::reads::{NodeReads, Notice};
 use crossbeam_channel::RecvTimeoutError;
 use handoff_core::{
     CoreBox, Generation, HandoffConfig, HandoffPolicy, HostFinal, HostInput, HostOutput, Instant,
@@ -37,6 +40,11 @@ pub struct NodeStats {
     pub peers_lost: u64,
     /// Peer generation announcements handled.
     pub peer_announcements: u64,
+    /// Reads that found their source's KV already released
+    /// ([`handoff_core::TransferResult::SourceReleased`]).
+    pub reads_of_released: u64,
+    /// Early-release notices this worker sent its sources' readers.
+    pub release_notices: u64,
 }
 
 /// How a node runs.
@@ -65,6 +73,7 @@ pub struct WorkerNode<T: Transport> {
     transfers: TransferTimer,
     /// Predicted completions: (when, attempt, prediction version).
     completions: Vec<handoff_engine::Completion>,
+    reads: NodeReads,
     last_final: Option<(bool, handoff_core::KvCapacitySnapshot)>,
     outs: Vec<HostOutput>,
     stats: NodeStats,
@@ -81,6 +90,7 @@ impl<T: Transport> WorkerNode<T> {
             transport,
             clock,
             completions: Vec::new(),
+            reads: NodeReads::default(),
             last_final: None,
             outs: Vec::new(),
             stats: NodeStats::default(),
@@ -157,7 +167,12 @@ impl<T: Transport> WorkerNode<T> {
         self.stats.frames += 1;
         match inc {
             Incoming::Frame { from, frame } => match frame {
-                Frame::Handoff(msg) => self.deliver(HostInput::Message { from, msg }, now),
+                Frame::Handoff(msg) => {
+                    let told = self.reads.on_fact_in(from, &msg);
+                    self.notify(told);
+                    self.deliver(HostInput::Message { from, msg }, now)
+                }
+                Frame::SourceReleased { id, at } => self.reads.on_notice(id, at),
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
                 Frame::Clock {
                     origin_unix_nanos,
@@ -207,19 +222,17 @@ impl<T: Transport> WorkerNode<T> {
             for n in self.transfers.finish(c.id, now) {
                 self.predicted(n);
             }
+            let result = self.reads.judge(c.id, now);
+            if result == handoff_core::TransferResult::SourceReleased {
+                self.stats.reads_of_released += 1;
+            }
             let done = Frame::TransferDone {
                 id: c.id,
-                ok: true,
+                ok: result == handoff_core::TransferResult::Completed,
                 at: now,
             };
             let _ = self.transport.send(self.cfg.frontend, done);
-            self.deliver(
-                HostInput::TransferDone {
-                    id: c.id,
-                    result: handoff_core::TransferResult::Completed,
-                },
-                now,
-            );
+            self.deliver(HostInput::TransferDone { id: c.id, result }, now);
             i = 0;
         }
         if self.host.next_deadline().is_some_and(|t| t <= now) {
@@ -256,6 +269,7 @@ impl<T: Transport> WorkerNode<T> {
         {
             match o {
                 HostOutput::Transmit(t) => {
+                    self.reads.on_fact_out(t.to, t.msg.id);
                     if self.transport.send(t.to, Frame::Handoff(t.msg)).is_err() {
                         self.stats.send_failures += 1;
                         if !lost.contains(&t.to) {
@@ -264,6 +278,8 @@ impl<T: Transport> WorkerNode<T> {
                     }
                 }
                 HostOutput::Event(e) => {
+                    let told = self.reads.on_event(self.cfg.id, &e);
+                    self.notify(told);
                     if let WorkerEvent::StartTransfer {
                         id,
                         source,
@@ -288,6 +304,15 @@ impl<T: Transport> WorkerNode<T> {
                     // frontend's bug; the worker already kept its state clean.
                 }
             }
+        }
+    }
+
+    /// Sends a source's early-release notice to its reader (a reader that
+    /// is gone needs none).
+    fn notify(&mut self, notice: Option<Notice>) {
+        if let Some(n) = notice {
+            self.stats.release_notices += 1;
+            let _ = self.transport.send(n.to, n.frame);
         }
     }
 

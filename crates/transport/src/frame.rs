@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 
 /// One unit on the wire.
 ///
-/// `Hello` and `Bye` are transport control frames: transports send them
-/// themselves and report them as [`crate::Incoming::PeerUp`] /
-/// [`crate::Incoming::PeerLost`], never as [`crate::Incoming::Frame`].
+/// `Hello`, `Bye` and `Ping` are transport control frames: transports send
+/// them themselves and report them as [`crate::Incoming::PeerUp`] /
+/// [`crate::Incoming::PeerLost`] (a `Ping` only keeps a connection alive),
+/// never as [`crate::Incoming::Frame`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Frame {
     /// First frame on every connection, in both directions: who is speaking
@@ -77,6 +78,25 @@ pub enum Frame {
         id: HandoffId,
         /// Whether the KV arrived.
         ok: bool,
+        /// When, on the frontend's clock.
+        at: Instant,
+    },
+    /// Liveness, every TCP endpoint to every peer it is connected to, every
+    /// [`crate::tcp::Liveness::ping_every`]: a transport control frame that
+    /// says only "still here", so that a peer that stops (hung, stopped by
+    /// a signal) is told from one that is merely idle.
+    Ping,
+    /// Wall clock, source worker to the worker reading attempt `id`'s KV:
+    /// the source freed that KV early (lease expiry or cancel) at model
+    /// time `at`, so a read of it that ends later read blocks the source
+    /// may have given to another request. The engine knows this itself in
+    /// replay (`handoff_engine`'s `reads.rs`); on the wall clock no one
+    /// process sees both sides, so the source says it. Not a handoff fact:
+    /// vLLM's prefill worker sends nothing when its lease expires, the
+    /// reader just reads freed blocks.
+    SourceReleased {
+        /// The attempt whose source KV was freed.
+        id: HandoffId,
         /// When, on the frontend's clock.
         at: Instant,
     },
@@ -142,12 +162,15 @@ impl Frame {
             Frame::Final(_) => "Final",
             Frame::Clock { .. } => "Clock",
             Frame::TransferDone { .. } => "TransferDone",
+            Frame::Ping => "Ping",
+            Frame::SourceReleased { .. } => "SourceReleased",
         }
     }
 
-    /// Whether the transport itself owns this frame (`Hello`, `Bye`).
+    /// Whether the transport itself owns this frame (`Hello`, `Bye`,
+    /// `Ping`).
     pub fn is_control(&self) -> bool {
-        matches!(self, Frame::Hello { .. } | Frame::Bye)
+        matches!(self, Frame::Hello { .. } | Frame::Bye | Frame::Ping)
     }
 }
 
@@ -224,6 +247,11 @@ pub(crate) mod samples {
                     to: Role::Destination,
                 },
             }),
+            Frame::Ping,
+            Frame::SourceReleased {
+                id,
+                at: Instant(78),
+            },
             Frame::Request(WorkerRequest::Ordinary(request(1))),
             Frame::Request(WorkerRequest::HandoffSource {
                 id,
@@ -637,7 +665,7 @@ mod tests {
     fn samples_cover_every_frame_and_event_variant() {
         let frames = every_frame();
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
-        assert_eq!(kinds.len(), 6, "{kinds:?}");
+        assert_eq!(kinds.len(), 8, "{kinds:?}");
         let events: BTreeSet<&str> = frames
             .iter()
             .filter_map(|f| match f {
@@ -678,11 +706,11 @@ mod tests {
     }
 
     #[test]
-    fn only_hello_and_bye_are_control() {
+    fn only_hello_bye_and_ping_are_control() {
         for f in every_frame() {
             assert_eq!(
                 f.is_control(),
-                matches!(f.name(), "Hello" | "Bye"),
+                matches!(f.name(), "Hello" | "Bye" | "Ping"),
                 "{}",
                 f.name()
             );

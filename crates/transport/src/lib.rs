@@ -28,7 +28,7 @@ pub use codec::{
     encode_frame, DecodeError, DecodeErrorKind, EncodeError, FrameReader, ReadError, MAX_FRAME,
 };
 pub use frame::{Frame, HostReply, PeerRole};
-pub use tcp::{ConnectError, PeerHello, TcpEndpoint};
+pub use tcp::{ConnectError, Liveness, PeerHello, TcpEndpoint};
 
 use handoff_core::{Generation, WorkerId};
 use std::fmt;
@@ -40,7 +40,7 @@ pub const FRONTEND: WorkerId = WorkerId(u32::MAX);
 /// What an endpoint hears.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Incoming {
-    /// A frame from an identified peer (never `Hello` or `Bye`).
+    /// A frame from an identified peer (never `Hello`, `Bye` or `Ping`).
     Frame {
         /// The peer.
         from: WorkerId,
@@ -59,7 +59,8 @@ pub enum Incoming {
         /// Its incarnation.
         generation: Generation,
     },
-    /// A peer is gone: its connection closed, failed or sent garbage
+    /// A peer is gone: its connection closed, failed, sent garbage or (TCP)
+    /// stayed silent for [`Liveness::silence_limit`]
     /// (`Worker::handle_peer_lost`).
     PeerLost {
         /// The peer.
@@ -83,7 +84,7 @@ pub enum SendError {
     UnknownPeer(WorkerId),
     /// This endpoint is closed (or was replaced by a newer incarnation).
     Closed,
-    /// `Hello` and `Bye` belong to the transport; use [`Transport::close`].
+    /// `Hello`, `Bye` and `Ping` belong to the transport.
     ControlFrame(&'static str),
     /// The frame cannot be encoded (too large for [`MAX_FRAME`]).
     Encode(EncodeError),

@@ -18,6 +18,24 @@
 //! [`Incoming::PeerUp`], which the worker turns into voiding the old
 //! incarnation's attempts).
 //!
+//! Liveness: every connection carries a [`Frame::Ping`] each way every
+//! [`Liveness::ping_every`] (one pinging thread per connection, so a peer
+//! that stops reading holds up only its own pings), and a connection from
+//! which nothing (no frame, no ping) came for [`Liveness::silence_limit`] is
+//! closed and its peer reported lost. So a peer is seen lost at once when
+//! its process dies (the kernel closes its sockets: end of stream or
+//! reset), and at most `silence_limit` after its last frame when it hangs
+//! or is stopped (`SIGSTOP`). Upstream engines judge peers the same way,
+//! by heartbeats that stop rather than by a clean goodbye: SGLang's decode
+//! worker checks its prefill servers every
+//! `SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL` (5 s) and takes one for
+//! offline after `SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE` (2) failed
+//! checks (`srt/disaggregation/common/conn.py`, `CommonKVManager`); vLLM's
+//! prefill worker frees a reader's KV when its heartbeats stop renewing the
+//! lease (modelled by the role machines, not here). The bound here is
+//! tighter because the peers are processes on one host. A sender blocked on
+//! such a peer's full socket is released by the same close.
+//!
 //! Connections: both sides may dial each other; a second connection of the
 //! same incarnation is kept and read, and sends use the oldest, so nothing
 //! in flight is cut off. `PeerLost` comes when the peer's last connection
@@ -42,6 +60,28 @@ use std::time::Duration;
 /// How long a new connection may take to say `Hello` before it is dropped,
 /// so a silent client cannot hold a thread until shutdown.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// When this endpoint pings its peers and when it gives up on a silent one
+/// (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    /// How often every connection carries a [`Frame::Ping`].
+    pub ping_every: Duration,
+    /// How long a connection may stay silent (no frame, no ping) before its
+    /// peer is reported lost. Several `ping_every`, so that a loaded
+    /// machine's scheduling delays do not read as a dead peer.
+    pub silence_limit: Duration,
+}
+
+impl Default for Liveness {
+    /// A ping every 500 ms; lost after 5 s of silence (ten missed pings).
+    fn default() -> Self {
+        Liveness {
+            ping_every: Duration::from_millis(500),
+            silence_limit: Duration::from_secs(5),
+        }
+    }
+}
 
 /// How long `close` waits to hand a `Bye` to a congested socket.
 const BYE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -90,6 +130,8 @@ struct Conn {
     /// Set when this side shut the connection down on purpose (replaced by a
     /// newer incarnation), so its reader's resulting error is not reported.
     retired: AtomicBool,
+    /// Set when its reader stopped, so its pinging thread stops too.
+    ended: AtomicBool,
     writer: Mutex<Writer>,
 }
 
@@ -111,7 +153,11 @@ struct Inner {
     me: WorkerId,
     generation: Generation,
     role: PeerRole,
+    liveness: Liveness,
     tx: Sender<Incoming>,
+    /// Dropped by `close`, which wakes every pinging thread at once.
+    stop: Mutex<Option<Sender<()>>>,
+    stopped: Receiver<()>,
     closed: AtomicBool,
     state: Mutex<State>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -227,7 +273,8 @@ impl Inner {
         stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         let mut reader = FrameReader::new(stream.try_clone()?);
         let (worker, generation, role) = reader.read_hello().map_err(ConnectError::Handshake)?;
-        stream.set_read_timeout(None)?;
+        // From here on a read that waits this long means a silent peer.
+        stream.set_read_timeout(Some(self.liveness.silence_limit))?;
         Ok((
             reader,
             PeerHello {
@@ -253,6 +300,7 @@ impl Inner {
         let conn = Arc::new(Conn {
             id,
             retired: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             writer: Mutex::new(Writer {
                 stream: stream.try_clone()?,
                 buf: Vec::with_capacity(256),
@@ -297,17 +345,59 @@ impl Inner {
         Ok(conn)
     }
 
-    /// Reads frames until the connection ends, then forgets it.
+    /// Writes a [`Frame::Ping`] on `conn` every `ping_every` until the
+    /// connection ends or the endpoint closes. A write that fails shuts
+    /// the connection, as a failed send does.
+    fn ping_loop(&self, conn: &Conn) {
+        let mut ping = Vec::with_capacity(8);
+        if encode_frame(&Frame::Ping, &mut ping).is_err() {
+            return;
+        }
+        loop {
+            match self.stopped.recv_timeout(self.liveness.ping_every) {
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+            if conn.ended.load(Ordering::SeqCst) || self.is_closed() {
+                return;
+            }
+            let w = conn.writer.lock();
+            if (&w.stream).write_all(&ping).is_err() {
+                let _ = w.stream.shutdown(Shutdown::Both);
+                return;
+            }
+        }
+    }
+
+    /// Starts `conn`'s pinging thread.
+    fn start_pings(self: &Arc<Self>, conn: &Arc<Conn>) {
+        let inner = Arc::clone(self);
+        let conn = Arc::clone(conn);
+        let spawned = thread::Builder::new()
+            .name(format!("tcp-ping-{}", self.me))
+            .spawn(move || inner.ping_loop(&conn));
+        match spawned {
+            Ok(h) => self.track(h),
+            // Without pings the peer would see this side as silent: better
+            // to say so now than to be dropped later.
+            Err(e) => self.report_bad("pinger".into(), format!("no thread: {e}")),
+        }
+    }
+
+    /// Reads frames until the connection ends (or stays silent for the
+    /// silence limit), then forgets it.
     fn serve(
-        &self,
+        self: &Arc<Self>,
         conn: Arc<Conn>,
         mut reader: FrameReader<TcpStream>,
         peer: WorkerId,
         addr: SocketAddr,
     ) {
+        self.start_pings(&conn);
         let failure = loop {
             match reader.read_frame() {
                 Ok(None) | Ok(Some(Frame::Bye)) => break None,
+                Ok(Some(Frame::Ping)) => {}
                 Ok(Some(Frame::Hello { .. })) => {
                     break Some(
                         DecodeError {
@@ -323,10 +413,22 @@ impl Inner {
                     }
                 }
                 Err(ReadError::Decode(e)) => break Some(e.to_string()),
+                Err(ReadError::Io(e))
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break Some(format!(
+                        "silent for {:?} (no frame, no ping): taken for lost",
+                        self.liveness.silence_limit
+                    ))
+                }
                 // A reset or shutdown is a lost peer, not a bad one.
                 Err(ReadError::Io(_)) => break None,
             }
         };
+        conn.ended.store(true, Ordering::SeqCst);
         if let Some(error) = failure {
             if !conn.retired.load(Ordering::SeqCst) {
                 self.report_bad(format!("{peer} at {addr}"), error);
@@ -409,14 +511,30 @@ impl TcpEndpoint {
         role: PeerRole,
         addr: impl ToSocketAddrs,
     ) -> io::Result<TcpEndpoint> {
+        TcpEndpoint::bind_with(me, generation, role, Liveness::default(), addr)
+    }
+
+    /// [`TcpEndpoint::bind_as`] with its own [`Liveness`] (tests use a
+    /// short silence limit).
+    pub fn bind_with(
+        me: WorkerId,
+        generation: Generation,
+        role: PeerRole,
+        liveness: Liveness,
+        addr: impl ToSocketAddrs,
+    ) -> io::Result<TcpEndpoint> {
         let listener = TcpListener::bind(addr)?;
         let local_addr = listener.local_addr()?;
         let (tx, rx) = crossbeam_channel::unbounded();
+        let (stop, stopped) = crossbeam_channel::bounded(0);
         let inner = Arc::new(Inner {
             me,
             generation,
             role,
+            liveness,
             tx,
+            stop: Mutex::new(Some(stop)),
+            stopped,
             closed: AtomicBool::new(false),
             state: Mutex::new(State::default()),
             threads: Mutex::new(Vec::new()),
@@ -560,6 +678,8 @@ impl Transport for TcpEndpoint {
             }
         }
         self.say_bye();
+        // Wakes every pinging thread, which then sees `closed`.
+        drop(self.inner.stop.lock().take());
         {
             let st = self.inner.state.lock();
             for s in st.sockets.values() {

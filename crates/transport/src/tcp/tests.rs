@@ -378,3 +378,74 @@ fn close_returns_with_idle_and_silent_connections_open() {
     assert!(a.inner.threads.lock().is_empty());
     assert_eq!(next(&b), Incoming::PeerLost { peer: WorkerId(1) });
 }
+
+fn bind_quick(w: u32) -> TcpEndpoint {
+    let quick = Liveness {
+        ping_every: Duration::from_millis(50),
+        silence_limit: Duration::from_millis(500),
+    };
+    TcpEndpoint::bind_with(
+        WorkerId(w),
+        Generation(0),
+        PeerRole::Any,
+        quick,
+        "127.0.0.1:0",
+    )
+    .expect("bind loopback")
+}
+
+#[test]
+fn a_silent_peer_is_lost_after_the_silence_limit_and_pings_reach_it() {
+    let a = bind_quick(1);
+    let mut raw = TcpStream::connect(a.local_addr()).unwrap();
+    let mut hello = Vec::new();
+    encode_frame(
+        &Frame::Hello {
+            worker: WorkerId(5),
+            generation: Generation(0),
+            role: PeerRole::Any,
+        },
+        &mut hello,
+    )
+    .unwrap();
+    raw.write_all(&hello).unwrap();
+    read_server_hello(&mut raw, WorkerId(1));
+    let started = Instant::now();
+    assert_eq!(next(&a), up(5, 0));
+    // The endpoint pings even a peer that says nothing.
+    let mut reader = FrameReader::new(&mut raw);
+    assert_eq!(reader.read_frame().expect("a ping"), Some(Frame::Ping));
+    // Hung: it never answers. Taken for lost, with why, then lost.
+    match next(&a) {
+        Incoming::BadPeer { error, .. } => assert!(error.contains("silent"), "{error}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(next(&a), Incoming::PeerLost { peer: WorkerId(5) });
+    assert!(started.elapsed() >= Duration::from_millis(400));
+}
+
+#[test]
+fn idle_peers_that_ping_stay_up() {
+    let a = bind_quick(1);
+    let b = bind_quick(2);
+    a.connect(b.local_addr()).unwrap();
+    assert_eq!(next(&a), up(2, 0));
+    assert_eq!(next(&b), up(1, 0));
+    // Several silence limits with no frame but pings.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(a.incoming().is_empty(), "{:?}", a.incoming().try_recv());
+    assert!(b.incoming().is_empty(), "{:?}", b.incoming().try_recv());
+    a.send(WorkerId(2), Frame::Handoff(handoff(1))).unwrap();
+    assert_eq!(
+        next(&b),
+        Incoming::Frame {
+            from: WorkerId(1),
+            frame: Frame::Handoff(handoff(1))
+        }
+    );
+    // Pings are not data: sending one is refused like any control frame.
+    assert_eq!(
+        a.send(WorkerId(2), Frame::Ping),
+        Err(SendError::ControlFrame("Ping"))
+    );
+}
