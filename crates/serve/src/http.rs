@@ -7,9 +7,10 @@
 //! response future; its [`CancelGuard`] then cancels the request in the
 //! engine.
 
-use crate::accept::BodyTimeout;
 use crate::director::StreamMsg;
 use crate::driver::{Cmd, EngineView};
+pub use crate::http_error::MAX_BODY_BYTES;
+pub(crate) use crate::http_error::{body_error_response, error};
 use crate::kv_transfer::response_params;
 use crate::metrics::Metrics;
 use crate::openai::{parse, ApiError, Endpoint, ErrorKind, GenRequest, Limits, Meta, Usage};
@@ -29,9 +30,6 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-
-/// Largest request body accepted.
-pub const MAX_BODY_BYTES: usize = 4 << 20;
 
 /// What every handler shares.
 pub struct AppState {
@@ -53,80 +51,6 @@ pub(crate) fn unix_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-pub(crate) fn error(e: &ApiError) -> Response {
-    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
-    (status, Json(e.body())).into_response()
-}
-
-/// The answer to a body that could not be read (too large, cut short, or
-/// late: a 408 naming the body timeout):
-/// its error, and `Connection: close`, because the rest of the body may
-/// still be on the connection and would be read as the next request.
-pub(crate) fn body_error_response(r: &BytesRejection) -> Response {
-    closing(error(&body_error(r)))
-}
-
-/// The [`BodyTimeout`] behind `r`, if the body came too late.
-fn timed_out(r: &BytesRejection) -> Option<BodyTimeout> {
-    let mut e: Option<&(dyn std::error::Error + 'static)> = Some(r);
-    while let Some(x) = e {
-        if let Some(t) = x.downcast_ref::<BodyTimeout>() {
-            return Some(*t);
-        }
-        e = x.source();
-    }
-    None
-}
-
-/// The 413 for a request announcing a `len`-byte body, over
-/// [`MAX_BODY_BYTES`] ([`crate::accept`] sends it before reading any of
-/// the body), with `Connection: close`: the body is left unread.
-pub(crate) fn announced_too_large(len: u64) -> Response {
-    let e = ApiError {
-        status: 413,
-        message: format!(
-            "the body is {len} bytes (Content-Length), over the limit of {MAX_BODY_BYTES} bytes"
-        ),
-        kind: ErrorKind::TooLarge,
-        param: None,
-    };
-    closing(error(&e))
-}
-
-fn closing(mut res: Response) -> Response {
-    res.headers_mut().insert(
-        axum::http::header::CONNECTION,
-        axum::http::HeaderValue::from_static("close"),
-    );
-    res
-}
-
-fn body_error(r: &BytesRejection) -> ApiError {
-    if let Some(t) = timed_out(r) {
-        return ApiError {
-            status: 408,
-            message: t.to_string(),
-            kind: ErrorKind::InvalidRequest,
-            param: None,
-        };
-    }
-    let status = r.status().as_u16();
-    ApiError {
-        status: if (400..500).contains(&status) {
-            status
-        } else {
-            400
-        },
-        message: format!("could not read the body: {r} (limit {MAX_BODY_BYTES} bytes)"),
-        kind: if status == 413 {
-            ErrorKind::TooLarge
-        } else {
-            ErrorKind::InvalidRequest
-        },
-        param: None,
-    }
 }
 
 /// The router over `state` (`/v1/models` and the other endpoints routers

@@ -48,6 +48,7 @@ pub mod driver;
 pub mod dynamo_events;
 pub mod dynamo_hash;
 pub mod http;
+pub mod http_error;
 pub mod info;
 pub mod kv_transfer;
 mod listener;
