@@ -78,7 +78,7 @@ PREFILL_NEW = sorted(set(step_axis(0, 17)) | set(log_axis(0, 17, 4)))  # cut at 
 PREFILL_CACHED = [0] + sorted(set(log_axis(8, 17, 4)) | {2**k + 1 for k in range(8, 17)})
 
 # Probe shapes: (new, cached) prefills and (batch, context) decodes.
-PREFILL_PROBES = [(4096, 0), (4096, 12288), (1000, 0), (700, 2000), (5000, 3000), (20000, 0)]
+PREFILL_PROBES = [(4096, 0), (4096, 12288), (1000, 0), (700, 2000), (5000, 3072), (20000, 0)]
 DECODE_PROBES = [(1, 1000), (64, 8192), (256, 1024), (256, 8192), (100, 3000), (700, 20000)]
 
 
@@ -116,8 +116,10 @@ def model_facts(hf_id):
     attn = h * heads * d + 2 * h * kv * d + heads * d * h
     if c.get("num_experts"):
         mlp = c["num_experts"] * 3 * h * c["moe_intermediate_size"] + h * c["num_experts"]
+        active_intermediate = c["num_experts_per_tok"] * c["moe_intermediate_size"]
     else:
         mlp = 3 * h * c["intermediate_size"]
+        active_intermediate = c["intermediate_size"]
     embed = c["vocab_size"] * h * (1 if c.get("tie_word_embeddings") else 2)
     params = embed + layers * (attn + mlp + 2 * h) + h
     return {
@@ -128,6 +130,9 @@ def model_facts(hf_id):
         "kv_dtype_bytes": 2,
         "weight_bytes": params * 2,
         "max_context": c["max_position_embeddings"],
+        "hidden_size": h,
+        "active_intermediate_size": active_intermediate,
+        "vocab_size": c["vocab_size"],
     }
 
 
@@ -197,6 +202,9 @@ def export(slug, hf_id, tp, gpu, system, backend):
             "kv_dtype_bytes": facts["kv_dtype_bytes"],
             "weight_bytes": facts["weight_bytes"],
             "max_context": ctx,
+            "hidden_size": facts["hidden_size"],
+            "active_intermediate_size": facts["active_intermediate_size"],
+            "vocab_size": facts["vocab_size"],
         },
         "beyond_grid": "clamp",
         "non_decreasing": False,
