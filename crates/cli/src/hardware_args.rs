@@ -1,0 +1,272 @@
+//! `--model`, `--gpu`, `--tp`, `--gpu-memory-utilization`: a served model
+//! on a GPU, which picks the AIConfigurator profile of the backend and
+//! sizes KV per token and the pool from the model (only when given: without
+//! them every default stays as it was).
+//!
+//! Profiles live in `profiles/aic/` as `MODEL-GPU-tpN-BACKEND.json`
+//! (written by `profiles/derive_from_aic.py`); the folder is found beside
+//! the source tree the binary was built from unless `--profiles-dir` says
+//! otherwise.
+
+use clap::Args;
+use handoff_core::Backend;
+use handoff_serving::hardware::ModelOnGpu;
+use handoff_serving::profile_file::{self, ProfileFile};
+use std::path::{Path, PathBuf};
+
+/// The exported profiles of the source tree.
+pub const DEFAULT_PROFILES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles/aic");
+
+/// Most profile files a folder may list (bounds the scan).
+const MAX_PROFILES: usize = 4096;
+
+/// The model, GPU and parallelism a worker imitates.
+#[derive(Args, Debug, Clone, Default)]
+pub struct HardwareArgs {
+    /// Model to imitate (e.g. qwen3-8b, llama-3.1-8b, qwen3-32b,
+    /// qwen3-30b-a3b): with --gpu, picks the AIConfigurator profile for
+    /// --backend as the step-time model unless --perf is given, and sizes
+    /// KV bytes per token and each worker's pool from the model unless
+    /// --bytes-per-token / --*-kv-tokens are given [default: none; the
+    /// profiles are listed in profiles/README.md].
+    #[arg(long, value_name = "NAME", requires = "gpu")]
+    pub model: Option<String>,
+    /// GPU of every worker (h100, h200, b200, a100), with --model.
+    #[arg(long, value_name = "NAME", requires = "model")]
+    pub gpu: Option<String>,
+    /// GPUs per worker, tensor-parallel, with --model [default: the
+    /// smallest TP a profile of the model exists for].
+    #[arg(long, value_name = "N", requires = "model")]
+    pub tp: Option<u32>,
+    /// Fraction of each GPU's memory the engine may take, with --model
+    /// (vLLM's --gpu-memory-utilization, SGLang's --mem-fraction-static)
+    /// [default: vllm 0.9; sglang its own reserve heuristic].
+    #[arg(long, value_name = "FRACTION", requires = "model")]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Folder of exported profiles, with --model [default: profiles/aic of
+    /// the source tree].
+    #[arg(long, value_name = "DIR", requires = "model")]
+    pub profiles_dir: Option<PathBuf>,
+}
+
+/// A profile file's name, taken apart: `MODEL-GPU-tpN-BACKEND.json`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProfileKey {
+    /// Model.
+    pub model: String,
+    /// GPU.
+    pub gpu: String,
+    /// Tensor-parallel size.
+    pub tp: u32,
+    /// Engine.
+    pub backend: &'static str,
+}
+
+impl ProfileKey {
+    /// The key of a file name, if it is a profile's.
+    pub fn parse(file: &str) -> Option<ProfileKey> {
+        let stem = file.strip_suffix(".json")?;
+        let (rest, backend) = stem.rsplit_once('-')?;
+        let backend = match backend {
+            "vllm" => "vllm",
+            "sglang" => "sglang",
+            _ => return None,
+        };
+        let (rest, tp) = rest.rsplit_once("-tp")?;
+        let tp: u32 = tp.parse().ok().filter(|t| (1..=64).contains(t))?;
+        let (model, gpu) = rest.rsplit_once('-')?;
+        (!model.is_empty() && !gpu.is_empty()).then(|| ProfileKey {
+            model: model.to_string(),
+            gpu: gpu.to_string(),
+            tp,
+            backend,
+        })
+    }
+
+    fn file_name(&self) -> String {
+        format!(
+            "{}-{}-tp{}-{}.json",
+            self.model, self.gpu, self.tp, self.backend
+        )
+    }
+}
+
+impl std::fmt::Display for ProfileKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--model {} --gpu {} --tp {} --backend {}",
+            self.model, self.gpu, self.tp, self.backend
+        )
+    }
+}
+
+/// The profiles in `dir`, sorted.
+pub fn list_profiles(dir: &Path) -> Result<Vec<ProfileKey>, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("--profiles-dir {}: {e}", dir.display()))?;
+    let mut keys = Vec::new();
+    for e in entries.take(MAX_PROFILES) {
+        let e = e.map_err(|e| format!("--profiles-dir {}: {e}", dir.display()))?;
+        if let Some(k) = e.file_name().to_str().and_then(ProfileKey::parse) {
+            keys.push(k);
+        }
+    }
+    keys.sort();
+    Ok(keys)
+}
+
+/// The profile `--model`/`--gpu`/`--tp` pick, and the model it is for.
+#[derive(Clone, Debug)]
+pub struct Selected {
+    /// The profile, read and checked.
+    pub file: ProfileFile,
+    /// Its deployment.
+    pub model: ModelOnGpu,
+}
+
+impl HardwareArgs {
+    /// The selected profile for `backend`, or `None` without `--model`.
+    pub fn select(&self, backend: Backend) -> Result<Option<Selected>, String> {
+        let (Some(model), Some(gpu)) = (&self.model, &self.gpu) else {
+            return Ok(None);
+        };
+        let dir = self
+            .profiles_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_PROFILES_DIR));
+        let all = list_profiles(&dir)?;
+        let wanted = |k: &&ProfileKey| {
+            k.model == *model
+                && k.gpu == *gpu
+                && k.backend == backend.name()
+                && self.tp.is_none_or(|t| t == k.tp)
+        };
+        let Some(key) = all.iter().find(wanted) else {
+            let have: Vec<String> = all.iter().map(|k| k.to_string()).collect();
+            return Err(format!(
+                "--model {model} --gpu {gpu}{} --backend {}: no profile in {}; there are: {}",
+                self.tp.map(|t| format!(" --tp {t}")).unwrap_or_default(),
+                backend.name(),
+                dir.display(),
+                if have.is_empty() {
+                    "none".into()
+                } else {
+                    have.join("; ")
+                }
+            ));
+        };
+        let path = dir.join(key.file_name());
+        let file = profile_file::load_file(&path).map_err(|e| format!("--model: {e}"))?;
+        let Some(m) = file.deployment.clone() else {
+            return Err(format!(
+                "--model: {}: has no deployment section",
+                path.display()
+            ));
+        };
+        let same = m.model == key.model
+            && m.gpu == key.gpu
+            && m.tp == key.tp
+            && m.backend.name() == key.backend;
+        if !same {
+            return Err(format!(
+                "--model: {}: its deployment ({} on {} TP {} under {}) is not its name's",
+                path.display(),
+                m.model,
+                m.gpu,
+                m.tp,
+                m.backend.name()
+            ));
+        }
+        Ok(Some(Selected { file, model: m }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(model: &str, gpu: &str, tp: Option<u32>) -> HardwareArgs {
+        HardwareArgs {
+            model: Some(model.into()),
+            gpu: Some(gpu.into()),
+            tp,
+            ..HardwareArgs::default()
+        }
+    }
+
+    #[test]
+    fn file_names_parse_into_keys() {
+        let k = ProfileKey::parse("llama-3.1-8b-h100-tp1-vllm.json").unwrap();
+        assert_eq!(
+            (k.model.as_str(), k.gpu.as_str(), k.tp, k.backend),
+            ("llama-3.1-8b", "h100", 1, "vllm")
+        );
+        assert_eq!(k.file_name(), "llama-3.1-8b-h100-tp1-vllm.json");
+        for bad in [
+            "x.json",
+            "m-h100-tp1-tgi.json",
+            "m-h100-tp0-vllm.json",
+            "m-h100-tpx-vllm.json",
+            "h100-tp1-vllm.json",
+            "m-h100-tp1-vllm.txt",
+        ] {
+            assert_eq!(ProfileKey::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_shipped_profile_is_selectable_and_consistent() {
+        let all = list_profiles(Path::new(DEFAULT_PROFILES_DIR)).unwrap();
+        assert!(all.len() >= 32, "{all:?}");
+        for k in &all {
+            let backend = if k.backend == "vllm" {
+                Backend::Vllm
+            } else {
+                Backend::Sglang
+            };
+            let s = args(&k.model, &k.gpu, Some(k.tp))
+                .select(backend)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                s.file.profile.name(),
+                k.file_name().trim_end_matches(".json")
+            );
+            assert!(s.file.profile.source().contains("Apache-2.0"), "{k}");
+        }
+    }
+
+    #[test]
+    fn the_smallest_tp_is_the_default_and_misses_are_explained() {
+        let s = args("qwen3-32b", "h100", None)
+            .select(Backend::Sglang)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.model.tp, 2);
+        assert_eq!(s.file.profile.name(), "qwen3-32b-h100-tp2-sglang");
+        let e = args("qwen3-32b", "h100", Some(8))
+            .select(Backend::Vllm)
+            .unwrap_err();
+        assert!(
+            e.contains("--tp 8")
+                && e.contains("--model qwen3-32b --gpu h100 --tp 2 --backend vllm"),
+            "{e}"
+        );
+        let e = args("qwen3-8b", "h100", None)
+            .select(Backend::TrtLlm)
+            .unwrap_err();
+        assert!(e.contains("no profile"), "{e}");
+        assert!(HardwareArgs::default()
+            .select(Backend::Vllm)
+            .unwrap()
+            .is_none());
+        let e = HardwareArgs {
+            profiles_dir: Some("/nonexistent/profiles".into()),
+            ..args("qwen3-8b", "h100", None)
+        }
+        .select(Backend::Vllm)
+        .unwrap_err();
+        assert!(e.starts_with("--profiles-dir /nonexistent/profiles"), "{e}");
+    }
+}
