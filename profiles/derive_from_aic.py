@@ -78,7 +78,9 @@ PREFILL_NEW = sorted(set(step_axis(0, 17)) | set(log_axis(0, 17, 4)))  # cut at 
 PREFILL_CACHED = [0] + sorted(set(log_axis(8, 17, 4)) | {2**k + 1 for k in range(8, 17)})
 
 # Probe shapes: (new, cached) prefills and (batch, context) decodes.
-PREFILL_PROBES = [(4096, 0), (4096, 12288), (1000, 0), (700, 2000), (5000, 3072), (20000, 0)]
+# Cached prefixes are whole 64-token blocks: the SGLang core matches its
+# radix cache in 64-token KV-event blocks.
+PREFILL_PROBES = [(4096, 0), (4096, 12288), (1000, 0), (700, 1984), (5000, 3072), (20000, 0)]
 DECODE_PROBES = [(1, 1000), (64, 8192), (256, 1024), (256, 8192), (100, 3000), (700, 20000)]
 
 
