@@ -269,4 +269,117 @@ mod tests {
         .unwrap_err();
         assert!(e.starts_with("--profiles-dir /nonexistent/profiles"), "{e}");
     }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        deploy: crate::args::DeployArgs,
+    }
+
+    fn deploy(flags: &[&str]) -> Result<crate::args::DeployArgs, String> {
+        use clap::Parser;
+        let argv = std::iter::once("x").chain(flags.iter().copied());
+        Cli::try_parse_from(argv)
+            .map(|c| c.deploy)
+            .map_err(|e| e.to_string())
+    }
+
+    fn bytes_per_token(d: &crate::args::DeployArgs) -> u64 {
+        match d.transfer().unwrap() {
+            handoff_engine::TransferModel::Bytes {
+                bytes_per_token, ..
+            } => bytes_per_token,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn model_and_gpu_pick_the_profile_and_size_kv_unless_told() {
+        // Without --model: the defaults as before.
+        let d = deploy(&[]).unwrap();
+        let (p, dec) = d.engines().unwrap();
+        assert_eq!(p.perf.label(), "dynamo-polynomial");
+        assert_eq!(
+            (p.kv_tokens, dec.kv_tokens, bytes_per_token(&d)),
+            (262_144, 262_144, 131_072)
+        );
+        // With it: the backend's profile, the model's KV bytes, the sized pool.
+        let d = deploy(&[
+            "--backend",
+            "sglang",
+            "--model",
+            "qwen3-8b",
+            "--gpu",
+            "h100",
+        ])
+        .unwrap();
+        let (p, dec) = d.engines().unwrap();
+        assert_eq!(p.perf.label(), "profile:qwen3-8b-h100-tp1-sglang");
+        assert_eq!(bytes_per_token(&d), 147_456);
+        let m = args("qwen3-8b", "h100", None)
+            .select(Backend::Sglang)
+            .unwrap()
+            .unwrap()
+            .model;
+        let want = m.pool_tokens(None, 1, 8192, 1024).unwrap();
+        assert_eq!((p.kv_tokens, dec.kv_tokens), (want, want));
+        let half = deploy(&[
+            "--backend",
+            "sglang",
+            "--model",
+            "qwen3-8b",
+            "--gpu",
+            "h100",
+            "--gpu-memory-utilization",
+            "0.5",
+        ])
+        .unwrap();
+        assert!(half.engines().unwrap().0.kv_tokens < want);
+        // Explicit flags win, each on its own.
+        let d = deploy(&[
+            "--model",
+            "qwen3-8b",
+            "--gpu",
+            "h100",
+            "--perf",
+            "dynamo-polynomial",
+            "--prefill-kv-tokens",
+            "100000",
+            "--bytes-per-token",
+            "7",
+        ])
+        .unwrap();
+        let (p, dec) = d.engines().unwrap();
+        assert_eq!(p.perf.label(), "dynamo-polynomial");
+        assert_eq!(p.kv_tokens, 100_000);
+        assert!(dec.kv_tokens > 100_000);
+        assert_eq!(bytes_per_token(&d), 7);
+        // --model needs --gpu and the other way round; bad values name the flag.
+        assert!(deploy(&["--model", "qwen3-8b"]).is_err());
+        assert!(deploy(&["--gpu", "h100"]).is_err());
+        let e = deploy(&[
+            "--model",
+            "qwen3-8b",
+            "--gpu",
+            "h100",
+            "--gpu-memory-utilization",
+            "1.5",
+        ])
+        .unwrap()
+        .deployment(true)
+        .unwrap_err();
+        assert!(e.starts_with("--gpu-memory-utilization"), "{e}");
+        let e = deploy(&[
+            "--model",
+            "qwen3-8b",
+            "--gpu",
+            "h100",
+            "--gpu-memory-utilization",
+            "0.1",
+        ])
+        .unwrap()
+        .engines()
+        .unwrap_err();
+        assert!(e.contains("leave") && e.contains("for KV"), "{e}");
+    }
 }
