@@ -27,12 +27,13 @@ pub struct HardwareArgs {
     /// qwen3-30b-a3b): with --gpu, picks the AIConfigurator profile for
     /// --backend as the step-time model unless --perf is given, and sizes
     /// KV bytes per token and each worker's pool from the model unless
-    /// --bytes-per-token / --*-kv-tokens are given [default: none; the
-    /// profiles are listed in profiles/README.md].
-    #[arg(long, value_name = "NAME", requires = "gpu")]
+    /// --bytes-per-token / --*-kv-tokens are given (`serve` without --gpu:
+    /// only the name served) [default: none; the profiles are listed in
+    /// profiles/README.md].
+    #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
     /// GPU of every worker (h100, h200, b200, a100), with --model.
-    #[arg(long, value_name = "NAME", requires = "model")]
+    #[arg(long, value_name = "NAME")]
     pub gpu: Option<String>,
     /// GPUs per worker, tensor-parallel, with --model [default: the
     /// smallest TP a profile of the model exists for].
@@ -128,8 +129,11 @@ pub struct Selected {
 impl HardwareArgs {
     /// The selected profile for `backend`, or `None` without `--model`.
     pub fn select(&self, backend: Backend) -> Result<Option<Selected>, String> {
-        let (Some(model), Some(gpu)) = (&self.model, &self.gpu) else {
-            return Ok(None);
+        let (model, gpu) = match (&self.model, &self.gpu) {
+            (None, None) => return Ok(None),
+            (Some(m), Some(g)) => (m, g),
+            (Some(m), None) => return Err(format!("--model {m}: needs --gpu to pick a profile")),
+            (None, Some(g)) => return Err(format!("--gpu {g}: needs --model")),
         };
         let dir = self
             .profiles_dir
@@ -355,8 +359,13 @@ mod tests {
         assert!(dec.kv_tokens > 100_000);
         assert_eq!(bytes_per_token(&d), 7);
         // --model needs --gpu and the other way round; bad values name the flag.
-        assert!(deploy(&["--model", "qwen3-8b"]).is_err());
-        assert!(deploy(&["--gpu", "h100"]).is_err());
+        let e = deploy(&["--model", "qwen3-8b"])
+            .unwrap()
+            .engines()
+            .unwrap_err();
+        assert_eq!(e, "--model qwen3-8b: needs --gpu to pick a profile");
+        let e = deploy(&["--gpu", "h100"]).unwrap().engines().unwrap_err();
+        assert_eq!(e, "--gpu h100: needs --model");
         let e = deploy(&[
             "--model",
             "qwen3-8b",

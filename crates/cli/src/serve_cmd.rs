@@ -16,9 +16,11 @@ pub struct ServeArgs {
     /// Where HTTP listens (port 0 picks a free one; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
     http: String,
-    /// The model name served (requests must name it).
-    #[arg(long, default_value = "handoff-mocker", value_name = "NAME")]
-    model: String,
+    /// The model name served (requests must name it), as vLLM's flag of
+    /// the same name [default: --model, else handoff-mocker; --model
+    /// without --gpu only names the model served].
+    #[arg(long, value_name = "NAME")]
+    served_model_name: Option<String>,
     /// Prompt plus output tokens per request, at most.
     #[arg(long, default_value_t = 32_768, value_name = "TOKENS")]
     max_model_len: u32,
@@ -80,8 +82,18 @@ enum BlockHash {
 }
 
 /// Runs `serve` until SIGINT/SIGTERM.
-pub fn run(a: ServeArgs) -> Result<(), String> {
+pub fn run(mut a: ServeArgs) -> Result<(), String> {
     use crate::limits::{bootstrap_timeout, int, speed, MAX_KV_TOKENS};
+    let hw = &mut a.deploy.hardware;
+    let model = a
+        .served_model_name
+        .clone()
+        .or_else(|| hw.model.clone())
+        .unwrap_or_else(|| "handoff-mocker".to_string());
+    if hw.gpu.is_none() {
+        // `serve --model NAME` names what is served, as it always has.
+        hw.model = None;
+    }
     speed(a.speed)?;
     bootstrap_timeout(a.bootstrap_timeout_s)?;
     int(
@@ -142,7 +154,7 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         specs,
         speed: a.speed,
         http: a.http.clone(),
-        model: a.model.clone(),
+        model: model.clone(),
         max_model_len: a.max_model_len,
         kv,
         kv_jsonl,
@@ -154,7 +166,7 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
     let report = handoff_serve::serve_workers(c, |l| {
         eprintln!(
             "handoff-mocker serve: listening on http://{} (model {})",
-            l.http, a.model
+            l.http, model
         );
         for (w, addr) in &l.workers {
             eprintln!("handoff-mocker serve: worker {w} listens on http://{addr}");
