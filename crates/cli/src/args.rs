@@ -2,7 +2,7 @@
 //! translation into library configurations. Every flag is validated here so
 //! a bad value is an error naming the flag, never a panic.
 
-use crate::hardware_args::{HardwareArgs, Selected};
+use crate::hardware_args::HardwareArgs;
 use clap::{Args, ValueEnum};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant};
 use handoff_engine::fault::{Fault, FaultPlan};
@@ -413,30 +413,6 @@ impl DeployArgs {
             }
             None => positive("pass-speedup-ratio", self.pass_speedup_ratio),
         }
-    }
-
-    /// The KV pool of `--prefill-kv-tokens` (`decode`: `--decode-kv-tokens`),
-    /// else sized from `--model` on `--gpu`, else 262144 tokens.
-    fn kv_tokens(&self, decode: bool, hw: Option<&Selected>) -> Result<u64, String> {
-        let given = if decode {
-            self.decode_kv_tokens
-        } else {
-            self.prefill_kv_tokens
-        };
-        let Some(s) = hw.filter(|_| given.is_none()) else {
-            return Ok(given.unwrap_or(262_144));
-        };
-        let backend = self.backend();
-        s.model
-            .pool_tokens(
-                self.hardware.gpu_memory_utilization,
-                self.block_size
-                    .unwrap_or(if backend == Backend::Sglang { 1 } else { 16 }),
-                self.max_batched_tokens,
-                self.max_running
-                    .unwrap_or(handoff_sched_vllm::DEFAULT_MAX_NUM_SEQS),
-            )
-            .map_err(|e| format!("--model {} --gpu {}: {e}", s.model.model, s.model.gpu))
     }
 
     /// The step-time model of `--perf` (a profile is read and checked
