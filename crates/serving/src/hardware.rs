@@ -119,16 +119,17 @@ impl ModelOnGpu {
     /// (SGLang's `cell_size`; vLLM's page size over the block size, times
     /// the layers).
     pub fn kv_bytes_per_token_per_rank(&self) -> u64 {
-        2 * u64::from(self.layers)
-            * self.kv_heads_per_rank()
-            * u64::from(self.head_dim)
-            * u64::from(self.kv_dtype_bytes)
+        (2 * u64::from(self.layers))
+            .saturating_mul(self.kv_heads_per_rank())
+            .saturating_mul(u64::from(self.head_dim))
+            .saturating_mul(u64::from(self.kv_dtype_bytes))
     }
 
     /// KV bytes one token occupies over all ranks: what a prefill-to-decode
     /// handoff moves per token (`--bytes-per-token`).
     pub fn kv_bytes_per_token(&self) -> u64 {
-        self.kv_bytes_per_token_per_rank() * u64::from(self.tp.max(1))
+        self.kv_bytes_per_token_per_rank()
+            .saturating_mul(u64::from(self.tp.max(1)))
     }
 
     fn weights_per_rank(&self) -> u64 {
@@ -139,10 +140,12 @@ impl ModelOnGpu {
     /// up projections of `max_batched_tokens` tokens (bf16, split over the
     /// ranks) and fp32 logits of `max_seqs` sampled sequences.
     fn vllm_activation_bytes(&self, max_batched_tokens: u64, max_seqs: u64) -> u64 {
-        let mlp =
-            max_batched_tokens * 2 * self.active_intermediate_size * 2 / u64::from(self.tp.max(1));
-        let logits = max_seqs * self.vocab_size * 4;
-        mlp + logits
+        let mlp = max_batched_tokens
+            .saturating_mul(4)
+            .saturating_mul(self.active_intermediate_size)
+            / u64::from(self.tp.max(1));
+        let logits = max_seqs.saturating_mul(self.vocab_size).saturating_mul(4);
+        mlp.saturating_add(logits)
     }
 
     /// SGLang's default `mem_fraction_static` for a chunk of
@@ -294,5 +297,37 @@ mod tests {
             ..qwen3_8b(Backend::Sglang, 1)
         };
         assert!(small.pool_tokens(None, 1, 8192, 1024).is_err());
+    }
+
+    proptest::proptest! {
+        /// Any model and GPU, however absurd, is sized or refused with an
+        /// error, never a panic, and a pool is whole blocks.
+        #[test]
+        fn sizing_never_panics(
+            mem in 0u64..u64::MAX, weights in 0u64..u64::MAX, tp in 0u32..100,
+            layers in 0u32..5000, heads in 0u32..5000, dim in 0u32..5000,
+            inter in 0u64..u64::MAX, vocab in 0u64..u64::MAX, frac in -1.0f64..2.0,
+            block in 0u32..5000, batched in 0u32..u32::MAX, seqs in 0u32..u32::MAX,
+            sglang in proptest::bool::ANY,
+        ) {
+            let m = ModelOnGpu {
+                backend: if sglang { Backend::Sglang } else { Backend::Vllm },
+                gpu_memory_bytes: mem,
+                weight_bytes: weights,
+                tp,
+                layers,
+                kv_heads: heads,
+                head_dim: dim,
+                active_intermediate_size: inter,
+                vocab_size: vocab,
+                ..qwen3_8b(Backend::Vllm, 1)
+            };
+            let _ = m.kv_bytes_per_token();
+            for f in [None, Some(frac)] {
+                if let Ok(t) = m.pool_tokens(f, block, batched, seqs) {
+                    proptest::prop_assert!(t > 0 && t % u64::from(block.max(1)) == 0);
+                }
+            }
+        }
     }
 }
