@@ -2,6 +2,7 @@
 //! translation into library configurations. Every flag is validated here so
 //! a bad value is an error naming the flag, never a panic.
 
+use crate::hardware_args::HardwareArgs;
 use clap::{Args, ValueEnum};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, Instant};
 use handoff_engine::fault::{Fault, FaultPlan};
@@ -136,12 +137,14 @@ pub struct DeployArgs {
     /// `router_temperature`).
     #[arg(long, default_value_t = 0.0, value_name = "T")]
     pub router_temperature: f64,
-    /// KV capacity of a prefill (or aggregated) worker, in tokens.
-    #[arg(long, default_value_t = 262_144, value_name = "TOKENS")]
-    pub prefill_kv_tokens: u64,
-    /// KV capacity of a decode worker, in tokens.
-    #[arg(long, default_value_t = 262_144, value_name = "TOKENS")]
-    pub decode_kv_tokens: u64,
+    /// KV capacity of a prefill (or aggregated) worker, in tokens
+    /// [default: 262144, or sized from --model on --gpu].
+    #[arg(long, value_name = "TOKENS")]
+    pub prefill_kv_tokens: Option<u64>,
+    /// KV capacity of a decode worker, in tokens [default: 262144, or sized
+    /// from --model on --gpu].
+    #[arg(long, value_name = "TOKENS")]
+    pub decode_kv_tokens: Option<u64>,
     /// vLLM block size / SGLang page size, in tokens [default: 16 for vllm
     /// and trtllm, 1 for sglang].
     #[arg(long, value_name = "TOKENS")]
@@ -177,9 +180,11 @@ pub struct DeployArgs {
     /// profiles/README.md, e.g. profile:profiles/qwen3-4b-a100-sglang.json)
     /// or `npz:FILE` (a Dynamo profiler `.npz`, e.g. perf_data.npz, looked
     /// up as Dynamo's mocker does: prefill by new tokens, decode by active
-    /// KV tokens and mean context length).
-    #[arg(long, default_value = "dynamo-polynomial", value_name = "MODEL")]
-    pub perf: String,
+    /// KV tokens and mean context length) [default: dynamo-polynomial, or
+    /// with --model the AIConfigurator profile of the model, GPU, TP and
+    /// backend].
+    #[arg(long, value_name = "MODEL")]
+    pub perf: Option<String>,
     /// SGLang decode workers keep a radix prefix cache (SGLang's flag of
     /// the same name): only the prompt's uncached delta is preallocated and
     /// transferred, and decode publishes KV events (the DEP's locked-prefix
@@ -194,10 +199,10 @@ pub struct DeployArgs {
     /// Fixed transfer time, or setup latency of the bytes models, in ms.
     #[arg(long, default_value_t = 10.0, value_name = "MS")]
     pub transfer_ms: f64,
-    /// KV bytes per token (bytes models); the default is a Llama-3-8B-like
-    /// 128 KiB.
-    #[arg(long, default_value_t = 131_072, value_name = "BYTES")]
-    pub bytes_per_token: u64,
+    /// KV bytes per token (bytes models) [default: a Llama-3-8B-like 128
+    /// KiB, or with --model its layers × KV heads × head dim × 2 × dtype].
+    #[arg(long, value_name = "BYTES")]
+    pub bytes_per_token: Option<u64>,
     /// Link bandwidth in GB/s (bytes models).
     #[arg(long, default_value_t = 25.0, value_name = "GBPS")]
     pub bandwidth_gbps: f64,
@@ -229,6 +234,9 @@ pub struct DeployArgs {
     /// Seed for routers and the synthetic workload.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
+    /// The model, GPU and TP every worker imitates.
+    #[command(flatten)]
+    pub hardware: HardwareArgs,
     /// Faults to inject: a fault-plan file, or the plan itself with `;`
     /// between directives, e.g. "kill 2 at 1s; restart 2 at 3s; drop 0.01".
     /// Directives: seed N, kill W at T, restart W at T, partition A B from T
@@ -423,9 +431,15 @@ impl DeployArgs {
         }
     }
 
-    /// The step-time model of `--perf` (a profile is read and checked here).
+    /// The step-time model of `--perf` (a profile is read and checked
+    /// here), else with `--model` its profile, else Dynamo's polynomial.
     pub fn perf(&self) -> Result<PerfChoice, String> {
-        let other = self.perf.as_str();
+        let Some(other) = self.perf.as_deref() else {
+            return Ok(match self.hardware.select(self.backend())? {
+                Some(s) => PerfChoice::Profile(Arc::new(s.file.profile)),
+                None => PerfChoice::DynamoPolynomial,
+            });
+        };
         if other == "dynamo-polynomial" {
             return Ok(PerfChoice::DynamoPolynomial);
         }
@@ -449,6 +463,7 @@ impl DeployArgs {
     pub fn engines(&self) -> Result<(EngineSpec, EngineSpec), String> {
         let pass_speedup = self.pass_speedup_ratio()?;
         let perf = self.perf()?;
+        let hw = self.hardware.select(self.backend())?;
         let backend = self.backend();
         let block_size = self
             .block_size
@@ -474,9 +489,10 @@ impl DeployArgs {
         };
         let decode = EngineSpec {
             decode_radix_cache: self.disaggregation_decode_enable_radix_cache,
-            ..spec(self.decode_kv_tokens, "decode-kv-tokens")?
+            ..spec(self.kv_tokens(true, hw.as_ref())?, "decode-kv-tokens")?
         };
-        Ok((spec(self.prefill_kv_tokens, "prefill-kv-tokens")?, decode))
+        let prefill = spec(self.kv_tokens(false, hw.as_ref())?, "prefill-kv-tokens")?;
+        Ok((prefill, decode))
     }
 
     /// The transfer model (the flags in their ranges:
@@ -484,7 +500,11 @@ impl DeployArgs {
     pub fn transfer(&self) -> Result<TransferModel, String> {
         let bandwidth = self.bandwidth_gbps * 1e9;
         let base = Duration::from_secs_f64(self.transfer_ms / 1e3);
-        let bytes_per_token = self.bytes_per_token;
+        let bytes_per_token = match (self.bytes_per_token, self.hardware.select(self.backend())?) {
+            (Some(b), _) => b,
+            (None, Some(s)) => s.model.kv_bytes_per_token(),
+            (None, None) => 131_072,
+        };
         Ok(match self.transfer {
             TransferArg::Fixed => TransferModel::Fixed(base),
             TransferArg::Bytes => TransferModel::Bytes {

@@ -98,13 +98,18 @@ impl DeployArgs {
             u64::from(MAX_WORKERS),
         )?;
         int("decode", u64::from(self.decode), 0, u64::from(MAX_WORKERS))?;
-        int(
-            "prefill-kv-tokens",
-            self.prefill_kv_tokens,
-            0,
-            MAX_KV_TOKENS,
-        )?;
-        int("decode-kv-tokens", self.decode_kv_tokens, 0, MAX_KV_TOKENS)?;
+        if let Some(t) = self.prefill_kv_tokens {
+            int("prefill-kv-tokens", t, 0, MAX_KV_TOKENS)?;
+        }
+        if let Some(t) = self.decode_kv_tokens {
+            int("decode-kv-tokens", t, 0, MAX_KV_TOKENS)?;
+        }
+        if let Some(t) = self.hardware.tp {
+            int("tp", u64::from(t), 1, 64)?;
+        }
+        if let Some(x) = self.hardware.gpu_memory_utilization {
+            real("gpu-memory-utilization", x, 0.01, 1.0)?;
+        }
         if let Some(b) = self.block_size {
             int("block-size", u64::from(b), 1, 4096)?;
         }
@@ -153,7 +158,9 @@ impl DeployArgs {
             0.0,
             MAX_RATIO,
         )?;
-        int("bytes-per-token", self.bytes_per_token, 1, 1 << 30)?;
+        if let Some(b) = self.bytes_per_token {
+            int("bytes-per-token", b, 1, 1 << 30)?;
+        }
         real("bandwidth-gbps", self.bandwidth_gbps, MIN_RATIO, MAX_RATIO)?;
         int(
             "message-latency-us",

@@ -20,6 +20,7 @@ macro_rules! out {
 
 mod args;
 mod experiment_cmd;
+mod hardware_args;
 mod html;
 mod limits;
 mod live_cmd;

@@ -26,9 +26,11 @@ pub struct ServeArgs {
     /// How long a client may take to send a request body, from its head.
     #[arg(long, default_value_t = handoff_serve::accept::DEFAULT_BODY_TIMEOUT_S, value_name = "SECONDS")]
     http_body_timeout_s: f64,
-    /// The model name served (requests must name it).
-    #[arg(long, default_value = "handoff-mocker", value_name = "NAME")]
-    model: String,
+    /// The model name served (requests must name it), as vLLM's flag of
+    /// the same name [default: --model, else handoff-mocker; --model
+    /// without --gpu only names the model served].
+    #[arg(long, value_name = "NAME")]
+    served_model_name: Option<String>,
     /// Prompt plus output tokens per request, at most.
     #[arg(long, default_value_t = 32_768, value_name = "TOKENS")]
     max_model_len: u32,
@@ -114,8 +116,18 @@ enum BlockHash {
 }
 
 /// Runs `serve` until SIGINT/SIGTERM.
-pub fn run(a: ServeArgs) -> Result<(), String> {
+pub fn run(mut a: ServeArgs) -> Result<(), String> {
     use crate::limits::{bootstrap_timeout, int, speed, MAX_KV_TOKENS};
+    let hw = &mut a.deploy.hardware;
+    let model = a
+        .served_model_name
+        .clone()
+        .or_else(|| hw.model.clone())
+        .unwrap_or_else(|| "handoff-mocker".to_string());
+    if hw.gpu.is_none() {
+        // `serve --model NAME` names what is served, as it always has.
+        hw.model = None;
+    }
     speed(a.speed)?;
     bootstrap_timeout(a.bootstrap_timeout_s)?;
     int(
@@ -183,7 +195,7 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         speed: a.speed,
         http: a.http.clone(),
         http_timeouts,
-        model: a.model.clone(),
+        model: model.clone(),
         max_model_len: a.max_model_len,
         kv,
         kv_jsonl,
@@ -195,7 +207,7 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
     let report = handoff_serve::serve_workers(c, |l| {
         eprintln!(
             "handoff-mocker serve: listening on http://{} (model {})",
-            l.http, a.model
+            l.http, model
         );
         for (w, addr) in &l.workers {
             eprintln!("handoff-mocker serve: worker {w} listens on http://{addr}");

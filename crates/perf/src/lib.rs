@@ -9,9 +9,10 @@
 //!
 //! - [`PolynomialPerf`] (`dynamo-polynomial`): Dynamo's legacy fit, the
 //!   default, kept for comparability with Dynamo's mocker;
-//! - [`ProfilePerf`] (`profile:FILE`): interpolation over measured tables,
-//!   prefill by (new tokens, cached-prefix tokens) and decode by (batch,
-//!   context tokens) — see [`profile`];
+//! - [`ProfilePerf`] (`profile:FILE`): interpolation over measured or
+//!   exported tables, prefill by (new tokens, cached-prefix tokens) and
+//!   decode by (batch, context tokens summed or per sequence) — see
+//!   [`profile`]; past the grid it extrapolates or clamps ([`beyond`]);
 //! - [`GridPerf`] (`npz:FILE`): Dynamo's profiled interpolation, prefill by
 //!   new tokens and decode by (summed, mean) context — see [`grid`];
 //! - [`FixedPerf`]: fixed costs, for tests;
@@ -21,12 +22,18 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod beyond;
 pub mod grid;
 pub mod profile;
 
+pub use beyond::{BeyondGrid, BeyondGridCounts};
+
 pub use grid::{DynamoGrid, GridArray, GridArrays, GridAt, GridError, GridErrorKind, GridPerf};
 
-pub use profile::{PerfProfile, PerfTable, ProfileError, ProfileErrorKind, ProfilePerf, TableKind};
+pub use profile::{
+    DecodeAxis, PerfProfile, PerfTable, ProfileError, ProfileErrorKind, ProfilePerf, TableKind,
+    TableShape,
+};
 
 use handoff_core::Duration;
 

@@ -9,9 +9,16 @@
 //! - **decode** by (batch size, context tokens summed over the batch): what a
 //!   decode pass reads, independent of how large the pool is.
 //!
+//! Decode's second axis is either the context summed over the batch (the
+//! measured profile) or the context per sequence, the sum divided by the
+//! batch (profiles exported from AIConfigurator, whose
+//! `predict_decode_latency(batch, isl)` takes a per-request length):
+//! [`DecodeAxis`].
+//!
 //! Lookups are bilinear inside the table, clamped below the first point of
-//! an axis (the fixed cost of a pass) and linearly extrapolated past the
-//! last (the slope of the last segment). A pass with several prefill chunks
+//! an axis (the fixed cost of a pass) and, past the last, linearly
+//! extrapolated (the slope of the last segment) or clamped and counted, as
+//! the profile's [`BeyondGrid`] says. A pass with several prefill chunks
 //! is looked up at its total new tokens and their new-token-weighted mean
 //! prefix ([`Pass::mean_cached_tokens`]); the linear layers batch over all
 //! new tokens and attention work is linear in the prefix of each chunk.
@@ -23,15 +30,17 @@
 //! one pass pays once. [`PerfProfile::new`] requires the overhead to be at
 //! most every table value, so a mixed pass never costs less than either part.
 //!
-//! The tables must be non-decreasing along both axes, and the extrapolated
-//! edges must keep that: along the last segment of one axis, the step
-//! between adjacent points of the other axis may not shrink. Together these
-//! make every lookup non-decreasing in every input, which
-//! [`PerfProfile::new`] checks with errors that name the table, row and
-//! column. The file format (JSON) and its parser live at the edge
+//! A [`TableShape::NonDecreasing`] table must be non-decreasing along both
+//! axes, and the extrapolated edges must keep that: along the last segment
+//! of one axis, the step between adjacent points of the other axis may not
+//! shrink. Together these make every lookup non-decreasing in every input,
+//! which [`PerfTable::new`] checks with errors that name the table, row and
+//! column. A [`TableShape::AsGiven`] table (AIConfigurator's predictions,
+//! which dip where its kernels change tiles) skips those checks and may
+//! only be used by a profile that clamps past its grid. The file format (JSON) and its parser live at the edge
 //! (`handoff-replay`'s `profile_file`); this module has no dependency.
 
-use super::{scaled_ms, Pass, PerfModel};
+use super::{scaled_ms, BeyondGrid, BeyondGridCounts, Pass, PerfModel};
 use handoff_core::Duration;
 use std::sync::Arc;
 
@@ -45,6 +54,38 @@ pub struct PerfTable {
     xs: Vec<f64>,
     ys: Vec<f64>,
     ms: Vec<f64>,
+    shape: TableShape,
+}
+
+/// Which orderings a table's values must keep.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TableShape {
+    /// Non-decreasing along both axes, also past the edges (measurements).
+    #[default]
+    NonDecreasing,
+    /// As the source gave them (a model's predictions, which may dip).
+    AsGiven,
+}
+
+/// What decode's second axis counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecodeAxis {
+    /// Context tokens summed over the batch (`context_tokens`).
+    #[default]
+    TotalContext,
+    /// Context tokens per sequence, the sum divided by the batch
+    /// (`context_per_sequence`).
+    ContextPerSequence,
+}
+
+impl DecodeAxis {
+    /// The axis's field name in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecodeAxis::TotalContext => "context_tokens",
+            DecodeAxis::ContextPerSequence => "context_per_sequence",
+        }
+    }
 }
 
 /// Which table of a profile.
@@ -114,6 +155,9 @@ pub enum ProfileErrorKind {
     /// The mixed-pass overhead is negative, not finite, or above a table
     /// value.
     Overhead,
+    /// A table kept as given (not non-decreasing) in a profile that
+    /// extrapolates past its grid: the extrapolation could turn negative.
+    AsGivenNeedsClamp,
 }
 
 /// A profile rejected by [`PerfProfile::new`], naming where.
@@ -161,6 +205,10 @@ impl std::fmt::Display for ProfileError {
                 f,
                 "must be a finite time between 0 and the smallest table value"
             ),
+            ProfileErrorKind::AsGivenNeedsClamp => write!(
+                f,
+                "a table that is not non-decreasing needs beyond_grid \"clamp\""
+            ),
         }
     }
 }
@@ -185,14 +233,29 @@ fn check_axis(axis: &[f64], table: TableKind, field: &'static str) -> Result<(),
 }
 
 impl PerfTable {
-    /// A table over `xs` × `ys` with `ms[i][j]` at (`xs[i]`, `ys[j]`),
-    /// checked as the module docs say. `names` are the axes' field names.
+    /// A [`TableShape::NonDecreasing`] table over `xs` × `ys` with
+    /// `ms[i][j]` at (`xs[i]`, `ys[j]`), checked as the module docs say.
+    /// `names` are the axes' field names.
     pub fn new(
         kind: TableKind,
         names: (&'static str, &'static str),
         xs: Vec<f64>,
         ys: Vec<f64>,
         rows: &[Vec<f64>],
+    ) -> Result<PerfTable, ProfileError> {
+        PerfTable::with_shape(kind, names, xs, ys, rows, TableShape::NonDecreasing)
+    }
+
+    /// A table of `shape` (see [`PerfTable::new`]); an
+    /// [`TableShape::AsGiven`] table needs only axes, shape and positive
+    /// finite times.
+    pub fn with_shape(
+        kind: TableKind,
+        names: (&'static str, &'static str),
+        xs: Vec<f64>,
+        ys: Vec<f64>,
+        rows: &[Vec<f64>],
+        shape: TableShape,
     ) -> Result<PerfTable, ProfileError> {
         check_axis(&xs, kind, names.0)?;
         check_axis(&ys, kind, names.1)?;
@@ -225,10 +288,14 @@ impl PerfTable {
                 if !(v.is_finite() && v > 0.0) {
                     return Err(err(ProfileErrorKind::BadValue { row: i, col: j }));
                 }
-                if (i > 0 && v < at(i - 1, j)) || (j > 0 && v < at(i, j - 1)) {
+                let dips = (i > 0 && v < at(i - 1, j)) || (j > 0 && v < at(i, j - 1));
+                if dips && shape == TableShape::NonDecreasing {
                     return Err(err(ProfileErrorKind::Decreasing { row: i, col: j }));
                 }
             }
+        }
+        if shape == TableShape::AsGiven {
+            return Ok(PerfTable { xs, ys, ms, shape });
         }
         // Past the last column, a row's step must not shrink from the
         // second-last column to the last (and likewise past the last row),
@@ -259,7 +326,7 @@ impl PerfTable {
                 }
             }
         }
-        Ok(PerfTable { xs, ys, ms })
+        Ok(PerfTable { xs, ys, ms, shape })
     }
 
     /// The first axis.
@@ -272,10 +339,29 @@ impl PerfTable {
         &self.ys
     }
 
-    /// The smallest time in the table (its first entry: tables are
+    /// The smallest time in the table (its first entry when it is
     /// non-decreasing).
     pub fn min_ms(&self) -> f64 {
-        self.ms[0]
+        match self.shape {
+            TableShape::NonDecreasing => self.ms[0],
+            TableShape::AsGiven => self.ms.iter().copied().fold(f64::INFINITY, f64::min),
+        }
+    }
+
+    /// The orderings its values keep.
+    pub fn shape(&self) -> TableShape {
+        self.shape
+    }
+
+    /// The time at (`x`, `y`) as `beyond` says to look past the grid, and
+    /// whether either coordinate was past its axis's last point.
+    pub fn lookup(&self, x: f64, y: f64, beyond: BeyondGrid) -> (f64, bool) {
+        let (x_last, y_last) = (self.xs[self.xs.len() - 1], self.ys[self.ys.len() - 1]);
+        let past = x > x_last || y > y_last;
+        match beyond {
+            BeyondGrid::Extrapolate => (self.at(x, y), past),
+            BeyondGrid::Clamp => (self.at(x.min(x_last), y.min(y_last)), past),
+        }
     }
 
     /// The time at (`x`, `y`), in ms: bilinear inside, clamped below the
@@ -315,11 +401,15 @@ pub struct PerfProfile {
     prefill: PerfTable,
     decode: PerfTable,
     pass_overhead_ms: f64,
+    decode_axis: DecodeAxis,
+    beyond: BeyondGrid,
+    counts: BeyondGridCounts,
 }
 
 impl PerfProfile {
     /// A profile named `name` (what the report shows), measured as `source`
-    /// says, with its tables and mixed-pass overhead.
+    /// says, with its tables and mixed-pass overhead; it extrapolates past
+    /// its grid, so both tables must be [`TableShape::NonDecreasing`].
     pub fn new(
         name: String,
         source: String,
@@ -327,22 +417,61 @@ impl PerfProfile {
         decode: PerfTable,
         pass_overhead_ms: f64,
     ) -> Result<PerfProfile, ProfileError> {
+        PerfProfile::build(
+            name,
+            source,
+            (prefill, decode),
+            pass_overhead_ms,
+            BeyondGrid::Extrapolate,
+        )
+    }
+
+    /// A clamping profile (arguments as [`PerfProfile::new`]): lookups past
+    /// the grid hold its edge and are counted
+    /// ([`PerfProfile::beyond_grid_counts`]); its tables may be
+    /// [`TableShape::AsGiven`].
+    pub fn clamped(
+        name: String,
+        source: String,
+        prefill: PerfTable,
+        decode: PerfTable,
+        pass_overhead_ms: f64,
+    ) -> Result<PerfProfile, ProfileError> {
+        PerfProfile::build(
+            name,
+            source,
+            (prefill, decode),
+            pass_overhead_ms,
+            BeyondGrid::Clamp,
+        )
+    }
+
+    fn build(
+        name: String,
+        source: String,
+        (prefill, decode): (PerfTable, PerfTable),
+        pass_overhead_ms: f64,
+        beyond: BeyondGrid,
+    ) -> Result<PerfProfile, ProfileError> {
+        let err = |field, kind| ProfileError {
+            table: None,
+            field,
+            kind,
+        };
         if name.is_empty() {
-            return Err(ProfileError {
-                table: None,
-                field: "name",
-                kind: ProfileErrorKind::EmptyName,
-            });
+            return Err(err("name", ProfileErrorKind::EmptyName));
         }
         let ok = pass_overhead_ms.is_finite()
             && pass_overhead_ms >= 0.0
             && pass_overhead_ms <= prefill.min_ms().min(decode.min_ms());
         if !ok {
-            return Err(ProfileError {
-                table: None,
-                field: "pass_overhead_ms",
-                kind: ProfileErrorKind::Overhead,
-            });
+            return Err(err("pass_overhead_ms", ProfileErrorKind::Overhead));
+        }
+        let as_given = [&prefill, &decode]
+            .iter()
+            .any(|t| t.shape == TableShape::AsGiven);
+        if as_given && beyond == BeyondGrid::Extrapolate {
+            return Err(err("beyond_grid", ProfileErrorKind::AsGivenNeedsClamp));
         }
         Ok(PerfProfile {
             name,
@@ -350,7 +479,32 @@ impl PerfProfile {
             prefill,
             decode,
             pass_overhead_ms,
+            decode_axis: DecodeAxis::TotalContext,
+            beyond,
+            counts: BeyondGridCounts::default(),
         })
+    }
+
+    /// The profile with decode's second axis counting `axis`.
+    pub fn with_decode_axis(mut self, axis: DecodeAxis) -> PerfProfile {
+        self.decode_axis = axis;
+        self
+    }
+
+    /// What decode's second axis counts.
+    pub fn decode_axis(&self) -> DecodeAxis {
+        self.decode_axis
+    }
+
+    /// What lookups past the grid do.
+    pub fn beyond_grid(&self) -> BeyondGrid {
+        self.beyond
+    }
+
+    /// Passes that looked past the grid so far, (prefill, decode), over
+    /// every model sharing this profile.
+    pub fn beyond_grid_counts(&self) -> (u64, u64) {
+        self.counts.get()
     }
 
     /// The profile's name.
@@ -378,17 +532,33 @@ impl PerfProfile {
         self.pass_overhead_ms
     }
 
-    /// The pass time in ms, before any speedup.
+    /// The pass time in ms, before any speedup; a lookup past the grid of
+    /// a clamping profile is counted.
     pub fn pass_ms(&self, pass: &Pass) -> f64 {
         let p = if pass.prefill_tokens > 0 {
-            self.prefill
-                .at(pass.prefill_tokens as f64, pass.mean_cached_tokens())
+            let (v, past) = self.prefill.lookup(
+                pass.prefill_tokens as f64,
+                pass.mean_cached_tokens(),
+                self.beyond,
+            );
+            if past && self.beyond == BeyondGrid::Clamp {
+                self.counts.count_prefill();
+            }
+            v
         } else {
             0.0
         };
         let d = if pass.decode_batch > 0 {
-            self.decode
-                .at(pass.decode_batch as f64, pass.decode_context_tokens as f64)
+            let batch = pass.decode_batch as f64;
+            let context = match self.decode_axis {
+                DecodeAxis::TotalContext => pass.decode_context_tokens as f64,
+                DecodeAxis::ContextPerSequence => pass.decode_context_tokens as f64 / batch,
+            };
+            let (v, past) = self.decode.lookup(batch, context, self.beyond);
+            if past && self.beyond == BeyondGrid::Clamp {
+                self.counts.count_decode();
+            }
+            v
         } else {
             0.0
         };
@@ -435,95 +605,5 @@ impl PerfModel for ProfilePerf {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn table(xs: &[f64], ys: &[f64], rows: &[&[f64]]) -> Result<PerfTable, ProfileError> {
-        let rows: Vec<Vec<f64>> = rows.iter().map(|r| r.to_vec()).collect();
-        PerfTable::new(
-            TableKind::Prefill,
-            ("new_tokens", "cached_tokens"),
-            xs.to_vec(),
-            ys.to_vec(),
-            &rows,
-        )
-    }
-
-    #[test]
-    fn interpolates_clamps_and_extrapolates() {
-        let t = table(
-            &[100.0, 200.0],
-            &[0.0, 1000.0],
-            &[&[10.0, 20.0], &[30.0, 60.0]],
-        )
-        .unwrap();
-        assert_eq!(t.at(100.0, 0.0), 10.0);
-        assert_eq!(t.at(200.0, 1000.0), 60.0);
-        assert_eq!(t.at(150.0, 0.0), 20.0);
-        assert_eq!(t.at(150.0, 500.0), (15.0 + 45.0) / 2.0);
-        // Below the first point: clamped.
-        assert_eq!(t.at(1.0, 0.0), 10.0);
-        // Past the last: the last segment's slope.
-        assert_eq!(t.at(300.0, 0.0), 50.0);
-        assert_eq!(t.at(100.0, 2000.0), 30.0);
-        assert_eq!(
-            t.at(300.0, 2000.0),
-            10.0 + 2.0 * 20.0 + 2.0 * 10.0 + 4.0 * 20.0
-        );
-    }
-
-    #[test]
-    fn rejects_bad_tables_with_their_place() {
-        let e = table(&[1.0, 1.0], &[0.0], &[&[1.0], &[2.0]]).unwrap_err();
-        assert_eq!(e.field, "new_tokens");
-        assert_eq!(e.kind, ProfileErrorKind::AxisNotIncreasing { index: 1 });
-        let e = table(&[1.0, 2.0], &[0.0], &[&[1.0]]).unwrap_err();
-        assert_eq!(
-            e.kind,
-            ProfileErrorKind::Shape {
-                expected: 2,
-                found: 1
-            }
-        );
-        let e = table(&[1.0, 2.0], &[0.0, 1.0], &[&[1.0, 2.0], &[3.0, f64::NAN]]).unwrap_err();
-        assert_eq!(e.kind, ProfileErrorKind::BadValue { row: 1, col: 1 });
-        let e = table(&[1.0, 2.0], &[0.0, 1.0], &[&[1.0, 2.0], &[3.0, 1.5]]).unwrap_err();
-        assert_eq!(e.kind, ProfileErrorKind::Decreasing { row: 1, col: 1 });
-        // Monotone, but the x-step shrinks in the last column: past it the
-        // extrapolation would fall.
-        let e = table(&[1.0, 2.0], &[0.0, 1.0], &[&[1.0, 5.0], &[4.0, 6.0]]).unwrap_err();
-        assert_eq!(e.kind, ProfileErrorKind::EdgeSlope { row: 1, col: 1 });
-        assert_eq!(
-            e.to_string(),
-            "prefill.ms: [1][1]: extrapolating past the last row or column would decrease"
-        );
-        let ok = table(&[1.0], &[0.0], &[&[3.0]]).unwrap();
-        let p = |o| PerfProfile::new("p".into(), String::new(), ok.clone(), ok.clone(), o);
-        assert_eq!(p(3.5).unwrap_err().kind, ProfileErrorKind::Overhead);
-        assert!(p(3.0).is_ok());
-    }
-
-    #[test]
-    fn mixed_pass_pays_the_overhead_once() {
-        let pre = table(&[1.0, 1000.0], &[0.0], &[&[10.0], &[100.0]]).unwrap();
-        let dec = PerfTable::new(
-            TableKind::Decode,
-            ("batch", "context_tokens"),
-            vec![1.0, 64.0],
-            vec![0.0, 1e6],
-            &[vec![8.0, 20.0], vec![9.0, 30.0]],
-        )
-        .unwrap();
-        let prof = PerfProfile::new("t".into(), String::new(), pre, dec, 7.0).unwrap();
-        let m = ProfilePerf::new(Arc::new(prof), 1.0);
-        let mut mixed = Pass::on_pool(1 << 20);
-        mixed.add_prefill(1000, 0);
-        mixed.add_decode(0);
-        assert_eq!(m.pass(&Pass::prefill(1000, 0)), Duration::from_millis(100));
-        assert_eq!(m.pass(&Pass::decode(1, 0, 1)), Duration::from_millis(8));
-        assert_eq!(m.pass(&mixed), Duration::from_millis(101));
-        assert_eq!(m.pass(&Pass::default()), Duration::ZERO);
-        let fast = ProfilePerf::new(m.profile.clone(), 2.0);
-        assert_eq!(fast.pass(&mixed) * 2, m.pass(&mixed));
-    }
-}
+#[path = "profile_tests.rs"]
+mod tests;

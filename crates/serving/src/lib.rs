@@ -15,6 +15,7 @@
 
 pub mod deployment;
 pub mod engines;
+pub mod hardware;
 pub mod kv_order;
 pub mod metrics;
 pub mod npz_file;

@@ -19,13 +19,26 @@
 //! }
 //! ```
 //!
+//! Profiles exported from AIConfigurator (`profiles/aic/`) add optional
+//! keys: `license`; `beyond_grid` (`"extrapolate"`, the default, or
+//! `"clamp"`: lookups past the grid hold its edge and are counted);
+//! `non_decreasing` (default `true`; `false` keeps the tables as given,
+//! and needs `"clamp"`); decode's `context_per_sequence` axis instead of
+//! `context_tokens`; `deployment` (the model, GPU, TP and engine the tables
+//! are for: [`ModelOnGpu`]); and `checks`, the exporter's own predictions
+//! at probe shapes (`[new, cached, ms]` prefills, `[batch, context per
+//! sequence, ms]` decodes) that tests compare the lookups against.
+//!
 //! Unknown keys are refused. Syntax errors name the line and column;
 //! table errors name the table, field and cell ([`ProfileError`]).
 
+use crate::hardware::ModelOnGpu;
+use handoff_core::Backend;
 use handoff_perf::PerfProfile;
 use handoff_perf::PerfTable;
 use handoff_perf::ProfileError;
 use handoff_perf::TableKind;
+use handoff_perf::{DecodeAxis, TableShape};
 use serde::Deserialize;
 use std::io::Read;
 use std::path::Path;
@@ -44,9 +57,69 @@ struct File {
     #[serde(default)]
     #[allow(dead_code)]
     derivation: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    license: String,
+    #[serde(default)]
+    deployment: Option<DeploymentFile>,
+    #[serde(default)]
+    beyond_grid: BeyondGridFile,
+    #[serde(default = "yes")]
+    non_decreasing: bool,
     pass_overhead_ms: f64,
     prefill: PrefillFile,
     decode: DecodeFile,
+    #[serde(default)]
+    checks: ChecksFile,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum BeyondGridFile {
+    #[default]
+    Extrapolate,
+    Clamp,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum BackendFile {
+    Vllm,
+    Sglang,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeploymentFile {
+    backend: BackendFile,
+    backend_version: String,
+    gpu: String,
+    gpu_memory_bytes: u64,
+    tp: u32,
+    model: String,
+    hf_id: String,
+    layers: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    kv_dtype_bytes: u32,
+    weight_bytes: u64,
+    max_context: u64,
+    hidden_size: u64,
+    active_intermediate_size: u64,
+    vocab_size: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ChecksFile {
+    #[serde(default)]
+    prefill: Vec<[f64; 3]>,
+    #[serde(default)]
+    decode: Vec<[f64; 3]>,
 }
 
 #[derive(Deserialize)]
@@ -61,8 +134,38 @@ struct PrefillFile {
 #[serde(deny_unknown_fields)]
 struct DecodeFile {
     batch: Vec<f64>,
-    context_tokens: Vec<f64>,
+    #[serde(default)]
+    context_tokens: Option<Vec<f64>>,
+    #[serde(default)]
+    context_per_sequence: Option<Vec<f64>>,
     ms: Vec<Vec<f64>>,
+}
+
+/// Most probe checks a profile may carry, per table.
+pub const MAX_CHECKS: usize = 256;
+
+/// One probe: the exporter's prediction at a shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Check {
+    /// Prefill: new tokens; decode: batch.
+    pub x: u64,
+    /// Prefill: cached tokens; decode: context tokens per sequence.
+    pub y: u64,
+    /// The predicted time, ms.
+    pub ms: f64,
+}
+
+/// A profile with what the file says beside its tables.
+#[derive(Clone, Debug)]
+pub struct ProfileFile {
+    /// The checked tables.
+    pub profile: PerfProfile,
+    /// The model, GPU, TP and engine the tables are for, if recorded.
+    pub deployment: Option<ModelOnGpu>,
+    /// Prefill probes (`x` new after `y` cached tokens).
+    pub prefill_checks: Vec<Check>,
+    /// Decode probes (`x` sequences at `y` context tokens each).
+    pub decode_checks: Vec<Check>,
 }
 
 /// Why a profile file was refused.
@@ -86,6 +189,13 @@ pub enum ProfileFileErrorKind {
     },
     /// Well-formed, but a table or field is invalid.
     Invalid(ProfileError),
+    /// A field outside the tables is out of range or contradicts another.
+    Field {
+        /// The field, as the file spells it.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// A refused profile file, with its path.
@@ -112,6 +222,9 @@ impl std::fmt::Display for ProfileFileError {
                 message,
             } => write!(f, "{}:{line}:{column}: {message}", self.path),
             ProfileFileErrorKind::Invalid(e) => write!(f, "{}: {e}", self.path),
+            ProfileFileErrorKind::Field { field, message } => {
+                write!(f, "{}: {field}: {message}", self.path)
+            }
         }
     }
 }
@@ -120,6 +233,11 @@ impl std::error::Error for ProfileFileError {}
 
 /// Reads and checks the profile at `path`.
 pub fn load(path: &Path) -> Result<PerfProfile, ProfileFileError> {
+    load_file(path).map(|f| f.profile)
+}
+
+/// Reads and checks the profile at `path`, with its deployment and checks.
+pub fn load_file(path: &Path) -> Result<ProfileFile, ProfileFileError> {
     let shown = path.display().to_string();
     let err = |kind| ProfileFileError {
         path: shown.clone(),
@@ -142,11 +260,16 @@ pub fn load(path: &Path) -> Result<PerfProfile, ProfileFileError> {
             bytes: text.len() as u64,
         }));
     }
-    parse(&text, &shown)
+    parse_file(&text, &shown)
 }
 
 /// Parses and checks a profile's text; `origin` names it in errors.
 pub fn parse(text: &str, origin: &str) -> Result<PerfProfile, ProfileFileError> {
+    parse_file(text, origin).map(|f| f.profile)
+}
+
+/// [`parse`], keeping the deployment and checks.
+pub fn parse_file(text: &str, origin: &str) -> Result<ProfileFile, ProfileFileError> {
     let err = |kind| ProfileFileError {
         path: origin.to_string(),
         kind,
@@ -164,29 +287,147 @@ pub fn parse(text: &str, origin: &str) -> Result<PerfProfile, ProfileFileError> 
         })
     })?;
     let invalid = |e| err(ProfileFileErrorKind::Invalid(e));
-    let prefill = PerfTable::new(
+    let field = |field, message: String| err(ProfileFileErrorKind::Field { field, message });
+    let shape = if f.non_decreasing {
+        TableShape::NonDecreasing
+    } else {
+        TableShape::AsGiven
+    };
+    let prefill = PerfTable::with_shape(
         TableKind::Prefill,
         ("new_tokens", "cached_tokens"),
         f.prefill.new_tokens,
         f.prefill.cached_tokens,
         &f.prefill.ms,
+        shape,
     )
     .map_err(invalid)?;
-    let decode = PerfTable::new(
+    let (axis, context) = match (f.decode.context_tokens, f.decode.context_per_sequence) {
+        (Some(c), None) => (DecodeAxis::TotalContext, c),
+        (None, Some(c)) => (DecodeAxis::ContextPerSequence, c),
+        _ => {
+            return Err(field(
+                "decode",
+                "needs exactly one of context_tokens and context_per_sequence".into(),
+            ))
+        }
+    };
+    let decode = PerfTable::with_shape(
         TableKind::Decode,
-        ("batch", "context_tokens"),
+        ("batch", axis.name()),
         f.decode.batch,
-        f.decode.context_tokens,
+        context,
         &f.decode.ms,
+        shape,
     )
     .map_err(invalid)?;
-    PerfProfile::new(f.name, f.source, prefill, decode, f.pass_overhead_ms).map_err(invalid)
+    let build = match f.beyond_grid {
+        BeyondGridFile::Extrapolate => PerfProfile::new,
+        BeyondGridFile::Clamp => PerfProfile::clamped,
+    };
+    let profile = build(f.name, f.source, prefill, decode, f.pass_overhead_ms)
+        .map_err(invalid)?
+        .with_decode_axis(axis);
+    let deployment = f
+        .deployment
+        .map(deployment)
+        .transpose()
+        .map_err(|(k, m)| field(k, m))?;
+    let prefill_checks =
+        checks(&f.checks.prefill, "checks.prefill").map_err(|(k, m)| field(k, m))?;
+    let decode_checks = checks(&f.checks.decode, "checks.decode").map_err(|(k, m)| field(k, m))?;
+    Ok(ProfileFile {
+        profile,
+        deployment,
+        prefill_checks,
+        decode_checks,
+    })
+}
+
+/// The deployment section, range-checked (every count positive, the TP a
+/// GPU count a node holds, the weights smaller than the GPUs).
+fn deployment(d: DeploymentFile) -> Result<ModelOnGpu, (&'static str, String)> {
+    let positive = [
+        ("deployment.gpu_memory_bytes", d.gpu_memory_bytes),
+        ("deployment.layers", u64::from(d.layers)),
+        ("deployment.kv_heads", u64::from(d.kv_heads)),
+        ("deployment.head_dim", u64::from(d.head_dim)),
+        ("deployment.weight_bytes", d.weight_bytes),
+        ("deployment.max_context", d.max_context),
+        ("deployment.hidden_size", d.hidden_size),
+        (
+            "deployment.active_intermediate_size",
+            d.active_intermediate_size,
+        ),
+        ("deployment.vocab_size", d.vocab_size),
+    ];
+    if let Some((k, _)) = positive.iter().find(|(_, v)| *v == 0) {
+        return Err((k, "must be positive".into()));
+    }
+    if !(1..=64).contains(&d.tp) {
+        return Err(("deployment.tp", format!("{}: must be 1..=64", d.tp)));
+    }
+    if !(1..=8).contains(&d.kv_dtype_bytes) {
+        return Err((
+            "deployment.kv_dtype_bytes",
+            format!("{}: must be 1..=8", d.kv_dtype_bytes),
+        ));
+    }
+    if d.head_dim > 4096 || d.layers > 4096 || d.kv_heads > 4096 {
+        return Err((
+            "deployment",
+            "layers, kv_heads and head_dim must be at most 4096".into(),
+        ));
+    }
+    if d.model.is_empty() || d.gpu.is_empty() {
+        return Err(("deployment", "model and gpu must be named".into()));
+    }
+    Ok(ModelOnGpu {
+        backend: match d.backend {
+            BackendFile::Vllm => Backend::Vllm,
+            BackendFile::Sglang => Backend::Sglang,
+        },
+        backend_version: d.backend_version,
+        model: d.model,
+        hf_id: d.hf_id,
+        gpu: d.gpu,
+        gpu_memory_bytes: d.gpu_memory_bytes,
+        tp: d.tp,
+        layers: d.layers,
+        kv_heads: d.kv_heads,
+        head_dim: d.head_dim,
+        kv_dtype_bytes: d.kv_dtype_bytes,
+        weight_bytes: d.weight_bytes,
+        max_context: d.max_context,
+        hidden_size: d.hidden_size,
+        active_intermediate_size: d.active_intermediate_size,
+        vocab_size: d.vocab_size,
+    })
+}
+
+/// Probe rows `[x, y, ms]`: x a positive whole count, y a whole count, ms a
+/// positive finite time; at most [`MAX_CHECKS`].
+fn checks(rows: &[[f64; 3]], name: &'static str) -> Result<Vec<Check>, (&'static str, String)> {
+    if rows.len() > MAX_CHECKS {
+        return Err((name, format!("{} rows, at most {MAX_CHECKS}", rows.len())));
+    }
+    let count = |v: f64| (v.fract() == 0.0 && (0.0..=1e12).contains(&v)).then_some(v as u64);
+    rows.iter()
+        .enumerate()
+        .map(|(i, &[x, y, ms])| match (count(x), count(y)) {
+            (Some(x), Some(y)) if x > 0 && ms.is_finite() && ms > 0.0 => Ok(Check { x, y, ms }),
+            _ => Err((
+                name,
+                format!("row {i}: needs [count >= 1, count >= 0, time > 0]"),
+            )),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use handoff_perf::ProfileErrorKind;
+    use handoff_perf::{BeyondGrid, ProfileErrorKind};
 
     const OK: &str = r#"{
   "name": "t", "source": "s", "pass_overhead_ms": 5,
@@ -234,6 +475,101 @@ mod tests {
             e.to_string(),
             "t.json: pass_overhead_ms: must be a finite time between 0 and the smallest table value"
         );
+    }
+
+    const AIC: &str = r#"{
+  "name": "a", "source": "s", "license": "Apache-2.0", "beyond_grid": "clamp",
+  "non_decreasing": false, "pass_overhead_ms": 1,
+  "deployment": {"backend": "vllm", "backend_version": "0.24.0", "gpu": "h100",
+    "gpu_memory_bytes": 85899345920, "tp": 1, "model": "m", "hf_id": "o/m",
+    "layers": 36, "kv_heads": 8, "head_dim": 128, "kv_dtype_bytes": 2,
+    "weight_bytes": 16381452288, "max_context": 40960, "hidden_size": 4096,
+    "active_intermediate_size": 12288, "vocab_size": 151936},
+  "prefill": {"new_tokens": [1, 100], "cached_tokens": [0], "ms": [[10], [20]]},
+  "decode": {"batch": [1, 2], "context_per_sequence": [16, 1000], "ms": [[6, 9], [7, 8]]},
+  "checks": {"prefill": [[50, 0, 15.0]], "decode": [[2, 1000, 8.0]]}
+}"#;
+
+    #[test]
+    fn parses_an_exported_profile_with_its_deployment_and_checks() {
+        let f = parse_file(AIC, "a.json").unwrap();
+        assert_eq!(f.profile.beyond_grid(), BeyondGrid::Clamp);
+        assert_eq!(f.profile.decode_axis(), DecodeAxis::ContextPerSequence);
+        let d = f.deployment.unwrap();
+        assert_eq!((d.backend, d.tp, d.layers), (Backend::Vllm, 1, 36));
+        assert_eq!(
+            f.prefill_checks,
+            vec![Check {
+                x: 50,
+                y: 0,
+                ms: 15.0
+            }]
+        );
+        assert_eq!(f.decode_checks[0].y, 1000);
+        // The dip (8 < 9) is kept only because the profile clamps.
+        let e = parse(&AIC.replace("\"clamp\"", "\"extrapolate\""), "a.json").unwrap_err();
+        assert!(e.to_string().contains("beyond_grid"), "{e}");
+        let e = parse(
+            &AIC.replace("\"non_decreasing\": false", "\"non_decreasing\": true"),
+            "a",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("decode.ms: [1][1]"), "{e}");
+    }
+
+    #[test]
+    fn exported_fields_are_range_checked_by_name() {
+        let cases = [
+            ("\"tp\": 1", "\"tp\": 0", "deployment.tp"),
+            ("\"layers\": 36", "\"layers\": 0", "deployment.layers"),
+            (
+                "\"kv_dtype_bytes\": 2",
+                "\"kv_dtype_bytes\": 9",
+                "deployment.kv_dtype_bytes",
+            ),
+            (
+                "[[50, 0, 15.0]]",
+                "[[50.5, 0, 15.0]]",
+                "checks.prefill: row 0",
+            ),
+            (
+                "[[2, 1000, 8.0]]",
+                "[[2, 1000, -1]]",
+                "checks.decode: row 0",
+            ),
+            (
+                "\"context_per_sequence\"",
+                "\"context_tokens\": [1], \"context_per_sequence\"",
+                "decode: needs exactly one",
+            ),
+            (
+                "\"backend\": \"vllm\"",
+                "\"backend\": \"tgi\"",
+                "unknown variant",
+            ),
+            ("\"clamp\"", "\"wrap\"", "unknown variant"),
+        ];
+        for (from, to, want) in cases {
+            let text = AIC.replace(from, to);
+            assert_ne!(text, AIC, "{from}");
+            let e = parse_file(&text, "a.json").unwrap_err().to_string();
+            assert!(e.contains(want), "{to}: {e}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any text, and any single-byte change of an exported profile, is
+        /// read or refused with an error, never a panic.
+        #[test]
+        fn never_panics(text in ".{0,400}", at in 0usize..2000, byte in 0u8..128) {
+            let _ = parse_file(&text, "p");
+            let mut b = AIC.as_bytes().to_vec();
+            let i = at % b.len();
+            b[i] = byte;
+            if let Ok(t) = std::str::from_utf8(&b) {
+                let _ = parse_file(t, "p");
+            }
+        }
     }
 
     #[test]

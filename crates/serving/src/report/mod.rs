@@ -15,6 +15,6 @@ pub use details::Details;
 pub use recorder::Recorder;
 pub use records::{HandoffTimes, RequestRecord, RequestSink};
 pub use sections::{
-    EngineReport, FlatLatencies, Lifecycle, Report, ReportConfig, TimersReport, TransferReport,
-    WorkerReport,
+    BeyondGridReport, EngineReport, FlatLatencies, Lifecycle, Report, ReportConfig, TimersReport,
+    TransferReport, WorkerReport,
 };

@@ -601,6 +601,9 @@ impl Recorder {
         end: Instant,
         workers: impl Iterator<Item = (HostFinal, Pool)>,
     ) -> (Report, Option<Details>) {
+        if let Some(b) = self.config.perf_beyond_grid.as_mut() {
+            b.settle();
+        }
         let start = self.first_arrival.unwrap_or(Instant::ZERO);
         // Throughput is over the serving span, first arrival to last
         // completion, not to the last (possibly idle) timer.

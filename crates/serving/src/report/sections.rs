@@ -50,6 +50,52 @@ pub struct ReportConfig {
     /// The fault plan in `--faults` syntax (`;` between directives), or
     /// empty when none.
     pub faults: String,
+    /// Passes a clamping profile timed at its grid's edge because the pass
+    /// lay past it; written only for such a profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub perf_beyond_grid: Option<BeyondGridReport>,
+}
+
+/// Lookups past a clamping profile's grid during the run
+/// ([`handoff_perf::BeyondGrid::Clamp`]): each such pass was timed at the
+/// grid's edge, not extrapolated.
+#[derive(Clone, Debug, Serialize)]
+pub struct BeyondGridReport {
+    /// The profile (`profile:NAME`).
+    pub perf: String,
+    /// Passes whose prefill lay past the prefill grid.
+    pub prefill_passes: u64,
+    /// Passes whose decode lay past the decode grid.
+    pub decode_passes: u64,
+    /// The profile and its counts when the run began: the profile's
+    /// counters are shared by every run that loaded it once, so a run
+    /// reports what it added.
+    #[serde(skip)]
+    watch: Option<(std::sync::Arc<handoff_perf::PerfProfile>, (u64, u64))>,
+}
+
+impl BeyondGridReport {
+    /// Watches `spec`'s profile if it clamps past its grid.
+    fn watch(spec: &crate::EngineSpec) -> Option<BeyondGridReport> {
+        let crate::PerfChoice::Profile(p) = &spec.perf else {
+            return None;
+        };
+        (p.beyond_grid() == handoff_perf::BeyondGrid::Clamp).then(|| BeyondGridReport {
+            perf: spec.perf.label(),
+            prefill_passes: 0,
+            decode_passes: 0,
+            watch: Some((p.clone(), p.beyond_grid_counts())),
+        })
+    }
+
+    /// Fills in the passes counted since the run began.
+    pub(super) fn settle(&mut self) {
+        if let Some((p, (p0, d0))) = &self.watch {
+            let (p1, d1) = p.beyond_grid_counts();
+            self.prefill_passes = p1.saturating_sub(*p0);
+            self.decode_passes = d1.saturating_sub(*d0);
+        }
+    }
 }
 
 /// The `kv` router's knobs as configured (see [`handoff_router::KvKnobs`]).
@@ -252,6 +298,7 @@ impl ReportConfig {
                 tombstones: cfg.handoff.tombstones,
             },
             multi_step: cfg.multi_step,
+            perf_beyond_grid: cfg.engines.iter().find_map(BeyondGridReport::watch),
             faults: if cfg.faults.is_empty() {
                 String::new()
             } else {

@@ -1,0 +1,175 @@
+//! Tests of [`super`]: lookups, checks, mixed passes, clamping.
+use super::*;
+
+fn table(xs: &[f64], ys: &[f64], rows: &[&[f64]]) -> Result<PerfTable, ProfileError> {
+    let rows: Vec<Vec<f64>> = rows.iter().map(|r| r.to_vec()).collect();
+    PerfTable::new(
+        TableKind::Prefill,
+        ("new_tokens", "cached_tokens"),
+        xs.to_vec(),
+        ys.to_vec(),
+        &rows,
+    )
+}
+
+#[test]
+fn interpolates_clamps_and_extrapolates() {
+    let t = table(
+        &[100.0, 200.0],
+        &[0.0, 1000.0],
+        &[&[10.0, 20.0], &[30.0, 60.0]],
+    )
+    .unwrap();
+    assert_eq!(t.at(100.0, 0.0), 10.0);
+    assert_eq!(t.at(200.0, 1000.0), 60.0);
+    assert_eq!(t.at(150.0, 0.0), 20.0);
+    assert_eq!(t.at(150.0, 500.0), (15.0 + 45.0) / 2.0);
+    // Below the first point: clamped.
+    assert_eq!(t.at(1.0, 0.0), 10.0);
+    // Past the last: the last segment's slope.
+    assert_eq!(t.at(300.0, 0.0), 50.0);
+    assert_eq!(t.at(100.0, 2000.0), 30.0);
+    assert_eq!(
+        t.at(300.0, 2000.0),
+        10.0 + 2.0 * 20.0 + 2.0 * 10.0 + 4.0 * 20.0
+    );
+}
+
+#[test]
+fn rejects_bad_tables_with_their_place() {
+    let e = table(&[1.0, 1.0], &[0.0], &[&[1.0], &[2.0]]).unwrap_err();
+    assert_eq!(e.field, "new_tokens");
+    assert_eq!(e.kind, ProfileErrorKind::AxisNotIncreasing { index: 1 });
+    let e = table(&[1.0, 2.0], &[0.0], &[&[1.0]]).unwrap_err();
+    assert_eq!(
+        e.kind,
+        ProfileErrorKind::Shape {
+            expected: 2,
+            found: 1
+        }
+    );
+    let e = table(&[1.0, 2.0], &[0.0, 1.0], &[&[1.0, 2.0], &[3.0, f64::NAN]]).unwrap_err();
+    assert_eq!(e.kind, ProfileErrorKind::BadValue { row: 1, col: 1 });
+    let e = table(&[1.0, 2.0], &[0.0, 1.0], &[&[1.0, 2.0], &[3.0, 1.5]]).unwrap_err();
+    assert_eq!(e.kind, ProfileErrorKind::Decreasing { row: 1, col: 1 });
+    // Monotone, but the x-step shrinks in the last column: past it the
+    // extrapolation would fall.
+    let e = table(&[1.0, 2.0], &[0.0, 1.0], &[&[1.0, 5.0], &[4.0, 6.0]]).unwrap_err();
+    assert_eq!(e.kind, ProfileErrorKind::EdgeSlope { row: 1, col: 1 });
+    assert_eq!(
+        e.to_string(),
+        "prefill.ms: [1][1]: extrapolating past the last row or column would decrease"
+    );
+    let ok = table(&[1.0], &[0.0], &[&[3.0]]).unwrap();
+    let p = |o| PerfProfile::new("p".into(), String::new(), ok.clone(), ok.clone(), o);
+    assert_eq!(p(3.5).unwrap_err().kind, ProfileErrorKind::Overhead);
+    assert!(p(3.0).is_ok());
+}
+
+#[test]
+fn mixed_pass_pays_the_overhead_once() {
+    let pre = table(&[1.0, 1000.0], &[0.0], &[&[10.0], &[100.0]]).unwrap();
+    let dec = PerfTable::new(
+        TableKind::Decode,
+        ("batch", "context_tokens"),
+        vec![1.0, 64.0],
+        vec![0.0, 1e6],
+        &[vec![8.0, 20.0], vec![9.0, 30.0]],
+    )
+    .unwrap();
+    let prof = PerfProfile::new("t".into(), String::new(), pre, dec, 7.0).unwrap();
+    let m = ProfilePerf::new(Arc::new(prof), 1.0);
+    let mut mixed = Pass::on_pool(1 << 20);
+    mixed.add_prefill(1000, 0);
+    mixed.add_decode(0);
+    assert_eq!(m.pass(&Pass::prefill(1000, 0)), Duration::from_millis(100));
+    assert_eq!(m.pass(&Pass::decode(1, 0, 1)), Duration::from_millis(8));
+    assert_eq!(m.pass(&mixed), Duration::from_millis(101));
+    assert_eq!(m.pass(&Pass::default()), Duration::ZERO);
+    let fast = ProfilePerf::new(m.profile.clone(), 2.0);
+    assert_eq!(fast.pass(&mixed) * 2, m.pass(&mixed));
+}
+
+fn decode_table(shape: TableShape) -> PerfTable {
+    PerfTable::with_shape(
+        TableKind::Decode,
+        ("batch", "context_per_sequence"),
+        vec![1.0, 8.0],
+        vec![16.0, 1024.0],
+        &[vec![6.0, 7.0], vec![6.5, 6.8]],
+        shape,
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_as_given_table_needs_a_clamping_profile() {
+    // 6.8 < 7.0: a dip, refused as non-decreasing, kept as given.
+    let e = PerfTable::new(
+        TableKind::Decode,
+        ("batch", "context_per_sequence"),
+        vec![1.0, 8.0],
+        vec![16.0, 1024.0],
+        &[vec![6.0, 7.0], vec![6.5, 6.8]],
+    )
+    .unwrap_err();
+    assert_eq!(e.kind, ProfileErrorKind::Decreasing { row: 1, col: 1 });
+    let pre = table(&[1.0, 100.0], &[0.0], &[&[5.0], &[9.0]]).unwrap();
+    let dec = decode_table(TableShape::AsGiven);
+    let e = PerfProfile::new("a".into(), String::new(), pre.clone(), dec.clone(), 1.0);
+    assert_eq!(e.unwrap_err().kind, ProfileErrorKind::AsGivenNeedsClamp);
+    let p = PerfProfile::clamped("a".into(), String::new(), pre, dec, 1.0).unwrap();
+    assert_eq!(p.beyond_grid(), BeyondGrid::Clamp);
+    // The overhead is bounded by the true minimum, wherever it lies.
+    let low = decode_table(TableShape::AsGiven);
+    let pre = table(&[1.0, 100.0], &[0.0], &[&[5.0], &[9.0]]).unwrap();
+    assert_eq!(
+        PerfProfile::clamped("a".into(), String::new(), pre, low, 5.5)
+            .unwrap_err()
+            .kind,
+        ProfileErrorKind::Overhead
+    );
+}
+
+#[test]
+fn a_clamping_profile_holds_its_edge_and_counts_each_pass_past_it() {
+    let pre = table(&[1.0, 100.0], &[0.0, 50.0], &[&[5.0, 6.0], &[9.0, 12.0]]).unwrap();
+    let p = PerfProfile::clamped(
+        "c".into(),
+        String::new(),
+        pre,
+        decode_table(TableShape::AsGiven),
+        1.0,
+    )
+    .unwrap()
+    .with_decode_axis(DecodeAxis::ContextPerSequence);
+    let m = ProfilePerf::new(Arc::new(p), 1.0);
+    let ms = |pass: &Pass| m.pass(pass).as_secs_f64() * 1e3;
+    // Inside: no count. Per-sequence context: 8 sequences × 1024 each.
+    assert!((ms(&Pass::decode(8, 8 * 1024, 1)) - 6.8).abs() < 1e-9);
+    assert!((ms(&Pass::prefill(100, 50)) - 12.0).abs() < 1e-9);
+    assert_eq!(m.profile().beyond_grid_counts(), (0, 0));
+    // Past the last batch, the last context, or both: the edge's value.
+    assert!((ms(&Pass::decode(64, 64 * 16, 1)) - 6.5).abs() < 1e-9);
+    assert!((ms(&Pass::decode(8, 8 * 100_000, 1)) - 6.8).abs() < 1e-9);
+    assert!((ms(&Pass::prefill(10_000, 1_000)) - 12.0).abs() < 1e-9);
+    assert_eq!(m.profile().beyond_grid_counts(), (1, 2));
+    // Below the first point is the fixed cost, clamped and not counted.
+    assert!((ms(&Pass::decode(1, 1, 1)) - 6.0).abs() < 1e-9);
+    assert_eq!(m.profile().beyond_grid_counts(), (1, 2));
+    // A mixed pass past both grids counts once in each.
+    let mut mixed = Pass::prefill(500, 0);
+    mixed.add_decode(5000);
+    assert!((ms(&mixed) - (9.0 + 7.0 - 1.0)).abs() < 1e-9);
+    assert_eq!(m.profile().beyond_grid_counts(), (2, 3));
+}
+
+#[test]
+fn an_extrapolating_profile_counts_nothing() {
+    let t = table(&[1.0, 2.0], &[0.0], &[&[1.0], &[2.0]]).unwrap();
+    let p = PerfProfile::new("e".into(), String::new(), t.clone(), t, 1.0).unwrap();
+    let m = ProfilePerf::new(Arc::new(p), 1.0);
+    assert_eq!(m.pass(&Pass::prefill(4, 0)), Duration::from_millis(4));
+    assert_eq!(m.profile().beyond_grid_counts(), (0, 0));
+    assert_eq!(m.profile().decode_axis(), DecodeAxis::TotalContext);
+}

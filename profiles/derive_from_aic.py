@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""Export step-time profiles from NVIDIA AIConfigurator (AIC) into the
+mocker's profile format (profiles/README.md, "Format").
+
+Pinned to aiconfigurator 0.12.0 (PyPI, Apache-2.0). Not run in CI; the
+profiles it writes are committed data. Run it from the repository root:
+
+    python3 -m venv /tmp/venv-aic
+    /tmp/venv-aic/bin/pip install aiconfigurator==0.12.0
+    /tmp/venv-aic/bin/python profiles/derive_from_aic.py            # all
+    /tmp/venv-aic/bin/python profiles/derive_from_aic.py qwen3-8b   # one model
+
+For every (model, GPU, TP, backend) in TARGETS it compiles AIC's engine
+(`EngineHandle.compile(model, system, backend, tp_size=tp)`) and tabulates:
+
+- prefill: `predict_prefill_latency(1, cached + new, prefix=cached)` over
+  new tokens x cached tokens, both log-spaced up to the model's context;
+- decode: `predict_decode_latency(batch, context, osl=2)`, the time of one
+  decode step of `batch` sequences at `context` tokens each, over batch
+  1..1024 x context 16..131072 per sequence;
+- pass_overhead_ms: the fixed cost a mixed pass pays once, estimated from
+  `mixed_step_latency` at small shapes (prefill + decode - mixed, median),
+  kept between 0 and the smallest table value;
+- checks: AIC's raw predictions at a dozen probe shapes, mostly off the
+  grid, which the Rust test `aic_profiles` compares the mocker against.
+
+Tables hold AIC's predictions as they are (`"non_decreasing": false`): AIC
+is not monotone (its kernel tables pick different tiles as shapes grow, so
+a few more tokens may cost less); how often and how deep is recorded in
+`derivation`. Lookups past the grid clamp to
+its edge (`"beyond_grid": "clamp"`), counted in the run's report.
+"""
+
+import importlib.metadata
+import json
+import logging
+import os
+import statistics
+import sys
+
+AIC_VERSION = "0.12.0"
+
+# (slug, Hugging Face id as AIC knows it, tensor parallel size)
+MODELS = [
+    ("qwen3-8b", "Qwen/Qwen3-8B", 1),
+    ("llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", 1),
+    ("qwen3-32b", "Qwen/Qwen3-32B", 2),
+    ("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", 1),
+]
+# (slug, AIC system name)
+GPUS = [("h100", "h100_sxm"), ("h200", "h200_sxm"), ("b200", "b200_sxm"), ("a100", "a100_sxm")]
+BACKENDS = ["vllm", "sglang"]
+
+def log_axis(lo_exp, hi_exp, per_octave):
+    """Distinct integers round(2^(k / per_octave)) from 2^lo_exp to 2^hi_exp."""
+    return sorted({round(2 ** (k / per_octave)) for k in range(lo_exp * per_octave, hi_exp * per_octave + 1)})
+
+
+def step_axis(lo_exp, hi_exp):
+    """2^k and 1.5 * 2^k from 2^lo_exp to 2^hi_exp, each also plus one: AIC's
+    GEMM latencies jump just past multiples of their tile (prefill of 768 ->
+    769 tokens: +22% on A100), so the axis holds both sides of every jump
+    and interpolation keeps it a jump instead of smearing it over a segment."""
+    pts = set()
+    for k in range(lo_exp, hi_exp + 1):
+        for x in (2**k, 3 * 2 ** (k - 1) if k >= 1 else 1):
+            pts |= {x, x + 1}
+    return sorted(p for p in pts if 2**lo_exp <= p <= 2**hi_exp)
+
+
+# Dense enough that bilinear lookups between points stay within 2% of AIC
+# at the probe shapes.
+DECODE_BATCH = step_axis(0, 10)  # 1..1024
+DECODE_CONTEXT = log_axis(4, 17, 2)  # 16..131072 tokens per sequence
+# Prefill also at four points an octave: attention grows as new x (new +
+# cached), which a coarser axis would overestimate between points.
+PREFILL_NEW = sorted(set(step_axis(0, 17)) | set(log_axis(0, 17, 4)))  # cut at the context
+PREFILL_CACHED = [0] + sorted(set(log_axis(8, 17, 4)) | {2**k + 1 for k in range(8, 17)})
+
+# Probe shapes: (new, cached) prefills and (batch, context) decodes.
+# Cached prefixes are whole 64-token blocks: the SGLang core matches its
+# radix cache in 64-token KV-event blocks.
+PREFILL_PROBES = [(4096, 0), (4096, 12288), (1000, 0), (700, 1984), (5000, 3072), (20000, 0)]
+DECODE_PROBES = [(1, 1000), (64, 8192), (256, 1024), (256, 8192), (100, 3000), (700, 20000)]
+
+
+def axis_upto(axis, limit):
+    """Points of `axis` below `limit`, then `limit` itself."""
+    pts = [x for x in axis if x < limit]
+    return pts + [limit]
+
+
+def dips(rows):
+    """Cells below a neighbour before them along either axis, and the
+    deepest such dip relative to that neighbour: where AIC predicts less
+    time for more work (its kernel tables pick different tiles)."""
+    count, worst = 0, 0.0
+    for i, row in enumerate(rows):
+        for j, v in enumerate(row):
+            floor = max(rows[i - 1][j] if i else 0.0, row[j - 1] if j else 0.0)
+            if v < floor:
+                count += 1
+                worst = max(worst, 1.0 - v / floor)
+    return f"{count} cells (deepest {worst * 100:.1f}%)"
+
+
+def model_facts(hf_id):
+    """Layers, KV heads, head dim, context and weight bytes from AIC's copy
+    of the model's Hugging Face config (bf16 weights and KV)."""
+    import aiconfigurator_core
+
+    base = os.path.join(os.path.dirname(aiconfigurator_core.__file__), "model_configs")
+    with open(os.path.join(base, hf_id.replace("/", "--") + "_config.json")) as f:
+        c = json.load(f)
+    h, layers = c["hidden_size"], c["num_hidden_layers"]
+    heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    d = c.get("head_dim") or h // heads
+    attn = h * heads * d + 2 * h * kv * d + heads * d * h
+    if c.get("num_experts"):
+        mlp = c["num_experts"] * 3 * h * c["moe_intermediate_size"] + h * c["num_experts"]
+        active_intermediate = c["num_experts_per_tok"] * c["moe_intermediate_size"]
+    else:
+        mlp = 3 * h * c["intermediate_size"]
+        active_intermediate = c["intermediate_size"]
+    embed = c["vocab_size"] * h * (1 if c.get("tie_word_embeddings") else 2)
+    params = embed + layers * (attn + mlp + 2 * h) + h
+    return {
+        "hf_id": hf_id,
+        "layers": layers,
+        "kv_heads": kv,
+        "head_dim": d,
+        "kv_dtype_bytes": 2,
+        "weight_bytes": params * 2,
+        "max_context": c["max_position_embeddings"],
+        "hidden_size": h,
+        "active_intermediate_size": active_intermediate,
+        "vocab_size": c["vocab_size"],
+    }
+
+
+def gpu_memory(system):
+    import aiconfigurator_core
+    import yaml
+
+    path = os.path.join(os.path.dirname(aiconfigurator_core.__file__), "systems", system + ".yaml")
+    with open(path) as f:
+        return int(yaml.safe_load(f)["gpu"]["mem_capacity"])
+
+
+def backend_version(system, backend):
+    from aiconfigurator_core.sdk import perf_database
+
+    return str(perf_database.resolve_query_version(system, backend, "current"))
+
+
+def export(slug, hf_id, tp, gpu, system, backend):
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    e = EngineHandle.compile(hf_id, system, backend, tp_size=tp)
+    facts = model_facts(hf_id)
+    ctx = facts["max_context"]
+    new_axis = axis_upto(PREFILL_NEW, ctx)
+    cached_axis = axis_upto(PREFILL_CACHED, ctx)
+
+    def prefill(n, c):
+        return e.predict_prefill_latency(1, c + n, c)
+
+    def decode(b, l):
+        return e.predict_decode_latency(b, l, 2)
+
+    pre = [[prefill(n, c) for c in cached_axis] for n in new_axis]
+    dec = [[decode(b, l) for l in DECODE_CONTEXT] for b in DECODE_BATCH]
+    gaps = [
+        prefill(n, 0) + decode(b, 1024) - e.mixed_step_latency(n, b, 1024, 2, 0)
+        for n in (1, 128, 512)
+        for b in (1, 8)
+    ]
+    overhead = min(max(0.0, statistics.median(gaps)), min(map(min, pre)), min(map(min, dec)))
+    version = backend_version(system, backend)
+    name = f"{slug}-{gpu}-tp{tp}-{backend}"
+    r3 = lambda v: round(v, 4)
+    return name, {
+        "name": name,
+        "description": f"{hf_id}, TP {tp}, on {system} under {backend} {version}, as AIConfigurator predicts it",
+        "source": f"AIConfigurator {AIC_VERSION} (PyPI aiconfigurator, Apache-2.0, NVIDIA), "
+        f"EngineHandle.compile({hf_id!r}, {system!r}, {backend!r}, tp_size={tp}), "
+        f"perf database {system}/{backend}/{version}; exported by profiles/derive_from_aic.py",
+        "license": "Apache-2.0 (derived from AIConfigurator's perf database)",
+        "derivation": "prefill: predict_prefill_latency(1, cached + new, prefix=cached); "
+        "decode: predict_decode_latency(batch, context, osl=2) per step; "
+        f"tables as AIC predicts them, not forced non-decreasing: AIC is below an earlier point in prefill {dips(pre)}, decode {dips(dec)}; "
+        f"pass_overhead_ms: median of prefill + decode - mixed_step_latency at small shapes",
+        "deployment": {
+            "backend": backend,
+            "backend_version": version,
+            "gpu": gpu,
+            "gpu_memory_bytes": gpu_memory(system),
+            "tp": tp,
+            "model": slug,
+            "hf_id": hf_id,
+            "layers": facts["layers"],
+            "kv_heads": facts["kv_heads"],
+            "head_dim": facts["head_dim"],
+            "kv_dtype_bytes": facts["kv_dtype_bytes"],
+            "weight_bytes": facts["weight_bytes"],
+            "max_context": ctx,
+            "hidden_size": facts["hidden_size"],
+            "active_intermediate_size": facts["active_intermediate_size"],
+            "vocab_size": facts["vocab_size"],
+        },
+        "beyond_grid": "clamp",
+        "non_decreasing": False,
+        "pass_overhead_ms": r3(overhead),
+        "prefill": {
+            "new_tokens": new_axis,
+            "cached_tokens": cached_axis,
+            "ms": [[r3(v) for v in row] for row in pre],
+        },
+        "decode": {
+            "batch": DECODE_BATCH,
+            "context_per_sequence": DECODE_CONTEXT,
+            "ms": [[r3(v) for v in row] for row in dec],
+        },
+        "checks": {
+            "prefill": [[n, c, r3(prefill(n, c))] for n, c in PREFILL_PROBES],
+            "decode": [[b, l, r3(decode(b, l))] for b, l in DECODE_PROBES],
+        },
+    }
+
+
+def dump(value, indent=0):
+    """JSON with every list of numbers on one line (small, diffable)."""
+    pad = " " * (indent + 1)
+    if isinstance(value, dict):
+        items = [f"{pad}{json.dumps(k)}: {dump(v, indent + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    if isinstance(value, list) and any(isinstance(v, (list, dict)) for v in value):
+        items = [pad + dump(v, indent + 1) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+    return json.dumps(value)
+
+
+def main(argv):
+    got = importlib.metadata.version("aiconfigurator")
+    if got != AIC_VERSION:
+        sys.exit(f"aiconfigurator {got} installed; this script is pinned to {AIC_VERSION}")
+    logging.disable(logging.WARNING)
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "aic")
+    os.makedirs(here, exist_ok=True)
+    missing = []
+    for slug, hf_id, tp in MODELS:
+        if argv and slug not in argv:
+            continue
+        for gpu, system in GPUS:
+            for backend in BACKENDS:
+                try:
+                    name, prof = export(slug, hf_id, tp, gpu, system, backend)
+                except Exception as ex:  # AIC lacks the combination
+                    missing.append(f"{slug} {gpu} tp{tp} {backend}: {ex}")
+                    print("missing:", missing[-1], file=sys.stderr)
+                    continue
+                with open(os.path.join(here, name + ".json"), "w") as f:
+                    f.write(dump(prof) + "\n")
+                print(name, file=sys.stderr)
+    for m in missing:
+        print("AIC lacks", m)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
