@@ -432,10 +432,11 @@ impl DeployArgs {
     }
 
     /// The step-time model of `--perf` (a profile is read and checked
-    /// here), else with `--model` its profile, else Dynamo's polynomial.
+    /// here), else the profile of `--model` on `--gpu` (by default
+    /// Qwen3-8B on an H100: [`crate::hardware_args::DEFAULT_MODEL`]).
     pub fn perf(&self) -> Result<PerfChoice, String> {
         let Some(other) = self.perf.as_deref() else {
-            return Ok(match self.hardware.select(self.backend())? {
+            return Ok(match self.hardware()? {
                 Some(s) => PerfChoice::Profile(Arc::new(s.file.profile)),
                 None => PerfChoice::DynamoPolynomial,
             });
@@ -463,7 +464,7 @@ impl DeployArgs {
     pub fn engines(&self) -> Result<(EngineSpec, EngineSpec), String> {
         let pass_speedup = self.pass_speedup_ratio()?;
         let perf = self.perf()?;
-        let hw = self.hardware.select(self.backend())?;
+        let hw = self.hardware()?;
         let backend = self.backend();
         let block_size = self
             .block_size
@@ -500,7 +501,7 @@ impl DeployArgs {
     pub fn transfer(&self) -> Result<TransferModel, String> {
         let bandwidth = self.bandwidth_gbps * 1e9;
         let base = Duration::from_secs_f64(self.transfer_ms / 1e3);
-        let bytes_per_token = match (self.bytes_per_token, self.hardware.select(self.backend())?) {
+        let bytes_per_token = match (self.bytes_per_token, self.hardware()?) {
             (Some(b), _) => b,
             (None, Some(s)) => s.model.kv_bytes_per_token(),
             (None, None) => 131_072,

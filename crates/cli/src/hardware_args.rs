@@ -1,12 +1,18 @@
 //! `--model`, `--gpu`, `--tp`, `--gpu-memory-utilization`: a served model
 //! on a GPU, which picks the AIConfigurator profile of the backend and
-//! sizes KV per token and the pool from the model (only when given: without
-//! them every default stays as it was).
+//! sizes KV per token and the pool from the model.
 //!
-//! Profiles live in `profiles/aic/` as `MODEL-GPU-tpN-BACKEND.json`
-//! (written by `profiles/derive_from_aic.py`); the folder is found beside
-//! the source tree the binary was built from unless `--profiles-dir` says
-//! otherwise.
+//! Without `--model`, `--gpu` and `--perf` a run imitates
+//! [`DEFAULT_MODEL`] on [`DEFAULT_GPU`]: a measured profile, not a fitted
+//! curve, and an 8B dense model on an H100 is the most common single-GPU
+//! disaggregated deployment in the vLLM, SGLang and Dynamo examples. An
+//! explicit `--perf` without `--model` keeps the model-free defaults
+//! (262144-token pools, 131072 bytes per token), so comparisons with
+//! Dynamo's mocker (`--perf dynamo-polynomial`) run as they always have.
+//!
+//! Profiles are `MODEL-GPU-tpN-BACKEND.json` (written by
+//! `profiles/derive_from_aic.py`): those of `profiles/aic/` are built into
+//! the binary; `--profiles-dir` reads another folder instead.
 
 use clap::Args;
 use handoff_core::Backend;
@@ -14,8 +20,12 @@ use handoff_serving::hardware::ModelOnGpu;
 use handoff_serving::profile_file::{self, ProfileFile};
 use std::path::{Path, PathBuf};
 
-/// The exported profiles of the source tree.
-pub const DEFAULT_PROFILES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles/aic");
+include!(concat!(env!("OUT_DIR"), "/aic_profiles.rs"));
+
+/// The model a run imitates without `--model`, `--gpu` and `--perf`.
+pub const DEFAULT_MODEL: &str = "qwen3-8b";
+/// The GPU of [`DEFAULT_MODEL`].
+pub const DEFAULT_GPU: &str = "h100";
 
 /// Most profile files a folder may list (bounds the scan).
 const MAX_PROFILES: usize = 4096;
@@ -28,11 +38,12 @@ pub struct HardwareArgs {
     /// --backend as the step-time model unless --perf is given, and sizes
     /// KV bytes per token and each worker's pool from the model unless
     /// --bytes-per-token / --*-kv-tokens are given (`serve` without --gpu:
-    /// only the name served) [default: none; the profiles are listed in
-    /// profiles/README.md].
+    /// only the name served) [default: qwen3-8b on h100 unless --perf is
+    /// given; the profiles are listed in profiles/README.md].
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
-    /// GPU of every worker (h100, h200, b200, a100), with --model.
+    /// GPU of every worker (h100, h200, b200, a100), with --model
+    /// [default: h100 with the default model].
     #[arg(long, value_name = "NAME")]
     pub gpu: Option<String>,
     /// GPUs per worker, tensor-parallel, with --model [default: the
@@ -44,8 +55,8 @@ pub struct HardwareArgs {
     /// [default: vllm 0.9; sglang its own reserve heuristic].
     #[arg(long, value_name = "FRACTION", requires = "model")]
     pub gpu_memory_utilization: Option<f64>,
-    /// Folder of exported profiles, with --model [default: profiles/aic of
-    /// the source tree].
+    /// Folder of exported profiles, with --model [default: the profiles
+    /// built in, from profiles/aic].
     #[arg(long, value_name = "DIR", requires = "model")]
     pub profiles_dir: Option<PathBuf>,
 }
@@ -102,6 +113,16 @@ impl std::fmt::Display for ProfileKey {
     }
 }
 
+/// The profiles built in, sorted.
+pub fn embedded_profiles() -> Vec<ProfileKey> {
+    let mut keys: Vec<ProfileKey> = EMBEDDED
+        .iter()
+        .filter_map(|(n, _)| ProfileKey::parse(n))
+        .collect();
+    keys.sort();
+    keys
+}
+
 /// The profiles in `dir`, sorted.
 pub fn list_profiles(dir: &Path) -> Result<Vec<ProfileKey>, String> {
     let entries =
@@ -131,28 +152,31 @@ impl HardwareArgs {
     pub fn select(&self, backend: Backend) -> Result<Option<Selected>, String> {
         let (model, gpu) = match (&self.model, &self.gpu) {
             (None, None) => return Ok(None),
-            (Some(m), Some(g)) => (m, g),
+            (Some(m), Some(g)) => (m.as_str(), g.as_str()),
             (Some(m), None) => return Err(format!("--model {m}: needs --gpu to pick a profile")),
             (None, Some(g)) => return Err(format!("--gpu {g}: needs --model")),
         };
-        let dir = self
-            .profiles_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_PROFILES_DIR));
-        let all = list_profiles(&dir)?;
+        self.select_for(model, gpu, backend).map(Some)
+    }
+
+    /// The profile of `model` on `gpu` (and `--tp`) for `backend`.
+    fn select_for(&self, model: &str, gpu: &str, backend: Backend) -> Result<Selected, String> {
+        let (all, place) = match &self.profiles_dir {
+            Some(dir) => (list_profiles(dir)?, dir.display().to_string()),
+            None => (embedded_profiles(), "the profiles built in".to_string()),
+        };
         let wanted = |k: &&ProfileKey| {
-            k.model == *model
-                && k.gpu == *gpu
+            k.model == model
+                && k.gpu == gpu
                 && k.backend == backend.name()
                 && self.tp.is_none_or(|t| t == k.tp)
         };
         let Some(key) = all.iter().find(wanted) else {
             let have: Vec<String> = all.iter().map(|k| k.to_string()).collect();
             return Err(format!(
-                "--model {model} --gpu {gpu}{} --backend {}: no profile in {}; there are: {}",
+                "--model {model} --gpu {gpu}{} --backend {}: no profile in {place}; there are: {}",
                 self.tp.map(|t| format!(" --tp {t}")).unwrap_or_default(),
                 backend.name(),
-                dir.display(),
                 if have.is_empty() {
                     "none".into()
                 } else {
@@ -160,13 +184,26 @@ impl HardwareArgs {
                 }
             ));
         };
-        let path = dir.join(key.file_name());
-        let file = profile_file::load_file(&path).map_err(|e| format!("--model: {e}"))?;
+        let name = key.file_name();
+        let (file, path) = match &self.profiles_dir {
+            Some(dir) => {
+                let path = dir.join(&name);
+                let file = profile_file::load_file(&path).map_err(|e| format!("--model: {e}"))?;
+                (file, path.display().to_string())
+            }
+            None => {
+                let text = EMBEDDED
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or("", |(_, t)| *t);
+                let origin = format!("profiles/aic/{name}");
+                let file =
+                    profile_file::parse_file(text, &origin).map_err(|e| format!("--model: {e}"))?;
+                (file, origin)
+            }
+        };
         let Some(m) = file.deployment.clone() else {
-            return Err(format!(
-                "--model: {}: has no deployment section",
-                path.display()
-            ));
+            return Err(format!("--model: {path}: has no deployment section"));
         };
         let same = m.model == key.model
             && m.gpu == key.gpu
@@ -174,19 +211,30 @@ impl HardwareArgs {
             && m.backend.name() == key.backend;
         if !same {
             return Err(format!(
-                "--model: {}: its deployment ({} on {} TP {} under {}) is not its name's",
-                path.display(),
+                "--model: {path}: its deployment ({} on {} TP {} under {}) is not its name's",
                 m.model,
                 m.gpu,
                 m.tp,
                 m.backend.name()
             ));
         }
-        Ok(Some(Selected { file, model: m }))
+        Ok(Selected { file, model: m })
     }
 }
 
 impl crate::args::DeployArgs {
+    /// The profile and model a run imitates: `--model`/`--gpu`'s, else
+    /// (no `--perf` either) [`DEFAULT_MODEL`] on [`DEFAULT_GPU`], else none.
+    pub(crate) fn hardware(&self) -> Result<Option<Selected>, String> {
+        let h = &self.hardware;
+        if h.model.is_none() && h.gpu.is_none() && self.perf.is_none() {
+            return h
+                .select_for(DEFAULT_MODEL, DEFAULT_GPU, self.backend())
+                .map(Some);
+        }
+        h.select(self.backend())
+    }
+
     /// The KV pool of `--prefill-kv-tokens` (`decode`: `--decode-kv-tokens`),
     /// else sized from `--model` on `--gpu`, else 262144 tokens.
     pub(crate) fn kv_tokens(&self, decode: bool, hw: Option<&Selected>) -> Result<u64, String> {
@@ -246,9 +294,11 @@ mod tests {
     }
 
     #[test]
-    fn every_shipped_profile_is_selectable_and_consistent() {
-        let all = list_profiles(Path::new(DEFAULT_PROFILES_DIR)).unwrap();
+    fn every_shipped_profile_is_built_in_selectable_and_consistent() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles/aic");
+        let all = list_profiles(Path::new(dir)).unwrap();
         assert!(all.len() >= 32, "{all:?}");
+        assert_eq!(all, embedded_profiles(), "the binary holds every profile");
         for k in &all {
             let backend = if k.backend == "vllm" {
                 Backend::Vllm
@@ -325,8 +375,21 @@ mod tests {
 
     #[test]
     fn model_and_gpu_pick_the_profile_and_size_kv_unless_told() {
-        // Without --model: the defaults as before.
+        // Without --model, --gpu and --perf: the default model's profile,
+        // KV bytes and pool.
         let d = deploy(&[]).unwrap();
+        let (p, dec) = d.engines().unwrap();
+        assert_eq!(p.perf.label(), "profile:qwen3-8b-h100-tp1-vllm");
+        let m = args(DEFAULT_MODEL, DEFAULT_GPU, None)
+            .select(Backend::Vllm)
+            .unwrap()
+            .unwrap()
+            .model;
+        assert_eq!(bytes_per_token(&d), m.kv_bytes_per_token());
+        assert_eq!(p.kv_tokens, dec.kv_tokens);
+        assert_ne!(p.kv_tokens, 262_144);
+        // An explicit --perf without --model: the model-free defaults.
+        let d = deploy(&["--perf", "dynamo-polynomial"]).unwrap();
         let (p, dec) = d.engines().unwrap();
         assert_eq!(p.perf.label(), "dynamo-polynomial");
         assert_eq!(
