@@ -35,7 +35,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,17 +42,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import openai
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_serve import MODEL, SYSTEM, Server, free_port  # noqa: E402
+from harness import MODEL, Checks, Server, free_port  # noqa: E402
+from test_serve import SYSTEM  # noqa: E402
 from wordlevel import WORDS, tokenizer_json  # noqa: E402
 
 VLLM_ROUTER = shlex.split(os.environ.get("VLLM_ROUTER", "target/venv/bin/vllm-router"))
 SMG = shlex.split(os.environ.get("SMG", "target/venv-smg/bin/python -m smg"))
 REQUESTS = 200
 CONCURRENCY = 16
-
-
-class Skip(Exception):
-    """The case cannot run on this build (says why)."""
 
 
 def http(url: str, body: dict | None = None, timeout: float = 10) -> tuple[int, bytes]:
@@ -530,30 +526,14 @@ def test_smg_sglang(log_dir: str) -> None:
 def main() -> int:
     log_dir = os.environ.get("ROUTER_LOG_DIR", "target/router-logs")
     os.makedirs(log_dir, exist_ok=True)
-    passed = failed = skipped = 0
-
-    def run(name, fn, *args) -> None:
-        nonlocal passed, failed, skipped
-        t0 = time.time()
-        try:
-            fn(*args)
-            passed += 1
-            print(f"ok   {name} ({time.time() - t0:.1f}s)", flush=True)
-        except Skip as e:
-            skipped += 1
-            print(f"skip {name}: {e}", flush=True)
-        except Exception:  # noqa: BLE001 - report every failure and go on
-            failed += 1
-            print(f"FAIL {name} (router logs in {log_dir})", flush=True)
-            traceback.print_exc()
-
+    checks = Checks(fail_note=f" (router logs in {log_dir})")
+    run = checks.run
     run("vllm-router --vllm-pd-disaggregation", test_vllm_router, log_dir)
     run("vllm-router kv_aware prefill policy", test_vllm_router_kv_aware, log_dir)
     run("smg PD --backend vllm, command-line workers", test_smg_vllm, log_dir, False)
     run("smg PD --backend vllm, POST /workers", test_smg_vllm, log_dir, True)
     run("smg PD --backend sglang", test_smg_sglang, log_dir)
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed else 0
+    return checks.report(skipped=True)
 
 
 if __name__ == "__main__":

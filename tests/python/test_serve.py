@@ -6,14 +6,9 @@ failure.
 """
 
 import json
-import os
-import socket
-import subprocess
 import sys
 import threading
 import time
-import traceback
-import urllib.error
 import urllib.request
 from typing import Any
 
@@ -21,10 +16,9 @@ import msgspec
 import openai
 import zmq
 from msgspec.msgpack import Decoder
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-BIN = os.environ["HANDOFF_MOCKER"]
-MODEL = "mock-model"
+from harness import MODEL, Checks, Server, free_port, read_stream
+
 BLOCK = 16
 
 
@@ -85,106 +79,6 @@ def content_hash(tokens: list[int]) -> int:
 def stand_in(x: int, i: int) -> int:
     """Stand-in token i of content x (README, "Reproducing our hashes")."""
     return mix64(mix64(x) ^ i) & 0x7FFFFFFF
-
-
-def free_port(n: int = 1) -> int:
-    """A base port with n free consecutive ports after it."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
-
-
-class Server:
-    def __init__(self, *extra: str, prefill: int = 1, decode: int = 1):
-        workers = prefill + decode
-        self.port = free_port()
-        self.kv = free_port(workers)
-        self.replay = free_port(workers)
-        args = [
-            BIN, "serve", "--http", f"127.0.0.1:{self.port}", "--model", MODEL,
-            "--prefill", str(prefill), "--decode", str(decode),
-            "--kv-events", f"tcp://127.0.0.1:{self.kv}",
-            "--kv-replay", f"tcp://127.0.0.1:{self.replay}",
-            *extra,
-        ]
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                if self.get("/ready")[0] == 200:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited: {self.proc.stderr.read()}")
-            time.sleep(0.05)
-        raise RuntimeError("serve did not become ready")
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-
-    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        req = urllib.request.Request(
-            self.url + path, data=body, headers={"content-type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0)
-
-    def workers(self) -> dict:
-        return json.loads(self.get("/debug/workers")[1])
-
-    def wait_drained(self, timeout: float = 20) -> dict:
-        deadline = time.time() + timeout
-        while True:
-            v = self.workers()
-            if v["in_flight"] == 0 and all(w["drained"] for w in v["workers"]):
-                return v
-            if time.time() > deadline:
-                raise AssertionError(f"workers not drained: {v}")
-            time.sleep(0.05)
-
-    def metrics(self) -> dict:
-        status, text = self.get("/metrics")
-        assert status == 200
-        samples = {}
-        for fam in text_string_to_metric_families(text.decode()):
-            for s in fam.samples:
-                samples[(s.name, s.labels.get("engine"))] = s.value
-        return samples
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
-        assert self.proc.returncode == 0, self.proc.stderr.read()
 
 
 class Subscriber:
@@ -398,20 +292,10 @@ def test_metrics_match_capacity_snapshots(s: Server) -> None:
 
 
 def test_disconnect_mid_stream_drains(s: Server) -> None:
-    body = json.dumps({
+    conn = read_stream(s.port, {
         "model": MODEL, "prompt": SYSTEM + "long answer please", "max_tokens": 20000,
         "ignore_eos": True, "stream": True,
-    }).encode()
-    conn = socket.create_connection(("127.0.0.1", s.port))
-    conn.sendall(
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
-    )
-    got = b""
-    while got.count(b"data: ") < 5:
-        chunk = conn.recv(4096)
-        assert chunk, "stream ended early"
-        got += chunk
+    }, 5)
     v = s.workers()
     assert v["open_streams"] == 1 and not all(w["drained"] for w in v["workers"])
     conn.close()
@@ -571,20 +455,8 @@ def test_disaggregation_proxy() -> None:
 
 
 def main() -> int:
-    passed = failed = 0
-
-    def run(name, fn, *args) -> None:
-        nonlocal passed, failed
-        t0 = time.time()
-        try:
-            fn(*args)
-            passed += 1
-            print(f"ok   {name} ({time.time() - t0:.1f}s)", flush=True)
-        except Exception:  # noqa: BLE001 - report every failure and go on
-            failed += 1
-            print(f"FAIL {name}", flush=True)
-            traceback.print_exc()
-
+    checks = Checks()
+    run = checks.run
     # A small prefill pool (128 blocks), so that the KV event check sees evictions.
     s = Server("--prefill-kv-tokens", "2048")
     sub = Subscriber(s)
@@ -599,8 +471,7 @@ def main() -> int:
         s.stop()
     run("reservation publishes nothing before activation", test_reservation_publishes_nothing_before_activation)
     run("disaggregation proxy", test_disaggregation_proxy)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return checks.report()
 
 
 if __name__ == "__main__":

@@ -24,22 +24,17 @@ Prints "N passed, N failed" and exits non-zero on any failure.
 import concurrent.futures
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import traceback
-import urllib.error
-import urllib.request
 
 import openai
 import requests
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-BIN = os.environ["HANDOFF_MOCKER"]
-MODEL = "mock-model"
+from harness import MODEL, Checks, Server, free_port, get, read_stream
+
 PREFILL, DECODE = 2, 2
 TIMEOUT_S = 2.0
 PROMPTS = [
@@ -48,57 +43,22 @@ PROMPTS = [
 ]
 
 
-def free_port(n: int = 1) -> int:
-    """A base port with n free consecutive ports after it."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
-
-
-def get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
 class Deployment:
     """`serve --backend sglang` with per-worker listeners, and
     `sglang-router` in PD mode in front of them."""
 
     def __init__(self, prefill: int = PREFILL, decode: int = DECODE, dp_size: int = 1) -> None:
-        self.port = free_port()
         self.base = free_port(prefill + decode)
-        self.serve = subprocess.Popen(
-            [
-                BIN, "serve", "--backend", "sglang", "--model", MODEL,
-                "--prefill", str(prefill), "--decode", str(decode),
-                "--dp-size", str(dp_size),
-                "--http", f"127.0.0.1:{self.port}",
-                "--worker-http-base-port", str(self.base),
-                "--bootstrap-timeout-s", str(TIMEOUT_S),
-                # A visible transfer, so the reservation gauges can be seen.
-                "--transfer", "fixed", "--transfer-ms", "40",
-            ],
-            stderr=subprocess.PIPE, text=True,
+        self.serve = Server(
+            "--backend", "sglang",
+            "--dp-size", str(dp_size),
+            "--worker-http-base-port", str(self.base),
+            "--bootstrap-timeout-s", str(TIMEOUT_S),
+            # A visible transfer, so the reservation gauges can be seen.
+            "--transfer", "fixed", "--transfer-ms", "40",
+            prefill=prefill, decode=decode, kv=False,
         )
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.wait(lambda: get(self.url + "/ready")[0] == 200, self.serve, "serve")
+        self.port, self.url = self.serve.port, self.serve.url
         self.workers = [f"http://127.0.0.1:{self.base + i}" for i in range(prefill + decode)]
         self.router_port = free_port()
         self.router_log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
@@ -152,7 +112,7 @@ class Deployment:
         return openai.OpenAI(base_url=self.router_url + "/v1", api_key="unused", max_retries=0)
 
     def debug(self) -> dict:
-        return json.loads(get(self.url + "/debug/workers")[1])
+        return self.serve.workers()
 
     def wait_drained(self, timeout: float = 20) -> dict:
         deadline = time.time() + timeout
@@ -171,20 +131,12 @@ class Deployment:
             time.sleep(0.05)
 
     def metrics(self) -> dict:
-        status, text = get(self.url + "/metrics")
-        assert status == 200
-        out = {}
-        for fam in text_string_to_metric_families(text.decode()):
-            for s in fam.samples:
-                out[(s.name, s.labels.get("engine"))] = s.value
-        return out
+        return self.serve.metrics()
 
     def stop(self) -> None:
-        for p in (self.router, self.serve):
-            p.terminate()
+        self.router.terminate()
+        self.serve.stop()
         self.router.wait(timeout=30)
-        self.serve.wait(timeout=30)
-        assert self.serve.returncode == 0, self.serve.stderr.read()
         self.router_log.close()
         os.unlink(self.router_log.name)
 
@@ -307,19 +259,9 @@ def test_a_leg_without_its_partner_times_out(d: Deployment) -> None:
 
 
 def test_a_client_that_leaves_mid_stream_frees_both_sides(d: Deployment) -> None:
-    body = json.dumps({
+    conn = read_stream(d.router_port, {
         "model": MODEL, "prompt": PROMPTS[1], "max_tokens": 20000, "ignore_eos": True, "stream": True,
-    }).encode()
-    conn = socket.create_connection(("127.0.0.1", d.router_port))
-    conn.sendall(
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
-    )
-    got = b""
-    while got.count(b"data: ") < 5:
-        chunk = conn.recv(4096)
-        assert chunk, "the stream ended early"
-        got += chunk
+    }, 5)
     v = d.debug()
     assert v["in_flight"] == 1 and not all(w["drained"] for w in v["workers"]), v
     conn.close()
@@ -364,20 +306,8 @@ def test_dp2_pairs_land_on_room_mod_2(d: Deployment) -> None:
 
 
 def main() -> int:
-    passed = failed = 0
-
-    def run(name, fn, *args) -> None:
-        nonlocal passed, failed
-        t0 = time.time()
-        try:
-            fn(*args)
-            passed += 1
-            print(f"ok   {name} ({time.time() - t0:.1f}s)", flush=True)
-        except Exception:  # noqa: BLE001 - report every failure and go on
-            failed += 1
-            print(f"FAIL {name}", flush=True)
-            traceback.print_exc()
-
+    checks = Checks()
+    run = checks.run
     d = Deployment()
     try:
         run("sglang-router runs 200 requests", test_router_runs_200_requests, d)
@@ -390,15 +320,14 @@ def main() -> int:
         raise
     finally:
         d.stop()
-    if failed:
+    if checks.failed:
         print(d.logs() if not d.router_log.closed else "")
     d2 = Deployment(prefill=1, decode=1, dp_size=2)
     try:
         run("dp-size 2: pairs land on rank bootstrap_room % 2", test_dp2_pairs_land_on_room_mod_2, d2)
     finally:
         d2.stop()
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return checks.report()
 
 
 if __name__ == "__main__":

@@ -16,12 +16,12 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 
 import cbor2
 from tokenizers import Tokenizer
 
-from test_serve import BLOCK, MODEL, BlockStored, Server, Subscriber
+from harness import MODEL, Checks, Server
+from test_serve import BLOCK, BlockStored, Subscriber
 from wordlevel import WORDS, tokenizer_json
 
 SEED = "42"
@@ -100,20 +100,10 @@ def test_router_side_hashes_find_the_published_blocks() -> None:
 
 
 def main() -> int:
-    passed = failed = 0
-    for name, fn in [("router-side vLLM hashes find the published blocks",
-                      test_router_side_hashes_find_the_published_blocks)]:
-        t0 = time.time()
-        try:
-            fn()
-            passed += 1
-            print(f"ok   {name} ({time.time() - t0:.1f}s)", flush=True)
-        except Exception:  # noqa: BLE001 - report every failure and go on
-            failed += 1
-            print(f"FAIL {name}", flush=True)
-            traceback.print_exc()
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    checks = Checks()
+    checks.run("router-side vLLM hashes find the published blocks",
+               test_router_side_hashes_find_the_published_blocks)
+    return checks.report()
 
 
 if __name__ == "__main__":

@@ -11,39 +11,12 @@
 
 mod common;
 
-use bytes::Bytes;
-use common::Server;
+use common::{Server, Shared};
 use handoff_core::{Backend, DpLayout, HandoffConfig};
-use handoff_serve::vllm_wire::END_SEQ;
-use handoff_serve::{serve_workers_until, KvEndpoints, RouterEventWriter, ServeConfig};
+use handoff_serve::{RouterEventWriter, ServeConfig};
 use handoff_serving::{EngineSpec, ReplayConfig};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
-
-/// A `Write` the test reads after the server stopped.
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("not poisoned").extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 struct Running {
     http: SocketAddr,
@@ -72,57 +45,20 @@ fn start(backend: Backend) -> Running {
         ..ReplayConfig::default()
     };
     // One publisher and one replay socket per rank.
-    let ep = KvEndpoints {
-        publish: (0..4)
-            .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
-            .collect(),
-        replay: (0..4)
-            .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
-            .collect(),
-        topic: String::new(),
-        encoding: Default::default(),
-    };
+    let ep = common::kv_endpoints(4);
     let jsonl = Shared::default();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let (atx, arx) = std::sync::mpsc::channel();
-    let (kv, sink) = (ep.clone(), jsonl.clone());
-    let thread = std::thread::spawn(move || {
-        serve_workers_until(
-            ServeConfig {
-                cfg,
-                specs: vec![spec; 4],
-                speed: 1.0,
-                http: "127.0.0.1:0".into(),
-                model: "m".into(),
-                max_model_len: 65_536,
-                kv: Some(kv),
-                kv_jsonl: Some(RouterEventWriter::new(Box::new(sink))),
-                worker_http: vec![(0, "127.0.0.1:0".into()), (1, "127.0.0.1:0".into())],
-                bootstrap_timeout_s: 300.0,
-                tokenizer: Default::default(),
-                hash_mode: Default::default(),
-                http_timeouts: Default::default(),
-            },
-            move |l| {
-                let _ = atx.send(l);
-            },
-            async move {
-                let _ = rx.await;
-            },
-        )
+    let (l, server) = common::start(ServeConfig {
+        kv: Some(ep.clone()),
+        kv_jsonl: Some(RouterEventWriter::new(Box::new(jsonl.clone()))),
+        worker_http: common::worker_listeners(2),
+        ..common::loopback(cfg, vec![spec; 4])
     });
-    let l = arx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the server listens");
     Running {
         http: l.http,
-        workers: l.workers.iter().map(|(_, a)| *a).collect(),
+        workers: common::worker_addrs(&l),
         replay: ep.replay,
         jsonl,
-        server: Server {
-            stop: Some(tx),
-            thread: Some(thread),
-        },
+        server,
     }
 }
 
@@ -156,27 +92,11 @@ fn get(to: SocketAddr, path: &str) -> Value {
 
 /// The `data_parallel_rank` of every batch scheduler `replay` published.
 async fn batch_ranks(replay: &str) -> Vec<u64> {
-    let mut dealer = zeromq::DealerSocket::new();
-    dealer.connect(replay).await.expect("connect");
-    let ask = vec![Bytes::new(), Bytes::copy_from_slice(&0u64.to_be_bytes())];
-    dealer
-        .send(ZmqMessage::try_from(ask).expect("frames"))
+    common::replay_batches(replay)
         .await
-        .expect("send");
-    let mut out = Vec::new();
-    loop {
-        let f = tokio::time::timeout(Duration::from_secs(10), dealer.recv())
-            .await
-            .expect("replay answers")
-            .expect("recv")
-            .into_vec();
-        if f[2].is_empty() {
-            assert_eq!(&f[1][..], &END_SEQ[..]);
-            return out;
-        }
-        let batch = rmpv::decode::read_value(&mut &f[2][..]).expect("msgpack");
-        out.push(batch.as_array().expect("batch")[2].as_u64().expect("rank"));
-    }
+        .iter()
+        .map(|batch| batch.as_array().expect("batch")[2].as_u64().expect("rank"))
+        .collect()
 }
 
 #[test]
@@ -273,7 +193,7 @@ fn legs_land_on_room_mod_dp_size_and_everything_is_per_rank() {
         ]
     );
     // Dynamo's RouterEvents name the worker and the rank.
-    let text = String::from_utf8(s.jsonl.0.lock().unwrap().clone()).expect("utf-8");
+    let text = s.jsonl.text();
     let mut seen = std::collections::BTreeSet::new();
     for line in text.lines() {
         let e: Value = serde_json::from_str(line).expect("json line");

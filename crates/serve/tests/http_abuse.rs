@@ -9,7 +9,7 @@ mod common;
 
 use common::Server;
 use handoff_serve::accept::HttpTimeouts;
-use handoff_serve::{serve_until, ServeConfig};
+use handoff_serve::ServeConfig;
 use handoff_serving::{EngineSpec, ReplayConfig};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -24,51 +24,14 @@ const CLOSED_WITHIN: Duration = Duration::from_secs(5);
 const GOOD: &str = r#"{"model":"m","prompt":"hello there","max_tokens":3,"ignore_eos":true}"#;
 
 fn start() -> (SocketAddr, Server) {
-    let cfg = ReplayConfig {
-        prefill_workers: 1,
-        decode_workers: 1,
-        ..ReplayConfig::default()
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let (atx, arx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        serve_until(
-            ServeConfig {
-                cfg,
-                specs: vec![EngineSpec::default(); 2],
-                speed: 1.0,
-                http: "127.0.0.1:0".into(),
-                http_timeouts: HttpTimeouts {
-                    header: TIMEOUT,
-                    body: TIMEOUT,
-                },
-                model: "m".into(),
-                max_model_len: 65_536,
-                kv: None,
-                kv_jsonl: None,
-                worker_http: Vec::new(),
-                bootstrap_timeout_s: 300.0,
-                tokenizer: Default::default(),
-                hash_mode: Default::default(),
-            },
-            move |a| {
-                let _ = atx.send(a);
-            },
-            async move {
-                let _ = rx.await;
-            },
-        )
-    });
-    let addr = arx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the server listens");
-    (
-        addr,
-        Server {
-            stop: Some(tx),
-            thread: Some(thread),
+    let (l, server) = common::start(ServeConfig {
+        http_timeouts: HttpTimeouts {
+            header: TIMEOUT,
+            body: TIMEOUT,
         },
-    )
+        ..common::loopback_pd(ReplayConfig::default(), EngineSpec::default())
+    });
+    (l.http, server)
 }
 
 fn connect(to: SocketAddr) -> TcpStream {

@@ -7,11 +7,8 @@
 mod common;
 
 use common::Server;
-use handoff_serve::{serve_until, ServeConfig};
 use handoff_serving::{EngineSpec, ReplayConfig};
-use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
 
 struct Running {
     addr: SocketAddr,
@@ -25,48 +22,10 @@ impl Running {
 
     /// One prefill and one decode worker of `spec`'s engine.
     fn start_with(base: ReplayConfig, spec: EngineSpec) -> Running {
-        let cfg = ReplayConfig {
-            prefill_workers: 1,
-            decode_workers: 1,
-            ..base
-        };
-        let specs = vec![spec; 2];
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let (atx, arx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            serve_until(
-                ServeConfig {
-                    cfg,
-                    specs,
-                    speed: 1.0,
-                    http: "127.0.0.1:0".into(),
-                    http_timeouts: Default::default(),
-                    model: "m".into(),
-                    max_model_len: 65_536,
-                    kv: None,
-                    kv_jsonl: None,
-                    worker_http: Vec::new(),
-                    bootstrap_timeout_s: 300.0,
-                    tokenizer: Default::default(),
-                    hash_mode: Default::default(),
-                },
-                move |a| {
-                    let _ = atx.send(a);
-                },
-                async move {
-                    let _ = rx.await;
-                },
-            )
-        });
-        let addr = arx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the server listens");
+        let (l, server) = common::start(common::loopback_pd(base, spec));
         Running {
-            addr,
-            server: Server {
-                stop: Some(tx),
-                thread: Some(thread),
-            },
+            addr: l.http,
+            server,
         }
     }
 
@@ -173,13 +132,7 @@ fn whole_streamed_errors_and_disconnect() {
         r#"{{"model":"m","prompt":"{PROMPT} and more","max_tokens":30000,"ignore_eos":true,"stream":true}}"#
     );
     let mut conn = s.send("POST", "/v1/completions", &long);
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while got.windows(6).filter(|w| w == b"data: ").count() < 4 {
-        let n = conn.read(&mut buf).expect("read");
-        assert!(n > 0, "the stream ended early");
-        got.extend_from_slice(&buf[..n]);
-    }
+    common::read_events(&mut conn, 4);
     let v = s.json("/debug/workers");
     assert_eq!(v["open_streams"], 1);
     drop(conn);

@@ -7,10 +7,9 @@ mod common;
 
 use common::Server;
 use handoff_core::Backend;
-use handoff_serve::{serve_workers_until, ServeConfig};
+use handoff_serve::ServeConfig;
 use handoff_serving::{EngineSpec, ReplayConfig};
 use serde_json::Value;
-use std::io::Read;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -34,43 +33,14 @@ impl Running {
             backend,
             ..EngineSpec::default()
         };
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let (atx, arx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            serve_workers_until(
-                ServeConfig {
-                    cfg,
-                    specs: vec![spec; n],
-                    speed: 1.0,
-                    http: "127.0.0.1:0".into(),
-                    http_timeouts: Default::default(),
-                    model: "m".into(),
-                    max_model_len: 65_536,
-                    kv: None,
-                    kv_jsonl: None,
-                    worker_http: (0..n as u32).map(|w| (w, "127.0.0.1:0".into())).collect(),
-                    bootstrap_timeout_s: 300.0,
-                    tokenizer: Default::default(),
-                    hash_mode: Default::default(),
-                },
-                move |l| {
-                    let _ = atx.send(l);
-                },
-                async move {
-                    let _ = rx.await;
-                },
-            )
+        let (l, server) = common::start(ServeConfig {
+            worker_http: common::worker_listeners(n as u32),
+            ..common::loopback(cfg, vec![spec; n])
         });
-        let l = arx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the server listens");
         let r = Running {
             http: l.http,
-            workers: l.workers.iter().map(|(_, a)| *a).collect(),
-            server: Server {
-                stop: Some(tx),
-                thread: Some(thread),
-            },
+            workers: common::worker_addrs(&l),
+            server,
         };
         // Ready once the engine thread has published its workers.
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -250,13 +220,7 @@ fn vllm_pd_info_shapes_and_values() {
         r#"{{"text":"{PROMPT}","sampling_params":{{"max_new_tokens":20000,"ignore_eos":true}},"stream":true}}"#
     );
     let mut conn = common::send(s.http, "POST", "/generate", &body);
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while got.windows(6).filter(|w| w == b"data: ").count() < 3 {
-        let n = conn.read(&mut buf).expect("read");
-        assert!(n > 0, "stream ended early");
-        got.extend_from_slice(&buf[..n]);
-    }
+    common::read_events(&mut conn, 3);
     let l = s.json(s.workers[1], "/get_load");
     assert_eq!(l[0]["num_reqs"], 1, "{l}");
     assert!(l[0]["num_tokens"].as_u64().is_some_and(|t| t > 16));

@@ -7,38 +7,11 @@
 
 mod common;
 
-use bytes::Bytes;
-use common::Server;
+use common::Shared;
 use handoff_serve::dynamo_hash::{generated_tokens, tokens_hash};
-use handoff_serve::vllm_wire::END_SEQ;
-use handoff_serve::{serve_until, KvEndpoints, KvEventEncoding, RouterEventWriter, ServeConfig};
+use handoff_serve::{RouterEventWriter, ServeConfig};
 use handoff_serving::{EngineSpec, ReplayConfig};
 use rmpv::Value;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
-
-/// A `Write` the test reads after the server stopped.
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("not poisoned").extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// One stored event as either channel shows it: block hashes, parent and,
 /// per block, the token ids (ZMQ) or `tokens_hash` (JSONL).
@@ -62,25 +35,8 @@ fn u64s(v: &Value) -> Vec<u64> {
 /// Every batch worker `w` published, through its replay socket; stored
 /// events' per-block field is Dynamo's hash of the block's token ids.
 async fn zmq_events(replay: &str, block_size: usize, generated: &mut usize) -> Vec<Ev> {
-    let mut dealer = zeromq::DealerSocket::new();
-    dealer.connect(replay).await.expect("connect");
-    let ask = vec![Bytes::new(), Bytes::copy_from_slice(&0u64.to_be_bytes())];
-    dealer
-        .send(ZmqMessage::try_from(ask).expect("frames"))
-        .await
-        .expect("send");
     let mut out = Vec::new();
-    loop {
-        let f = tokio::time::timeout(Duration::from_secs(10), dealer.recv())
-            .await
-            .expect("replay answers")
-            .expect("recv")
-            .into_vec();
-        if f[2].is_empty() {
-            assert_eq!(&f[1][..], &END_SEQ[..]);
-            return out;
-        }
-        let batch = rmpv::decode::read_value(&mut &f[2][..]).expect("msgpack");
+    for batch in common::replay_batches(replay).await {
         for e in batch.as_array().expect("batch")[1]
             .as_array()
             .expect("events")
@@ -108,6 +64,7 @@ async fn zmq_events(replay: &str, block_size: usize, generated: &mut usize) -> V
             });
         }
     }
+    out
 }
 
 fn jsonl_events(text: &str, worker: u64) -> Vec<Ev> {
@@ -140,55 +97,14 @@ fn jsonl_events(text: &str, worker: u64) -> Vec<Ev> {
 fn zmq_and_jsonl_carry_one_identity_and_dynamos_tokens_hash() {
     let spec = EngineSpec::default();
     let block_size = spec.block_size as usize;
-    let cfg = ReplayConfig {
-        prefill_workers: 1,
-        decode_workers: 1,
-        ..ReplayConfig::default()
-    };
-    let ep = KvEndpoints {
-        publish: (0..2)
-            .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
-            .collect(),
-        replay: (0..2)
-            .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
-            .collect(),
-        topic: String::new(),
-        encoding: KvEventEncoding::Array,
-    };
+    let ep = common::kv_endpoints(2);
     let jsonl = Shared::default();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let (atx, arx) = std::sync::mpsc::channel();
-    let (kv, sink) = (ep.clone(), jsonl.clone());
-    let thread = std::thread::spawn(move || {
-        serve_until(
-            ServeConfig {
-                cfg,
-                specs: vec![spec; 2],
-                speed: 1.0,
-                http: "127.0.0.1:0".into(),
-                http_timeouts: Default::default(),
-                model: "m".into(),
-                max_model_len: 65_536,
-                kv: Some(kv),
-                kv_jsonl: Some(RouterEventWriter::new(Box::new(sink))),
-                worker_http: Vec::new(),
-                bootstrap_timeout_s: 300.0,
-                tokenizer: Default::default(),
-                hash_mode: Default::default(),
-            },
-            move |a| {
-                let _ = atx.send(a);
-            },
-            async move {
-                let _ = rx.await;
-            },
-        )
+    let (l, server) = common::start(ServeConfig {
+        kv: Some(ep.clone()),
+        kv_jsonl: Some(RouterEventWriter::new(Box::new(jsonl.clone()))),
+        ..common::loopback_pd(ReplayConfig::default(), spec)
     });
-    let addr = arx.recv_timeout(Duration::from_secs(20)).expect("listens");
-    let server = Server {
-        stop: Some(tx),
-        thread: Some(thread),
-    };
+    let addr = l.http;
     for i in 0..6 {
         let body = format!(
             r#"{{"model":"m","prompt":"A shared system prompt about storage racks, cables, fans and disks, long enough for several blocks. Question {i}?","max_tokens":40,"ignore_eos":true}}"#
@@ -205,7 +121,7 @@ fn zmq_and_jsonl_carry_one_identity_and_dynamos_tokens_hash() {
         .map(|r| rt.block_on(zmq_events(r, block_size, &mut generated)))
         .collect();
     let _ = server.stop();
-    let text = String::from_utf8(jsonl.0.lock().expect("not poisoned").clone()).expect("utf-8");
+    let text = jsonl.text();
     for (w, z) in zmq.iter().enumerate() {
         let j = jsonl_events(&text, w as u64);
         assert!(!j.is_empty(), "worker {w} published");

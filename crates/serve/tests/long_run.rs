@@ -9,7 +9,7 @@
 mod common;
 
 use common::Server;
-use handoff_serve::{serve_until, ServeConfig};
+use handoff_serve::ServeConfig;
 use handoff_serving::{EngineSpec, ReplayConfig};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -19,48 +19,11 @@ const REQUESTS: usize = 3_000;
 const CLIENTS: usize = 6;
 
 fn start() -> (SocketAddr, Server) {
-    let cfg = ReplayConfig {
-        prefill_workers: 1,
-        decode_workers: 1,
-        ..ReplayConfig::default()
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let (atx, arx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        serve_until(
-            ServeConfig {
-                cfg,
-                specs: vec![EngineSpec::default(); 2],
-                speed: 20.0,
-                http: "127.0.0.1:0".into(),
-                http_timeouts: Default::default(),
-                model: "m".into(),
-                max_model_len: 65_536,
-                kv: None,
-                kv_jsonl: None,
-                worker_http: Vec::new(),
-                bootstrap_timeout_s: 300.0,
-                tokenizer: Default::default(),
-                hash_mode: Default::default(),
-            },
-            move |a| {
-                let _ = atx.send(a);
-            },
-            async move {
-                let _ = rx.await;
-            },
-        )
+    let (l, server) = common::start(ServeConfig {
+        speed: 20.0,
+        ..common::loopback_pd(ReplayConfig::default(), EngineSpec::default())
     });
-    let addr = arx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the server listens");
-    (
-        addr,
-        Server {
-            stop: Some(tx),
-            thread: Some(thread),
-        },
-    )
+    (l.http, server)
 }
 
 fn head(path: &str, body: &str, close: bool) -> String {

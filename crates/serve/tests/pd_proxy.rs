@@ -9,13 +9,12 @@
 
 mod common;
 
-use common::Server;
+use common::{Server, Shared};
 use handoff_serve::dynamo_hash::tokens_hash;
-use handoff_serve::{serve_workers_until, RouterEventWriter, ServeConfig};
+use handoff_serve::{RouterEventWriter, ServeConfig};
 use handoff_serving::{EngineSpec, ReplayConfig};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
-use std::time::Duration;
 
 struct Running {
     http: SocketAddr,
@@ -37,52 +36,19 @@ impl Running {
         base: ReplayConfig,
         kv_jsonl: Option<RouterEventWriter>,
     ) -> Running {
-        let cfg = ReplayConfig {
-            prefill_workers: 1,
-            decode_workers: 1,
-            ..base
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let (atx, arx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            serve_workers_until(
-                ServeConfig {
-                    cfg,
-                    specs: vec![spec; 2],
-                    speed: 1.0,
-                    http: "127.0.0.1:0".into(),
-                    http_timeouts: Default::default(),
-                    model: "m".into(),
-                    max_model_len: 65_536,
-                    kv: None,
-                    kv_jsonl,
-                    worker_http: vec![(0, "127.0.0.1:0".into()), (1, "127.0.0.1:0".into())],
-                    bootstrap_timeout_s: 300.0,
-                    tokenizer: Default::default(),
-                    hash_mode: Default::default(),
-                },
-                move |l| {
-                    let _ = atx.send(l);
-                },
-                async move {
-                    let _ = rx.await;
-                },
-            )
+        let (l, server) = common::start(ServeConfig {
+            kv_jsonl,
+            worker_http: common::worker_listeners(2),
+            ..common::loopback_pd(base, spec)
         });
-        let l = arx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the server listens");
         assert_eq!(
             l.workers.iter().map(|(w, _)| *w).collect::<Vec<_>>(),
             [0, 1]
         );
         Running {
             http: l.http,
-            workers: l.workers.iter().map(|(_, a)| *a).collect(),
-            server: Server {
-                stop: Some(tx),
-                thread: Some(thread),
-            },
+            workers: common::worker_addrs(&l),
+            server,
         }
     }
 
@@ -416,20 +382,6 @@ fn sglang_workers_refuse_with_a_typed_400() {
     s.stop();
 }
 
-/// A `Write` the test reads after the server stopped.
-#[derive(Clone, Default)]
-struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Shared {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("not poisoned").extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// A proxied prefill answers when it pins, in the step that stores its
 /// blocks; their `Stored` event still carries the prompt's own token ids
 /// (Dynamo's `tokens_hash` of the ids the prefill worker's
@@ -461,7 +413,7 @@ fn proxied_prefill_events_carry_the_prompts_token_ids() {
     assert_eq!(status, 200, "{v}");
     s.wait_drained();
     s.stop();
-    let text = String::from_utf8(jsonl.0.lock().expect("not poisoned").clone()).expect("utf-8");
+    let text = jsonl.text();
     let on_prefill: Vec<u64> = text
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).expect("json line"))

@@ -11,10 +11,9 @@ mod common;
 
 use common::Server;
 use handoff_core::{Backend, HandoffConfig, HandoffPolicy};
-use handoff_serve::{serve_workers_until, ServeConfig};
+use handoff_serve::ServeConfig;
 use handoff_serving::{EngineSpec, ReplayConfig};
 use serde_json::{json, Value};
-use std::io::Read;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -42,43 +41,15 @@ fn start(timeout_s: f64) -> Running {
         handoff: HandoffConfig::for_backend(Backend::Sglang),
         ..ReplayConfig::default()
     };
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let (atx, arx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        serve_workers_until(
-            ServeConfig {
-                cfg,
-                specs: vec![spec; 2],
-                speed: 1.0,
-                http: "127.0.0.1:0".into(),
-                http_timeouts: Default::default(),
-                model: "m".into(),
-                max_model_len: 65_536,
-                kv: None,
-                kv_jsonl: None,
-                worker_http: vec![(0, "127.0.0.1:0".into()), (1, "127.0.0.1:0".into())],
-                bootstrap_timeout_s: timeout_s,
-                tokenizer: Default::default(),
-                hash_mode: Default::default(),
-            },
-            move |l| {
-                let _ = atx.send(l);
-            },
-            async move {
-                let _ = rx.await;
-            },
-        )
+    let (l, server) = common::start(ServeConfig {
+        worker_http: common::worker_listeners(2),
+        bootstrap_timeout_s: timeout_s,
+        ..common::loopback(cfg, vec![spec; 2])
     });
-    let l = arx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the server listens");
     Running {
         http: l.http,
-        workers: l.workers.iter().map(|(_, a)| *a).collect(),
-        server: Server {
-            stop: Some(tx),
-            thread: Some(thread),
-        },
+        workers: common::worker_addrs(&l),
+        server,
     }
 }
 
@@ -249,13 +220,7 @@ fn a_client_that_leaves_frees_both_sides() {
         std::thread::spawn(move || leg(to, "/v1/completions", &b))
     };
     let mut d = common::send(s.workers[1], "POST", "/v1/completions", &b.to_string());
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while got.windows(6).filter(|w| w == b"data: ").count() < 5 {
-        let n = d.read(&mut buf).expect("read");
-        assert!(n > 0, "the stream ended early");
-        got.extend_from_slice(&buf[..n]);
-    }
+    common::read_events(&mut d, 5);
     assert_eq!(pre.join().expect("prefill leg").0, 200, "its KV was sent");
     drop(d);
     let v = common::wait_drained(s.http);

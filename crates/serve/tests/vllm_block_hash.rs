@@ -8,29 +8,12 @@
 
 mod common;
 
-use common::Server;
+use common::Shared;
 use handoff_serve::tokenizer::Tokenizer;
 use handoff_serve::vllm_hash::{BlockHashMode, VllmHasher};
-use handoff_serve::{serve_until, RouterEventWriter, ServeConfig};
+use handoff_serve::{RouterEventWriter, ServeConfig};
 use handoff_serving::{EngineSpec, ReplayConfig};
 use sha2::{Digest, Sha256};
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-/// A `Write` the test reads after the server stopped.
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("not poisoned").extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 const WORDS: usize = 300;
 
@@ -109,45 +92,14 @@ fn prompt_blocks_carry_vllms_hash_of_the_tokenizers_ids() {
     let tokenizer = Tokenizer::from_file(&path).expect("a valid tokenizer.json");
     let spec = EngineSpec::default();
     let bs = spec.block_size as usize;
-    let cfg = ReplayConfig {
-        prefill_workers: 1,
-        decode_workers: 1,
-        ..ReplayConfig::default()
-    };
     let jsonl = Shared::default();
-    let sink = jsonl.clone();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let (atx, arx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        serve_until(
-            ServeConfig {
-                cfg,
-                specs: vec![spec; 2],
-                speed: 1.0,
-                http: "127.0.0.1:0".into(),
-                http_timeouts: Default::default(),
-                model: "m".into(),
-                max_model_len: 65_536,
-                kv: None,
-                kv_jsonl: Some(RouterEventWriter::new(Box::new(sink))),
-                worker_http: Vec::new(),
-                bootstrap_timeout_s: 300.0,
-                tokenizer,
-                hash_mode: BlockHashMode::Vllm(VllmHasher::new("0")),
-            },
-            move |a| {
-                let _ = atx.send(a);
-            },
-            async move {
-                let _ = rx.await;
-            },
-        )
+    let (l, server) = common::start(ServeConfig {
+        kv_jsonl: Some(RouterEventWriter::new(Box::new(jsonl.clone()))),
+        tokenizer,
+        hash_mode: BlockHashMode::Vllm(VllmHasher::new("0")),
+        ..common::loopback_pd(ReplayConfig::default(), spec)
     });
-    let addr = arx.recv_timeout(Duration::from_secs(20)).expect("listens");
-    let server = Server {
-        stop: Some(tx),
-        thread: Some(thread),
-    };
+    let addr = l.http;
     // 50 words, ids far from the built-in tokenizer's (>= 256): 3 full blocks.
     let ids: Vec<u32> = (0..50u32).map(|i| (i * 37) % WORDS as u32).collect();
     let text: Vec<String> = ids.iter().map(|i| format!("w{i}")).collect();
@@ -164,7 +116,7 @@ fn prompt_blocks_carry_vllms_hash_of_the_tokenizers_ids() {
     let _ = std::fs::remove_dir_all(&dir);
     let want: Vec<u64> = vllm_chain(&ids.iter().map(|i| i + 1).collect::<Vec<_>>(), bs);
     assert_eq!(want.len(), 50 / bs);
-    let text = String::from_utf8(jsonl.0.lock().expect("not poisoned").clone()).expect("utf-8");
+    let text = jsonl.text();
     // The prefill worker's first stored run is the prompt's blocks, from
     // the root; every later stored event chains from a published hash.
     let mut published = Vec::new();

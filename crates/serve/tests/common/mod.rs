@@ -1,11 +1,93 @@
-//! What the loopback tests share: a plain HTTP/1.1 client, the wait for
-//! every worker to drain, and the handle that stops a server thread.
+//! What the loopback tests share: a server's configuration and start-up
+//! on loopback, a plain HTTP/1.1 client, the wait for every worker to
+//! drain, the handle that stops a server thread, and the sinks and sockets
+//! tests read KV events from.
 
 #![allow(dead_code)] // each test file uses its own part
 
+use bytes::Bytes;
+use handoff_serve::vllm_wire::END_SEQ;
+use handoff_serve::{serve_workers_until, KvEndpoints, KvEventEncoding, Listening, ServeConfig};
+use handoff_serving::{EngineSpec, ReplayConfig};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
+
+/// `cfg` with `specs` served on loopback: the front on a free port, model
+/// `m`, 65 536 tokens per request, wall-clock speed, no KV events, no
+/// per-worker listeners, SGLang's bootstrap timeout, the built-in tokenizer
+/// and hashes, the default HTTP timeouts. Tests change a field with struct
+/// update syntax.
+pub fn loopback(cfg: ReplayConfig, specs: Vec<EngineSpec>) -> ServeConfig {
+    ServeConfig {
+        cfg,
+        specs,
+        speed: 1.0,
+        http: "127.0.0.1:0".into(),
+        http_timeouts: Default::default(),
+        model: "m".into(),
+        max_model_len: 65_536,
+        kv: None,
+        kv_jsonl: None,
+        worker_http: Vec::new(),
+        bootstrap_timeout_s: 300.0,
+        tokenizer: Default::default(),
+        hash_mode: Default::default(),
+    }
+}
+
+/// `base` with one prefill and one decode worker.
+pub fn one_prefill_one_decode(base: ReplayConfig) -> ReplayConfig {
+    ReplayConfig {
+        prefill_workers: 1,
+        decode_workers: 1,
+        ..base
+    }
+}
+
+/// [`loopback`] for one prefill and one decode worker of `spec`'s engine,
+/// `base`'s deployment otherwise.
+pub fn loopback_pd(base: ReplayConfig, spec: EngineSpec) -> ServeConfig {
+    loopback(one_prefill_one_decode(base), vec![spec; 2])
+}
+
+/// A listener for each of workers `0..n`, each on a free loopback port.
+pub fn worker_listeners(n: u32) -> Vec<(u32, String)> {
+    (0..n).map(|w| (w, "127.0.0.1:0".into())).collect()
+}
+
+/// Runs `config` on its own thread until [`Server::stop`]; returns where
+/// it listens once it does.
+pub fn start(config: ServeConfig) -> (Listening, Server) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (ltx, lrx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        serve_workers_until(
+            config,
+            move |l| {
+                let _ = ltx.send(l);
+            },
+            async move {
+                let _ = rx.await;
+            },
+        )
+    });
+    let l = lrx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the server listens");
+    let server = Server {
+        stop: Some(tx),
+        thread: Some(thread),
+    };
+    (l, server)
+}
+
+/// The per-worker listeners' addresses, in worker order.
+pub fn worker_addrs(l: &Listening) -> Vec<SocketAddr> {
+    l.workers.iter().map(|(_, a)| *a).collect()
+}
 
 /// A server running on its own thread until [`Server::stop`].
 pub struct Server {
@@ -59,6 +141,18 @@ pub fn call(to: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Strin
     (status, body)
 }
 
+/// Reads a streamed response off `conn` until `n` SSE events (`data: `)
+/// came; the stream must not end before.
+pub fn read_events(conn: &mut TcpStream, n: usize) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.windows(6).filter(|w| w == b"data: ").count() < n {
+        let read = conn.read(&mut buf).expect("read");
+        assert!(read > 0, "the stream ended early");
+        got.extend_from_slice(&buf[..read]);
+    }
+}
+
 /// Polls `/debug/workers` on `http` until every worker is drained and
 /// nothing is in flight; returns that answer.
 pub fn wait_drained(http: SocketAddr) -> serde_json::Value {
@@ -75,5 +169,71 @@ pub fn wait_drained(http: SocketAddr) -> serde_json::Value {
         }
         assert!(Instant::now() < deadline, "not drained: {v}");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `Write` the test reads after the server stopped.
+#[derive(Clone, Default)]
+pub struct Shared(pub Arc<Mutex<Vec<u8>>>);
+
+impl Shared {
+    /// Everything written so far, as text.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().expect("not poisoned").clone()).expect("utf-8")
+    }
+}
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("not poisoned").extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// ZMQ KV event sockets for `n` schedulers, each publisher and replay
+/// socket on a free loopback port; empty topic, vLLM's array layout.
+pub fn kv_endpoints(n: usize) -> KvEndpoints {
+    let ports = |_| format!("tcp://127.0.0.1:{}", free_port());
+    KvEndpoints {
+        publish: (0..n).map(ports).collect(),
+        replay: (0..n).map(ports).collect(),
+        topic: String::new(),
+        encoding: KvEventEncoding::Array,
+    }
+}
+
+/// Every batch a scheduler published, asked of its replay socket `replay`
+/// from sequence 0 (as Dynamo's listener does, with a DEALER), each as its
+/// decoded msgpack.
+pub async fn replay_batches(replay: &str) -> Vec<rmpv::Value> {
+    let mut dealer = zeromq::DealerSocket::new();
+    dealer.connect(replay).await.expect("connect");
+    let ask = vec![Bytes::new(), Bytes::copy_from_slice(&0u64.to_be_bytes())];
+    dealer
+        .send(ZmqMessage::try_from(ask).expect("frames"))
+        .await
+        .expect("send");
+    let mut out = Vec::new();
+    loop {
+        let f = tokio::time::timeout(Duration::from_secs(10), dealer.recv())
+            .await
+            .expect("replay answers")
+            .expect("recv")
+            .into_vec();
+        if f[2].is_empty() {
+            assert_eq!(&f[1][..], &END_SEQ[..]);
+            return out;
+        }
+        out.push(rmpv::decode::read_value(&mut &f[2][..]).expect("msgpack"));
     }
 }
