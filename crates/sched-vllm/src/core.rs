@@ -60,7 +60,8 @@ pub struct VllmCore<P: PerfModel = PolynomialPerf> {
     /// (the planned passes add their tokens to these).
     pub(crate) emitted: Vec<u32>,
     /// Reused buffers: prefix hits and the block-boundary histogram of the
-    /// multi-pass planner.
+    /// multi-pass planner (one entry per token of a block, sized at the
+    /// first plan).
     pub(crate) hits: Vec<u32>,
     pub(crate) room_hist: Vec<u64>,
     /// The running batch's positions sorted (stably) by room, with each room's start
@@ -82,15 +83,19 @@ impl VllmCore<PolynomialPerf> {
 
 impl<P: PerfModel> VllmCore<P> {
     /// A core timed by `perf`.
+    ///
+    /// Memory follows use: the pool holds nothing for blocks never
+    /// allocated, and the per-pass buffers grow with the batch (an idle
+    /// worker costs a few hundred bytes whatever `num_blocks` and
+    /// `max_num_seqs` are).
     pub fn with_perf(cfg: VllmConfig, perf: P) -> Self {
-        let seqs_hint = cfg.max_num_seqs as usize;
         VllmCore {
             cfg,
             perf,
             pool: BlockPool::new(cfg.num_blocks),
             events: EventQueue::default(),
             seqs: Slab::default(),
-            running: Vec::with_capacity(seqs_hint),
+            running: Vec::new(),
             waiting: VecDeque::new(),
             awaiting_kv: 0,
             unreported: 0,
@@ -98,13 +103,13 @@ impl<P: PerfModel> VllmCore<P> {
             destinations: ChurnMap::default(),
             next_lease: 0,
             next_reservation: 0,
-            emitted: Vec::with_capacity(seqs_hint),
-            sched: Vec::with_capacity(seqs_hint),
+            emitted: Vec::new(),
+            sched: Vec::new(),
             hits: Vec::new(),
-            room_hist: vec![0; cfg.block_tokens() as usize],
-            by_room: Vec::with_capacity(seqs_hint),
-            room_start: vec![0; cfg.block_tokens() as usize + 1],
-            room_cursor: vec![0; cfg.block_tokens() as usize],
+            room_hist: Vec::new(),
+            by_room: Vec::new(),
+            room_start: Vec::new(),
+            room_cursor: Vec::new(),
         }
     }
 

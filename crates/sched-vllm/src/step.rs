@@ -408,7 +408,8 @@ impl<P: PerfModel> VllmCore<P> {
         let mut until_finish = u64::MAX;
         let mut context = 0u64;
         let mut min_room = u64::MAX;
-        self.room_hist.iter_mut().for_each(|n| *n = 0);
+        self.room_hist.clear();
+        self.room_hist.resize(self.bs() as usize, 0);
         for &s in &self.running {
             let seq = self.seqs.get(s);
             until_finish = until_finish.min(u64::from(seq.max_out.saturating_sub(seq.outputs)));
@@ -599,6 +600,8 @@ impl<P: PerfModel> VllmCore<P> {
     /// the order of the KV events exactly that of single passes.
     fn allocate_boundaries(&mut self, k: u64) {
         let bs = self.bs() as usize;
+        self.room_start.resize(bs + 1, 0);
+        self.room_cursor.resize(bs, 0);
         self.room_start[0] = 0;
         for r in 0..bs {
             self.room_start[r + 1] = self.room_start[r] + self.room_hist[r] as usize;

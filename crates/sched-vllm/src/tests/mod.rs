@@ -5,6 +5,7 @@
 
 mod fit_hits;
 mod generated;
+mod lazy_pool;
 mod lifecycle;
 mod multistep;
 mod state_machine;
@@ -53,7 +54,7 @@ pub(crate) fn fixed_perf() -> FixedPerf {
     }
 }
 
-pub(crate) fn cfg(num_blocks: u32) -> VllmConfig {
+pub(crate) fn cfg(num_blocks: u64) -> VllmConfig {
     VllmConfig::with_blocks(num_blocks)
 }
 
@@ -173,7 +174,8 @@ impl<P: PerfModel> VllmCore<P> {
                 }
             }
         }
-        for b in 0..self.pool.total() as u32 {
+        // Blocks never allocated have no entry and no references.
+        for b in 0..self.pool.materialised() as u32 {
             for owner in [Owner::Active, Owner::Pinned, Owner::Reserved] {
                 let want = expected.get(&(b, owner as usize)).copied().unwrap_or(0);
                 if self.pool.refs(b, owner) != want {
