@@ -36,13 +36,15 @@ pub struct VllmCore<P: PerfModel = PolynomialPerf> {
     pub(crate) seqs: Slab,
     /// Admission order; preemption takes the back (vLLM `self.running`).
     pub(crate) running: Vec<u32>,
-    /// vLLM `self.waiting` (FCFS): new requests and destinations at the
-    /// back, preempted ones at the front. A destination stays where it
-    /// arrived while it is queued for its blocks, waits for its KV and is
-    /// activated.
+    /// vLLM `self.waiting` (FCFS): new requests and destinations queued for
+    /// their blocks at the back, preempted requests at the front.
     pub(crate) waiting: VecDeque<u32>,
-    /// Entries of `waiting` in [`Phase::Reserved`] (waiting for their KV, not
-    /// runnable).
+    /// vLLM `self.skipped_waiting`: granted destinations, waiting for their
+    /// KV ([`Phase::Reserved`]) or activated and not yet admitted, in grant
+    /// order; scanned before `waiting` (module `admit`).
+    pub(crate) skipped: VecDeque<u32>,
+    /// Entries of `skipped` in [`Phase::Reserved`] (waiting for their KV,
+    /// not runnable).
     pub(crate) awaiting_kv: usize,
     /// Entries of `waiting` in [`Phase::Queued`] not yet reported as not
     /// granted.
@@ -97,6 +99,7 @@ impl<P: PerfModel> VllmCore<P> {
             seqs: Slab::default(),
             running: Vec::new(),
             waiting: VecDeque::new(),
+            skipped: VecDeque::new(),
             awaiting_kv: 0,
             unreported: 0,
             sources: ChurnMap::default(),
@@ -228,9 +231,12 @@ impl<P: PerfModel> VllmCore<P> {
     }
 
     /// Free blocks an admission may take now: the free queue less the
-    /// watermark (`None` when the watermark alone does not fit).
-    pub(crate) fn admission_room(&self) -> Option<u64> {
-        self.pool.free_len().checked_sub(self.watermark_now())
+    /// watermark and `reserved` (`None` when those alone do not fit).
+    pub(crate) fn admission_room(&self, reserved: u64) -> Option<u64> {
+        self.pool
+            .free_len()
+            .checked_sub(self.watermark_now())?
+            .checked_sub(reserved)
     }
 
     /// Extends `s`'s block table to hold `tokens` tokens. The caller has
@@ -465,7 +471,7 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
             free_request_slots: slots.saturating_sub(running),
             decode_headroom_tokens: 0,
             running_requests: running,
-            waiting_requests: self.waiting.len() as u64,
+            waiting_requests: (self.waiting.len() + self.skipped.len()) as u64,
         }
     }
 
@@ -486,7 +492,7 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
     /// Reservations waiting for their KV and held sources are not runnable;
     /// a destination queued for its blocks is (a step grants it).
     fn is_empty(&self) -> bool {
-        self.running.is_empty() && self.waiting.len() == self.awaiting_kv
+        self.running.is_empty() && self.runnable_waiting() == 0
     }
 
     fn is_drained(&self) -> bool {
