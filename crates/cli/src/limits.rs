@@ -15,8 +15,8 @@ use crate::args::{DeployArgs, WorkloadArgs};
 /// worker), but every worker keeps a peer-generation entry for every other
 /// worker (`handoff_core::Worker::handle_peer_generation`, announced to all
 /// at start), so idle memory and start-up time grow with the square of the
-/// deployment: 4,096 per pool (8,192 workers) is about 1 GB of peer entries
-/// (measured in `docs/perf/lazy-pools-2026-12-03.md`).
+/// deployment: 4,096 per pool (8,192 workers) peaks at 1.3 GB for ten
+/// requests (measured in `docs/perf/lazy-pools-2026-12-03.md`).
 pub const MAX_WORKERS: u32 = 4096;
 /// KV tokens per worker. Both pools take memory only for what a run
 /// touches (vLLM's block entries are made when a block is first allocated,
