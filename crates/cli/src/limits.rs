@@ -10,13 +10,21 @@
 
 use crate::args::{DeployArgs, WorkloadArgs};
 
-/// Workers per pool. Each idle worker costs its scheduler core's fixed
-/// tables (hundreds of kilobytes), so 10^5 workers would need gigabytes
-/// before the first request.
-pub const MAX_WORKERS: u32 = 1024;
-/// KV tokens per worker. The vLLM pool keeps one entry per block, so a
-/// pool's memory is fixed by this at start (2^24 tokens: 1 M blocks of 16).
-pub const MAX_KV_TOKENS: u64 = 1 << 24;
+/// Workers per pool. The scheduler cores hold nothing sized by the pool or
+/// the batch limit until a request arrives (a few kilobytes per idle
+/// worker), but every worker keeps a peer-generation entry for every other
+/// worker (`handoff_core::Worker::handle_peer_generation`, announced to all
+/// at start), so idle memory and start-up time grow with the square of the
+/// deployment: 4,096 per pool (8,192 workers) peaks at 1.3 GB for ten
+/// requests (measured in `docs/perf/lazy-pools-2026-12-03.md`).
+pub const MAX_WORKERS: u32 = 4096;
+/// KV tokens per worker. Both pools take memory only for what a run
+/// touches (vLLM's block entries are made when a block is first allocated,
+/// SGLang's pool is counts), so the bound only keeps token arithmetic far
+/// from overflow: 10^12 tokens is 6.25e10 blocks of 16.
+pub const MAX_KV_TOKENS: u64 = 1_000_000_000_000;
+/// Tokens one forward pass may schedule (`--max-batched-tokens`).
+pub const MAX_BATCHED_TOKENS: u64 = 1 << 24;
 /// Running requests per worker (the cores size per-request slots by it).
 pub const MAX_RUNNING: u32 = 1 << 16;
 /// Model seconds any lifetime or latency flag may span (about 11.6 days);
@@ -120,7 +128,7 @@ impl DeployArgs {
             "max-batched-tokens",
             u64::from(self.max_batched_tokens),
             1,
-            MAX_KV_TOKENS,
+            MAX_BATCHED_TOKENS,
         )?;
         real(
             "pass-speedup-ratio",

@@ -63,7 +63,7 @@ fn bad_flags_are_errors_not_panics() {
         // Values that used to panic, size huge allocations or run nonsense.
         vec!["replay", "--transfer-ms", "1e300"],
         vec!["replay", "--bandwidth-gbps", "1e-300"],
-        vec!["replay", "--prefill-kv-tokens", "100000000000"],
+        vec!["replay", "--prefill-kv-tokens", "1000000000001"],
         vec!["replay", "--max-running", "4294967295"],
         vec!["replay", "--prefill", "100000", "--requests", "10"],
         vec!["replay", "--message-latency-us", "18446744073709551615"],
@@ -106,6 +106,29 @@ fn bad_flags_are_errors_not_panics() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.starts_with("error:"), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// Pools of 10^11 tokens (6.25e9 vLLM blocks) run: the pools take memory
+/// for the blocks a run touches, not for their size (refused before, as a
+/// pool that size would have been a 100 GB allocation).
+#[test]
+fn pools_of_10_to_the_11_tokens_run() {
+    for backend in ["vllm", "sglang"] {
+        let out = Command::new(BIN)
+            .args(["replay", "--json", "--requests", "10", "--backend", backend])
+            .args(["--prefill-kv-tokens", "100000000000"])
+            .args(["--decode-kv-tokens", "100000000000"])
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{backend}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["completed_requests"], 10, "{backend}");
+        assert_eq!(v["config"]["engines"][0]["kv_tokens"], 100_000_000_000u64);
     }
 }
 

@@ -271,6 +271,10 @@ impl TransferTimer {
                 Vec::new()
             }
             TransferModel::Contention { base, .. } => {
+                // A chunk stamped before the links' clock (a cached prefix
+                // sent as its step began, released at the step's end)
+                // joins from that clock: shared links cannot be rewound.
+                let now = now.max(self.last);
                 self.advance(now);
                 let bytes_per_token = self.bytes_per_token();
                 let f = self.flows.entry(id).or_insert(Flow {
@@ -503,6 +507,32 @@ mod tests {
             t.abandon(a, Instant::from_millis(301)).is_empty(),
             "a started"
         );
+    }
+
+    /// A chunk stamped before the links' clock (SGLang's early-sent cached
+    /// prefix, stamped at its step's start and released at its end) starts
+    /// flowing at the clock: the bytes other flows moved meanwhile are not
+    /// moved again.
+    #[test]
+    fn contention_stream_in_the_past_joins_at_the_clock() {
+        let model = TransferModel::Contention {
+            base: Duration::ZERO,
+            bytes_per_token: 1,
+            bandwidth: 1000.0,
+        };
+        let (a, b) = (HandoffId(1), HandoffId(2));
+        let (w0, w1) = (WorkerId(0), WorkerId(1));
+        let mut t = TransferTimer::new(model);
+        t.start(b, w0, w0, w1, 1000, Instant::ZERO);
+        t.reflow(Instant::from_millis(500));
+        let c = t.stream(a, w0, w0, w1, 100, Instant::from_millis(100));
+        // b moved 500 bytes alone; from 500 ms the two share the link (a
+        // drains its 100 bytes at half of it), not from 100 ms.
+        let drain_a = c.iter().find(|c| c.id == a).expect("a");
+        assert_eq!(drain_a.at, Instant::from_millis(700));
+        let done_b = c.iter().find(|c| c.id == b).expect("b");
+        assert_eq!(done_b.at, Instant::from_millis(1500));
+        assert!((t.bytes_moved - 500.0).abs() < 1e-6);
     }
 
     #[test]

@@ -178,6 +178,10 @@ pub struct KvChunk {
     /// (cumulative, whole pages; the final partial page waits for the last
     /// chunk, whose KV goes with the transfer itself).
     pub ready_tokens: u64,
+    /// The KV was complete before the step's first pass (a cached prefix,
+    /// SGLang's early send): it is ready at the step's start, not at the
+    /// end of the pass that reported it.
+    pub before_pass: bool,
 }
 
 /// Tokens a request emitted in a step call.

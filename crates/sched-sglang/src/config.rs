@@ -97,6 +97,14 @@ pub struct SglangConfig {
     /// Applies to destination (decode-side) requests only: a worker of this
     /// model is a decode server exactly when it takes destinations.
     pub disaggregation_decode_enable_radix_cache: bool,
+    /// A handoff prefill starts sending its cached prefix (the radix-cache
+    /// hit, already on the device) when its first pass begins, before the
+    /// forward over the new suffix, instead of with the first finished chunk
+    /// (SGLang `SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX`, default on
+    /// in `environ.py`; `disaggregation/prefill.py`
+    /// `maybe_send_cached_prefix_chunk`, called as `run_batch` begins).
+    /// Off, the prefix goes with the first chunk or the final transfer.
+    pub disagg_prefill_early_send_cached_prefix: bool,
     /// Tokens each KV event hash (and each radix node) covers. Must be a
     /// multiple of `page_size`. SGLang itself reports one hash per page; a
     /// coarser granularity keeps long prompts at page size 1 cheap, at the
@@ -187,6 +195,7 @@ impl Default for SglangConfig {
             enable_mixed_chunk: false,
             source_lease_ttl: Duration::from_secs(300),
             disaggregation_decode_enable_radix_cache: false,
+            disagg_prefill_early_send_cached_prefix: true,
             event_block_tokens: DEFAULT_EVENT_BLOCK_TOKENS,
             sessions: SessionConfig::default(),
         }

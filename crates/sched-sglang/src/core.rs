@@ -123,7 +123,11 @@ impl SglangCore<PolynomialPerf> {
 }
 
 impl<P: PerfModel> SglangCore<P> {
-    /// A worker with an empty pool and cache.
+    /// A worker with an empty pool and cache. The token pool is counts of
+    /// pages (SGLang's free list holds page indices, which the mocker never
+    /// names), and every table grows with the requests it holds: an idle
+    /// worker costs the same whatever `total_pages` and
+    /// `max_running_requests` are.
     pub fn new(config: SglangConfig, perf: P) -> Result<Self, ConfigError> {
         config.validate()?;
         let page = u64::from(config.page_size);
@@ -135,7 +139,7 @@ impl<P: PerfModel> SglangCore<P> {
             seqs: Slab::default(),
             waiting: VecDeque::new(),
             chunked: None,
-            running: Vec::with_capacity(config.max_running_requests as usize),
+            running: Vec::new(),
             // Grown on demand, not pre-sized to `max_running_requests`: that
             // many entries (up to 4,096 of 56 bytes) is a page-aligned mmap,
             // so every worker's batch would start in the same L1 sets as
@@ -163,7 +167,7 @@ impl<P: PerfModel> SglangCore<P> {
             next_reservation: 0,
             call: 0,
             scratch_hashes: Vec::new(),
-            scratch_order: Vec::with_capacity(config.max_running_requests as usize),
+            scratch_order: Vec::new(),
             scratch_batch: Vec::new(),
             sessions: Default::default(),
             store: Default::default(),

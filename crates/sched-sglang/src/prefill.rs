@@ -411,6 +411,10 @@ impl<P: PerfModel> SglangCore<P> {
                 Some(s) => (s.computed, s.fill_len()),
                 None => continue,
             };
+            // A continued chunk's prefix went with its previous chunk.
+            if self.chunked != Some(idx) {
+                self.send_cached_prefix(idx, c, out);
+            }
             let pages = self.pages_for(c + extend) - self.pages_for(c);
             self.alloc_private(idx, pages);
             if let Some(s) = self.seqs.get_mut(idx) {
@@ -492,7 +496,34 @@ impl<P: PerfModel> SglangCore<P> {
         if let Some(Kind::Source(id)) = self.seqs.get(idx).map(|s| s.kind) {
             let ready_tokens = computed / self.page * self.page;
             if ready_tokens > 0 {
-                out.kv_chunks.push(KvChunk { id, ready_tokens });
+                out.kv_chunks.push(KvChunk {
+                    id,
+                    ready_tokens,
+                    before_pass: false,
+                });
+            }
+        }
+    }
+
+    /// A handoff prefill entering its first pass with `cached` prompt tokens
+    /// already computed (its radix-cache hit) sends their KV as the pass
+    /// begins, before the forward over the rest (SGLang
+    /// `disaggregation/prefill.py` `maybe_send_cached_prefix_chunk`, first
+    /// in `run_batch`, under `SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX`;
+    /// whole pages, as that prefix is). The decode side's own reused prefix
+    /// is left out by the worker, as `start_send_idx` starts past it.
+    fn send_cached_prefix(&mut self, idx: u32, cached: u64, out: &mut StepOutput) {
+        if !self.cfg.disagg_prefill_early_send_cached_prefix {
+            return;
+        }
+        if let Some(Kind::Source(id)) = self.seqs.get(idx).map(|s| s.kind) {
+            let ready_tokens = cached / self.page * self.page;
+            if ready_tokens > 0 {
+                out.kv_chunks.push(KvChunk {
+                    id,
+                    ready_tokens,
+                    before_pass: true,
+                });
             }
         }
     }

@@ -16,6 +16,11 @@
 //!   running request and a held source is counted once, as active. The
 //!   per-kind totals are kept incrementally, which makes a capacity snapshot
 //!   O(1).
+//! - Memory follows use: a block has an entry (and a hash slot) only once it
+//!   was first allocated; the blocks never allocated yet are the front of the
+//!   free queue, held as an id range ([`FreeQueue`]), and the canonical index
+//!   grows with the hashes published. A pool of 10^10 blocks that a run
+//!   touches a million of costs a million entries.
 
 mod block;
 #[cfg(test)]
@@ -40,9 +45,11 @@ pub(crate) const WARM_CHUNK: usize = 128;
 /// See the module docs.
 #[derive(Clone, Debug)]
 pub(crate) struct BlockPool {
+    /// One entry per block ever allocated, by id (ids are handed out in
+    /// order, so this is `0..n` for the `n` blocks touched so far).
     blocks: Vec<Block>,
-    /// Per block, the hash it caches when its [`Block`] is `HASHED`
-    /// (garbage otherwise).
+    /// Per materialised block, the hash it caches when its [`Block`] is
+    /// `HASHED` (garbage otherwise); always as long as `blocks`.
     hashes: Vec<u64>,
     free: FreeQueue,
     cached_free: u64,
@@ -55,24 +62,35 @@ pub(crate) struct BlockPool {
 }
 
 impl BlockPool {
-    /// A pool of `n` empty blocks, all free.
-    pub(crate) fn new(n: u32) -> Self {
-        let mut blocks = vec![Block::default(); n as usize];
+    /// A pool of `n` empty blocks, all free; nothing is allocated for them
+    /// until they are used.
+    pub(crate) fn new(n: u64) -> Self {
+        BlockPool::from_queue(FreeQueue::new(n))
+    }
+
+    /// A pool over `free` (a queue of never-used blocks).
+    fn from_queue(free: FreeQueue) -> Self {
         BlockPool {
-            free: FreeQueue::full(&mut blocks),
-            blocks,
-            hashes: vec![0; n as usize],
+            free,
+            blocks: Vec::new(),
+            hashes: Vec::new(),
             cached_free: 0,
             by_owner: [0; 3],
-            canonical: U64Table::with_capacity(n as usize),
+            canonical: U64Table::default(),
             evict_near: Near::default(),
             publish_near: Near::default(),
         }
     }
 
-    /// All blocks.
+    /// All blocks, used or not.
     pub(crate) fn total(&self) -> u64 {
-        self.blocks.len() as u64
+        self.free.capacity()
+    }
+
+    /// Blocks that ever had an entry (tests and memory checks).
+    #[cfg(test)]
+    pub(crate) fn materialised(&self) -> usize {
+        self.blocks.len()
     }
 
     /// Blocks an allocation may take: empty plus evictable cached blocks
@@ -122,6 +140,7 @@ impl BlockPool {
     /// is exhausted.
     pub(crate) fn allocate(&mut self, owner: Owner, events: &mut EventQueue) -> Option<u32> {
         let b = self.free.pop_front(&mut self.blocks)?;
+        self.hashes.resize(self.blocks.len(), 0);
         let hashed = self.blocks[b as usize].claim(owner);
         self.by_owner[owner as usize] += 1;
         if hashed {
@@ -167,6 +186,8 @@ impl BlockPool {
                     }
                     table.push(b);
                 });
+            // Never-used blocks popped got entries: their hash slots too.
+            self.hashes.resize(self.blocks.len(), 0);
             self.by_owner[owner as usize] += got as u64;
             self.cached_free -= k as u64;
             taken += got;

@@ -33,7 +33,7 @@ pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 8192;
 pub struct VllmConfig {
     /// KV blocks in the pool (vLLM `num_gpu_blocks`). vLLM keeps one of them
     /// as its null block; here every block is usable.
-    pub num_blocks: u32,
+    pub num_blocks: u64,
     /// Tokens per block (vLLM `block_size`, default 16).
     pub block_size: u32,
     /// Running-batch size limit (vLLM `max_num_seqs`; default
@@ -80,7 +80,7 @@ impl Default for VllmConfig {
 
 impl VllmConfig {
     /// A default configuration with `num_blocks` blocks.
-    pub fn with_blocks(num_blocks: u32) -> Self {
+    pub fn with_blocks(num_blocks: u64) -> Self {
         VllmConfig {
             num_blocks,
             ..VllmConfig::default()
@@ -95,7 +95,7 @@ impl VllmConfig {
         } else {
             0.0
         };
-        (w * f64::from(self.num_blocks)) as u64
+        (w * self.num_blocks as f64) as u64
     }
 
     /// `block_size` with zero treated as one, so arithmetic never divides by

@@ -36,13 +36,15 @@ pub struct VllmCore<P: PerfModel = PolynomialPerf> {
     pub(crate) seqs: Slab,
     /// Admission order; preemption takes the back (vLLM `self.running`).
     pub(crate) running: Vec<u32>,
-    /// vLLM `self.waiting` (FCFS): new requests and destinations at the
-    /// back, preempted ones at the front. A destination stays where it
-    /// arrived while it is queued for its blocks, waits for its KV and is
-    /// activated.
+    /// vLLM `self.waiting` (FCFS): new requests and destinations queued for
+    /// their blocks at the back, preempted requests at the front.
     pub(crate) waiting: VecDeque<u32>,
-    /// Entries of `waiting` in [`Phase::Reserved`] (waiting for their KV, not
-    /// runnable).
+    /// vLLM `self.skipped_waiting`: granted destinations, waiting for their
+    /// KV ([`Phase::Reserved`]) or activated and not yet admitted, in grant
+    /// order; scanned before `waiting` (module `admit`).
+    pub(crate) skipped: VecDeque<u32>,
+    /// Entries of `skipped` in [`Phase::Reserved`] (waiting for their KV,
+    /// not runnable).
     pub(crate) awaiting_kv: usize,
     /// Entries of `waiting` in [`Phase::Queued`] not yet reported as not
     /// granted.
@@ -60,7 +62,8 @@ pub struct VllmCore<P: PerfModel = PolynomialPerf> {
     /// (the planned passes add their tokens to these).
     pub(crate) emitted: Vec<u32>,
     /// Reused buffers: prefix hits and the block-boundary histogram of the
-    /// multi-pass planner.
+    /// multi-pass planner (one entry per token of a block, sized at the
+    /// first plan).
     pub(crate) hits: Vec<u32>,
     pub(crate) room_hist: Vec<u64>,
     /// The running batch's positions sorted (stably) by room, with each room's start
@@ -82,29 +85,34 @@ impl VllmCore<PolynomialPerf> {
 
 impl<P: PerfModel> VllmCore<P> {
     /// A core timed by `perf`.
+    ///
+    /// Memory follows use: the pool holds nothing for blocks never
+    /// allocated, and the per-pass buffers grow with the batch (an idle
+    /// worker costs a few hundred bytes whatever `num_blocks` and
+    /// `max_num_seqs` are).
     pub fn with_perf(cfg: VllmConfig, perf: P) -> Self {
-        let seqs_hint = cfg.max_num_seqs as usize;
         VllmCore {
             cfg,
             perf,
             pool: BlockPool::new(cfg.num_blocks),
             events: EventQueue::default(),
             seqs: Slab::default(),
-            running: Vec::with_capacity(seqs_hint),
+            running: Vec::new(),
             waiting: VecDeque::new(),
+            skipped: VecDeque::new(),
             awaiting_kv: 0,
             unreported: 0,
             sources: ChurnMap::default(),
             destinations: ChurnMap::default(),
             next_lease: 0,
             next_reservation: 0,
-            emitted: Vec::with_capacity(seqs_hint),
-            sched: Vec::with_capacity(seqs_hint),
+            emitted: Vec::new(),
+            sched: Vec::new(),
             hits: Vec::new(),
-            room_hist: vec![0; cfg.block_tokens() as usize],
-            by_room: Vec::with_capacity(seqs_hint),
-            room_start: vec![0; cfg.block_tokens() as usize + 1],
-            room_cursor: vec![0; cfg.block_tokens() as usize],
+            room_hist: Vec::new(),
+            by_room: Vec::new(),
+            room_start: Vec::new(),
+            room_cursor: Vec::new(),
         }
     }
 
@@ -223,9 +231,12 @@ impl<P: PerfModel> VllmCore<P> {
     }
 
     /// Free blocks an admission may take now: the free queue less the
-    /// watermark (`None` when the watermark alone does not fit).
-    pub(crate) fn admission_room(&self) -> Option<u64> {
-        self.pool.free_len().checked_sub(self.watermark_now())
+    /// watermark and `reserved` (`None` when those alone do not fit).
+    pub(crate) fn admission_room(&self, reserved: u64) -> Option<u64> {
+        self.pool
+            .free_len()
+            .checked_sub(self.watermark_now())?
+            .checked_sub(reserved)
     }
 
     /// Extends `s`'s block table to hold `tokens` tokens. The caller has
@@ -460,7 +471,7 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
             free_request_slots: slots.saturating_sub(running),
             decode_headroom_tokens: 0,
             running_requests: running,
-            waiting_requests: self.waiting.len() as u64,
+            waiting_requests: (self.waiting.len() + self.skipped.len()) as u64,
         }
     }
 
@@ -481,7 +492,7 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
     /// Reservations waiting for their KV and held sources are not runnable;
     /// a destination queued for its blocks is (a step grants it).
     fn is_empty(&self) -> bool {
-        self.running.is_empty() && self.waiting.len() == self.awaiting_kv
+        self.running.is_empty() && self.runnable_waiting() == 0
     }
 
     fn is_drained(&self) -> bool {

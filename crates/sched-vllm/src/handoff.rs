@@ -18,16 +18,18 @@
 //! in a step that preempted, and only while a running slot (`max_num_seqs`)
 //! and token budget remain: NIXL's `get_num_new_matched_tokens` reports the
 //! uncached prompt suffix as loadable asynchronously, `allocate_slots` is
-//! called with `delay_cache_blocks=True` (blocks owned, nothing cached), the
-//! first that does not fit stops the loop, and the request waits as
-//! `WAITING_FOR_REMOTE_KVS` in its place in the queue, outside the running
-//! batch, skipped by later waiting loops. The core answers
-//! `ReserveDestination` with `Queued` and reports the grant in the step's
-//! `StepOutput::reserved`. When the transfer completes,
-//! `Scheduler._update_waiting_for_remote_kv` caches the blocks, sets
-//! `num_computed_tokens` to the prompt length minus one (the last prompt
-//! token is recomputed to sample the first output token) and the request
-//! becomes ordinary waiting work, still in its place.
+//! called with `delay_cache_blocks=True` (blocks owned, nothing cached) and
+//! `reserved_blocks` = what in-flight prefills still need
+//! (`_inflight_prefill_reserved_blocks`), the first that does not fit stops
+//! the loop, and the request moves to `skipped_waiting` as
+//! `WAITING_FOR_REMOTE_KVS`, outside the running batch, passed over by
+//! later waiting loops. The core answers `ReserveDestination` with `Queued`
+//! and reports the grant in the step's `StepOutput::reserved`. When the
+//! transfer completes, `Scheduler._update_waiting_for_remote_kv` caches the
+//! blocks, sets `num_computed_tokens` to the prompt length minus one (the
+//! last prompt token is recomputed to sample the first output token) and
+//! the request becomes runnable in `skipped_waiting`, which the next
+//! waiting loop scans first (module `admit`).
 
 use crate::block_pool::Owner;
 use crate::core::VllmCore;
@@ -60,14 +62,21 @@ impl<P: PerfModel> VllmCore<P> {
 
     /// Whether queued destination `s` fits now: pins of its cached prefix
     /// (written to `hits`) and fresh blocks for the rest of the prompt, plus
-    /// the watermark while anything runs (vLLM `KVCacheManager.allocate_slots`
-    /// with `num_external_computed_tokens`, never hitting the last prompt
-    /// token). Returns the evictable hits on success. Changes nothing.
-    pub(crate) fn reservation_fits(&self, s: u32, hits: &mut Vec<u32>) -> Option<u64> {
+    /// the watermark while anything runs, in the free blocks less the
+    /// `reserved` blocks in-flight prefills still need (vLLM
+    /// `KVCacheManager.allocate_slots` with `num_external_computed_tokens`
+    /// and `reserved_blocks`, never hitting the last prompt token). Returns
+    /// the evictable hits on success. Changes nothing.
+    pub(crate) fn reservation_fits(
+        &self,
+        s: u32,
+        reserved: u64,
+        hits: &mut Vec<u32>,
+    ) -> Option<u64> {
         let seq = self.seqs.get(s);
         let prompt = u64::from(seq.prompt);
         let max_hit = (prompt - 1) / self.bs();
-        let room = self.admission_room();
+        let room = self.admission_room(reserved);
         self.fit_hits(&seq.hashes, max_hit, self.blocks_for(prompt), room, hits)
     }
 
@@ -75,12 +84,18 @@ impl<P: PerfModel> VllmCore<P> {
     /// `Scheduler.schedule`: `get_num_new_matched_tokens` reports the prompt
     /// as loadable asynchronously, `allocate_slots` runs with
     /// `delay_cache_blocks=True` and the request turns
-    /// `WAITING_FOR_REMOTE_KVS` where it stands). All or nothing: on
-    /// success the cached prefix is pinned, fresh unpublished blocks hold the
-    /// rest and the grant is reported in `out.reserved`; otherwise nothing
-    /// changed and `false` is returned.
-    pub(crate) fn grant(&mut self, s: u32, hits: &mut Vec<u32>, out: &mut StepOutput) -> bool {
-        if self.reservation_fits(s, hits).is_none() {
+    /// `WAITING_FOR_REMOTE_KVS`; the caller moves it to `skipped`). All or
+    /// nothing: on success the cached prefix is pinned, fresh unpublished
+    /// blocks hold the rest and the grant is reported in `out.reserved`;
+    /// otherwise nothing changed and `false` is returned.
+    pub(crate) fn grant(
+        &mut self,
+        s: u32,
+        reserved: u64,
+        hits: &mut Vec<u32>,
+        out: &mut StepOutput,
+    ) -> bool {
+        if self.reservation_fits(s, reserved, hits).is_none() {
             return false;
         }
         let bs = self.bs();
@@ -151,7 +166,8 @@ impl<P: PerfModel> VllmCore<P> {
     /// reservation's blocks become active, newly valid prompt blocks are
     /// published once (the reused prefix is not), a suffix block cached
     /// meanwhile by someone else is replaced by the canonical one, and the
-    /// request becomes ordinary waiting work where it stands in the queue,
+    /// request becomes runnable where it stands in `skipped` (promoted by
+    /// `_try_promote_blocked_waiting_request` at the next waiting loop),
     /// without recomputing or reallocating its prompt.
     pub(crate) fn activate(&mut self, id: HandoffId) -> CommandOutcome {
         match self.destinations.get(&id) {
@@ -195,6 +211,8 @@ impl<P: PerfModel> VllmCore<P> {
             }
             if let Some(pos) = self.waiting.iter().position(|&w| w == s) {
                 self.waiting.remove(pos);
+            } else if let Some(pos) = self.skipped.iter().position(|&w| w == s) {
+                self.skipped.remove(pos);
             }
             self.release_blocks(s);
             self.seqs.remove(s);
@@ -203,6 +221,11 @@ impl<P: PerfModel> VllmCore<P> {
         let mine = |seqs: &crate::sequence::Slab, s: u32| seqs.get(s).kind == Kind::Destination(id);
         let s = if let Some(pos) = self.running.iter().position(|&s| mine(&self.seqs, s)) {
             self.running.remove(pos)
+        } else if let Some(pos) = self.skipped.iter().position(|&s| mine(&self.seqs, s)) {
+            match self.skipped.remove(pos) {
+                Some(s) => s,
+                None => return CommandOutcome::Noop,
+            }
         } else if let Some(pos) = self.waiting.iter().position(|&s| mine(&self.seqs, s)) {
             match self.waiting.remove(pos) {
                 Some(s) => s,

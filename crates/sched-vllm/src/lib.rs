@@ -26,9 +26,14 @@
 //!   keeps its blocks pinned until released; a destination joins the waiting
 //!   queue holding nothing, is allocated blocks for the uncached prompt
 //!   suffix only by the waiting loop of a step (`ReserveDestination` answers
-//!   `Queued`, the grant comes in `StepOutput::reserved`), and waits there
-//!   as `WAITING_FOR_REMOTE_KVS`, outside the running batch and in its place
-//!   in the queue, until activated (module `handoff`).
+//!   `Queued`, the grant comes in `StepOutput::reserved`) if they fit beside
+//!   what in-flight prefills still need
+//!   (`_inflight_prefill_reserved_blocks`), and waits as
+//!   `WAITING_FOR_REMOTE_KVS` in `skipped_waiting`, outside the running
+//!   batch, until activated; that queue is scanned before the waiting queue
+//!   (`_select_waiting_queue_for_scheduling`), so an activated destination
+//!   is admitted ahead of waiting and preempted requests (modules `handoff`,
+//!   `admit`).
 //! - `vllm/v1/core/block_pool.py` `BlockPool.cache_full_blocks`: every full
 //!   block is hashed and published, generated tokens included, with
 //!   deterministic stand-in hashes for generated tokens chained from the
@@ -94,6 +99,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod admit;
 mod block_pool;
 mod config;
 mod core;

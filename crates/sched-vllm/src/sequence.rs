@@ -36,8 +36,8 @@ pub(crate) enum Phase {
     /// (vLLM `Scheduler.schedule`, `load_kv_async`).
     Queued,
     /// Destination blocks reserved, KV not yet valid
-    /// (`WAITING_FOR_REMOTE_KVS`): still in the waiting queue, where the
-    /// waiting loop skips it (keeping its place) until it is activated.
+    /// (`WAITING_FOR_REMOTE_KVS`): in the skipped queue, where the waiting
+    /// loop passes over it (keeping its place) until it is activated.
     Reserved,
 }
 

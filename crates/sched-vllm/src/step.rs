@@ -8,10 +8,11 @@
 //!    is not free preempts the newest running request by recompute, repeatedly,
 //!    possibly itself (`self.running.pop()` + `_preempt_request`).
 //! 2. Only if nothing was preempted, waiting requests are admitted FIFO while
-//!    a running slot (`max_num_seqs`) and token budget remain. Queued
-//!    destinations in that queue are granted their blocks there (taking no
-//!    slot or budget; the first that does not fit stops the loop), and
-//!    destinations waiting for their KV are skipped in place. A prefix-cache
+//!    a running slot (`max_num_seqs`) and token budget remain, activated
+//!    destinations first (module `admit`). Queued destinations are granted
+//!    their blocks there (taking no slot or budget; the first that does not
+//!    fit stops the loop), and destinations waiting for their KV are passed
+//!    over. A prefix-cache
 //!    hit skips its full blocks (never the last prompt token); admission needs
 //!    the whole sequence to fit, plus the watermark while anything runs
 //!    (`allocate_slots(full_sequence_must_fit=scheduler_reserve_full_isl)`);
@@ -262,105 +263,6 @@ impl<P: PerfModel> VllmCore<P> {
         })
     }
 
-    /// The waiting half of `Scheduler.schedule`: FCFS while a running slot
-    /// and token budget remain, stopping at the first request that does not
-    /// fit. A destination waiting for its KV (`WAITING_FOR_REMOTE_KVS`) is
-    /// skipped and keeps its place; a queued destination is granted its
-    /// blocks here (`load_kv_async`: it takes no budget and no slot, and
-    /// stays in the queue), or stops the loop like any request that does not
-    /// fit. One liveness exception: while nothing is running, a request or
-    /// destination that does not fit is passed over. Otherwise a preempted
-    /// request at the head could wait forever behind activated destinations
-    /// that hold their blocks in the waiting queue (upstream can wedge this
-    /// way); passing over lets those run and free their blocks.
-    fn admit_waiting(&mut self, mut budget: u64, out: &mut StepOutput) {
-        if self.waiting.len() == self.awaiting_kv {
-            // Every entry waits for its KV and would be skipped: nothing to
-            // read (each would cost a cold record).
-            return;
-        }
-        let mut hits = std::mem::take(&mut self.hits);
-        let mut idx = 0;
-        while budget > 0 && (self.running.len() as u64) < u64::from(self.cfg.max_num_seqs) {
-            let Some(&s) = self.waiting.get(idx) else {
-                break;
-            };
-            match self.seqs.get(s).phase {
-                Phase::Reserved => {
-                    idx += 1;
-                    continue;
-                }
-                Phase::Queued => {
-                    if self.grant(s, &mut hits, out) || self.running.is_empty() {
-                        idx += 1;
-                        continue;
-                    }
-                    break;
-                }
-                _ => {}
-            }
-            let Some(new) = self.plan_admission(s, budget, &mut hits) else {
-                if self.running.is_empty() {
-                    idx += 1;
-                    continue;
-                }
-                break;
-            };
-            self.waiting.remove(idx);
-            let table_cap = {
-                let seq = self.seqs.get(s);
-                self.blocks_for(
-                    seq.num_tokens() + u64::from(seq.max_out.saturating_sub(seq.outputs)),
-                )
-                .min(self.pool.total())
-            };
-            let bs = self.bs();
-            let seq = self.seqs.get_mut(s);
-            seq.blocks.reserve(table_cap as usize);
-            if !seq.prebuilt {
-                for &b in &hits {
-                    self.pool.touch(b, seq.owner);
-                }
-                seq.blocks.extend_from_slice(&hits);
-                seq.computed = hits.len() as u64 * bs;
-                seq.published = hits.len() as u32;
-            }
-            seq.phase = Phase::Running;
-            let end = seq.computed + new;
-            self.grow(s, end);
-            self.commit(s, end);
-            self.running.push(s);
-            self.sched.push((s, new));
-            budget -= new;
-        }
-        self.hits = hits;
-    }
-
-    /// Whether waiting request `s` would be admitted now with `budget`
-    /// tokens left, and how many tokens it would compute; fills `hits` with
-    /// its prefix-cache hits. Changes nothing.
-    pub(crate) fn plan_admission(&self, s: u32, budget: u64, hits: &mut Vec<u32>) -> Option<u64> {
-        let seq = self.seqs.get(s);
-        let free = self.pool.free_len();
-        let watermark = self.watermark_now();
-        let num_tokens = seq.num_tokens();
-        if seq.prebuilt {
-            hits.clear();
-            let new = num_tokens.saturating_sub(seq.computed).min(budget);
-            let full_need = self
-                .blocks_for(num_tokens)
-                .saturating_sub(seq.blocks.len() as u64);
-            return (new > 0 && full_need + watermark <= free).then_some(new);
-        }
-        let max_hit = num_tokens.saturating_sub(1) / self.bs();
-        let need = self.blocks_for(num_tokens);
-        let room = free.checked_sub(watermark);
-        self.fit_hits(&seq.hashes, max_hit, need, room, hits)?;
-        let matched = hits.len() as u64;
-        let new = (num_tokens - matched * self.bs()).min(budget);
-        (new > 0).then_some(new)
-    }
-
     /// Whether the next pass would be a pure decode of exactly the current
     /// running batch with no admission; see the module docs. Free blocks only
     /// shrink during such passes, which keeps a refused admission refused.
@@ -378,18 +280,22 @@ impl<P: PerfModel> VllmCore<P> {
         }
         let slots_left = (self.running.len() as u64) < u64::from(self.cfg.max_num_seqs);
         let budget_left = u64::from(self.cfg.max_num_batched_tokens) - self.running.len() as u64;
-        if slots_left && budget_left > 0 && self.waiting.len() > self.awaiting_kv {
-            // The first entry the waiting loop would not skip: refused now,
-            // it stays refused while free blocks only shrink.
+        if slots_left && budget_left > 0 && self.runnable_waiting() > 0 {
+            // The first entry the waiting loop would not pass over (the
+            // skipped queue first): refused now, it stays refused while free
+            // blocks only shrink.
             let head = self
-                .waiting
+                .skipped
                 .iter()
+                .chain(self.waiting.iter())
                 .copied()
                 .find(|&s| self.seqs.get(s).phase != Phase::Reserved);
             if let Some(head) = head {
                 let mut hits = std::mem::take(&mut self.hits);
                 let admissible = if self.seqs.get(head).phase == Phase::Queued {
-                    self.reservation_fits(head, &mut hits).is_some()
+                    // Every running request decodes: no in-flight prefill
+                    // reserves anything.
+                    self.reservation_fits(head, 0, &mut hits).is_some()
                 } else {
                     self.plan_admission(head, budget_left, &mut hits).is_some()
                 };
@@ -408,7 +314,8 @@ impl<P: PerfModel> VllmCore<P> {
         let mut until_finish = u64::MAX;
         let mut context = 0u64;
         let mut min_room = u64::MAX;
-        self.room_hist.iter_mut().for_each(|n| *n = 0);
+        self.room_hist.clear();
+        self.room_hist.resize(self.bs() as usize, 0);
         for &s in &self.running {
             let seq = self.seqs.get(s);
             until_finish = until_finish.min(u64::from(seq.max_out.saturating_sub(seq.outputs)));
@@ -445,7 +352,7 @@ impl<P: PerfModel> VllmCore<P> {
             return QuietFloor::default();
         }
         let next = self.next_pass_floor();
-        if next.is_zero() || self.waiting.len() != self.awaiting_kv || !self.batch_is_stable() {
+        if next.is_zero() || self.runnable_waiting() != 0 || !self.batch_is_stable() {
             return QuietFloor::next_only(next);
         }
         let plan = self.plan_stable();
@@ -599,6 +506,8 @@ impl<P: PerfModel> VllmCore<P> {
     /// the order of the KV events exactly that of single passes.
     fn allocate_boundaries(&mut self, k: u64) {
         let bs = self.bs() as usize;
+        self.room_start.resize(bs + 1, 0);
+        self.room_cursor.resize(bs, 0);
         self.room_start[0] = 0;
         for r in 0..bs {
             self.room_start[r + 1] = self.room_start[r] + self.room_hist[r] as usize;

@@ -147,9 +147,7 @@ impl EngineSpec {
     fn vllm(&self) -> VllmConfig {
         let bs = self.block_size.max(1);
         VllmConfig {
-            num_blocks: u32::try_from(self.kv_tokens / u64::from(bs))
-                .unwrap_or(u32::MAX)
-                .max(1),
+            num_blocks: (self.kv_tokens / u64::from(bs)).max(1),
             block_size: bs,
             max_num_seqs: self.max_running.max(1),
             max_num_batched_tokens: self.max_batched_tokens.max(1),

@@ -117,7 +117,8 @@ impl<S: SchedulerCore> Worker<S> {
             }
             let chunk_end = now + out.first_step;
             for c in &out.kv_chunks {
-                self.kv_chunk_ready(c.id, c.ready_tokens, chunk_end);
+                let at = if c.before_pass { now } else { chunk_end };
+                self.kv_chunk_ready(c.id, c.ready_tokens, at);
             }
             for p in &out.pinned {
                 let lease = SourceLease {

@@ -281,3 +281,23 @@ fn a_pass_admits_up_to_the_last_free_slot() {
     assert_eq!(h.tokens_of(4), 50);
     h.assert_drained();
 }
+
+/// A worker with 10^11 tokens of KV at SGLang's default page of one token
+/// serves a few requests: the pool is counts, so nothing is sized by it,
+/// and every page the requests used is back once they finish.
+#[test]
+fn a_pool_of_10_to_the_11_tokens_serves_requests() {
+    let mut h = Harness::new(cfg(1, 100_000_000_000));
+    for id in 1..=4 {
+        h.submit(req(id, 1000, 8, &[id % 2, 9]));
+    }
+    h.run_idle(200);
+    for id in 1..=4 {
+        assert!(h.finished(id), "request {id} finished");
+    }
+    let cap = h.cap();
+    assert_eq!(cap.total_blocks, 100_000_000_000);
+    assert_eq!(cap.kv_used_blocks(), 0);
+    assert_eq!(h.core.radix.total_pages(), cap.cached_blocks);
+    h.assert_drained();
+}

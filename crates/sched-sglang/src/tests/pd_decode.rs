@@ -208,3 +208,45 @@ fn chunked_handoff_prefill_streams_each_finished_chunk() {
         assert!(pf.out.kv_chunks.is_empty());
     }
 }
+
+/// `SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX` (on by default): a
+/// handoff prefill whose prompt hits the prefill worker's radix cache sends
+/// that prefix as its first pass begins (`before_pass`), before the forward
+/// over the rest; later chunks report at their pass's end as before. With
+/// the knob off only the finished chunks are reported.
+#[test]
+fn a_cached_prefix_is_sent_before_the_forward_pass() {
+    for early in [true, false] {
+        let mut pf = Harness::new(SglangConfig {
+            total_pages: 1 << 12,
+            chunked_prefill_size: 512,
+            disagg_prefill_early_send_cached_prefix: early,
+            ..SglangConfig::with_page_size(16)
+        });
+        assert!(SglangConfig::default().disagg_prefill_early_send_cached_prefix);
+        // An ordinary request leaves 1024 prompt tokens (16 event blocks
+        // of 64) in the radix cache.
+        pf.submit(req(1, 1030, 1, &chunks()));
+        pf.run_idle(20);
+        let id = HandoffId(7);
+        pf.apply(SchedulerCommand::SubmitHandoffPrefill {
+            id,
+            request: req(7, 2000, 8, &chunks()),
+        });
+        let mut ready = Vec::new();
+        while pf.step() > 0 {
+            ready.extend(
+                pf.out
+                    .kv_chunks
+                    .iter()
+                    .map(|c| (c.id, c.ready_tokens, c.before_pass)),
+            );
+        }
+        let chunked = [(id, 1536, false)];
+        if early {
+            assert_eq!(ready, [&[(id, 1024, true)][..], &chunked].concat());
+        } else {
+            assert_eq!(ready, chunked);
+        }
+    }
+}

@@ -152,7 +152,7 @@ proptest! {
         n in prop_oneof![1u32..96, 200u32..400],
         ops in proptest::collection::vec(pool_op(), 1..60),
     ) {
-        let mut p = BlockPool::new(n);
+        let mut p = BlockPool::new(u64::from(n));
         let mut m = Model::new(n);
         let mut ev = EventQueue::default();
         // Per table: its blocks and owner.

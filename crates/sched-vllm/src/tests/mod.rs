@@ -5,6 +5,7 @@
 
 mod fit_hits;
 mod generated;
+mod lazy_pool;
 mod lifecycle;
 mod multistep;
 mod state_machine;
@@ -53,7 +54,7 @@ pub(crate) fn fixed_perf() -> FixedPerf {
     }
 }
 
-pub(crate) fn cfg(num_blocks: u32) -> VllmConfig {
+pub(crate) fn cfg(num_blocks: u64) -> VllmConfig {
     VllmConfig::with_blocks(num_blocks)
 }
 
@@ -80,14 +81,26 @@ impl<P: PerfModel> VllmCore<P> {
             }
         }
         let (mut awaiting_kv, mut unreported) = (0, 0);
-        for &s in &self.waiting {
-            reach(s, "waiting")?;
+        for (&s, skipped) in self
+            .waiting
+            .iter()
+            .map(|s| (s, false))
+            .chain(self.skipped.iter().map(|s| (s, true)))
+        {
+            reach(s, if skipped { "skipped" } else { "waiting" })?;
             let seq = self.seqs.get(s);
-            match seq.phase {
-                Phase::Waiting => {}
-                Phase::Reserved => awaiting_kv += 1,
-                Phase::Queued => unreported += usize::from(!seq.reported_unavailable),
-                other => return Err(format!("waiting slot {s} has phase {other:?}")),
+            match (seq.phase, skipped) {
+                (Phase::Waiting, false) => {}
+                // Only granted destinations are in the skipped queue:
+                // waiting for their KV, or activated.
+                (Phase::Waiting, true) if seq.prebuilt => {}
+                (Phase::Reserved, true) => awaiting_kv += 1,
+                (Phase::Queued, false) => unreported += usize::from(!seq.reported_unavailable),
+                (other, _) => {
+                    return Err(format!(
+                        "queued slot {s} (skipped {skipped}) has phase {other:?}"
+                    ))
+                }
             }
             if matches!(seq.phase, Phase::Queued | Phase::Reserved) {
                 match seq.kind {
@@ -173,7 +186,8 @@ impl<P: PerfModel> VllmCore<P> {
                 }
             }
         }
-        for b in 0..self.pool.total() as u32 {
+        // Blocks never allocated have no entry and no references.
+        for b in 0..self.pool.materialised() as u32 {
             for owner in [Owner::Active, Owner::Pinned, Owner::Reserved] {
                 let want = expected.get(&(b, owner as usize)).copied().unwrap_or(0);
                 if self.pool.refs(b, owner) != want {
@@ -201,12 +215,13 @@ impl<P: PerfModel> VllmCore<P> {
             .map(|(i, s)| format!("{i}:{s:?}"))
             .collect();
         format!(
-            "pool[{}] events{:?} seqs{:?} running{:?} waiting{:?} sources{:?} dests{:?} lease{} res{} cap{:?}",
+            "pool[{}] events{:?} seqs{:?} running{:?} waiting{:?} skipped{:?} sources{:?} dests{:?} lease{} res{} cap{:?}",
             self.pool.fingerprint(),
             self.events.pending(),
             live,
             self.running,
             self.waiting,
+            self.skipped,
             sources,
             dests,
             self.next_lease,

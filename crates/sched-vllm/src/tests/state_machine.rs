@@ -60,7 +60,7 @@ fn config() -> impl Strategy<Value = VllmConfig> {
     )
         .prop_map(
             |(num_blocks, max_num_seqs, budget, watermark, caching, refuse)| VllmConfig {
-                num_blocks,
+                num_blocks: u64::from(num_blocks),
                 max_num_seqs,
                 max_num_batched_tokens: budget,
                 watermark,
