@@ -497,13 +497,45 @@ pub fn run(a: ExperimentArgs) -> Result<(), String> {
     }
     // A run that leaks a lease or a reservation, or fails a request, is a
     // bug, not a result.
-    for o in &outputs {
-        if !o.summary.drained {
-            return Err(format!(
-                "{}: not drained ({} failed requests)",
-                o.summary.label, o.summary.failed
-            ));
+    match outputs.iter().find(|o| !o.summary.drained) {
+        Some(o) => Err(undrained(o)),
+        None => Ok(()),
+    }
+}
+
+/// Why run `o` is not a result: its failed requests counted by reason, and
+/// the workers that still held work or KV at the end (a request left
+/// unfinished means something it waited for never came: a lost wake-up or
+/// a reservation nobody ends).
+fn undrained(o: &RunOutput) -> String {
+    let mut reasons: std::collections::BTreeMap<String, u64> = Default::default();
+    for r in &o.records {
+        if let Some(f) = r.failure_reason {
+            *reasons.entry(f.to_string()).or_default() += 1;
         }
     }
-    Ok(())
+    let reasons: Vec<String> = reasons.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let workers: Vec<String> = o
+        .report
+        .workers
+        .iter()
+        .filter(|w| !w.drained)
+        .map(|w| format!("{} {}", w.pool, w.worker))
+        .collect();
+    let mut msg = format!("{}: not drained:", o.summary.label);
+    if o.summary.failed > 0 {
+        msg += &format!(
+            " {} requests failed ({})",
+            o.summary.failed,
+            reasons.join(", ")
+        );
+    }
+    if !workers.is_empty() {
+        msg += &format!(
+            "{} workers still holding work or KV at the end ({})",
+            if o.summary.failed > 0 { ";" } else { "" },
+            workers.join(", ")
+        );
+    }
+    msg + "; a run that leaves work behind is a bug, not a result"
 }

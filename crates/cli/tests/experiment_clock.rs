@@ -43,3 +43,29 @@ fn seed_timings_refuse_virtual_live() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("replay only"), "{err}");
 }
+
+/// A run that leaves a request unserved is a bug, not a result: the
+/// command prints its table, then fails naming the run, how many requests
+/// failed and why. Here one naive-PD turn outgrows every pool.
+#[test]
+fn a_run_with_failed_requests_exits_non_zero_saying_why() {
+    let out = Command::new(BIN)
+        .args(["experiment", "run", "--naive", "--sessions", "1"])
+        .args(["--session-turns", "2", "--session-final-tokens", "150000"])
+        .args([
+            "--decode-kv-tokens",
+            "100000",
+            "--prefill-kv-tokens",
+            "100000",
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success(), "a failed request exits non-zero");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("E1: not drained: 1 requests failed (unsupported 1)"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("failed 1 | drained false"), "{stdout}");
+}

@@ -100,7 +100,23 @@ impl<S: SchedulerCore> Worker<S> {
     }
 
     /// Closes a session: the core aborts the session's push, and its roles
-    /// end too.
+    /// end too, on either side.
+    ///
+    /// The close reaches the decode worker holding the slot and every
+    /// prefill worker. A push's source may end here before it has heard
+    /// from its destination (its peer is still unknown, so no `Abort` can be
+    /// sent; the destination's later `DestinationReserved` only meets a
+    /// tombstone), so the prefill worker ends the session's push
+    /// destinations itself: a queued one leaves the reservation queue, a
+    /// reserved one frees its pages (`CancelSnapshot`). Otherwise, with no
+    /// reservation deadline, the reservation pins its pages for good and
+    /// prefill admission behind it stalls. SGLang does the same on the
+    /// receiving side: `Scheduler.abort_request`
+    /// (`python/sglang/srt/managers/scheduler.py`) also aborts requests
+    /// still in the disaggregation queues (`DecodePreallocQueue`, the
+    /// transfer queue in `python/sglang/srt/disaggregation/decode.py`), and
+    /// their preallocated KV is released rather than left to a sender that
+    /// is gone.
     fn close_session(&mut self, session: crate::ids::SessionId, now: Instant) {
         self.core
             .apply(SchedulerCommand::ReleaseSession { session }, now);
@@ -116,6 +132,22 @@ impl<S: SchedulerCore> Worker<S> {
             self.source_event(
                 id,
                 SourceEvent::Cancelled {
+                    reason: CancelReason::Client,
+                },
+                now,
+            );
+        }
+        let receiving = sorted(
+            self.dests
+                .iter()
+                .filter(|(_, e)| e.push.is_some_and(|p| p.session == session))
+                .map(|(id, _)| *id)
+                .collect(),
+        );
+        for id in receiving {
+            self.dest_event(
+                id,
+                DestinationEvent::Cancelled {
                     reason: CancelReason::Client,
                 },
                 now,

@@ -343,3 +343,84 @@ fn a_failed_push_transfer_is_retried_once_through_a_new_attempt() {
         .iter()
         .any(|e| matches!(e, SessionEvent::SnapshotIngested { .. })));
 }
+
+/// A session closed while its push's `DestinationReserved` is still on the
+/// way: the decode worker ends the push source before it learns its peer,
+/// so no `Abort` can reach the prefill worker, and the fact then meets only
+/// a tombstone. The prefill worker, which gets the close too, must end the
+/// destination itself; a reservation left behind pins its pages for good
+/// (`experiment e4 --timings seed --prefill-kv-tokens 92000` stalled 43
+/// reseeds behind one such 50K-token reservation).
+#[test]
+fn closing_a_session_ends_its_push_destination_whose_source_never_heard_of_it() {
+    use handoff_core::{
+        Generation, HandoffConfig, HandoffPolicy, Worker, WorkerEvent, WorkerId, WorkerRequest,
+    };
+    let (dw, pw) = (WorkerId(1), WorkerId(0));
+    let mk = |id| {
+        let core =
+            crate::SglangCore::new(sessions_cfg(100_000, true), super::harness::fixed_perf())
+                .unwrap();
+        Worker::new(
+            id,
+            Generation(0),
+            HandoffPolicy::DestinationFirst,
+            HandoffConfig::default(),
+            core,
+        )
+    };
+    let (mut d, mut p) = (mk(dw), mk(pw));
+    let now = Instant::ZERO;
+    let session = SessionId(3);
+    d.handle_request(WorkerRequest::Ordinary(turn(1, 3, 2000, 1)), now)
+        .unwrap();
+    while d.step(now, now).is_some() {}
+    let enqueued = std::iter::from_fn(|| d.poll_event()).find_map(|e| match e {
+        WorkerEvent::Session {
+            event: SessionEvent::PushEnqueued { lock, tokens, .. },
+            ..
+        } => Some((lock, tokens)),
+        _ => None,
+    });
+    let (lock, tokens) = enqueued.expect("the committed turn offers a push");
+    let (id, request) = (HandoffId(1), RequestId(1 << 63 | 1));
+    d.handle_request(
+        WorkerRequest::PushSource {
+            id,
+            request,
+            session,
+            lock,
+            tokens,
+        },
+        now,
+    )
+    .unwrap();
+    p.handle_request(
+        WorkerRequest::PushDestination {
+            id,
+            request,
+            session,
+            tokens,
+            source: dw,
+        },
+        now,
+    )
+    .unwrap();
+    assert_eq!(p.core().snapshot_store().pending(), 1, "reserved at once");
+    // The close reaches both workers before the reservation's fact does.
+    d.handle_request(WorkerRequest::CloseSession(session), now)
+        .unwrap();
+    p.handle_request(WorkerRequest::CloseSession(session), now)
+        .unwrap();
+    for _ in 0..4 {
+        while let Some(t) = p.poll_transmit() {
+            d.handle_message(pw, t.msg, now);
+        }
+        while let Some(t) = d.poll_transmit() {
+            p.handle_message(dw, t.msg, now);
+        }
+    }
+    assert_eq!(p.core().snapshot_store().pending(), 0);
+    assert_eq!(p.capacity().kv_used_blocks(), 0);
+    assert!(d.is_drained() && p.is_drained(), "every push role ended");
+}
