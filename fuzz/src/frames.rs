@@ -398,6 +398,7 @@ pub fn every_frame() -> Vec<Frame> {
             },
             live_handoffs: 0,
             steps: 99,
+            beyond_grid_passes: (3, 4),
         }),
         Frame::Bye,
     ];
@@ -781,6 +782,7 @@ pub fn gen_frame(rng: &mut Rng) -> Frame {
             },
             live_handoffs: rng.interesting_u64(),
             steps: rng.interesting_u64(),
+            beyond_grid_passes: (rng.interesting_u64(), rng.interesting_u64()),
         }),
     }
 }

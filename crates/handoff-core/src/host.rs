@@ -117,6 +117,9 @@ pub struct HostFinal {
     pub live_handoffs: u64,
     /// Steps the host ran.
     pub steps: u64,
+    /// Passes its core timed at a clamping profile's edge
+    /// ([`SchedulerCore::beyond_grid_passes`]): (prefill, decode).
+    pub beyond_grid_passes: (u64, u64),
 }
 
 /// See the module docs.
@@ -326,6 +329,7 @@ impl<S: SchedulerCore> WorkerHost<S> {
             stats: self.worker.stats(),
             live_handoffs: self.worker.live_handoffs() as u64,
             steps: self.steps,
+            beyond_grid_passes: self.worker.core().beyond_grid_passes(),
         }
     }
 

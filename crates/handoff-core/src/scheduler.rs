@@ -348,6 +348,13 @@ pub trait SchedulerCore {
     fn quiet_floor(&mut self) -> QuietFloor {
         QuietFloor::default()
     }
+
+    /// Passes this core timed at the edge of a clamping step-time profile
+    /// because they lay past its grid: (prefill lookups, decode lookups).
+    /// The default, none, is right for a model without a grid.
+    fn beyond_grid_passes(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 /// [`SchedulerCore::quiet_floor`]'s answer, as durations from the end of the
@@ -414,5 +421,8 @@ impl<T: SchedulerCore + ?Sized> SchedulerCore for Box<T> {
     }
     fn quiet_floor(&mut self) -> QuietFloor {
         (**self).quiet_floor()
+    }
+    fn beyond_grid_passes(&self) -> (u64, u64) {
+        (**self).beyond_grid_passes()
     }
 }

@@ -41,9 +41,8 @@ impl BeyondGrid {
 }
 
 /// Passes whose lookup went past the grid's last point on some axis, by
-/// table: run statistics shared by every worker timed by one loaded
-/// profile (atomics, so threads of a live run may share it; a sum does not
-/// depend on the order passes were counted in).
+/// table: one core's count (each core owns its model), which its final
+/// state carries to the report wherever the core ran.
 #[derive(Debug, Default)]
 pub struct BeyondGridCounts {
     prefill: AtomicU64,

@@ -128,6 +128,13 @@ pub trait PerfModel {
     /// Time of one forward pass.
     fn pass(&self, pass: &Pass) -> Duration;
 
+    /// Passes this model timed at its grid's edge because they lay past it
+    /// (a clamping profile): (prefill lookups, decode lookups). None by
+    /// default.
+    fn beyond_grid_passes(&self) -> (u64, u64) {
+        (0, 0)
+    }
+
     /// Time to prefill `new_tokens` with no cached prefix in one pass.
     fn prefill(&self, new_tokens: u64) -> Duration {
         self.pass(&Pass::prefill(new_tokens, 0))
@@ -303,6 +310,13 @@ impl PerfModel for StepModel {
             StepModel::Polynomial(m) => m.grows_with_work(),
             StepModel::Profile(m) => m.grows_with_work(),
             StepModel::Grid(m) => m.grows_with_work(),
+        }
+    }
+
+    fn beyond_grid_passes(&self) -> (u64, u64) {
+        match self {
+            StepModel::Profile(m) => m.beyond_grid_passes(),
+            StepModel::Polynomial(_) | StepModel::Grid(_) => (0, 0),
         }
     }
 }

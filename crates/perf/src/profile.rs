@@ -403,7 +403,6 @@ pub struct PerfProfile {
     pass_overhead_ms: f64,
     decode_axis: DecodeAxis,
     beyond: BeyondGrid,
-    counts: BeyondGridCounts,
 }
 
 impl PerfProfile {
@@ -428,7 +427,7 @@ impl PerfProfile {
 
     /// A clamping profile (arguments as [`PerfProfile::new`]): lookups past
     /// the grid hold its edge and are counted
-    /// ([`PerfProfile::beyond_grid_counts`]); its tables may be
+    /// ([`ProfilePerf`] counts them per core); its tables may be
     /// [`TableShape::AsGiven`].
     pub fn clamped(
         name: String,
@@ -481,7 +480,6 @@ impl PerfProfile {
             pass_overhead_ms,
             decode_axis: DecodeAxis::TotalContext,
             beyond,
-            counts: BeyondGridCounts::default(),
         })
     }
 
@@ -499,12 +497,6 @@ impl PerfProfile {
     /// What lookups past the grid do.
     pub fn beyond_grid(&self) -> BeyondGrid {
         self.beyond
-    }
-
-    /// Passes that looked past the grid so far, (prefill, decode), over
-    /// every model sharing this profile.
-    pub fn beyond_grid_counts(&self) -> (u64, u64) {
-        self.counts.get()
     }
 
     /// The profile's name.
@@ -532,51 +524,68 @@ impl PerfProfile {
         self.pass_overhead_ms
     }
 
-    /// The pass time in ms, before any speedup; a lookup past the grid of
-    /// a clamping profile is counted.
+    /// The pass time in ms, before any speedup.
     pub fn pass_ms(&self, pass: &Pass) -> f64 {
-        let p = if pass.prefill_tokens > 0 {
-            let (v, past) = self.prefill.lookup(
+        self.pass_ms_past(pass).0
+    }
+
+    /// The pass time in ms, before any speedup, and whether its prefill and
+    /// its decode lookups lay past the grid.
+    pub fn pass_ms_past(&self, pass: &Pass) -> (f64, (bool, bool)) {
+        let (p, prefill_past) = if pass.prefill_tokens > 0 {
+            self.prefill.lookup(
                 pass.prefill_tokens as f64,
                 pass.mean_cached_tokens(),
                 self.beyond,
-            );
-            if past && self.beyond == BeyondGrid::Clamp {
-                self.counts.count_prefill();
-            }
-            v
+            )
         } else {
-            0.0
+            (0.0, false)
         };
-        let d = if pass.decode_batch > 0 {
+        let (d, decode_past) = if pass.decode_batch > 0 {
             let batch = pass.decode_batch as f64;
             let context = match self.decode_axis {
                 DecodeAxis::TotalContext => pass.decode_context_tokens as f64,
                 DecodeAxis::ContextPerSequence => pass.decode_context_tokens as f64 / batch,
             };
-            let (v, past) = self.decode.lookup(batch, context, self.beyond);
-            if past && self.beyond == BeyondGrid::Clamp {
-                self.counts.count_decode();
-            }
-            v
+            self.decode.lookup(batch, context, self.beyond)
         } else {
-            0.0
+            (0.0, false)
         };
-        if p > 0.0 && d > 0.0 {
+        let ms = if p > 0.0 && d > 0.0 {
             p + d - self.pass_overhead_ms
         } else {
             p + d
-        }
+        };
+        (ms, (prefill_past, decode_past))
     }
 }
 
 /// [`PerfProfile`] as a [`PerfModel`], every time divided by
 /// `speedup_ratio`. Shared, so that every worker of a run reads one copy.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 pub struct ProfilePerf {
     profile: Arc<PerfProfile>,
     /// Divides every predicted time; must be positive.
     pub speedup_ratio: f64,
+    /// This model's own lookups past a clamping profile's grid: one model
+    /// per core, so a core's count travels with its final state wherever
+    /// the core runs (a thread, another process).
+    counts: BeyondGridCounts,
+}
+
+impl Clone for ProfilePerf {
+    /// The same profile and speed-up, with no passes counted yet.
+    fn clone(&self) -> Self {
+        ProfilePerf::new(self.profile.clone(), self.speedup_ratio)
+    }
+}
+
+impl PartialEq for ProfilePerf {
+    /// The same model: profile and speed-up (counts are a run's, not the
+    /// model's).
+    fn eq(&self, other: &Self) -> bool {
+        self.profile == other.profile && self.speedup_ratio == other.speedup_ratio
+    }
 }
 
 impl ProfilePerf {
@@ -585,6 +594,7 @@ impl ProfilePerf {
         ProfilePerf {
             profile,
             speedup_ratio,
+            counts: BeyondGridCounts::default(),
         }
     }
 
@@ -599,8 +609,21 @@ impl PerfModel for ProfilePerf {
         if pass.prefill_tokens == 0 && pass.decode_batch == 0 {
             return Duration::ZERO;
         }
+        let (ms, past) = self.profile.pass_ms_past(pass);
+        if self.profile.beyond == BeyondGrid::Clamp {
+            if past.0 {
+                self.counts.count_prefill();
+            }
+            if past.1 {
+                self.counts.count_decode();
+            }
+        }
         // At least 1 µs, so token-emitting passes never share a timestamp.
-        scaled_ms(self.profile.pass_ms(pass), self.speedup_ratio).max(Duration::from_micros(1))
+        scaled_ms(ms, self.speedup_ratio).max(Duration::from_micros(1))
+    }
+
+    fn beyond_grid_passes(&self) -> (u64, u64) {
+        self.counts.get()
     }
 }
 

@@ -148,20 +148,20 @@ fn a_clamping_profile_holds_its_edge_and_counts_each_pass_past_it() {
     // Inside: no count. Per-sequence context: 8 sequences × 1024 each.
     assert!((ms(&Pass::decode(8, 8 * 1024, 1)) - 6.8).abs() < 1e-9);
     assert!((ms(&Pass::prefill(100, 50)) - 12.0).abs() < 1e-9);
-    assert_eq!(m.profile().beyond_grid_counts(), (0, 0));
+    assert_eq!(m.beyond_grid_passes(), (0, 0));
     // Past the last batch, the last context, or both: the edge's value.
     assert!((ms(&Pass::decode(64, 64 * 16, 1)) - 6.5).abs() < 1e-9);
     assert!((ms(&Pass::decode(8, 8 * 100_000, 1)) - 6.8).abs() < 1e-9);
     assert!((ms(&Pass::prefill(10_000, 1_000)) - 12.0).abs() < 1e-9);
-    assert_eq!(m.profile().beyond_grid_counts(), (1, 2));
+    assert_eq!(m.beyond_grid_passes(), (1, 2));
     // Below the first point is the fixed cost, clamped and not counted.
     assert!((ms(&Pass::decode(1, 1, 1)) - 6.0).abs() < 1e-9);
-    assert_eq!(m.profile().beyond_grid_counts(), (1, 2));
+    assert_eq!(m.beyond_grid_passes(), (1, 2));
     // A mixed pass past both grids counts once in each.
     let mut mixed = Pass::prefill(500, 0);
     mixed.add_decode(5000);
     assert!((ms(&mixed) - (9.0 + 7.0 - 1.0)).abs() < 1e-9);
-    assert_eq!(m.profile().beyond_grid_counts(), (2, 3));
+    assert_eq!(m.beyond_grid_passes(), (2, 3));
 }
 
 #[test]
@@ -170,6 +170,6 @@ fn an_extrapolating_profile_counts_nothing() {
     let p = PerfProfile::new("e".into(), String::new(), t.clone(), t, 1.0).unwrap();
     let m = ProfilePerf::new(Arc::new(p), 1.0);
     assert_eq!(m.pass(&Pass::prefill(4, 0)), Duration::from_millis(4));
-    assert_eq!(m.profile().beyond_grid_counts(), (0, 0));
+    assert_eq!(m.beyond_grid_passes(), (0, 0));
     assert_eq!(m.profile().decode_axis(), DecodeAxis::TotalContext);
 }

@@ -652,6 +652,10 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
             && self.store.pending() == 0
     }
 
+    fn beyond_grid_passes(&self) -> (u64, u64) {
+        self.perf.beyond_grid_passes()
+    }
+
     fn quiet_floor(&mut self) -> handoff_core::QuietFloor {
         SglangCore::quiet_floor(self)
     }

@@ -499,6 +499,10 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
         self.is_empty() && self.sources.is_empty() && self.destinations.is_empty()
     }
 
+    fn beyond_grid_passes(&self) -> (u64, u64) {
+        self.perf.beyond_grid_passes()
+    }
+
     fn quiet_floor(&mut self) -> handoff_core::QuietFloor {
         VllmCore::quiet_floor(self)
     }

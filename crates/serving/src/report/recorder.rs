@@ -601,8 +601,9 @@ impl Recorder {
         end: Instant,
         workers: impl Iterator<Item = (HostFinal, Pool)>,
     ) -> (Report, Option<Details>) {
+        let workers: Vec<(HostFinal, Pool)> = workers.collect();
         if let Some(b) = self.config.perf_beyond_grid.as_mut() {
-            b.settle();
+            b.settle(workers.iter().map(|(f, _)| f.beyond_grid_passes));
         }
         let start = self.first_arrival.unwrap_or(Instant::ZERO);
         // Throughput is over the serving span, first arrival to last
@@ -615,7 +616,7 @@ impl Recorder {
                 0.0
             }
         };
-        let (out, computed_prefill) = self.worker_reports(end, workers);
+        let (out, computed_prefill) = self.worker_reports(end, workers.into_iter());
         // Requests never finished (torn down mid-flight) count as failed,
         // in id order.
         let left = self.reqs.drain_sorted();

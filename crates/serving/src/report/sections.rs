@@ -67,11 +67,6 @@ pub struct BeyondGridReport {
     pub prefill_passes: u64,
     /// Passes whose decode lay past the decode grid.
     pub decode_passes: u64,
-    /// The profile and its counts when the run began: the profile's
-    /// counters are shared by every run that loaded it once, so a run
-    /// reports what it added.
-    #[serde(skip)]
-    watch: Option<(std::sync::Arc<handoff_perf::PerfProfile>, (u64, u64))>,
 }
 
 impl BeyondGridReport {
@@ -84,17 +79,20 @@ impl BeyondGridReport {
             perf: spec.perf.label(),
             prefill_passes: 0,
             decode_passes: 0,
-            watch: Some((p.clone(), p.beyond_grid_counts())),
         })
     }
 
-    /// Fills in the passes counted since the run began.
-    pub(super) fn settle(&mut self) {
-        if let Some((p, (p0, d0))) = &self.watch {
-            let (p1, d1) = p.beyond_grid_counts();
-            self.prefill_passes = p1.saturating_sub(*p0);
-            self.decode_passes = d1.saturating_sub(*d0);
+    /// Sums the workers' counts (each core counts its own passes and
+    /// reports them in its final state, wherever it ran; a restarted
+    /// worker's count starts again with its new core).
+    pub(super) fn settle(&mut self, workers: impl Iterator<Item = (u64, u64)>) {
+        let (mut p, mut d) = (0u64, 0u64);
+        for (wp, wd) in workers {
+            p = p.saturating_add(wp);
+            d = d.saturating_add(wd);
         }
+        self.prefill_passes = p;
+        self.decode_passes = d;
     }
 }
 
