@@ -104,6 +104,9 @@ pub struct SglangConfig {
     /// in `environ.py`; `disaggregation/prefill.py`
     /// `maybe_send_cached_prefix_chunk`, called as `run_batch` begins).
     /// Off, the prefix goes with the first chunk or the final transfer.
+    /// The CLI sets it (from that variable or
+    /// `--disagg-prefill-early-send-cached-prefix`); this crate reads no
+    /// environment.
     pub disagg_prefill_early_send_cached_prefix: bool,
     /// Tokens each KV event hash (and each radix node) covers. Must be a
     /// multiple of `page_size`. SGLang itself reports one hash per page; a

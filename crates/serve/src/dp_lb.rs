@@ -13,6 +13,10 @@
 //!   goes to rank `bootstrap_room % dp_size` on both sides
 //!   (`follow_bootstrap_room_scheduler`; [`DpLayout::room_rank`]); any
 //!   other request round-robins over the ranks (`round_robin_scheduler`).
+//! - vLLM with an `X-data-parallel-rank` header ([`RankRule::Pinned`]):
+//!   `DPLBAsyncMPClient.get_core_engine_for_request` sends a request whose
+//!   `data_parallel_rank` is set to that engine and skips the scoring, so
+//!   the rank's local waiting count is not raised either.
 
 use handoff_core::{DpLayout, DpRank, KvCapacitySnapshot, WorkerId, WorkerWithDpRank};
 
@@ -25,6 +29,10 @@ pub enum RankRule {
     RoundRobin,
     /// SGLang's PD rank of this `bootstrap_room`.
     Room(u64),
+    /// vLLM's `data_parallel_rank` named by the client (the
+    /// `X-data-parallel-rank` header), checked against the rank count by
+    /// the listener; a rank the worker does not have picks nothing.
+    Pinned(DpRank),
 }
 
 /// Per-rank counts and per-worker cursors; see the module docs.
@@ -64,6 +72,7 @@ impl RankPicker {
         let n = self.dp.dp_size();
         let rank = match rule {
             RankRule::Room(room) => self.dp.room_rank(room),
+            RankRule::Pinned(rank) => rank,
             RankRule::RoundRobin => {
                 let next = self.next.get_mut(worker.0 as usize)?;
                 let r = *next;
@@ -87,17 +96,23 @@ impl RankPicker {
             dp_rank: rank,
         })?;
         let i = s.0 as usize;
-        self.counts.get_mut(i)?[0] += 1;
+        let count = self.counts.get_mut(i)?;
+        if !matches!(rule, RankRule::Pinned(_)) {
+            count[0] += 1;
+        }
         self.taken[i] += 1;
         Some(s)
     }
 
     /// Scheduler `s` refused the request [`RankPicker::pick`] just gave it
-    /// (a decode naming a prefill it cannot attach): it is not counted.
-    pub fn refused(&mut self, s: WorkerId) {
+    /// by `rule` (a decode naming a prefill it cannot attach): it is not
+    /// counted.
+    pub fn refused(&mut self, s: WorkerId, rule: RankRule) {
         let i = s.0 as usize;
         if let (Some(c), Some(t)) = (self.counts.get_mut(i), self.taken.get_mut(i)) {
-            c[0] = c[0].saturating_sub(1);
+            if !matches!(rule, RankRule::Pinned(_)) {
+                c[0] = c[0].saturating_sub(1);
+            }
             *t = t.saturating_sub(1);
         }
     }
@@ -123,7 +138,7 @@ mod tests {
         assert_eq!(p.pick(WorkerId(1), RankRule::Room(4)), Some(WorkerId(2)));
         assert_eq!(p.pick(WorkerId(0), RankRule::Room(9)), Some(WorkerId(1)));
         assert_eq!((p.taken(1), p.taken(2), p.taken(3)), (1, 1, 1));
-        p.refused(WorkerId(3));
+        p.refused(WorkerId(3), RankRule::Room(7));
         assert_eq!(p.taken(3), 0);
         assert_eq!(p.pick(WorkerId(2), RankRule::Room(0)), None, "no worker 2");
     }
@@ -159,6 +174,29 @@ mod tests {
             p.pick(WorkerId(0), RankRule::LeastLoaded),
             Some(WorkerId(0))
         );
+    }
+
+    #[test]
+    fn a_pinned_rank_is_taken_whatever_the_load_and_not_scored() {
+        let mut p = picker();
+        let busy = KvCapacitySnapshot {
+            waiting_requests: 9,
+            ..KvCapacitySnapshot::default()
+        };
+        p.refresh(3, &busy);
+        assert_eq!(
+            p.pick(WorkerId(1), RankRule::Pinned(DpRank(1))),
+            Some(WorkerId(3))
+        );
+        assert_eq!(p.taken(3), 1);
+        // Its waiting count stayed as published: 9 * 4 against rank 0's 0.
+        assert_eq!(
+            p.pick(WorkerId(1), RankRule::LeastLoaded),
+            Some(WorkerId(2))
+        );
+        p.refused(WorkerId(3), RankRule::Pinned(DpRank(1)));
+        assert_eq!(p.taken(3), 0);
+        assert_eq!(p.pick(WorkerId(1), RankRule::Pinned(DpRank(2))), None);
     }
 
     #[test]

@@ -23,7 +23,9 @@ use crate::kv_transfer::RemotePrefill;
 use crate::metrics::Metrics;
 use crate::prompt::request_for;
 use crate::zmq_pub::KvPublishers;
-use handoff_core::{Generation, KvCapacitySnapshot, RequestId, Worker, WorkerHost, WorkerId};
+use handoff_core::{
+    DpRank, Generation, KvCapacitySnapshot, RequestId, Worker, WorkerHost, WorkerId,
+};
 use handoff_engine::fault::Fault;
 use handoff_engine::{Engine, LocalHosts};
 use handoff_live_adapter::WallClock;
@@ -69,6 +71,9 @@ pub enum Cmd {
         worker: WorkerId,
         /// What the worker does with it.
         placement: Placement,
+        /// The rank the client named (vLLM's `X-data-parallel-rank`);
+        /// `None`: the engine's own choice.
+        rank: Option<DpRank>,
         /// Its id (unique per server).
         id: RequestId,
         /// Prompt token ids.
@@ -83,6 +88,9 @@ pub enum Cmd {
     Decode {
         /// The worker.
         worker: WorkerId,
+        /// The rank the client named (vLLM's `X-data-parallel-rank`);
+        /// `None`: the engine's own choice.
+        rank: Option<DpRank>,
         /// The prefill it decodes.
         remote: RemotePrefill,
         /// Prompt token ids (the prefill's).
@@ -294,6 +302,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
             Ok(Cmd::SubmitAt {
                 worker,
                 placement,
+                rank,
                 id,
                 tokens,
                 output_tokens,
@@ -302,7 +311,8 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
                 let now = clock.now();
                 engine.advance_to(now);
                 let req = request_for(id, &tokens, output_tokens, cfg.block_size, now);
-                let worker = ranks.pick(worker, no_room).unwrap_or(worker);
+                let rule = rank.map_or(no_room, RankRule::Pinned);
+                let worker = ranks.pick(worker, rule).unwrap_or(worker);
                 let d = engine.director_mut();
                 match placement {
                     Placement::Proxy => d.submit_at(req, &tokens, worker, tx),
@@ -312,6 +322,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
             }
             Ok(Cmd::Decode {
                 worker,
+                rank,
                 remote,
                 tokens,
                 output_tokens,
@@ -319,14 +330,15 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
             }) => {
                 let now = clock.now();
                 engine.advance_to(now);
-                let picked = ranks.pick(worker, no_room);
+                let rule = rank.map_or(no_room, RankRule::Pinned);
+                let picked = ranks.pick(worker, rule);
                 let worker = picked.unwrap_or(worker);
                 let d = engine.director_mut();
                 match d.submit_decode(&remote, worker, &tokens, output_tokens, now, tx.clone()) {
                     Ok(()) => engine.arrivals_changed(),
                     Err(e) => {
                         if let Some(s) = picked {
-                            ranks.refused(s);
+                            ranks.refused(s, rule);
                         }
                         let _ = tx.send(StreamMsg::Refused(e));
                     }

@@ -584,6 +584,7 @@ async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Re
         Some(w) => Cmd::SubmitAt {
             worker: WorkerId(w as u32),
             placement: crate::driver::Placement::Proxy,
+            rank: None,
             id,
             tokens,
             output_tokens,

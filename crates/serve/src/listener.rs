@@ -4,7 +4,7 @@
 //! [`crate::sglang_pd`]).
 
 use crate::http::AppState;
-use handoff_core::{HandoffPolicy, WorkerId};
+use handoff_core::{Backend, DpLayout, HandoffPolicy, WorkerId};
 use handoff_router::Pool;
 use std::sync::Arc;
 
@@ -18,6 +18,10 @@ pub struct WorkerState {
     pub pool: Pool,
     /// The deployment's handoff ordering.
     pub policy: HandoffPolicy,
+    /// The engine it mocks (the `X-data-parallel-rank` header is vLLM's).
+    pub backend: Backend,
+    /// The worker's data-parallel ranks.
+    pub dp: DpLayout,
     /// The host this listener is bound to (`remote_host`).
     pub host: String,
     /// Its port (`remote_port`).

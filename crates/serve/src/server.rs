@@ -238,6 +238,8 @@ async fn run(
             worker: handoff_core::WorkerId(w),
             pool: pools[w as usize * usize::from(dp.dp_size())],
             policy,
+            backend,
+            dp,
             host: a.ip().to_string(),
             port: a.port(),
         });

@@ -21,6 +21,10 @@
 //!   workers, a plain `max_tokens: 1` prefill on a prefill worker, then
 //!   the plain request on a decode worker, which prefills it again.
 //!
+//! On a vLLM deployment's worker, an `X-data-parallel-rank` header pins
+//! the request to that rank of W ([`dp_rank_header`]); without it the rank
+//! is the engine's own choice ([`crate::dp_lb`]).
+//!
 //! A worker of an SGLang deployment speaks SGLang's PD flow instead: each
 //! request is one leg of a pair sent by `sglang-router`, with its
 //! bootstrap room ([`crate::sglang_pd`]).
@@ -35,15 +39,16 @@ use crate::http::{body_error_response, error, failure, stream, unix_secs, whole}
 use crate::http::{CancelGuard, MAX_BODY_BYTES};
 use crate::kv_transfer::{self, KvTransfer, ProxyError};
 pub use crate::listener::WorkerState;
+use crate::openai::ApiError;
 use crate::openai::{parse, Endpoint, Meta};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use handoff_core::{HandoffPolicy, RequestId};
+use handoff_core::{Backend, DpLayout, DpRank, HandoffPolicy, RequestId};
 use handoff_router::Pool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -66,13 +71,82 @@ pub fn worker_router(state: Arc<WorkerState>) -> Router {
 
 async fn completions(
     State(s): State<Arc<WorkerState>>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    generate(s, Endpoint::Completions, body).await
+    generate(s, Endpoint::Completions, &headers, body).await
 }
 
-async fn chat(State(s): State<Arc<WorkerState>>, body: Result<Bytes, BytesRejection>) -> Response {
-    generate(s, Endpoint::Chat, body).await
+async fn chat(
+    State(s): State<Arc<WorkerState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    generate(s, Endpoint::Chat, &headers, body).await
+}
+
+/// vLLM's data-parallel rank header.
+pub const DP_RANK_HEADER: &str = "X-data-parallel-rank";
+
+/// The rank a vLLM request's `X-data-parallel-rank` header names, if any,
+/// checked against the worker's `dp` ranks.
+///
+/// vLLM reads the header in `OpenAIServing._get_data_parallel_rank`
+/// (`vllm/entrypoints/openai/serving_engine.py`) into the request's
+/// `data_parallel_rank`; the engine's input processor
+/// (`InputProcessor.process_inputs`, `vllm/v1/engine/input_processor.py`;
+/// `Processor.process_inputs` in `processor.py` before) refuses a
+/// rank outside `[0, data_parallel_size)` with a `ValueError` the server
+/// answers as a 400, worded `data_parallel_rank R is out of range [0, N).`,
+/// which this answer copies (`param` names the header); and
+/// `DPLBAsyncMPClient.get_core_engine_for_request`
+/// (`vllm/v1/engine/core_client.py`) sends the request to that rank's
+/// engine ([`crate::dp_lb::RankRule::Pinned`]).
+///
+/// One difference, on purpose: vLLM's `_get_data_parallel_rank` drops a
+/// value `int()` cannot parse and load-balances the request; here such a
+/// value is a 400 instead (worded as SGLang's
+/// `OpenAIServingBase.extract_routed_dp_rank_from_header`,
+/// `python/sglang/srt/entrypoints/openai/serving_base.py`, answers it), so
+/// a client's typo shows.
+///
+/// The front port does not read the header: its router places a request
+/// on a (worker, rank) pair, and a bare rank number names one rank on
+/// every worker.
+///
+/// SGLang backends: SGLang has an equivalent (that header on its OpenAI
+/// routes, `routed_dp_rank` / the deprecated `data_parallel_rank` in the
+/// body of `/generate`), which is not modelled yet: on an SGLang
+/// deployment the header is ignored and the rank stays SGLang's own
+/// choice (`bootstrap_room % N` for a PD leg, round robin otherwise).
+pub fn dp_rank_header(
+    headers: &HeaderMap,
+    backend: Backend,
+    dp: DpLayout,
+) -> Result<Option<DpRank>, ApiError> {
+    if backend != Backend::Vllm {
+        return Ok(None);
+    }
+    let Some(raw) = headers.get(DP_RANK_HEADER) else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(raw.as_bytes());
+    let t = text.trim();
+    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ApiError::invalid(
+            Some(DP_RANK_HEADER),
+            format!("Invalid {DP_RANK_HEADER} header: must be an integer, got '{text}'"),
+        ));
+    }
+    let n = dp.dp_size();
+    match t.parse::<i64>() {
+        Ok(r) if (0..i64::from(n)).contains(&r) => Ok(Some(DpRank(r as u16))),
+        _ => Err(ApiError::invalid(
+            Some(DP_RANK_HEADER),
+            format!("data_parallel_rank {t} is out of range [0, {n})."),
+        )),
+    }
 }
 
 /// What the listener does with a vLLM-flow request, or why not.
@@ -99,6 +173,7 @@ fn decide(s: &WorkerState, kv: KvTransfer, streamed: bool) -> Result<KvTransfer,
 async fn generate(
     s: Arc<WorkerState>,
     endpoint: Endpoint,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match body {
@@ -124,12 +199,17 @@ async fn generate(
         Ok(kv) => kv,
         Err(e) => return error(&e.api()),
     };
+    let rank = match dp_rank_header(headers, s.backend, s.dp) {
+        Ok(r) => r,
+        Err(e) => return error(&e),
+    };
     let (tx, mut rx) = unbounded_channel();
     let (id, cmd) = match kv {
         KvTransfer::RemotePrefill(remote) => (
             remote.request,
             Cmd::Decode {
                 worker: s.worker,
+                rank,
                 remote,
                 tokens: req.prompt.clone(),
                 output_tokens: req.output_tokens(),
@@ -145,6 +225,7 @@ async fn generate(
             let cmd = Cmd::SubmitAt {
                 worker: s.worker,
                 placement,
+                rank,
                 id,
                 tokens: req.prompt.clone(),
                 output_tokens: req.output_tokens(),

@@ -7,7 +7,9 @@
 //! `RouterEvent` lines (`dp_rank`) all speak per rank; the report has a
 //! row per rank and every rank ends drained. A vLLM deployment's
 //! `kv_transfer_params` name the prefill's rank as vLLM's per-rank engine
-//! id (`0_dp0`), which the decode call must give back.
+//! id (`0_dp0`), which the decode call must give back, and an
+//! `X-data-parallel-rank` header pins a vLLM request to that rank of the
+//! worker it is sent to (a rank out of range, or not a number, is a 400).
 
 mod common;
 
@@ -249,4 +251,137 @@ fn vllm_kv_transfer_params_name_the_prefill_rank() {
     assert_eq!(took, [1, 0, 1, 0], "{d}");
     let r = s.server.stop();
     assert_eq!((r.completed_requests, r.failed_requests), (1, 0));
+}
+
+/// The `listener_requests` of every rank, in (worker, rank) order, once
+/// all is drained and the engine has published all four ranks.
+fn taken(http: SocketAddr) -> Vec<u64> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let d = common::wait_drained(http);
+        let rows = d["workers"].as_array().cloned().unwrap_or_default();
+        if rows.len() == 4 {
+            return rows
+                .iter()
+                .map(|w| w["listener_requests"].as_u64().unwrap())
+                .collect();
+        }
+        assert!(std::time::Instant::now() < deadline, "{d}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn vllm_x_data_parallel_rank_pins_the_rank_and_bad_values_are_400s() {
+    let s = start(Backend::Vllm);
+    let post = |w: usize, rank: Option<&str>, b: &Value| -> (u16, Value) {
+        let headers: Vec<(&str, &str)> = rank
+            .map(|r| vec![("X-data-parallel-rank", r)])
+            .unwrap_or_default();
+        let (status, text) = common::call_with(
+            s.workers[w],
+            "POST",
+            "/v1/completions",
+            &headers,
+            &b.to_string(),
+        );
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("json: {text}")),
+        )
+    };
+    let words: Vec<String> = (0..80).map(|k| format!("p{k}")).collect();
+    let prompt = words.join(" ");
+    let plain = json!({"model": "m", "prompt": prompt, "max_tokens": 2, "ignore_eos": true});
+
+    // Bad values first: nothing reaches a rank.
+    for (bad, message) in [
+        ("2", "data_parallel_rank 2 is out of range [0, 2)."),
+        ("-1", "data_parallel_rank -1 is out of range [0, 2)."),
+        (
+            "one",
+            "Invalid X-data-parallel-rank header: must be an integer, got 'one'",
+        ),
+        (
+            "1.0",
+            "Invalid X-data-parallel-rank header: must be an integer, got '1.0'",
+        ),
+    ] {
+        for w in [0, 1] {
+            let (status, v) = post(w, Some(bad), &plain);
+            assert_eq!(status, 400, "{bad}: {v}");
+            assert_eq!(v["error"]["message"], message, "{v}");
+            assert_eq!(v["error"]["param"], "X-data-parallel-rank", "{v}");
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        }
+    }
+    assert_eq!(taken(s.http), [0; 4]);
+
+    // Idle ranks: the balancer alone would take rank 0 every time.
+    for _ in 0..3 {
+        let (status, v) = post(0, Some("1"), &plain);
+        assert_eq!(status, 200, "{v}");
+    }
+    for r in ["1", "0"] {
+        let (status, v) = post(1, Some(r), &plain);
+        assert_eq!(status, 200, "{v}");
+    }
+    let (status, v) = post(1, None, &plain);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(taken(s.http), [0, 3, 2, 1]);
+
+    // A pinned prefill names its rank's engine; the decode pinned to rank
+    // 1 of the decode worker attaches there.
+    let (status, v) = post(
+        0,
+        Some("1"),
+        &json!({"model": "m", "prompt": prompt, "max_tokens": 1,
+                "kv_transfer_params": {"do_remote_decode": true}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let p = v["kv_transfer_params"].clone();
+    assert_eq!(p["remote_engine_id"], "0_dp1", "{p}");
+    let (status, v) = post(
+        1,
+        Some("1"),
+        &json!({"model": "m", "prompt": prompt, "max_tokens": 3, "ignore_eos": true,
+                "kv_transfer_params": p}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    assert_eq!(taken(s.http), [0, 4, 2, 2]);
+    let r = s.server.stop();
+    assert_eq!((r.completed_requests, r.failed_requests), (7, 0));
+}
+
+#[test]
+fn sglang_ignores_the_vllm_header() {
+    let s = start(Backend::Sglang);
+    for room in [4u64, 6] {
+        let b = body(room, room);
+        let (p, d) = (s.workers[0], s.workers[1]);
+        let b2 = b.clone();
+        let t = std::thread::spawn(move || {
+            common::call_with(
+                p,
+                "POST",
+                "/v1/completions",
+                &[("X-data-parallel-rank", "1")],
+                &b2,
+            )
+        });
+        let (ds, db) = common::call_with(
+            d,
+            "POST",
+            "/v1/completions",
+            &[("X-data-parallel-rank", "9")],
+            &b,
+        );
+        let (ps, pb) = t.join().expect("prefill leg");
+        assert_eq!((ps, ds), (200, 200), "{pb} / {db}");
+    }
+    // Both rooms are even: rank 0 on both workers, whatever the header.
+    assert_eq!(taken(s.http), [2, 0, 2, 0]);
+    let r = s.server.stop();
+    assert_eq!((r.completed_requests, r.failed_requests), (2, 0));
 }

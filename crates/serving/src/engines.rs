@@ -70,6 +70,12 @@ pub struct EngineSpec {
     /// (`--disaggregation-decode-enable-radix-cache`; off: a chunk cache).
     /// Ignored by vLLM.
     pub decode_radix_cache: bool,
+    /// SGLang prefill servers send a request's cached prefix as its first
+    /// pass begins (`SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX`,
+    /// default on; `handoff_sched_sglang::SglangConfig`'s
+    /// `disagg_prefill_early_send_cached_prefix`). The CLI sets it from that
+    /// variable or its flag. Ignored by vLLM.
+    pub early_send_cached_prefix: bool,
     /// SGLang session slots, snapshot store and bypass (seed 002); off by
     /// default and ignored by vLLM.
     pub sessions: handoff_sched_sglang::SessionConfig,
@@ -87,6 +93,7 @@ impl Default for EngineSpec {
             perf: PerfChoice::DynamoPolynomial,
             source_lease_ttl: None,
             decode_radix_cache: false,
+            early_send_cached_prefix: true,
             sessions: handoff_sched_sglang::SessionConfig::default(),
         }
     }
@@ -137,6 +144,7 @@ impl EngineSpec {
             handoff_sched_sglang::default_prealloc_slot_margin(c.max_running_requests);
         c.chunked_prefill_size = self.max_batched_tokens.max(1);
         c.disaggregation_decode_enable_radix_cache = self.decode_radix_cache;
+        c.disagg_prefill_early_send_cached_prefix = self.early_send_cached_prefix;
         if let Some(ttl) = self.source_lease_ttl {
             c.source_lease_ttl = ttl;
         }

@@ -112,12 +112,27 @@ impl Server {
 
 /// Sends one request to `to` and returns the connection to read from.
 pub fn send(to: SocketAddr, method: &str, path: &str, body: &str) -> TcpStream {
+    send_with(to, method, path, &[], body)
+}
+
+/// [`send`] with extra `headers` (name, value).
+pub fn send_with(
+    to: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> TcpStream {
     let mut s = TcpStream::connect(to).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(20))).ok();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         {extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .expect("write");
@@ -126,7 +141,18 @@ pub fn send(to: SocketAddr, method: &str, path: &str, body: &str) -> TcpStream {
 
 /// Status and body of a request read to the end.
 pub fn call(to: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = send(to, method, path, body);
+    call_with(to, method, path, &[], body)
+}
+
+/// [`call`] with extra `headers` (name, value).
+pub fn call_with(
+    to: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut s = send_with(to, method, path, headers, body);
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read");
     let status = text

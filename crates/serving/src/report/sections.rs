@@ -151,6 +151,15 @@ pub struct EngineReport {
     /// written only when on.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub decode_radix_cache: bool,
+    /// SGLang's early send of the cached prefix
+    /// (`SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX`); written only
+    /// when off.
+    #[serde(skip_serializing_if = "is_true")]
+    pub early_send_cached_prefix: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl EngineReport {
@@ -251,6 +260,8 @@ impl ReportConfig {
                 source_lease_ttl_s: secs(spec.effective_source_lease_ttl()),
                 decode_radix_cache: spec.decode_radix_cache
                     && spec.backend == handoff_core::Backend::Sglang,
+                early_send_cached_prefix: spec.early_send_cached_prefix
+                    || spec.backend != handoff_core::Backend::Sglang,
             };
             match engines.last_mut() {
                 Some(last) if last.same_engine(&e) => {
