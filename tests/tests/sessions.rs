@@ -497,21 +497,15 @@ fn a_session_closed_mid_push_leaves_no_prefill_reservation_behind() {
     assert!(out.summary.drained, "every reservation ended");
 }
 
-/// Known open bug (ignored until fixed): `experiment run
-/// --enable-d-to-p-sync --timings seed --sessions 8 --decode 1
-/// --decode-kv-tokens 200000 --prefill-kv-tokens 60000` ends with no
-/// request failed but decode worker 1 holding session 7's slot (50,535
-/// tokens) after the run. The frontend's session table loses the slot: a
-/// reseed of session 7 is routed to worker 1 (the table says resident
-/// there from then on), and 100 ms later, when the reseed reaches the
-/// worker, the worker evicts session 7's *older* slot for capacity; the
-/// frontend reads that `SlotEvicted` as the session leaving worker 1 and
-/// drops it from the table, though the reseed commits a new slot there.
-/// The client's close then goes only to the prefill worker, and the slot
-/// is never released. (Traced: session 7's last three reseeds each found
-/// the table empty and were followed by such an eviction on worker 1.)
+/// `experiment run --enable-d-to-p-sync --timings seed --sessions 8
+/// --decode 1 --decode-kv-tokens 200000 --prefill-kv-tokens 60000`: on the
+/// one decode worker, a turn of session 7 (direct, or a reseed) is placed
+/// while the session's older slot is still there, and that older slot is
+/// evicted for capacity before the turn builds its own. The frontend's
+/// session table must keep the newer placement (the eviction names the
+/// older slot's turn), so the client's close reaches the worker and every
+/// slot is released by the end of the run.
 #[test]
-#[ignore = "open: a stale slot's capacity eviction drops the session a reseed just placed"]
 fn a_reseed_landing_on_its_own_stale_slot_stays_in_the_session_table() {
     use handoff_lab::config::{SEED_BYTES_PER_TOKEN, SEED_LINK_BANDWIDTH};
     use handoff_lab::{run_variant, ExperimentConfig, TimingMode, Variant};

@@ -188,6 +188,7 @@ fn a_worker_reports_session_events_and_closes_sessions() {
     assert!(closed.contains(&WorkerEvent::Session {
         event: SessionEvent::SlotEvicted {
             session: SessionId(3),
+            turn: RequestId(1),
             tokens: 701,
             reason: SlotEvictReason::Closed
         },
