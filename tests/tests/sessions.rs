@@ -532,3 +532,41 @@ fn a_reseed_landing_on_its_own_stale_slot_stays_in_the_session_table() {
     assert_eq!(out.summary.failed, 0);
     assert!(out.summary.drained, "every session slot released");
 }
+
+/// A turn larger than the decode pool (`experiment run --sessions 1
+/// --session-turns 2 --session-final-tokens 150000 --decode-kv-tokens
+/// 100000 --prefill-kv-tokens 100000`) can never be served: the naive E1
+/// run fails it as `unsupported` when its reservation is refused, and the
+/// session-affine E3 run, whose turn goes straight to the decode worker,
+/// fails it with the same reason rather than leaving it in flight.
+#[test]
+fn a_turn_larger_than_the_decode_pool_fails_as_unsupported_on_every_path() {
+    use handoff_core::{CancelReason, FailureReason};
+    use handoff_lab::{run_variant, ExperimentConfig, Variant};
+    let items = generate_sessions(&SessionConfig {
+        seed: 7,
+        sessions: 1,
+        turns: LengthDist::Fixed(2),
+        final_context_tokens: 150_000,
+        ..SessionConfig::default()
+    });
+    let cfg = ExperimentConfig {
+        decode_kv_tokens: 100_000,
+        prefill_kv_tokens: 100_000,
+        ..ExperimentConfig::default()
+    };
+    for variant in [Variant::E1, Variant::E3, Variant::E4] {
+        let out = run_variant(&cfg, variant, &items).expect("runs");
+        let reasons: Vec<_> = out.records.iter().map(|r| r.failure_reason).collect();
+        assert_eq!(
+            reasons,
+            [
+                None,
+                Some(FailureReason::Handoff(CancelReason::Unsupported))
+            ],
+            "{variant:?}"
+        );
+        let busy: Vec<_> = out.report.workers.iter().filter(|w| !w.drained).collect();
+        assert!(busy.is_empty(), "{variant:?}: {busy:?}");
+    }
+}
