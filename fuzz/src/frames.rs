@@ -372,6 +372,7 @@ pub fn every_frame() -> Vec<Frame> {
                 HostOutput::Refused(RequestError::DuplicateHandoff(id)),
                 HostOutput::Refused(RequestError::HandoffDisabled(id)),
                 HostOutput::Refused(RequestError::Refused(RequestId(3))),
+                HostOutput::Refused(RequestError::Unsupported(RequestId(4))),
             ],
             status: HostStatus {
                 deadline: Some(Instant(20)),
@@ -679,9 +680,10 @@ fn gen_output(rng: &mut Rng) -> HostOutput {
             at: instant(rng),
         }),
         1 => HostOutput::Event(gen_event(rng)),
-        _ => HostOutput::Refused(match rng.below(3) {
+        _ => HostOutput::Refused(match rng.below(4) {
             0 => RequestError::DuplicateHandoff(id(rng)),
             1 => RequestError::HandoffDisabled(id(rng)),
+            2 => RequestError::Unsupported(RequestId(rng.interesting_u64())),
             _ => RequestError::Refused(RequestId(rng.interesting_u64())),
         }),
     }

@@ -497,21 +497,15 @@ fn a_session_closed_mid_push_leaves_no_prefill_reservation_behind() {
     assert!(out.summary.drained, "every reservation ended");
 }
 
-/// Known open bug (ignored until fixed): `experiment run
-/// --enable-d-to-p-sync --timings seed --sessions 8 --decode 1
-/// --decode-kv-tokens 200000 --prefill-kv-tokens 60000` ends with no
-/// request failed but decode worker 1 holding session 7's slot (50,535
-/// tokens) after the run. The frontend's session table loses the slot: a
-/// reseed of session 7 is routed to worker 1 (the table says resident
-/// there from then on), and 100 ms later, when the reseed reaches the
-/// worker, the worker evicts session 7's *older* slot for capacity; the
-/// frontend reads that `SlotEvicted` as the session leaving worker 1 and
-/// drops it from the table, though the reseed commits a new slot there.
-/// The client's close then goes only to the prefill worker, and the slot
-/// is never released. (Traced: session 7's last three reseeds each found
-/// the table empty and were followed by such an eviction on worker 1.)
+/// `experiment run --enable-d-to-p-sync --timings seed --sessions 8
+/// --decode 1 --decode-kv-tokens 200000 --prefill-kv-tokens 60000`: on the
+/// one decode worker, a turn of session 7 (direct, or a reseed) is placed
+/// while the session's older slot is still there, and that older slot is
+/// evicted for capacity before the turn builds its own. The frontend's
+/// session table must keep the newer placement (the eviction names the
+/// older slot's turn), so the client's close reaches the worker and every
+/// slot is released by the end of the run.
 #[test]
-#[ignore = "open: a stale slot's capacity eviction drops the session a reseed just placed"]
 fn a_reseed_landing_on_its_own_stale_slot_stays_in_the_session_table() {
     use handoff_lab::config::{SEED_BYTES_PER_TOKEN, SEED_LINK_BANDWIDTH};
     use handoff_lab::{run_variant, ExperimentConfig, TimingMode, Variant};
@@ -537,4 +531,42 @@ fn a_reseed_landing_on_its_own_stale_slot_stays_in_the_session_table() {
     let out = run_variant(&cfg, Variant::E4, &items).expect("runs");
     assert_eq!(out.summary.failed, 0);
     assert!(out.summary.drained, "every session slot released");
+}
+
+/// A turn larger than the decode pool (`experiment run --sessions 1
+/// --session-turns 2 --session-final-tokens 150000 --decode-kv-tokens
+/// 100000 --prefill-kv-tokens 100000`) can never be served: the naive E1
+/// run fails it as `unsupported` when its reservation is refused, and the
+/// session-affine E3 run, whose turn goes straight to the decode worker,
+/// fails it with the same reason rather than leaving it in flight.
+#[test]
+fn a_turn_larger_than_the_decode_pool_fails_as_unsupported_on_every_path() {
+    use handoff_core::{CancelReason, FailureReason};
+    use handoff_lab::{run_variant, ExperimentConfig, Variant};
+    let items = generate_sessions(&SessionConfig {
+        seed: 7,
+        sessions: 1,
+        turns: LengthDist::Fixed(2),
+        final_context_tokens: 150_000,
+        ..SessionConfig::default()
+    });
+    let cfg = ExperimentConfig {
+        decode_kv_tokens: 100_000,
+        prefill_kv_tokens: 100_000,
+        ..ExperimentConfig::default()
+    };
+    for variant in [Variant::E1, Variant::E3, Variant::E4] {
+        let out = run_variant(&cfg, variant, &items).expect("runs");
+        let reasons: Vec<_> = out.records.iter().map(|r| r.failure_reason).collect();
+        assert_eq!(
+            reasons,
+            [
+                None,
+                Some(FailureReason::Handoff(CancelReason::Unsupported))
+            ],
+            "{variant:?}"
+        );
+        let busy: Vec<_> = out.report.workers.iter().filter(|w| !w.drained).collect();
+        assert!(busy.is_empty(), "{variant:?}: {busy:?}");
+    }
 }

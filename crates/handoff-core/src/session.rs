@@ -153,6 +153,11 @@ pub enum SessionEvent {
     SlotEvicted {
         /// The session.
         session: SessionId,
+        /// The slot's generation: the last turn that committed into it or
+        /// is extending it. A router that has since placed a newer turn of
+        /// the session on this worker is not told the session left by this
+        /// (the newer turn builds its own slot here).
+        turn: RequestId,
         /// Tokens it held.
         tokens: u64,
         /// Why.

@@ -176,6 +176,7 @@ impl<P: PerfModel> SglangCore<P> {
         let tick = self.sessions.touch();
         if let Some(s) = self.sessions.slots.get_mut(&session) {
             s.idx = idx;
+            s.turn = request;
             s.running = true;
             s.lru = tick;
         }
@@ -212,6 +213,7 @@ impl<P: PerfModel> SglangCore<P> {
         let tick = self.sessions.touch();
         let slot = self.sessions.slots.entry(session).or_insert(Slot {
             idx,
+            turn: request,
             running: false,
             committed: 0,
             pushed: 0,
@@ -221,6 +223,7 @@ impl<P: PerfModel> SglangCore<P> {
             lru: tick,
         });
         slot.idx = idx;
+        slot.turn = request;
         slot.running = false;
         slot.committed = tokens;
         slot.lru = tick;
@@ -427,6 +430,7 @@ impl<P: PerfModel> SglangCore<P> {
         }
         self.sessions.events.push(SessionEvent::SlotEvicted {
             session,
+            turn: slot.turn,
             tokens: slot.committed,
             reason,
         });

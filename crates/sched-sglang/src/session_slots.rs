@@ -3,7 +3,7 @@
 //! core's session behaviour over this state is in `session.rs`.
 
 use handoff_core::session::SessionEvent;
-use handoff_core::{SessionId, SourceLeaseId};
+use handoff_core::{RequestId, SessionId, SourceLeaseId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Session-held pages of one core, exactly; all of them are inside
@@ -38,6 +38,8 @@ pub(crate) struct Push {
 pub(crate) struct Slot {
     /// The seq holding the KV (its last turn, idle; or the running append).
     pub(crate) idx: u32,
+    /// The turn of `idx`: the slot's generation, reported when it is freed.
+    pub(crate) turn: RequestId,
     /// A turn is extending it.
     pub(crate) running: bool,
     /// Tokens the slot held at its last commit.

@@ -202,6 +202,7 @@ impl SessionLog {
                 session,
                 tokens,
                 reason,
+                ..
             } => {
                 bump(&mut s.slot_evictions, reason.name());
                 self.line(

@@ -1,7 +1,7 @@
 //! The destination side: feeding facts to destination roles and running
 //! the actions they return against the core.
 
-use super::{TimerKind, Worker, WorkerEvent};
+use super::{Ended, TimerKind, Worker, WorkerEvent};
 use crate::destination::{DestinationAction, DestinationEvent, DestinationState};
 use crate::ids::{HandoffId, RequestId, WorkerId};
 use crate::msg::{FactKind, MsgBody, Role};
@@ -52,7 +52,7 @@ impl<S: SchedulerCore> Worker<S> {
         if to == DestinationState::Released {
             self.dests.remove(&id);
             self.active_dest.remove(&request_id);
-            self.tombstone(id);
+            self.tombstone(id, Ended::Announced);
             // An active destination ignores its source's fate (the role
             // treats that as a duplicate), so a cancel that ends it is a
             // client cancel or a teardown, which abort its request too: an

@@ -83,6 +83,11 @@ pub enum RequestError {
     HandoffDisabled(HandoffId),
     /// The core refused the submission.
     Refused(RequestId),
+    /// The core can never serve the request: it needs more KV than the
+    /// worker's whole pool (the core answered `Unsupported`). The request
+    /// ends here; its driver fails it as `unsupported`, as a handoff whose
+    /// reservation is unsupported is.
+    Unsupported(RequestId),
 }
 
 impl fmt::Display for RequestError {
@@ -95,6 +100,9 @@ impl fmt::Display for RequestError {
                 write!(f, "handoff {id} sent to a worker whose policy is disabled")
             }
             RequestError::Refused(r) => write!(f, "scheduler refused request {r}"),
+            RequestError::Unsupported(r) => {
+                write!(f, "request {r} needs more KV than the worker's pool")
+            }
         }
     }
 }

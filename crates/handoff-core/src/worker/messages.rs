@@ -1,7 +1,7 @@
 //! Facts from peers: delivery to the target role, early facts buffered
 //! until their role exists, and tombstones for ended attempts.
 
-use super::{DropReason, EarlyFact, TimerKind, Worker, WorkerEvent};
+use super::{DropReason, EarlyFact, Ended, TimerKind, Worker, WorkerEvent};
 use crate::destination::{DestinationEvent, SourceReady};
 use crate::ids::{HandoffId, WorkerId};
 use crate::msg::{FactKind, HandoffMsg, MsgBody, Role};
@@ -65,13 +65,20 @@ impl<S: SchedulerCore> Worker<S> {
             Role::Destination => self.dests.contains_key(&id),
         };
         if !exists {
-            if self.tombstone_set.contains_key(&id) {
+            if let Some(&ended) = self.tombstone_set.get(&id) {
                 self.stats.stale += 1;
                 let e = TransitionError::Stale {
                     id,
                     event: role_event(&msg.body),
                 };
                 self.drop_fact(from, &msg, DropReason::Rejected(e), now);
+                if let (Ended::Unannounced(reason), MsgBody::DestinationReserved { .. }) =
+                    (ended, &msg.body)
+                {
+                    self.tombstone_set.insert(id, Ended::Announced);
+                    let to = Role::Destination;
+                    self.send(from, id, MsgBody::Abort { reason, to }, now);
+                }
             } else if may_buffer {
                 self.buffer_early(from, msg, now);
             } else {
@@ -182,7 +189,7 @@ impl<S: SchedulerCore> Worker<S> {
         });
     }
 
-    pub(super) fn tombstone(&mut self, id: HandoffId) {
+    pub(super) fn tombstone(&mut self, id: HandoffId, ended: Ended) {
         if self.config.tombstones == 0 {
             return;
         }
@@ -192,7 +199,7 @@ impl<S: SchedulerCore> Worker<S> {
             }
         }
         self.tombstones.push_back(id);
-        self.tombstone_set.insert(id, ());
+        self.tombstone_set.insert(id, ended);
     }
 
     pub(super) fn reject(

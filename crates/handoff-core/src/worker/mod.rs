@@ -28,7 +28,7 @@ use crate::source::SourceHandoff;
 use crate::spares::keep_spare;
 use crate::time::{Duration, Instant};
 use crate::timer_queue::TimerQueue;
-use crate::transition::{LifecycleEvent, RoleState, TransitionError, Verdict};
+use crate::transition::{CancelReason, LifecycleEvent, RoleState, TransitionError, Verdict};
 use std::collections::{BTreeMap, VecDeque};
 
 mod destination;
@@ -68,6 +68,20 @@ enum TimerKind {
     EarlyFacts,
     Renewal,
     Heartbeat,
+}
+
+/// What a tombstone remembers of the role that ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// Its peer was told of the end (or ended it, or the role was a
+    /// destination, whose source it always knows).
+    Announced,
+    /// A destination-first source ended for this reason before any fact
+    /// from its destination named the destination: no abort could be sent.
+    /// The destination's late `DestinationReserved` is answered with one,
+    /// or it would hold its reservation waiting for a `SourceReady` that
+    /// never comes.
+    Unannounced(CancelReason),
 }
 
 #[derive(Debug)]
@@ -124,7 +138,7 @@ pub struct Worker<S: SchedulerCore> {
     /// The ids of `tombstones`, for lookups only (never walked). FIFO
     /// churn, hence a [`ChurnMap`], with the integer hasher: every fact
     /// checks it.
-    tombstone_set: ChurnMap<HandoffId, ()>,
+    tombstone_set: ChurnMap<HandoffId, Ended>,
     early: BTreeMap<HandoffId, (Instant, Vec<EarlyFact>)>,
     /// Each peer's latest generation heard (lookups only: one per fact).
     peers: FastMap<WorkerId, Generation>,

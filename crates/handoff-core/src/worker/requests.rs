@@ -28,6 +28,7 @@ impl<S: SchedulerCore> Worker<S> {
                 let rid = request.id;
                 match self.core.apply(SchedulerCommand::Submit(request), now) {
                     CommandOutcome::Submitted => Ok(()),
+                    CommandOutcome::Unsupported(_) => Err(RequestError::Unsupported(rid)),
                     _ => Err(RequestError::Refused(rid)),
                 }
             }

@@ -1,9 +1,10 @@
 //! The source side: feeding facts to source roles and running the actions
 //! they return against the core.
 
-use super::{PushRole, TimerKind, Worker, WorkerEvent};
+use super::{Ended, PushRole, TimerKind, Worker, WorkerEvent};
 use crate::ids::{HandoffId, RequestId, WorkerId};
 use crate::msg::{FactKind, MsgBody, Role};
+use crate::policy::HandoffPolicy;
 use crate::scheduler::{CommandOutcome, SchedulerCommand, SchedulerCore};
 use crate::source::{SourceAction, SourceEvent, SourceLease, SourceState};
 use crate::state::DestinationState;
@@ -65,13 +66,21 @@ impl<S: SchedulerCore> Worker<S> {
             self.run_source_action(id, request_id, action, now);
         }
         if to == SourceState::Released {
-            self.sources.remove(&id);
-            self.tombstone(id);
+            let peer = self.sources.remove(&id).and_then(|e| e.peer);
             let reason = match ev {
                 SourceEvent::Cancelled { reason } => Some(reason),
                 SourceEvent::LeaseExpired => Some(CancelReason::LeaseExpired),
                 _ => None,
             };
+            // Destination-first: the source tells its destination its KV is
+            // ready once the destination's reservation names it; one that
+            // ended first leaves the destination waiting for that.
+            let destination_first = self.policy == HandoffPolicy::DestinationFirst;
+            let ended = match (peer, reason) {
+                (None, Some(r)) if destination_first => Ended::Unannounced(r),
+                _ => Ended::Announced,
+            };
+            self.tombstone(id, ended);
             self.events.push_back(WorkerEvent::RoleEnded {
                 id,
                 request: request_id,

@@ -145,8 +145,8 @@ impl SessionRoute {
 #[derive(Debug, Default)]
 struct SessionTable {
     routing: Option<SessionRouting>,
-    /// Session → decode worker holding (or about to hold) its slot.
-    resident: BTreeMap<SessionId, WorkerId>,
+    /// Session → where its slot is (or is about to be).
+    resident: BTreeMap<SessionId, Placement>,
     /// Why a session's slot went away, until its next turn.
     gone: BTreeMap<SessionId, ReseedCause>,
     /// Sessions seen (a turn of one not seen is a seed).
@@ -157,6 +157,18 @@ struct SessionTable {
     /// Pushes routed (their transitions carry `PUSH_REQUESTS + n`).
     pushes: u64,
     last_route: Option<SessionRoute>,
+}
+
+/// Where the session table places a session: the decode worker holding (or
+/// about to hold) its slot, and the last turn routed there. A slot eviction
+/// from that worker means the session left it only when the evicted slot is
+/// that turn's; an older slot's eviction (the turn has not yet reached the
+/// worker, or not yet committed) leaves the placement, since the turn
+/// builds its own slot there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Placement {
+    worker: WorkerId,
+    turn: RequestId,
 }
 
 /// See the module docs.
@@ -246,7 +258,7 @@ impl Frontend {
 
     /// The decode worker holding `session`, per the session table.
     pub fn session_worker(&self, session: SessionId) -> Option<WorkerId> {
-        self.sessions.resident.get(&session).copied()
+        self.sessions.resident.get(&session).map(|p| p.worker)
     }
 
     /// How the last [`Frontend::arrive`] routed its request, if it was a
@@ -267,7 +279,7 @@ impl Frontend {
         self.sessions.seen.remove(&session);
         self.sessions.prefill_of.remove(&session);
         if let Some(d) = self.sessions.resident.remove(&session) {
-            out.push((d, WorkerRequest::CloseSession(session)));
+            out.push((d.worker, WorkerRequest::CloseSession(session)));
         }
         for p in self.prefill.workers() {
             out.push((p, WorkerRequest::CloseSession(session)));
@@ -286,7 +298,7 @@ impl Frontend {
     ) -> Option<Vec<(WorkerId, WorkerRequest)>> {
         let routing = self.sessions.routing?;
         let first = self.sessions.seen.insert(session, ()).is_none();
-        let Some(&d) = self.sessions.resident.get(&session) else {
+        let Some(d) = self.sessions.resident.get(&session).map(|p| p.worker) else {
             let cause = self
                 .sessions
                 .gone
@@ -319,21 +331,30 @@ impl Frontend {
             }
         }
         decode.book(d, request, now)?;
+        self.sessions.resident.insert(
+            session,
+            Placement {
+                worker: d,
+                turn: request.id,
+            },
+        );
         self.sessions.last_route = Some(SessionRoute::Direct);
         Some(vec![(d, WorkerRequest::Ordinary(request.clone()))])
     }
 
-    /// A reseed went to decode worker `to`: it holds the session now; a
-    /// slot still on another worker (a rebalance) is closed there.
+    /// Reseed `turn` went to decode worker `to`: it holds the session now;
+    /// a slot still on another worker (a rebalance) is closed there.
     fn reseeded(
         &mut self,
         session: SessionId,
+        turn: RequestId,
         to: WorkerId,
         out: &mut Vec<(WorkerId, WorkerRequest)>,
     ) {
-        if let Some(old) = self.sessions.resident.insert(session, to) {
-            if old != to {
-                out.push((old, WorkerRequest::CloseSession(session)));
+        let placed = Placement { worker: to, turn };
+        if let Some(old) = self.sessions.resident.insert(session, placed) {
+            if old.worker != to {
+                out.push((old.worker, WorkerRequest::CloseSession(session)));
             }
         }
     }
@@ -390,14 +411,20 @@ impl Frontend {
         ));
     }
 
-    /// The session table follows slot evictions.
+    /// The session table follows slot evictions: the session leaves `w`
+    /// when `w` frees the slot of the turn last placed there (not a slot a
+    /// newer turn replaces, nor an older one a newer turn will rebuild).
     fn on_session_event(&mut self, w: WorkerId, event: &SessionEvent) {
         if let SessionEvent::SlotEvicted {
-            session, reason, ..
+            session,
+            turn,
+            reason,
+            ..
         } = *event
         {
+            let placed = Placement { worker: w, turn };
             if reason != SlotEvictReason::Replaced
-                && self.sessions.resident.get(&session) == Some(&w)
+                && self.sessions.resident.get(&session) == Some(&placed)
             {
                 self.sessions.resident.remove(&session);
                 let cause = match reason {
@@ -431,7 +458,7 @@ impl Frontend {
             .sessions
             .resident
             .iter()
-            .filter(|(_, d)| **d == w)
+            .filter(|(_, d)| d.worker == w)
             .map(|(s, _)| *s)
             .collect();
         for s in gone {
@@ -564,6 +591,7 @@ impl Frontend {
                 return direct;
             }
         }
+        let turn = request.id;
         let mut routes = self.arrive_handoff(request, now);
         if let Some(s) = session {
             let dest = routes.iter().find_map(|(w, r)| {
@@ -576,7 +604,7 @@ impl Frontend {
                 self.sessions.prefill_of.insert(s, p);
             }
             if let Some(d) = dest {
-                self.reseeded(s, d, &mut routes);
+                self.reseeded(s, turn, d, &mut routes);
             }
         }
         routes

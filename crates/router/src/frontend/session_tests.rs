@@ -74,6 +74,7 @@ fn turns_go_direct_while_resident_and_reseed_after_an_eviction() {
     let evicted = |reason| WorkerEvent::Session {
         event: SessionEvent::SlotEvicted {
             session: SessionId(5),
+            turn: RequestId(2),
             tokens: 9,
             reason,
         },
@@ -127,6 +128,51 @@ fn turns_go_direct_while_resident_and_reseed_after_an_eviction() {
         ]
     );
     assert_eq!(f.session_worker(SessionId(5)), None);
+}
+
+/// A slot eviction reported after a newer turn of the session was placed
+/// on the same worker is the older slot's: the newer turn builds its own
+/// slot there, so the session stays (and a close still reaches that
+/// worker). Only the placed turn's own slot going takes the session off.
+#[test]
+fn an_older_slots_eviction_keeps_a_newer_placement_on_the_same_worker() {
+    let mut f = frontend();
+    let d = f.arrive(turn(1), Instant::ZERO)[1].0;
+    finish(&mut f, d, 1);
+    let evicted = |turn| WorkerEvent::Session {
+        event: SessionEvent::SlotEvicted {
+            session: SessionId(5),
+            turn: RequestId(turn),
+            tokens: 9,
+            reason: SlotEvictReason::Capacity,
+        },
+        at: Instant::ZERO,
+    };
+    // Turn 2 goes direct; turn 1's slot is evicted before turn 2 admits.
+    f.arrive(turn(2), Instant::ZERO);
+    assert_eq!(f.last_session_route(), Some(SessionRoute::Direct));
+    f.on_event(d, Pool::Decode, &evicted(1), Instant::ZERO);
+    assert_eq!(f.session_worker(SessionId(5)), Some(d), "turn 2 is placed");
+    finish(&mut f, d, 2);
+    f.arrive(turn(3), Instant::ZERO);
+    assert_eq!(f.last_session_route(), Some(SessionRoute::Direct));
+    finish(&mut f, d, 3);
+    // Turn 3's own slot going takes the session off `d`.
+    f.on_event(d, Pool::Decode, &evicted(3), Instant::ZERO);
+    assert_eq!(f.session_worker(SessionId(5)), None);
+    // A reseed placed on `d` survives the eviction of turn 3's slot
+    // reported late, and the close reaches `d`.
+    let reseed = f.arrive(turn(4), Instant::ZERO);
+    assert_eq!(
+        f.last_session_route(),
+        Some(SessionRoute::Reseed(ReseedCause::Capacity))
+    );
+    let to = reseed[1].0;
+    f.on_event(to, Pool::Decode, &evicted(3), Instant::ZERO);
+    assert_eq!(f.session_worker(SessionId(5)), Some(to));
+    assert!(f
+        .close_session(SessionId(5))
+        .contains(&(to, WorkerRequest::CloseSession(SessionId(5)))));
 }
 
 #[test]

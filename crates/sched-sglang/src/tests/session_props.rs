@@ -188,6 +188,7 @@ fn a_worker_reports_session_events_and_closes_sessions() {
     assert!(closed.contains(&WorkerEvent::Session {
         event: SessionEvent::SlotEvicted {
             session: SessionId(3),
+            turn: RequestId(1),
             tokens: 701,
             reason: SlotEvictReason::Closed
         },
@@ -423,4 +424,104 @@ fn closing_a_session_ends_its_push_destination_whose_source_never_heard_of_it() 
     assert_eq!(p.core().snapshot_store().pending(), 0);
     assert_eq!(p.capacity().kv_used_blocks(), 0);
     assert!(d.is_drained() && p.is_drained(), "every push role ended");
+}
+
+/// A push source that ends by lease expiry before its destination's
+/// `DestinationReserved` reaches it never learned its peer, so it could
+/// send no abort; the fact then meets its tombstone. The source's worker
+/// answers that fact with an abort, so the prefill worker's destination
+/// ends and its store reservation is released (no close is involved
+/// here to end it otherwise).
+#[test]
+fn a_push_source_that_expired_before_hearing_of_its_destination_aborts_it() {
+    use handoff_core::{
+        CancelReason, Duration, Generation, HandoffConfig, HandoffPolicy, Role, Worker,
+        WorkerEvent, WorkerId, WorkerRequest,
+    };
+    let (dw, pw) = (WorkerId(1), WorkerId(0));
+    let mk = |id| {
+        let core =
+            crate::SglangCore::new(sessions_cfg(100_000, true), super::harness::fixed_perf())
+                .unwrap();
+        Worker::new(
+            id,
+            Generation(0),
+            HandoffPolicy::DestinationFirst,
+            HandoffConfig::default(),
+            core,
+        )
+    };
+    let (mut d, mut p) = (mk(dw), mk(pw));
+    let now = Instant::ZERO;
+    let session = SessionId(3);
+    d.handle_request(WorkerRequest::Ordinary(turn(1, 3, 2000, 1)), now)
+        .unwrap();
+    while d.step(now, now).is_some() {}
+    let enqueued = std::iter::from_fn(|| d.poll_event()).find_map(|e| match e {
+        WorkerEvent::Session {
+            event: SessionEvent::PushEnqueued { lock, tokens, .. },
+            ..
+        } => Some((lock, tokens)),
+        _ => None,
+    });
+    let (lock, tokens) = enqueued.expect("the committed turn offers a push");
+    let (id, request) = (HandoffId(1), RequestId(1 << 63 | 1));
+    d.handle_request(
+        WorkerRequest::PushSource {
+            id,
+            request,
+            session,
+            lock,
+            tokens,
+        },
+        now,
+    )
+    .unwrap();
+    // The source's lease runs out before the destination is even routed.
+    let later = now + Duration::from_secs(3_600);
+    d.handle_timeout(later);
+    let expired = std::iter::from_fn(|| d.poll_event()).any(|e| {
+        matches!(
+            e,
+            WorkerEvent::RoleEnded {
+                role: Role::Source,
+                reason: Some(CancelReason::LeaseExpired),
+                ..
+            }
+        )
+    });
+    assert!(expired, "the push source's lease expired");
+    p.handle_request(
+        WorkerRequest::PushDestination {
+            id,
+            request,
+            session,
+            tokens,
+            source: dw,
+        },
+        later,
+    )
+    .unwrap();
+    assert_eq!(p.core().snapshot_store().pending(), 1, "reserved at once");
+    for _ in 0..4 {
+        while let Some(t) = p.poll_transmit() {
+            d.handle_message(pw, t.msg, later);
+        }
+        while let Some(t) = d.poll_transmit() {
+            p.handle_message(dw, t.msg, later);
+        }
+    }
+    assert_eq!(p.core().snapshot_store().pending(), 0);
+    assert_eq!(p.capacity().kv_used_blocks(), 0);
+    assert!(p.is_drained(), "the destination ended");
+    assert!(
+        d.core().session_resident(session),
+        "the slot outlives its push"
+    );
+    d.handle_request(WorkerRequest::CloseSession(session), later)
+        .unwrap();
+    assert!(
+        d.is_drained(),
+        "the closed slot and the ended push leave nothing"
+    );
 }

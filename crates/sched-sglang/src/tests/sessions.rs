@@ -131,6 +131,7 @@ fn idle_sessions_are_evicted_least_recently_used_first() {
     let ev = events(&mut h);
     assert!(ev.contains(&SessionEvent::SlotEvicted {
         session: SessionId(2),
+        turn: RequestId(2),
         tokens: 1001,
         reason: SlotEvictReason::Capacity
     }));

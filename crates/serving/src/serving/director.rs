@@ -213,9 +213,20 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         }
     }
 
-    fn on_refused(&mut self, _w: WorkerId, e: RequestError, _now: Instant) {
+    /// A worker refused a request. One its core can never serve (a direct
+    /// session turn larger than the decode pool) fails as `unsupported`,
+    /// the reason a handoff gets when its destination cannot reserve it at
+    /// all; its booking on `w` is released. Any other refusal is counted.
+    fn on_refused(&mut self, w: WorkerId, e: RequestError, now: Instant) {
         if let Some(rec) = self.rec.as_mut() {
             rec.refused(e);
+        }
+        if let RequestError::Unsupported(r) = e {
+            if self.flights.contains_key(&r) {
+                self.now = now;
+                let unsupported = FailureReason::Handoff(handoff_core::CancelReason::Unsupported);
+                self.fail(r, unsupported, Some(w));
+            }
         }
     }
 
