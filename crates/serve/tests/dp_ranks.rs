@@ -47,13 +47,12 @@ fn start(backend: Backend) -> Running {
         ..ReplayConfig::default()
     };
     // One publisher and one replay socket per rank.
-    let ep = common::kv_endpoints(4);
     let jsonl = Shared::default();
-    let (l, server) = common::start(ServeConfig {
-        kv: Some(ep.clone()),
+    let (l, server, ep) = common::start_with_kv(4, |ep| ServeConfig {
+        kv: Some(ep),
         kv_jsonl: Some(RouterEventWriter::new(Box::new(jsonl.clone()))),
         worker_http: common::worker_listeners(2),
-        ..common::loopback(cfg, vec![spec; 4])
+        ..common::loopback(cfg.clone(), vec![spec.clone(); 4])
     });
     Running {
         http: l.http,

@@ -97,12 +97,11 @@ fn jsonl_events(text: &str, worker: u64) -> Vec<Ev> {
 fn zmq_and_jsonl_carry_one_identity_and_dynamos_tokens_hash() {
     let spec = EngineSpec::default();
     let block_size = spec.block_size as usize;
-    let ep = common::kv_endpoints(2);
     let jsonl = Shared::default();
-    let (l, server) = common::start(ServeConfig {
-        kv: Some(ep.clone()),
+    let (l, server, ep) = common::start_with_kv(2, |ep| ServeConfig {
+        kv: Some(ep),
         kv_jsonl: Some(RouterEventWriter::new(Box::new(jsonl.clone()))),
-        ..common::loopback_pd(ReplayConfig::default(), spec)
+        ..common::loopback_pd(ReplayConfig::default(), spec.clone())
     });
     let addr = l.http;
     for i in 0..6 {

@@ -61,6 +61,30 @@ pub fn worker_listeners(n: u32) -> Vec<(u32, String)> {
 /// Runs `config` on its own thread until [`Server::stop`]; returns where
 /// it listens once it does.
 pub fn start(config: ServeConfig) -> (Listening, Server) {
+    try_start(config).expect("the server listens")
+}
+
+/// A server with ZMQ sockets for `n` schedulers on ports picked
+/// beforehand ([`kv_endpoints`]): another socket may take such a port
+/// between the pick and the server's bind, so a start that fails is tried
+/// again with fresh ports (a few times).
+pub fn start_with_kv(
+    n: usize,
+    config: impl Fn(KvEndpoints) -> ServeConfig,
+) -> (Listening, Server, KvEndpoints) {
+    let mut last = String::new();
+    for _ in 0..5 {
+        let ep = kv_endpoints(n);
+        match try_start(config(ep.clone())) {
+            Ok((l, s)) => return (l, s, ep),
+            Err(e) => last = e,
+        }
+    }
+    panic!("the server never listened: {last}");
+}
+
+/// As [`start`], or why the server stopped before it listened.
+pub fn try_start(config: ServeConfig) -> Result<(Listening, Server), String> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let (ltx, lrx) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
@@ -74,14 +98,22 @@ pub fn start(config: ServeConfig) -> (Listening, Server) {
             },
         )
     });
-    let l = lrx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the server listens");
+    let l = match lrx.recv_timeout(Duration::from_secs(20)) {
+        Ok(l) => l,
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            return Err(match thread.join() {
+                Ok(Err(e)) => e,
+                Ok(Ok(_)) => "the server ended before it listened".into(),
+                Err(_) => "the server thread panicked".into(),
+            });
+        }
+        Err(e) => return Err(format!("the server did not listen in 20 s: {e}")),
+    };
     let server = Server {
         stop: Some(tx),
         thread: Some(thread),
     };
-    (l, server)
+    Ok((l, server))
 }
 
 /// The per-worker listeners' addresses, in worker order.
