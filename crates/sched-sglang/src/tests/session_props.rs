@@ -345,19 +345,27 @@ fn a_failed_push_transfer_is_retried_once_through_a_new_attempt() {
         .any(|e| matches!(e, SessionEvent::SnapshotIngested { .. })));
 }
 
-/// A session closed while its push's `DestinationReserved` is still on the
-/// way: the decode worker ends the push source before it learns its peer,
-/// so no `Abort` can reach the prefill worker, and the fact then meets only
-/// a tombstone. The prefill worker, which gets the close too, must end the
-/// destination itself; a reservation left behind pins its pages for good
-/// (`experiment e4 --timings seed --prefill-kv-tokens 92000` stalled 43
-/// reseeds behind one such 50K-token reservation).
-#[test]
-fn closing_a_session_ends_its_push_destination_whose_source_never_heard_of_it() {
+/// The decode worker of a push ([`push_started`]).
+const PUSH_D: handoff_core::WorkerId = handoff_core::WorkerId(1);
+/// The prefill worker of a push ([`push_started`]).
+const PUSH_P: handoff_core::WorkerId = handoff_core::WorkerId(0);
+
+/// Two workers of one SGLang deployment with a session store, [`PUSH_D`]
+/// having committed session 3's first turn and started pushing its
+/// snapshot to [`PUSH_P`] (attempt 1), which has not heard of it yet.
+struct PushStarted {
+    d: handoff_core::Worker<crate::SglangCore<handoff_perf::FixedPerf>>,
+    p: handoff_core::Worker<crate::SglangCore<handoff_perf::FixedPerf>>,
+    id: HandoffId,
+    request: RequestId,
+    session: SessionId,
+    tokens: u64,
+}
+
+fn push_started() -> PushStarted {
     use handoff_core::{
-        Generation, HandoffConfig, HandoffPolicy, Worker, WorkerEvent, WorkerId, WorkerRequest,
+        Generation, HandoffConfig, HandoffPolicy, Worker, WorkerEvent, WorkerRequest,
     };
-    let (dw, pw) = (WorkerId(1), WorkerId(0));
     let mk = |id| {
         let core =
             crate::SglangCore::new(sessions_cfg(100_000, true), super::harness::fixed_perf())
@@ -370,7 +378,7 @@ fn closing_a_session_ends_its_push_destination_whose_source_never_heard_of_it() 
             core,
         )
     };
-    let (mut d, mut p) = (mk(dw), mk(pw));
+    let (mut d, p) = (mk(PUSH_D), mk(PUSH_P));
     let now = Instant::ZERO;
     let session = SessionId(3);
     d.handle_request(WorkerRequest::Ordinary(turn(1, 3, 2000, 1)), now)
@@ -396,6 +404,36 @@ fn closing_a_session_ends_its_push_destination_whose_source_never_heard_of_it() 
         now,
     )
     .unwrap();
+    PushStarted {
+        d,
+        p,
+        id,
+        request,
+        session,
+        tokens,
+    }
+}
+
+/// A session closed while its push's `DestinationReserved` is still on the
+/// way: the decode worker ends the push source before it learns its peer,
+/// so no `Abort` can reach the prefill worker, and the fact then meets only
+/// a tombstone. The prefill worker, which gets the close too, must end the
+/// destination itself; a reservation left behind pins its pages for good
+/// (`experiment e4 --timings seed --prefill-kv-tokens 92000` stalled 43
+/// reseeds behind one such 50K-token reservation).
+#[test]
+fn closing_a_session_ends_its_push_destination_whose_source_never_heard_of_it() {
+    use handoff_core::WorkerRequest;
+    let PushStarted {
+        mut d,
+        mut p,
+        id,
+        request,
+        session,
+        tokens,
+    } = push_started();
+    let (dw, pw) = (PUSH_D, PUSH_P);
+    let now = Instant::ZERO;
     p.handle_request(
         WorkerRequest::PushDestination {
             id,
@@ -434,49 +472,17 @@ fn closing_a_session_ends_its_push_destination_whose_source_never_heard_of_it() 
 /// here to end it otherwise).
 #[test]
 fn a_push_source_that_expired_before_hearing_of_its_destination_aborts_it() {
-    use handoff_core::{
-        CancelReason, Duration, Generation, HandoffConfig, HandoffPolicy, Role, Worker,
-        WorkerEvent, WorkerId, WorkerRequest,
-    };
-    let (dw, pw) = (WorkerId(1), WorkerId(0));
-    let mk = |id| {
-        let core =
-            crate::SglangCore::new(sessions_cfg(100_000, true), super::harness::fixed_perf())
-                .unwrap();
-        Worker::new(
-            id,
-            Generation(0),
-            HandoffPolicy::DestinationFirst,
-            HandoffConfig::default(),
-            core,
-        )
-    };
-    let (mut d, mut p) = (mk(dw), mk(pw));
+    use handoff_core::{CancelReason, Duration, Role, WorkerEvent, WorkerRequest};
+    let PushStarted {
+        mut d,
+        mut p,
+        id,
+        request,
+        session,
+        tokens,
+    } = push_started();
+    let (dw, pw) = (PUSH_D, PUSH_P);
     let now = Instant::ZERO;
-    let session = SessionId(3);
-    d.handle_request(WorkerRequest::Ordinary(turn(1, 3, 2000, 1)), now)
-        .unwrap();
-    while d.step(now, now).is_some() {}
-    let enqueued = std::iter::from_fn(|| d.poll_event()).find_map(|e| match e {
-        WorkerEvent::Session {
-            event: SessionEvent::PushEnqueued { lock, tokens, .. },
-            ..
-        } => Some((lock, tokens)),
-        _ => None,
-    });
-    let (lock, tokens) = enqueued.expect("the committed turn offers a push");
-    let (id, request) = (HandoffId(1), RequestId(1 << 63 | 1));
-    d.handle_request(
-        WorkerRequest::PushSource {
-            id,
-            request,
-            session,
-            lock,
-            tokens,
-        },
-        now,
-    )
-    .unwrap();
     // The source's lease runs out before the destination is even routed.
     let later = now + Duration::from_secs(3_600);
     d.handle_timeout(later);
