@@ -4,17 +4,17 @@
 //! prefixes, long prompts) and, sometimes, a fault plan.
 
 use handoff_core::{Backend, Duration, HandoffConfig, Instant, Request, RequestId, Rng};
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_engine::fault::FaultPlan;
 use handoff_engine::TransferModel;
 use handoff_router::RouterMode;
-use handoff_serving::{EngineSpec, ReplayConfig};
 use handoff_workload::TraceItem;
 
 /// One generated run.
 #[derive(Clone, Debug)]
 pub struct GenRun {
     /// The deployment.
-    pub cfg: ReplayConfig,
+    pub cfg: DeploymentConfig,
     /// Worker `i`'s engine.
     pub specs: Vec<EngineSpec>,
     /// The trace.
@@ -121,7 +121,7 @@ pub fn run(seed: u64) -> GenRun {
     } else {
         FaultPlan::none()
     };
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend,
         policy: backend.native_policy(),
         prefill_workers: prefill,

@@ -12,10 +12,11 @@
 use handoff_core::{
     Backend, Duration, HandoffConfig, HandoffPolicy, Instant, Request, RequestId, Transcript,
 };
+use handoff_deployment::{deployment, make_core, DeploymentConfig, EngineSpec};
 use handoff_live_adapter::{run_in_process, run_virtual_threads, LiveOutcome};
 use handoff_replay::Replay;
 use handoff_router::{Pool, RouterMode};
-use handoff_serving::{deployment, make_core, EngineSpec, ReplayConfig, Report};
+use handoff_serving::Report;
 use handoff_workload::TraceItem;
 
 /// One canonical trace with its deployment.
@@ -163,9 +164,9 @@ fn kv_of(case: &Case, pool: Pool) -> u64 {
 }
 
 /// The engine configuration and per-worker specs of `case`.
-pub fn setup(case: &Case) -> (ReplayConfig, Vec<EngineSpec>) {
+pub fn setup(case: &Case) -> (DeploymentConfig, Vec<EngineSpec>) {
     let block = spec(case, 1).event_block_tokens();
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend: case.backend,
         policy: case.policy,
         prefill_workers: PREFILL,
@@ -174,7 +175,7 @@ pub fn setup(case: &Case) -> (ReplayConfig, Vec<EngineSpec>) {
         block_size: block,
         handoff: handoff(case),
         transcript: true,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     let specs = (0..PREFILL + DECODE)
         .map(|i| EngineSpec {
@@ -188,7 +189,7 @@ pub fn setup(case: &Case) -> (ReplayConfig, Vec<EngineSpec>) {
 /// Runs `items` through replay on `cfg` with worker `i` built from
 /// `specs[i]`; returns the report and the transcript.
 pub fn replay_run(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     items: Vec<TraceItem>,
 ) -> (Report, Transcript) {
@@ -197,13 +198,15 @@ pub fn replay_run(
     let make = |w: handoff_core::WorkerId, _| {
         make_core(&specs[w.0 as usize]).expect("specs are validated by their callers")
     };
-    let (r, t) = Replay::new(cfg, items.into_iter(), make).run();
+    let (r, t) = Replay::new(cfg, items.into_iter(), make)
+        .expect("the cores publish at the deployment's block size")
+        .run();
     (r, t.unwrap_or_default())
 }
 
 /// Runs `items` through virtual-clock live (threads over channels).
 pub fn virtual_run(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     items: Vec<TraceItem>,
 ) -> Result<(Report, Transcript), String> {
@@ -240,7 +243,7 @@ pub fn report_divergence(a: &Report, b: &Report) -> Option<String> {
 /// states and report are byte-identical, else the first difference. Also
 /// returns the replay's transcript for callers that show it.
 pub fn compare(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     items: Vec<TraceItem>,
 ) -> (Option<String>, Transcript) {

@@ -5,9 +5,9 @@
 //! changes nothing.
 
 use handoff_core::{DpLayout, DpRank, KvEventData, WorkerId};
+use handoff_deployment::{deployment, make_core, DeploymentConfig, EngineSpec};
 use handoff_live_adapter::run_virtual_threads;
 use handoff_replay::Replay;
-use handoff_serving::{deployment, make_core, EngineSpec, ReplayConfig};
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -28,11 +28,11 @@ fn spec() -> EngineSpec {
     }
 }
 
-fn cfg(dp: u64) -> ReplayConfig {
-    let mut c = ReplayConfig {
+fn cfg(dp: u64) -> DeploymentConfig {
+    let mut c = DeploymentConfig {
         dp: DpLayout::new(dp).expect("in range"),
         transcript: true,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     c.engines = vec![spec(); deployment(&c).len()];
     c
@@ -46,6 +46,7 @@ fn two_ranks_are_two_schedulers_per_worker_each_accounted_and_reported() {
     let events: Rc<RefCell<BTreeMap<WorkerId, Vec<u64>>>> = Rc::default();
     let e = events.clone();
     let outcome = Replay::new(c.clone(), items(), |_, _| make_core(&spec()).unwrap())
+        .expect("the cores publish at the deployment's block size")
         .with_kv_sink(Box::new(move |w, ev, _| {
             if matches!(
                 ev.data,
@@ -104,7 +105,9 @@ fn two_ranks_are_two_schedulers_per_worker_each_accounted_and_reported() {
 fn virtual_live_equals_replay_byte_for_byte_with_two_ranks() {
     let c = cfg(2);
     let specs = c.engines.clone();
-    let replay = Replay::new(c.clone(), items(), |_, _| make_core(&spec()).unwrap()).run_all();
+    let replay = Replay::new(c.clone(), items(), |_, _| make_core(&spec()).unwrap())
+        .expect("the cores publish at the deployment's block size")
+        .run_all();
     let live = run_virtual_threads(&c, &specs, items()).expect("runs");
     assert_eq!(
         serde_json::to_string(&replay.report).unwrap(),
@@ -120,13 +123,17 @@ fn virtual_live_equals_replay_byte_for_byte_with_two_ranks() {
 fn one_rank_writes_what_no_rank_wrote() {
     let mut one = cfg(1);
     one.transcript = false;
-    let mut plain = ReplayConfig {
+    let mut plain = DeploymentConfig {
         transcript: false,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     plain.engines = one.engines.clone();
-    let a = Replay::new(one, items(), |_, _| make_core(&spec()).unwrap()).run_all();
-    let b = Replay::new(plain, items(), |_, _| make_core(&spec()).unwrap()).run_all();
+    let a = Replay::new(one, items(), |_, _| make_core(&spec()).unwrap())
+        .expect("the cores publish at the deployment's block size")
+        .run_all();
+    let b = Replay::new(plain, items(), |_, _| make_core(&spec()).unwrap())
+        .expect("the cores publish at the deployment's block size")
+        .run_all();
     let a = serde_json::to_string(&a.report).unwrap();
     assert_eq!(a, serde_json::to_string(&b.report).unwrap());
     assert!(!a.contains("dp_rank") && !a.contains("dp_size"));

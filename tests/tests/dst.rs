@@ -11,7 +11,7 @@ use handoff_core::{
     SourceEventKind as SE, SourceState as SS, Transition, WorkerEvent, WorkerId, WorkerRequest,
 };
 use handoff_engine::Route;
-use handoff_serving::Pool;
+use handoff_router::Pool;
 use handoff_tests::dst::{self, Checker, Kind, ServingView};
 use std::collections::{BTreeMap, BTreeSet};
 

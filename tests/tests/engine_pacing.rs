@@ -4,13 +4,14 @@
 //! report and transcript.
 
 use handoff_core::{Duration, Generation, Instant, Worker, WorkerHost, WorkerId};
-use handoff_engine::{Engine, LocalHosts};
-use handoff_serving::{
-    deployment, engine_config, make_core, serving, worker_policy, EngineSpec, ReplayConfig,
+use handoff_deployment::{
+    deployment, engine_config, make_core, worker_policy, DeploymentConfig, EngineSpec,
 };
+use handoff_engine::{Engine, LocalHosts};
+use handoff_serving::serving;
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 
-fn run(cfg: &ReplayConfig, slice: Option<Duration>) -> (String, String) {
+fn run(cfg: &DeploymentConfig, slice: Option<Duration>) -> (String, String) {
     let spec = EngineSpec {
         backend: cfg.backend,
         kv_tokens: 4096 * 16,
@@ -58,10 +59,10 @@ fn run(cfg: &ReplayConfig, slice: Option<Duration>) -> (String, String) {
 #[test]
 fn advancing_in_slices_equals_running() {
     for multi_step in [false, true] {
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             transcript: true,
             multi_step,
-            ..ReplayConfig::default()
+            ..DeploymentConfig::default()
         };
         let whole = run(&cfg, None);
         for ms in [1, 7, 250] {

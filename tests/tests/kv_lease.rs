@@ -24,7 +24,7 @@ use handoff_core::{
     Heartbeat, Instant, KvLoadFailurePolicy, RoleState, SourceEventKind as SE,
 };
 use handoff_engine::testing::{PairConfig, PairSim, DEST, SOURCE};
-use handoff_replay::{Replay, ReplayConfig};
+use handoff_replay::{DeploymentConfig, Replay};
 
 /// The pair with a source lease of `lease_ms` and transfers of
 /// `transfer_ms`, run to the end.
@@ -143,12 +143,12 @@ fn a_read_within_the_lease_activates() {
 /// fails with `kv-load-failed` (fail) or completes by recomputing
 /// (recompute); none activates from a released source.
 fn tight(policy: KvLoadFailurePolicy) -> handoff_replay::Report {
-    let mut cfg = ReplayConfig::default();
+    let mut cfg = DeploymentConfig::default();
     cfg.handoff.kv_load_failure = policy;
-    let spec = |kv_tokens: u64| handoff_serving::EngineSpec {
+    let spec = |kv_tokens: u64| handoff_deployment::EngineSpec {
         kv_tokens,
         source_lease_ttl: Some(Duration::from_secs(1)),
-        ..handoff_serving::EngineSpec::default()
+        ..handoff_deployment::EngineSpec::default()
     };
     let specs: Vec<_> = [spec(1_000_000), spec(1_000_000), spec(20_000), spec(20_000)].into();
     cfg.engines = specs.clone();
@@ -157,9 +157,12 @@ fn tight(policy: KvLoadFailurePolicy) -> handoff_replay::Report {
         ..Default::default()
     });
     let make = move |w: handoff_core::WorkerId, _| {
-        handoff_serving::make_core(&specs[w.0 as usize]).expect("valid spec")
+        handoff_deployment::make_core(&specs[w.0 as usize]).expect("valid spec")
     };
-    Replay::new(cfg, items, make).run_all().report
+    Replay::new(cfg, items, make)
+        .expect("the cores publish at the deployment's block size")
+        .run_all()
+        .report
 }
 
 fn load_failures(r: &handoff_replay::Report) -> u64 {

@@ -4,8 +4,8 @@
 //! sink's reorder buffer puts them back), and watching changes nothing.
 
 use handoff_core::{KvEventData, WorkerId};
+use handoff_deployment::{make_core, DeploymentConfig, EngineSpec};
 use handoff_replay::Replay;
-use handoff_serving::{make_core, EngineSpec, ReplayConfig};
 use handoff_tests::parity::conversation_slice;
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 use std::cell::RefCell;
@@ -25,11 +25,14 @@ fn sink_sees_every_event_once_and_changes_nothing() {
         kv_tokens: 2048 * 16,
         ..EngineSpec::default()
     };
-    let cfg = ReplayConfig::default();
-    let (plain, _) = Replay::new(cfg.clone(), items(), |_, _| make_core(&spec).unwrap()).run();
+    let cfg = DeploymentConfig::default();
+    let (plain, _) = Replay::new(cfg.clone(), items(), |_, _| make_core(&spec).unwrap())
+        .expect("the cores publish at the deployment's block size")
+        .run();
     let seen: Rc<RefCell<Vec<(WorkerId, u64, bool)>>> = Rc::default();
     let s = seen.clone();
     let (watched, _) = Replay::new(cfg, items(), |_, _| make_core(&spec).unwrap())
+        .expect("the cores publish at the deployment's block size")
         .with_kv_sink(Box::new(move |w, ev, _| {
             let stored = matches!(ev.data, KvEventData::Stored { .. });
             s.borrow_mut().push((w, ev.event_id, stored));
@@ -70,7 +73,7 @@ fn disaggregated_streams_are_in_id_order_without_gaps() {
             block_size,
             ..EngineSpec::default()
         };
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             backend,
             policy: backend.native_policy(),
             block_size: spec.event_block_tokens(),
@@ -82,13 +85,14 @@ fn disaggregated_streams_are_in_id_order_without_gaps() {
                 bytes_per_token: 131_072,
                 bandwidth: 25e9,
             },
-            ..ReplayConfig::default()
+            ..DeploymentConfig::default()
         };
         let seen: Rc<RefCell<Vec<(WorkerId, u64)>>> = Rc::default();
         let s = seen.clone();
         let _ = Replay::new(cfg, conversation_slice(600).into_iter(), |_, _| {
             make_core(&spec).unwrap()
         })
+        .expect("the cores publish at the deployment's block size")
         .with_kv_sink(Box::new(move |w, ev, _| {
             s.borrow_mut().push((w, ev.event_id))
         }))

@@ -3,9 +3,9 @@
 //! and in virtual-clock live alike.
 
 use handoff_core::{Backend, Instant, WorkerId};
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_engine::fault::{Fault, FaultPlan};
 use handoff_router::RouterMode;
-use handoff_serving::{EngineSpec, ReplayConfig};
 use handoff_tests::parity::{compare, replay_run};
 use handoff_workload::{SyntheticConfig, SyntheticWorkload, TraceItem};
 
@@ -18,14 +18,18 @@ fn items(n: u64, rate_per_sec: f64) -> Vec<TraceItem> {
     .collect()
 }
 
-fn deployment(backend: Backend, decode: u32, faults: FaultPlan) -> (ReplayConfig, Vec<EngineSpec>) {
+fn deployment(
+    backend: Backend,
+    decode: u32,
+    faults: FaultPlan,
+) -> (DeploymentConfig, Vec<EngineSpec>) {
     let block_size = if backend == Backend::Sglang { 1 } else { 16 };
     let spec = EngineSpec {
         backend,
         block_size,
         ..EngineSpec::default()
     };
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend,
         policy: backend.native_policy(),
         prefill_workers: 2,
@@ -33,7 +37,7 @@ fn deployment(backend: Backend, decode: u32, faults: FaultPlan) -> (ReplayConfig
         router: RouterMode::RoundRobin,
         block_size: spec.event_block_tokens(),
         faults,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     (cfg, vec![spec; 2 + decode as usize])
 }

@@ -3,8 +3,8 @@
 //! on a realistic slice of the Mooncake conversation trace.
 
 use handoff_core::Backend;
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_router::RouterMode;
-use handoff_serving::{EngineSpec, ReplayConfig};
 use handoff_tests::parity::{cases, compare, conversation_slice, run_live, run_replay, setup};
 
 #[test]
@@ -44,14 +44,14 @@ fn virtual_live_equals_replay_on_a_realistic_slice() {
             block_size,
             ..EngineSpec::default()
         };
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             backend,
             policy: backend.native_policy(),
             prefill_workers: 2,
             decode_workers: 2,
             router: RouterMode::KvAware,
             block_size: spec(1).event_block_tokens(),
-            ..ReplayConfig::default()
+            ..DeploymentConfig::default()
         };
         let specs = vec![spec(1 << 18), spec(1 << 18), spec(1 << 16), spec(1 << 16)];
         let (d, t) = compare(&cfg, &specs, conversation_slice(400));

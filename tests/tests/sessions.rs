@@ -4,10 +4,12 @@
 //! byte for byte, on a generated session workload.
 
 use handoff_core::{Backend, Duration, HandoffPolicy, Instant};
+use handoff_deployment::{
+    make_core, DeploymentConfig, EngineSpec, SessionOverheads, SessionServing,
+};
 use handoff_replay::Replay;
 use handoff_router::{RouterMode, SessionRouting};
 use handoff_serving::RequestRecord;
-use handoff_serving::{make_core, EngineSpec, ReplayConfig, SessionOverheads, SessionServing};
 use handoff_tests::parity::report_divergence;
 use handoff_workload::{generate_sessions, LengthDist, SessionConfig, TraceItem};
 use std::cell::RefCell;
@@ -27,7 +29,7 @@ fn workload(sessions: u32, turns: u32) -> Vec<TraceItem> {
     })
 }
 
-fn deployment(decode_kv_tokens: u64) -> (ReplayConfig, Vec<EngineSpec>, SessionServing) {
+fn deployment(decode_kv_tokens: u64) -> (DeploymentConfig, Vec<EngineSpec>, SessionServing) {
     deployment_with(decode_kv_tokens, false)
 }
 
@@ -35,7 +37,7 @@ fn deployment(decode_kv_tokens: u64) -> (ReplayConfig, Vec<EngineSpec>, SessionS
 fn deployment_with(
     decode_kv_tokens: u64,
     push: bool,
-) -> (ReplayConfig, Vec<EngineSpec>, SessionServing) {
+) -> (DeploymentConfig, Vec<EngineSpec>, SessionServing) {
     let spec = |kv_tokens| {
         let mut s = EngineSpec {
             backend: Backend::Sglang,
@@ -47,7 +49,7 @@ fn deployment_with(
         s.sessions.push = push;
         s
     };
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend: Backend::Sglang,
         policy: HandoffPolicy::DestinationFirst,
         prefill_workers: 1,
@@ -55,7 +57,7 @@ fn deployment_with(
         router: RouterMode::KvAware,
         block_size: spec(1).event_block_tokens(),
         transcript: true,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     let specs = vec![
         spec(1 << 17),
@@ -81,7 +83,7 @@ struct Run {
 }
 
 fn replay(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     sessions: SessionServing,
     items: &[TraceItem],
@@ -91,7 +93,7 @@ fn replay(
 }
 
 fn replay_all(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     sessions: SessionServing,
     items: &[TraceItem],
@@ -100,6 +102,7 @@ fn replay_all(
     let records = Rc::new(RefCell::new(Vec::new()));
     let sink = Rc::clone(&records);
     let o = Replay::sessions(cfg.clone(), items.iter().cloned(), sessions, make)
+        .expect("the cores publish at the deployment's block size")
         .with_request_sink(Box::new(move |r: &RequestRecord| {
             sink.borrow_mut().push(r.clone())
         }))
@@ -308,7 +311,7 @@ fn smoke(bypass: bool) -> Smoke {
         Box::new(handoff_sched_sglang::SglangCore::new(cfg, seed_perf()).expect("valid"))
             as handoff_core::CoreBox
     };
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend: Backend::Sglang,
         policy: HandoffPolicy::DestinationFirst,
         prefill_workers: 1,
@@ -321,7 +324,7 @@ fn smoke(bypass: bool) -> Smoke {
             bandwidth: 15e9,
         },
         transcript: true,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     // Room for every session on both workers: the only eviction is the
     // forced one.
@@ -338,6 +341,7 @@ fn smoke(bypass: bool) -> Smoke {
         overheads: SessionOverheads::default(),
     };
     let o = Replay::sessions(cfg, items.iter().cloned(), sessions, make)
+        .expect("the cores publish at the deployment's block size")
         .with_request_sink(Box::new(move |r: &RequestRecord| {
             sink.borrow_mut().push(r.clone())
         }))

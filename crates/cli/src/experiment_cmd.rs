@@ -7,13 +7,13 @@
 
 use clap::{Args, ValueEnum};
 use handoff_core::Duration;
+use handoff_deployment::{DeploymentConfig, EngineSpec, SessionServing};
 use handoff_engine::TransferModel;
 use handoff_lab::{
     run_experiment_on, run_variant_on, EngineRun, ExperimentConfig, ExperimentReport, RunOutput,
     SessionOverheads, TimingMode, Variant,
 };
 use handoff_serving::report::RequestSink;
-use handoff_serving::{EngineSpec, ReplayConfig, SessionServing};
 use handoff_workload::{
     generate_sessions, LengthDist, ReaderOptions, SessionConfig, TraceItem, TraceReader,
 };
@@ -60,7 +60,7 @@ pub enum ExperimentClock {
 
 /// Runs one variant on virtual-clock live (`--clock virtual`).
 fn on_virtual_live(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     items: &[TraceItem],
     serving: SessionServing,

@@ -16,8 +16,8 @@
 
 use clap::Args;
 use handoff_core::Backend;
-use handoff_serving::hardware::ModelOnGpu;
-use handoff_serving::profile_file::{self, ProfileFile};
+use handoff_profiles::hardware::ModelOnGpu;
+use handoff_profiles::profile_file::{self, ProfileFile};
 use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/aic_profiles.rs"));

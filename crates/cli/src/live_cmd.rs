@@ -6,29 +6,18 @@
 use crate::args::{DeployArgs, WorkloadArgs};
 use crate::report_out::OutputArgs;
 use clap::{Args, ValueEnum};
-use handoff_core::{CoreBox, Generation, HandoffPolicy, Worker, WorkerHost, WorkerId};
-use handoff_engine::Engine;
+use handoff_core::{Generation, HandoffPolicy, WorkerId};
+use handoff_deployment::{deployment, make_core, DeploymentConfig, EngineSpec};
 use handoff_live_adapter::{
-    run_in_process, run_virtual_threads, serve_virtual, FrontendNode, LiveOutcome, LiveRun,
-    NodeConfig, RemotePort, WallClock, WorkerNode,
+    connect_retry, connect_workers, run_in_process, run_tcp_virtual, run_virtual_threads,
+    serve_worker_virtual, serve_worker_wall, FrontendNode, LiveOutcome, LiveRun, WallClock,
+    WorkerSetup,
 };
 use handoff_replay::Replay;
 use handoff_router::{Pool, FRONTEND_ID};
-use handoff_serving::{
-    deployment, engine_config, make_core, serving, EngineSpec, ReplayConfig, Report,
-};
-use handoff_transport::{PeerHello, PeerRole, TcpEndpoint};
+use handoff_serving::{serving, Report};
+use handoff_transport::{PeerRole, TcpEndpoint};
 use std::io::Write;
-use std::time::Duration as StdDuration;
-
-/// The role a worker of `pool` announces.
-fn peer_role(pool: Pool) -> PeerRole {
-    match pool {
-        Pool::Prefill => PeerRole::Prefill,
-        Pool::Decode => PeerRole::Decode,
-        Pool::Aggregated => PeerRole::Aggregated,
-    }
-}
 
 /// Which clock live workers run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -37,37 +26,6 @@ pub enum ClockArg {
     Wall,
     /// Model time granted by the coordinator; byte-identical to replay.
     Virtual,
-}
-
-/// How long to keep retrying a TCP connection to a peer that is not up yet.
-const CONNECT_DEADLINE: StdDuration = StdDuration::from_secs(20);
-
-fn core(spec: &EngineSpec) -> Result<CoreBox, String> {
-    make_core(spec).map_err(|e| e.to_string())
-}
-
-/// Connects `ep` to `addr`, retrying with backoff until the peer is up or
-/// [`CONNECT_DEADLINE`] passes (processes started together come up in any
-/// order).
-fn connect_retry(ep: &TcpEndpoint, addr: &str) -> Result<PeerHello, String> {
-    let deadline = std::time::Instant::now() + CONNECT_DEADLINE;
-    let mut wait = StdDuration::from_millis(20);
-    loop {
-        match ep.connect_peer(addr) {
-            Ok(who) => return Ok(who),
-            Err(e) if std::time::Instant::now() + wait < deadline => {
-                let _ = e;
-                std::thread::sleep(wait);
-                wait = (wait * 2).min(StdDuration::from_millis(500));
-            }
-            Err(e) => {
-                return Err(format!(
-                    "{addr}: {e} (gave up after {} s)",
-                    CONNECT_DEADLINE.as_secs()
-                ))
-            }
-        }
-    }
 }
 
 /// Options of `live`.
@@ -185,7 +143,7 @@ fn live_extra(
 
 /// The same workload through replay, for a wall-clock run's distance.
 fn replay_of(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     workload: &WorkloadArgs,
     seed: u64,
@@ -196,6 +154,7 @@ fn replay_of(
     let (r, _) = Replay::new(quiet, again.take_items(), |w: WorkerId, _| {
         make_core(&specs[w.0 as usize]).unwrap_or_else(|_| unreachable!("spec checked"))
     })
+    .map_err(|e| e.to_string())?
     .run();
     Ok(r)
 }
@@ -298,32 +257,25 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
         RoleArg::Decode => (dspec, d.policy()),
         RoleArg::Aggregated => (p, HandoffPolicy::Disabled),
     };
-    let me = WorkerId(a.id);
-    let generation = Generation(a.generation);
+    let setup = WorkerSetup {
+        id: WorkerId(a.id),
+        generation: Generation(a.generation),
+        policy,
+        handoff: d.handoff(),
+        spec,
+    };
     let role = match a.role {
         RoleArg::Prefill => PeerRole::Prefill,
         RoleArg::Decode => PeerRole::Decode,
         RoleArg::Aggregated => PeerRole::Aggregated,
     };
-    let ep = TcpEndpoint::bind_as(me, generation, role, a.listen.as_str())
+    let ep = TcpEndpoint::bind_as(setup.id, setup.generation, role, a.listen.as_str())
         .map_err(|e| format!("--listen {}: {e}", a.listen))?;
     out!("listening on {}", ep.local_addr());
     let _ = std::io::stdout().flush();
     if a.clock == ClockArg::Virtual {
-        let mut served = 0u64;
-        let mut ops = 0u64;
-        loop {
-            // Each session starts from a fresh worker: it is a new run.
-            let worker = Worker::new(me, generation, policy, d.handoff(), core(&spec)?);
-            let mut host = WorkerHost::new(worker);
-            let mut fresh =
-                |_w: WorkerId| core(&spec).unwrap_or_else(|_| unreachable!("spec checked"));
-            ops += serve_virtual(&mut host, &mut fresh, &ep, FRONTEND_ID).ops;
-            served += 1;
-            if a.sessions != 0 && served >= a.sessions {
-                break;
-            }
-        }
+        let (served, ops) =
+            serve_worker_virtual(&setup, &ep, a.sessions).map_err(|e| e.to_string())?;
         out!(
             "worker {} done: {served} session(s), {ops} host operations",
             a.id
@@ -335,24 +287,16 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
     for peer in &a.connect {
         connect_retry(&ep, peer).map_err(|e| format!("--connect {e}"))?;
     }
-    let cfg = NodeConfig {
-        id: me,
-        generation,
-        policy,
-        handoff: d.handoff(),
-        frontend: FRONTEND_ID,
-        transfer: d.transfer()?,
-    };
     let speed = crate::limits::speed(a.speed)?;
-    let mut served = 0u64;
-    loop {
-        // Each frontend session is a new run on a fresh worker; the
-        // frontend's Clock frame puts it on the frontend's clock.
-        let node = WorkerNode::new(cfg, core(&spec)?, &ep, WallClock::start(speed));
-        let (stats, fin) = node.run();
-        served += 1;
-        out!(
-            "worker {} session {served} done: frames {} steps {} transfers {} peers lost {} drained {}",
+    serve_worker_wall(
+        &setup,
+        d.transfer()?,
+        &ep,
+        speed,
+        a.sessions,
+        |n, stats, fin| {
+            out!(
+            "worker {} session {n} done: frames {} steps {} transfers {} peers lost {} drained {}",
             a.id,
             stats.frames,
             stats.steps,
@@ -360,11 +304,10 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
             stats.peers_lost,
             fin.drained
         );
-        let _ = std::io::stdout().flush();
-        if a.sessions != 0 && served >= a.sessions {
-            break;
-        }
-    }
+            let _ = std::io::stdout().flush();
+        },
+    )
+    .map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -413,7 +356,7 @@ fn parse_worker(s: &str) -> Result<(WorkerId, Pool, String), String> {
 /// or aggregated first).
 fn frontend_deployment(
     a: &FrontendArgs,
-) -> Result<(ReplayConfig, Vec<EngineSpec>, Listed), String> {
+) -> Result<(DeploymentConfig, Vec<EngineSpec>, Listed), String> {
     let mut listed = Vec::new();
     for spec in &a.workers {
         listed.push(parse_worker(spec)?);
@@ -475,26 +418,8 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     )
     .map_err(|e| format!("--listen {}: {e}", a.listen))?;
     eprintln!("frontend listening on {}", ep.local_addr());
-    let pools = deployment(&cfg);
-    for ((id, addr), (_, pool)) in listed.iter().zip(&pools) {
-        let hello = connect_retry(&ep, addr).map_err(|e| format!("--worker {e}"))?;
-        if hello.worker != *id {
-            return Err(format!(
-                "--worker {id}={}@{addr}: the worker at {addr} says it is worker {}",
-                pool.name(),
-                hello.worker
-            ));
-        }
-        let want = peer_role(*pool);
-        if hello.role != want && hello.role != PeerRole::Any {
-            return Err(format!(
-                "--worker {id}={}@{addr}: the worker at {addr} serves as {}, not {}",
-                pool.name(),
-                hello.role,
-                pool.name()
-            ));
-        }
-    }
+    let addrs: Vec<String> = listed.iter().map(|(_, addr)| addr.clone()).collect();
+    connect_workers(&ep, &cfg, &addrs).map_err(|e| format!("--worker {e}"))?;
     let mut wl = a.workload.open(a.deploy.seed)?;
     wl.check_fits(
         &specs,
@@ -504,18 +429,9 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     let mut stalled = false;
     let (report, transcript, extra, text) = match a.clock {
         ClockArg::Virtual => {
-            let workers = listed.len() as u32;
-            let port =
-                RemotePort::new(ep, workers, handoff_live_adapter::virtual_run::NODE_TIMEOUT);
-            let engine = Engine::new(engine_config(&cfg), port, serving(&cfg, items));
-            let (director, port) = engine.run();
-            if let Some(e) = port.error() {
-                return Err(e.to_string());
-            }
-            let calls = port.calls();
-            port.close();
-            let (report, transcript) = director.into_outcome();
-            let report = report.ok_or("the engine did not finish")?;
+            let o =
+                run_tcp_virtual(&cfg, ep, listed.len() as u32, items).map_err(|e| e.to_string())?;
+            let (report, transcript, calls) = (o.report, o.transcript, o.calls);
             let mut m = serde_json::Map::new();
             m.insert(
                 "live".into(),

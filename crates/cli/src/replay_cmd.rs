@@ -3,8 +3,8 @@
 use crate::args::{DeployArgs, WorkloadArgs};
 use crate::report_out::OutputArgs;
 use clap::Args;
+use handoff_deployment::make_core;
 use handoff_replay::Replay;
-use handoff_serving::make_core;
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -135,7 +135,7 @@ pub fn simulate(
     // replay pulls it, before any of its blocks can be stored.
     let trace_blocks = a.kv_events_out.as_ref().map(|_| {
         let sizes = specs.iter().map(|s| s.event_block_tokens()).collect();
-        Rc::new(RefCell::new(handoff_serve::TraceBlocks::new(sizes)))
+        Rc::new(RefCell::new(handoff_kv_events::TraceBlocks::new(sizes)))
     });
     let index = trace_blocks.clone();
     let items = Progress::new(wl.take_items(), progress).inspect(move |item| {
@@ -148,14 +148,15 @@ pub fn simulate(
     let mut replay = match a.concurrency {
         Some(n) => Replay::closed_loop(cfg, items, n, make),
         None => Replay::new(cfg, items, make),
-    };
+    }
+    .map_err(|e| e.to_string())?;
     if let Some(sink) = sink {
         replay = replay.with_request_sink(sink);
     }
     let kv_out = match &a.kv_events_out {
         Some(p) => {
             let f = File::create(p).map_err(|e| format!("--kv-events-out {}: {e}", p.display()))?;
-            let w = handoff_serve::RouterEventWriter::new(Box::new(BufWriter::with_capacity(
+            let w = handoff_kv_events::RouterEventWriter::new(Box::new(BufWriter::with_capacity(
                 1 << 20,
                 f,
             )));

@@ -5,9 +5,8 @@
 //! other run's.
 
 use crate::args::DeployArgs;
-use handoff_serve::{
-    per_worker, worker_http_ports, KvEndpoints, KvEventEncoding, RouterEventWriter, ServeConfig,
-};
+use handoff_kv_events::RouterEventWriter;
+use handoff_serve::{per_worker, worker_http_ports, KvEndpoints, KvEventEncoding, ServeConfig};
 use std::path::PathBuf;
 
 /// Options of `serve`.
@@ -81,7 +80,7 @@ pub struct ServeArgs {
     block_hash: BlockHash,
     /// With --block-hash vllm: the PYTHONHASHSEED vLLM's NONE_HASH is made
     /// from (a router must hash with the same one).
-    #[arg(long, default_value = handoff_serve::vllm_hash::DEFAULT_SEED, value_name = "SEED")]
+    #[arg(long, default_value = handoff_kv_events::vllm_hash::DEFAULT_SEED, value_name = "SEED")]
     block_hash_seed: String,
     /// Write the run's report, as JSON, to FILE at shutdown.
     #[arg(long, value_name = "FILE")]
@@ -184,9 +183,9 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         None => handoff_serve::tokenizer::Tokenizer::Builtin,
     };
     let hash_mode = match a.block_hash {
-        BlockHash::Mocker => handoff_serve::vllm_hash::BlockHashMode::Mocker,
-        BlockHash::Vllm => handoff_serve::vllm_hash::BlockHashMode::Vllm(
-            handoff_serve::vllm_hash::VllmHasher::new(&a.block_hash_seed),
+        BlockHash::Mocker => handoff_kv_events::vllm_hash::BlockHashMode::Mocker,
+        BlockHash::Vllm => handoff_kv_events::vllm_hash::BlockHashMode::Vllm(
+            handoff_kv_events::vllm_hash::VllmHasher::new(&a.block_hash_seed),
         ),
     };
     let c = ServeConfig {

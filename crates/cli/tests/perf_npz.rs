@@ -21,7 +21,7 @@ fn flat(itl_ms: f64) -> GridArrays {
 
 fn write(name: &str, arrays: &GridArrays) -> std::path::PathBuf {
     let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let bytes = handoff_serving::npz_file::to_npz_bytes(arrays).expect("npz bytes");
+    let bytes = handoff_profiles::npz_file::to_npz_bytes(arrays).expect("npz bytes");
     std::fs::write(&path, bytes).expect("write npz");
     path
 }

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod closed_loop;
 mod engine;
 pub mod fault;
 mod min_tree;
@@ -21,6 +22,7 @@ mod min_tree;
 pub mod testing;
 pub mod transfer;
 
+pub use closed_loop::run_closed_loop;
 pub use engine::*;
 pub use fault::{
     FactFate, FactFaults, Fault, FaultCounts, FaultInjector, FaultPlan, FaultPlanError,

@@ -76,6 +76,10 @@ pub struct Capabilities {
     pub source_lease_ttl: Duration,
     /// Tokens per KV block (vLLM block) or page (SGLang page).
     pub block_size: u32,
+    /// Tokens one published KV event block covers, the unit routers must
+    /// hash requests in: vLLM's block; SGLang's event block, a multiple of
+    /// its page.
+    pub event_block_tokens: u32,
 }
 
 /// What a destination's request does when its KV load failed because the

@@ -12,7 +12,7 @@ use handoff_perf::FixedPerf;
 
 use handoff_engine::TransferModel;
 
-pub use handoff_serving::SessionOverheads;
+pub use handoff_deployment::SessionOverheads;
 
 /// KV bytes per token the seed assumes: its §6 log example moves 4.2 GB for
 /// a ~50K-token session.

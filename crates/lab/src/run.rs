@@ -8,13 +8,13 @@
 use crate::config::{ExperimentConfig, TimingMode, Variant};
 use crate::metrics::RunSummary;
 use handoff_core::{Backend, CoreBox, HandoffPolicy, WorkerId};
+use handoff_deployment::{make_core, DeploymentConfig, EngineSpec, SessionServing};
 use handoff_replay::Replay;
+use handoff_router::Pool;
 use handoff_router::{RouterMode, SessionRouting};
 use handoff_sched_sglang::{SessionConfig, SglangConfig, SglangCore};
 use handoff_serving::report::RequestSink;
-use handoff_serving::{
-    make_core, EngineSpec, Pool, ReplayConfig, Report, RequestRecord, SessionServing,
-};
+use handoff_serving::{Report, RequestRecord};
 use handoff_workload::TraceItem;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -53,8 +53,8 @@ pub fn sessions_of(cfg: &ExperimentConfig, variant: Variant) -> SessionConfig {
 
 /// The engine configuration of every variant: 1P + N decode SGLang workers,
 /// destination-first, KV-aware routing.
-pub fn replay_config(cfg: &ExperimentConfig) -> ReplayConfig {
-    ReplayConfig {
+pub fn replay_config(cfg: &ExperimentConfig) -> DeploymentConfig {
+    DeploymentConfig {
         backend: Backend::Sglang,
         policy: HandoffPolicy::DestinationFirst,
         prefill_workers: 1,
@@ -63,7 +63,7 @@ pub fn replay_config(cfg: &ExperimentConfig) -> ReplayConfig {
         block_size: SglangConfig::with_page_size(1).event_block_tokens,
         transfer: cfg.transfer,
         seed: cfg.seed,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     }
 }
 
@@ -114,7 +114,7 @@ pub struct EngineRun {
 /// the director serves it, and the per-request sink. This crate does not
 /// depend on live; the command line injects it.
 pub type EngineRunner<'a> = &'a dyn Fn(
-    &ReplayConfig,
+    &DeploymentConfig,
     &[EngineSpec],
     &[TraceItem],
     SessionServing,
@@ -158,7 +158,7 @@ pub fn run_variant_on(
     let make = move |w: WorkerId, pool: Pool| -> CoreBox {
         // Polynomial: the very cores virtual live builds from the same specs.
         let core = match specs.as_ref().and_then(|s| s.get(w.0 as usize)) {
-            Some(spec) => make_core(spec).map_err(|e| e.0),
+            Some(spec) => make_core(spec).map_err(|e| e.to_string()),
             None => SglangCore::new(core_cfg(pool), TimingMode::seed_perf())
                 .map(|c| Box::new(c) as CoreBox)
                 .map_err(|e| e.to_string()),
@@ -194,6 +194,7 @@ pub fn run_variant_on(
                 serving_of(cfg, variant),
                 make,
             )
+            .map_err(|e| e.to_string())?
             .with_request_sink(sink)
             .run_all();
             (out.report, out.session_log)

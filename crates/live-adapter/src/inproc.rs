@@ -5,8 +5,9 @@ use crate::clock::WallClock;
 use crate::frontend::{FrontendNode, LiveOutcome};
 use crate::node::{NodeConfig, NodeStats, WorkerNode};
 use handoff_core::{Generation, WorkerId};
+use handoff_deployment::{deployment, make_core, worker_policy, DeploymentConfig, EngineSpec};
 use handoff_router::FRONTEND_ID;
-use handoff_serving::{deployment, make_core, serving, worker_policy, EngineSpec, ReplayConfig};
+use handoff_serving::serving;
 use handoff_transport::ChannelNet;
 use handoff_workload::TraceItem;
 
@@ -14,7 +15,7 @@ use handoff_workload::TraceItem;
 /// with model time running `speed` times faster than wall time. Fails
 /// before starting when a spec cannot build a core.
 pub fn run_in_process(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     speed: f64,
     items: impl Iterator<Item = TraceItem>,

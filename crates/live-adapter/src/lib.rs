@@ -4,7 +4,7 @@
 //! live: one worker per thread (or per process over TCP), facts over a
 //! [`handoff_transport::Transport`]. Two clocks:
 //!
-//! - **virtual** ([`remote`], [`virtual_run`]): the one engine runs on the
+//! - **virtual** ([`remote`], [`virtual_run`], over TCP [`tcp`]): the one engine runs on the
 //!   coordinator with its hosts on the worker nodes; every operation crosses
 //!   the transport with its model time, so transcript and report are
 //!   byte-identical to replay's, on any trace.
@@ -24,6 +24,7 @@ pub mod inproc;
 pub mod node;
 pub mod reads;
 pub mod remote;
+pub mod tcp;
 pub mod virtual_run;
 
 pub use clock::WallClock;
@@ -31,6 +32,10 @@ pub use frontend::{FrontendNode, LiveOutcome, LiveRun, LossKind, WorkerLoss};
 pub use inproc::run_in_process;
 pub use node::{NodeConfig, NodeStats, WorkerNode};
 pub use remote::{serve_virtual, RemoteError, RemotePort, ServeStats};
+pub use tcp::{
+    connect_retry, connect_workers, run_tcp_virtual, serve_worker_virtual, serve_worker_wall,
+    TcpError, WorkerSetup,
+};
 pub use virtual_run::{
     run_virtual_sessions, run_virtual_sessions_recorded, run_virtual_threads, VirtualOutcome,
 };

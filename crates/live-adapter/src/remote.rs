@@ -17,8 +17,12 @@ use handoff_transport::{Frame, HostReply, Incoming, Transport};
 use std::time::Duration as StdDuration;
 
 /// Why a virtual-clock run could not go on.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum RemoteError {
+    /// A worker's engine spec builds no core.
+    Engine(WorkerId, handoff_deployment::EngineError),
+    /// The deployment refuses a worker's core.
+    Deployment(handoff_deployment::DeploymentError),
     /// The node of a worker went away mid-run.
     Lost(WorkerId),
     /// A node did not answer in time.
@@ -32,6 +36,8 @@ pub enum RemoteError {
 impl std::fmt::Display for RemoteError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            RemoteError::Engine(w, e) => write!(f, "worker {w}: {e}"),
+            RemoteError::Deployment(e) => e.fmt(f),
             RemoteError::Lost(w) => write!(f, "worker {w} was lost during a virtual-clock run"),
             RemoteError::Timeout(w) => write!(f, "worker {w} did not answer in time"),
             RemoteError::Send(w, e) => write!(f, "cannot send to worker {w}: {e}"),

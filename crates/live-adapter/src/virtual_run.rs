@@ -3,13 +3,14 @@
 
 use crate::remote::{serve_virtual, RemoteError, RemotePort};
 use handoff_core::{CoreBox, Generation, Transcript, Worker, WorkerHost, WorkerId};
-use handoff_engine::Engine;
+use handoff_deployment::{
+    check_core, engine_config, make_core, worker_policy, DeploymentConfig, EngineSpec,
+    SessionServing,
+};
+use handoff_engine::{run_closed_loop, Engine};
 use handoff_router::FRONTEND_ID;
 use handoff_serving::report::RequestSink;
-use handoff_serving::{
-    engine_config, make_core, run_closed_loop, serving, worker_policy, EngineSpec, ReplayConfig,
-    Report, SessionServing,
-};
+use handoff_serving::{serving, Report};
 use handoff_transport::ChannelNet;
 use handoff_workload::TraceItem;
 use std::time::Duration as StdDuration;
@@ -44,7 +45,7 @@ fn build(spec: &EngineSpec) -> CoreBox {
 /// Runs `items` on `cfg`'s deployment with worker `i` built from
 /// `specs[i]`, each worker on its own thread, on the virtual clock.
 pub fn run_virtual_threads(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     items: impl Iterator<Item = TraceItem>,
 ) -> Result<VirtualOutcome, RemoteError> {
@@ -54,7 +55,7 @@ pub fn run_virtual_threads(
 /// [`run_virtual_threads`] with closed-loop sessions and session-affine
 /// routing, as `handoff_replay::Replay::sessions` runs them.
 pub fn run_virtual_sessions(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     items: impl Iterator<Item = TraceItem>,
     sessions: SessionServing,
@@ -65,7 +66,7 @@ pub fn run_virtual_sessions(
 /// [`run_virtual_sessions`] with every finished request's record handed to
 /// `sink` as it ends (as `handoff_replay::Replay::with_request_sink`).
 pub fn run_virtual_sessions_recorded(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     items: impl Iterator<Item = TraceItem>,
     sessions: SessionServing,
@@ -75,14 +76,16 @@ pub fn run_virtual_sessions_recorded(
 }
 
 fn run_virtual(
-    cfg: &ReplayConfig,
+    cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     items: impl Iterator<Item = TraceItem>,
     sessions: Option<SessionServing>,
     sink: Option<RequestSink>,
 ) -> Result<VirtualOutcome, RemoteError> {
-    for s in specs {
-        make_core(s).map_err(|e| RemoteError::Send(WorkerId(0), e.to_string()))?;
+    for (i, s) in specs.iter().enumerate() {
+        let id = WorkerId(i as u32);
+        let core = make_core(s).map_err(|e| RemoteError::Engine(id, e))?;
+        check_core(cfg, id, core.as_ref()).map_err(RemoteError::Deployment)?;
     }
     let net = ChannelNet::new();
     let coordinator = net.endpoint(FRONTEND_ID, Generation(0));

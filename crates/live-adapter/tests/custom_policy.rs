@@ -1,11 +1,11 @@
-//! A downstream routing policy set in the `ReplayConfig` routes live runs
+//! A downstream routing policy set in the `DeploymentConfig` routes live runs
 //! too: the virtual-clock threads and the wall-clock in-process run build
 //! their frontend from the same configuration as replay.
 
 use handoff_core::{Instant, Request};
+use handoff_deployment::{deployment, DeploymentConfig, EngineSpec};
 use handoff_live_adapter::{run_in_process, run_virtual_threads};
 use handoff_router::{CustomPolicy, RouterMode, RouterView, RoutingChoice, RoutingPolicy};
-use handoff_serving::{deployment, EngineSpec, ReplayConfig};
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,7 +29,7 @@ impl RoutingPolicy for Last {
 fn setup(
     requests: u64,
 ) -> (
-    ReplayConfig,
+    DeploymentConfig,
     Vec<EngineSpec>,
     SyntheticWorkload,
     Arc<AtomicU64>,
@@ -37,9 +37,9 @@ fn setup(
     let calls = Arc::new(AtomicU64::new(0));
     let c = calls.clone();
     let last = CustomPolicy::new("last", move |_| Box::new(Last(c.clone())));
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         router: RouterMode::Custom(last),
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     let specs = vec![EngineSpec::default(); deployment(&cfg).len()];
     let items = SyntheticWorkload::new(SyntheticConfig {

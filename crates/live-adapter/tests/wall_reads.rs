@@ -6,8 +6,9 @@
 //! `tests/tests/kv_lease.rs`, `replay_fails_or_recomputes_what_it_cannot_read`.
 
 use handoff_core::{CancelReason, Duration, FailureReason, KvLoadFailurePolicy};
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_live_adapter::run_in_process;
-use handoff_serving::{EngineSpec, ReplayConfig, Report};
+use handoff_serving::Report;
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 
 const REQUESTS: u64 = 120;
@@ -16,7 +17,7 @@ const REQUESTS: u64 = 120;
 /// heartbeats (`--kv-lease abort-timeout --lease-ttl-s 1`), so sources
 /// expire before their readers ever speak to them.
 fn tight(policy: KvLoadFailurePolicy) -> (Report, u64) {
-    let mut cfg = ReplayConfig::default();
+    let mut cfg = DeploymentConfig::default();
     cfg.handoff.kv_load_failure = policy;
     cfg.handoff.heartbeat = None;
     let spec = |kv_tokens: u64| EngineSpec {

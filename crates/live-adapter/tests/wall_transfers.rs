@@ -3,13 +3,13 @@
 //! the report's transfer times are the transfers' and not zero; and it
 //! says how far model time fell behind the wall clock.
 
+use handoff_deployment::{deployment, DeploymentConfig, EngineSpec};
 use handoff_live_adapter::run_in_process;
-use handoff_serving::{deployment, EngineSpec, ReplayConfig};
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 
 #[test]
 fn wall_clock_live_reports_its_transfers() {
-    let cfg = ReplayConfig::default();
+    let cfg = DeploymentConfig::default();
     let specs = vec![EngineSpec::default(); deployment(&cfg).len()];
     let items = SyntheticWorkload::new(SyntheticConfig {
         requests: 12,
@@ -26,7 +26,7 @@ fn wall_clock_live_reports_its_transfers() {
 /// model seconds per wall second, every arrival is taken in late.
 #[test]
 fn a_run_that_cannot_keep_up_reports_its_lag() {
-    let cfg = ReplayConfig::default();
+    let cfg = DeploymentConfig::default();
     let specs = vec![EngineSpec::default(); deployment(&cfg).len()];
     let items = SyntheticWorkload::new(SyntheticConfig {
         requests: 20,

@@ -34,7 +34,7 @@
 //! Stricter than Dynamo: values must be finite and non-negative and axes
 //! bounded in length ([`MAX_GRID_AXIS_POINTS`], [`MAX_GRID_CELLS`]), each
 //! error naming the array and the point. The file reader is
-//! `handoff_serving::npz_file`; this module has no dependency.
+//! `handoff_profiles::npz_file`; this module has no dependency.
 
 use super::{scaled_ms, Pass, PerfModel};
 use handoff_core::Duration;

@@ -5,22 +5,24 @@
 //! worker host in this thread, served by `handoff-serving`'s director, a
 //! trace in and a report out. Orchestration comes only from the workers'
 //! role machines; the same inputs give a byte-identical report. The types
-//! a replay takes and gives back are re-exported from `handoff-serving`.
+//! a replay takes and gives back are re-exported from `handoff-deployment`
+//! and `handoff-serving`.
 //!
 //! # Lifting it into a larger mocker
 //!
 //! A mocker that only wants the numbers runs a [`Replay`] over its own
 //! workload iterator and cores; everything else (routing, transfers,
-//! faults) comes from the [`ReplayConfig`]:
+//! faults) comes from the [`DeploymentConfig`]:
 //!
 //! ```
-//! use handoff_replay::{make_core, EngineSpec, Replay, ReplayConfig};
+//! use handoff_replay::{make_core, EngineSpec, Replay, DeploymentConfig};
 //! use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 //!
-//! let cfg = ReplayConfig::default(); // vLLM, 2 prefill + 2 decode, kv router
+//! let cfg = DeploymentConfig::default(); // vLLM, 2 prefill + 2 decode, kv router
 //! let spec = EngineSpec::default();
 //! let items = SyntheticWorkload::new(SyntheticConfig { requests: 20, ..SyntheticConfig::default() });
-//! let (report, _) = Replay::new(cfg, items, |_, _| make_core(&spec).unwrap()).run();
+//! let replay = Replay::new(cfg, items, |_, _| make_core(&spec).unwrap()).unwrap();
+//! let (report, _) = replay.run();
 //! assert_eq!(report.completed_requests, 20);
 //! assert!(report.flat.ttft.p95 >= report.flat.ttft.median);
 //! assert_eq!(report.lifecycle.handoffs_activated, 20);
@@ -30,8 +32,11 @@
 
 pub mod sim;
 
-pub use handoff_serving::{
-    make_core, CoreBox, Details, EngineSpec, PerfChoice, Pool, ReplayConfig, Report, RequestRecord,
-    SessionServing, TransferModel,
+pub use handoff_core::CoreBox;
+pub use handoff_deployment::{
+    make_core, DeploymentConfig, DeploymentError, EngineSpec, PerfChoice, SessionServing,
 };
+pub use handoff_engine::TransferModel;
+pub use handoff_router::Pool;
+pub use handoff_serving::{Details, Report, RequestRecord};
 pub use sim::{Replay, ReplayOutcome};

@@ -6,13 +6,14 @@
 
 use handoff_core::host::WorkerHost;
 use handoff_core::{Generation, Instant, Transcript, Worker, WorkerId};
-use handoff_engine::{Engine, LocalHosts};
-use handoff_router::Pool;
-use handoff_serving::report::{Details, Report, RequestSink};
-use handoff_serving::{
-    deployment, engine_config, run_closed_loop, serving, worker_policy, ReplayConfig, Serving,
+use handoff_deployment::{
+    check_core, deployment, engine_config, worker_policy, DeploymentConfig, DeploymentError,
     SessionServing,
 };
+use handoff_engine::{run_closed_loop, Engine, LocalHosts};
+use handoff_router::Pool;
+use handoff_serving::report::{Details, Report, RequestSink};
+use handoff_serving::{serving, Serving};
 use handoff_workload::TraceItem;
 
 use handoff_core::CoreBox;
@@ -49,30 +50,38 @@ pub struct ReplayOutcome {
 
 impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
     /// A replay of `workload` with cores made by `make_core(worker, pool)`
-    /// (called again for a worker a fault plan restarts).
+    /// (called again for a worker a fault plan restarts); refused when a
+    /// core's KV event blocks are not `cfg.block_size` tokens.
     pub fn new(
-        cfg: ReplayConfig,
+        cfg: DeploymentConfig,
         workload: I,
         make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
-    ) -> Self {
+    ) -> Result<Self, DeploymentError> {
         Self::build(cfg, workload, make_core, None)
     }
 
     fn build(
-        cfg: ReplayConfig,
+        cfg: DeploymentConfig,
         workload: I,
         mut make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
         concurrency: Option<usize>,
-    ) -> Self {
+    ) -> Result<Self, DeploymentError> {
         let workers = deployment(&cfg);
         let policy = worker_policy(&cfg);
         let hosts = workers
             .iter()
             .map(|&(id, pool)| {
                 let core = make_core(id, pool);
-                WorkerHost::new(Worker::new(id, Generation(0), policy, cfg.handoff, core))
+                check_core(&cfg, id, core.as_ref())?;
+                Ok(WorkerHost::new(Worker::new(
+                    id,
+                    Generation(0),
+                    policy,
+                    cfg.handoff,
+                    core,
+                )))
             })
-            .collect();
+            .collect::<Result<_, DeploymentError>>()?;
         let pools: Vec<Pool> = workers.iter().map(|(_, p)| *p).collect();
         let port = LocalHosts::new(hosts, move |w: WorkerId| {
             let pool = pools.get(w.0 as usize).copied().unwrap_or(Pool::Decode);
@@ -82,11 +91,11 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
         if let Some(n) = concurrency {
             director.set_concurrency(n);
         }
-        Replay {
+        Ok(Replay {
             engine: Engine::new(engine_config(&cfg), port, director),
             sample: false,
             closed_loop: concurrency.is_some(),
-        }
+        })
     }
 
     /// A closed-loop replay: at most `concurrency` requests in flight; the
@@ -94,11 +103,11 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
     /// later one when a request before it completes or fails (its trace
     /// timestamp is ignored). Deterministic like the open loop.
     pub fn closed_loop(
-        cfg: ReplayConfig,
+        cfg: DeploymentConfig,
         workload: I,
         concurrency: usize,
         make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
-    ) -> Self {
+    ) -> Result<Self, DeploymentError> {
         Self::build(cfg, workload, make_core, Some(concurrency.max(1)))
     }
 
@@ -108,12 +117,12 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
     /// [`Serving::set_sessions`]). The cores must keep session slots (an
     /// SGLang core with sessions on) for turns to append.
     pub fn sessions(
-        cfg: ReplayConfig,
+        cfg: DeploymentConfig,
         workload: I,
         sessions: SessionServing,
         make_core: impl FnMut(WorkerId, Pool) -> CoreBox + 'a,
-    ) -> Self {
-        let mut r = Self::build(cfg, workload, make_core, None);
+    ) -> Result<Self, DeploymentError> {
+        let mut r = Self::build(cfg, workload, make_core, None)?;
         r.engine.director_mut().set_sessions(
             sessions.routing,
             sessions.close_delay,
@@ -123,7 +132,7 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
             .director_mut()
             .set_session_overheads(sessions.overheads);
         r.closed_loop = true;
-        r
+        Ok(r)
     }
 
     /// Hands every finished request's record to `sink` (`--per-request-jsonl`).

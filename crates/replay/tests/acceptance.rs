@@ -5,7 +5,9 @@ use handoff_core::{
     Backend, DestinationEventKind as DE, DestinationState as DS, Duration, HandoffPolicy,
     LifecycleEvent, RoleState, SourceEventKind as SE, SourceState as SS, Transcript, WorkerId,
 };
-use handoff_replay::{make_core, EngineSpec, Pool, Replay, ReplayConfig, Report, TransferModel};
+use handoff_replay::{
+    make_core, DeploymentConfig, EngineSpec, Pool, Replay, Report, TransferModel,
+};
 use handoff_router::RouterMode;
 use handoff_workload::{LengthDist, SyntheticConfig, SyntheticWorkload};
 
@@ -38,7 +40,7 @@ fn run_with(
         block_size,
         ..EngineSpec::default()
     };
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend,
         policy,
         prefill_workers: 2,
@@ -48,7 +50,7 @@ fn run_with(
         transfer: TransferModel::Fixed(Duration::from_millis(5)),
         multi_step,
         transcript: true,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     let make = |_w: WorkerId, pool: Pool| {
         let kv = if pool == Pool::Decode {
@@ -58,7 +60,9 @@ fn run_with(
         };
         make_core(&spec(kv)).expect("core")
     };
-    let (r, t) = Replay::new(cfg, workload(requests, 20.0), make).run();
+    let (r, t) = Replay::new(cfg, workload(requests, 20.0), make)
+        .expect("the cores publish at the deployment's block size")
+        .run();
     (r, t.expect("transcript requested"))
 }
 
@@ -266,11 +270,11 @@ fn records_timelines_and_closed_loop() {
             kv_tokens,
             ..EngineSpec::default()
         };
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             decode_workers: 2,
             multi_step,
             block_size: spec(1).event_block_tokens(),
-            ..ReplayConfig::default()
+            ..DeploymentConfig::default()
         };
         let make = move |_w: WorkerId, pool: Pool| {
             let kv = if pool == Pool::Decode {
@@ -283,8 +287,10 @@ fn records_timelines_and_closed_loop() {
         let records = Rc::new(RefCell::new(Vec::new()));
         let sink = records.clone();
         let replay = match concurrency {
-            Some(n) => Replay::closed_loop(cfg, workload(60, 20.0), n, make),
-            None => Replay::new(cfg, workload(60, 20.0), make),
+            Some(n) => Replay::closed_loop(cfg, workload(60, 20.0), n, make)
+                .expect("the cores publish at the deployment's block size"),
+            None => Replay::new(cfg, workload(60, 20.0), make)
+                .expect("the cores publish at the deployment's block size"),
         };
         let o = replay
             .with_request_sink(Box::new(move |r| sink.borrow_mut().push(r.clone())))
@@ -365,14 +371,14 @@ fn first_token_source_by_backend() {
             block_size: 16,
             ..EngineSpec::default()
         };
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             backend,
             policy: backend.native_policy(),
             prefill_workers: 1,
             decode_workers: 1,
             block_size: spec.event_block_tokens(),
             transfer: TransferModel::Fixed(Duration::from_millis(5)),
-            ..ReplayConfig::default()
+            ..DeploymentConfig::default()
         };
         let records = Rc::new(RefCell::new(Vec::new()));
         let sink = records.clone();
@@ -380,6 +386,7 @@ fn first_token_source_by_backend() {
         let o = Replay::new(cfg, workload(8, 0.5), |_, _| {
             make_core(&spec).expect("core")
         })
+        .expect("the cores publish at the deployment's block size")
         .with_request_sink(Box::new(move |r| sink.borrow_mut().push(r.clone())))
         .run_all();
         assert_eq!(o.report.completed_requests, 8);
@@ -412,7 +419,7 @@ fn sglang_streams_kv_per_prefill_chunk() {
         ..EngineSpec::default()
     };
     let (bytes_per_token, bandwidth) = (131_072u64, 25e9);
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend: Backend::Sglang,
         policy: HandoffPolicy::DestinationFirst,
         prefill_workers: 1,
@@ -423,7 +430,7 @@ fn sglang_streams_kv_per_prefill_chunk() {
             bytes_per_token,
             bandwidth,
         },
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     let workload = SyntheticWorkload::new(SyntheticConfig {
         seed: 3,
@@ -436,6 +443,7 @@ fn sglang_streams_kv_per_prefill_chunk() {
     let records = Rc::new(RefCell::new(Vec::new()));
     let sink = records.clone();
     let o = Replay::new(cfg, workload, |_, _| make_core(&spec).expect("core"))
+        .expect("the cores publish at the deployment's block size")
         .with_request_sink(Box::new(move |r| sink.borrow_mut().push(r.clone())))
         .run_all();
     assert_eq!(o.report.completed_requests, 3);

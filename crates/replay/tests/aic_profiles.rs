@@ -7,8 +7,8 @@
 //! latency (a decode pass of the whole batch) must be within 2% of AIC.
 
 use handoff_core::{Backend, Duration, Instant, Request, RequestId, SchedulerCommand, StepOutput};
-use handoff_replay::{make_core, EngineSpec, PerfChoice, Replay, ReplayConfig};
-use handoff_serving::profile_file::{self, ProfileFile};
+use handoff_profiles::profile_file::{self, ProfileFile};
+use handoff_replay::{make_core, DeploymentConfig, EngineSpec, PerfChoice, Replay};
 use handoff_workload::TraceItem;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -174,15 +174,17 @@ fn replay(f: &ProfileFile, items: Vec<TraceItem>, batched: u64) -> serde_json::V
     let backend = f.deployment.as_ref().unwrap().backend;
     let perf = PerfChoice::Profile(Arc::new(f.profile.clone()));
     let spec = spec(backend, &perf, 1 << 20, batched, 64);
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend,
         policy: backend.native_policy(),
         prefill_workers: 1,
         decode_workers: 0,
         engines: vec![spec.clone()],
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
-    let (report, _) = Replay::new(cfg, items.into_iter(), |_, _| make_core(&spec).unwrap()).run();
+    let (report, _) = Replay::new(cfg, items.into_iter(), |_, _| make_core(&spec).unwrap())
+        .expect("the cores publish at the deployment's block size")
+        .run();
     serde_json::to_value(&report).unwrap()
 }
 

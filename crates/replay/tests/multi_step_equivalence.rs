@@ -11,7 +11,9 @@
 //! (a worker's `event_id`s then went backwards on the KV event stream).
 
 use handoff_core::{Backend, Duration, KvEvent, WorkerId};
-use handoff_replay::{make_core, EngineSpec, Pool, Replay, ReplayConfig, Report, TransferModel};
+use handoff_replay::{
+    make_core, DeploymentConfig, EngineSpec, Pool, Replay, Report, TransferModel,
+};
 use handoff_router::RouterMode;
 use handoff_workload::{LengthDist, SyntheticConfig, SyntheticWorkload};
 use proptest::prelude::*;
@@ -82,7 +84,7 @@ fn run_with(c: &Case, multi_step: bool, kv_sink: bool) -> Run {
         block_size,
         ..EngineSpec::default()
     };
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend: c.backend,
         policy: c.backend.native_policy(),
         prefill_workers: c.prefill,
@@ -92,7 +94,7 @@ fn run_with(c: &Case, multi_step: bool, kv_sink: bool) -> Run {
         transfer: TransferModel::Fixed(Duration::from_millis(3)),
         multi_step,
         transcript: true,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     let decode_kv = c.decode_kv_tokens;
     let make = move |_w: WorkerId, pool: Pool| {
@@ -117,7 +119,8 @@ fn run_with(c: &Case, multi_step: bool, kv_sink: bool) -> Run {
     });
     let kv: Rc<RefCell<Kv>> = Rc::default();
     let sink = kv.clone();
-    let replay = Replay::new(cfg, workload, make);
+    let replay =
+        Replay::new(cfg, workload, make).expect("the cores publish at the deployment's block size");
     let replay = if kv_sink {
         replay.with_kv_sink(Box::new(move |w: WorkerId, e: &KvEvent, _| {
             sink.borrow_mut().push((w.0, format!("{e:?}")));

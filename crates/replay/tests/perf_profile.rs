@@ -13,8 +13,8 @@ use handoff_perf::PolynomialPerf;
 use handoff_perf::ProfilePerf;
 
 use handoff_perf::StepModel;
-use handoff_replay::{make_core, EngineSpec, PerfChoice, Replay, ReplayConfig};
-use handoff_serving::profile_file;
+use handoff_profiles::profile_file;
+use handoff_replay::{make_core, DeploymentConfig, EngineSpec, PerfChoice, Replay};
 use handoff_workload::{SyntheticConfig, SyntheticWorkload};
 use proptest::prelude::*;
 use std::path::Path;
@@ -193,15 +193,17 @@ fn the_report_names_the_model_and_replays_identically() {
             perf,
             ..EngineSpec::default()
         };
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             engines: vec![spec.clone(); 4],
-            ..ReplayConfig::default()
+            ..DeploymentConfig::default()
         };
         let items = SyntheticWorkload::new(SyntheticConfig {
             requests: 40,
             ..SyntheticConfig::default()
         });
-        let (report, _) = Replay::new(cfg, items, |_, _| make_core(&spec).unwrap()).run();
+        let (report, _) = Replay::new(cfg, items, |_, _| make_core(&spec).unwrap())
+            .expect("the cores publish at the deployment's block size")
+            .run();
         serde_json::to_string(&report).unwrap()
     };
     let a = run(PerfChoice::Profile(shipped()));

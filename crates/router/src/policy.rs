@@ -296,7 +296,7 @@ struct Factory {
 ///
 /// It is a copyable handle, like the built-in modes, so that it travels in
 /// every configuration that names a mode (`RouterConfig`,
-/// `FrontendConfig`, handoff-serving's `ReplayConfig`) and so reaches
+/// `FrontendConfig`, handoff-serving's `DeploymentConfig`) and so reaches
 /// replay, virtual-clock live, wall-clock live and serve without any of
 /// them knowing about it. [`CustomPolicy::new`] therefore keeps its factory
 /// for the life of the process (one small allocation): make one per policy

@@ -503,6 +503,7 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
             destination_reservation: true,
             source_lease_ttl: self.cfg.source_lease_ttl,
             block_size: self.cfg.page_size,
+            event_block_tokens: self.cfg.event_block_tokens,
         }
     }
 

@@ -420,6 +420,7 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
             destination_reservation: !refuse,
             source_lease_ttl: self.cfg.source_lease_ttl,
             block_size: self.cfg.block_tokens(),
+            event_block_tokens: self.cfg.block_tokens(),
         }
     }
 

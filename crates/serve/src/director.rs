@@ -27,11 +27,9 @@ use wire::BlockTokens;
 
 pub use pairs::LegOut;
 
-use crate::dynamo_events::RouterEventWriter;
 use crate::kv_transfer::{Pinned, ProxyError};
 use crate::metrics::Metrics;
 use crate::prompt::chained_block_hashes;
-use crate::vllm_hash::BlockHashMode;
 use crate::vllm_wire::WireEvent;
 use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::msg::HandoffMsg;
@@ -42,6 +40,8 @@ use handoff_core::{
 };
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::{Director, Route, Undeliverable};
+use handoff_kv_events::dynamo_events::RouterEventWriter;
+use handoff_kv_events::vllm_hash::BlockHashMode;
 use handoff_router::Pool;
 use handoff_serving::KvOrder;
 use handoff_serving::Serving;
@@ -411,7 +411,7 @@ impl HttpDirector {
     /// `--block-hash vllm` vLLM's hash of it ([`wire`] documents both). Its
     /// token ids (vLLM's `BlockStored.token_ids`) are the prompt's when a
     /// prompt in flight or a block stored earlier has them, else a
-    /// generated block's stand-ins ([`crate::dynamo_hash`]); Dynamo's
+    /// generated block's stand-ins ([`handoff_kv_events::dynamo_hash`]); Dynamo's
     /// `tokens_hash` is of those ids.
     fn kv(&mut self, w: WorkerId, ev: &KvEvent) {
         let wi = w.0 as usize;

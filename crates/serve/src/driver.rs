@@ -18,7 +18,6 @@
 
 use crate::director::{Arrivals, HttpDirector, StreamMsg};
 use crate::dp_lb::{RankPicker, RankRule};
-use crate::dynamo_events::RouterEventWriter;
 use crate::kv_transfer::RemotePrefill;
 use crate::metrics::Metrics;
 use crate::prompt::request_for;
@@ -26,13 +25,15 @@ use crate::zmq_pub::KvPublishers;
 use handoff_core::{
     DpRank, Generation, KvCapacitySnapshot, RequestId, Worker, WorkerHost, WorkerId,
 };
+use handoff_deployment::{
+    deployment, engine_config, make_core, worker_policy, DeploymentConfig, EngineSpec,
+};
 use handoff_engine::fault::Fault;
 use handoff_engine::{Engine, LocalHosts};
+use handoff_kv_events::dynamo_events::RouterEventWriter;
 use handoff_live_adapter::WallClock;
 use handoff_router::Pool;
-use handoff_serving::{
-    deployment, engine_config, make_core, serving, worker_policy, EngineSpec, ReplayConfig, Report,
-};
+use handoff_serving::{serving, Report};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
@@ -167,7 +168,7 @@ pub struct EngineView {
 /// Everything the engine thread needs.
 pub struct DriverConfig {
     /// The deployment.
-    pub cfg: ReplayConfig,
+    pub cfg: DeploymentConfig,
     /// Every worker's engine, by id.
     pub specs: Vec<EngineSpec>,
     /// Model time runs this much faster than wall time.
@@ -183,7 +184,7 @@ pub struct DriverConfig {
     /// How long an SGLang PD leg waits for its partner (model time).
     pub bootstrap_timeout: handoff_core::Duration,
     /// The hashes blocks are published under (`--block-hash`).
-    pub hash_mode: crate::vllm_hash::BlockHashMode,
+    pub hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
 }
 
 fn role(p: Pool) -> &'static str {

@@ -45,8 +45,6 @@ pub mod bootstrap;
 pub mod director;
 pub mod dp_lb;
 pub mod driver;
-pub mod dynamo_events;
-pub mod dynamo_hash;
 pub mod http;
 pub mod http_error;
 pub mod info;
@@ -61,13 +59,10 @@ pub mod sampling;
 pub mod server;
 pub mod sglang_pd;
 pub mod tokenizer;
-pub mod vllm_hash;
 pub mod vllm_wire;
 pub mod worker_http;
 pub mod zmq_pub;
 
-pub use dynamo_events::RouterEventWriter;
-pub use dynamo_hash::TraceBlocks;
 pub use server::{
     parse_worker_http, per_worker, serve, serve_until, serve_workers, serve_workers_until,
     worker_http_ports, Listening, ServeConfig,

@@ -3,14 +3,15 @@
 
 use crate::accept::{self, HttpTimeouts};
 use crate::driver::{self, Cmd, DriverConfig, EngineView};
-use crate::dynamo_events::RouterEventWriter;
 use crate::http::{router, AppState};
 use crate::info::{self, InfoState, Scope};
 use crate::metrics::Metrics;
 use crate::openai::Limits;
 use crate::worker_http::{worker_router, WorkerState};
 use crate::zmq_pub::{KvEndpoints, KvPublishers};
-use handoff_serving::{deployment, EngineSpec, ReplayConfig, Report};
+use handoff_deployment::{deployment, DeploymentConfig, EngineSpec};
+use handoff_kv_events::dynamo_events::RouterEventWriter;
+use handoff_serving::Report;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex};
 /// Everything `serve` needs.
 pub struct ServeConfig {
     /// The deployment (as replay builds it).
-    pub cfg: ReplayConfig,
+    pub cfg: DeploymentConfig,
     /// Every worker's engine, by id.
     pub specs: Vec<EngineSpec>,
     /// Model time runs this much faster than wall time.
@@ -46,7 +47,7 @@ pub struct ServeConfig {
     /// `--tokenizer`: what text prompts are tokenised with.
     pub tokenizer: crate::tokenizer::Tokenizer,
     /// `--block-hash`: the hashes blocks are published under.
-    pub hash_mode: crate::vllm_hash::BlockHashMode,
+    pub hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
 }
 
 /// Where a server listens, once it does.
@@ -152,7 +153,7 @@ async fn run(
         return Err("one engine spec per worker is needed".into());
     }
     let pools: Vec<_> = workers.iter().map(|(_, p)| *p).collect();
-    let policy = handoff_serving::worker_policy(&c.cfg);
+    let policy = handoff_deployment::worker_policy(&c.cfg);
     let dp = c.cfg.dp;
     // A listener is a worker's, shared by its ranks.
     let n_workers = pools.len() / usize::from(dp.dp_size());

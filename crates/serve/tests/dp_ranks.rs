@@ -15,8 +15,9 @@ mod common;
 
 use common::{Server, Shared};
 use handoff_core::{Backend, DpLayout, HandoffConfig};
-use handoff_serve::{RouterEventWriter, ServeConfig};
-use handoff_serving::{EngineSpec, ReplayConfig};
+use handoff_deployment::{DeploymentConfig, EngineSpec};
+use handoff_kv_events::RouterEventWriter;
+use handoff_serve::ServeConfig;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 
@@ -36,7 +37,7 @@ fn start(backend: Backend) -> Running {
         max_running: EngineSpec::default_max_running(backend, 16_384 * 16),
         ..EngineSpec::default()
     };
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend,
         policy: backend.native_policy(),
         prefill_workers: 1,
@@ -44,7 +45,7 @@ fn start(backend: Backend) -> Running {
         dp: DpLayout::new(2).expect("in range"),
         block_size: spec.event_block_tokens(),
         handoff: HandoffConfig::for_backend(backend),
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     // One publisher and one replay socket per rank.
     let jsonl = Shared::default();

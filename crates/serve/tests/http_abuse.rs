@@ -8,9 +8,9 @@
 mod common;
 
 use common::Server;
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_serve::accept::HttpTimeouts;
 use handoff_serve::ServeConfig;
-use handoff_serving::{EngineSpec, ReplayConfig};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ fn start() -> (SocketAddr, Server) {
             header: TIMEOUT,
             body: TIMEOUT,
         },
-        ..common::loopback_pd(ReplayConfig::default(), EngineSpec::default())
+        ..common::loopback_pd(DeploymentConfig::default(), EngineSpec::default())
     });
     (l.http, server)
 }

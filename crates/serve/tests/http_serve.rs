@@ -7,7 +7,7 @@
 mod common;
 
 use common::Server;
-use handoff_serving::{EngineSpec, ReplayConfig};
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use std::net::{SocketAddr, TcpStream};
 
 struct Running {
@@ -17,11 +17,11 @@ struct Running {
 
 impl Running {
     fn start() -> Running {
-        Running::start_with(ReplayConfig::default(), EngineSpec::default())
+        Running::start_with(DeploymentConfig::default(), EngineSpec::default())
     }
 
     /// One prefill and one decode worker of `spec`'s engine.
-    fn start_with(base: ReplayConfig, spec: EngineSpec) -> Running {
+    fn start_with(base: DeploymentConfig, spec: EngineSpec) -> Running {
         let (l, server) = common::start(common::loopback_pd(base, spec));
         Running {
             addr: l.http,
@@ -163,11 +163,11 @@ fn sglang_destination_first_serves_with_its_metric_names() {
         backend: handoff_core::Backend::Sglang,
         ..EngineSpec::default()
     };
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend: handoff_core::Backend::Sglang,
         policy: handoff_core::HandoffPolicy::DestinationFirst,
         block_size: spec.event_block_tokens(),
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     let s = Running::start_with(cfg, spec);
     let body = format!(r#"{{"model":"m","prompt":"{PROMPT}","max_tokens":4,"ignore_eos":true}}"#);

@@ -7,8 +7,8 @@ mod common;
 
 use common::Server;
 use handoff_core::Backend;
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_serve::ServeConfig;
-use handoff_serving::{EngineSpec, ReplayConfig};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -22,11 +22,11 @@ struct Running {
 impl Running {
     /// `prefill` + `decode` workers of `backend`, each with its listener.
     fn start(backend: Backend, prefill: usize, decode: usize) -> Running {
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             backend,
             prefill_workers: prefill as u32,
             decode_workers: decode as u32,
-            ..ReplayConfig::default()
+            ..DeploymentConfig::default()
         };
         let n = prefill + decode;
         let spec = EngineSpec {

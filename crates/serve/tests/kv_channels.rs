@@ -8,9 +8,10 @@
 mod common;
 
 use common::Shared;
-use handoff_serve::dynamo_hash::{generated_tokens, tokens_hash};
-use handoff_serve::{RouterEventWriter, ServeConfig};
-use handoff_serving::{EngineSpec, ReplayConfig};
+use handoff_deployment::{DeploymentConfig, EngineSpec};
+use handoff_kv_events::dynamo_hash::{generated_tokens, tokens_hash};
+use handoff_kv_events::RouterEventWriter;
+use handoff_serve::ServeConfig;
 use rmpv::Value;
 
 /// One stored event as either channel shows it: block hashes, parent and,
@@ -101,7 +102,7 @@ fn zmq_and_jsonl_carry_one_identity_and_dynamos_tokens_hash() {
     let (l, server, ep) = common::start_with_kv(2, |ep| ServeConfig {
         kv: Some(ep),
         kv_jsonl: Some(RouterEventWriter::new(Box::new(jsonl.clone()))),
-        ..common::loopback_pd(ReplayConfig::default(), spec.clone())
+        ..common::loopback_pd(DeploymentConfig::default(), spec.clone())
     });
     let addr = l.http;
     for i in 0..6 {

@@ -9,8 +9,8 @@
 mod common;
 
 use common::Server;
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_serve::ServeConfig;
-use handoff_serving::{EngineSpec, ReplayConfig};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -21,7 +21,7 @@ const CLIENTS: usize = 6;
 fn start() -> (SocketAddr, Server) {
     let (l, server) = common::start(ServeConfig {
         speed: 20.0,
-        ..common::loopback_pd(ReplayConfig::default(), EngineSpec::default())
+        ..common::loopback_pd(DeploymentConfig::default(), EngineSpec::default())
     });
     (l.http, server)
 }

@@ -10,9 +10,10 @@
 mod common;
 
 use common::{Server, Shared};
-use handoff_serve::dynamo_hash::tokens_hash;
-use handoff_serve::{RouterEventWriter, ServeConfig};
-use handoff_serving::{EngineSpec, ReplayConfig};
+use handoff_deployment::{DeploymentConfig, EngineSpec};
+use handoff_kv_events::dynamo_hash::tokens_hash;
+use handoff_kv_events::RouterEventWriter;
+use handoff_serve::ServeConfig;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 
@@ -25,7 +26,7 @@ struct Running {
 impl Running {
     /// One prefill (worker 0) and one decode worker (worker 1), each with
     /// its own listener.
-    fn start(spec: EngineSpec, base: ReplayConfig) -> Running {
+    fn start(spec: EngineSpec, base: DeploymentConfig) -> Running {
         Self::start_with(spec, base, None)
     }
 
@@ -33,7 +34,7 @@ impl Running {
     /// `kv_jsonl`.
     fn start_with(
         spec: EngineSpec,
-        base: ReplayConfig,
+        base: DeploymentConfig,
         kv_jsonl: Option<RouterEventWriter>,
     ) -> Running {
         let (l, server) = common::start(ServeConfig {
@@ -110,7 +111,7 @@ fn decode_body(prompt: &str, params: &Value, max_tokens: u32, stream: bool) -> V
 
 #[test]
 fn proxy_prefill_then_decode() {
-    let s = Running::start(EngineSpec::default(), ReplayConfig::default());
+    let s = Running::start(EngineSpec::default(), DeploymentConfig::default());
     let (status, v) = s.post(0, &prefill_body(PROMPT));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["usage"]["completion_tokens"], 1);
@@ -201,7 +202,7 @@ fn abandoned_decode_lease_expires_and_frees_the_pin() {
         source_lease_ttl: Some(handoff_core::Duration::from_millis(300)),
         ..EngineSpec::default()
     };
-    let s = Running::start(spec, ReplayConfig::default());
+    let s = Running::start(spec, DeploymentConfig::default());
     let (status, v) = s.post(0, &prefill_body(PROMPT));
     assert_eq!(status, 200, "{v}");
     let p = v["kv_transfer_params"].clone();
@@ -245,7 +246,7 @@ fn no_block_in_use(d: &Value) {
 /// time), and a repeated prompt hits each worker's own prefix cache.
 #[test]
 fn passthrough_serves_each_plain_call_whole() {
-    let s = Running::start(EngineSpec::default(), ReplayConfig::default());
+    let s = Running::start(EngineSpec::default(), DeploymentConfig::default());
     let plain = |max_tokens: u32, stream: bool| {
         json!({
             "model": "m", "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": true,
@@ -313,7 +314,7 @@ fn passthrough_serves_each_plain_call_whole() {
 
 #[test]
 fn bad_params_are_4xx() {
-    let s = Running::start(EngineSpec::default(), ReplayConfig::default());
+    let s = Running::start(EngineSpec::default(), DeploymentConfig::default());
     // do_remote_decode to the decode worker; a streamed prefill.
     assert_eq!(s.post(1, &prefill_body(PROMPT)).0, 400);
     let mut streamed = prefill_body(PROMPT);
@@ -364,10 +365,10 @@ fn bad_params_are_4xx() {
 
 #[test]
 fn sglang_workers_refuse_with_a_typed_400() {
-    let base = ReplayConfig {
+    let base = DeploymentConfig {
         backend: handoff_core::Backend::Sglang,
         policy: handoff_core::HandoffPolicy::DestinationFirst,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     let spec = EngineSpec {
         backend: handoff_core::Backend::Sglang,
@@ -391,7 +392,7 @@ fn proxied_prefill_events_carry_the_prompts_token_ids() {
     let jsonl = Shared::default();
     let s = Running::start_with(
         EngineSpec::default(),
-        ReplayConfig::default(),
+        DeploymentConfig::default(),
         Some(RouterEventWriter::new(Box::new(jsonl.clone()))),
     );
     let (status, text) = s.call(

@@ -4,10 +4,10 @@
 //! generated block's own.
 
 use handoff_core::{Backend, KvEventData};
+use handoff_deployment::{make_core, DeploymentConfig, EngineSpec};
+use handoff_kv_events::dynamo_hash::{generated_tokens, prompt_tokens, tokens_hash};
+use handoff_kv_events::TraceBlocks;
 use handoff_replay::Replay;
-use handoff_serve::dynamo_hash::{generated_tokens, prompt_tokens, tokens_hash};
-use handoff_serve::TraceBlocks;
-use handoff_serving::{make_core, EngineSpec, ReplayConfig};
 use handoff_workload::{ReaderOptions, TraceItem, TraceReader};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -46,12 +46,12 @@ fn stored_blocks_carry_dynamos_hash_of_their_stand_in_tokens() {
                 want.insert(*h, tokens_hash(&t));
             }
         }
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             backend,
             policy: backend.native_policy(),
             block_size: ebs,
             handoff: handoff_core::HandoffConfig::for_backend(backend),
-            ..ReplayConfig::default()
+            ..DeploymentConfig::default()
         };
         let index = Rc::new(RefCell::new(TraceBlocks::new(vec![ebs])));
         let reg = index.clone();
@@ -62,6 +62,7 @@ fn stored_blocks_carry_dynamos_hash_of_their_stand_in_tokens() {
             .into_iter()
             .inspect(move |it| reg.borrow_mut().register(&it.request));
         let _ = Replay::new(cfg, items, |_, _| make_core(&spec).unwrap())
+            .expect("the cores publish at the deployment's block size")
             .with_kv_sink(Box::new(move |_, ev, _| {
                 if let KvEventData::Stored { block_hashes, .. } = &ev.data {
                     for h in block_hashes {

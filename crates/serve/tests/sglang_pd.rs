@@ -11,8 +11,8 @@ mod common;
 
 use common::Server;
 use handoff_core::{Backend, HandoffConfig, HandoffPolicy};
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_serve::ServeConfig;
-use handoff_serving::{EngineSpec, ReplayConfig};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -32,14 +32,14 @@ fn start(timeout_s: f64) -> Running {
         max_running: EngineSpec::default_max_running(Backend::Sglang, 16_384 * 16),
         ..EngineSpec::default()
     };
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         backend: Backend::Sglang,
         policy: HandoffPolicy::DestinationFirst,
         prefill_workers: 1,
         decode_workers: 1,
         block_size: spec.event_block_tokens(),
         handoff: HandoffConfig::for_backend(Backend::Sglang),
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     let (l, server) = common::start(ServeConfig {
         worker_http: common::worker_listeners(2),

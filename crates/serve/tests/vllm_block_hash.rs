@@ -9,10 +9,11 @@
 mod common;
 
 use common::Shared;
+use handoff_deployment::{DeploymentConfig, EngineSpec};
+use handoff_kv_events::vllm_hash::{BlockHashMode, VllmHasher};
+use handoff_kv_events::RouterEventWriter;
 use handoff_serve::tokenizer::Tokenizer;
-use handoff_serve::vllm_hash::{BlockHashMode, VllmHasher};
-use handoff_serve::{RouterEventWriter, ServeConfig};
-use handoff_serving::{EngineSpec, ReplayConfig};
+use handoff_serve::ServeConfig;
 use sha2::{Digest, Sha256};
 
 const WORDS: usize = 300;
@@ -97,7 +98,7 @@ fn prompt_blocks_carry_vllms_hash_of_the_tokenizers_ids() {
         kv_jsonl: Some(RouterEventWriter::new(Box::new(jsonl.clone()))),
         tokenizer,
         hash_mode: BlockHashMode::Vllm(VllmHasher::new("0")),
-        ..common::loopback_pd(ReplayConfig::default(), spec)
+        ..common::loopback_pd(DeploymentConfig::default(), spec)
     });
     let addr = l.http;
     // 50 words, ids far from the built-in tokenizer's (>= 256): 3 full blocks.

@@ -16,7 +16,7 @@
 #![warn(missing_docs)]
 
 use handoff_core::{Instant, Request, WorkerId};
-use handoff_replay::{make_core, EngineSpec, Replay, ReplayConfig, Report, RequestRecord};
+use handoff_replay::{make_core, DeploymentConfig, EngineSpec, Replay, Report, RequestRecord};
 use handoff_router::{
     CustomPolicy, PoolRole, RouterMode, RouterView, RoutingChoice, RoutingPolicy,
 };
@@ -116,9 +116,9 @@ impl RoutingPolicy for Last {
 /// workers, source-first, routed by `router`: the report and every
 /// request's record.
 pub fn replay(requests: u64, router: RouterMode) -> (Report, Vec<RequestRecord>) {
-    let cfg = ReplayConfig {
+    let cfg = DeploymentConfig {
         router,
-        ..ReplayConfig::default()
+        ..DeploymentConfig::default()
     };
     let spec = EngineSpec::default();
     let items = SyntheticWorkload::new(SyntheticConfig {
@@ -130,6 +130,7 @@ pub fn replay(requests: u64, router: RouterMode) -> (Report, Vec<RequestRecord>)
     let (report, _) = Replay::new(cfg, items, |_, _| {
         make_core(&spec).expect("the default engine is valid")
     })
+    .expect("the cores publish at the deployment's block size")
     .with_request_sink(Box::new(move |r: &RequestRecord| {
         sink.borrow_mut().push(r.clone())
     }))

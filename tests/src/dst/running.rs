@@ -8,7 +8,7 @@ use super::violations::*;
 use handoff_core::{CoreBox, Generation, Instant, Worker, WorkerHost, WorkerId};
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::{Engine, LocalHosts};
-use handoff_serving::Pool;
+use handoff_router::Pool;
 use handoff_workload::TraceItem;
 
 /// What one checked run found.
@@ -51,11 +51,11 @@ pub fn check(s: &Schedule) -> Outcome {
 
 pub(crate) fn run_checked(s: &Schedule) -> Outcome {
     let cfg = &s.cfg;
-    let workers = handoff_serving::deployment(cfg);
-    let policy = handoff_serving::worker_policy(cfg);
+    let workers = handoff_deployment::deployment(cfg);
+    let policy = handoff_deployment::worker_policy(cfg);
     let make = |w: WorkerId| -> CoreBox {
         let spec = s.specs.get(w.0 as usize).cloned().unwrap_or_default();
-        handoff_serving::make_core(&spec).expect("generated specs are valid")
+        handoff_deployment::make_core(&spec).expect("generated specs are valid")
     };
     let hosts = workers
         .iter()
@@ -77,7 +77,7 @@ pub(crate) fn run_checked(s: &Schedule) -> Outcome {
         handoff_serving::serving(cfg, s.items.clone().into_iter()),
         check,
     );
-    let mut engine = Engine::new(handoff_serving::engine_config(cfg), port, director);
+    let mut engine = Engine::new(handoff_deployment::engine_config(cfg), port, director);
     engine.director_mut().trace = std::env::var_os("DST_TRACE").is_some();
     let mut units = 0u64;
     while engine.run_event() {

@@ -4,10 +4,10 @@ use handoff_core::{
     Backend, Duration, HandoffConfig, HandoffPolicy, Heartbeat, Instant, KvLoadFailurePolicy,
     Request, RequestId, Rng,
 };
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_engine::fault::{Fault, FaultPlan};
 use handoff_engine::TransferModel;
 use handoff_router::RouterMode;
-use handoff_serving::{EngineSpec, ReplayConfig};
 use handoff_workload::TraceItem;
 use std::collections::BTreeMap;
 
@@ -18,7 +18,7 @@ pub struct Schedule {
     /// The seed it was drawn from.
     pub seed: u64,
     /// The deployment, with the fault plan.
-    pub cfg: ReplayConfig,
+    pub cfg: DeploymentConfig,
     /// Worker `i`'s engine.
     pub specs: Vec<EngineSpec>,
     /// The trace, ids `0..n` in arrival order.
@@ -27,7 +27,7 @@ pub struct Schedule {
 
 /// The schedule of `seed`: every choice comes from it. Small enough that one
 /// costs a few milliseconds in release.
-pub fn schedule(seed: u64) -> (ReplayConfig, Vec<EngineSpec>, Vec<TraceItem>) {
+pub fn schedule(seed: u64) -> (DeploymentConfig, Vec<EngineSpec>, Vec<TraceItem>) {
     let s = Schedule::new(seed);
     (s.cfg, s.specs, s.items)
 }
@@ -161,7 +161,7 @@ impl Schedule {
             heartbeat: (backend == Backend::Vllm && r.below(2) == 0)
                 .then(|| Heartbeat::for_lease(lease)),
         };
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             engines: Vec::new(),
             backend,
             policy,
@@ -374,7 +374,7 @@ impl Schedule {
             Some(v) => *v == "true",
             None => backend == Backend::Sglang,
         };
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             engines: Vec::new(),
             backend,
             policy,

@@ -4,11 +4,11 @@
 
 use crate::hardware_args::HardwareArgs;
 use clap::{Args, ValueEnum};
-use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy};
+use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, WorkerId};
+use handoff_deployment::{check_core, make_core, DeploymentConfig, EngineSpec, PerfChoice};
 use handoff_engine::fault::{Fault, FaultPlan};
 use handoff_engine::TransferModel;
 use handoff_router::{KvKnobs, Pool, RouterMode};
-use handoff_serving::{make_core, EngineSpec, PerfChoice, ReplayConfig};
 use std::sync::Arc;
 
 mod hardware;
@@ -310,7 +310,10 @@ impl DeployArgs {
     /// The deployment as the engine runs it (replay, and both live clocks),
     /// with every worker's engine spec in id order (prefill or aggregated
     /// workers first). Every spec is checked to build a core.
-    pub fn deployment(&self, multi_step: bool) -> Result<(ReplayConfig, Vec<EngineSpec>), String> {
+    pub fn deployment(
+        &self,
+        multi_step: bool,
+    ) -> Result<(DeploymentConfig, Vec<EngineSpec>), String> {
         self.check_ranges()?;
         if self.prefill == 0 {
             return Err(if self.decode == 0 {
@@ -338,7 +341,7 @@ impl DeployArgs {
                 self.dp_size
             ));
         }
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             backend: self.backend(),
             policy: self.policy(),
             prefill_workers: self.prefill,
@@ -356,10 +359,14 @@ impl DeployArgs {
             faults: self.faults()?,
             engines: Vec::new(),
         };
-        for s in [&prefill_spec, &decode_spec] {
-            make_core(s).map_err(|e| e.to_string())?;
+        // The first prefill and (if any) decode scheduler: every other
+        // scheduler of a pool runs the same spec.
+        let first_decode = WorkerId(self.prefill * u32::from(dp.dp_size()));
+        for (w, s) in [(WorkerId(0), &prefill_spec), (first_decode, &decode_spec)] {
+            let core = make_core(s).map_err(|e| e.to_string())?;
+            check_core(&cfg, w, core.as_ref()).map_err(|e| e.to_string())?;
         }
-        let specs: Vec<EngineSpec> = handoff_serving::deployment(&cfg)
+        let specs: Vec<EngineSpec> = handoff_deployment::deployment(&cfg)
             .iter()
             .map(|(_, pool)| {
                 if *pool == Pool::Decode {
@@ -369,7 +376,7 @@ impl DeployArgs {
                 }
             })
             .collect();
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             engines: specs.clone(),
             ..cfg
         };
@@ -407,12 +414,12 @@ impl DeployArgs {
             return Ok(PerfChoice::DynamoPolynomial);
         }
         if let Some(path) = other.strip_prefix("profile:").filter(|p| !p.is_empty()) {
-            return handoff_serving::profile_file::load(path.as_ref())
+            return handoff_profiles::profile_file::load(path.as_ref())
                 .map(|p| PerfChoice::Profile(Arc::new(p)))
                 .map_err(|e| format!("--perf: {e}"));
         }
         if let Some(path) = other.strip_prefix("npz:").filter(|p| !p.is_empty()) {
-            return handoff_serving::npz_file::load(path.as_ref())
+            return handoff_profiles::npz_file::load(path.as_ref())
                 .map(|g| PerfChoice::Npz(Arc::new(g)))
                 .map_err(|e| format!("--perf: {e}"));
         }

@@ -4,7 +4,7 @@
 use super::positive;
 use clap::{Args, ValueEnum};
 use handoff_core::{Duration, Instant};
-use handoff_serving::EngineSpec;
+use handoff_deployment::EngineSpec;
 use handoff_workload::{
     ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat, TraceItem,
     TraceReader,

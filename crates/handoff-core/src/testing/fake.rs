@@ -62,6 +62,7 @@ impl FakeCore {
                 destination_reservation: backend != Backend::TrtLlm,
                 source_lease_ttl: Duration::from_secs(10),
                 block_size,
+                event_block_tokens: block_size,
             },
             total,
             free: total,

@@ -9,13 +9,13 @@ use handoff_core::{
     ReservationSummary, RoleState, SourceEventKind as SE, SourceState as SS, Transition, Worker,
     WorkerEvent, WorkerId, WorkerRequest,
 };
+use handoff_deployment::{make_core, EngineSpec};
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::Fault;
 use handoff_engine::FaultPlan;
 use handoff_engine::TransferModel;
 use handoff_engine::{Director, Engine, EngineConfig, LocalHosts, Route};
 use handoff_router::{Frontend, FrontendConfig, Pool, RouterMode};
-use handoff_serving::{make_core, EngineSpec};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 

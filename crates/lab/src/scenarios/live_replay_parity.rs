@@ -4,9 +4,9 @@
 use super::checks::Checks;
 use super::scenario::Scenario;
 use handoff_core::{Backend, Transcript};
+use handoff_deployment::{make_core, DeploymentConfig, EngineSpec};
 use handoff_replay::Replay;
 use handoff_router::RouterMode;
-use handoff_serving::{make_core, EngineSpec, ReplayConfig};
 use serde_json::{json, Value};
 
 /// Whether every role in a rendered transcript ends `Released` and every
@@ -51,7 +51,7 @@ pub(super) fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, String> {
             ..EngineSpec::default()
         };
         let specs = vec![spec(1 << 18), spec(24 * 1024)];
-        let cfg = ReplayConfig {
+        let cfg = DeploymentConfig {
             backend,
             policy: backend.native_policy(),
             prefill_workers: 1,
@@ -60,7 +60,7 @@ pub(super) fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, String> {
             block_size: specs[0].event_block_tokens(),
             transcript: true,
             engines: specs.clone(),
-            ..ReplayConfig::default()
+            ..DeploymentConfig::default()
         };
         let items = || {
             handoff_workload::SyntheticWorkload::new(handoff_workload::SyntheticConfig {
@@ -73,6 +73,7 @@ pub(super) fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, String> {
         let (replayed, rt) = Replay::new(cfg.clone(), items(), |w: handoff_core::WorkerId, _| {
             make_core(&specs[w.0 as usize]).unwrap_or_else(|_| unreachable!("valid spec"))
         })
+        .expect("the scenario's cores publish at its block size")
         .run();
         let rt = rt.unwrap_or_default();
         let virt = handoff_live_adapter::run_virtual_threads(&cfg, &specs, items())

@@ -23,7 +23,7 @@
 //! [`Engine::inject_fault`]: handoff_engine::Engine::inject_fault
 //! [`WorkerHost`]: handoff_core::host::WorkerHost
 //! [`LocalHosts`]: handoff_engine::LocalHosts
-//! [`make_core`]: handoff_serving::make_core
+//! [`make_core`]: handoff_deployment::make_core
 //! [`Frontend`]: handoff_router::Frontend
 
 mod checks;

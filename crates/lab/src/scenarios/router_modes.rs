@@ -2,8 +2,8 @@
 
 use super::checks::Checks;
 use handoff_core::{Backend, WorkerId};
+use handoff_deployment::{make_core, EngineSpec};
 use handoff_router::RouterMode;
-use handoff_serving::{make_core, EngineSpec};
 use serde_json::{json, Value};
 
 /// Every router mode of a disaggregated deployment (2 prefill + 2 decode
@@ -19,7 +19,7 @@ pub(super) fn router_modes(backend: Backend) -> Value {
             ..EngineSpec::default()
         };
         let specs = [spec(1 << 18), spec(1 << 18), spec(1 << 16), spec(1 << 16)];
-        let cfg = handoff_serving::ReplayConfig {
+        let cfg = handoff_deployment::DeploymentConfig {
             backend,
             policy: backend.native_policy(),
             prefill_workers: 2,
@@ -27,7 +27,7 @@ pub(super) fn router_modes(backend: Backend) -> Value {
             router: mode,
             block_size: specs[0].event_block_tokens(),
             seed: 3,
-            ..handoff_serving::ReplayConfig::default()
+            ..handoff_deployment::DeploymentConfig::default()
         };
         let workload =
             handoff_workload::SyntheticWorkload::new(handoff_workload::SyntheticConfig {
@@ -39,6 +39,7 @@ pub(super) fn router_modes(backend: Backend) -> Value {
         let o = handoff_replay::Replay::new(cfg, workload, |w: WorkerId, _| {
             make_core(&specs[w.0 as usize]).expect("scenario engines are valid")
         })
+        .expect("the scenario's cores publish at its block size")
         .run_all();
         let r = &o.report;
         rows.push(json!({

@@ -4,22 +4,22 @@
 //! the identity each block is published under on every channel.
 //!
 //! A block's published hash is the core's own `u64` by default. Under
-//! `--block-hash vllm` ([`crate::vllm_hash`]) it is vLLM's `sha256_cbor`
+//! `--block-hash vllm` ([`handoff_kv_events::vllm_hash`]) it is vLLM's `sha256_cbor`
 //! chain hash of the block's token ids after its parent's digest, sent as
 //! vLLM sends it: a prompt block's digest comes from its prompt's chain
 //! (computed when the request opens); a generated block's from its
-//! stand-in ids ([`crate::dynamo_hash::generated_tokens`]) after the digest
+//! stand-in ids ([`handoff_kv_events::dynamo_hash::generated_tokens`]) after the digest
 //! of the block it was stored after (its event's parent, or the previous
 //! block of the same event), or after `NONE_HASH` when that parent is not
 //! known. Either way the published hash is what vLLM's
 //! `hash_block_tokens` gives for the published `parent_block_hash` chain
 //! and `token_ids`, and the ZMQ stream and the JSONL agree on it.
 
-use crate::dynamo_hash::{generated_tokens, tokens_hash};
-use crate::vllm_hash::{external_id, BlockDigest, BlockHashMode};
 use crate::vllm_wire::WireEvent;
 use handoff_core::fasthash::FastMap;
 use handoff_core::{KvEvent, KvEventData};
+use handoff_kv_events::dynamo_hash::{generated_tokens, tokens_hash};
+use handoff_kv_events::vllm_hash::{external_id, BlockDigest, BlockHashMode};
 use std::sync::Arc;
 
 /// What is known of one block the core names by its own hash.
@@ -199,7 +199,7 @@ impl BlockTokens {
 mod tests {
     use super::*;
     use crate::prompt::chained_block_hashes;
-    use crate::vllm_hash::VllmHasher;
+    use handoff_kv_events::vllm_hash::VllmHasher;
 
     fn tokens(n: usize) -> BlockTokens {
         BlockTokens {

@@ -6,9 +6,9 @@
 #![allow(dead_code)] // each test file uses its own part
 
 use bytes::Bytes;
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_serve::vllm_wire::END_SEQ;
 use handoff_serve::{serve_workers_until, KvEndpoints, KvEventEncoding, Listening, ServeConfig};
-use handoff_serving::{EngineSpec, ReplayConfig};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,7 @@ use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
 /// per-worker listeners, SGLang's bootstrap timeout, the built-in tokenizer
 /// and hashes, the default HTTP timeouts. Tests change a field with struct
 /// update syntax.
-pub fn loopback(cfg: ReplayConfig, specs: Vec<EngineSpec>) -> ServeConfig {
+pub fn loopback(cfg: DeploymentConfig, specs: Vec<EngineSpec>) -> ServeConfig {
     ServeConfig {
         cfg,
         specs,
@@ -39,8 +39,8 @@ pub fn loopback(cfg: ReplayConfig, specs: Vec<EngineSpec>) -> ServeConfig {
 }
 
 /// `base` with one prefill and one decode worker.
-pub fn one_prefill_one_decode(base: ReplayConfig) -> ReplayConfig {
-    ReplayConfig {
+pub fn one_prefill_one_decode(base: DeploymentConfig) -> DeploymentConfig {
+    DeploymentConfig {
         prefill_workers: 1,
         decode_workers: 1,
         ..base
@@ -49,7 +49,7 @@ pub fn one_prefill_one_decode(base: ReplayConfig) -> ReplayConfig {
 
 /// [`loopback`] for one prefill and one decode worker of `spec`'s engine,
 /// `base`'s deployment otherwise.
-pub fn loopback_pd(base: ReplayConfig, spec: EngineSpec) -> ServeConfig {
+pub fn loopback_pd(base: DeploymentConfig, spec: EngineSpec) -> ServeConfig {
     loopback(one_prefill_one_decode(base), vec![spec; 2])
 }
 

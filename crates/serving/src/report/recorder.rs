@@ -5,7 +5,6 @@ use super::records::*;
 use super::samples::Samples;
 use super::sections::*;
 use super::units::*;
-use crate::deployment::ReplayConfig;
 use crate::metrics::{Accuracy, Coalesced, Histogram};
 use crate::per_worker::{PerWorker, MAX_DENSE};
 use crate::request_table::RequestTable;
@@ -17,6 +16,7 @@ use handoff_core::{
     HandoffId, Instant, KvCapacitySnapshot, Request, RequestError, RequestId, Role, TokenEmission,
     WorkerEvent, WorkerId,
 };
+use handoff_deployment::DeploymentConfig;
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::Undeliverable;
 use handoff_router::Pool;
@@ -65,7 +65,7 @@ pub struct Recorder {
 
 impl Recorder {
     /// A recorder for `cfg`'s workers.
-    pub fn new(cfg: &ReplayConfig, workers: impl Iterator<Item = (WorkerId, Pool)>) -> Self {
+    pub fn new(cfg: &DeploymentConfig, workers: impl Iterator<Item = (WorkerId, Pool)>) -> Self {
         let workers: Vec<(WorkerId, Pool)> = workers.collect();
         Recorder {
             dp: cfg.dp,

@@ -1,10 +1,10 @@
 //! The report's sections: configuration, engines, transfers, timers, lifecycle, workers and the flat latency summary.
 
 use super::units::*;
-use crate::deployment::ReplayConfig;
 use crate::metrics::{Accuracy, Distribution, Summary};
 use handoff_core::FailureReason;
 use handoff_core::{Duration, WorkerId};
+use handoff_deployment::DeploymentConfig;
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::TransferModel;
 use handoff_router::Pool;
@@ -71,8 +71,8 @@ pub struct BeyondGridReport {
 
 impl BeyondGridReport {
     /// Watches `spec`'s profile if it clamps past its grid.
-    fn watch(spec: &crate::EngineSpec) -> Option<BeyondGridReport> {
-        let crate::PerfChoice::Profile(p) = &spec.perf else {
+    fn watch(spec: &handoff_deployment::EngineSpec) -> Option<BeyondGridReport> {
+        let handoff_deployment::PerfChoice::Profile(p) = &spec.perf else {
             return None;
         };
         (p.beyond_grid() == handoff_perf::BeyondGrid::Clamp).then(|| BeyondGridReport {
@@ -212,7 +212,7 @@ pub struct TimersReport {
 
 impl ReportConfig {
     /// The configuration of `cfg`, whose workers are `workers`.
-    pub fn of(cfg: &ReplayConfig, workers: &[(WorkerId, Pool)]) -> ReportConfig {
+    pub fn of(cfg: &DeploymentConfig, workers: &[(WorkerId, Pool)]) -> ReportConfig {
         let secs = |d: Duration| round3(d.as_secs_f64());
         let transfer = match cfg.transfer {
             TransferModel::Fixed(d) => TransferReport {

@@ -1,6 +1,6 @@
 use super::recorder::*;
-use crate::deployment::ReplayConfig;
 use handoff_core::{Duration, Instant, Request, RequestId, TokenEmission, WorkerEvent, WorkerId};
+use handoff_deployment::DeploymentConfig;
 use handoff_router::Pool;
 
 fn request(id: u64) -> Request {
@@ -43,7 +43,7 @@ fn tokens(id: u64, n: u32, first: bool) -> WorkerEvent {
 
 fn recorder() -> Recorder {
     Recorder::new(
-        &ReplayConfig::default(),
+        &DeploymentConfig::default(),
         [(WorkerId(0), Pool::Prefill), (WorkerId(1), Pool::Decode)].into_iter(),
     )
 }

@@ -24,7 +24,6 @@ mod director;
 mod migration;
 mod proxied;
 
-use crate::deployment::{deployment, frontend_config, ReplayConfig};
 use crate::kv_order::KvOrder;
 use crate::report::{Details, Recorder, Report, RequestSink};
 use handoff_core::fasthash::{FastMap, FastSet};
@@ -34,6 +33,7 @@ use handoff_core::{
     RequestId, RoleState, Transcript, WorkerEvent, WorkerId, WorkerRequest,
 };
 use handoff_core::{Duration, FailureReason, SessionId};
+use handoff_deployment::{deployment, frontend_config, DeploymentConfig};
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::{Director, Route, Undeliverable};
 use handoff_router::{Frontend, Pool, SessionRouting};
@@ -59,7 +59,7 @@ struct SessionLoop {
     /// Force a capacity eviction of the session's slot after this turn.
     evict_after_turn: Option<u32>,
     /// Fixed frontend latencies of a session's turns.
-    overheads: crate::deployment::SessionOverheads,
+    overheads: handoff_deployment::SessionOverheads,
 }
 
 impl SessionLoop {
@@ -362,7 +362,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         }
         let mut lp = SessionLoop {
             evict_after_turn,
-            overheads: crate::deployment::SessionOverheads::default(),
+            overheads: handoff_deployment::SessionOverheads::default(),
             close_delay,
             turns: BTreeMap::new(),
             due: BTreeMap::new(),
@@ -388,7 +388,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// Delays each session-routed turn by `o` (see
     /// [`crate::SessionOverheads`]); after [`Serving::set_sessions`], which
     /// starts with none.
-    pub fn set_session_overheads(&mut self, o: crate::deployment::SessionOverheads) {
+    pub fn set_session_overheads(&mut self, o: handoff_deployment::SessionOverheads) {
         if let Some(lp) = self.sessions.as_mut() {
             lp.overheads = o;
         }
@@ -612,7 +612,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
 }
 
 /// The director that serves `workload` on `cfg`'s deployment.
-pub fn serving<I: Iterator<Item = TraceItem>>(cfg: &ReplayConfig, workload: I) -> Serving<I> {
+pub fn serving<I: Iterator<Item = TraceItem>>(cfg: &DeploymentConfig, workload: I) -> Serving<I> {
     let workers = deployment(cfg);
     let frontend = Frontend::new(frontend_config(cfg), &workers);
     let rec = Recorder::new(cfg, workers.iter().copied());

@@ -16,7 +16,8 @@ use handoff_core::{
 };
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::Route;
-use handoff_serving::{Pool, Serving};
+use handoff_router::Pool;
+use handoff_serving::Serving;
 use handoff_workload::TraceItem;
 use std::collections::BTreeMap;
 

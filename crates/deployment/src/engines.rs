@@ -19,10 +19,10 @@ pub enum PerfChoice {
     #[default]
     DynamoPolynomial,
     /// Interpolation over a measured profile ([`ProfilePerf`]), loaded
-    /// with [`crate::profile_file::load`]; shared by every worker.
+    /// with `handoff_profiles::profile_file::load`; shared by every worker.
     Profile(Arc<PerfProfile>),
     /// Dynamo's profiled interpolation ([`GridPerf`]) over a profiler
-    /// `.npz`, loaded with [`crate::npz_file::load`]; shared by every worker.
+    /// `.npz`, loaded with `handoff_profiles::npz_file::load`; shared by every worker.
     Npz(Arc<DynamoGrid>),
 }
 
@@ -173,13 +173,18 @@ impl EngineSpec {
     }
 }
 
-/// An error building a core.
-#[derive(Debug)]
-pub struct EngineError(pub String);
+/// Why a core could not be built from an [`EngineSpec`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineError {
+    /// SGLang refused the configuration the spec gives it.
+    Sglang(handoff_sched_sglang::ConfigError),
+}
 
 impl std::fmt::Display for EngineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            EngineError::Sglang(e) => write!(f, "sglang config: {e:?}"),
+        }
     }
 }
 
@@ -192,6 +197,6 @@ pub fn make_core(spec: &EngineSpec) -> Result<CoreBox, EngineError> {
         Backend::Vllm | Backend::TrtLlm => Ok(Box::new(VllmCore::with_perf(spec.vllm(), perf))),
         Backend::Sglang => SglangCore::new(spec.sglang(), perf)
             .map(|c| Box::new(c) as CoreBox)
-            .map_err(|e| EngineError(format!("sglang config: {e:?}"))),
+            .map_err(EngineError::Sglang),
     }
 }

@@ -1,17 +1,19 @@
 //! The deployment a run serves, as every driver builds it: which workers
 //! exist and in which pool ([`deployment`]), the policy they run, and the
 //! frontend's and the engine's configurations, all from one
-//! [`ReplayConfig`]; and the closed-loop run helper.
+//! [`DeploymentConfig`].
 
 use crate::engines::EngineSpec;
-use handoff_core::{Backend, DpLayout, Duration, HandoffConfig, HandoffPolicy, Instant, WorkerId};
+use handoff_core::{Backend, DpLayout, Duration, HandoffConfig, HandoffPolicy, WorkerId};
 use handoff_engine::fault::FaultPlan;
-use handoff_engine::{Engine, EngineConfig, TransferModel};
+use handoff_engine::{EngineConfig, TransferModel};
 use handoff_router::{FrontendConfig, KvKnobs, Pool, RouterMode};
 
-/// Everything a replay needs besides the workload and the cores.
+/// The deployment every driver runs: its workers and pools, the handoff
+/// policy, routing, transfers, timers and faults, and the engines' specs.
+/// Everything a run needs besides the workload and the cores.
 #[derive(Clone, Debug)]
-pub struct ReplayConfig {
+pub struct DeploymentConfig {
     /// The engine imitated (for the report).
     pub backend: Backend,
     /// The handoff ordering.
@@ -59,9 +61,9 @@ pub struct ReplayConfig {
     pub engines: Vec<EngineSpec>,
 }
 
-impl Default for ReplayConfig {
+impl Default for DeploymentConfig {
     fn default() -> Self {
-        ReplayConfig {
+        DeploymentConfig {
             backend: Backend::Vllm,
             policy: HandoffPolicy::SourceFirst,
             prefill_workers: 2,
@@ -139,36 +141,12 @@ impl SessionOverheads {
     }
 }
 
-/// Runs `engine` to the end asking its director for arrivals after every
-/// unit of work, as closed loops need (a completion lets the next request
-/// in at that instant); `each` sees the engine after every unit.
-pub fn run_closed_loop<P: handoff_engine::HostPort, D: handoff_engine::Director>(
-    engine: &mut Engine<P, D>,
-    mut each: impl FnMut(&mut Engine<P, D>, Instant),
-) {
-    loop {
-        let at = engine.now();
-        let more = engine.run_event();
-        engine.arrivals_changed();
-        each(engine, at);
-        if !more {
-            // A completion in the last instant may have freed a slot or
-            // scheduled a session's next turn: look once more.
-            engine.arrivals_changed();
-            if engine.run_event() {
-                continue;
-            }
-            break;
-        }
-    }
-}
-
 /// The schedulers of a deployment, prefill (or aggregated) workers first:
 /// worker `i`'s ranks are ids `i·dp_size..(i+1)·dp_size` (see
 /// [`DpLayout`]), so with one rank the ids are the workers' `0..n`. Each
 /// is routed to as its own target, as Dynamo's router treats every
 /// `WorkerWithDpRank`.
-pub fn deployment(cfg: &ReplayConfig) -> Vec<(WorkerId, Pool)> {
+pub fn deployment(cfg: &DeploymentConfig) -> Vec<(WorkerId, Pool)> {
     let aggregated = cfg.decode_workers == 0;
     let prefill = cfg.prefill_workers.max(1);
     (0..prefill + cfg.decode_workers)
@@ -186,7 +164,7 @@ pub fn deployment(cfg: &ReplayConfig) -> Vec<(WorkerId, Pool)> {
 }
 
 /// The handoff policy the workers run (none when aggregated).
-pub fn worker_policy(cfg: &ReplayConfig) -> HandoffPolicy {
+pub fn worker_policy(cfg: &DeploymentConfig) -> HandoffPolicy {
     if cfg.decode_workers == 0 {
         HandoffPolicy::Disabled
     } else {
@@ -195,7 +173,7 @@ pub fn worker_policy(cfg: &ReplayConfig) -> HandoffPolicy {
 }
 
 /// The frontend's configuration for `cfg`.
-pub fn frontend_config(cfg: &ReplayConfig) -> FrontendConfig {
+pub fn frontend_config(cfg: &DeploymentConfig) -> FrontendConfig {
     FrontendConfig {
         policy: cfg.policy,
         aggregated: cfg.decode_workers == 0,
@@ -209,7 +187,7 @@ pub fn frontend_config(cfg: &ReplayConfig) -> FrontendConfig {
 }
 
 /// The engine's configuration for `cfg`.
-pub fn engine_config(cfg: &ReplayConfig) -> EngineConfig {
+pub fn engine_config(cfg: &DeploymentConfig) -> EngineConfig {
     EngineConfig {
         message_latency: cfg.message_latency,
         transfer: cfg.transfer,
