@@ -160,12 +160,7 @@ impl HardwareArgs {
     }
 
     /// The profile of `model` on `gpu` (and `--tp`) for `backend`.
-    pub(crate) fn select_for(
-        &self,
-        model: &str,
-        gpu: &str,
-        backend: Backend,
-    ) -> Result<Selected, String> {
+    pub fn select_for(&self, model: &str, gpu: &str, backend: Backend) -> Result<Selected, String> {
         let (all, place) = match &self.profiles_dir {
             Some(dir) => (list_profiles(dir)?, dir.display().to_string()),
             None => (embedded_profiles(), "the profiles built in".to_string()),

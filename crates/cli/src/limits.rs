@@ -50,7 +50,7 @@ fn show(x: f64) -> String {
 }
 
 /// A wall-clock `--speed`, in [`MIN_SPEED`]`..=`[`MAX_SPEED`].
-pub(crate) fn speed(value: f64) -> Result<f64, String> {
+pub fn speed(value: f64) -> Result<f64, String> {
     real("speed", value, MIN_SPEED, MAX_SPEED)?;
     Ok(value)
 }
@@ -62,7 +62,7 @@ pub const MIN_BOOTSTRAP_TIMEOUT_S: f64 = 1e-3;
 
 /// `serve --bootstrap-timeout-s`, in
 /// [`MIN_BOOTSTRAP_TIMEOUT_S`]`..=`[`MAX_SECONDS`].
-pub(crate) fn bootstrap_timeout(value: f64) -> Result<f64, String> {
+pub fn bootstrap_timeout(value: f64) -> Result<f64, String> {
     real(
         "bootstrap-timeout-s",
         value,
@@ -73,7 +73,7 @@ pub(crate) fn bootstrap_timeout(value: f64) -> Result<f64, String> {
 }
 
 /// `value` must be a finite number in `lo..=hi`.
-pub(crate) fn real(flag: &str, value: f64, lo: f64, hi: f64) -> Result<(), String> {
+pub fn real(flag: &str, value: f64, lo: f64, hi: f64) -> Result<(), String> {
     if value.is_finite() && (lo..=hi).contains(&value) {
         Ok(())
     } else {
@@ -87,7 +87,7 @@ pub(crate) fn real(flag: &str, value: f64, lo: f64, hi: f64) -> Result<(), Strin
 }
 
 /// `value` must be an integer in `lo..=hi`.
-pub(crate) fn int(flag: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
+pub fn int(flag: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
     if (lo..=hi).contains(&value) {
         Ok(())
     } else {

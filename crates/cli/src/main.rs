@@ -18,11 +18,9 @@ macro_rules! out {
     }};
 }
 
-mod args;
 mod experiment_cmd;
-mod hardware_args;
 mod html;
-mod limits;
+
 mod live_cmd;
 mod replay_cmd;
 mod report_out;
@@ -34,6 +32,7 @@ mod sweep_grid;
 mod sweep_map;
 
 use clap::{Parser, Subcommand};
+use handoff_mocker::{args, limits};
 use std::process::ExitCode;
 
 /// Mock vLLM / SGLang prefill→decode disaggregated serving with a faithful

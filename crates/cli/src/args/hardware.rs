@@ -8,7 +8,7 @@ use handoff_core::Backend;
 impl DeployArgs {
     /// The profile and model a run imitates: `--model`/`--gpu`'s, else
     /// (no `--perf` either) [`DEFAULT_MODEL`] on [`DEFAULT_GPU`], else none.
-    pub(crate) fn hardware(&self) -> Result<Option<Selected>, String> {
+    pub fn hardware(&self) -> Result<Option<Selected>, String> {
         let h = &self.hardware;
         if h.model.is_none() && h.gpu.is_none() && self.perf.is_none() {
             return h
@@ -20,7 +20,7 @@ impl DeployArgs {
 
     /// The KV pool of `--prefill-kv-tokens` (`decode`: `--decode-kv-tokens`),
     /// else sized from `--model` on `--gpu`, else 262144 tokens.
-    pub(crate) fn kv_tokens(&self, decode: bool, hw: Option<&Selected>) -> Result<u64, String> {
+    pub fn kv_tokens(&self, decode: bool, hw: Option<&Selected>) -> Result<u64, String> {
         let given = if decode {
             self.decode_kv_tokens
         } else {

@@ -252,7 +252,7 @@ pub struct DeployArgs {
     pub faults: Option<String>,
 }
 
-pub(crate) fn positive(name: &str, x: f64) -> Result<f64, String> {
+pub fn positive(name: &str, x: f64) -> Result<f64, String> {
     if x.is_finite() && x > 0.0 {
         Ok(x)
     } else {
