@@ -30,12 +30,18 @@
 //! shared cache, so paired times are each slower than a lone run's: quote
 //! their ratios, not their times.
 //!
-//! The trace is `../shared/traces/conversation_trace.jsonl` next to the
-//! checkout, or `--trace FILE`; without one only `cluster` runs.
+//! The trace is the repository's `tests/data/conversation_trace.jsonl`
+//! (Mooncake's conversation trace, see `tests/data/NOTICE.md`), or
+//! `--trace FILE`. A trace that is not there is an error, and so is a run
+//! left with no workload to time: a bench never ends with a header and no
+//! rows.
 
 use crate::{cargo, root, run};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The trace of the `conversation` and `x2` workloads, from the root.
+const DEFAULT_TRACE: &str = "tests/data/conversation_trace.jsonl";
 
 struct Opts {
     runs: usize,
@@ -297,9 +303,29 @@ fn build_baseline(rev: &str) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
+/// The trace the trace workloads replay: `--trace FILE` or the
+/// repository's, which must be there; `None` when no workload needs one.
+fn workload_trace(o: &Opts) -> Result<Option<PathBuf>, String> {
+    if !o.workloads.iter().any(|w| w == "conversation" || w == "x2") {
+        return Ok(None);
+    }
+    let trace = o
+        .trace
+        .clone()
+        .unwrap_or_else(|| root().join(DEFAULT_TRACE));
+    if trace.is_file() {
+        Ok(Some(trace))
+    } else {
+        Err(format!(
+            "{}: no such trace (give --trace FILE)",
+            trace.display()
+        ))
+    }
+}
+
 pub fn bench(args: &[String]) -> bool {
-    let o = match parse(args) {
-        Ok(o) => o,
+    let (o, trace) = match parse(args).and_then(|o| workload_trace(&o).map(|t| (o, t))) {
+        Ok(x) => x,
         Err(e) => {
             eprintln!("{e}");
             return false;
@@ -329,11 +355,6 @@ pub fn bench(args: &[String]) -> bool {
         return false;
     }
     let bin = target_dir().join("release/handoff-mocker");
-    let trace = o
-        .trace
-        .clone()
-        .unwrap_or_else(|| root().join("../shared/traces/conversation_trace.jsonl"));
-    let trace = trace.exists().then_some(trace);
     let wants = |w: &str| o.workloads.iter().any(|x| x == w);
     let mut jobs = Vec::new();
     let mut x2 = None;
@@ -391,8 +412,9 @@ pub fn bench(args: &[String]) -> bool {
             });
         }
     }
-    if trace.is_none() {
-        eprintln!("no conversation trace (give --trace FILE): only the cluster workload runs");
+    if jobs.is_empty() {
+        eprintln!("bench: no replay workload to run");
+        return false;
     }
     let bins: Vec<(&str, PathBuf)> = match &baseline {
         Some(b) => vec![("this", bin.clone()), ("baseline", b.clone())],
@@ -543,6 +565,24 @@ mod tests {
         );
         assert!(a(&["--paired"]).is_err_and(|e| e.contains("--baseline")));
         assert!(a(&["--paired", "--baseline-bin", "/bin/true"]).is_ok_and(|o| o.paired));
+    }
+
+    #[test]
+    fn the_trace_is_the_repositorys_and_a_missing_one_is_an_error() {
+        let a = |v: &[&str]| parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let t = workload_trace(&a(&["--workloads", "conversation"]).unwrap()).unwrap();
+        assert_eq!(t, Some(root().join(DEFAULT_TRACE)));
+        assert!(t.is_some_and(|t| t.is_file()));
+        let o = a(&["--workloads", "x2", "--trace", "/nonexistent/trace.jsonl"]).unwrap();
+        assert!(workload_trace(&o).is_err_and(|e| e.contains("no such trace")));
+        let o = a(&[
+            "--workloads",
+            "cluster",
+            "--trace",
+            "/nonexistent/trace.jsonl",
+        ])
+        .unwrap();
+        assert_eq!(workload_trace(&o), Ok(None));
     }
 
     #[test]
