@@ -23,7 +23,7 @@ use crate::engine::{Sig, Target};
 use crate::mutate::{mutate, TEXT_NUMBERS};
 use crate::rng::Rng;
 use handoff_serve::openai::{parse, ApiError, Endpoint, GenRequest, Limits};
-use handoff_serve::tokenizer::Tokenizer;
+use handoff_serve::Tokenizer;
 use serde_json::{json, Map, Value};
 
 /// Peak live bytes per input byte: `serde_json::Value` spends 32 bytes on

@@ -370,7 +370,7 @@ pub(crate) fn config(a: &ExperimentArgs) -> Result<(ExperimentConfig, Option<Var
             },
         ),
     };
-    c.validate()?;
+    c.validate().map_err(|e| e.to_string())?;
     Ok((c, variant))
 }
 

@@ -20,10 +20,10 @@ pub struct ServeArgs {
     /// How long a client may take to send a request head, from a new
     /// connection or the end of the previous response (vLLM's
     /// VLLM_HTTP_TIMEOUT_KEEP_ALIVE, uvicorn's timeout_keep_alive: 5 s).
-    #[arg(long, default_value_t = handoff_serve::accept::DEFAULT_HEADER_TIMEOUT_S, value_name = "SECONDS")]
+    #[arg(long, default_value_t = handoff_serve::DEFAULT_HEADER_TIMEOUT_S, value_name = "SECONDS")]
     http_header_timeout_s: f64,
     /// How long a client may take to send a request body, from its head.
-    #[arg(long, default_value_t = handoff_serve::accept::DEFAULT_BODY_TIMEOUT_S, value_name = "SECONDS")]
+    #[arg(long, default_value_t = handoff_serve::DEFAULT_BODY_TIMEOUT_S, value_name = "SECONDS")]
     http_body_timeout_s: f64,
     /// The model name served (requests must name it), as vLLM's flag of
     /// the same name [default: --model, else handoff-mocker; --model
@@ -67,7 +67,7 @@ pub struct ServeArgs {
     /// SGLang PD on the per-worker listeners: how long a leg sent by
     /// sglang-router waits for its partner leg, in model seconds (SGLang's
     /// SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, 300 by default).
-    #[arg(long, default_value_t = handoff_serve::bootstrap::DEFAULT_TIMEOUT_S, value_name = "SECONDS")]
+    #[arg(long, default_value_t = handoff_serve::DEFAULT_BOOTSTRAP_TIMEOUT_S, value_name = "SECONDS")]
     bootstrap_timeout_s: f64,
     /// A Hugging Face tokenizer.json for text prompts (completions with the
     /// tokenizer's special tokens, chat rendered by the built-in template
@@ -135,10 +135,8 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         1,
         MAX_KV_TOKENS,
     )?;
-    let http_timeouts = handoff_serve::accept::HttpTimeouts::from_secs(
-        a.http_header_timeout_s,
-        a.http_body_timeout_s,
-    )?;
+    let http_timeouts =
+        handoff_serve::HttpTimeouts::from_secs(a.http_header_timeout_s, a.http_body_timeout_s)?;
     let (cfg, specs) = a.deploy.deployment(false)?;
     let n = specs.len();
     let kv = match &a.kv_events {
@@ -179,8 +177,8 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
     }
     worker_http.sort();
     let tokenizer = match &a.tokenizer {
-        Some(p) => handoff_serve::tokenizer::Tokenizer::from_file(p)?,
-        None => handoff_serve::tokenizer::Tokenizer::Builtin,
+        Some(p) => handoff_serve::Tokenizer::from_file(p)?,
+        None => handoff_serve::Tokenizer::Builtin,
     };
     let hash_mode = match a.block_hash {
         BlockHash::Mocker => handoff_kv_events::vllm_hash::BlockHashMode::Mocker,

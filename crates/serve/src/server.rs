@@ -1,14 +1,14 @@
 //! Starting and stopping a server: the tokio runtime (HTTP and ZMQ), the
 //! engine thread, and shutdown on SIGINT/SIGTERM (or a caller's signal).
 
-use crate::accept::{self, HttpTimeouts};
-use crate::driver::{self, Cmd, DriverConfig, EngineView};
+use crate::director::driver::{self, Cmd, DriverConfig, EngineView};
+use crate::http::accept::{self, HttpTimeouts};
+use crate::http::worker::{worker_router, WorkerState};
 use crate::http::{router, AppState};
-use crate::info::{self, InfoState, Scope};
+use crate::kv_events::zmq::{KvEndpoints, KvPublishers};
+use crate::metrics::info::{self, InfoState, Scope};
 use crate::metrics::Metrics;
 use crate::openai::Limits;
-use crate::worker_http::{worker_router, WorkerState};
-use crate::zmq_pub::{KvEndpoints, KvPublishers};
 use handoff_deployment::{deployment, DeploymentConfig, EngineSpec};
 use handoff_kv_events::dynamo_events::RouterEventWriter;
 use handoff_serving::Report;
@@ -27,7 +27,7 @@ pub struct ServeConfig {
     /// Where HTTP listens (`127.0.0.1:0` picks a free port).
     pub http: String,
     /// How long a client may take to send a request, on every listener
-    /// ([`crate::accept`]).
+    /// ([`crate::http::accept`]).
     pub http_timeouts: HttpTimeouts,
     /// The served model name.
     pub model: String,
@@ -38,14 +38,14 @@ pub struct ServeConfig {
     /// `--kv-events-out`.
     pub kv_jsonl: Option<RouterEventWriter>,
     /// Per-worker HTTP listeners for a disaggregation proxy
-    /// ([`crate::worker_http`]): worker id and where it listens.
+    /// ([`crate::http::worker`]): worker id and where it listens.
     pub worker_http: Vec<(u32, String)>,
     /// How long an SGLang PD leg waits for its partner, in model seconds
-    /// ([`crate::bootstrap`]; SGLang's default is
-    /// [`crate::bootstrap::DEFAULT_TIMEOUT_S`]).
+    /// ([`crate::sglang::bootstrap`]; SGLang's default is
+    /// [`crate::sglang::bootstrap::DEFAULT_TIMEOUT_S`]).
     pub bootstrap_timeout_s: f64,
     /// `--tokenizer`: what text prompts are tokenised with.
-    pub tokenizer: crate::tokenizer::Tokenizer,
+    pub tokenizer: crate::openai::tokenizer::Tokenizer,
     /// `--block-hash`: the hashes blocks are published under.
     pub hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
 }
@@ -247,14 +247,14 @@ async fn run(
         let rx = stop_rx.clone();
         let info = info.clone();
         others.push(tokio::spawn(async move {
-            let render = crate::render::routes(ws.app.clone());
+            let render = crate::openai::render::routes(ws.app.clone());
             let routes = worker_router(ws)
                 .merge(info::routes(info, Scope::Worker(w as usize)))
                 .merge(render);
             accept::serve(l, routes, timeouts, rx).await
         }));
     }
-    let render = crate::render::routes(state.clone());
+    let render = crate::openai::render::routes(state.clone());
     let front = router(state)
         .merge(info::routes(info, Scope::Front))
         .merge(render);

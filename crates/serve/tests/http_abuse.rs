@@ -9,7 +9,7 @@ mod common;
 
 use common::Server;
 use handoff_deployment::{DeploymentConfig, EngineSpec};
-use handoff_serve::accept::HttpTimeouts;
+use handoff_serve::HttpTimeouts;
 use handoff_serve::ServeConfig;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -205,7 +205,7 @@ fn oversized_bodies_close_and_wrong_methods_are_json() {
     let mut c = TcpStream::connect(s.addr).expect("connect");
     c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .ok();
-    let big = handoff_serve::http::MAX_BODY_BYTES + 1;
+    let big = handoff_serve::MAX_BODY_BYTES + 1;
     write!(
         c,
         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\

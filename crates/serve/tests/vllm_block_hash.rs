@@ -12,8 +12,8 @@ use common::Shared;
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_kv_events::vllm_hash::{BlockHashMode, VllmHasher};
 use handoff_kv_events::RouterEventWriter;
-use handoff_serve::tokenizer::Tokenizer;
 use handoff_serve::ServeConfig;
+use handoff_serve::Tokenizer;
 use sha2::{Digest, Sha256};
 
 const WORDS: usize = 300;

@@ -1,5 +1,5 @@
 //! SGLang's PD flow on the worker listeners: the bootstrap rooms
-//! ([`crate::bootstrap`]) and what each leg of a pair hears.
+//! ([`crate::sglang::bootstrap`]) and what each leg of a pair hears.
 //!
 //! One engine request serves a pair; its id is the decode leg's, so the
 //! decode leg's stream is an ordinary flow (tokens, usage, its end). The
@@ -10,7 +10,7 @@
 //! source that ended early (cancelled, expired, torn down) fails it.
 
 use super::{HttpDirector, Pending, StreamMsg};
-use crate::bootstrap::{Arrival, BootstrapTable, Leg, RoomKey};
+use crate::sglang::bootstrap::{Arrival, BootstrapTable, Leg, RoomKey};
 use handoff_core::{CancelReason, FailureReason, Instant, RequestId};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -90,7 +90,7 @@ impl HttpDirector {
     /// Queues the engine request of a pair: the decode leg's id, prompt
     /// and output length, arriving now.
     fn submit_pair(&mut self, prefill: Leg<LegOut>, decode: Leg<LegOut>, now: Instant) {
-        let request = crate::prompt::request_for(
+        let request = crate::openai::prompt::request_for(
             decode.id,
             &decode.tokens,
             decode.payload.output_tokens,

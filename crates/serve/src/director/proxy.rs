@@ -1,11 +1,11 @@
 //! vLLM's `kv_transfer_params` flow on the worker listeners
-//! ([`crate::kv_transfer`]): a `do_remote_decode` prefill on the worker it
+//! ([`crate::vllm::kv_transfer`]): a `do_remote_decode` prefill on the worker it
 //! was sent to, which pins and parks until its decode call attaches to a
 //! decode worker; and a plain request, which the worker it was sent to
 //! serves whole (smg's passthrough).
 
 use super::{HttpDirector, Pending, StreamMsg};
-use crate::kv_transfer::{Pinned, ProxyError};
+use crate::vllm::kv_transfer::{Pinned, ProxyError};
 use handoff_core::{FailureReason, HandoffId, Instant, Request, RequestId, SourceReady, WorkerId};
 use handoff_engine::Route;
 use handoff_router::Pool;
@@ -66,7 +66,7 @@ impl HttpDirector {
     #[allow(clippy::too_many_arguments)]
     pub fn submit_decode(
         &mut self,
-        remote: &crate::kv_transfer::RemotePrefill,
+        remote: &crate::vllm::kv_transfer::RemotePrefill,
         worker: WorkerId,
         tokens: &[u32],
         output_tokens: u32,
@@ -96,8 +96,13 @@ impl HttpDirector {
         if self.flows.contains_key(&p.request) {
             return Err(ProxyError::AlreadyAttached);
         }
-        let request =
-            crate::prompt::request_for(p.request, tokens, output_tokens, self.block_size, now);
+        let request = crate::openai::prompt::request_for(
+            p.request,
+            tokens,
+            output_tokens,
+            self.block_size,
+            now,
+        );
         self.open(&request, tokens, tx);
         self.arriving.push_back(Pending::Decode {
             at: now,
@@ -107,11 +112,6 @@ impl HttpDirector {
             output_tokens,
         });
         Ok(())
-    }
-
-    /// Per-worker HTTP prefills pinned and waiting for their decode.
-    pub fn parked(&self) -> usize {
-        self.parked.len()
     }
 
     /// Routes the decode of parked `handoff` to `worker`; a handoff that
@@ -182,7 +182,7 @@ impl HttpDirector {
             StreamMsg::Prefilled(Pinned {
                 request,
                 handoff: id,
-                engine: crate::kv_transfer::EngineId {
+                engine: crate::vllm::kv_transfer::EngineId {
                     at: self.dp.address(w),
                     ranked: self.dp.is_split(),
                 },

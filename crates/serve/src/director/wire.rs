@@ -15,7 +15,7 @@
 //! `hash_block_tokens` gives for the published `parent_block_hash` chain
 //! and `token_ids`, and the ZMQ stream and the JSONL agree on it.
 
-use crate::vllm_wire::WireEvent;
+use crate::vllm::wire::WireEvent;
 use handoff_core::fasthash::FastMap;
 use handoff_core::{KvEvent, KvEventData};
 use handoff_kv_events::dynamo_hash::{generated_tokens, tokens_hash};
@@ -198,7 +198,7 @@ impl BlockTokens {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::prompt::chained_block_hashes;
+    use crate::openai::prompt::chained_block_hashes;
     use handoff_kv_events::vllm_hash::VllmHasher;
 
     fn tokens(n: usize) -> BlockTokens {

@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use handoff_deployment::{DeploymentConfig, EngineSpec};
-use handoff_serve::vllm_wire::END_SEQ;
+use handoff_serve::END_SEQ;
 use handoff_serve::{serve_workers_until, KvEndpoints, KvEventEncoding, Listening, ServeConfig};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,5 +1,5 @@
 //! The errors of the HTTP edge that both the routes ([`crate::http`]) and
-//! the connection loop ([`crate::accept`]) answer with: OpenAI-style JSON
+//! the connection loop ([`crate::http::accept`]) answer with: OpenAI-style JSON
 //! bodies, and `Connection: close` when the rest of a body may still be on
 //! the wire.
 
@@ -56,7 +56,7 @@ fn timed_out(r: &BytesRejection) -> Option<BodyTimeout> {
 }
 
 /// The 413 for a request announcing a `len`-byte body, over
-/// [`MAX_BODY_BYTES`] ([`crate::accept`] sends it before reading any of
+/// [`MAX_BODY_BYTES`] ([`crate::http::accept`] sends it before reading any of
 /// the body), with `Connection: close`: the body is left unread.
 pub(crate) fn announced_too_large(len: u64) -> Response {
     let e = ApiError {

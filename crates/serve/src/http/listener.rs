@@ -1,7 +1,7 @@
 //! [`WorkerState`]: what one worker's own listener knows, shared by the
 //! flows it serves (vLLM's `kv_transfer_params` proxy flow in
-//! [`crate::worker_http`], SGLang's bootstrap-room legs in
-//! [`crate::sglang_pd`]).
+//! [`crate::http::worker`], SGLang's bootstrap-room legs in
+//! [`crate::sglang::pd`]).
 
 use crate::http::AppState;
 use handoff_core::{Backend, DpLayout, HandoffPolicy, WorkerId};

@@ -1,7 +1,7 @@
 //! Per-worker HTTP: every worker's own OpenAI listener, for a
 //! disaggregation proxy that picks the workers itself (vLLM's
 //! `toy_proxy_server.py`, llm-d's routing sidecar) and speaks vLLM's
-//! `kv_transfer_params` ([`crate::kv_transfer`]).
+//! `kv_transfer_params` ([`crate::vllm::kv_transfer`]).
 //!
 //! On worker W's listener:
 //!
@@ -23,24 +23,24 @@
 //!
 //! On a vLLM deployment's worker, an `X-data-parallel-rank` header pins
 //! the request to that rank of W ([`dp_rank_header`]); without it the rank
-//! is the engine's own choice ([`crate::dp_lb`]).
+//! is the engine's own choice ([`crate::director::dp_lb`]).
 //!
 //! A worker of an SGLang deployment speaks SGLang's PD flow instead: each
 //! request is one leg of a pair sent by `sglang-router`, with its
-//! bootstrap room ([`crate::sglang_pd`]).
+//! bootstrap room ([`crate::sglang::pd`]).
 //!
 //! Everything still runs through the one engine and the shared serving
 //! director ([`crate::director::HttpDirector`]), so the report counts these
 //! requests as any other.
 
+use crate::director::driver::{Cmd, Placement};
 use crate::director::StreamMsg;
-use crate::driver::{Cmd, Placement};
+pub use crate::http::listener::WorkerState;
 use crate::http::{body_error_response, error, failure, stream, unix_secs, whole};
 use crate::http::{CancelGuard, MAX_BODY_BYTES};
-use crate::kv_transfer::{self, KvTransfer, ProxyError};
-pub use crate::listener::WorkerState;
 use crate::openai::ApiError;
 use crate::openai::{parse, Endpoint, Meta};
+use crate::vllm::kv_transfer::{self, KvTransfer, ProxyError};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -59,7 +59,7 @@ pub fn worker_router(state: Arc<WorkerState>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
-        .route("/generate", post(crate::sglang_pd::generate))
+        .route("/generate", post(crate::sglang::pd::generate))
         .route("/health", get(|| async { StatusCode::OK }))
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -101,7 +101,7 @@ pub const DP_RANK_HEADER: &str = "X-data-parallel-rank";
 /// which this answer copies (`param` names the header); and
 /// `DPLBAsyncMPClient.get_core_engine_for_request`
 /// (`vllm/v1/engine/core_client.py`) sends the request to that rank's
-/// engine ([`crate::dp_lb::RankRule::Pinned`]).
+/// engine ([`crate::director::dp_lb::RankRule::Pinned`]).
 ///
 /// One difference, on purpose: vLLM's `_get_data_parallel_rank` drops a
 /// value `int()` cannot parse and load-balances the request; here such a
@@ -186,11 +186,11 @@ async fn generate(
     };
     // `parse` read the body as a JSON object already.
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    match crate::bootstrap::parse(&v) {
+    match crate::sglang::bootstrap::parse(&v) {
         Err(e) => return error(&e.api()),
-        Ok(Some(room)) => return crate::sglang_pd::leg(&s, endpoint, req, room).await,
+        Ok(Some(room)) => return crate::sglang::pd::leg(&s, endpoint, req, room).await,
         Ok(None) => {
-            if let Some(e) = crate::sglang_pd::needs_room(&s) {
+            if let Some(e) = crate::sglang::pd::needs_room(&s) {
                 return error(&e.api());
             }
         }

@@ -33,6 +33,8 @@
 //! waited for its reservation (`Reserving` to `Reserved`); prefill-side
 //! queueing is not visible in worker events.
 
+pub(crate) mod info;
+
 use handoff_core::{Backend, DpLayout, FailureReason, KvCapacitySnapshot, WorkerId};
 use handoff_router::Pool;
 use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
@@ -125,6 +127,7 @@ fn role(p: Pool) -> &'static str {
 }
 
 impl Metrics {
+    #[cfg(test)]
     /// Metrics for `workers` (their pools, by id) of `backend`, serving
     /// `model`.
     pub fn new(backend: Backend, model: &str, workers: &[Pool]) -> Self {

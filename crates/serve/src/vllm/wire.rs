@@ -128,6 +128,7 @@ fn to_map_value(event: &WireEvent) -> Value {
     Value::Map(pairs)
 }
 
+#[cfg(test)]
 /// The msgpack payload of a `KVEventBatch` of `events` at `ts` (Unix
 /// seconds) from data-parallel rank `dp_rank`, events in the array form.
 pub fn encode_batch(ts: f64, events: &[WireEvent], dp_rank: u32) -> Vec<u8> {

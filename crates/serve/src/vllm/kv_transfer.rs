@@ -30,7 +30,7 @@
 //!   handoff, both decimal strings, which tie the decode to the pin.
 //!
 //! A worker of an SGLang deployment speaks SGLang's bootstrap-room flow
-//! instead ([`crate::sglang_pd`]); one of a deployment with neither
+//! instead ([`crate::sglang::pd`]); one of a deployment with neither
 //! ordering answers a typed 400 ([`ProxyError::Ordering`]).
 
 use crate::openai::{ApiError, ErrorKind};

@@ -2,7 +2,7 @@
 //! replay socket (`vllm/distributed/kv_events.py`, `ZmqEventPublisher`:
 //! `_publisher_thread` sends `(topic, seq, payload)`, `_service_replay`
 //! answers a ROUTER request from its bounded buffer). See
-//! [`crate::vllm_wire`] for the frames. ZMTP 3 is spoken by the pure-Rust
+//! [`crate::vllm::wire`] for the frames. ZMTP 3 is spoken by the pure-Rust
 //! `zeromq` crate, so any libzmq subscriber (pyzmq) can connect.
 //!
 //! Replay, as vLLM's `_service_replay` answers it: a request for
@@ -16,7 +16,7 @@
 //! and still ends with the marker; a `start_seq` past the newest is
 //! answered with the marker alone.
 
-use crate::vllm_wire::{encode_batch_as, KvEventEncoding, WireEvent, END_SEQ};
+use crate::vllm::wire::{encode_batch_as, KvEventEncoding, WireEvent, END_SEQ};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -136,6 +136,7 @@ impl KvPublishers {
         })
     }
 
+    #[cfg(test)]
     /// Publishes worker `w`'s events of one engine instant as one batch.
     pub fn publish(&self, w: usize, ts: f64, events: &[WireEvent]) {
         self.publish_rank(w, 0, ts, events);

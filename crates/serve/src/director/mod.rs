@@ -18,6 +18,8 @@
 //! worker they were sent to ([`proxy`]), and SGLang's bootstrap-room pairs
 //! ([`pairs`]).
 
+pub(crate) mod dp_lb;
+pub(crate) mod driver;
 mod pairs;
 mod proxy;
 mod wire;
@@ -27,10 +29,10 @@ use wire::BlockTokens;
 
 pub use pairs::LegOut;
 
-use crate::kv_transfer::{Pinned, ProxyError};
 use crate::metrics::Metrics;
-use crate::prompt::chained_block_hashes;
-use crate::vllm_wire::WireEvent;
+use crate::openai::prompt::chained_block_hashes;
+use crate::vllm::kv_transfer::{Pinned, ProxyError};
+use crate::vllm::wire::WireEvent;
 use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::msg::HandoffMsg;
 use handoff_core::FailureReason;
@@ -74,7 +76,7 @@ pub enum StreamMsg {
     Refused(ProxyError),
     /// SGLang PD leg: refused at its bootstrap room, or its partner never
     /// came.
-    Bootstrap(crate::bootstrap::BootstrapError),
+    Bootstrap(crate::sglang::bootstrap::BootstrapError),
 }
 
 /// An arrival the director has queued, in submission order.
@@ -260,7 +262,7 @@ impl HttpDirector {
     }
 
     /// Queues an HTTP request: `tokens` is its prompt, `request` the
-    /// engine's view of it (from [`crate::prompt::request_for`]).
+    /// engine's view of it (from [`crate::openai::prompt::request_for`]).
     pub fn submit(&mut self, request: Request, tokens: &[u32], tx: UnboundedSender<StreamMsg>) {
         self.open(&request, tokens, tx);
         let id = request.id;

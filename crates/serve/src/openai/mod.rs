@@ -17,7 +17,14 @@
 //! the same prompt always stops at the same place (`finish_reason`
 //! `"stop"`, or `"length"` when that position is `max_tokens`).
 
-use crate::tokenizer::{chat_prompt, fnv1a64, PromptKind, Tokenizer, VOCAB};
+pub(crate) mod prompt;
+pub(crate) mod render;
+pub(crate) mod sampling;
+pub(crate) mod tokenizer;
+
+pub use tokenizer::Tokenizer;
+
+use crate::openai::tokenizer::{chat_prompt, fnv1a64, PromptKind, VOCAB};
 use serde_json::{json, Value};
 
 /// `max_tokens` when the request gives none (OpenAI's completions default).
@@ -266,12 +273,12 @@ fn chat_tokens(v: &Value, limits: &Limits) -> Result<Vec<u32>, ApiError> {
                 format!("messages[{i}].role must be a string"),
             ));
         };
-        if !crate::sampling::ROLES.contains(&role) {
+        if !crate::openai::sampling::ROLES.contains(&role) {
             return Err(ApiError::invalid(
                 Some("messages"),
                 format!(
                     "messages[{i}].role {role:?} is not one of {}",
-                    crate::sampling::ROLES.join(", ")
+                    crate::openai::sampling::ROLES.join(", ")
                 ),
             ));
         }
@@ -333,7 +340,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<GenRequ
         }
         _ => return Err(ApiError::invalid(Some("model"), "model must be a string")),
     }
-    crate::sampling::check(&v, endpoint == Endpoint::Chat)
+    crate::openai::sampling::check(&v, endpoint == Endpoint::Chat)
         .map_err(|(field, message)| ApiError::invalid(Some(field), message))?;
     if let Some(n) = uint(&v, "n", u64::from(u32::MAX))? {
         if n != 1 {
@@ -511,7 +518,7 @@ impl Meta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::tokenize;
+    use crate::openai::tokenizer::tokenize;
 
     fn limits() -> Limits {
         Limits {

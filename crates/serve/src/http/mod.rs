@@ -7,14 +7,19 @@
 //! response future; its [`CancelGuard`] then cancels the request in the
 //! engine.
 
+pub(crate) mod accept;
+pub(crate) mod error;
+pub(crate) mod listener;
+pub(crate) mod worker;
+
+use crate::director::driver::{Cmd, EngineView};
 use crate::director::StreamMsg;
-use crate::driver::{Cmd, EngineView};
-pub use crate::http_error::MAX_BODY_BYTES;
-pub(crate) use crate::http_error::{body_error_response, error};
-use crate::kv_transfer::response_params;
+pub use crate::http::error::MAX_BODY_BYTES;
+pub(crate) use crate::http::error::{body_error_response, error};
 use crate::metrics::Metrics;
+use crate::openai::tokenizer::synthetic_piece;
 use crate::openai::{parse, ApiError, Endpoint, ErrorKind, GenRequest, Limits, Meta, Usage};
-use crate::tokenizer::synthetic_piece;
+use crate::vllm::kv_transfer::response_params;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -54,7 +59,7 @@ pub(crate) fn unix_secs() -> u64 {
 }
 
 /// The router over `state` (`/v1/models` and the other endpoints routers
-/// poll are [`crate::info`]'s, merged in by the server).
+/// poll are [`crate::metrics::info`]'s, merged in by the server).
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))

@@ -23,8 +23,8 @@
 
 use crate::director::StreamMsg;
 use crate::http::{error, failure, CancelGuard};
+use crate::openai::tokenizer::{synthetic_piece, PromptKind};
 use crate::openai::{encode, parse, ApiError, Endpoint, GenRequest, Limits};
-use crate::tokenizer::{synthetic_piece, PromptKind};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -371,13 +371,13 @@ pub fn stream(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::tokenize;
+    use crate::openai::tokenizer::tokenize;
 
     fn limits() -> Limits {
         Limits {
             model: "m".into(),
             max_model_len: 100,
-            tokenizer: crate::tokenizer::Tokenizer::Builtin,
+            tokenizer: crate::openai::tokenizer::Tokenizer::Builtin,
         }
     }
 

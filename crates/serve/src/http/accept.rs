@@ -20,7 +20,7 @@
 //!   longer. Neither uvicorn nor vLLM bounds the body read; the default is
 //!   hyper's own default header timeout, 30 s. A late body fails its
 //!   handler's extractor, which answers 408 with `Connection: close`
-//!   ([`crate::http_error::body_error_response`]).
+//!   ([`crate::http::error::body_error_response`]).
 //!
 //! A `Content-Length` over the body limit is answered 413 (with
 //! `Connection: close`) at once, without buffering the body: it is read
@@ -31,7 +31,7 @@
 //! progress finishes, an idle connection closes) and the loop returns once
 //! all have ended, as `axum::serve`'s graceful shutdown does.
 
-use crate::http_error::BodyTimeout;
+use crate::http::error::BodyTimeout;
 use axum::body::Bytes;
 use axum::http::Request;
 use axum::Router;
@@ -181,7 +181,7 @@ pub async fn serve(
 }
 
 /// The `Content-Length` of `req` when it is over
-/// [`crate::http_error::MAX_BODY_BYTES`]: such a body is refused before any of
+/// [`crate::http::error::MAX_BODY_BYTES`]: such a body is refused before any of
 /// it is read (every route has that limit), rather than after reading the
 /// first 4 MiB of it.
 fn announced_too_large<B>(req: &Request<B>) -> Option<u64> {
@@ -193,11 +193,11 @@ fn announced_too_large<B>(req: &Request<B>) -> Option<u64> {
         .trim()
         .parse()
         .ok()?;
-    (n > crate::http_error::MAX_BODY_BYTES as u64).then_some(n)
+    (n > crate::http::error::MAX_BODY_BYTES as u64).then_some(n)
 }
 
 /// The most of a refused body [`drain`] reads before it gives up.
-const MAX_DRAIN_BYTES: usize = 4 * crate::http_error::MAX_BODY_BYTES;
+const MAX_DRAIN_BYTES: usize = 4 * crate::http::error::MAX_BODY_BYTES;
 
 /// Reads and discards a refused body while its 413 goes out, until its
 /// end, its deadline, or [`MAX_DRAIN_BYTES`]: a lingering close, as nginx
@@ -232,7 +232,7 @@ async fn connection(
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         if let Some(n) = announced_too_large(&req) {
             tokio::spawn(drain(Deadline::new(req.into_body(), body_limit)));
-            return Either::Left(ready(Ok(crate::http_error::announced_too_large(n))));
+            return Either::Left(ready(Ok(crate::http::error::announced_too_large(n))));
         }
         let mut app = app.clone();
         let req = req.map(|b| axum::body::Body::new(Deadline::new(b, body_limit)));

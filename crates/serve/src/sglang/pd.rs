@@ -3,7 +3,7 @@
 //! `execute_dual_dispatch_internal`): the same body, with
 //! `bootstrap_host`, `bootstrap_port` and `bootstrap_room`, to a prefill
 //! and a decode worker at once. The legs meet in their room
-//! ([`crate::bootstrap`]); the pair is one destination-first engine
+//! ([`crate::sglang::bootstrap`]); the pair is one destination-first engine
 //! request, so the decode reserves before the prefill runs.
 //!
 //! - The decode leg streams the client's tokens (or answers whole), with
@@ -19,13 +19,13 @@
 //!   with a 500, as SGLang's aborted prefill does; a streamed leg waits for
 //!   its pair before answering, so the error is the response's status.
 
-use crate::bootstrap::{BootstrapError, RoomKey, Side};
+use crate::director::driver::Cmd;
 use crate::director::StreamMsg;
-use crate::driver::Cmd;
+use crate::http::listener::WorkerState;
 use crate::http::{body_error_response, error, failure, stream, unix_secs, whole, CancelGuard};
-use crate::listener::WorkerState;
+use crate::openai::tokenizer::synthetic_piece;
 use crate::openai::{ApiError, Endpoint, GenRequest, Limits, Meta, Usage};
-use crate::tokenizer::synthetic_piece;
+use crate::sglang::bootstrap::{BootstrapError, RoomKey, Side};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -276,15 +276,17 @@ pub(crate) async fn generate(
         Ok(r) => r,
         Err(e) => return error(&e),
     };
-    let key = match crate::bootstrap::parse(&v) {
+    let key = match crate::sglang::bootstrap::parse(&v) {
         Err(e) => return error(&e.api()),
         Ok(Some(k)) => k,
         Ok(None) if s.pool == handoff_router::Pool::Aggregated => {
-            return crate::info::generate_on(&s.app, s.worker, &body).await;
+            return crate::metrics::info::generate_on(&s.app, s.worker, &body).await;
         }
         // vLLM's PD workers take `kv_transfer_params` on the OpenAI routes.
         Ok(None) if s.policy == HandoffPolicy::SourceFirst => {
-            return error(&crate::kv_transfer::ProxyError::NeedsParams { pool: s.pool }.api());
+            return error(
+                &crate::vllm::kv_transfer::ProxyError::NeedsParams { pool: s.pool }.api(),
+            );
         }
         Ok(None) => {
             let e = needs_room(&s).map(|e| e.api()).unwrap_or_else(|| {

@@ -8,7 +8,7 @@
 //!   `/model_info` and `/get_model_info` (`get_model_info`), `/get_load`
 //!   (`get_load`: one `GetLoadReqOutput` per rank, `dp_rank`, `num_reqs`,
 //!   `num_waiting_reqs`, `num_tokens`), `/health_generate`, `/generate`
-//!   ([`crate::native`]).
+//!   ([`crate::sglang::native`]).
 //! - vLLM (`vllm/entrypoints/openai/api_server.py`): `/version`
 //!   (`show_version`), `/v1/models` whose `owned_by` names the engine
 //!   (`vllm` or `sglang`: smg's `detect_backend.rs`,
@@ -34,10 +34,10 @@
 //! mock does not have (GPU memory, throughput, a bootstrap server) are
 //! left out or `null`, never invented.
 
-use crate::driver::{Cmd, EngineView, WorkerView};
+use crate::director::driver::{Cmd, EngineView, WorkerView};
 use crate::http::{body_error_response, error, failure, AppState, CancelGuard, MAX_BODY_BYTES};
-use crate::kv_transfer::ProxyError;
-use crate::native::{parse_native, response_id, NativeRequest};
+use crate::sglang::native::{parse_native, response_id, NativeRequest};
+use crate::vllm::kv_transfer::ProxyError;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -583,7 +583,7 @@ async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Re
         },
         Some(w) => Cmd::SubmitAt {
             worker: WorkerId(w as u32),
-            placement: crate::driver::Placement::Proxy,
+            placement: crate::director::driver::Placement::Proxy,
             rank: None,
             id,
             tokens,
@@ -601,9 +601,9 @@ async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Re
     };
     let rid = response_id(req.rid, id.0);
     if req.gen.stream {
-        crate::native::stream(rid, req.gen, rx, guard, id.0).into_response()
+        crate::sglang::native::stream(rid, req.gen, rx, guard, id.0).into_response()
     } else {
-        crate::native::whole(rid, req.gen, rx, guard, id.0).await
+        crate::sglang::native::whole(rid, req.gen, rx, guard, id.0).await
     }
 }
 

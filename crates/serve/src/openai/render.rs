@@ -91,7 +91,7 @@ fn generate_request(endpoint: Endpoint, req: &GenRequest, model: &str, body: &Va
         Endpoint::Chat => "chatcmpl",
     };
     json!({
-        "request_id": format!("{prefix}-render-{:016x}", crate::prompt::block_content_hash(&req.prompt)),
+        "request_id": format!("{prefix}-render-{:016x}", crate::openai::prompt::block_content_hash(&req.prompt)),
         "token_ids": req.prompt,
         "features": null,
         "sampling_params": {
@@ -110,8 +110,8 @@ fn generate_request(endpoint: Endpoint, req: &GenRequest, model: &str, body: &Va
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::openai::tokenizer::Tokenizer;
     use crate::openai::Limits;
-    use crate::tokenizer::Tokenizer;
 
     fn limits() -> Limits {
         Limits {

@@ -395,6 +395,7 @@ impl<T> BootstrapTable<T> {
     }
 
     /// Whether no leg waits.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.rooms.is_empty()
     }

@@ -16,12 +16,12 @@
 //! SGLang PD legs wait in the director's bootstrap rooms; the thread also
 //! wakes when the first of them times out.
 
+use crate::director::dp_lb::{RankPicker, RankRule};
 use crate::director::{Arrivals, HttpDirector, StreamMsg};
-use crate::dp_lb::{RankPicker, RankRule};
-use crate::kv_transfer::RemotePrefill;
+use crate::kv_events::zmq::KvPublishers;
 use crate::metrics::Metrics;
-use crate::prompt::request_for;
-use crate::zmq_pub::KvPublishers;
+use crate::openai::prompt::request_for;
+use crate::vllm::kv_transfer::RemotePrefill;
 use handoff_core::{
     DpRank, Generation, KvCapacitySnapshot, RequestId, Worker, WorkerHost, WorkerId,
 };
@@ -107,9 +107,9 @@ pub enum Cmd {
         /// The worker.
         worker: WorkerId,
         /// Which leg (the worker's pool).
-        side: crate::bootstrap::Side,
+        side: crate::sglang::bootstrap::Side,
         /// `bootstrap_host`, `bootstrap_port`, `bootstrap_room`.
-        key: crate::bootstrap::RoomKey,
+        key: crate::sglang::bootstrap::RoomKey,
         /// The leg's id (unique per server; the pair's request takes the
         /// decode leg's).
         id: RequestId,
@@ -137,7 +137,7 @@ pub struct WorkerView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dp_rank: Option<u16>,
     /// Requests the rank took from its worker's listener (by
-    /// [`crate::dp_lb::RankPicker`]), with `--dp-size` above 1.
+    /// [`crate::director::dp_lb::RankPicker`]), with `--dp-size` above 1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listener_requests: Option<u64>,
     /// prefill, decode or aggregated.
@@ -359,7 +359,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
                 let worker = ranks
                     .pick(worker, RankRule::Room(key.room))
                     .unwrap_or(worker);
-                let leg = crate::bootstrap::Leg {
+                let leg = crate::sglang::bootstrap::Leg {
                     id,
                     side,
                     worker,

@@ -1,0 +1,7 @@
+//! SGLang's side of the serving edge: the PD legs of a bootstrap room as
+//! `sglang-router` sends them ([`pd`]), the sans-IO table that pairs them
+//! ([`bootstrap`]), and SGLang's native `/generate` ([`native`]).
+
+pub(crate) mod bootstrap;
+pub(crate) mod native;
+pub(crate) mod pd;
