@@ -118,22 +118,22 @@ impl Default for ExperimentConfig {
 
 impl ExperimentConfig {
     /// Rejects configurations the engine cannot run.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.decode_workers == 0 {
-            return Err("decode workers: need at least one".into());
+            return Err(ConfigError::NoDecodeWorker);
         }
         if self.decode_kv_tokens == 0 || self.prefill_kv_tokens == 0 {
-            return Err("KV capacities must be positive".into());
+            return Err(ConfigError::EmptyKvPool);
         }
         if self.sync.max_sessions == 0 {
-            return Err("d-to-p-sync-max-sessions: must be at least 1".into());
+            return Err(ConfigError::NoSyncSession);
         }
         match self.transfer {
             TransferModel::Bytes { bandwidth, .. }
             | TransferModel::Contention { bandwidth, .. }
                 if !(bandwidth.is_finite() && bandwidth > 0.0) =>
             {
-                Err("transfer bandwidth: must be positive".into())
+                Err(ConfigError::Bandwidth)
             }
             _ => Ok(()),
         }
@@ -152,6 +152,32 @@ impl ExperimentConfig {
         }
     }
 }
+
+/// Why an [`ExperimentConfig`] cannot run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// No decode worker.
+    NoDecodeWorker,
+    /// A KV pool of zero tokens.
+    EmptyKvPool,
+    /// `d-to-p-sync-max-sessions` of zero.
+    NoSyncSession,
+    /// A transfer bandwidth that is not a positive number.
+    Bandwidth,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConfigError::NoDecodeWorker => "decode workers: need at least one",
+            ConfigError::EmptyKvPool => "KV capacities must be positive",
+            ConfigError::NoSyncSession => "d-to-p-sync-max-sessions: must be at least 1",
+            ConfigError::Bandwidth => "transfer bandwidth: must be positive",
+        })
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 /// One column of the experiment matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,6 +230,6 @@ mod tests {
             decode_workers: 0,
             ..ExperimentConfig::default()
         };
-        assert!(bad.validate().is_err());
+        assert_eq!(bad.validate(), Err(ConfigError::NoDecodeWorker));
     }
 }

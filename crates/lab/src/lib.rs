@@ -39,7 +39,9 @@ pub mod metrics;
 pub mod run;
 pub mod scenarios;
 
-pub use config::{ExperimentConfig, SessionOverheads, SyncConfig, TimingMode, Variant};
+pub use config::{
+    ConfigError, ExperimentConfig, SessionOverheads, SyncConfig, TimingMode, Variant,
+};
 pub use experiment::{
     judge, run_experiment, run_experiment_on, ExperimentOutput, ExperimentReport, Status, Verdict,
 };

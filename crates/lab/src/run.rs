@@ -138,7 +138,7 @@ pub fn run_variant_on(
     items: &[TraceItem],
     runner: Option<EngineRunner<'_>>,
 ) -> Result<RunOutput, String> {
-    cfg.validate()?;
+    cfg.validate().map_err(|e| e.to_string())?;
     let sessions = sessions_of(cfg, variant);
     let core_cfg = |pool: Pool| SglangConfig {
         total_pages: match pool {

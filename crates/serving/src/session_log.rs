@@ -171,32 +171,36 @@ impl SessionLog {
         self.lines.push(l);
     }
 
-    /// A worker's session event.
+    /// A worker's session event: counted in the summary, and one line of
+    /// the log.
     pub fn event(&mut self, w: WorkerId, e: &SessionEvent, at: Instant) {
+        let (name, session, fields) = match *e {
+            SessionEvent::Committed { .. }
+            | SessionEvent::Appended { .. }
+            | SessionEvent::SlotEvicted { .. } => self.slot_event(e),
+            SessionEvent::BypassHit { .. } | SessionEvent::BypassMiss { .. } => {
+                self.bypass_event(e)
+            }
+            _ => self.snapshot_event(e),
+        };
+        self.line(at, name, session, w, &fields);
+    }
+
+    /// A decode worker's session slot: committed, appended, evicted.
+    fn slot_event(&mut self, e: &SessionEvent) -> (&'static str, SessionId, String) {
         let s = &mut self.summary;
         match *e {
-            SessionEvent::Committed {
-                session, tokens, ..
-            } => self.line(
-                at,
-                "slot_committed",
-                session,
-                w,
-                &format!(",\"seqlen\":{tokens}"),
-            ),
             SessionEvent::Appended {
                 session,
                 reused_tokens,
                 ..
             } => {
                 s.appended_reused_tokens += reused_tokens;
-                self.line(
-                    at,
+                (
                     "slot_appended",
                     session,
-                    w,
-                    &format!(",\"reused\":{reused_tokens}"),
-                );
+                    format!(",\"reused\":{reused_tokens}"),
+                )
             }
             SessionEvent::SlotEvicted {
                 session,
@@ -205,14 +209,24 @@ impl SessionLog {
                 ..
             } => {
                 bump(&mut s.slot_evictions, reason.name());
-                self.line(
-                    at,
+                (
                     "slot_evicted",
                     session,
-                    w,
-                    &format!(",\"seqlen\":{tokens},\"reason\":\"{}\"", reason.name()),
-                );
+                    format!(",\"seqlen\":{tokens},\"reason\":\"{}\"", reason.name()),
+                )
             }
+            SessionEvent::Committed {
+                session, tokens, ..
+            } => ("slot_committed", session, format!(",\"seqlen\":{tokens}")),
+            _ => unreachable!("event() sends only slot events here"),
+        }
+    }
+
+    /// A snapshot push from decode to prefill and the prefill worker's
+    /// store: enqueued, sent, failed, aborted, ingested, evicted.
+    fn snapshot_event(&mut self, e: &SessionEvent) -> (&'static str, SessionId, String) {
+        let s = &mut self.summary;
+        match *e {
             SessionEvent::PushEnqueued {
                 session,
                 delta,
@@ -220,13 +234,11 @@ impl SessionLog {
                 ..
             } => {
                 s.pushes_enqueued += 1;
-                self.line(
-                    at,
+                (
                     "snapshot_push_enqueued",
                     session,
-                    w,
-                    &format!(",\"delta\":{delta},\"attempt\":{attempt}"),
-                );
+                    format!(",\"delta\":{delta},\"attempt\":{attempt}"),
+                )
             }
             SessionEvent::PushSent {
                 session, tokens, ..
@@ -234,13 +246,11 @@ impl SessionLog {
                 s.pushes_sent += 1;
                 s.pushed_tokens += tokens;
                 *self.pushes.entry(session).or_default() += 1;
-                self.line(
-                    at,
+                (
                     "snapshot_push_sent",
                     session,
-                    w,
-                    &format!(",\"seqlen\":{tokens}"),
-                );
+                    format!(",\"seqlen\":{tokens}"),
+                )
             }
             SessionEvent::PushFailed {
                 session,
@@ -249,23 +259,19 @@ impl SessionLog {
                 ..
             } => {
                 bump(&mut s.pushes_failed, reason.name());
-                self.line(
-                    at,
+                (
                     "snapshot_push_failed",
                     session,
-                    w,
-                    &format!(",\"reason\":\"{}\",\"retry\":{retry}", reason.name()),
-                );
+                    format!(",\"reason\":\"{}\",\"retry\":{retry}", reason.name()),
+                )
             }
             SessionEvent::PushAborted { session, .. } => {
                 s.pushes_aborted += 1;
-                self.line(
-                    at,
+                (
                     "snapshot_push_failed",
                     session,
-                    w,
-                    ",\"reason\":\"session_released\",\"retry\":false",
-                );
+                    String::from(",\"reason\":\"session_released\",\"retry\":false"),
+                )
             }
             SessionEvent::SnapshotIngested {
                 session,
@@ -275,13 +281,11 @@ impl SessionLog {
             } => {
                 s.snapshots_ingested += 1;
                 s.double_pushes += u64::from(double_push);
-                self.line(
-                    at,
+                (
                     "snapshot_recv_ingested",
                     session,
-                    w,
-                    &format!(",\"seqlen\":{tokens},\"double_push\":{double_push}"),
-                );
+                    format!(",\"seqlen\":{tokens},\"double_push\":{double_push}"),
+                )
             }
             SessionEvent::SnapshotEvicted {
                 session,
@@ -289,14 +293,20 @@ impl SessionLog {
                 reason,
             } => {
                 bump(&mut s.snapshot_evictions, reason.name());
-                self.line(
-                    at,
+                (
                     "snapshot_evicted",
                     session,
-                    w,
-                    &format!(",\"seqlen\":{tokens},\"reason\":\"{}\"", reason.name()),
-                );
+                    format!(",\"seqlen\":{tokens},\"reason\":\"{}\"", reason.name()),
+                )
             }
+            _ => unreachable!("event() sends only snapshot events here"),
+        }
+    }
+
+    /// The prefill bypass of a request: a snapshot used, or why not.
+    fn bypass_event(&mut self, e: &SessionEvent) -> (&'static str, SessionId, String) {
+        let s = &mut self.summary;
+        match *e {
             SessionEvent::BypassHit {
                 session,
                 request,
@@ -309,16 +319,14 @@ impl SessionLog {
                     f.d_to_p_snapshot_used = true;
                     f.d_to_p_snapshot_age_s = Some((age.as_secs_f64() * 1e3).round() / 1e3);
                 }
-                self.line(
-                    at,
+                (
                     "snapshot_bypass_hit",
                     session,
-                    w,
-                    &format!(
+                    format!(
                         ",\"seqlen\":{tokens},\"tail\":{tail},\"age_s\":{:.3}",
                         age.as_secs_f64()
                     ),
-                );
+                )
             }
             SessionEvent::BypassMiss {
                 session,
@@ -332,14 +340,13 @@ impl SessionLog {
                 if !seed {
                     bump(&mut s.bypass_misses, reason.name());
                 }
-                self.line(
-                    at,
+                (
                     "snapshot_bypass_miss",
                     session,
-                    w,
-                    &format!(",\"reason\":\"{}\"", reason.name()),
-                );
+                    format!(",\"reason\":\"{}\"", reason.name()),
+                )
             }
+            _ => unreachable!("event() sends only bypass events here"),
         }
     }
 }

@@ -26,6 +26,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+use handoff_core::scheduler::ReservationSummary;
 use handoff_core::{
     ActionList, Backend, CommandOutcome, DestinationAction, DestinationEvent, DestinationHandoff,
     Duration, Generation, HandoffConfig, HandoffIdGen, HandoffPolicy, Instant, KvCapacitySnapshot,
@@ -134,6 +135,272 @@ fn expect(ok: bool, what: &str) -> Result<(), String> {
     }
 }
 
+/// Both workers' cores and roles of the one handoff, on the run's clock.
+struct Pair<'l> {
+    prefill: VllmCore,
+    decode: VllmCore,
+    src: SourceHandoff,
+    dst: DestinationHandoff,
+    id: handoff_core::HandoffId,
+    request: Request,
+    lease_ttl: Duration,
+    out: StepOutput,
+    o: Outcome,
+    now: Instant,
+    log: &'l mut dyn FnMut(String),
+}
+
+impl Pair<'_> {
+    fn capacity(&mut self, who: &str, what: &str, cap: &KvCapacitySnapshot, at: Instant) {
+        (self.log)(format!(
+            "{:>9.3} ms  {who:<11} {what}: {}",
+            ms(at),
+            cap_line(cap)
+        ));
+    }
+
+    /// Step 1: the source starts and dispatches the prefill.
+    fn start(&mut self) -> Result<(), String> {
+        let a = source(&mut self.src, SourceEvent::Start, self.now, self.log)?;
+        expect(
+            a.iter().any(|a| a == SourceAction::DispatchPrefill),
+            "DispatchPrefill",
+        )?;
+        let outcome = self.prefill.apply(
+            SchedulerCommand::SubmitHandoffPrefill {
+                id: self.id,
+                request: self.request.clone(),
+            },
+            self.now,
+        );
+        (self.log)(format!(
+            "{:>9.3} ms  prefill     SubmitHandoffPrefill: {outcome:?}",
+            ms(self.now)
+        ));
+        expect(outcome == CommandOutcome::Submitted, "Submitted")
+    }
+
+    /// Step 2: the prefill core steps until the prefill pins; the source
+    /// announces its blocks.
+    fn pin(&mut self) -> Result<SourceReady, String> {
+        let pinned = loop {
+            self.prefill.step(self.now, self.now, &mut self.out);
+            expect(self.out.steps > 0, "a prefill pass")?;
+            self.now = self.now + self.out.duration;
+            (self.log)(format!(
+                "{:>9.3} ms  prefill     pass: {} prefill tokens",
+                ms(self.now),
+                self.out.prefill_tokens
+            ));
+            if let Some(p) = self.out.pinned.iter().find(|p| p.id == self.id) {
+                break *p;
+            }
+        };
+        let lease = SourceLease {
+            id: pinned.lease,
+            blocks: pinned.blocks,
+            tokens: pinned.tokens,
+            deadline: self.now + self.lease_ttl,
+        };
+        let a = source(
+            &mut self.src,
+            SourceEvent::PrefillPinned { lease },
+            self.now,
+            self.log,
+        )?;
+        let ready = a
+            .iter()
+            .find_map(|a| match a {
+                SourceAction::AnnounceReady { blocks, tokens } => {
+                    Some(SourceReady { blocks, tokens })
+                }
+                _ => None,
+            })
+            .ok_or("expected AnnounceReady")?;
+        let cap = self.prefill.capacity();
+        self.capacity("prefill", "capacity", &cap, self.now);
+        self.o.pinned_blocks = cap.pinned_source_blocks;
+        Ok(ready)
+    }
+
+    /// Step 3: the host's router picks the decode worker; the announcement
+    /// reaches it one hop later and it queues a reservation, which the
+    /// decode core grants.
+    fn reserve(&mut self, ready: SourceReady) -> Result<ReservationSummary, String> {
+        self.now = self.now + HOP;
+        let routed = DestinationEvent::Routed {
+            source: PREFILL,
+            ready: Some(ready),
+        };
+        let a = destination(&mut self.dst, routed, self.now, self.log)?;
+        expect(
+            a.iter().any(|a| a == DestinationAction::QueueReservation),
+            "QueueReservation",
+        )?;
+        let outcome = self.decode.apply(
+            SchedulerCommand::ReserveDestination {
+                id: self.id,
+                request: self.request.clone(),
+            },
+            self.now,
+        );
+        (self.log)(format!(
+            "{:>9.3} ms  decode      ReserveDestination: {outcome:?}",
+            ms(self.now)
+        ));
+        let summary = match outcome {
+            CommandOutcome::Reserved(s) => s,
+            CommandOutcome::Queued => {
+                // vLLM grants in its scheduling loop: the next step.
+                self.decode.step(self.now, self.now, &mut self.out);
+                self.now = self.now + self.out.duration;
+                let id = self.id;
+                self.out
+                    .reserved
+                    .iter()
+                    .find(|(g, _)| *g == id)
+                    .map(|(_, s)| *s)
+                    .ok_or("the decode core did not grant the reservation")?
+            }
+            other => return Err(format!("reservation refused: {other:?}")),
+        };
+        let reserved = DestinationEvent::Reserved { summary };
+        let a = destination(&mut self.dst, reserved, self.now, self.log)?;
+        let cap = self.decode.capacity();
+        self.capacity("decode", "capacity", &cap, self.now);
+        self.o.reserved_blocks = cap.reserved_destination_blocks;
+        expect(
+            a.iter().any(|a| a == DestinationAction::StartTransfer),
+            "StartTransfer",
+        )?;
+        if a.iter()
+            .any(|a| matches!(a, DestinationAction::SendDestinationReserved { .. }))
+        {
+            let event = SourceEvent::DestinationReserved { summary };
+            source(&mut self.src, event, self.now + HOP, self.log)?;
+        }
+        Ok(summary)
+    }
+
+    /// Step 4: the reader pulls the KV (modelled here as 10 µs per block); the
+    /// prefill blocks stay pinned until it is done, then the destination
+    /// activates and the source releases.
+    fn read(&mut self, summary: ReservationSummary) -> Result<(), String> {
+        self.now = self.now + Duration::from_micros(10 * summary.transfer_blocks.max(1));
+        let cap = self.prefill.capacity();
+        self.capacity("prefill", "capacity while reading", &cap, self.now);
+        expect(
+            cap.pinned_source_blocks == self.o.pinned_blocks,
+            "the source blocks pinned until the reader completes",
+        )?;
+        let a = destination(
+            &mut self.dst,
+            DestinationEvent::ReceiveCompleted,
+            self.now,
+            self.log,
+        )?;
+        for action in a.iter() {
+            match action {
+                DestinationAction::ActivateDestination => self.activate()?,
+                DestinationAction::SendReaderCompleted => self.release()?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn activate(&mut self) -> Result<(), String> {
+        let outcome = self.decode.apply(
+            SchedulerCommand::ActivateDestination { id: self.id },
+            self.now,
+        );
+        (self.log)(format!(
+            "{:>9.3} ms  decode      ActivateDestination: {outcome:?}",
+            ms(self.now)
+        ));
+        expect(outcome == CommandOutcome::Applied, "Applied")?;
+        let cap = self.decode.capacity();
+        self.capacity("decode", "capacity", &cap, self.now);
+        self.o.reserved_after_activation = cap.reserved_destination_blocks;
+        self.o.active_after_activation = cap.active_blocks;
+        Ok(())
+    }
+
+    fn release(&mut self) -> Result<(), String> {
+        let at = self.now + HOP;
+        let sa = source(&mut self.src, SourceEvent::ReaderCompleted, at, self.log)?;
+        expect(
+            sa.iter().any(|a| a == SourceAction::ReleaseSource),
+            "ReleaseSource",
+        )?;
+        let outcome = self
+            .prefill
+            .apply(SchedulerCommand::ReleaseSource { id: self.id }, at);
+        (self.log)(format!(
+            "{:>9.3} ms  prefill     ReleaseSource: {outcome:?}",
+            ms(at)
+        ));
+        expect(outcome == CommandOutcome::Applied, "Applied")?;
+        let cap = self.prefill.capacity();
+        self.capacity("prefill", "capacity", &cap, at);
+        self.o.pinned_after_release = cap.pinned_source_blocks;
+        Ok(())
+    }
+
+    /// Step 5: decode to the end; both cores should then be drained.
+    fn decode_to_end(&mut self) -> Result<(), String> {
+        let mut passes = 0u64;
+        let finished = loop {
+            self.decode.step(self.now, self.now, &mut self.out);
+            if self.out.steps == 0 && self.out.finished.is_empty() {
+                return Err("the decode core stopped before the request finished".into());
+            }
+            self.now = self.now + self.out.duration;
+            passes += self.out.steps;
+            let rid = self.request.id;
+            self.o.tokens += self
+                .out
+                .tokens
+                .iter()
+                .filter(|t| t.request == rid)
+                .map(|t| u64::from(t.tokens))
+                .sum::<u64>();
+            if self.out.finished.contains(&rid) {
+                break self.now;
+            }
+            if passes > 1_000_000 {
+                return Err("decode never finished".into());
+            }
+        };
+        (self.log)(format!(
+            "{:>9.3} ms  decode      {passes} passes, {} tokens, finished",
+            ms(finished),
+            self.o.tokens
+        ));
+        destination(
+            &mut self.dst,
+            DestinationEvent::Finished,
+            finished,
+            self.log,
+        )?;
+        self.o.finished_at = finished;
+        let mut events: (Vec<KvEvent>, Vec<KvEvent>) = (Vec::new(), Vec::new());
+        self.prefill.drain_kv_events(&mut events.0);
+        self.decode.drain_kv_events(&mut events.1);
+        self.o.kv_events = (events.0.len(), events.1.len());
+        (self.log)(format!(
+            "{:>9.3} ms  end         prefill {}; decode {}; KV events prefill {} decode {}",
+            ms(self.now),
+            cap_line(&self.prefill.capacity()),
+            cap_line(&self.decode.capacity()),
+            self.o.kv_events.0,
+            self.o.kv_events.1
+        ));
+        self.o.drained = self.prefill.is_drained() && self.decode.is_drained();
+        Ok(())
+    }
+}
+
 /// Runs one source-first handoff of a `prompt_tokens`-token prompt
 /// generating `output_tokens`, logging every lifecycle step and capacity
 /// snapshot through `log`.
@@ -147,251 +414,40 @@ pub fn run(
         block_size: 16,
         ..VllmConfig::default()
     };
-    let cfg_blocks = vllm.num_blocks;
-    let mut prefill = VllmCore::new(vllm);
-    let mut decode = VllmCore::new(vllm);
+    let prefill = VllmCore::new(vllm);
     let caps = prefill.capabilities();
     let handoff = HandoffConfig::for_backend(Backend::Vllm);
     let policy = HandoffPolicy::SourceFirst;
-    let mut ids = HandoffIdGen::new(PREFILL, Generation(0));
-    let id = ids.next_id();
-    let request = Request {
-        id: RequestId(1),
-        prompt_tokens,
-        max_output_tokens: output_tokens,
-        prefix_hashes: vec![0xc0ffee, 0xbeef],
-        hash_block_tokens: 512,
-        session: None,
-        arrival: Instant::ZERO,
-    };
-    let mut src = SourceHandoff::new(id, policy, caps.source_lease_ttl);
-    let mut dst = DestinationHandoff::new(id, policy, handoff.reservation_ttl);
-    let mut out = StepOutput::default();
-    let mut events: (Vec<KvEvent>, Vec<KvEvent>) = (Vec::new(), Vec::new());
-    let mut o = Outcome::default();
-    let mut now = Instant::ZERO;
+    let id = HandoffIdGen::new(PREFILL, Generation(0)).next_id();
     log(format!(
         "handoff {id}: {} prompt tokens, {} output tokens, source-first, two vLLM cores of {} {}-token blocks",
-        prompt_tokens, output_tokens, cfg_blocks, caps.block_size
+        prompt_tokens, output_tokens, vllm.num_blocks, caps.block_size
     ));
-
-    // 1. The source starts: dispatch the prefill.
-    let a = source(&mut src, SourceEvent::Start, now, log)?;
-    expect(
-        a.iter().any(|a| a == SourceAction::DispatchPrefill),
-        "DispatchPrefill",
-    )?;
-    let outcome = prefill.apply(
-        SchedulerCommand::SubmitHandoffPrefill {
-            id,
-            request: request.clone(),
+    let mut pair = Pair {
+        prefill,
+        decode: VllmCore::new(vllm),
+        src: SourceHandoff::new(id, policy, caps.source_lease_ttl),
+        dst: DestinationHandoff::new(id, policy, handoff.reservation_ttl),
+        id,
+        request: Request {
+            id: RequestId(1),
+            prompt_tokens,
+            max_output_tokens: output_tokens,
+            prefix_hashes: vec![0xc0ffee, 0xbeef],
+            hash_block_tokens: 512,
+            session: None,
+            arrival: Instant::ZERO,
         },
-        now,
-    );
-    log(format!(
-        "{:>9.3} ms  prefill     SubmitHandoffPrefill: {outcome:?}",
-        ms(now)
-    ));
-    expect(outcome == CommandOutcome::Submitted, "Submitted")?;
-
-    // 2. Step the prefill core until the prefill pins.
-    let pinned = loop {
-        prefill.step(now, now, &mut out);
-        expect(out.steps > 0, "a prefill pass")?;
-        now = now + out.duration;
-        log(format!(
-            "{:>9.3} ms  prefill     pass: {} prefill tokens",
-            ms(now),
-            out.prefill_tokens
-        ));
-        if let Some(p) = out.pinned.iter().find(|p| p.id == id) {
-            break *p;
-        }
-    };
-    let lease = SourceLease {
-        id: pinned.lease,
-        blocks: pinned.blocks,
-        tokens: pinned.tokens,
-        deadline: now + caps.source_lease_ttl,
-    };
-    let a = source(&mut src, SourceEvent::PrefillPinned { lease }, now, log)?;
-    let ready = a
-        .iter()
-        .find_map(|a| match a {
-            SourceAction::AnnounceReady { blocks, tokens } => Some(SourceReady { blocks, tokens }),
-            _ => None,
-        })
-        .ok_or("expected AnnounceReady")?;
-    let cap = prefill.capacity();
-    log(format!(
-        "{:>9.3} ms  prefill     capacity: {}",
-        ms(now),
-        cap_line(&cap)
-    ));
-    o.pinned_blocks = cap.pinned_source_blocks;
-
-    // 3. The host's router picks the decode worker; the announcement
-    // reaches it one hop later and it queues a reservation.
-    now = now + HOP;
-    let a = destination(
-        &mut dst,
-        DestinationEvent::Routed {
-            source: PREFILL,
-            ready: Some(ready),
-        },
-        now,
+        lease_ttl: caps.source_lease_ttl,
+        out: StepOutput::default(),
+        o: Outcome::default(),
+        now: Instant::ZERO,
         log,
-    )?;
-    expect(
-        a.iter().any(|a| a == DestinationAction::QueueReservation),
-        "QueueReservation",
-    )?;
-    let outcome = decode.apply(
-        SchedulerCommand::ReserveDestination {
-            id,
-            request: request.clone(),
-        },
-        now,
-    );
-    log(format!(
-        "{:>9.3} ms  decode      ReserveDestination: {outcome:?}",
-        ms(now)
-    ));
-    let summary = match outcome {
-        CommandOutcome::Reserved(s) => s,
-        CommandOutcome::Queued => {
-            // vLLM grants in its scheduling loop: the next step.
-            decode.step(now, now, &mut out);
-            now = now + out.duration;
-            out.reserved
-                .iter()
-                .find(|(g, _)| *g == id)
-                .map(|(_, s)| *s)
-                .ok_or("the decode core did not grant the reservation")?
-        }
-        other => return Err(format!("reservation refused: {other:?}")),
     };
-    let a = destination(&mut dst, DestinationEvent::Reserved { summary }, now, log)?;
-    let cap = decode.capacity();
-    log(format!(
-        "{:>9.3} ms  decode      capacity: {}",
-        ms(now),
-        cap_line(&cap)
-    ));
-    o.reserved_blocks = cap.reserved_destination_blocks;
-    expect(
-        a.iter().any(|a| a == DestinationAction::StartTransfer),
-        "StartTransfer",
-    )?;
-    if a.iter()
-        .any(|a| matches!(a, DestinationAction::SendDestinationReserved { .. }))
-    {
-        source(
-            &mut src,
-            SourceEvent::DestinationReserved { summary },
-            now + HOP,
-            log,
-        )?;
-    }
-
-    // 4. The reader pulls the KV (modelled here as 10 µs per block); the
-    // prefill blocks stay pinned until it is done.
-    now = now + Duration::from_micros(10 * summary.transfer_blocks.max(1));
-    let cap = prefill.capacity();
-    log(format!(
-        "{:>9.3} ms  prefill     capacity while reading: {}",
-        ms(now),
-        cap_line(&cap)
-    ));
-    expect(
-        cap.pinned_source_blocks == o.pinned_blocks,
-        "the source blocks pinned until the reader completes",
-    )?;
-    let a = destination(&mut dst, DestinationEvent::ReceiveCompleted, now, log)?;
-    for action in a.iter() {
-        match action {
-            DestinationAction::ActivateDestination => {
-                let outcome = decode.apply(SchedulerCommand::ActivateDestination { id }, now);
-                log(format!(
-                    "{:>9.3} ms  decode      ActivateDestination: {outcome:?}",
-                    ms(now)
-                ));
-                expect(outcome == CommandOutcome::Applied, "Applied")?;
-                let cap = decode.capacity();
-                log(format!(
-                    "{:>9.3} ms  decode      capacity: {}",
-                    ms(now),
-                    cap_line(&cap)
-                ));
-                o.reserved_after_activation = cap.reserved_destination_blocks;
-                o.active_after_activation = cap.active_blocks;
-            }
-            DestinationAction::SendReaderCompleted => {
-                let at = now + HOP;
-                let sa = source(&mut src, SourceEvent::ReaderCompleted, at, log)?;
-                expect(
-                    sa.iter().any(|a| a == SourceAction::ReleaseSource),
-                    "ReleaseSource",
-                )?;
-                let outcome = prefill.apply(SchedulerCommand::ReleaseSource { id }, at);
-                log(format!(
-                    "{:>9.3} ms  prefill     ReleaseSource: {outcome:?}",
-                    ms(at)
-                ));
-                expect(outcome == CommandOutcome::Applied, "Applied")?;
-                let cap = prefill.capacity();
-                log(format!(
-                    "{:>9.3} ms  prefill     capacity: {}",
-                    ms(at),
-                    cap_line(&cap)
-                ));
-                o.pinned_after_release = cap.pinned_source_blocks;
-            }
-            _ => {}
-        }
-    }
-
-    // 5. Decode to the end.
-    let mut passes = 0u64;
-    let finished = loop {
-        decode.step(now, now, &mut out);
-        if out.steps == 0 && out.finished.is_empty() {
-            return Err("the decode core stopped before the request finished".into());
-        }
-        now = now + out.duration;
-        passes += out.steps;
-        o.tokens += out
-            .tokens
-            .iter()
-            .filter(|t| t.request == request.id)
-            .map(|t| u64::from(t.tokens))
-            .sum::<u64>();
-        if out.finished.contains(&request.id) {
-            break now;
-        }
-        if passes > 1_000_000 {
-            return Err("decode never finished".into());
-        }
-    };
-    log(format!(
-        "{:>9.3} ms  decode      {passes} passes, {} tokens, finished",
-        ms(finished),
-        o.tokens
-    ));
-    destination(&mut dst, DestinationEvent::Finished, finished, log)?;
-    o.finished_at = finished;
-
-    prefill.drain_kv_events(&mut events.0);
-    decode.drain_kv_events(&mut events.1);
-    o.kv_events = (events.0.len(), events.1.len());
-    log(format!(
-        "{:>9.3} ms  end         prefill {}; decode {}; KV events prefill {} decode {}",
-        ms(now),
-        cap_line(&prefill.capacity()),
-        cap_line(&decode.capacity()),
-        o.kv_events.0,
-        o.kv_events.1
-    ));
-    o.drained = prefill.is_drained() && decode.is_drained();
-    Ok(o)
+    pair.start()?;
+    let ready = pair.pin()?;
+    let summary = pair.reserve(ready)?;
+    pair.read(summary)?;
+    pair.decode_to_end()?;
+    Ok(pair.o)
 }

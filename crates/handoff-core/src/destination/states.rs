@@ -1,8 +1,10 @@
-//! One handler per live destination state, in the style of rustls's
-//! `hs.rs`: each takes the facts that mean something special in its state
-//! and hands the rest to [`DestinationHandoff::any_state`], whose answers
-//! (repeats, conflicts, cancellation, facts out of place) do not depend on
-//! the state.
+//! One handler per live destination state: each takes the facts that mean
+//! something special in its state and hands the rest to
+//! [`DestinationHandoff::any_state`], whose answers (repeats, conflicts,
+//! cancellation, facts out of place) do not depend on the state. Unlike
+//! rustls's one type per state, the role's data is one struct; a
+//! handler's guards on its `Option` fields stand where a state's own type
+//! would.
 
 use super::DestinationState as S;
 use super::{DestinationAction as A, DestinationEvent, DestinationHandoff, SourceReady};

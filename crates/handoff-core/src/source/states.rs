@@ -1,7 +1,10 @@
-//! One handler per live source state, in the style of rustls's `hs.rs`:
-//! each takes the facts that mean something special in its state and hands
-//! the rest to [`SourceHandoff::any_state`], whose answers (restarts,
-//! renewals, expiry, cancellation, repeats) do not depend on the state.
+//! One handler per live source state: each takes the facts that mean
+//! something special in its state and hands the rest to
+//! [`SourceHandoff::any_state`], whose answers (restarts, renewals, expiry,
+//! cancellation, repeats) do not depend on the state. Unlike rustls's one
+//! type per state, the role's data is one struct; a handler's guards on
+//! its `Option` fields (lease, reservation) stand where a state's own
+//! type would.
 
 use super::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
 use crate::policy::HandoffPolicy;
