@@ -177,38 +177,41 @@ impl Metrics {
             failed: Family::default(),
             registry: Registry::default(),
         };
-        let (running, waiting, usage, queue) = if sglang {
-            (
-                "num_running_reqs",
-                "num_queue_reqs",
-                "token_usage",
-                "queue_time_seconds",
-            )
+        m.register_engine(&mut registry, p, sglang);
+        m.register_handoff(&mut registry, p);
+        m.register_latency(&mut registry, p, sglang);
+        Metrics { registry, ..m }
+    }
+
+    /// The gauges and counters under the engine's own names: batch,
+    /// queue, KV usage, prefix cache, preemptions.
+    fn register_engine(&self, registry: &mut Registry, p: &str, sglang: bool) {
+        let (running, waiting, usage) = if sglang {
+            ("num_running_reqs", "num_queue_reqs", "token_usage")
         } else {
             (
                 "num_requests_running",
                 "num_requests_waiting",
                 "kv_cache_usage_perc",
-                "request_queue_time_seconds",
             )
         };
         let n = |s: &str| format!("{p}{s}");
         registry.register(
             n(running),
             "Requests in the running batch",
-            m.running.clone(),
+            self.running.clone(),
         );
         registry.register(
             n(waiting),
             "Requests waiting for admission",
-            m.waiting.clone(),
+            self.waiting.clone(),
         );
         registry.register(
             n(usage),
             "KV cache usage: used blocks (active, pinned, reserved) over total, 0-1",
-            m.usage.clone(),
+            self.usage.clone(),
         );
-        if let Some(c) = &m.cache_hit_rate {
+        if let Some(c) = &self.cache_hit_rate {
             registry.register(
                 n("cache_hit_rate"),
                 "Prefix cache hit rate: hit tokens over queried tokens",
@@ -218,69 +221,84 @@ impl Metrics {
         registry.register(
             n("prefix_cache_queries"),
             "Prompt tokens routed to this worker's prefix cache",
-            m.queries.clone(),
+            self.queries.clone(),
         );
         registry.register(
             n("prefix_cache_hits"),
             "Prompt tokens found in this worker's prefix cache",
-            m.hits.clone(),
+            self.hits.clone(),
         );
         registry.register(
             n("num_preemptions"),
             "Preempted (vLLM) or retracted (SGLang) requests",
-            m.preemptions.clone(),
+            self.preemptions.clone(),
         );
+    }
+
+    /// The handoff's own gauges and counters: pinned and reserved blocks,
+    /// reservation waits, lease and reservation expiries.
+    fn register_handoff(&self, registry: &mut Registry, p: &str) {
+        let n = |s: &str| format!("{p}{s}");
         registry.register(
             n("handoff_pinned_source_blocks"),
             "KV blocks of finished prefills held for their reader",
-            m.pinned.clone(),
+            self.pinned.clone(),
         );
         registry.register(
             n("handoff_reserved_destination_blocks"),
             "KV blocks reserved for incoming handoffs, not yet active",
-            m.reserved.clone(),
+            self.reserved.clone(),
         );
         registry.register(
             n("handoff_reservation_waits"),
             "Destination reservations that had to wait for capacity",
-            m.reservation_waits.clone(),
+            self.reservation_waits.clone(),
         );
         registry.register(
             n("handoff_lease_expiries"),
             "Source leases that expired before their reader completed",
-            m.lease_expiries.clone(),
+            self.lease_expiries.clone(),
         );
         registry.register(
             n("handoff_reservation_expiries"),
             "Destination reservations that expired",
-            m.reservation_expiries.clone(),
+            self.reservation_expiries.clone(),
         );
+    }
+
+    /// The latency histograms and the failures by reason.
+    fn register_latency(&self, registry: &mut Registry, p: &str, sglang: bool) {
+        let n = |s: &str| format!("{p}{s}");
+        let queue = if sglang {
+            "queue_time_seconds"
+        } else {
+            "request_queue_time_seconds"
+        };
         registry.register(
             n("time_to_first_token_seconds"),
             "Time to first token",
-            m.ttft.clone(),
+            self.ttft.clone(),
         );
         registry.register(
             n("inter_token_latency_seconds"),
             "Time between output tokens",
-            m.itl.clone(),
+            self.itl.clone(),
         );
         registry.register(
             n("e2e_request_latency_seconds"),
             "End-to-end request latency",
-            m.e2e.clone(),
+            self.e2e.clone(),
         );
         registry.register(
             n(queue),
             "Time a destination waited for its reservation",
-            m.queue.clone(),
+            self.queue.clone(),
         );
         registry.register(
             n("handoff_requests_failed"),
             "Requests that ended without completing, by reason",
-            m.failed.clone(),
+            self.failed.clone(),
         );
-        Metrics { registry, ..m }
     }
 
     fn l(&self, w: usize) -> Option<&WorkerLabels> {
