@@ -185,7 +185,8 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
             (o.report, o.transcript, m, text)
         }
         ClockArg::Wall => {
-            let (o, _) = run_in_process(&cfg, &specs, crate::limits::speed(a.speed)?, items)?;
+            let speed = crate::limits::speed(a.speed)?;
+            let (o, _) = run_in_process(&cfg, &specs, speed, items).map_err(|e| e.to_string())?;
             let r = replay_of(&cfg, &specs, &a.workload, a.deploy.seed)?;
             let (m, text) = live_extra(&o, Some(&r));
             stalled = o.run.stalled;

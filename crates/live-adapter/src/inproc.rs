@@ -4,8 +4,11 @@
 use crate::clock::WallClock;
 use crate::frontend::{FrontendNode, LiveOutcome};
 use crate::node::{NodeConfig, NodeStats, WorkerNode};
+use crate::remote::RemoteError;
 use handoff_core::{Generation, WorkerId};
-use handoff_deployment::{deployment, make_core, worker_policy, DeploymentConfig, EngineSpec};
+use handoff_deployment::{
+    check_core, deployment, make_core, worker_policy, DeploymentConfig, EngineSpec,
+};
 use handoff_router::FRONTEND_ID;
 use handoff_serving::serving;
 use handoff_transport::ChannelNet;
@@ -13,16 +16,20 @@ use handoff_workload::TraceItem;
 
 /// Runs `items` on `cfg`'s deployment, worker `i` built from `specs[i]`,
 /// with model time running `speed` times faster than wall time. Fails
-/// before starting when a spec cannot build a core.
+/// before starting when a spec cannot build a core or the deployment
+/// refuses it.
 pub fn run_in_process(
     cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     speed: f64,
     items: impl Iterator<Item = TraceItem>,
-) -> Result<(LiveOutcome, Vec<NodeStats>), String> {
+) -> Result<(LiveOutcome, Vec<NodeStats>), RemoteError> {
     let mut cores = Vec::new();
-    for s in specs {
-        cores.push(make_core(s).map_err(|e| e.to_string())?);
+    for (i, s) in specs.iter().enumerate() {
+        let id = WorkerId(i as u32);
+        let core = make_core(s).map_err(|e| RemoteError::Engine(id, e))?;
+        check_core(cfg, id, core.as_ref()).map_err(RemoteError::Deployment)?;
+        cores.push(core);
     }
     let net = ChannelNet::new();
     let fe = net.endpoint(FRONTEND_ID, Generation(0));
