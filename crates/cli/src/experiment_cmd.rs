@@ -65,15 +65,14 @@ fn on_virtual_live(
     items: &[TraceItem],
     serving: SessionServing,
     sink: RequestSink,
-) -> Result<EngineRun, String> {
+) -> Result<EngineRun, handoff_lab::LabError> {
     let out = handoff_live_adapter::run_virtual_sessions_recorded(
         cfg,
         specs,
         items.iter().cloned(),
         serving,
         sink,
-    )
-    .map_err(|e| format!("virtual live: {e}"))?;
+    )?;
     Ok(EngineRun {
         report: out.report,
         log: out.session_log,
@@ -472,11 +471,11 @@ pub fn run(a: ExperimentArgs) -> Result<(), String> {
     let runner = a.runner();
     let (report, outputs) = match variant {
         None => {
-            let out = run_experiment_on(&cfg, &items, runner)?;
+            let out = run_experiment_on(&cfg, &items, runner).map_err(|e| e.to_string())?;
             (out.report, out.outputs)
         }
         Some(v) => {
-            let out = run_variant_on(&cfg, v, &items, runner)?;
+            let out = run_variant_on(&cfg, v, &items, runner).map_err(|e| e.to_string())?;
             let report = ExperimentReport {
                 requests: items.len() as u64,
                 sessions: sessions_of(&items),

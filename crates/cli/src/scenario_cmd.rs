@@ -64,7 +64,7 @@ pub struct ScenarioArgs {
 pub fn run(a: ScenarioArgs) -> Result<(), String> {
     let mut out = Vec::new();
     for s in a.name.scenarios() {
-        out.extend(judged(s, a.break_first_check)?);
+        out.extend(judged(s, a.break_first_check).map_err(|e| e.to_string())?);
     }
     let failed: Vec<String> = out
         .iter()

@@ -53,7 +53,7 @@ pub fn run_point(a: &ExperimentArgs, path: &Path) -> Result<Map<String, Value>, 
     if items.is_empty() {
         return Err("the trace has no requests".into());
     }
-    let out = run_experiment_on(&cfg, &items, a.runner())?;
+    let out = run_experiment_on(&cfg, &items, a.runner()).map_err(|e| e.to_string())?;
     let text = serde_json::to_string_pretty(&out.report).map_err(|e| e.to_string())? + "\n";
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     if let Some(r) = out.report.runs.iter().find(|r| !r.drained) {
@@ -62,7 +62,7 @@ pub fn run_point(a: &ExperimentArgs, path: &Path) -> Result<Map<String, Value>, 
             r.label, r.failed
         ));
     }
-    let m = PointMeasures::of(&out)?;
+    let m = PointMeasures::of(&out).map_err(|e| e.to_string())?;
     match serde_json::to_value(&m).map_err(|e| e.to_string())? {
         Value::Object(o) => Ok(o),
         other => Err(format!("measures are not an object: {other}")),

@@ -7,6 +7,7 @@
 pub use crate::config::Variant;
 
 use crate::config::ExperimentConfig;
+use crate::error::LabError;
 use crate::metrics::RunSummary;
 use crate::run::{run_variant_on, EngineRunner, RunOutput};
 use handoff_workload::TraceItem;
@@ -76,7 +77,7 @@ pub struct ExperimentOutput {
 pub fn run_experiment(
     base: &ExperimentConfig,
     items: &[TraceItem],
-) -> Result<ExperimentOutput, String> {
+) -> Result<ExperimentOutput, LabError> {
     run_experiment_on(base, items, None)
 }
 
@@ -86,7 +87,7 @@ pub fn run_experiment_on(
     base: &ExperimentConfig,
     items: &[TraceItem],
     runner: Option<EngineRunner<'_>>,
-) -> Result<ExperimentOutput, String> {
+) -> Result<ExperimentOutput, LabError> {
     let mut outputs = Vec::with_capacity(4);
     for v in Variant::ALL {
         outputs.push(run_variant_on(base, v, items, runner)?);

@@ -39,9 +39,11 @@ pub mod metrics;
 pub mod run;
 pub mod scenarios;
 
+mod error;
 pub use config::{
     ConfigError, ExperimentConfig, SessionOverheads, SyncConfig, TimingMode, Variant,
 };
+pub use error::{LabError, LogProblem};
 pub use experiment::{
     judge, run_experiment, run_experiment_on, ExperimentOutput, ExperimentReport, Status, Verdict,
 };

@@ -5,6 +5,7 @@
 //! store's LRU eviction is what keeps the bypass from hitting (the seed's
 //! decision D2) or the push throttle is (D1).
 
+use crate::error::{LabError, LogProblem};
 use crate::experiment::{ExperimentOutput, Status};
 use crate::metrics::{percentile, RunSummary};
 use serde::Serialize;
@@ -38,26 +39,30 @@ pub struct Freshness {
 
 fn field<'a>(
     v: &'a serde_json::Value,
-    key: &str,
+    key: &'static str,
     line: usize,
-) -> Result<&'a serde_json::Value, String> {
-    v.get(key)
-        .ok_or_else(|| format!("session log line {line}: no `{key}`"))
+) -> Result<&'a serde_json::Value, LabError> {
+    v.get(key).ok_or(LabError::Log {
+        line,
+        problem: LogProblem::Missing(key),
+    })
 }
 
 impl Freshness {
     /// Reads a run's §6 session log (in time order). A session's first
     /// lookup is its seed turn's (no snapshot can exist before its first
     /// turn): it is not a reseed and not counted.
-    pub fn of_log(lines: &[String]) -> Result<Freshness, String> {
+    pub fn of_log(lines: &[String]) -> Result<Freshness, LabError> {
         let mut f = Freshness::default();
         // Per session: looked up before (its seed was), ingested before.
         let mut seen: BTreeMap<String, (bool, bool)> = BTreeMap::new();
         let (mut ages, mut tails) = (Vec::new(), Vec::new());
         for (i, l) in lines.iter().enumerate() {
             let n = i + 1;
-            let v: serde_json::Value =
-                serde_json::from_str(l).map_err(|e| format!("session log line {n}: {e}"))?;
+            let v: serde_json::Value = serde_json::from_str(l).map_err(|e| LabError::Log {
+                line: n,
+                problem: LogProblem::Json(e),
+            })?;
             let event = field(&v, "event", n)?.as_str().unwrap_or_default();
             let sid = field(&v, "sid", n)?
                 .as_str()
@@ -82,7 +87,10 @@ impl Freshness {
                         "stale" => &mut f.miss_stale,
                         "bypass_disabled" => &mut f.miss_disabled,
                         other => {
-                            return Err(format!("session log line {n}: unknown miss `{other}`"))
+                            return Err(LabError::Log {
+                                line: n,
+                                problem: LogProblem::UnknownMiss(other.to_string()),
+                            })
                         }
                     };
                     *slot += 1;
@@ -150,26 +158,26 @@ pub struct PointMeasures {
     pub drained: bool,
 }
 
-fn run<'a>(out: &'a ExperimentOutput, label: &str) -> Result<&'a RunSummary, String> {
+fn run<'a>(out: &'a ExperimentOutput, label: &'static str) -> Result<&'a RunSummary, LabError> {
     out.report
         .runs
         .iter()
         .find(|r| r.label == label)
-        .ok_or_else(|| format!("the experiment has no {label} run"))
+        .ok_or(LabError::NoRun(label))
 }
 
-fn status(out: &ExperimentOutput, id: &str) -> Result<Status, String> {
+fn status(out: &ExperimentOutput, id: &'static str) -> Result<Status, LabError> {
     out.report
         .verdicts
         .iter()
         .find(|v| v.id == id)
         .map(|v| v.status)
-        .ok_or_else(|| format!("the experiment has no {id} verdict"))
+        .ok_or(LabError::NoVerdict(id))
 }
 
 impl PointMeasures {
     /// The measures of a four-variant experiment.
-    pub fn of(out: &ExperimentOutput) -> Result<PointMeasures, String> {
+    pub fn of(out: &ExperimentOutput) -> Result<PointMeasures, LabError> {
         let (e1, e3, e4, ablate) = (
             run(out, "E1")?,
             run(out, "E3")?,
@@ -188,10 +196,10 @@ impl PointMeasures {
         // each lookup's turn. They must agree.
         let looked_up = e4.bypass_hits + e4.bypass_misses.values().sum::<u64>();
         if freshness.reseeds != looked_up {
-            return Err(format!(
-                "E4's session log has {} reseed lookups, its summary {looked_up}",
-                freshness.reseeds
-            ));
+            return Err(LabError::ReseedsDisagree {
+                log: freshness.reseeds,
+                summary: looked_up,
+            });
         }
         Ok(PointMeasures {
             h4_1: status(out, "H4-1")?,
@@ -308,7 +316,7 @@ mod tests {
         #[test]
         fn garbage_never_panics(lines in proptest::collection::vec(".{0,40}", 0..5)) {
             if let Err(e) = Freshness::of_log(&lines) {
-                proptest::prop_assert!(e.starts_with("session log line "), "{}", e);
+                proptest::prop_assert!(matches!(e, LabError::Log { .. }), "{}", e);
             }
         }
     }
@@ -316,11 +324,24 @@ mod tests {
     #[test]
     fn a_bad_log_line_is_named() {
         let e = Freshness::of_log(&["{\"event\":\"x\"}".into()]).unwrap_err();
-        assert_eq!(e, "session log line 1: no `sid`");
+        assert!(matches!(
+            e,
+            LabError::Log {
+                line: 1,
+                problem: LogProblem::Missing("sid")
+            }
+        ));
+        assert_eq!(e.to_string(), "session log line 1: no `sid`");
         let e = Freshness::of_log(&["{".into()]).unwrap_err();
-        assert!(e.starts_with("session log line 1: "), "{e}");
+        assert!(matches!(
+            e,
+            LabError::Log {
+                line: 1,
+                problem: LogProblem::Json(_)
+            }
+        ));
         let bad = line("snapshot_bypass_miss", 1, ",\"reason\":\"x\"");
         let e = Freshness::of_log(&[bad.clone(), bad]).unwrap_err();
-        assert_eq!(e, "session log line 2: unknown miss `x`");
+        assert_eq!(e.to_string(), "session log line 2: unknown miss `x`");
     }
 }

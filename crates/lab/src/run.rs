@@ -6,6 +6,7 @@
 //! configuration (`handoff_live_adapter::run_virtual_sessions`) with the same bytes.
 
 use crate::config::{ExperimentConfig, TimingMode, Variant};
+use crate::error::LabError;
 use crate::metrics::RunSummary;
 use handoff_core::{Backend, CoreBox, HandoffPolicy, WorkerId};
 use handoff_deployment::{make_core, DeploymentConfig, EngineSpec, SessionServing};
@@ -119,14 +120,14 @@ pub type EngineRunner<'a> = &'a dyn Fn(
     &[TraceItem],
     SessionServing,
     RequestSink,
-) -> Result<EngineRun, String>;
+) -> Result<EngineRun, LabError>;
 
 /// Runs `variant` of `cfg` over `items` on the engine, in replay.
 pub fn run_variant(
     cfg: &ExperimentConfig,
     variant: Variant,
     items: &[TraceItem],
-) -> Result<RunOutput, String> {
+) -> Result<RunOutput, LabError> {
     run_variant_on(cfg, variant, items, None)
 }
 
@@ -137,8 +138,8 @@ pub fn run_variant_on(
     variant: Variant,
     items: &[TraceItem],
     runner: Option<EngineRunner<'_>>,
-) -> Result<RunOutput, String> {
-    cfg.validate().map_err(|e| e.to_string())?;
+) -> Result<RunOutput, LabError> {
+    cfg.validate()?;
     let sessions = sessions_of(cfg, variant);
     let core_cfg = |pool: Pool| SglangConfig {
         total_pages: match pool {
@@ -150,9 +151,7 @@ pub fn run_variant_on(
     };
     // Validate once, so the factory below cannot fail.
     for pool in [Pool::Prefill, Pool::Decode] {
-        core_cfg(pool)
-            .validate()
-            .map_err(|e| format!("sglang config: {e}"))?;
+        core_cfg(pool).validate().map_err(LabError::Sglang)?;
     }
     let specs = engine_specs(cfg, variant);
     let make = move |w: WorkerId, pool: Pool| -> CoreBox {
@@ -174,9 +173,7 @@ pub fn run_variant_on(
     let (report, log) = match runner {
         Some(run) => {
             let Some(specs) = engine_specs(cfg, variant) else {
-                return Err(
-                    "the seed's timings run in replay only (no engine spec expresses them)".into(),
-                );
+                return Err(LabError::SeedTimingsReplayOnly);
             };
             let out = run(
                 &replay_config(cfg),
@@ -193,8 +190,7 @@ pub fn run_variant_on(
                 items.iter().cloned(),
                 serving_of(cfg, variant),
                 make,
-            )
-            .map_err(|e| e.to_string())?
+            )?
             .with_request_sink(sink)
             .run_all();
             (out.report, out.session_log)

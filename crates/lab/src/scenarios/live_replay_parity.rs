@@ -3,6 +3,7 @@
 
 use super::checks::Checks;
 use super::scenario::Scenario;
+use crate::error::LabError;
 use handoff_core::{Backend, Transcript};
 use handoff_deployment::{make_core, DeploymentConfig, EngineSpec};
 use handoff_replay::Replay;
@@ -40,7 +41,7 @@ fn transcript_settled(t: &Transcript) -> bool {
 /// live in this process; the virtual run must equal replay byte for byte
 /// (transcript and report), the wall-clock run must settle every handoff
 /// and serve every request.
-pub(super) fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, String> {
+pub(super) fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, LabError> {
     let mut outs = Vec::new();
     for backend in [Backend::Vllm, Backend::Sglang] {
         let block_size = if backend == Backend::Sglang { 1 } else { 16 };
@@ -76,11 +77,9 @@ pub(super) fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, String> {
         .expect("the scenario's cores publish at its block size")
         .run();
         let rt = rt.unwrap_or_default();
-        let virt = handoff_live_adapter::run_virtual_threads(&cfg, &specs, items())
-            .map_err(|e| format!("live-replay-parity: virtual live: {e}"))?;
+        let virt = handoff_live_adapter::run_virtual_threads(&cfg, &specs, items())?;
         let vt = virt.transcript.unwrap_or_default();
-        let (wall, _) = handoff_live_adapter::run_in_process(&cfg, &specs, 20.0, items())
-            .map_err(|e| format!("live-replay-parity: wall-clock live: {e}"))?;
+        let (wall, _) = handoff_live_adapter::run_in_process(&cfg, &specs, 20.0, items())?;
         let wt = wall.transcript.unwrap_or_default();
         let json = |r: &handoff_serving::Report| serde_json::to_string(r).unwrap_or_default();
         let mut c = Checks::default();

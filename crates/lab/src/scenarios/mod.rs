@@ -42,6 +42,7 @@ pub use checks::{Check, Checks};
 pub use harness::{LATENCY, TRANSFER};
 pub use scenario::Scenario;
 
+use crate::error::LabError;
 use handoff_core::Backend;
 use serde_json::{json, Value};
 
@@ -65,7 +66,7 @@ type Judge = fn(&Value) -> Checks;
 /// backend (see [`Checks::outcome`]). [`Scenario::LiveReplayParity`] fails
 /// when the live adapter cannot run it. With `sabotage`, the first check of
 /// each outcome is broken on purpose.
-pub fn judged(scenario: Scenario, sabotage: bool) -> Result<Vec<Value>, String> {
+pub fn judged(scenario: Scenario, sabotage: bool) -> Result<Vec<Value>, LabError> {
     let (f, judge): (Observe, Judge) = match scenario {
         Scenario::StrandedSource => (stranded_source::stranded, stranded_source::judge),
         Scenario::DestinationGate => (destination_gate::gate, destination_gate::judge),
