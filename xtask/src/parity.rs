@@ -315,7 +315,12 @@ fn wall_verdict(
                 .as_ref()
                 .map(Transcript::render)
                 .unwrap_or_default();
-            let inv = wall_invariants(&t, &o.report);
+            let mut inv = wall_invariants(&t, &o.report);
+            if o.run.stalled {
+                inv.push(
+                    "the run stalled: nothing moved for the idle limit while work was left".into(),
+                );
+            }
             let dist = distance(&o.report, replayed);
             if inv.is_empty() {
                 (
