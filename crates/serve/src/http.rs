@@ -13,7 +13,7 @@ pub use crate::http_error::MAX_BODY_BYTES;
 pub(crate) use crate::http_error::{body_error_response, error};
 use crate::kv_transfer::response_params;
 use crate::metrics::Metrics;
-use crate::openai::{parse, ApiError, Endpoint, ErrorKind, GenRequest, Limits, Meta, Usage};
+use crate::openai::{ApiError, Endpoint, ErrorKind, GenRequest, Limits, Meta, Usage};
 use crate::tokenizer::synthetic_piece;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -171,7 +171,7 @@ async fn generate(
         Ok(b) => b,
         Err(r) => return body_error_response(&r),
     };
-    let req = match parse(endpoint, &body, &s.limits) {
+    let req = match crate::offload::parse_off(endpoint, &body, &s.limits).await {
         Ok(r) => r,
         Err(e) => return error(&e),
     };

@@ -547,7 +547,9 @@ async fn generate(State(s): State<Arc<Scoped>>, body: Result<Bytes, BytesRejecti
         Err(r) => return body_error_response(&r),
     };
     let app = &s.info.app;
-    let req = match parse_native(&body, &app.limits) {
+    let limits = app.limits.clone();
+    let parsed = crate::offload::off_thread(move || parse_native(&body, &limits)).await;
+    let req = match parsed {
         Ok(r) => r,
         Err(e) => return error(&e),
     };
@@ -562,7 +564,8 @@ async fn generate(State(s): State<Arc<Scoped>>, body: Result<Bytes, BytesRejecti
 /// listener (whose `/generate` route serves SGLang PD legs first): served
 /// whole on `w`.
 pub(crate) async fn generate_on(app: &AppState, w: WorkerId, body: &Bytes) -> Response {
-    match parse_native(body, &app.limits) {
+    let (body, limits) = (body.clone(), app.limits.clone());
+    match crate::offload::off_thread(move || parse_native(&body, &limits)).await {
         Ok(req) => run_native(app, Some(w.0 as usize), req).await,
         Err(e) => error(&e),
     }

@@ -54,6 +54,7 @@ pub mod kv_transfer;
 mod listener;
 pub mod metrics;
 pub mod native;
+mod offload;
 pub mod openai;
 pub mod prompt;
 pub mod render;

@@ -17,7 +17,7 @@
 //! the same prompt always stops at the same place (`finish_reason`
 //! `"stop"`, or `"length"` when that position is `max_tokens`).
 
-use crate::tokenizer::{chat_prompt, fnv1a64, PromptKind, Tokenizer, VOCAB};
+use crate::tokenizer::{chat_prompt, fnv1a64, EncodeError, PromptKind, Tokenizer, VOCAB};
 use serde_json::{json, Value};
 
 /// `max_tokens` when the request gives none (OpenAI's completions default).
@@ -205,17 +205,33 @@ fn token_ids(a: &[Value]) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
-/// `text` through `limits`' tokenizer; a refusal names `field`.
+/// `text` through `limits`' tokenizer; a refusal names `field`. A prompt
+/// leaves room for at least one output token, so one of `max_model_len`
+/// tokens or more is refused, by its byte length alone when that makes it
+/// certain, else as soon as the tokenizer has cut that many.
 pub(crate) fn encode(
     limits: &Limits,
     text: &str,
     kind: PromptKind,
     field: &'static str,
 ) -> Result<Vec<u32>, ApiError> {
+    let cap = limits.max_model_len;
+    let limit = cap.saturating_sub(1) as usize;
     limits
         .tokenizer
-        .encode(text, kind)
-        .map_err(|e| ApiError::invalid(Some(field), e))
+        .encode_at_most(text, kind, limit)
+        .map_err(|e| match e {
+            EncodeError::Refused(m) => ApiError::invalid(Some(field), m),
+            EncodeError::TooMany { at_least } => ApiError::invalid(
+                Some(field),
+                format!(
+                    "This model's maximum context length is {cap} tokens. However, your \
+                     request has at least {at_least} input tokens ({} bytes of text). Please \
+                     reduce the length of the input.",
+                    text.len()
+                ),
+            ),
+        })
 }
 
 fn prompt_tokens(v: &Value, limits: &Limits) -> Result<Vec<u32>, ApiError> {
