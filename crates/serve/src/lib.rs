@@ -34,7 +34,7 @@
 //!   hashes an external indexer can recompute: the cores' own chain, or
 //!   vLLM's `sha256_cbor` chain (`--block-hash vllm`).
 //!
-//! Only this crate depends on tokio, axum, zeromq, rmpv, tokenizers, sha2,
+//! Only this crate depends on tokio, axum, zmq, rmpv, tokenizers, sha2,
 //! minicbor and prometheus-client; `handoff-core` and the backend crates know nothing of
 //! it.
 #![forbid(unsafe_code)]
