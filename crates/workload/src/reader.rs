@@ -428,6 +428,14 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                     self.done = true;
                     return None;
                 }
+                // Skipping on would read without end: fatal.
+                LineRead::Endless => {
+                    self.done = true;
+                    self.line_no += 1;
+                    self.stats.lines += 1;
+                    let limit = self.options.max_line_bytes;
+                    return Some(Err(self.error(TraceField::Line, Problem::Endless { limit })));
+                }
                 LineRead::TooLong => {
                     self.line_no += 1;
                     self.stats.lines += 1;
@@ -682,6 +690,27 @@ mod tests {
         assert_eq!(errors.len(), 2);
         assert_eq!(errors[0].line(), 2);
         assert_eq!(errors[1].to_string(), "t:3: line: longer than 200 bytes");
+    }
+
+    /// An endless input (`/dev/zero`) ends the read with a located error,
+    /// even when bad lines are skipped.
+    #[test]
+    fn an_endless_line_is_fatal_even_when_skipping() {
+        let mut opts = ReaderOptions::new("zero");
+        opts.max_line_bytes = 4096;
+        opts.skip_bad_lines = true;
+        let input = std::io::BufReader::new(std::io::repeat(0));
+        let mut r = TraceReader::new(input, opts);
+        let e = match r.next() {
+            Some(Err(e)) => e,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            e.to_string(),
+            "zero:1: line: longer than 4096 bytes with no line end in 4 times that: not a \
+             file of lines"
+        );
+        assert!(r.next().is_none());
     }
 
     #[test]
