@@ -71,7 +71,7 @@ pub use dynamo_events::RouterEventWriter;
 pub use dynamo_hash::TraceBlocks;
 pub use server::{
     parse_worker_http, per_worker, serve, serve_until, serve_workers, serve_workers_until,
-    worker_http_ports, Listening, ServeConfig,
+    serve_workers_until_forced, worker_http_ports, Listening, ServeConfig,
 };
 pub use vllm_wire::KvEventEncoding;
 pub use zmq_pub::KvEndpoints;
