@@ -239,6 +239,20 @@ impl InfoState {
         }
     }
 
+    /// SGLang's `load_balance_method` as this scope picks ranks
+    /// ([`crate::dp_lb`]): a PD worker sends each leg to rank
+    /// `bootstrap_room % dp_size` (`follow_bootstrap_room`, what SGLang's
+    /// `auto` resolves to in a disaggregation mode,
+    /// `srt/server_args.py`), anything else round-robins. Routers read it
+    /// to know whether a pair's two ranks match (smg warns when it is
+    /// missing or when the pools disagree).
+    pub fn load_balance_method(&self, scope: Scope) -> &'static str {
+        match self.mode(scope) {
+            "prefill" | "decode" => "follow_bootstrap_room",
+            _ => "round_robin",
+        }
+    }
+
     fn max_running(&self, scope: Scope) -> u64 {
         self.members(scope)
             .filter_map(|w| self.specs.get(w))
@@ -298,6 +312,7 @@ impl InfoState {
             "max_total_num_tokens": load.total_tokens,
             "max_req_input_len": limits.max_model_len.saturating_sub(1),
             "disaggregation_mode": self.mode(scope),
+            "load_balance_method": self.load_balance_method(scope),
             // No bootstrap server runs: SGLang's destination-first
             // bootstrap flow is not served over HTTP.
             "disaggregation_bootstrap_port": Value::Null,

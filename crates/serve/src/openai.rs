@@ -165,10 +165,34 @@ impl GenRequest {
     }
 }
 
+/// `x` as pydantic's default (lax) `int` reads it: vLLM's request models
+/// (`vllm/entrypoints/openai/protocol.py`, `CompletionRequest.max_tokens:
+/// int | None`) are pydantic v2 models in lax mode, whose conversion table
+/// takes an integer, a float that is an exact integer (`4.0`), or a string
+/// of digits (`"4"`); `None` for anything else, or a negative number.
+fn lax_uint(x: &Value) -> Option<u64> {
+    match x {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            // Below 2^64, so the conversion is exact.
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(f))
+                .map(|f| f as u64)
+        }),
+        Value::String(s) => {
+            let t = s.trim();
+            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            t.parse().ok()
+        }
+        _ => None,
+    }
+}
+
 fn uint(v: &Value, field: &'static str, max: u64) -> Result<Option<u64>, ApiError> {
     match v.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(x) => match x.as_u64() {
+        Some(x) => match lax_uint(x) {
             Some(n) if n <= max => Ok(Some(n)),
             Some(_) => Err(ApiError::invalid(
                 Some(field),
@@ -539,6 +563,23 @@ mod tests {
 
     fn p(e: Endpoint, body: &str) -> Result<GenRequest, ApiError> {
         parse(e, body.as_bytes(), &limits())
+    }
+
+    /// As vLLM's pydantic models read an int: `4.0` and `"4"` are 4,
+    /// `4.5`, `-1`, `true` and `"4x"` are refused.
+    #[test]
+    fn integer_fields_read_as_pydantic_lax_ints() {
+        let l = limits();
+        for (mt, want) in [("4", 4u32), ("4.0", 4), ("\"4\"", 4), ("5e1", 50)] {
+            let b = format!(r#"{{"model": "m", "prompt": "hi", "max_tokens": {mt}}}"#);
+            let r = parse(Endpoint::Completions, b.as_bytes(), &l).expect(mt);
+            assert_eq!(r.max_tokens, want, "{mt}");
+        }
+        for mt in ["4.5", "-1", "true", "\"4x\"", "\"\"", "1e300"] {
+            let b = format!(r#"{{"model": "m", "prompt": "hi", "max_tokens": {mt}}}"#);
+            let e = parse(Endpoint::Completions, b.as_bytes(), &l).expect_err(mt);
+            assert_eq!(e.param, Some("max_tokens"), "{mt}");
+        }
     }
 
     #[test]
