@@ -226,7 +226,8 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
             (o.report, o.transcript, m, text)
         }
         ClockArg::Wall => {
-            let (o, _) = run_in_process(&cfg, &specs, crate::limits::speed(a.speed)?, items)?;
+            let speed = a.deploy.check_wall_clock(a.speed, None)?;
+            let (o, _) = run_in_process(&cfg, &specs, speed, items)?;
             let r = replay_of(&cfg, &specs, &a.workload, a.deploy.seed)?;
             let (m, text) = live_extra(&o, Some(&r));
             stalled = o.run.stalled;
@@ -343,7 +344,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
         frontend: FRONTEND_ID,
         transfer: d.transfer()?,
     };
-    let speed = crate::limits::speed(a.speed)?;
+    let speed = d.check_wall_clock(a.speed, None)?;
     let mut served = 0u64;
     loop {
         // Each frontend session is a new run on a fresh worker; the
@@ -525,7 +526,7 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
             (report, transcript, m, text)
         }
         ClockArg::Wall => {
-            let clock = WallClock::start(crate::limits::speed(a.speed)?);
+            let clock = WallClock::start(a.deploy.check_wall_clock(a.speed, None)?);
             let workers = listed.iter().map(|(w, _)| *w).collect();
             let o = FrontendNode::new(serving(&cfg, items), workers, ep, clock).run();
             // For whoever drives the processes (`cargo xtask soak`): a worker
