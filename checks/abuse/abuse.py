@@ -116,6 +116,23 @@ def zmq_bomb(port, flags):
     return False
 
 
+def zmq_parts_flood(port):
+    """After a proper handshake, parts of one message without end (libzmq
+    keeps them all until the last); True when the connection is closed
+    before 10,000 parts of 4 kB were taken."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5.0) as s:
+        s.sendall(greeting())
+        ready = b"\x05READY\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
+        s.sendall(bytes([0x04, len(ready)]) + ready)
+        part = bytes([0x03]) + struct.pack(">Q", 4000) + b"x" * 4000
+        try:
+            for _ in range(10_000):
+                s.sendall(part)
+        except OSError:
+            return True
+    return False
+
+
 def timed_post(port, path, body):
     t = time.monotonic()
     status, text = http(port, "POST", path, body, timeout=30.0)
@@ -161,6 +178,7 @@ def zmq_attacks(pub, rep):
     for name, port in [("PUB --kv-events", pub), ("ROUTER --kv-replay", rep)]:
         for flags in (0x02, 0x06):
             check(f"ZMQ bomb on {name} (flags {flags:#04x}) disconnected", zmq_bomb(port, flags))
+        check(f"ZMQ endless parts on {name} disconnected", zmq_parts_flood(port))
 
 
 def flag_products():

@@ -66,6 +66,7 @@ pub mod vllm_hash;
 pub mod vllm_wire;
 pub mod worker_http;
 pub mod zmq_pub;
+pub mod zmtp_guard;
 
 pub use dynamo_events::RouterEventWriter;
 pub use dynamo_hash::TraceBlocks;

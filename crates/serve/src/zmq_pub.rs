@@ -12,9 +12,13 @@
 //! announced size with it before allocating and disconnects the peer, so a
 //! frame header claiming 2^62 bytes costs nothing but that connection.
 //! (The pure-Rust `zeromq` crate used before allocated the announced size
-//! first, and aborted the process.) A peer's handshake is bounded by
-//! libzmq's `ZMQ_HANDSHAKE_IVL` (30 s); a replay request of more than
-//! [`MAX_REQUEST_PARTS`] parts is read and dropped part by part.
+//! first, and aborted the process.) libzmq does keep every part of an
+//! unfinished multipart message, so the public ports are
+//! [`crate::zmtp_guard`]'s, which bounds frames and parts per message
+//! before forwarding to the sockets on private Unix sockets. A peer's
+//! handshake is bounded by libzmq's `ZMQ_HANDSHAKE_IVL` (30 s); a replay
+//! request of more than [`MAX_REQUEST_PARTS`] parts is read and dropped
+//! part by part.
 //!
 //! Replay, as vLLM's `_service_replay` answers it: a request for
 //! `start_seq` gets every kept batch whose sequence is at least
@@ -31,6 +35,7 @@
 //! dropped), so a reading client gets every batch.
 
 use crate::vllm_wire::{encode_batch_as, KvEventEncoding, WireEvent, END_SEQ};
+use crate::zmtp_guard::{self, InnerDir};
 use bytes::Bytes;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::VecDeque;
@@ -114,24 +119,32 @@ pub struct KvPublishers {
     workers: usize,
     encoding: KvEventEncoding,
     stop: Arc<AtomicBool>,
+    guards: Vec<tokio::task::AbortHandle>,
+    _inner: InnerDir,
 }
 
-/// A socket of `kind` bounded as the module docs say, bound to `addr`.
-fn bounded_socket(
+/// A socket of `kind` bounded as the module docs say, listening on the
+/// public `addr` through a [`crate::zmtp_guard`] (spawned, its handle in
+/// `guards`) and bound itself to socket `name` of `inner`.
+async fn guarded_socket(
     ctx: &zmq::Context,
     kind: zmq::SocketType,
     addr: &str,
     flag: &str,
+    (inner, name): (&InnerDir, &str),
+    guards: &mut Vec<tokio::task::AbortHandle>,
 ) -> Result<zmq::Socket, String> {
-    let setup = || -> Result<zmq::Socket, zmq::Error> {
+    let listener = zmtp_guard::listen(addr, flag).await?;
+    let setup = || -> Result<(zmq::Socket, String), zmq::Error> {
         let sock = ctx.socket(kind)?;
         sock.set_maxmsgsize(MAX_INBOUND_BYTES)?;
         sock.set_linger(0)?;
-        Ok(sock)
+        sock.bind(&inner.endpoint(name))?;
+        let bound = sock.get_last_endpoint()?.unwrap_or_default();
+        Ok((sock, bound))
     };
-    let sock = setup().map_err(|e| format!("{flag}: a socket for {addr}: {e}"))?;
-    sock.bind(addr)
-        .map_err(|e| format!("{flag}: binding {addr}: {e}"))?;
+    let (sock, bound) = setup().map_err(|e| format!("{flag}: the socket behind {addr}: {e}"))?;
+    guards.push(tokio::spawn(zmtp_guard::guard(listener, bound)).abort_handle());
     Ok(sock)
 }
 
@@ -147,15 +160,23 @@ impl KvPublishers {
     pub async fn start_keeping(ep: &KvEndpoints, keep: usize) -> Result<Self, String> {
         let ctx = zmq::Context::new();
         let stop = Arc::new(AtomicBool::new(false));
+        let inner = InnerDir::new()?;
+        let mut guards = Vec::new();
         let mut publishers = Vec::with_capacity(ep.publish.len());
         let mut replays = Vec::new();
         for (w, addr) in ep.publish.iter().enumerate() {
-            let sock = bounded_socket(&ctx, zmq::PUB, addr, "--kv-events")?;
+            let name = format!("pub-{w}");
+            let at = (&inner, name.as_str());
+            let sock = guarded_socket(&ctx, zmq::PUB, addr, "--kv-events", at, &mut guards).await?;
             sock.set_sndhwm(PUB_HWM)
                 .map_err(|e| format!("--kv-events: {addr}: {e}"))?;
             let buffer: Buffer = Arc::new(Mutex::new(Kept::new(keep)));
             if let Some(raddr) = ep.replay.get(w) {
-                let router = bounded_socket(&ctx, zmq::ROUTER, raddr, "--kv-replay")?;
+                let name = format!("replay-{w}");
+                let at = (&inner, name.as_str());
+                let router =
+                    guarded_socket(&ctx, zmq::ROUTER, raddr, "--kv-replay", at, &mut guards)
+                        .await?;
                 let tune = || -> Result<(), zmq::Error> {
                     router.set_router_mandatory(true)?;
                     router.set_sndtimeo(REPLAY_SEND_TIMEOUT_MS)?;
@@ -185,6 +206,8 @@ impl KvPublishers {
             workers,
             encoding: ep.encoding,
             stop,
+            guards,
+            _inner: inner,
         })
     }
 
@@ -213,6 +236,9 @@ impl KvPublishers {
 impl Drop for KvPublishers {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        for g in &self.guards {
+            g.abort();
+        }
     }
 }
 

@@ -86,3 +86,36 @@ async fn a_frame_claiming_2_pow_62_bytes_disconnects_its_sender_only() {
     // And the replay socket still answers.
     assert!(!common::replay_batches(&ep.replay[0]).await.is_empty());
 }
+
+/// A peer that completes the handshake and then streams parts of one
+/// message without end (libzmq would keep every part until the last) is
+/// closed after a few parts, and the sockets go on answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_parts_of_one_message_disconnect_their_sender() {
+    let ep = common::kv_endpoints(1);
+    let _publishers = KvPublishers::start_keeping(&ep, 10).await.expect("bind");
+    let replay = ep.replay[0].clone();
+    let sent = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(replay.trim_start_matches("tcp://")).expect("connect");
+        s.write_all(&greeting()).expect("greeting");
+        let ready = b"\x05READY\x0bSocket-Type\x00\x00\x00\x06DEALER";
+        let mut cmd = vec![0x04, ready.len() as u8];
+        cmd.extend_from_slice(ready);
+        s.write_all(&cmd).expect("ready");
+        let mut part = vec![0x03];
+        part.extend_from_slice(&4000u64.to_be_bytes());
+        part.resize(part.len() + 4000, b'x');
+        // At most 40 MB; the guard closes after its ninth part.
+        (0..10_000)
+            .take_while(|_| s.write_all(&part).is_ok())
+            .count()
+    })
+    .await
+    .expect("joined");
+    assert!(sent < 10_000, "still accepted after {sent} parts");
+    let answer = common::replay_batches(&ep.replay[0]).await;
+    assert!(
+        answer.is_empty(),
+        "nothing was published, the marker came back"
+    );
+}
