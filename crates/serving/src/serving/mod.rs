@@ -283,7 +283,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
                 && self
                     .flights
                     .get(&request)
-                    .is_some_and(|f| f.has_destination && !(gave_up && !f.destination_active));
+                    .is_some_and(|f| f.has_destination && (!gave_up || f.destination_active));
             let recomputed = role == handoff_core::Role::Destination
                 && reason == CancelReason::KvLoadFailed
                 && self.kv_load_failure == handoff_core::KvLoadFailurePolicy::Recompute;
