@@ -692,27 +692,6 @@ mod tests {
         assert_eq!(errors[1].to_string(), "t:3: line: longer than 200 bytes");
     }
 
-    /// An endless input (`/dev/zero`) ends the read with a located error,
-    /// even when bad lines are skipped.
-    #[test]
-    fn an_endless_line_is_fatal_even_when_skipping() {
-        let mut opts = ReaderOptions::new("zero");
-        opts.max_line_bytes = 4096;
-        opts.skip_bad_lines = true;
-        let input = std::io::BufReader::new(std::io::repeat(0));
-        let mut r = TraceReader::new(input, opts);
-        let e = match r.next() {
-            Some(Err(e)) => e,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(
-            e.to_string(),
-            "zero:1: line: longer than 4096 bytes with no line end in 4 times that: not a \
-             file of lines"
-        );
-        assert!(r.next().is_none());
-    }
-
     #[test]
     fn a_byte_order_mark_opens_the_file_not_the_record() {
         let line = r#"{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": []}"#;
