@@ -538,7 +538,7 @@ pub fn run(a: ExperimentArgs) -> Result<(), String> {
 /// How many requests of run `o` failed, when every failure is a timeout
 /// (`reservation-expired`, `lease-expired`) and no worker held work at the
 /// end; `None` otherwise.
-fn timed_out_only(o: &RunOutput) -> Option<usize> {
+pub(crate) fn timed_out_only(o: &RunOutput) -> Option<usize> {
     use handoff_core::{CancelReason, FailureReason};
     if o.report.workers.iter().any(|w| !w.drained) {
         return None;
