@@ -247,6 +247,25 @@ fn check_ranges(a: &ExperimentArgs) -> Result<(), String> {
     if let Some(t) = a.session_turns {
         int("session-turns", u64::from(t), 1, 10_000)?;
     }
+    // Generated sessions are all made before the first runs: their count
+    // times their size must fit (a trace is read line by line, bounded).
+    if a.trace.is_none() {
+        let (turns, flag) = match a.session_turns {
+            Some(t) => (t, format!("--session-turns {t}")),
+            None => {
+                let most = match SessionConfig::default().turns {
+                    LengthDist::Fixed(v) => v,
+                    LengthDist::Uniform { min, max } | LengthDist::LogNormal { min, max, .. } => {
+                        min.max(max)
+                    }
+                };
+                (most, format!("{most} turns (the default's most)"))
+            }
+        };
+        // `e4` keeps its four runs' records.
+        let runs = if matches!(a.which, Which::E4) { 4 } else { 1 };
+        crate::limits::session_requests(a.sessions, turns, a.session_final_tokens, &flag, runs)?;
+    }
     real("bandwidth-gbps", a.bandwidth_gbps, 1e-6, 1e6)?;
     for (name, v) in [
         ("direct-route-ms", a.direct_route_ms),
@@ -494,12 +513,46 @@ pub fn run(a: ExperimentArgs) -> Result<(), String> {
         print!("{}", report.table());
         out!("wall time {:.3} s", wall.as_secs_f64());
     }
-    // A run that leaks a lease or a reservation, or fails a request, is a
-    // bug, not a result.
-    match outputs.iter().find(|o| !o.summary.drained) {
-        Some(o) => Err(undrained(o)),
-        None => Ok(()),
+    // A run that leaks a lease or a reservation, or fails a request for any
+    // reason but a timeout, is a bug, not a result. Requests that timed out
+    // waiting (SGLang's bootstrap timeout expiring on a prefill worker
+    // while its decode worker's queue was longer) are what an overloaded
+    // deployment does: a result, said so.
+    for o in &outputs {
+        if o.summary.drained {
+            continue;
+        }
+        match timed_out_only(o) {
+            Some(n) => eprintln!(
+                "note: {}: {n} requests timed out waiting for a reservation or a lease (their \
+                 deadline passed in a queue): this workload overloads the deployment",
+                o.summary.label
+            ),
+            None => return Err(undrained(o)),
+        }
     }
+    Ok(())
+}
+
+/// How many requests of run `o` failed, when every failure is a timeout
+/// (`reservation-expired`, `lease-expired`) and no worker held work at the
+/// end; `None` otherwise.
+pub(crate) fn timed_out_only(o: &RunOutput) -> Option<usize> {
+    use handoff_core::{CancelReason, FailureReason};
+    if o.report.workers.iter().any(|w| !w.drained) {
+        return None;
+    }
+    let mut n = 0;
+    for r in &o.records {
+        match r.failure_reason {
+            None => {}
+            Some(FailureReason::Handoff(
+                CancelReason::ReservationExpired | CancelReason::LeaseExpired,
+            )) => n += 1,
+            Some(_) => return None,
+        }
+    }
+    (n > 0).then_some(n)
 }
 
 /// Why run `o` is not a result: its failed requests counted by reason, and

@@ -185,7 +185,7 @@ pub fn run_live(a: LiveArgs) -> Result<(), String> {
             (o.report, o.transcript, m, text)
         }
         ClockArg::Wall => {
-            let speed = crate::limits::speed(a.speed)?;
+            let speed = a.deploy.check_wall_clock(a.speed, None)?;
             let (o, _) = run_in_process(&cfg, &specs, speed, items).map_err(|e| e.to_string())?;
             let r = replay_of(&cfg, &specs, &a.workload, a.deploy.seed)?;
             let (m, text) = live_extra(&o, Some(&r));
@@ -288,7 +288,7 @@ pub fn run_worker(a: WorkerArgs) -> Result<(), String> {
     for peer in &a.connect {
         connect_retry(&ep, peer).map_err(|e| format!("--connect {e}"))?;
     }
-    let speed = crate::limits::speed(a.speed)?;
+    let speed = d.check_wall_clock(a.speed, None)?;
     serve_worker_wall(
         &setup,
         d.transfer()?,
@@ -442,7 +442,7 @@ pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
             (report, transcript, m, text)
         }
         ClockArg::Wall => {
-            let clock = WallClock::start(crate::limits::speed(a.speed)?);
+            let clock = WallClock::start(a.deploy.check_wall_clock(a.speed, None)?);
             let workers = listed.iter().map(|(w, _)| *w).collect();
             let o = FrontendNode::new(serving(&cfg, items), workers, ep, clock).run();
             // For whoever drives the processes (`cargo xtask soak`): a worker

@@ -79,8 +79,14 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = BlockHash::Mocker)]
     block_hash: BlockHash,
     /// With --block-hash vllm: the PYTHONHASHSEED vLLM's NONE_HASH is made
-    /// from (a router must hash with the same one).
-    #[arg(long, default_value = handoff_kv_events::vllm_hash::DEFAULT_SEED, value_name = "SEED")]
+    /// from (a router must hash with the same one): `random` or an integer
+    /// in 0..=4294967295, as Python accepts.
+    #[arg(
+        long,
+        default_value = handoff_kv_events::vllm_hash::DEFAULT_SEED,
+        value_name = "SEED",
+        value_parser = handoff_kv_events::vllm_hash::python_hash_seed
+    )]
     block_hash_seed: String,
     /// Write the run's report, as JSON, to FILE at shutdown.
     #[arg(long, value_name = "FILE")]
@@ -116,7 +122,7 @@ enum BlockHash {
 
 /// Runs `serve` until SIGINT/SIGTERM.
 pub fn run(mut a: ServeArgs) -> Result<(), String> {
-    use crate::limits::{bootstrap_timeout, int, speed, MAX_KV_TOKENS};
+    use crate::limits::{bootstrap_timeout, int, MAX_KV_TOKENS};
     let hw = &mut a.deploy.hardware;
     let model = a
         .served_model_name
@@ -127,8 +133,10 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         // `serve --model NAME` names what is served, as it always has.
         hw.model = None;
     }
-    speed(a.speed)?;
     bootstrap_timeout(a.bootstrap_timeout_s)?;
+    let sglang = a.deploy.backend() == handoff_core::Backend::Sglang;
+    a.deploy
+        .check_wall_clock(a.speed, sglang.then_some(a.bootstrap_timeout_s))?;
     int(
         "max-model-len",
         u64::from(a.max_model_len),

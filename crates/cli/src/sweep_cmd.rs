@@ -46,7 +46,7 @@ pub struct SweepArgs {
     /// splitting a grid across hosts; join with `sweep merge`.
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
-    /// Threads [default: every core, or RAYON_NUM_THREADS].
+    /// Threads, 1..=256 [default: every core, or RAYON_NUM_THREADS].
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
     /// Sweep `experiment e4` instead of `replay`: keys are experiment's
@@ -211,6 +211,9 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
     }
     grid.trailing = a.base.clone();
     let shard = a.shard.as_deref().map(parse_shard).transpose()?;
+    if let Some(n) = a.jobs {
+        crate::limits::jobs(n)?;
+    }
     if a.page.html.is_some() {
         if shard.is_some() {
             return Err("--html draws the whole grid: give it to `sweep merge`".into());

@@ -28,6 +28,26 @@
 
 use sha2::{Digest, Sha256};
 
+/// A `PYTHONHASHSEED` a Python interpreter (so vLLM) starts with: `random`
+/// or a decimal integer in `0..=4294967295` (CPython's
+/// `Python/initconfig.c`, `config_init_hash_seed`, refuses anything else
+/// at start-up); the error says so. vLLM's `NONE_HASH` hashes the text
+/// as given, so it is kept as given.
+pub fn python_hash_seed(seed: &str) -> Result<String, String> {
+    let integer = !seed.is_empty()
+        && seed.len() <= 10
+        && seed.bytes().all(|b| b.is_ascii_digit())
+        && seed.parse::<u64>().is_ok_and(|v| v <= u64::from(u32::MAX));
+    if seed == "random" || integer {
+        Ok(seed.to_string())
+    } else {
+        Err(format!(
+            "{seed:?}: PYTHONHASHSEED must be \"random\" or an integer in 0..=4294967295, as \
+             Python requires"
+        ))
+    }
+}
+
 /// A vLLM block hash: the 32-byte SHA-256 digest.
 pub type BlockDigest = [u8; 32];
 
@@ -122,6 +142,26 @@ pub enum BlockHashMode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hash_seeds_are_what_python_starts_with() {
+        for ok in ["0", "42", "4294967295", "random"] {
+            assert_eq!(python_hash_seed(ok).as_deref(), Ok(ok));
+        }
+        for bad in [
+            "NaN",
+            "",
+            "-1",
+            "4294967296",
+            "1e3",
+            " 7",
+            "99999999999",
+            "Random",
+        ] {
+            let e = python_hash_seed(bad).expect_err(bad);
+            assert!(e.contains("PYTHONHASHSEED"), "{e}");
+        }
+    }
 
     /// The bytes hashed are canonical CBOR, written out by hand here from
     /// RFC 8949's encoding rules (an independent check of the encoder).

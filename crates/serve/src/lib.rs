@@ -27,15 +27,15 @@
 //!   shared `handoff_serving::Serving` director with the edge's taps, data
 //!   parallel rank choice.
 //!
-//! Only this crate depends on tokio, axum, hyper, zeromq, rmpv, tokenizers
-//! and prometheus-client; `handoff-core` and the backend crates know
+//! Only this crate depends on tokio, axum, hyper, zmq (libzmq), rmpv,
+//! tokenizers and prometheus-client; `handoff-core` and the backend crates know
 //! nothing of it.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod director;
 mod http;
-mod kv_events;
+pub mod kv_events;
 mod metrics;
 pub mod openai;
 mod server;
@@ -48,7 +48,7 @@ pub use kv_events::zmq::KvEndpoints;
 pub use openai::Tokenizer;
 pub use server::{
     parse_worker_http, per_worker, serve, serve_until, serve_workers, serve_workers_until,
-    worker_http_ports, Listening, ServeConfig,
+    serve_workers_until_forced, worker_http_ports, Listening, ServeConfig,
 };
 pub use sglang::bootstrap::DEFAULT_TIMEOUT_S as DEFAULT_BOOTSTRAP_TIMEOUT_S;
-pub use vllm::wire::{KvEventEncoding, END_SEQ};
+pub use vllm::wire::{KvEventEncoding, WireEvent, END_SEQ};

@@ -105,13 +105,23 @@ pub fn per_worker(base: &str, n: usize, flag: &str) -> Result<Vec<String>, Strin
 /// Runs the server until SIGINT/SIGTERM; `on_listen` is told the bound
 /// HTTP address first. Returns the run's report.
 pub fn serve(c: ServeConfig, on_listen: impl FnOnce(SocketAddr)) -> Result<Report, String> {
-    serve_until(c, on_listen, shutdown_signal())
+    let (stop, force) = shutdown_signals();
+    runtime()?.block_on(run(c, |l: Listening| on_listen(l.http), stop, force))
 }
 
 /// [`serve`], telling `on_listen` every bound address (the per-worker
 /// listeners' too).
 pub fn serve_workers(c: ServeConfig, on_listen: impl FnOnce(Listening)) -> Result<Report, String> {
-    serve_workers_until(c, on_listen, shutdown_signal())
+    let (stop, force) = shutdown_signals();
+    runtime()?.block_on(run(c, on_listen, stop, force))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))
 }
 
 /// [`serve`] until `stop` completes instead of a signal (tests, embedders).
@@ -120,12 +130,8 @@ pub fn serve_until(
     on_listen: impl FnOnce(SocketAddr),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Report, String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("starting the runtime: {e}"))?;
-    rt.block_on(run(c, |l: Listening| on_listen(l.http), stop))
+    let force = std::future::pending::<()>();
+    runtime()?.block_on(run(c, |l: Listening| on_listen(l.http), stop, force))
 }
 
 /// [`serve_until`], telling `on_listen` every bound address (the
@@ -135,18 +141,26 @@ pub fn serve_workers_until(
     on_listen: impl FnOnce(Listening),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Report, String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("starting the runtime: {e}"))?;
-    rt.block_on(run(c, on_listen, stop))
+    serve_workers_until_forced(c, on_listen, stop, std::future::pending())
+}
+
+/// [`serve_workers_until`], with `force` ending the graceful shutdown
+/// `stop` began: connections still open are cut, and what was in flight
+/// is counted on stderr (the second signal of [`serve`]).
+pub fn serve_workers_until_forced(
+    c: ServeConfig,
+    on_listen: impl FnOnce(Listening),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    force: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Report, String> {
+    runtime()?.block_on(run(c, on_listen, stop, force))
 }
 
 async fn run(
     c: ServeConfig,
     on_listen: impl FnOnce(Listening),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
+    force: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Report, String> {
     let workers = deployment(&c.cfg);
     if c.specs.len() != workers.len() {
@@ -213,7 +227,7 @@ async fn run(
             tokenizer: c.tokenizer,
         },
         metrics,
-        view,
+        view: view.clone(),
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -258,13 +272,36 @@ async fn run(
     let front = router(state)
         .merge(info::routes(info, Scope::Front))
         .merge(render);
+    let (force_tx, force_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         stop.await;
         let _ = stop_tx.send(true);
+        force.await;
+        let _ = force_tx.send(());
     });
-    accept::serve(listener, front, timeouts, stop_rx).await;
-    for o in others {
-        let _ = o.await;
+    let aborts: Vec<_> = others.iter().map(|o| o.abort_handle()).collect();
+    let graceful = async {
+        accept::serve(listener, front, timeouts, stop_rx).await;
+        for o in others {
+            let _ = o.await;
+        }
+    };
+    tokio::select! {
+        () = graceful => {}
+        Ok(()) = force_rx => {
+            // Dropping the front's accept loop drops its connections; the
+            // worker listeners' loops are aborted with theirs.
+            for a in aborts {
+                a.abort();
+            }
+            let (in_flight, open) = view
+                .lock()
+                .map_or((0, 0), |v| (v.in_flight, v.open_streams));
+            eprintln!(
+                "handoff-mocker serve: forced exit: {in_flight} requests in flight and \
+                 {open} open HTTP responses cut off"
+            );
+        }
     }
     let _ = tx.send(Cmd::Shutdown);
     engine
@@ -272,24 +309,61 @@ async fn run(
         .map_err(|_| "the engine thread panicked".to_string())?
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// The first SIGINT or SIGTERM (the first future) starts a graceful
+/// shutdown; the next one of either (the second) forces the exit. uvicorn,
+/// which serves vLLM's API, forces on a SIGINT during shutdown
+/// (`uvicorn/server.py`, `Server.handle_exit` sets `force_exit`); here a
+/// second SIGTERM does too, since a supervisor's second TERM means the same.
+/// Both futures read the same streams, registered once, so no signal
+/// between them is lost.
+fn shutdown_signals() -> (
+    impl std::future::Future<Output = ()> + Send + 'static,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (tx, rx) = tokio::sync::watch::channel(0u32);
+    let mut second = rx.clone();
+    let first = async move {
+        // Polled on the runtime, which the signal streams need.
+        tokio::spawn(count_signals(tx));
+        let mut rx = rx;
+        if rx.wait_for(|n| *n >= 1).await.is_err() {
+            std::future::pending::<()>().await;
         }
     };
+    let second = async move {
+        if second.wait_for(|n| *n >= 2).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    (first, second)
+}
+
+/// Counts SIGINTs and SIGTERMs into `tx` for ever (holding `tx`, so a
+/// stream that cannot be registered never reads as a signal).
+async fn count_signals(tx: tokio::sync::watch::Sender<u32>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            tx.send_modify(|n| *n = n.saturating_add(1));
+        }
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    loop {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return std::future::pending().await;
+        }
+        tx.send_modify(|n| *n = n.saturating_add(1));
     }
 }
 

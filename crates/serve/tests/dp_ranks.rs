@@ -128,6 +128,8 @@ fn legs_land_on_room_mod_dp_size_and_everything_is_per_rank() {
         let info = get(s.workers[w], "/server_info");
         assert_eq!(info["dp_size"], 2);
         assert_eq!(info["disaggregation_mode"], mode);
+        // Both pools name the same method, so routers trust rank pairs.
+        assert_eq!(info["load_balance_method"], "follow_bootstrap_room");
         let states = info["internal_states"].as_array().expect("states");
         assert_eq!(states.len(), 2);
         assert_eq!(

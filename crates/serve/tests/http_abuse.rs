@@ -317,7 +317,7 @@ fn wrong_types_are_400s_naming_the_field() {
         ),
         (
             "/v1/completions",
-            completion(r#","max_tokens":"8""#),
+            completion(r#","max_tokens":8.5"#),
             "max_tokens",
         ),
         (
@@ -357,5 +357,23 @@ fn wrong_types_are_400s_naming_the_field() {
         .unwrap();
     assert_eq!(read_answer(&mut s).expect("an answer").status, 200);
     common::wait_drained(addr);
+    server.stop();
+}
+
+/// An HTTP/2 client's preface gets uvicorn's 400 (vLLM's server answers
+/// it so) instead of a silent close, and the server goes on serving.
+#[test]
+fn an_http2_preface_is_answered_400() {
+    let (addr, server) = start();
+    let mut s = connect(addr);
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text:?}");
+    assert!(
+        text.ends_with("\r\n\r\nInvalid HTTP request received."),
+        "{text:?}"
+    );
+    good_request_succeeds(addr);
     server.stop();
 }

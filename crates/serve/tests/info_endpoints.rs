@@ -245,6 +245,10 @@ fn sglang_aggregated_worker_generates() {
     for to in [s.http, s.workers[0]] {
         assert_eq!(s.json(to, "/v1/models")["data"][0]["owned_by"], "sglang");
         assert_eq!(s.json(to, "/server_info")["disaggregation_mode"], "null");
+        assert_eq!(
+            s.json(to, "/server_info")["load_balance_method"],
+            "round_robin"
+        );
         assert_eq!(s.json(to, "/v1/loads")["loads"][0]["disagg_mode"], "null");
     }
     let (status, text) = common::call(s.workers[0], "GET", "/metrics", "");

@@ -72,6 +72,12 @@ pub enum Problem {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The line exceeds the limit and has no end within a bounded skip
+    /// past it: the input is not a file of lines; always fatal.
+    Endless {
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// The JSON does not parse; serde_json's description.
     Syntax(String),
     /// The line is valid JSON but not an object.
@@ -160,6 +166,11 @@ impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Problem::TooLong { limit } => write!(f, "longer than {limit} bytes"),
+            Problem::Endless { limit } => write!(
+                f,
+                "longer than {limit} bytes with no line end in {} times that: not a file of lines",
+                crate::line::SKIP_FACTOR
+            ),
             Problem::Syntax(msg) => write!(f, "{msg}"),
             Problem::NotAnObject => f.write_str("expected a JSON object"),
             Problem::Missing => f.write_str("missing"),

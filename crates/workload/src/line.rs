@@ -12,11 +12,21 @@ pub(crate) enum LineRead {
     Line,
     /// The line exceeded the limit; it was consumed but not kept.
     TooLong,
+    /// The line exceeded the limit and no newline came within
+    /// [`SKIP_FACTOR`] times the limit: not a file of lines (`/dev/zero`,
+    /// a binary); reading stopped there rather than skip without end.
+    Endless,
 }
+
+/// How far past the limit an over-long line is still skipped to its end,
+/// as a multiple of the limit (64 MB at the reader's 16 MB default).
+pub const SKIP_FACTOR: usize = 4;
 
 /// Reads the next line into `buf` (cleared first), keeping at most `max`
 /// bytes. An over-long line is consumed up to its newline without being
-/// stored, so the next call starts at the following line.
+/// stored, so the next call starts at the following line, if that newline
+/// comes within [`SKIP_FACTOR`]` * max` bytes; otherwise reading stops
+/// ([`LineRead::Endless`]), so a call reads a bounded number of bytes.
 pub(crate) fn read_bounded_line<R: BufRead>(
     reader: &mut R,
     buf: &mut Vec<u8>,
@@ -25,6 +35,7 @@ pub(crate) fn read_bounded_line<R: BufRead>(
     buf.clear();
     let mut seen_any = false;
     let mut too_long = false;
+    let mut skipped = 0usize;
     loop {
         let available = match reader.fill_buf() {
             Ok(b) => b,
@@ -42,16 +53,19 @@ pub(crate) fn read_bounded_line<R: BufRead>(
             Some(i) => (&available[..i], true),
             None => (available, false),
         };
-        if !too_long {
-            if buf.len().saturating_add(chunk.len()) > max {
-                too_long = true;
-                buf.clear();
-            } else {
-                buf.extend_from_slice(chunk);
-            }
+        if too_long {
+            skipped = skipped.saturating_add(chunk.len());
+        } else if buf.len().saturating_add(chunk.len()) > max {
+            too_long = true;
+            buf.clear();
+        } else {
+            buf.extend_from_slice(chunk);
         }
         let used = chunk.len() + usize::from(found_newline);
         reader.consume(used);
+        if !found_newline && skipped > max.saturating_mul(SKIP_FACTOR) {
+            return Ok(LineRead::Endless);
+        }
         if found_newline {
             break;
         }
@@ -100,6 +114,32 @@ mod tests {
             read_bounded_line(&mut r, &mut buf, 8).unwrap(),
             LineRead::Eof
         );
+    }
+
+    /// An input with no newline at all (`/dev/zero`) stops a bounded way
+    /// past the line limit, however long it is.
+    #[test]
+    fn an_endless_line_stops_reading() {
+        let mut zeros = io::BufReader::with_capacity(64, io::repeat(0));
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_bounded_line(&mut zeros, &mut buf, 1000).unwrap(),
+            LineRead::Endless
+        );
+        assert!(buf.is_empty());
+        // A long line that ends within the skip bound is skipped as
+        // before.
+        let data = [vec![b'x'; 4500], b"\nok\n".to_vec()].concat();
+        let mut r = io::BufReader::with_capacity(64, &data[..]);
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 1000).unwrap(),
+            LineRead::TooLong
+        );
+        assert_eq!(
+            read_bounded_line(&mut r, &mut buf, 1000).unwrap(),
+            LineRead::Line
+        );
+        assert_eq!(buf, b"ok");
     }
 
     #[test]

@@ -428,6 +428,14 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                     self.done = true;
                     return None;
                 }
+                // Skipping on would read without end: fatal.
+                LineRead::Endless => {
+                    self.done = true;
+                    self.line_no += 1;
+                    self.stats.lines += 1;
+                    let limit = self.options.max_line_bytes;
+                    return Some(Err(self.error(TraceField::Line, Problem::Endless { limit })));
+                }
                 LineRead::TooLong => {
                     self.line_no += 1;
                     self.stats.lines += 1;

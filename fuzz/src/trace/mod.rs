@@ -248,7 +248,7 @@ fn problem_kind(p: &Problem) -> String {
 fn fits(field: TraceField, p: &Problem) -> bool {
     use TraceField as F;
     match p {
-        Problem::TooLong { .. } => field == F::Line,
+        Problem::TooLong { .. } | Problem::Endless { .. } => field == F::Line,
         Problem::Syntax(_) => field == F::Json,
         Problem::NotAnObject => field == F::Record,
         Problem::Io(_) => field == F::Io,
@@ -320,7 +320,7 @@ fn check_located(e: &TraceError, input: &[u8], want_line: Option<u64>, lines: u6
                 "syntax error without a column inside the {len}-byte line: {e}"
             );
         }
-        Problem::TooLong { limit } => {
+        Problem::TooLong { limit } | Problem::Endless { limit } => {
             // The limit counts a trailing `\r`; only the newline is excluded.
             let raw = input.split(|&b| b == b'\n').nth(e.line() as usize - 1);
             check!(

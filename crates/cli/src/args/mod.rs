@@ -211,8 +211,11 @@ pub struct DeployArgs {
     /// Link bandwidth in GB/s (bytes models).
     #[arg(long, default_value_t = 25.0, value_name = "GBPS")]
     pub bandwidth_gbps: f64,
-    /// One-way control-message latency between workers, in µs (replay and
-    /// virtual-clock live; on the wall clock the network's own).
+    /// One-way control-message latency, µs of model time: replay,
+    /// virtual-clock live and serve (whose workers share one process)
+    /// delay every fact between workers and the frontend's decode hop by
+    /// it; wall-clock live only the hop (facts cross the real network). On
+    /// the wall clock it takes latency/--speed of real time (at most 60 s).
     #[arg(long, default_value_t = 500, value_name = "US")]
     pub message_latency_us: u64,
     /// Destination reservation lifetime, in seconds [default: vllm and

@@ -251,6 +251,11 @@ impl Frontend {
         }
     }
 
+    /// The handoff policy its disaggregated requests follow.
+    pub fn policy(&self) -> HandoffPolicy {
+        self.policy
+    }
+
     /// Whether session-affine routing is on.
     pub fn sessions_on(&self) -> bool {
         self.sessions.routing.is_some()

@@ -221,6 +221,74 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 /// One connection, until it closes (or, after `stop`, once its request in
 /// progress is answered).
+/// The first line of the HTTP/2 connection preface (RFC 9113, section 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
+/// uvicorn's answer to a request its HTTP/1.1 parser refuses, an HTTP/2
+/// preface among them (`uvicorn/protocols/http/httptools_impl.py`,
+/// `HttpToolsProtocol.data_received`: `send_400_response("Invalid HTTP
+/// request received.")`), which vLLM's API server therefore gives.
+const H2_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
+    content-length: 29\r\nconnection: close\r\n\r\nInvalid HTTP request received.";
+
+/// How a connection opens, decided from its first bytes, peeked (not read).
+#[derive(Debug, PartialEq, Eq)]
+enum Opening {
+    /// Anything but the HTTP/2 preface: hyper reads it.
+    Http1,
+    /// The HTTP/2 preface: answered with [`H2_ANSWER`] and closed.
+    H2Preface,
+    /// Nothing that decides came within the head timeout, or the peer
+    /// closed: closed, as hyper closes a head that times out.
+    Silent,
+}
+
+async fn opening(stream: &TcpStream, wait: Duration) -> Opening {
+    let mut buf = [0u8; 16];
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return Opening::Silent,
+        };
+        if !H2_PREFACE.starts_with(&buf[..n.min(H2_PREFACE.len())]) {
+            return Opening::Http1;
+        }
+        if n >= H2_PREFACE.len() {
+            return Opening::H2Preface;
+        }
+        // A prefix of the preface: peek again once more bytes may be in.
+        if tokio::time::timeout_at(deadline, tokio::time::sleep(Duration::from_millis(5)))
+            .await
+            .is_err()
+        {
+            return Opening::Silent;
+        }
+    }
+}
+
+/// Reads what the HTTP/2 client sent so far (its preface and settings, at
+/// most a few kilobytes: unread bytes would turn the close into a reset
+/// that loses the answer), sends [`H2_ANSWER`] and closes.
+async fn answer_h2(stream: TcpStream) {
+    let mut scratch = [0u8; 4096];
+    let _ = stream.try_read(&mut scratch);
+    let mut sent = 0;
+    while sent < H2_ANSWER.len() {
+        if stream.writable().await.is_err() {
+            return;
+        }
+        match stream.try_write(&H2_ANSWER[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+    if let Ok(s) = stream.into_std() {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+}
+
 async fn connection(
     stream: TcpStream,
     app: Router,
@@ -228,6 +296,14 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    match opening(&stream, timeouts.header).await {
+        Opening::Http1 => {}
+        Opening::Silent => return,
+        Opening::H2Preface => {
+            let _ = tokio::time::timeout(timeouts.header, answer_h2(stream)).await;
+            return;
+        }
+    }
     let body_limit = timeouts.body;
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         if let Some(n) = announced_too_large(&req) {

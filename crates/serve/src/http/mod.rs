@@ -10,6 +10,7 @@
 pub(crate) mod accept;
 pub(crate) mod error;
 pub(crate) mod listener;
+pub(crate) mod offload;
 pub(crate) mod worker;
 
 use crate::director::driver::{Cmd, EngineView};
@@ -18,7 +19,7 @@ pub use crate::http::error::MAX_BODY_BYTES;
 pub(crate) use crate::http::error::{body_error_response, error};
 use crate::metrics::Metrics;
 use crate::openai::tokenizer::synthetic_piece;
-use crate::openai::{parse, ApiError, Endpoint, ErrorKind, GenRequest, Limits, Meta, Usage};
+use crate::openai::{ApiError, Endpoint, ErrorKind, GenRequest, Limits, Meta, Usage};
 use crate::vllm::kv_transfer::response_params;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -176,7 +177,7 @@ async fn generate(
         Ok(b) => b,
         Err(r) => return body_error_response(&r),
     };
-    let req = match parse(endpoint, &body, &s.limits) {
+    let req = match crate::http::offload::parse_off(endpoint, &body, &s.limits).await {
         Ok(r) => r,
         Err(e) => return error(&e),
     };

@@ -180,12 +180,21 @@ async fn generate(
         Ok(b) => b,
         Err(r) => return body_error_response(&r),
     };
-    let req = match parse(endpoint, &body, &s.app.limits) {
+    // `parse` reads the body as a JSON object, then it is read again for
+    // the PD fields: both off the worker threads.
+    let parsed = {
+        let (body, limits) = (body.clone(), s.app.limits.clone());
+        crate::http::offload::off_thread(move || {
+            let req = parse(endpoint, &body, &limits)?;
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            Ok((req, v))
+        })
+        .await
+    };
+    let (req, v) = match parsed {
         Ok(r) => r,
         Err(e) => return error(&e),
     };
-    // `parse` read the body as a JSON object already.
-    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     match crate::sglang::bootstrap::parse(&v) {
         Err(e) => return error(&e.api()),
         Ok(Some(room)) => return crate::sglang::pd::leg(&s, endpoint, req, room).await,

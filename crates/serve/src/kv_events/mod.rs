@@ -1,6 +1,9 @@
 //! KV events out of the server: each scheduler's ZMQ PUB socket and vLLM's
-//! ROUTER replay socket ([`zmq`]), in the layout of [`crate::vllm::wire`].
+//! ROUTER replay socket ([`zmq`], libzmq's), in the layout of
+//! [`crate::vllm::wire`], behind a bounded ZMTP filter on the public ports
+//! ([`zmtp_guard`]).
 //! Dynamo's `RouterEvent` JSONL and the block hashes are
 //! `handoff-kv-events`', shared with replay.
 
-pub(crate) mod zmq;
+pub mod zmq;
+pub(crate) mod zmtp_guard;

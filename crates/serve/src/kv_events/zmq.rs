@@ -2,8 +2,23 @@
 //! replay socket (`vllm/distributed/kv_events.py`, `ZmqEventPublisher`:
 //! `_publisher_thread` sends `(topic, seq, payload)`, `_service_replay`
 //! answers a ROUTER request from its bounded buffer). See
-//! [`crate::vllm::wire`] for the frames. ZMTP 3 is spoken by the pure-Rust
-//! `zeromq` crate, so any libzmq subscriber (pyzmq) can connect.
+//! [`crate::vllm::wire`] for the frames.
+//!
+//! The sockets are libzmq's (the `zmq` crate, which builds libzmq 4.3 from
+//! its bundled source), the library vLLM's publisher uses through pyzmq.
+//! Both only ever receive small frames (a subscription, a replay request),
+//! so both set `ZMQ_MAXMSGSIZE` to [`MAX_INBOUND_BYTES`]: libzmq's decoder
+//! (`src/v2_decoder.cpp`, `v2_decoder_t::size_ready`) compares a frame's
+//! announced size with it before allocating and disconnects the peer, so a
+//! frame header claiming 2^62 bytes costs nothing but that connection.
+//! (The pure-Rust `zeromq` crate used before allocated the announced size
+//! first, and aborted the process.) libzmq does keep every part of an
+//! unfinished multipart message, so the public ports are
+//! [`crate::kv_events::zmtp_guard`]'s, which bounds frames and parts per message
+//! before forwarding to the sockets on private Unix sockets. A peer's
+//! handshake is bounded by libzmq's `ZMQ_HANDSHAKE_IVL` (30 s); a replay
+//! request of more than [`MAX_REQUEST_PARTS`] parts is read and dropped
+//! part by part.
 //!
 //! Replay, as vLLM's `_service_replay` answers it: a request for
 //! `start_seq` gets every kept batch whose sequence is at least
@@ -14,17 +29,39 @@
 //! answer starts at the oldest kept (its first sequence is above the one
 //! asked for, which Dynamo's listener reports as `started_after_requested`)
 //! and still ends with the marker; a `start_seq` past the newest is
-//! answered with the marker alone.
+//! answered with the marker alone. Unlike vLLM's ROUTER, which drops what
+//! passes its high-water mark, a replay answer waits for room (up to
+//! [`REPLAY_SEND_TIMEOUT_MS`] per message, then the rest of that answer is
+//! dropped), so a reading client gets every batch.
 
+use crate::kv_events::zmtp_guard::{self, InnerDir};
 use crate::vllm::wire::{encode_batch_as, KvEventEncoding, WireEvent, END_SEQ};
 use bytes::Bytes;
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
-use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
 
 /// Batches kept for replay per worker (vLLM's `buffer_steps` default).
 pub const REPLAY_BUFFER: usize = 10_000;
+
+/// The largest frame the events and replay sockets accept from a peer
+/// (`ZMQ_MAXMSGSIZE`): a subscription topic or an 8-byte replay request,
+/// with room for the handshake's READY metadata (a 255-byte identity).
+pub const MAX_INBOUND_BYTES: i64 = 4096;
+
+/// Parts of a replay request kept (identity, delimiter, sequence); further
+/// parts are read and dropped.
+pub const MAX_REQUEST_PARTS: usize = 4;
+
+/// How long one replay message may wait for room in a slow client's queue.
+pub const REPLAY_SEND_TIMEOUT_MS: i32 = 5_000;
+
+/// vLLM's `hwm` default for the PUB socket (`ZmqEventPublisher.__init__`).
+const PUB_HWM: i32 = 100_000;
+
+/// How often a replay thread looks whether the publishers were dropped.
+const REPLAY_POLL_MS: i32 = 200;
 
 /// The batches kept for replay, oldest first, with their sequence numbers.
 #[derive(Debug)]
@@ -75,15 +112,45 @@ pub struct KvEndpoints {
 }
 
 /// The running publishers; [`KvPublishers::publish`] is called from the
-/// engine thread.
+/// engine thread. Dropping them ends the publishing thread and the replay
+/// threads (within [`REPLAY_POLL_MS`]) and closes the sockets.
 pub struct KvPublishers {
-    senders: Vec<UnboundedSender<Bytes>>,
+    sender: Sender<(usize, Bytes)>,
+    workers: usize,
     encoding: KvEventEncoding,
+    stop: Arc<AtomicBool>,
+    guards: Vec<tokio::task::AbortHandle>,
+    _inner: InnerDir,
+}
+
+/// A socket of `kind` bounded as the module docs say, listening on the
+/// public `addr` through a [`crate::kv_events::zmtp_guard`] (spawned, its handle in
+/// `guards`) and bound itself to socket `name` of `inner`.
+async fn guarded_socket(
+    ctx: &zmq::Context,
+    kind: zmq::SocketType,
+    addr: &str,
+    flag: &str,
+    (inner, name): (&InnerDir, &str),
+    guards: &mut Vec<tokio::task::AbortHandle>,
+) -> Result<zmq::Socket, String> {
+    let listener = zmtp_guard::listen(addr, flag).await?;
+    let setup = || -> Result<(zmq::Socket, String), zmq::Error> {
+        let sock = ctx.socket(kind)?;
+        sock.set_maxmsgsize(MAX_INBOUND_BYTES)?;
+        sock.set_linger(0)?;
+        sock.bind(&inner.endpoint(name))?;
+        let bound = sock.get_last_endpoint()?.unwrap_or_default();
+        Ok((sock, bound))
+    };
+    let (sock, bound) = setup().map_err(|e| format!("{flag}: the socket behind {addr}: {e}"))?;
+    guards.push(tokio::spawn(zmtp_guard::guard(listener, bound)).abort_handle());
+    Ok(sock)
 }
 
 impl KvPublishers {
     /// Binds every socket (so a bad address fails here, before serving) and
-    /// starts their tasks on the current tokio runtime.
+    /// starts their threads.
     pub async fn start(ep: &KvEndpoints) -> Result<Self, String> {
         Self::start_keeping(ep, REPLAY_BUFFER).await
     }
@@ -91,53 +158,61 @@ impl KvPublishers {
     /// As [`KvPublishers::start`], keeping the last `keep` batches per
     /// worker for replay.
     pub async fn start_keeping(ep: &KvEndpoints, keep: usize) -> Result<Self, String> {
-        let mut senders = Vec::new();
+        let ctx = zmq::Context::new();
+        let stop = Arc::new(AtomicBool::new(false));
+        let inner = InnerDir::new()?;
+        let mut guards = Vec::new();
+        let mut publishers = Vec::with_capacity(ep.publish.len());
+        let mut replays = Vec::new();
         for (w, addr) in ep.publish.iter().enumerate() {
-            let mut sock = zeromq::PubSocket::new();
-            sock.bind(addr)
-                .await
-                .map_err(|e| format!("--kv-events: binding {addr}: {e}"))?;
+            let name = format!("pub-{w}");
+            let at = (&inner, name.as_str());
+            let sock = guarded_socket(&ctx, zmq::PUB, addr, "--kv-events", at, &mut guards).await?;
+            sock.set_sndhwm(PUB_HWM)
+                .map_err(|e| format!("--kv-events: {addr}: {e}"))?;
             let buffer: Buffer = Arc::new(Mutex::new(Kept::new(keep)));
             if let Some(raddr) = ep.replay.get(w) {
-                let mut router = zeromq::RouterSocket::new();
-                router
-                    .bind(raddr)
-                    .await
-                    .map_err(|e| format!("--kv-replay: binding {raddr}: {e}"))?;
-                tokio::spawn(serve_replay(router, buffer.clone()));
+                let name = format!("replay-{w}");
+                let at = (&inner, name.as_str());
+                let router =
+                    guarded_socket(&ctx, zmq::ROUTER, raddr, "--kv-replay", at, &mut guards)
+                        .await?;
+                let tune = || -> Result<(), zmq::Error> {
+                    router.set_router_mandatory(true)?;
+                    router.set_sndtimeo(REPLAY_SEND_TIMEOUT_MS)?;
+                    router.set_rcvtimeo(REPLAY_POLL_MS)
+                };
+                tune().map_err(|e| format!("--kv-replay: {raddr}: {e}"))?;
+                replays.push((router, buffer.clone()));
             }
-            let (tx, mut rx) = unbounded_channel::<Bytes>();
-            let topic = Bytes::from(ep.topic.clone().into_bytes());
-            tokio::spawn(async move {
-                let mut seq: u64 = 0;
-                while let Some(payload) = rx.recv().await {
-                    // Kept first: a subscriber that sees `seq` live and asks
-                    // for it back finds it.
-                    if let Ok(mut b) = buffer.lock() {
-                        b.push(seq, payload.clone());
-                    }
-                    let frames = vec![
-                        topic.clone(),
-                        Bytes::copy_from_slice(&seq.to_be_bytes()),
-                        payload,
-                    ];
-                    if let Ok(msg) = ZmqMessage::try_from(frames) {
-                        // No subscriber is not an error for a publisher.
-                        let _ = sock.send(msg).await;
-                    }
-                    seq += 1;
-                }
-            });
-            senders.push(tx);
+            publishers.push((sock, buffer));
         }
+        for (w, (router, buffer)) in replays.into_iter().enumerate() {
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name(format!("kv-replay-{w}"))
+                .spawn(move || serve_replay(&router, &buffer, &stop))
+                .map_err(|e| format!("--kv-replay: starting its thread: {e}"))?;
+        }
+        let (sender, receiver) = unbounded::<(usize, Bytes)>();
+        let topic = Bytes::from(ep.topic.clone().into_bytes());
+        let workers = publishers.len();
+        std::thread::Builder::new()
+            .name("kv-publish".into())
+            .spawn(move || publish_loop(&publishers, &topic, &receiver))
+            .map_err(|e| format!("--kv-events: starting its thread: {e}"))?;
         Ok(KvPublishers {
-            senders,
+            sender,
+            workers,
             encoding: ep.encoding,
+            stop,
+            guards,
+            _inner: inner,
         })
     }
 
-    #[cfg(test)]
-    /// Publishes worker `w`'s events of one engine instant as one batch.
+    /// Publishes worker `w`'s events of one engine instant as one batch
+    /// (rank 0).
     pub fn publish(&self, w: usize, ts: f64, events: &[WireEvent]) {
         self.publish_rank(w, 0, ts, events);
     }
@@ -146,23 +221,81 @@ impl KvPublishers {
     /// stamped with its `data_parallel_rank` (publishers are per
     /// scheduler: each rank has its own, as in vLLM).
     pub fn publish_rank(&self, s: usize, dp_rank: u16, ts: f64, events: &[WireEvent]) {
-        if let Some(tx) = self.senders.get(s) {
-            let _ = tx.send(Bytes::from(encode_batch_as(
-                ts,
-                events,
-                u32::from(dp_rank),
-                self.encoding,
-            )));
+        if s >= self.workers {
+            return;
+        }
+        let payload = Bytes::from(encode_batch_as(
+            ts,
+            events,
+            u32::from(dp_rank),
+            self.encoding,
+        ));
+        let _ = self.sender.send((s, payload));
+    }
+}
+
+impl Drop for KvPublishers {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for g in &self.guards {
+            g.abort();
         }
     }
 }
 
-/// Answers replay requests: `[identity, (b""), start_seq]` gets every kept
-/// batch from `start_seq` on, then the end marker, each with the same
-/// envelope.
-async fn serve_replay(mut router: zeromq::RouterSocket, buffer: Buffer) {
-    while let Ok(msg) = router.recv().await {
-        let frames = msg.into_vec();
+/// Sends each batch on its worker's PUB socket, numbered per worker, until
+/// the publishers are dropped. A batch is kept first: a subscriber that
+/// sees `seq` live and asks for it back finds it.
+fn publish_loop(
+    publishers: &[(zmq::Socket, Buffer)],
+    topic: &Bytes,
+    batches: &Receiver<(usize, Bytes)>,
+) {
+    let mut seqs = vec![0u64; publishers.len()];
+    while let Ok((w, payload)) = batches.recv() {
+        let (Some((sock, buffer)), Some(seq)) = (publishers.get(w), seqs.get_mut(w)) else {
+            continue;
+        };
+        if let Ok(mut b) = buffer.lock() {
+            b.push(*seq, payload.clone());
+        }
+        let frames: [&[u8]; 3] = [topic, &seq.to_be_bytes(), &payload];
+        // No subscriber, or one past its high-water mark, is not an error
+        // for a publisher (libzmq drops for it, as vLLM's does).
+        let _ = sock.send_multipart(frames, zmq::DONTWAIT);
+        *seq += 1;
+    }
+}
+
+/// One request from `router`: its first [`MAX_REQUEST_PARTS`] parts (the
+/// rest read and dropped), or `None` when nothing came in time.
+fn recv_request(router: &zmq::Socket) -> Option<Vec<Vec<u8>>> {
+    let mut parts = Vec::new();
+    loop {
+        let part = match router.recv_bytes(0) {
+            Ok(p) => p,
+            // A timeout before the first part; the rest of a message is
+            // already queued whole (libzmq delivers messages atomically).
+            Err(_) if parts.is_empty() => return None,
+            Err(_) => return Some(parts),
+        };
+        if parts.len() < MAX_REQUEST_PARTS {
+            parts.push(part);
+        }
+        if !router.get_rcvmore().unwrap_or(false) {
+            return Some(parts);
+        }
+    }
+}
+
+/// Answers replay requests until `stop`: `[identity, (b""), start_seq]`
+/// gets every kept batch from `start_seq` on, then the end marker, each
+/// with the same envelope.
+fn serve_replay(router: &zmq::Socket, buffer: &Buffer, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let Some(frames) = recv_request(router) else {
+            continue;
+        };
         // identity, optional empty delimiter (REQ clients), start sequence.
         let (Some(identity), Some(start)) = (frames.first(), frames.last()) else {
             continue;
@@ -175,22 +308,23 @@ async fn serve_replay(mut router: zeromq::RouterSocket, buffer: Buffer) {
         s.copy_from_slice(start);
         let start = u64::from_be_bytes(s);
         let kept = buffer.lock().map(|b| b.from(start)).unwrap_or_default();
-        let reply = |seq: Bytes, payload: Bytes| {
-            let mut v = vec![identity.clone()];
+        let reply = |seq: &[u8], payload: &[u8]| {
+            let delimiter: &[u8] = &[];
+            let mut v: Vec<&[u8]> = vec![identity];
             if delimited {
-                v.push(Bytes::new());
+                v.push(delimiter);
             }
             v.push(seq);
             v.push(payload);
-            ZmqMessage::try_from(v)
+            // A client gone or too slow (EHOSTUNREACH, EAGAIN) ends the
+            // answer.
+            router.send_multipart(v, 0).is_ok()
         };
-        for (seq, payload) in kept {
-            if let Ok(m) = reply(Bytes::copy_from_slice(&seq.to_be_bytes()), payload) {
-                let _ = router.send(m).await;
-            }
-        }
-        if let Ok(m) = reply(Bytes::copy_from_slice(&END_SEQ), Bytes::new()) {
-            let _ = router.send(m).await;
+        let answered = kept
+            .iter()
+            .all(|(seq, payload)| reply(&seq.to_be_bytes(), payload));
+        if answered {
+            reply(&END_SEQ, &[]);
         }
     }
 }
@@ -198,6 +332,7 @@ async fn serve_replay(mut router: zeromq::RouterSocket, buffer: Buffer) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
 
     fn kept(keep: usize, n: u64) -> Kept {
         let mut k = Kept::new(keep);

@@ -239,6 +239,20 @@ impl InfoState {
         }
     }
 
+    /// SGLang's `load_balance_method` as this scope picks ranks
+    /// ([`crate::director::dp_lb`]): a PD worker sends each leg to rank
+    /// `bootstrap_room % dp_size` (`follow_bootstrap_room`, what SGLang's
+    /// `auto` resolves to in a disaggregation mode,
+    /// `srt/server_args.py`), anything else round-robins. Routers read it
+    /// to know whether a pair's two ranks match (smg warns when it is
+    /// missing or when the pools disagree).
+    pub fn load_balance_method(&self, scope: Scope) -> &'static str {
+        match self.mode(scope) {
+            "prefill" | "decode" => "follow_bootstrap_room",
+            _ => "round_robin",
+        }
+    }
+
     fn max_running(&self, scope: Scope) -> u64 {
         self.members(scope)
             .filter_map(|w| self.specs.get(w))
@@ -298,6 +312,7 @@ impl InfoState {
             "max_total_num_tokens": load.total_tokens,
             "max_req_input_len": limits.max_model_len.saturating_sub(1),
             "disaggregation_mode": self.mode(scope),
+            "load_balance_method": self.load_balance_method(scope),
             // No bootstrap server runs: SGLang's destination-first
             // bootstrap flow is not served over HTTP.
             "disaggregation_bootstrap_port": Value::Null,
@@ -547,7 +562,9 @@ async fn generate(State(s): State<Arc<Scoped>>, body: Result<Bytes, BytesRejecti
         Err(r) => return body_error_response(&r),
     };
     let app = &s.info.app;
-    let req = match parse_native(&body, &app.limits) {
+    let limits = app.limits.clone();
+    let parsed = crate::http::offload::off_thread(move || parse_native(&body, &limits)).await;
+    let req = match parsed {
         Ok(r) => r,
         Err(e) => return error(&e),
     };
@@ -562,7 +579,8 @@ async fn generate(State(s): State<Arc<Scoped>>, body: Result<Bytes, BytesRejecti
 /// listener (whose `/generate` route serves SGLang PD legs first): served
 /// whole on `w`.
 pub(crate) async fn generate_on(app: &AppState, w: WorkerId, body: &Bytes) -> Response {
-    match parse_native(body, &app.limits) {
+    let (body, limits) = (body.clone(), app.limits.clone());
+    match crate::http::offload::off_thread(move || parse_native(&body, &limits)).await {
         Ok(req) => run_native(app, Some(w.0 as usize), req).await,
         Err(e) => error(&e),
     }

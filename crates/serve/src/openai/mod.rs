@@ -22,9 +22,9 @@ pub(crate) mod render;
 pub(crate) mod sampling;
 pub(crate) mod tokenizer;
 
-pub use tokenizer::Tokenizer;
+pub use tokenizer::{tokenize, Tokenizer};
 
-use crate::openai::tokenizer::{chat_prompt, fnv1a64, PromptKind, VOCAB};
+use crate::openai::tokenizer::{chat_prompt, fnv1a64, EncodeError, PromptKind, VOCAB};
 use serde_json::{json, Value};
 
 /// `max_tokens` when the request gives none (OpenAI's completions default).
@@ -172,10 +172,34 @@ impl GenRequest {
     }
 }
 
+/// `x` as pydantic's default (lax) `int` reads it: vLLM's request models
+/// (`vllm/entrypoints/openai/protocol.py`, `CompletionRequest.max_tokens:
+/// int | None`) are pydantic v2 models in lax mode, whose conversion table
+/// takes an integer, a float that is an exact integer (`4.0`), or a string
+/// of digits (`"4"`); `None` for anything else, or a negative number.
+fn lax_uint(x: &Value) -> Option<u64> {
+    match x {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            // Below 2^64, so the conversion is exact.
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(f))
+                .map(|f| f as u64)
+        }),
+        Value::String(s) => {
+            let t = s.trim();
+            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            t.parse().ok()
+        }
+        _ => None,
+    }
+}
+
 fn uint(v: &Value, field: &'static str, max: u64) -> Result<Option<u64>, ApiError> {
     match v.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(x) => match x.as_u64() {
+        Some(x) => match lax_uint(x) {
             Some(n) if n <= max => Ok(Some(n)),
             Some(_) => Err(ApiError::invalid(
                 Some(field),
@@ -212,17 +236,33 @@ fn token_ids(a: &[Value]) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
-/// `text` through `limits`' tokenizer; a refusal names `field`.
+/// `text` through `limits`' tokenizer; a refusal names `field`. A prompt
+/// leaves room for at least one output token, so one of `max_model_len`
+/// tokens or more is refused, by its byte length alone when that makes it
+/// certain, else as soon as the tokenizer has cut that many.
 pub(crate) fn encode(
     limits: &Limits,
     text: &str,
     kind: PromptKind,
     field: &'static str,
 ) -> Result<Vec<u32>, ApiError> {
+    let cap = limits.max_model_len;
+    let limit = cap.saturating_sub(1) as usize;
     limits
         .tokenizer
-        .encode(text, kind)
-        .map_err(|e| ApiError::invalid(Some(field), e))
+        .encode_at_most(text, kind, limit)
+        .map_err(|e| match e {
+            EncodeError::Refused(m) => ApiError::invalid(Some(field), m),
+            EncodeError::TooMany { at_least } => ApiError::invalid(
+                Some(field),
+                format!(
+                    "This model's maximum context length is {cap} tokens. However, your \
+                     request has at least {at_least} input tokens ({} bytes of text). Please \
+                     reduce the length of the input.",
+                    text.len()
+                ),
+            ),
+        })
 }
 
 fn prompt_tokens(v: &Value, limits: &Limits) -> Result<Vec<u32>, ApiError> {
@@ -530,6 +570,23 @@ mod tests {
 
     fn p(e: Endpoint, body: &str) -> Result<GenRequest, ApiError> {
         parse(e, body.as_bytes(), &limits())
+    }
+
+    /// As vLLM's pydantic models read an int: `4.0` and `"4"` are 4,
+    /// `4.5`, `-1`, `true` and `"4x"` are refused.
+    #[test]
+    fn integer_fields_read_as_pydantic_lax_ints() {
+        let l = limits();
+        for (mt, want) in [("4", 4u32), ("4.0", 4), ("\"4\"", 4), ("5e1", 50)] {
+            let b = format!(r#"{{"model": "m", "prompt": "hi", "max_tokens": {mt}}}"#);
+            let r = parse(Endpoint::Completions, b.as_bytes(), &l).expect(mt);
+            assert_eq!(r.max_tokens, want, "{mt}");
+        }
+        for mt in ["4.5", "-1", "true", "\"4x\"", "\"\"", "1e300"] {
+            let b = format!(r#"{{"model": "m", "prompt": "hi", "max_tokens": {mt}}}"#);
+            let e = parse(Endpoint::Completions, b.as_bytes(), &l).expect_err(mt);
+            assert_eq!(e.param, Some("max_tokens"), "{mt}");
+        }
     }
 
     #[test]

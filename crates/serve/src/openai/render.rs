@@ -46,19 +46,24 @@ async fn completions(
     State(app): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    answer(&app, Endpoint::Completions, body)
+    answer(&app, Endpoint::Completions, body).await
 }
 
 async fn chat(State(app): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
-    answer(&app, Endpoint::Chat, body)
+    answer(&app, Endpoint::Chat, body).await
 }
 
-fn answer(app: &AppState, endpoint: Endpoint, body: Result<Bytes, BytesRejection>) -> Response {
+async fn answer(
+    app: &AppState,
+    endpoint: Endpoint,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let body = match body {
         Ok(b) => b,
         Err(r) => return body_error_response(&r),
     };
-    match render(endpoint, &body, &app.limits) {
+    let limits = app.limits.clone();
+    match crate::http::offload::off_thread(move || render(endpoint, &body, &limits)).await {
         Ok(v) => Json(v).into_response(),
         Err(e) => error(&e),
     }

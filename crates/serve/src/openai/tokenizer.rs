@@ -39,14 +39,48 @@ fn piece_id(piece: &str) -> u32 {
     256 + (fnv1a64(piece.as_bytes()) % u64::from(VOCAB - 256)) as u32
 }
 
+/// Longest run of whitespace one piece holds, in bytes; with
+/// [`MAX_PIECE_BYTES`] and a char's 4 bytes it bounds every piece, so a
+/// text of `n` bytes has at least `n / MAX_ANY_PIECE_BYTES` (rounded up)
+/// pieces.
+pub const MAX_SPACE_RUN_BYTES: usize = 64;
+
+/// The longest piece of any kind, in bytes (see [`MAX_SPACE_RUN_BYTES`]).
+pub const MAX_ANY_PIECE_BYTES: usize = MAX_SPACE_RUN_BYTES;
+
 /// Appends the ids of `text`'s pieces to `out` (see the module docs).
 pub fn tokenize_into(text: &str, out: &mut Vec<u32>) {
+    let _ = tokenize_bounded_into(text, usize::MAX, out);
+}
+
+/// Appends the ids of `text`'s pieces to `out`, stopping once more than
+/// `limit` have been appended: `Err(limit + 1)` then (the text has at
+/// least that many), `Ok(count)` otherwise. A text whose bytes already
+/// make more than `limit` pieces certain is refused before any is cut.
+/// Work is linear in the bytes read: each piece looks at no more than
+/// two chars past its end.
+pub fn tokenize_bounded_into(text: &str, limit: usize, out: &mut Vec<u32>) -> Result<usize, usize> {
+    let at_least = min_pieces(text.len());
+    if at_least > limit {
+        return Err(at_least);
+    }
     let mut rest = text;
+    let mut n = 0usize;
     while !rest.is_empty() {
+        if n == limit {
+            return Err(limit.saturating_add(1));
+        }
         let len = piece_len(rest);
         out.push(piece_id(&rest[..len]));
         rest = &rest[len..];
+        n += 1;
     }
+    Ok(n)
+}
+
+/// The fewest pieces a text of `bytes` bytes can have.
+pub fn min_pieces(bytes: usize) -> usize {
+    bytes.div_ceil(MAX_ANY_PIECE_BYTES)
 }
 
 /// The ids of `text` (see the module docs).
@@ -58,46 +92,60 @@ pub fn tokenize(text: &str) -> Vec<u32> {
 
 /// Length in bytes of the piece `s` starts with (`s` not empty).
 fn piece_len(s: &str) -> usize {
-    let mut chars = s.char_indices().peekable();
-    let Some((_, c0)) = chars.next() else {
-        return 0;
+    scan_piece(s).0
+}
+
+/// The piece `s` starts with: its length in bytes, and how many chars were
+/// looked at to find it (at most `2 * MAX_SPACE_RUN_BYTES + 2`, whatever
+/// follows: the cut never depends on more than the next two chars).
+fn scan_piece(s: &str) -> (usize, usize) {
+    let mut it = s.char_indices();
+    let Some((_, c0)) = it.next() else {
+        return (0, 0);
+    };
+    let mut looked = 1;
+    let starts_word = |it: &std::str::CharIndices<'_>, looked: &mut usize| {
+        *looked += 1;
+        it.clone().next().is_some_and(|(_, c)| c.is_alphanumeric())
     };
     let word_start = if c0 == ' ' || c0 == '\n' {
         // A space attaches to the word after it, if one follows.
-        matches!(chars.peek(), Some((_, c)) if c.is_alphanumeric())
+        starts_word(&it, &mut looked)
     } else {
         c0.is_alphanumeric()
     };
+    let mut end = c0.len_utf8();
     if word_start {
-        let mut end = c0.len_utf8();
-        for (i, c) in s.char_indices().skip(1) {
+        for (i, c) in it {
+            looked += 1;
             if !c.is_alphanumeric() || i + c.len_utf8() > MAX_PIECE_BYTES {
                 break;
             }
             end = i + c.len_utf8();
         }
-        return end;
+        return (end, looked);
     }
     if c0.is_whitespace() {
         // A run of whitespace, stopping before a space that starts a word.
-        let mut end = c0.len_utf8();
-        let bytes: Vec<(usize, char)> = s.char_indices().collect();
-        for (k, (i, c)) in bytes.iter().enumerate().skip(1) {
+        while let Some((i, c)) = it.clone().next() {
+            looked += 1;
             if !c.is_whitespace() {
                 break;
             }
-            let next_is_word = bytes.get(k + 1).is_some_and(|(_, n)| n.is_alphanumeric());
-            if (*c == ' ' || *c == '\n') && next_is_word {
+            let mut after = it.clone();
+            after.next();
+            if (c == ' ' || c == '\n') && starts_word(&after, &mut looked) {
                 break;
             }
-            if *i + c.len_utf8() > 64 {
+            if i + c.len_utf8() > MAX_SPACE_RUN_BYTES {
                 break;
             }
             end = i + c.len_utf8();
+            it.next();
         }
-        return end;
+        return (end, looked);
     }
-    c0.len_utf8()
+    (end, looked)
 }
 
 /// Renders chat messages as one prompt: `<|role|>\n` then the content and a
@@ -160,14 +208,62 @@ impl Tokenizer {
     /// The ids of `text` as a prompt of `kind`; the error says why the
     /// tokenizer refused it.
     pub fn encode(&self, text: &str, kind: PromptKind) -> Result<Vec<u32>, String> {
+        self.encode_at_most(text, kind, usize::MAX)
+            .map_err(|e| match e {
+                EncodeError::Refused(m) => m,
+                EncodeError::TooMany { at_least } => format!("over {at_least} tokens"),
+            })
+    }
+
+    /// The ids of `text` as a prompt of `kind` if there are at most
+    /// `limit`. The built-in rule refuses a text whose byte length alone
+    /// makes more certain before cutting any piece, and stops cutting at
+    /// `limit + 1`; a Hugging Face tokenizer's pieces have no byte bound,
+    /// so its text is encoded whole and then counted.
+    pub fn encode_at_most(
+        &self,
+        text: &str,
+        kind: PromptKind,
+        limit: usize,
+    ) -> Result<Vec<u32>, EncodeError> {
         match self {
-            Tokenizer::Builtin => Ok(tokenize(text)),
-            Tokenizer::HuggingFace(t) => t
-                .encode(text, kind == PromptKind::Completion)
-                .map(|e| e.get_ids().to_vec())
-                .map_err(|e| format!("the tokenizer could not encode the text: {e}")),
+            Tokenizer::Builtin => {
+                let mut out = Vec::with_capacity((text.len() / 4 + 1).min(limit.saturating_add(1)));
+                tokenize_bounded_into(text, limit, &mut out)
+                    .map(|_| out)
+                    .map_err(|at_least| EncodeError::TooMany { at_least })
+            }
+            Tokenizer::HuggingFace(t) => {
+                let ids = t
+                    .encode(text, kind == PromptKind::Completion)
+                    .map(|e| e.get_ids().to_vec())
+                    .map_err(|e| {
+                        EncodeError::Refused(format!(
+                            "the tokenizer could not encode the text: {e}"
+                        ))
+                    })?;
+                if ids.len() > limit {
+                    return Err(EncodeError::TooMany {
+                        at_least: ids.len(),
+                    });
+                }
+                Ok(ids)
+            }
         }
     }
+}
+
+/// Why [`Tokenizer::encode_at_most`] gave no ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EncodeError {
+    /// The text has more tokens than the limit: at least `at_least`.
+    TooMany {
+        /// A lower bound on the text's token count (exact for a Hugging
+        /// Face tokenizer).
+        at_least: usize,
+    },
+    /// The tokenizer could not encode the text.
+    Refused(String),
 }
 
 const WORDS: [&str; 16] = [
@@ -244,6 +340,112 @@ mod tests {
             b.encode("hi there", PromptKind::Chat),
             Ok(tokenize("hi there"))
         );
+    }
+
+    /// The rule as first written (each whitespace piece collected the rest
+    /// of the text to look one char ahead): the reference the linear scan
+    /// must cut exactly as.
+    fn reference_piece_len(s: &str) -> usize {
+        let chars: Vec<(usize, char)> = s.char_indices().collect();
+        let Some(&(_, c0)) = chars.first() else {
+            return 0;
+        };
+        let next_word = |k: usize| chars.get(k).is_some_and(|(_, c)| c.is_alphanumeric());
+        let word_start = if c0 == ' ' || c0 == '\n' {
+            next_word(1)
+        } else {
+            c0.is_alphanumeric()
+        };
+        let mut end = c0.len_utf8();
+        for (k, &(i, c)) in chars.iter().enumerate().skip(1) {
+            let stop = if word_start {
+                !c.is_alphanumeric() || i + c.len_utf8() > MAX_PIECE_BYTES
+            } else if c0.is_whitespace() {
+                !c.is_whitespace()
+                    || ((c == ' ' || c == '\n') && next_word(k + 1))
+                    || i + c.len_utf8() > MAX_SPACE_RUN_BYTES
+            } else {
+                true
+            };
+            if stop {
+                break;
+            }
+            end = i + c.len_utf8();
+        }
+        end
+    }
+
+    /// Chars looked at to cut all of `text`.
+    fn work(text: &str) -> usize {
+        let (mut rest, mut looked) = (text, 0);
+        while !rest.is_empty() {
+            let (len, l) = scan_piece(rest);
+            looked += l;
+            rest = &rest[len..];
+        }
+        looked
+    }
+
+    /// The prompt (`" ,"` repeated): every whitespace piece used to
+    /// look at the whole rest of the text. Counted, not timed: each char
+    /// is looked at at most three times (its own piece, and as one of the
+    /// two chars of lookahead of the piece before).
+    #[test]
+    fn work_is_linear_on_the_quadratic_prompt() {
+        for n in [1_000usize, 10_000, 100_000] {
+            let text = " ,".repeat(n);
+            let chars = text.chars().count();
+            let w = work(&text);
+            assert!(w <= 3 * chars, "{w} chars looked at for {chars}");
+        }
+    }
+
+    /// A text whose byte length alone makes it too long is refused before
+    /// any piece is cut; one that turns out too long stops one piece past
+    /// the limit.
+    #[test]
+    fn the_limit_stops_the_cutting_early() {
+        let mut out = Vec::new();
+        let big = " ,".repeat(320_000);
+        assert_eq!(
+            tokenize_bounded_into(&big, 9_999, &mut out),
+            Err(10_000),
+            "640,000 bytes make at least 10,000 pieces"
+        );
+        assert!(out.is_empty(), "refused by its bytes, nothing cut");
+        let words = "a ".repeat(1_000);
+        assert_eq!(tokenize_bounded_into(&words, 100, &mut out), Err(101));
+        assert_eq!(out.len(), 100);
+        out.clear();
+        assert_eq!(tokenize_bounded_into("hi there", 2, &mut out), Ok(2));
+        assert_eq!(out, tokenize("hi there"));
+        let t = Tokenizer::Builtin;
+        assert_eq!(
+            t.encode_at_most(&big, PromptKind::Completion, 100),
+            Err(EncodeError::TooMany { at_least: 10_000 })
+        );
+    }
+
+    proptest::proptest! {
+        /// On any text over an alphabet of the cases the rule tells apart,
+        /// the linear scan cuts exactly as the reference, and its work per
+        /// char is at most three looks.
+        #[test]
+        fn scan_is_the_reference_rule_at_linear_cost(
+            picks in proptest::collection::vec(0usize..10, 0..400)
+        ) {
+            const ALPHABET: [&str; 10] = [" ", ",", "\n", "a", "Z9", "\t", "é", "🙂", "\u{3000}", "  "];
+            let text: String = picks.iter().map(|&i| ALPHABET[i]).collect();
+            let mut rest = text.as_str();
+            while !rest.is_empty() {
+                let len = piece_len(rest);
+                proptest::prop_assert_eq!(len, reference_piece_len(rest), "at {:?}", rest);
+                proptest::prop_assert!(len <= MAX_ANY_PIECE_BYTES);
+                rest = &rest[len..];
+            }
+            proptest::prop_assert!(work(&text) <= 3 * text.chars().count());
+            proptest::prop_assert!(tokenize(&text).len() >= min_pieces(text.len()));
+        }
     }
 
     #[test]

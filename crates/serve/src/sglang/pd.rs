@@ -268,11 +268,19 @@ pub(crate) async fn generate(
         Ok(b) => b,
         Err(r) => return body_error_response(&r),
     };
-    let v: Value = match serde_json::from_slice(&body) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => return error(&ApiError::invalid(None, "the body must be a JSON object")),
+    let parsed = {
+        let (body, limits) = (body.clone(), s.app.limits.clone());
+        crate::http::offload::off_thread(move || {
+            let v: Value = match serde_json::from_slice(&body) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => return Err(ApiError::invalid(None, "the body must be a JSON object")),
+            };
+            let req = native_request(&v, &limits)?;
+            Ok((v, req))
+        })
+        .await
     };
-    let req = match native_request(&v, &s.app.limits) {
+    let (v, req) = match parsed {
         Ok(r) => r,
         Err(e) => return error(&e),
     };

@@ -79,6 +79,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 attempt: None,
                 migrated: false,
                 has_destination: false,
+                destination_active: false,
                 roles: Vec::new(),
                 local: false,
             },
@@ -177,6 +178,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 // Activated: it is ordinary decode work on that worker now.
                 if let Some(f) = self.flights.get_mut(&t.request) {
                     f.holder = t.worker;
+                    f.destination_active = true;
                 }
             }
             WorkerEvent::RoleEnded {

@@ -101,6 +101,9 @@ struct Flight {
     /// destination decides its fate (a source whose lease ran out after its
     /// reader activated fails nothing).
     has_destination: bool,
+    /// Its destination activated (holds the KV and decodes): from then on
+    /// no source's fate matters to it.
+    destination_active: bool,
     /// Roles of its current attempt routed and not yet ended, and where:
     /// what a client cancel must reach.
     roles: Vec<(WorkerId, HandoffId)>,
@@ -265,11 +268,22 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             f.roles.retain(|x| *x != (w, id));
         }
         if let Some(reason) = reason {
+            // Source-first, a destination reading a source that ended reports
+            // the failed load itself (and may recompute). Destination-first,
+            // a destination not yet active waits for its source's KV, which
+            // a source that gave up on its own (SGLang's bootstrap timeout,
+            // `reservation-expired`, under overload) never sends: that
+            // reason is the request's, not the `peer-aborted` its
+            // destination later ends with. A lost peer or an abort from the
+            // destination still leaves the decision to the usual paths.
+            let gave_up = self.frontend.policy() == handoff_core::HandoffPolicy::DestinationFirst
+                && !migratable(reason)
+                && reason != CancelReason::PeerAborted;
             let destination_decides = role == handoff_core::Role::Source
                 && self
                     .flights
                     .get(&request)
-                    .is_some_and(|f| f.has_destination);
+                    .is_some_and(|f| f.has_destination && (!gave_up || f.destination_active));
             let recomputed = role == handoff_core::Role::Destination
                 && reason == CancelReason::KvLoadFailed
                 && self.kv_load_failure == handoff_core::KvLoadFailurePolicy::Recompute;
@@ -541,6 +555,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             return false;
         };
         f.has_destination = false;
+        f.destination_active = false;
         f.roles.clear();
         let request = f.request.clone();
         self.frontend.request_rerouted(r);
@@ -575,6 +590,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             return;
         };
         f.has_destination = false;
+        f.destination_active = false;
         f.attempt = None;
         let request = f.request.clone();
         // Booked a second time, as a migrated request is.

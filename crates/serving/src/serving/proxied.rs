@@ -27,6 +27,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
                 attempt: None,
                 migrated,
                 has_destination: false,
+                destination_active: false,
                 roles: Vec::new(),
                 local,
             },
