@@ -144,14 +144,15 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         MAX_KV_TOKENS,
     )?;
     let http_timeouts =
-        handoff_serve::HttpTimeouts::from_secs(a.http_header_timeout_s, a.http_body_timeout_s)?;
+        handoff_serve::HttpTimeouts::from_secs(a.http_header_timeout_s, a.http_body_timeout_s)
+            .map_err(|e| e.to_string())?;
     let (cfg, specs) = a.deploy.deployment(false)?;
     let n = specs.len();
     let kv = match &a.kv_events {
         Some(base) => Some(KvEndpoints {
-            publish: per_worker(base, n, "--kv-events")?,
+            publish: per_worker(base, n, "--kv-events").map_err(|e| e.to_string())?,
             replay: match &a.kv_replay {
-                Some(r) => per_worker(r, n, "--kv-replay")?,
+                Some(r) => per_worker(r, n, "--kv-replay").map_err(|e| e.to_string())?,
                 None => Vec::new(),
             },
             topic: a.kv_topic.clone(),
@@ -175,7 +176,8 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
                 .map_or("127.0.0.1", |(h, _)| h)
                 .to_string();
             // One listener per worker, shared by its ranks.
-            worker_http_ports(&host, base, n / usize::from(cfg.dp.dp_size()))?
+            worker_http_ports(&host, base, n / usize::from(cfg.dp.dp_size()))
+                .map_err(|e| e.to_string())?
         }
         None => Vec::new(),
     };
@@ -185,7 +187,7 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
     }
     worker_http.sort();
     let tokenizer = match &a.tokenizer {
-        Some(p) => handoff_serve::Tokenizer::from_file(p)?,
+        Some(p) => handoff_serve::Tokenizer::from_file(p).map_err(|e| e.to_string())?,
         None => handoff_serve::Tokenizer::Builtin,
     };
     let hash_mode = match a.block_hash {
@@ -217,7 +219,8 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         for (w, addr) in &l.workers {
             eprintln!("handoff-mocker serve: worker {w} listens on http://{addr}");
         }
-    })?;
+    })
+    .map_err(|e| e.to_string())?;
     eprintln!(
         "handoff-mocker serve: stopped after {} requests ({} completed, {} failed)",
         report.num_requests, report.completed_requests, report.failed_requests

@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 
 mod director;
+mod error;
 mod http;
 pub mod kv_events;
 mod metrics;
@@ -42,6 +43,7 @@ mod server;
 mod sglang;
 mod vllm;
 
+pub use error::ServeError;
 pub use http::accept::{HttpTimeouts, DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S};
 pub use http::MAX_BODY_BYTES;
 pub use kv_events::zmq::KvEndpoints;

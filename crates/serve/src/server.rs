@@ -2,6 +2,7 @@
 //! engine thread, and shutdown on SIGINT/SIGTERM (or a caller's signal).
 
 use crate::director::driver::{self, Cmd, DriverConfig, EngineView};
+use crate::error::ServeError;
 use crate::http::accept::{self, HttpTimeouts};
 use crate::http::worker::{worker_router, WorkerState};
 use crate::http::{router, AppState};
@@ -60,22 +61,31 @@ pub struct Listening {
 }
 
 /// `WORKER=ADDR` (`--worker-http`).
-pub fn parse_worker_http(s: &str) -> Result<(u32, String), String> {
-    let (w, addr) = s
-        .split_once('=')
-        .ok_or_else(|| format!("--worker-http {s}: expected WORKER=HOST:PORT"))?;
+pub fn parse_worker_http(s: &str) -> Result<(u32, String), ServeError> {
+    let bad = |expected| ServeError::Flag {
+        flag: "--worker-http".into(),
+        value: s.to_string(),
+        expected,
+    };
+    let (w, addr) = s.split_once('=').ok_or_else(|| bad("WORKER=HOST:PORT"))?;
     let w = w
         .parse::<u32>()
-        .map_err(|_| format!("--worker-http {s}: the worker is not a number"))?;
+        .map_err(|_| bad("WORKER=HOST:PORT with a numeric worker"))?;
     Ok((w, addr.to_string()))
 }
 
 /// Worker i on `host:base+i`, for `n` workers (`--worker-http-base-port`).
-pub fn worker_http_ports(host: &str, base: u16, n: usize) -> Result<Vec<(u32, String)>, String> {
+pub fn worker_http_ports(
+    host: &str,
+    base: u16,
+    n: usize,
+) -> Result<Vec<(u32, String)>, ServeError> {
     (0..n)
         .map(|i| {
-            let p = u16::try_from(usize::from(base) + i).map_err(|_| {
-                format!("--worker-http-base-port {base}: worker {i}'s port is past 65535")
+            let p = u16::try_from(usize::from(base) + i).map_err(|_| ServeError::PortRange {
+                flag: "--worker-http-base-port".into(),
+                value: base.to_string(),
+                worker: i,
             })?;
             Ok((i as u32, format!("{host}:{p}")))
         })
@@ -83,20 +93,28 @@ pub fn worker_http_ports(host: &str, base: u16, n: usize) -> Result<Vec<(u32, St
 }
 
 /// `tcp://HOST:PORT` with `PORT + i` for each of `n` workers.
-pub fn per_worker(base: &str, n: usize, flag: &str) -> Result<Vec<String>, String> {
+pub fn per_worker(base: &str, n: usize, flag: &str) -> Result<Vec<String>, ServeError> {
+    let bad = |expected| ServeError::Flag {
+        flag: flag.to_string(),
+        value: base.to_string(),
+        expected,
+    };
     let rest = base
         .strip_prefix("tcp://")
-        .ok_or_else(|| format!("{flag} {base}: expected tcp://HOST:PORT"))?;
+        .ok_or_else(|| bad("tcp://HOST:PORT"))?;
     let (host, port) = rest
         .rsplit_once(':')
-        .ok_or_else(|| format!("{flag} {base}: expected tcp://HOST:PORT"))?;
+        .ok_or_else(|| bad("tcp://HOST:PORT"))?;
     let port: u16 = port
         .parse()
-        .map_err(|_| format!("{flag} {base}: the port is not a number"))?;
+        .map_err(|_| bad("tcp://HOST:PORT with a numeric port"))?;
     (0..n)
         .map(|i| {
-            let p = u16::try_from(usize::from(port) + i)
-                .map_err(|_| format!("{flag} {base}: worker {i}'s port is past 65535"))?;
+            let p = u16::try_from(usize::from(port) + i).map_err(|_| ServeError::PortRange {
+                flag: flag.to_string(),
+                value: base.to_string(),
+                worker: i,
+            })?;
             Ok(format!("tcp://{host}:{p}"))
         })
         .collect()
@@ -104,24 +122,30 @@ pub fn per_worker(base: &str, n: usize, flag: &str) -> Result<Vec<String>, Strin
 
 /// Runs the server until SIGINT/SIGTERM; `on_listen` is told the bound
 /// HTTP address first. Returns the run's report.
-pub fn serve(c: ServeConfig, on_listen: impl FnOnce(SocketAddr)) -> Result<Report, String> {
+pub fn serve(c: ServeConfig, on_listen: impl FnOnce(SocketAddr)) -> Result<Report, ServeError> {
     let (stop, force) = shutdown_signals();
     runtime()?.block_on(run(c, |l: Listening| on_listen(l.http), stop, force))
 }
 
 /// [`serve`], telling `on_listen` every bound address (the per-worker
 /// listeners' too).
-pub fn serve_workers(c: ServeConfig, on_listen: impl FnOnce(Listening)) -> Result<Report, String> {
+pub fn serve_workers(
+    c: ServeConfig,
+    on_listen: impl FnOnce(Listening),
+) -> Result<Report, ServeError> {
     let (stop, force) = shutdown_signals();
     runtime()?.block_on(run(c, on_listen, stop, force))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+fn runtime() -> Result<tokio::runtime::Runtime, ServeError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| format!("starting the runtime: {e}"))
+        .map_err(|source| ServeError::Spawn {
+            what: "the runtime",
+            source,
+        })
 }
 
 /// [`serve`] until `stop` completes instead of a signal (tests, embedders).
@@ -129,7 +153,7 @@ pub fn serve_until(
     c: ServeConfig,
     on_listen: impl FnOnce(SocketAddr),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<Report, String> {
+) -> Result<Report, ServeError> {
     let force = std::future::pending::<()>();
     runtime()?.block_on(run(c, |l: Listening| on_listen(l.http), stop, force))
 }
@@ -140,7 +164,7 @@ pub fn serve_workers_until(
     c: ServeConfig,
     on_listen: impl FnOnce(Listening),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<Report, String> {
+) -> Result<Report, ServeError> {
     serve_workers_until_forced(c, on_listen, stop, std::future::pending())
 }
 
@@ -152,7 +176,7 @@ pub fn serve_workers_until_forced(
     on_listen: impl FnOnce(Listening),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     force: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<Report, String> {
+) -> Result<Report, ServeError> {
     runtime()?.block_on(run(c, on_listen, stop, force))
 }
 
@@ -161,10 +185,13 @@ async fn run(
     on_listen: impl FnOnce(Listening),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     force: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<Report, String> {
+) -> Result<Report, ServeError> {
     let workers = deployment(&c.cfg);
     if c.specs.len() != workers.len() {
-        return Err("one engine spec per worker is needed".into());
+        return Err(ServeError::Specs {
+            specs: c.specs.len(),
+            schedulers: workers.len(),
+        });
     }
     let pools: Vec<_> = workers.iter().map(|(_, p)| *p).collect();
     let policy = handoff_deployment::worker_policy(&c.cfg);
@@ -174,16 +201,17 @@ async fn run(
     let mut worker_listeners = Vec::new();
     for (w, a) in &c.worker_http {
         if *w as usize >= n_workers {
-            return Err(format!(
-                "--worker-http {w}={a}: there are {n_workers} workers"
-            ));
+            return Err(ServeError::NoSuchWorker {
+                worker: *w,
+                workers: n_workers,
+            });
         }
         let l = tokio::net::TcpListener::bind(a)
             .await
-            .map_err(|e| format!("--worker-http {w}={a}: {e}"))?;
+            .map_err(|e| ServeError::socket("--worker-http", format!("{w}={a}"), e))?;
         let addr = l
             .local_addr()
-            .map_err(|e| format!("--worker-http {w}={a}: {e}"))?;
+            .map_err(|e| ServeError::socket("--worker-http", format!("{w}={a}"), e))?;
         worker_listeners.push((*w, l, addr));
     }
     let metrics = Arc::new(Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp));
@@ -193,10 +221,10 @@ async fn run(
     };
     let listener = tokio::net::TcpListener::bind(&c.http)
         .await
-        .map_err(|e| format!("--http {}: {e}", c.http))?;
+        .map_err(|e| ServeError::socket("--http", &c.http, e))?;
     let addr = listener
         .local_addr()
-        .map_err(|e| format!("--http {}: {e}", c.http))?;
+        .map_err(|e| ServeError::socket("--http", &c.http, e))?;
     let view = Arc::new(Mutex::new(EngineView::default()));
     let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
     let backend = c.cfg.backend;
@@ -211,13 +239,20 @@ async fn run(
         jsonl: c.kv_jsonl,
         view: view.clone(),
         bootstrap_timeout: handoff_core::Duration::try_from_secs_f64(c.bootstrap_timeout_s)
-            .map_err(|e| format!("bootstrap timeout {}: {e}", c.bootstrap_timeout_s))?,
+            .map_err(|_| ServeError::Flag {
+                flag: "--disaggregation-bootstrap-timeout".into(),
+                value: c.bootstrap_timeout_s.to_string(),
+                expected: "a number of seconds",
+            })?,
         hash_mode: c.hash_mode,
     };
     let engine = std::thread::Builder::new()
         .name("engine".into())
         .spawn(move || driver::run(d, rx))
-        .map_err(|e| format!("starting the engine thread: {e}"))?;
+        .map_err(|source| ServeError::Spawn {
+            what: "the engine thread",
+            source,
+        })?;
     let state = Arc::new(AppState {
         tx: tx.clone(),
         next_id: AtomicU64::new(0),
@@ -304,9 +339,7 @@ async fn run(
         }
     }
     let _ = tx.send(Cmd::Shutdown);
-    engine
-        .join()
-        .map_err(|_| "the engine thread panicked".to_string())?
+    engine.join().map_err(|_| ServeError::EnginePanicked)?
 }
 
 /// The first SIGINT or SIGTERM (the first future) starts a graceful

@@ -18,6 +18,7 @@
 
 use crate::director::dp_lb::{RankPicker, RankRule};
 use crate::director::{Arrivals, HttpDirector, StreamMsg};
+use crate::error::ServeError;
 use crate::kv_events::zmq::KvPublishers;
 use crate::metrics::Metrics;
 use crate::openai::prompt::request_for;
@@ -203,7 +204,7 @@ fn unix_now() -> f64 {
 
 /// Runs the engine until `Shutdown` or every sender is gone, then finishes
 /// the run and returns its report (in replay's shape, model time).
-pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Report, String> {
+pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Report, ServeError> {
     let DriverConfig {
         cfg,
         specs,
@@ -220,7 +221,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
     let policy = worker_policy(&cfg);
     let mut hosts = Vec::new();
     for ((id, _), spec) in workers.iter().zip(&specs) {
-        let core = make_core(spec).map_err(|e| e.to_string())?;
+        let core = make_core(spec).map_err(ServeError::Engine)?;
         hosts.push(WorkerHost::new(Worker::new(
             *id,
             Generation(0),
@@ -383,7 +384,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
     // What is still in flight finishes on model time, as a replay's tail.
     let (director, _) = engine.run();
     let (report, _) = director.into_serving().into_outcome();
-    report.ok_or_else(|| "the engine wrote no report".to_string())
+    report.ok_or(ServeError::NoReport)
 }
 
 fn publish(

@@ -80,14 +80,16 @@ impl HttpTimeouts {
     /// Both timeouts from seconds, each finite and in `(0, MAX_TIMEOUT_S]`;
     /// an error names the flag (`--http-header-timeout-s`,
     /// `--http-body-timeout-s`).
-    pub fn from_secs(header: f64, body: f64) -> Result<Self, String> {
+    pub fn from_secs(header: f64, body: f64) -> Result<Self, crate::ServeError> {
         let one = |v: f64, flag: &str| {
             if v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_S {
                 Ok(Duration::from_secs_f64(v))
             } else {
-                Err(format!(
-                    "{flag} {v}: must be a number of seconds in (0, {MAX_TIMEOUT_S}]"
-                ))
+                Err(crate::ServeError::Flag {
+                    flag: flag.to_string(),
+                    value: v.to_string(),
+                    expected: "a number of seconds in (0, 3600]",
+                })
             }
         };
         Ok(HttpTimeouts {
@@ -343,7 +345,7 @@ mod tests {
             (1.0, f64::INFINITY, "--http-body-timeout-s"),
             (1.0, MAX_TIMEOUT_S + 1.0, "--http-body-timeout-s"),
         ] {
-            let e = HttpTimeouts::from_secs(h, b).unwrap_err();
+            let e = HttpTimeouts::from_secs(h, b).unwrap_err().to_string();
             assert!(e.starts_with(flag), "{e}");
         }
         assert!(HttpTimeouts::from_secs(0.001, MAX_TIMEOUT_S).is_ok());

@@ -34,6 +34,7 @@
 //! [`REPLAY_SEND_TIMEOUT_MS`] per message, then the rest of that answer is
 //! dropped), so a reading client gets every batch.
 
+use crate::error::ServeError;
 use crate::kv_events::zmtp_guard::{self, InnerDir};
 use crate::vllm::wire::{encode_batch_as, KvEventEncoding, WireEvent, END_SEQ};
 use bytes::Bytes;
@@ -133,7 +134,7 @@ async fn guarded_socket(
     flag: &str,
     (inner, name): (&InnerDir, &str),
     guards: &mut Vec<tokio::task::AbortHandle>,
-) -> Result<zmq::Socket, String> {
+) -> Result<zmq::Socket, ServeError> {
     let listener = zmtp_guard::listen(addr, flag).await?;
     let setup = || -> Result<(zmq::Socket, String), zmq::Error> {
         let sock = ctx.socket(kind)?;
@@ -143,7 +144,7 @@ async fn guarded_socket(
         let bound = sock.get_last_endpoint()?.unwrap_or_default();
         Ok((sock, bound))
     };
-    let (sock, bound) = setup().map_err(|e| format!("{flag}: the socket behind {addr}: {e}"))?;
+    let (sock, bound) = setup().map_err(|e| ServeError::socket(flag, addr, e))?;
     guards.push(tokio::spawn(zmtp_guard::guard(listener, bound)).abort_handle());
     Ok(sock)
 }
@@ -151,13 +152,13 @@ async fn guarded_socket(
 impl KvPublishers {
     /// Binds every socket (so a bad address fails here, before serving) and
     /// starts their threads.
-    pub async fn start(ep: &KvEndpoints) -> Result<Self, String> {
+    pub async fn start(ep: &KvEndpoints) -> Result<Self, ServeError> {
         Self::start_keeping(ep, REPLAY_BUFFER).await
     }
 
     /// As [`KvPublishers::start`], keeping the last `keep` batches per
     /// worker for replay.
-    pub async fn start_keeping(ep: &KvEndpoints, keep: usize) -> Result<Self, String> {
+    pub async fn start_keeping(ep: &KvEndpoints, keep: usize) -> Result<Self, ServeError> {
         let ctx = zmq::Context::new();
         let stop = Arc::new(AtomicBool::new(false));
         let inner = InnerDir::new()?;
@@ -169,7 +170,7 @@ impl KvPublishers {
             let at = (&inner, name.as_str());
             let sock = guarded_socket(&ctx, zmq::PUB, addr, "--kv-events", at, &mut guards).await?;
             sock.set_sndhwm(PUB_HWM)
-                .map_err(|e| format!("--kv-events: {addr}: {e}"))?;
+                .map_err(|e| ServeError::socket("--kv-events", addr, e))?;
             let buffer: Buffer = Arc::new(Mutex::new(Kept::new(keep)));
             if let Some(raddr) = ep.replay.get(w) {
                 let name = format!("replay-{w}");
@@ -182,7 +183,7 @@ impl KvPublishers {
                     router.set_sndtimeo(REPLAY_SEND_TIMEOUT_MS)?;
                     router.set_rcvtimeo(REPLAY_POLL_MS)
                 };
-                tune().map_err(|e| format!("--kv-replay: {raddr}: {e}"))?;
+                tune().map_err(|e| ServeError::socket("--kv-replay", raddr, e))?;
                 replays.push((router, buffer.clone()));
             }
             publishers.push((sock, buffer));
@@ -192,7 +193,10 @@ impl KvPublishers {
             std::thread::Builder::new()
                 .name(format!("kv-replay-{w}"))
                 .spawn(move || serve_replay(&router, &buffer, &stop))
-                .map_err(|e| format!("--kv-replay: starting its thread: {e}"))?;
+                .map_err(|source| ServeError::Spawn {
+                    what: "the --kv-replay thread",
+                    source,
+                })?;
         }
         let (sender, receiver) = unbounded::<(usize, Bytes)>();
         let topic = Bytes::from(ep.topic.clone().into_bytes());
@@ -200,7 +204,10 @@ impl KvPublishers {
         std::thread::Builder::new()
             .name("kv-publish".into())
             .spawn(move || publish_loop(&publishers, &topic, &receiver))
-            .map_err(|e| format!("--kv-events: starting its thread: {e}"))?;
+            .map_err(|source| ServeError::Spawn {
+                what: "the --kv-events thread",
+                source,
+            })?;
         Ok(KvPublishers {
             sender,
             workers,

@@ -15,6 +15,7 @@
 //! socket sends back is forwarded unread. At most [`MAX_PEERS`] peers are
 //! connected to one port at once; more are closed on accept.
 
+use crate::error::ServeError;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -174,7 +175,7 @@ pub struct InnerDir {
 
 impl InnerDir {
     /// A fresh directory only this user may enter.
-    pub fn new() -> Result<Self, String> {
+    pub fn new() -> Result<Self, ServeError> {
         #[cfg(unix)]
         {
             use std::os::unix::fs::DirBuilderExt;
@@ -188,7 +189,7 @@ impl InnerDir {
             std::fs::DirBuilder::new()
                 .mode(0o700)
                 .create(&dir)
-                .map_err(|e| format!("the ZMQ sockets' directory {}: {e}", dir.display()))?;
+                .map_err(|e| ServeError::socket("--kv-events", dir.display(), e))?;
             Ok(InnerDir { dir })
         }
         #[cfg(not(unix))]
@@ -218,13 +219,17 @@ impl Drop for InnerDir {
 
 /// Binds the public `tcp://HOST:PORT` address `public` (the error names
 /// `flag`).
-pub async fn listen(public: &str, flag: &str) -> Result<TcpListener, String> {
+pub async fn listen(public: &str, flag: &str) -> Result<TcpListener, ServeError> {
     let addr = public
         .strip_prefix("tcp://")
-        .ok_or_else(|| format!("{flag}: {public} is not tcp://HOST:PORT"))?;
+        .ok_or_else(|| ServeError::Flag {
+            flag: flag.to_string(),
+            value: public.to_string(),
+            expected: "tcp://HOST:PORT",
+        })?;
     TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("{flag}: binding {public}: {e}"))
+        .map_err(|e| ServeError::socket(flag, public, e))
 }
 
 /// Accepts peers on `listener` for ever, each forwarded to `inner` (a

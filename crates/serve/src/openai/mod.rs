@@ -22,9 +22,9 @@ pub(crate) mod render;
 pub(crate) mod sampling;
 pub(crate) mod tokenizer;
 
-pub use tokenizer::{tokenize, Tokenizer};
+pub use tokenizer::{tokenize, EncodeError, PromptKind, Tokenizer};
 
-use crate::openai::tokenizer::{chat_prompt, fnv1a64, EncodeError, PromptKind, VOCAB};
+use crate::openai::tokenizer::{chat_prompt, fnv1a64, VOCAB};
 use serde_json::{json, Value};
 
 /// `max_tokens` when the request gives none (OpenAI's completions default).

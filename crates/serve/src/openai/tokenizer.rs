@@ -199,20 +199,19 @@ pub enum PromptKind {
 impl Tokenizer {
     /// Loads a Hugging Face `tokenizer.json` from `path`; the error names
     /// the file.
-    pub fn from_file(path: &std::path::Path) -> Result<Self, String> {
+    pub fn from_file(path: &std::path::Path) -> Result<Self, crate::ServeError> {
         tokenizers::Tokenizer::from_file(path)
             .map(|t| Tokenizer::HuggingFace(std::sync::Arc::new(t)))
-            .map_err(|e| format!("--tokenizer {}: {e}", path.display()))
+            .map_err(|source| crate::ServeError::Tokenizer {
+                path: path.to_path_buf(),
+                source,
+            })
     }
 
     /// The ids of `text` as a prompt of `kind`; the error says why the
     /// tokenizer refused it.
-    pub fn encode(&self, text: &str, kind: PromptKind) -> Result<Vec<u32>, String> {
+    pub fn encode(&self, text: &str, kind: PromptKind) -> Result<Vec<u32>, EncodeError> {
         self.encode_at_most(text, kind, usize::MAX)
-            .map_err(|e| match e {
-                EncodeError::Refused(m) => m,
-                EncodeError::TooMany { at_least } => format!("over {at_least} tokens"),
-            })
     }
 
     /// The ids of `text` as a prompt of `kind` if there are at most
@@ -325,14 +324,18 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("handoff-tok-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let missing = dir.join("missing.json");
-        let e = Tokenizer::from_file(&missing).expect_err("no such file");
+        let e = Tokenizer::from_file(&missing)
+            .expect_err("no such file")
+            .to_string();
         assert!(
             e.starts_with("--tokenizer ") && e.contains("missing.json"),
             "{e}"
         );
         let bad = dir.join("bad.json");
         std::fs::write(&bad, "{\"model\": 3}").expect("write");
-        let e = Tokenizer::from_file(&bad).expect_err("not a tokenizer");
+        let e = Tokenizer::from_file(&bad)
+            .expect_err("not a tokenizer")
+            .to_string();
         assert!(e.contains("bad.json"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
         let b = Tokenizer::Builtin;

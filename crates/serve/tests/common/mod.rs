@@ -102,7 +102,7 @@ pub fn try_start(config: ServeConfig) -> Result<(Listening, Server), String> {
         Ok(l) => l,
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
             return Err(match thread.join() {
-                Ok(Err(e)) => e,
+                Ok(Err(e)) => e.to_string(),
                 Ok(Ok(_)) => "the server ended before it listened".into(),
                 Err(_) => "the server thread panicked".into(),
             });
@@ -124,7 +124,8 @@ pub fn worker_addrs(l: &Listening) -> Vec<SocketAddr> {
 /// A server running on its own thread until [`Server::stop`].
 pub struct Server {
     pub stop: Option<tokio::sync::oneshot::Sender<()>>,
-    pub thread: Option<std::thread::JoinHandle<Result<handoff_serving::Report, String>>>,
+    pub thread:
+        Option<std::thread::JoinHandle<Result<handoff_serving::Report, handoff_serve::ServeError>>>,
 }
 
 impl Server {
