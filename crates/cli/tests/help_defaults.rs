@@ -164,4 +164,8 @@ fn the_synthetic_workload_is_what_help_says() {
         stated_default(&help, "--requests"),
         r["num_requests"].to_string()
     );
+    let w = &r["config"]["workload"];
+    assert_eq!(w["requests"], r["num_requests"]);
+    let rate = w["rate_per_s"].as_f64().expect("rate");
+    assert_eq!(stated_default(&help, "--rate").parse::<f64>(), Ok(rate));
 }

@@ -12,6 +12,8 @@ use handoff_router::{KvKnobs, Pool, RouterMode};
 use std::sync::Arc;
 
 mod hardware;
+pub mod invocation;
+pub mod rerun;
 mod sglang_env;
 mod workload;
 
