@@ -59,7 +59,7 @@ enum Command {
     Frontend(Box<live_cmd::FrontendArgs>),
     /// Session-affine serving with D->P snapshot push (seed 002): `e4` runs
     /// E1/E3/E4/E4-ablate and judges H4-1..H4-3; `run` runs one configuration.
-    Experiment(Box<experiment_cmd::ExperimentArgs>),
+    Experiment(Box<experiment_cmd::ExperimentCommand>),
     /// Run the DEP's test scenarios for vLLM and SGLang on the real cores:
     /// each prints what it expects, what it observed and a verdict as JSON,
     /// and the command exits non-zero when any check fails.

@@ -169,3 +169,33 @@ fn the_synthetic_workload_is_what_help_says() {
     let rate = w["rate_per_s"].as_f64().expect("rate");
     assert_eq!(stated_default(&help, "--rate").parse::<f64>(), Ok(rate));
 }
+
+#[test]
+fn each_experiment_has_its_own_help() {
+    let e4 = run(&["experiment", "e4", "--help"]);
+    assert!(e4.starts_with("E1, E3, E4 and E4-ablate"), "{e4}");
+    assert!(e4.contains("--sessions <SESSIONS>") && e4.contains("--json"));
+    assert!(
+        !e4.contains("--naive"),
+        "run's configuration is not e4's flag"
+    );
+    let one = run(&["experiment", "run", "--help"]);
+    assert!(one.starts_with("One configuration"), "{one}");
+    for flag in [
+        "--naive",
+        "--enable-d-to-p-sync",
+        "--disable-prefill-bypass",
+        "--sessions",
+    ] {
+        assert!(one.contains(flag), "{flag}: {one}");
+    }
+    let all = run(&["experiment", "--help"]);
+    assert!(all.contains("\n  e4 ") && all.contains("\n  run "), "{all}");
+    // The old spellings still run; e4 refuses run's configuration flags.
+    let out = Command::new(BIN)
+        .args(["experiment", "e4", "--naive"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--naive"));
+}
