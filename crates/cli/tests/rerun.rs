@@ -100,8 +100,10 @@ fn a_trace_report_reruns_from_its_own_config() {
             "2",
             "--arrival-speedup-ratio",
             "2",
+            "--no-multi-step",
         ],
     );
+    assert_eq!(r["config"]["multi_step"], false);
     let w = &r["config"]["workload"];
     assert_eq!(w["trace"], TRACE);
     assert_eq!(w["trace_format"], "mooncake");

@@ -17,6 +17,8 @@ use std::sync::OnceLock;
 
 /// Closed loop's flag (`replay` only), recorded with the workload's.
 const CONCURRENCY: &str = "concurrency";
+/// `replay --no-multi-step` (the report's `config.multi_step`).
+const NO_MULTI_STEP: &str = "no_multi_step";
 
 static INVOCATION: OnceLock<ArgMatches> = OnceLock::new();
 
@@ -88,7 +90,7 @@ fn workload_report(w: &WorkloadArgs, concurrency: Option<usize>) -> WorkloadRepo
 }
 
 /// The flags of `m` that shape a run (every deployment and workload flag
-/// given on the command line, and `--concurrency`), in the order their
+/// given on the command line, `--concurrency` and `--no-multi-step`), in the order their
 /// structs declare them, whatever order they were typed in (a deprecated
 /// spelling under its current name). SGLang's early send of the cached
 /// prefix, from its flag or its variable, is written as the flag's value
@@ -124,11 +126,15 @@ pub fn given_run_flags(m: &ArgMatches) -> Vec<String> {
     flags
 }
 
-/// The workload's flags given in `m`, and `--concurrency`.
+/// The workload's flags given in `m`, then `replay`'s own that shape its
+/// report (`--concurrency`, `--no-multi-step`).
 fn workload_flags(m: &ArgMatches) -> Vec<String> {
     let mut flags = given(m, &WorkloadArgs::augment_args(Command::new("w")), |_| true);
     if let Some(n) = concurrency(m) {
         flags.extend([format!("--{CONCURRENCY}"), n.to_string()]);
+    }
+    if m.try_get_one::<bool>(NO_MULTI_STEP).ok().flatten() == Some(&true) {
+        flags.push("--no-multi-step".to_string());
     }
     flags
 }
@@ -196,6 +202,8 @@ mod tests {
         #[arg(long)]
         concurrency: Option<usize>,
         #[arg(long)]
+        no_multi_step: bool,
+        #[arg(long)]
         json: bool,
     }
 
@@ -212,6 +220,7 @@ mod tests {
             "--json",
             "--requests",
             "10",
+            "--no-multi-step",
             "--concurrency",
             "4",
             "--disaggregation-decode-enable-radix-cache",
@@ -227,7 +236,8 @@ mod tests {
                 "--requests",
                 "10",
                 "--concurrency",
-                "4"
+                "4",
+                "--no-multi-step"
             ]
         );
         // Defaults are not flags: a run without any has none to repeat.
