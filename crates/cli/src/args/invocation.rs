@@ -90,9 +90,9 @@ fn workload_report(w: &WorkloadArgs, concurrency: Option<usize>) -> WorkloadRepo
 }
 
 /// The flags of `m` that shape a run (every deployment and workload flag
-/// given on the command line, `--concurrency` and `--no-multi-step`), in the order their
-/// structs declare them, whatever order they were typed in (a deprecated
-/// spelling under its current name). SGLang's early send of the cached
+/// given on the command line, `--concurrency` and `--no-multi-step`), in
+/// the order their structs declare them, whatever order they were typed in
+/// (a deprecated spelling under its current name). SGLang's early send of the cached
 /// prefix, from its flag or its variable, is written as the flag's value
 /// when it is off on `--backend sglang` and left out otherwise, so runs
 /// that do the same have the same flags.
