@@ -11,6 +11,11 @@ column with no cached prefix, on its own new-token axis); decode ITL on
 active KV tokens x context length, at batch max(1, active / context).
 Lookups in the JSON tables are handoff_perf::profile's (bilinear, clamped
 below an axis, extrapolated past it).
+
+Dynamo's format has no cached-prefix axis, so the profile's attention over
+a cached prefix (its cached_tokens columns) is dropped: on long chunked
+prompts the .npz times prefill far shorter than the JSON (profiles/README.md,
+"The 4B pair on long prompts").
 """
 
 import json

@@ -3,9 +3,9 @@
 //! `experiment e4` runs the seed's §9 matrix (E1, E3, E4, E4-ablate) on one
 //! session trace and prints the comparison table and the H4-1..H4-3
 //! verdicts; `experiment run` runs a single configuration chosen by the
-//! flags.
+//! flags. Each is a subcommand with its own flags (`experiment e4 --help`).
 
-use clap::{Args, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use handoff_core::Duration;
 use handoff_deployment::{DeploymentConfig, EngineSpec, SessionServing};
 use handoff_engine::TransferModel;
@@ -21,13 +21,72 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Which {
-    /// E1, E3, E4 and E4-ablate on the same trace, with verdicts.
-    E4,
+/// `experiment`: which one, each with its own flags.
+#[derive(Args, Debug)]
+pub struct ExperimentCommand {
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(Subcommand, Debug)]
+enum Which {
+    /// E1, E3, E4 and E4-ablate on the same trace, with the H4-1..H4-3
+    /// verdicts.
+    E4(ExperimentArgs),
     /// One configuration, chosen by --naive / --enable-d-to-p-sync /
-    /// --disable-prefill-bypass.
-    Run,
+    /// --disable-prefill-bypass [default: E3, KVC without push].
+    Run(RunArgs),
+}
+
+/// `experiment run`: the configuration, and the flags every experiment has.
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    choice: RunChoice,
+    #[command(flatten)]
+    common: ExperimentArgs,
+}
+
+/// The configuration `experiment run` runs.
+#[derive(Args, Clone, Copy, Debug, Default)]
+struct RunChoice {
+    /// Naive PD (E1) instead of KVC.
+    #[arg(long)]
+    naive: bool,
+    /// Push session KV back to the prefill worker (E4).
+    #[arg(long)]
+    enable_d_to_p_sync: bool,
+    /// Push, but never bypass the re-prefill (E4-ablate).
+    #[arg(long)]
+    disable_prefill_bypass: bool,
+}
+
+impl RunChoice {
+    fn variant(self) -> Variant {
+        match (
+            self.naive,
+            self.enable_d_to_p_sync,
+            self.disable_prefill_bypass,
+        ) {
+            (true, _, _) => Variant::E1,
+            (false, false, _) => Variant::E3,
+            (false, true, false) => Variant::E4,
+            (false, true, true) => Variant::E4Ablate,
+        }
+    }
+}
+
+impl ExperimentCommand {
+    /// The experiment's options: `e4`'s, or `run`'s with its configuration.
+    fn into_args(self) -> ExperimentArgs {
+        match self.which {
+            Which::E4(a) => a,
+            Which::Run(r) => ExperimentArgs {
+                run: Some(r.choice),
+                ..r.common
+            },
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -79,12 +138,12 @@ fn on_virtual_live(
     })
 }
 
-/// Options of `experiment`.
+/// Options of every experiment.
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
-    /// `e4` (the four-configuration comparison) or `run` (one configuration).
-    #[arg(value_enum)]
-    which: Which,
+    /// `experiment run`'s configuration; none: `experiment e4`'s four.
+    #[arg(skip)]
+    run: Option<RunChoice>,
     /// Where the engine's workers run: `replay` (in this thread) or
     /// `virtual` (virtual-clock live: one thread per worker over channels,
     /// the same bytes as replay; polynomial timings only).
@@ -124,15 +183,6 @@ pub struct ExperimentArgs {
     /// cache and the snapshot store share it), tokens.
     #[arg(long, default_value_t = 384_000)]
     prefill_kv_tokens: u64,
-    /// `run` only: naive PD (E1) instead of KVC.
-    #[arg(long)]
-    naive: bool,
-    /// `run` only: push session KV back to the prefill worker.
-    #[arg(long)]
-    enable_d_to_p_sync: bool,
-    /// `run` only: push, but never bypass the re-prefill (E4-ablate).
-    #[arg(long)]
-    disable_prefill_bypass: bool,
     /// K_DELTA: minimum growth since the last push, tokens.
     #[arg(long, default_value_t = 1024)]
     d_to_p_sync_delta_tokens: u64,
@@ -263,7 +313,7 @@ fn check_ranges(a: &ExperimentArgs) -> Result<(), String> {
             }
         };
         // `e4` keeps its four runs' records.
-        let runs = if matches!(a.which, Which::E4) { 4 } else { 1 };
+        let runs = if a.run.is_none() { 4 } else { 1 };
         crate::limits::session_requests(a.sessions, turns, a.session_final_tokens, &flag, runs)?;
     }
     real("bandwidth-gbps", a.bandwidth_gbps, 1e-6, 1e6)?;
@@ -368,26 +418,7 @@ pub(crate) fn config(a: &ExperimentArgs) -> Result<(ExperimentConfig, Option<Var
         }
         s.max_age = Some(Duration::from_secs_f64(age));
     }
-    let variant = match a.which {
-        Which::E4 => {
-            if a.naive || a.enable_d_to_p_sync || a.disable_prefill_bypass {
-                return Err(
-                    "--naive, --enable-d-to-p-sync and --disable-prefill-bypass choose the \
-                     configuration of `experiment run`; `experiment e4` runs all four"
-                        .into(),
-                );
-            }
-            None
-        }
-        Which::Run => Some(
-            match (a.naive, a.enable_d_to_p_sync, a.disable_prefill_bypass) {
-                (true, _, _) => Variant::E1,
-                (false, false, _) => Variant::E3,
-                (false, true, false) => Variant::E4,
-                (false, true, true) => Variant::E4Ablate,
-            },
-        ),
-    };
+    let variant = a.run.map(RunChoice::variant);
     c.validate().map_err(|e| e.to_string())?;
     Ok((c, variant))
 }
@@ -480,7 +511,8 @@ fn sessions_of(items: &[TraceItem]) -> u64 {
     s.len() as u64
 }
 
-pub fn run(a: ExperimentArgs) -> Result<(), String> {
+pub fn run(cmd: ExperimentCommand) -> Result<(), String> {
+    let a = cmd.into_args();
     let (cfg, variant) = config(&a)?;
     let items = load(&a)?;
     if items.is_empty() {

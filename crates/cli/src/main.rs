@@ -31,8 +31,9 @@ mod sweep_experiment;
 mod sweep_grid;
 mod sweep_map;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use handoff_mocker::{args, limits};
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 /// Mock vLLM / SGLang prefill→decode disaggregated serving with a faithful
@@ -58,7 +59,7 @@ enum Command {
     Frontend(Box<live_cmd::FrontendArgs>),
     /// Session-affine serving with D->P snapshot push (seed 002): `e4` runs
     /// E1/E3/E4/E4-ablate and judges H4-1..H4-3; `run` runs one configuration.
-    Experiment(Box<experiment_cmd::ExperimentArgs>),
+    Experiment(Box<experiment_cmd::ExperimentCommand>),
     /// Run the DEP's test scenarios for vLLM and SGLang on the real cores:
     /// each prints what it expects, what it observed and a verdict as JSON,
     /// and the command exits non-zero when any check fails.
@@ -73,8 +74,36 @@ enum Command {
     Sweep(Box<sweep_cmd::SweepArgs>),
 }
 
+/// The command line, parsed (a `replay --rerun REPORT` with the report's
+/// flags in it), its subcommand's arguments recorded for the report.
+fn parse() -> Result<Cli, args::rerun::RerunError> {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let parsed = |argv: &[OsString]| {
+        let m = Cli::command().get_matches_from(argv);
+        let cli =
+            Cli::from_arg_matches(&m).unwrap_or_else(|e| e.format(&mut Cli::command()).exit());
+        (m, cli)
+    };
+    let (mut m, mut cli) = parsed(&argv);
+    if let (Command::Replay(a), Some(sub)) = (&cli.command, m.subcommand_matches("replay")) {
+        if let Some(report) = a.rerun() {
+            (m, cli) = parsed(&args::rerun::argv(&argv, report, sub)?);
+        }
+    }
+    if let Some((_, sub)) = m.subcommand() {
+        args::invocation::record(sub);
+    }
+    Ok(cli)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let result = match cli.command {
         Command::Replay(args) => replay_cmd::run(*args),
         Command::Live(args) => live_cmd::run_live(*args),

@@ -49,6 +49,12 @@ pub struct ReplayArgs {
     /// (README, "Reproducing our hashes").
     #[arg(long, value_name = "FILE")]
     kv_events_out: Option<PathBuf>,
+    /// Run again the run a JSON report (of --json or --output) describes:
+    /// its `config.flags` (the deployment and workload flags it was given)
+    /// are parsed as if typed here, so the report comes out byte for byte;
+    /// give only output flags beside it.
+    #[arg(long, value_name = "REPORT")]
+    rerun: Option<PathBuf>,
 }
 
 /// What one replay produced (see [`simulate`]).
@@ -66,6 +72,11 @@ pub struct Simulated {
 }
 
 impl ReplayArgs {
+    /// The report `--rerun` names.
+    pub fn rerun(&self) -> Option<&Path> {
+        self.rerun.as_deref()
+    }
+
     /// Checks the configuration without running it: the deployment builds,
     /// `--concurrency` is positive, the workload opens.
     pub fn check(&self) -> Result<(), String> {
@@ -127,6 +138,9 @@ pub fn simulate(
         return Err("--concurrency: must be at least 1".into());
     }
     let mut wl = a.workload.open(a.deploy.seed)?;
+    if let Some(n) = a.concurrency {
+        wl.closed_loop(n);
+    }
     wl.check_fits(
         &specs,
         cfg.decode_workers as usize * usize::from(cfg.dp.dp_size()),

@@ -41,6 +41,20 @@ impl OutputArgs {
         if let Some(p) = &self.transcript {
             write_transcript(p, transcript)?;
         }
+        let described;
+        let run = crate::args::invocation::run_report();
+        let report = if run.is_empty() {
+            report
+        } else {
+            described = Report {
+                config: handoff_serving::report::ReportConfig {
+                    run,
+                    ..report.config.clone()
+                },
+                ..report.clone()
+            };
+            &described
+        };
         if let Some(p) = &self.output {
             write_output_with(p, report, output_extra)?;
         }
@@ -72,6 +86,10 @@ pub fn print_report(
         out!("{s}");
     } else {
         out!("{}", wl.skipped.borrow().describe(&wl.note));
+        let model = crate::args::invocation::model_line(&report.config);
+        if !model.is_empty() {
+            out!("{model}");
+        }
         print_summary(report);
         for l in extra_text {
             out!("{l}");

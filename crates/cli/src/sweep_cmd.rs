@@ -18,7 +18,7 @@
 use crate::replay_cmd::simulate;
 use crate::report_out::write_output_with;
 use crate::sweep_grid::{Configuration, Grid, Kind, Parsed};
-use clap::{Args, Subcommand};
+use clap::{Args, CommandFactory, Subcommand};
 use serde_json::{json, Map, Value};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -322,7 +322,12 @@ fn run_one(c: &Configuration, keys: &[String], out: &Path, total: usize) -> Valu
     let name = report_name(c.index, total);
     let (result, metrics) = match &c.parsed {
         Parsed::Replay(args) => (
-            simulate(args, false, None).and_then(|sim| {
+            simulate(args, false, None).and_then(|mut sim| {
+                // The report `replay` with these flags writes: its run too.
+                let m = crate::sweep_grid::ReplayOnly::command()
+                    .try_get_matches_from(&c.args)
+                    .map_err(|e| e.to_string())?;
+                sim.report.config.run = crate::args::invocation::describe(&m);
                 write_output_with(&out.join(&name), &sim.report, &Map::new())?;
                 let report = serde_json::to_value(&sim.report).map_err(|e| e.to_string())?;
                 Ok(METRICS

@@ -419,11 +419,10 @@ impl Grid {
             Kind::Replay => {
                 ReplayOnly::try_parse_from(args).map(|o| Parsed::Replay(Box::new(o.args)))
             }
-            // `experiment e4`: the positional comes first.
-            Kind::Experiment => ExperimentOnly::try_parse_from(
-                std::iter::once("e4".to_string()).chain(args.iter().cloned()),
-            )
-            .map(|o| Parsed::Experiment(Box::new(o.args))),
+            // `experiment e4`'s options.
+            Kind::Experiment => {
+                ExperimentOnly::try_parse_from(args).map(|o| Parsed::Experiment(Box::new(o.args)))
+            }
         };
         parsed.map_err(|e| {
             let text = e.to_string();

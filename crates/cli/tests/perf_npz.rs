@@ -72,3 +72,41 @@ fn a_bad_npz_profile_fails_naming_the_array() {
         "{err}"
     );
 }
+
+/// Why the shipped `.npz` and the profile it was converted from disagree on
+/// long prompts (profiles/README.md, "The 4B pair"): the conversion is
+/// exact where Dynamo's format can say anything (prefill with no cached
+/// prefix), and Dynamo's format has no cached-prefix axis, so a chunk that
+/// attends over earlier chunks of its prompt (or a prefix-cache hit) costs
+/// its new tokens alone under the `.npz`.
+#[test]
+fn the_shipped_npz_is_its_profile_without_attention_over_a_cached_prefix() {
+    use handoff_deployment::PerfChoice;
+    use handoff_perf::{Pass, PerfModel};
+    use std::sync::Arc;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../profiles");
+    let json = handoff_profiles::profile_file::load(&dir.join("qwen3-4b-a100-sglang.json"))
+        .expect("profile");
+    let npz = handoff_profiles::npz_file::load(&dir.join("qwen3-4b-a100-sglang-dynamo.npz"))
+        .expect("npz");
+    let (json, npz) = (
+        PerfChoice::Profile(Arc::new(json)).model(1.0),
+        PerfChoice::Npz(Arc::new(npz)).model(1.0),
+    );
+    let ms = |m: &handoff_perf::StepModel, new: u64, cached: u64| {
+        m.pass(&Pass::prefill(new, cached)).as_nanos() as f64 / 1e6
+    };
+    // No cached prefix: the same time at every point of the profile's axis.
+    for new in [128, 1024, 4096, 8192, 16384, 131072] {
+        let (j, n) = (ms(&json, new, 0), ms(&npz, new, 0));
+        assert!((j - n).abs() < 1e-3, "{new} new tokens: {j} ms / {n} ms");
+    }
+    // The eighth 8192-token chunk of a 64K-token prompt: the profile adds
+    // its attention over the 57344 tokens before it (about 1.2 s at the
+    // fitted 2.54e-6 ms per new x cached token), the .npz nothing.
+    let (j, n) = (ms(&json, 8192, 57344), ms(&npz, 8192, 57344));
+    assert_eq!(n, ms(&npz, 8192, 0));
+    assert!(j > 4.0 * n, "profile {j} ms, npz {n} ms");
+    let attention = j - ms(&json, 8192, 0);
+    assert!((1100.0..1300.0).contains(&attention), "{attention} ms");
+}

@@ -12,6 +12,8 @@ use handoff_router::{KvKnobs, Pool, RouterMode};
 use std::sync::Arc;
 
 mod hardware;
+pub mod invocation;
+pub mod rerun;
 mod sglang_env;
 mod workload;
 
@@ -25,7 +27,8 @@ pub enum BackendArg {
     Vllm,
     /// SGLang (destination-first).
     Sglang,
-    /// TensorRT-LLM (refuses destination reservation).
+    /// TensorRT-LLM (refuses destination reservation; no built-in
+    /// profile, so give --perf).
     Trtllm,
 }
 
@@ -136,11 +139,13 @@ pub struct DeployArgs {
     #[arg(long, default_value_t = 0.0, value_name = "T")]
     pub router_temperature: f64,
     /// KV capacity of a prefill (or aggregated) worker, in tokens
-    /// [default: 262144, or sized from --model on --gpu].
+    /// [default: sized from --model on --gpu as the engine sizes its pool;
+    /// with none of --model, --gpu, --perf: Qwen3-8B on one H100, 402592
+    /// tokens for vllm, 372270 for sglang; 262144 with --perf alone].
     #[arg(long, value_name = "TOKENS")]
     pub prefill_kv_tokens: Option<u64>,
-    /// KV capacity of a decode worker, in tokens [default: 262144, or sized
-    /// from --model on --gpu].
+    /// KV capacity of a decode worker, in tokens [default: as
+    /// --prefill-kv-tokens].
     #[arg(long, value_name = "TOKENS")]
     pub decode_kv_tokens: Option<u64>,
     /// vLLM block size / SGLang page size, in tokens [default: 16 for vllm
@@ -152,7 +157,7 @@ pub struct DeployArgs {
     /// H100-class GPU (>= 70 GiB, not A100; EngineArgs.get_batch_defaults);
     /// sglang derived from the worker's KV pool as SGLang derives
     /// --max-running-requests: min(clamp(KV tokens / 131072 context × 512,
-    /// 2048, 4096), KV tokens / 2), so 2048 for the default 262144-token pool].
+    /// 2048, 4096), KV tokens / 2), so 2048 for the default pool].
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
     /// Prefill tokens per pass (max_num_batched_tokens / chunked_prefill_size).
@@ -178,9 +183,9 @@ pub struct DeployArgs {
     /// profiles/README.md, e.g. profile:profiles/qwen3-4b-a100-sglang.json)
     /// or `npz:FILE` (a Dynamo profiler `.npz`, e.g. perf_data.npz, looked
     /// up as Dynamo's mocker does: prefill by new tokens, decode by active
-    /// KV tokens and mean context length) [default: dynamo-polynomial, or
-    /// with --model the AIConfigurator profile of the model, GPU, TP and
-    /// backend].
+    /// KV tokens and mean context length) [default: the AIConfigurator
+    /// profile of --model on --gpu, --tp and --backend; with none of them
+    /// profile:qwen3-8b-h100-tp1-vllm (or -sglang)].
     #[arg(long, value_name = "MODEL")]
     pub perf: Option<String>,
     /// SGLang decode workers keep a radix prefix cache (SGLang's flag of
@@ -204,8 +209,9 @@ pub struct DeployArgs {
     /// Fixed transfer time, or setup latency of the bytes models, in ms.
     #[arg(long, default_value_t = 10.0, value_name = "MS")]
     pub transfer_ms: f64,
-    /// KV bytes per token (bytes models) [default: a Llama-3-8B-like 128
-    /// KiB, or with --model its layers × KV heads × head dim × 2 × dtype].
+    /// KV bytes per token (bytes models) [default: the model's layers × KV
+    /// heads × head dim × 2 × dtype bytes: 147456 for the default Qwen3-8B;
+    /// 131072 (a Llama-3-8B-like 128 KiB) with --perf and no --model].
     #[arg(long, value_name = "BYTES")]
     pub bytes_per_token: Option<u64>,
     /// Link bandwidth in GB/s (bytes models).

@@ -144,6 +144,18 @@ impl Workload {
         Ok(())
     }
 
+    /// Says in the note that the workload runs closed loop with `n`
+    /// requests in flight, instead of at its open-loop rate.
+    pub fn closed_loop(&mut self, n: usize) {
+        if let Some(rate) = self.open_loop_rate.take() {
+            if let Some(at) = self.note.find(&rate) {
+                self.note.replace_range(at..at + rate.len(), "");
+            }
+        }
+        self.note
+            .push_str(&format!(", closed loop with {n} in flight"));
+    }
+
     /// The items, leaving an empty stream behind (the rest of the workload
     /// stays readable for the report).
     pub fn take_items(&mut self) -> Box<dyn Iterator<Item = TraceItem>> {
@@ -161,6 +173,9 @@ pub struct Workload {
     pub note: String,
     /// Bad lines skipped (`--skip-bad-lines`).
     pub skipped: Rc<RefCell<Skipped>>,
+    /// The synthetic workload's rate in the note (` at 16/s`), which a
+    /// closed loop does not follow.
+    open_loop_rate: Option<String>,
 }
 
 impl Skipped {
@@ -236,6 +251,7 @@ impl WorkloadArgs {
                     error,
                     note: format!("trace {} ({})", path.display(), format.name()),
                     skipped,
+                    open_loop_rate: None,
                 })
             }
             None => {
@@ -252,15 +268,17 @@ impl WorkloadArgs {
                 if let Some(l) = self.limit {
                     sc.requests = sc.requests.min(l);
                 }
+                let rate = format!(" at {}/s", sc.rate_per_sec);
                 let note = format!(
-                    "embedded synthetic workload: {} requests at {}/s",
-                    sc.requests, sc.rate_per_sec
+                    "embedded synthetic workload: {} requests{rate}",
+                    sc.requests
                 );
                 Ok(Workload {
                     items: Box::new(SyntheticWorkload::new(sc)),
                     error,
                     note,
                     skipped,
+                    open_loop_rate: Some(rate),
                 })
             }
         }

@@ -5,6 +5,7 @@
 mod details;
 mod recorder;
 mod records;
+mod run;
 mod samples;
 mod sections;
 #[cfg(test)]
@@ -14,6 +15,7 @@ mod units;
 pub use details::Details;
 pub use recorder::Recorder;
 pub use records::{HandoffTimes, RequestRecord, RequestSink};
+pub use run::{ModelReport, RunReport, WorkloadReport};
 pub use sections::{
     BeyondGridReport, EngineReport, FlatLatencies, Lifecycle, Report, ReportConfig, TimersReport,
     TransferReport, WorkerReport,

@@ -1,5 +1,6 @@
 //! The report's sections: configuration, engines, transfers, timers, lifecycle, workers and the flat latency summary.
 
+use super::run::RunReport;
 use super::units::*;
 use crate::metrics::{Accuracy, Distribution, Summary};
 use handoff_core::FailureReason;
@@ -54,6 +55,10 @@ pub struct ReportConfig {
     /// lay past it; written only for such a profile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub perf_beyond_grid: Option<BeyondGridReport>,
+    /// What the driver that started the run adds (model, workload, flags);
+    /// written only when it did.
+    #[serde(flatten, skip_serializing_if = "RunReport::is_empty")]
+    pub run: RunReport,
 }
 
 /// Lookups past a clamping profile's grid during the run
@@ -317,6 +322,7 @@ impl ReportConfig {
                     .collect::<Vec<_>>()
                     .join("; ")
             },
+            run: RunReport::default(),
         }
     }
 }
