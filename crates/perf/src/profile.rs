@@ -364,6 +364,18 @@ impl PerfTable {
         }
     }
 
+    /// The least time at `x` over `y` in `lo..=hi`, looked up as `beyond`
+    /// says. At a fixed `x` a lookup is linear in `y` between adjacent
+    /// points of the axis (and past its ends, where it is constant or the
+    /// last segment's line), so the least is at `lo`, `hi` or a point of
+    /// the axis between them: one lookup per such point, whatever the
+    /// width of the range.
+    pub fn min_along_y(&self, x: f64, (lo, hi): (f64, f64), beyond: BeyondGrid) -> f64 {
+        let at = |y: f64| self.lookup(x, y, beyond).0;
+        let inside = self.ys.iter().filter(|&&y| lo < y && y < hi);
+        inside.fold(at(lo).min(at(hi)), |m, &y| m.min(at(y)))
+    }
+
     /// The time at (`x`, `y`), in ms: bilinear inside, clamped below the
     /// first point of an axis, linear past the last.
     pub fn at(&self, x: f64, y: f64) -> f64 {
@@ -604,13 +616,13 @@ impl ProfilePerf {
     }
 }
 
-impl PerfModel for ProfilePerf {
-    fn pass(&self, pass: &Pass) -> Duration {
+impl ProfilePerf {
+    fn time(&self, pass: &Pass, count: bool) -> Duration {
         if pass.prefill_tokens == 0 && pass.decode_batch == 0 {
             return Duration::ZERO;
         }
         let (ms, past) = self.profile.pass_ms_past(pass);
-        if self.profile.beyond == BeyondGrid::Clamp {
+        if count && self.profile.beyond == BeyondGrid::Clamp {
             if past.0 {
                 self.counts.count_prefill();
             }
@@ -621,9 +633,51 @@ impl PerfModel for ProfilePerf {
         // At least 1 µs, so token-emitting passes never share a timestamp.
         scaled_ms(ms, self.speedup_ratio).max(Duration::from_micros(1))
     }
+}
+
+impl PerfModel for ProfilePerf {
+    fn pass(&self, pass: &Pass) -> Duration {
+        self.time(pass, true)
+    }
+
+    fn pass_uncounted(&self, pass: &Pass) -> Duration {
+        self.time(pass, false)
+    }
 
     fn beyond_grid_passes(&self) -> (u64, u64) {
         self.counts.get()
+    }
+
+    /// `passes` times the least of the passes' decode lookups
+    /// ([`PerfTable::min_along_y`]: the context of the first pass to that
+    /// of the last), less a nanosecond for the float noise of the passes'
+    /// own lookups: a bound that holds whether or not the table dips, at a
+    /// lookup per point of the context axis the passes cross. Nothing is
+    /// counted past the grid.
+    fn stable_decode_floor(
+        &self,
+        batch: u64,
+        first_context: u64,
+        passes: u64,
+        _pool_tokens: u64,
+    ) -> Duration {
+        if passes == 0 || batch == 0 {
+            return Duration::ZERO;
+        }
+        let last_context = first_context.saturating_add(batch.saturating_mul(passes - 1));
+        let y = |context: u64| match self.profile.decode_axis {
+            DecodeAxis::TotalContext => context as f64,
+            DecodeAxis::ContextPerSequence => context as f64 / batch as f64,
+        };
+        let ms = self.profile.decode.min_along_y(
+            batch as f64,
+            (y(first_context), y(last_context)),
+            self.profile.beyond,
+        );
+        let one = scaled_ms(ms, self.speedup_ratio)
+            .saturating_sub(Duration::from_nanos(1))
+            .max(Duration::from_micros(1));
+        one.saturating_mul(u32::try_from(passes).unwrap_or(u32::MAX))
     }
 }
 

@@ -173,3 +173,53 @@ fn an_extrapolating_profile_counts_nothing() {
     assert_eq!(m.beyond_grid_passes(), (0, 0));
     assert_eq!(m.profile().decode_axis(), DecodeAxis::TotalContext);
 }
+
+#[test]
+fn a_stable_decode_floor_bounds_the_passes_and_counts_nothing() {
+    // A decode table that dips along context at batch 4 (7.0, 6.2, 6.9).
+    let dec = PerfTable::with_shape(
+        TableKind::Decode,
+        ("batch", "context_per_sequence"),
+        vec![1.0, 4.0, 16.0],
+        vec![16.0, 256.0, 1024.0],
+        &[
+            vec![6.0, 6.5, 7.0],
+            vec![7.0, 6.2, 6.9],
+            vec![8.0, 8.5, 8.1],
+        ],
+        TableShape::AsGiven,
+    )
+    .unwrap();
+    let pre = table(&[1.0, 100.0], &[0.0], &[&[5.0], &[9.0]]).unwrap();
+    for axis in [DecodeAxis::ContextPerSequence, DecodeAxis::TotalContext] {
+        let p = PerfProfile::clamped("f".into(), String::new(), pre.clone(), dec.clone(), 1.0)
+            .unwrap()
+            .with_decode_axis(axis);
+        let m = ProfilePerf::new(Arc::new(p), 1.3);
+        for (batch, first, passes) in [
+            (4u64, 40u64, 1u64),
+            (4, 40, 900),
+            (3, 7, 2000),
+            (16, 0, 300),
+        ] {
+            let sum: Duration = (0..passes)
+                .map(|i| m.pass_uncounted(&Pass::decode(batch, first + i * batch, 1)))
+                .sum();
+            let floor = m.stable_decode_floor(batch, first, passes, 1);
+            assert!(
+                floor <= sum,
+                "{axis:?} {batch} {first} {passes}: {floor:?} > {sum:?}"
+            );
+            // At most the least pass each, less a nanosecond; at least the
+            // least of the table's row there (6.2 ms at batch 4).
+            let least = (0..passes)
+                .map(|i| m.pass_uncounted(&Pass::decode(batch, first + i * batch, 1)))
+                .min()
+                .unwrap();
+            assert!(floor <= (least - Duration::from_nanos(1)) * passes as u32);
+            assert!(floor >= Duration::from_secs_f64(6.0e-3 / 1.3) * passes as u32);
+        }
+        assert_eq!(m.stable_decode_floor(4, 40, 0, 1), Duration::ZERO);
+        assert_eq!(m.beyond_grid_passes(), (0, 0));
+    }
+}

@@ -277,7 +277,8 @@ impl<P: PerfModel> SglangCore<P> {
     /// the passes (it may evict, a KV event, or retract, in no time). A
     /// decode pass caches nothing, so the floor is the same with KV events
     /// counted or not. Those passes take at least the next one's time when
-    /// the perf model grows with work (and the next one's time is exact).
+    /// the perf model grows with work (and the next one's time is exact),
+    /// and otherwise what [`PerfModel::stable_decode_floor`] bounds them by.
     /// Session bookkeeping is not vouched for: with sessions on, no
     /// promise.
     pub(crate) fn quiet_floor(&self) -> QuietFloor {
@@ -298,7 +299,15 @@ impl<P: PerfModel> SglangCore<P> {
             n if self.perf.grows_with_work() => {
                 next.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
             }
-            _ => next,
+            n => self
+                .perf
+                .stable_decode_floor(
+                    self.running.len() as u64,
+                    self.running_kv_tokens,
+                    n,
+                    self.total_tokens(),
+                )
+                .max(next),
         };
         QuietFloor {
             next: if passes == 0 { Duration::ZERO } else { next },
