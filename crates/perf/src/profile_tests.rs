@@ -223,3 +223,28 @@ fn a_stable_decode_floor_bounds_the_passes_and_counts_nothing() {
         assert_eq!(m.beyond_grid_passes(), (0, 0));
     }
 }
+
+#[test]
+fn segments_are_found_as_the_linear_scan_found_them() {
+    let scan = |axis: &[f64], v: f64| {
+        let n = axis.len();
+        if n == 1 || v <= axis[0] {
+            return (0, 0.0);
+        }
+        let mut i = 0;
+        while i + 2 < n && v >= axis[i + 1] {
+            i += 1;
+        }
+        (i, (v - axis[i]) / (axis[i + 1] - axis[i]))
+    };
+    for axis in [
+        vec![3.0],
+        vec![0.0, 10.0],
+        vec![1.0, 2.0, 4.0, 8.0, 16.0, 1024.0],
+    ] {
+        for k in 0..2200 {
+            let v = k as f64 * 0.5 - 5.0;
+            assert_eq!(segment(&axis, v), scan(&axis, v), "{axis:?} {v}");
+        }
+    }
+}
