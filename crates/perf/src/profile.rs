@@ -42,6 +42,7 @@
 
 use super::{scaled_ms, BeyondGrid, BeyondGridCounts, Pass, PerfModel};
 use handoff_core::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Most points an axis may have (bounds the tables before allocation).
@@ -356,11 +357,19 @@ impl PerfTable {
     /// The time at (`x`, `y`) as `beyond` says to look past the grid, and
     /// whether either coordinate was past its axis's last point.
     pub fn lookup(&self, x: f64, y: f64, beyond: BeyondGrid) -> (f64, bool) {
+        self.lookup_near(x, y, beyond, &Near::default())
+    }
+
+    /// [`PerfTable::lookup`], starting each axis's search at the segment
+    /// `near` remembers (the same answer, found in a comparison or two
+    /// when successive lookups stay in one segment, as a stable batch's
+    /// do), and remembering the segments found.
+    pub fn lookup_near(&self, x: f64, y: f64, beyond: BeyondGrid, near: &Near) -> (f64, bool) {
         let (x_last, y_last) = (self.xs[self.xs.len() - 1], self.ys[self.ys.len() - 1]);
         let past = x > x_last || y > y_last;
         match beyond {
-            BeyondGrid::Extrapolate => (self.at(x, y), past),
-            BeyondGrid::Clamp => (self.at(x.min(x_last), y.min(y_last)), past),
+            BeyondGrid::Extrapolate => (self.at_near(x, y, near), past),
+            BeyondGrid::Clamp => (self.at_near(x.min(x_last), y.min(y_last), near), past),
         }
     }
 
@@ -379,8 +388,12 @@ impl PerfTable {
     /// The time at (`x`, `y`), in ms: bilinear inside, clamped below the
     /// first point of an axis, linear past the last.
     pub fn at(&self, x: f64, y: f64) -> f64 {
-        let (i, tx) = segment(&self.xs, x);
-        let (j, ty) = segment(&self.ys, y);
+        self.at_near(x, y, &Near::default())
+    }
+
+    fn at_near(&self, x: f64, y: f64, near: &Near) -> f64 {
+        let (i, tx) = segment(&self.xs, x, &near.0[0]);
+        let (j, ty) = segment(&self.ys, y, &near.0[1]);
         let ny = self.ys.len();
         let v = |a: usize, b: usize| self.ms[a * ny + b];
         let (i1, j1) = ((i + 1).min(self.xs.len() - 1), (j + 1).min(ny - 1));
@@ -390,18 +403,32 @@ impl PerfTable {
     }
 }
 
+/// The segments of a table's two axes its last lookup found, where the
+/// next one starts looking ([`PerfTable::lookup_near`]). Atomics (relaxed
+/// loads and stores, plain moves on common hardware) so that a model
+/// holding one stays `Sync`.
+#[derive(Debug, Default)]
+pub struct Near([AtomicUsize; 2]);
+
 /// The segment of `axis` to interpolate `v` in: its first index and the
 /// position in it (0 at or below the first point; above 1 past the last).
-fn segment(axis: &[f64], v: f64) -> (usize, f64) {
+/// The index is the last `i <= n - 2` with `axis[i] <= v` (or 0): `hint`'s
+/// segment when it is that one, else found by binary search (a prefill
+/// axis has about a hundred points); `hint` then holds it.
+fn segment(axis: &[f64], v: f64, hint: &AtomicUsize) -> (usize, f64) {
     let n = axis.len();
     if n == 1 || v <= axis[0] {
         return (0, 0.0);
     }
-    // The last `i <= n - 2` with `axis[i] <= v`: the points after the
-    // first and before the last that are at most `v`, counted by a binary
-    // search (a prefill axis has about a hundred points; every pass looks
-    // up one or two axes).
-    let i = axis[1..n - 1].partition_point(|&a| a <= v);
+    let h = hint.load(Ordering::Relaxed);
+    let fits = h + 2 <= n && (h == 0 || axis[h] <= v) && (h + 2 == n || v < axis[h + 1]);
+    let i = if fits {
+        h
+    } else {
+        let i = axis[1..n - 1].partition_point(|&a| a <= v);
+        hint.store(i, Ordering::Relaxed);
+        i
+    };
     (i, (v - axis[i]) / (axis[i + 1] - axis[i]))
 }
 
@@ -544,11 +571,18 @@ impl PerfProfile {
     /// The pass time in ms, before any speedup, and whether its prefill and
     /// its decode lookups lay past the grid.
     pub fn pass_ms_past(&self, pass: &Pass) -> (f64, (bool, bool)) {
+        self.pass_ms_near(pass, &[Near::default(), Near::default()])
+    }
+
+    /// [`PerfProfile::pass_ms_past`], each table's lookup starting at the
+    /// segments `near` (prefill's, decode's) remembers.
+    fn pass_ms_near(&self, pass: &Pass, near: &[Near; 2]) -> (f64, (bool, bool)) {
         let (p, prefill_past) = if pass.prefill_tokens > 0 {
-            self.prefill.lookup(
+            self.prefill.lookup_near(
                 pass.prefill_tokens as f64,
                 pass.mean_cached_tokens(),
                 self.beyond,
+                &near[0],
             )
         } else {
             (0.0, false)
@@ -559,7 +593,8 @@ impl PerfProfile {
                 DecodeAxis::TotalContext => pass.decode_context_tokens as f64,
                 DecodeAxis::ContextPerSequence => pass.decode_context_tokens as f64 / batch,
             };
-            self.decode.lookup(batch, context, self.beyond)
+            self.decode
+                .lookup_near(batch, context, self.beyond, &near[1])
         } else {
             (0.0, false)
         };
@@ -583,6 +618,8 @@ pub struct ProfilePerf {
     /// per core, so a core's count travels with its final state wherever
     /// the core runs (a thread, another process).
     counts: BeyondGridCounts,
+    /// Where this model's last prefill and decode lookups fell.
+    near: [Near; 2],
 }
 
 impl Clone for ProfilePerf {
@@ -607,6 +644,7 @@ impl ProfilePerf {
             profile,
             speedup_ratio,
             counts: BeyondGridCounts::default(),
+            near: Default::default(),
         }
     }
 
@@ -621,7 +659,7 @@ impl ProfilePerf {
         if pass.prefill_tokens == 0 && pass.decode_batch == 0 {
             return Duration::ZERO;
         }
-        let (ms, past) = self.profile.pass_ms_past(pass);
+        let (ms, past) = self.profile.pass_ms_near(pass, &self.near);
         if count && self.profile.beyond == BeyondGrid::Clamp {
             if past.0 {
                 self.counts.count_prefill();

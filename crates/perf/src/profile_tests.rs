@@ -244,7 +244,13 @@ fn segments_are_found_as_the_linear_scan_found_them() {
     ] {
         for k in 0..2200 {
             let v = k as f64 * 0.5 - 5.0;
-            assert_eq!(segment(&axis, v), scan(&axis, v), "{axis:?} {v}");
+            let fresh = AtomicUsize::new(0);
+            assert_eq!(segment(&axis, v, &fresh), scan(&axis, v), "{axis:?} {v}");
+            // Whatever segment a hint remembers, the answer is the scan's.
+            for h in 0..axis.len().saturating_sub(1) {
+                let hint = AtomicUsize::new(h);
+                assert_eq!(segment(&axis, v, &hint), scan(&axis, v), "{axis:?} {v} {h}");
+            }
         }
     }
 }
