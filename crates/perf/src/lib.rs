@@ -142,6 +142,11 @@ pub trait PerfModel {
         self.pass(pass)
     }
 
+    /// Counts `pass` as run without timing it again: for a pass timed with
+    /// [`PerfModel::pass_uncounted`] while planning and then run. Nothing
+    /// by default.
+    fn count_pass(&self, _pass: &Pass) {}
+
     /// Time to prefill `new_tokens` with no cached prefix in one pass.
     fn prefill(&self, new_tokens: u64) -> Duration {
         self.pass(&Pass::prefill(new_tokens, 0))
@@ -349,6 +354,12 @@ impl PerfModel for StepModel {
         match self {
             StepModel::Profile(m) => m.beyond_grid_passes(),
             StepModel::Polynomial(_) | StepModel::Grid(_) => (0, 0),
+        }
+    }
+
+    fn count_pass(&self, pass: &Pass) {
+        if let StepModel::Profile(m) = self {
+            m.count_pass(pass);
         }
     }
 

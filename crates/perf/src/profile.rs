@@ -574,6 +574,28 @@ impl PerfProfile {
         self.pass_ms_near(pass, &[Near::default(), Near::default()])
     }
 
+    /// Whether `pass`'s prefill and decode lookups lie past the grid, as
+    /// [`PerfProfile::pass_ms_past`] says, without looking them up.
+    fn past_grid(&self, pass: &Pass) -> (bool, bool) {
+        let past =
+            |t: &PerfTable, x: f64, y: f64| x > t.xs[t.xs.len() - 1] || y > t.ys[t.ys.len() - 1];
+        let prefill = pass.prefill_tokens > 0
+            && past(
+                &self.prefill,
+                pass.prefill_tokens as f64,
+                pass.mean_cached_tokens(),
+            );
+        let decode = pass.decode_batch > 0 && {
+            let batch = pass.decode_batch as f64;
+            let context = match self.decode_axis {
+                DecodeAxis::TotalContext => pass.decode_context_tokens as f64,
+                DecodeAxis::ContextPerSequence => pass.decode_context_tokens as f64 / batch,
+            };
+            past(&self.decode, batch, context)
+        };
+        (prefill, decode)
+    }
+
     /// [`PerfProfile::pass_ms_past`], each table's lookup starting at the
     /// segments `near` (prefill's, decode's) remembers.
     fn pass_ms_near(&self, pass: &Pass, near: &[Near; 2]) -> (f64, (bool, bool)) {
@@ -680,6 +702,20 @@ impl PerfModel for ProfilePerf {
 
     fn pass_uncounted(&self, pass: &Pass) -> Duration {
         self.time(pass, false)
+    }
+
+    fn count_pass(&self, pass: &Pass) {
+        if self.profile.beyond == BeyondGrid::Clamp
+            && (pass.prefill_tokens > 0 || pass.decode_batch > 0)
+        {
+            let past = self.profile.past_grid(pass);
+            if past.0 {
+                self.counts.count_prefill();
+            }
+            if past.1 {
+                self.counts.count_decode();
+            }
+        }
     }
 
     fn beyond_grid_passes(&self) -> (u64, u64) {

@@ -254,3 +254,42 @@ fn segments_are_found_as_the_linear_scan_found_them() {
         }
     }
 }
+
+#[test]
+fn a_counted_pass_counts_as_a_timed_one() {
+    let pre = table(&[1.0, 100.0], &[0.0, 50.0], &[&[5.0, 6.0], &[9.0, 12.0]]).unwrap();
+    let p = PerfProfile::clamped(
+        "c".into(),
+        String::new(),
+        pre,
+        decode_table(TableShape::AsGiven),
+        1.0,
+    )
+    .unwrap()
+    .with_decode_axis(DecodeAxis::ContextPerSequence);
+    let (timed, counted) = (
+        ProfilePerf::new(Arc::new(p.clone()), 1.0),
+        ProfilePerf::new(Arc::new(p), 1.0),
+    );
+    let mut mixed = Pass::prefill(500, 60);
+    mixed.add_decode(5000);
+    for pass in [
+        Pass::decode(8, 8 * 1024, 1),
+        Pass::decode(64, 64 * 16, 1),
+        Pass::decode(8, 8 * 100_000, 1),
+        Pass::prefill(100, 50),
+        Pass::prefill(10_000, 1_000),
+        mixed,
+        Pass::default(),
+    ] {
+        timed.pass(&pass);
+        assert_eq!(counted.pass_uncounted(&pass), timed.pass_uncounted(&pass));
+        counted.count_pass(&pass);
+        assert_eq!(
+            counted.beyond_grid_passes(),
+            timed.beyond_grid_passes(),
+            "{pass:?}"
+        );
+    }
+    assert_eq!(counted.beyond_grid_passes(), (2, 3));
+}

@@ -289,7 +289,7 @@ impl<P: PerfModel> SglangCore<P> {
             return QuietFloor::default();
         };
         let passes = self.passes_fitting(self.free_pages(), until_finish);
-        let next = self.perf.pass(&Pass::decode(
+        let next = self.perf.pass_uncounted(&Pass::decode(
             self.running.len() as u64,
             self.running_kv_tokens,
             self.total_tokens(),
@@ -332,9 +332,11 @@ impl<P: PerfModel> SglangCore<P> {
         // would end by it the answer is no passes whatever the batch holds,
         // so the batch is not read at all. Reading it (a line per request)
         // was a second walk of the batch per call beside `advance_running`.
+        // Passes are timed uncounted while planned, and counted once the
+        // ones run are known (below).
         let first_more = self
             .perf
-            .pass(&Pass::decode(bs, self.running_kv_tokens, total));
+            .pass_uncounted(&Pass::decode(bs, self.running_kv_tokens, total));
         if start + first_more > horizon {
             return MorePasses::default();
         }
@@ -359,7 +361,7 @@ impl<P: PerfModel> SglangCore<P> {
         let (mut t, mut kv, mut d) = (start, self.running_kv_tokens, first_more);
         while more.passes < cap {
             if more.passes > 0 {
-                d = self.perf.pass(&Pass::decode(bs, kv, total));
+                d = self.perf.pass_uncounted(&Pass::decode(bs, kv, total));
             }
             if t + d > horizon {
                 break;
@@ -390,6 +392,10 @@ impl<P: PerfModel> SglangCore<P> {
         if more.passes == 0 {
             out.passes.truncate(mark);
             return more;
+        }
+        for i in 0..more.passes {
+            let kv = self.running_kv_tokens + i * bs;
+            self.perf.count_pass(&Pass::decode(bs, kv, total));
         }
         self.ratio.decay(more.passes);
         self.advance_running(more.passes, out);

@@ -438,14 +438,13 @@ impl<P: PerfModel> VllmCore<P> {
         let mut t = start;
         out.passes.push(out.first_step);
         while k < k_max {
-            let d = self.perf.pass(&Pass::decode(
-                batch,
-                context + batch * (k + 1),
-                total_tokens,
-            ));
+            // Timed uncounted: a pass past the horizon is not run now.
+            let pass = Pass::decode(batch, context + batch * (k + 1), total_tokens);
+            let d = self.perf.pass_uncounted(&pass);
             if t + d > horizon {
                 break;
             }
+            self.perf.count_pass(&pass);
             k += 1;
             out.passes.push(d);
             out.duration += d;
