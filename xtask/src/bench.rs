@@ -8,6 +8,15 @@
 //! - `x2`: the conversation trace and the same trace with every
 //!   `output_length` and `timestamp` doubled (written to a temporary file),
 //!   so twice the tokens at the same load; prints the ratio of the two;
+//! - `poly`: the conversation trace at 4P+4D with `--perf
+//!   dynamo-polynomial`; prints the default (measured profile) run's cost
+//!   over it;
+//! - `overlay`: four copies of the conversation trace at the same
+//!   timestamps, sharing no hash id (`overlay.rs`), at 16P+16D: the same
+//!   load per engine on four times the cluster; prints its cost over the
+//!   conversation run's;
+//! - `workers`: ten requests on 4096 prefill and 4096 decode workers (what
+//!   idle workers cost: time and peak memory);
 //!
 //! each on vLLM and SGLang. Every figure is the median of `--runs`
 //! interleaved runs (all workloads once, then again, ...), as CPU time
@@ -43,6 +52,36 @@ use std::process::Command;
 /// The trace of the `conversation` and `x2` workloads, from the root.
 const DEFAULT_TRACE: &str = "tests/data/conversation_trace.jsonl";
 
+/// Every workload, the default set.
+const WORKLOADS: [&str; 6] = [
+    "cluster",
+    "conversation",
+    "x2",
+    "poly",
+    "overlay",
+    "workers",
+];
+
+/// Ratios printed after the table: (what, numerator job, denominator job),
+/// the jobs named for `{b}`, the backend.
+const RATIOS: [(&str, &str, &str); 3] = [
+    (
+        "x2 output at constant load",
+        "conversation x2 output 4P+4D {b}",
+        "conversation 4P+4D {b}",
+    ),
+    (
+        "measured profile over polynomial",
+        "conversation 4P+4D {b}",
+        "conversation polynomial 4P+4D {b}",
+    ),
+    (
+        "4x overlaid at 16P+16D over 4P+4D",
+        "conversation x4 overlaid 16P+16D {b}",
+        "conversation 4P+4D {b}",
+    ),
+];
+
 struct Opts {
     runs: usize,
     trace: Option<PathBuf>,
@@ -60,7 +99,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         trace: None,
         baseline: None,
         baseline_bin: None,
-        workloads: vec!["cluster".into(), "conversation".into(), "x2".into()],
+        workloads: WORKLOADS.iter().map(|w| w.to_string()).collect(),
         cluster_requests: 200_000,
         micro: true,
         paired: false,
@@ -86,9 +125,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--workloads" => {
                 o.workloads = val("--workloads")?.split(',').map(str::to_string).collect();
                 for w in &o.workloads {
-                    if !["cluster", "conversation", "x2"].contains(&w.as_str()) {
+                    if !WORKLOADS.contains(&w.as_str()) {
                         return Err(format!(
-                            "--workloads: unknown {w} (cluster, conversation, x2)"
+                            "--workloads: unknown {w} ({})",
+                            WORKLOADS.join(", ")
                         ));
                     }
                 }
@@ -358,6 +398,7 @@ pub fn bench(args: &[String]) -> bool {
     let wants = |w: &str| o.workloads.iter().any(|x| x == w);
     let mut jobs = Vec::new();
     let mut x2 = None;
+    let mut overlay = None;
     for backend in ["vllm", "sglang"] {
         let b = |v: &[&str]| {
             let mut a: Vec<String> = vec!["--backend".into(), backend.into()];
@@ -380,9 +421,56 @@ pub fn bench(args: &[String]) -> bool {
                 ]),
             });
         }
+        if wants("workers") {
+            jobs.push(Job {
+                name: format!("workers 4096P+4096D 10 requests {backend}"),
+                args: b(&["--requests", "10", "--prefill", "4096", "--decode", "4096"]),
+            });
+        }
         let Some(t) = &trace else { continue };
         let t = t.to_string_lossy().to_string();
-        if wants("conversation") || wants("x2") {
+        if wants("poly") {
+            jobs.push(Job {
+                name: format!("conversation polynomial 4P+4D {backend}"),
+                args: b(&[
+                    "--trace",
+                    &t,
+                    "--prefill",
+                    "4",
+                    "--decode",
+                    "4",
+                    "--perf",
+                    "dynamo-polynomial",
+                ]),
+            });
+        }
+        if wants("overlay") {
+            if overlay.is_none() {
+                match crate::overlay::overlaid_trace(Path::new(&t), 4) {
+                    Ok(p) => overlay = Some(p),
+                    Err(e) => {
+                        eprintln!("{e}");
+                        return false;
+                    }
+                }
+            }
+            let p = overlay.as_ref().map(|p| p.to_string_lossy().to_string());
+            jobs.push(Job {
+                name: format!("conversation x4 overlaid 16P+16D {backend}"),
+                args: b(&[
+                    "--trace",
+                    &p.unwrap_or_default(),
+                    "--prefill",
+                    "16",
+                    "--decode",
+                    "16",
+                ]),
+            });
+        }
+        if ["conversation", "x2", "poly", "overlay"]
+            .iter()
+            .any(|w| wants(w))
+        {
             jobs.push(Job {
                 name: format!("conversation 4P+4D {backend}"),
                 args: b(&["--trace", &t, "--prefill", "4", "--decode", "4"]),
@@ -498,25 +586,28 @@ pub fn bench(args: &[String]) -> bool {
         }
         println!("{line}");
     }
-    // The x2 pair: the doubled trace's cost over the plain one's.
+    // Each ratio's pair, per backend and binary.
     for backend in ["vllm", "sglang"] {
-        let find = |n: &str| jobs.iter().position(|j| j.name == n);
-        if let (Some(a), Some(b)) = (
-            find(&format!("conversation 4P+4D {backend}")),
-            find(&format!("conversation x2 output 4P+4D {backend}")),
-        ) {
+        let find = |n: &str| {
+            jobs.iter()
+                .position(|j| j.name == n.replace("{b}", backend))
+        };
+        for (what, num, den) in RATIOS {
+            let (Some(a), Some(b)) = (find(num), find(den)) else {
+                continue;
+            };
             for (k, (label, _)) in bins.iter().enumerate() {
                 let (ca, wa, _) = med(&samples[a][k]);
                 let (cb, wb, _) = med(&samples[b][k]);
                 println!(
-                    "x2 output at constant load, {backend} ({label}): cpu {:.3}x, wall {:.3}x",
-                    cb / ca,
-                    wb / wa
+                    "{what}, {backend} ({label}): cpu {:.3}x, wall {:.3}x",
+                    ca / cb,
+                    wa / wb
                 );
             }
         }
     }
-    if let Some(p) = x2 {
+    for p in [x2, overlay].into_iter().flatten() {
         let _ = std::fs::remove_file(p);
     }
     if let (Some(b), Some(_)) = (baseline, &o.baseline) {

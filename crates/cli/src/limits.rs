@@ -11,12 +11,11 @@
 use crate::args::{DeployArgs, WorkloadArgs};
 
 /// Workers per pool. The scheduler cores hold nothing sized by the pool or
-/// the batch limit until a request arrives (a few kilobytes per idle
-/// worker), but every worker keeps a peer-generation entry for every other
-/// worker (`handoff_core::Worker::handle_peer_generation`, announced to all
-/// at start), so idle memory and start-up time grow with the square of the
-/// deployment: 4,096 per pool (8,192 workers) peaks at 1.3 GB for ten
-/// requests (measured in `docs/perf/lazy-pools-2026-12-03.md`).
+/// the batch limit until a request arrives, and a worker keeps a peer's
+/// generation only once that peer restarted (`handoff_core::Worker`'s
+/// peer table), so an idle worker costs a few kilobytes: 4,096 per pool
+/// (8,192 workers) peaks at 56 MB for ten requests
+/// (`docs/perf/cluster-scaling-2026-12-06.md`).
 pub const MAX_WORKERS: u32 = 4096;
 /// KV tokens per worker. Both pools take memory only for what a run
 /// touches (vLLM's block entries are made when a block is first allocated,

@@ -27,6 +27,10 @@ impl fmt::Display for WorkerId {
 pub struct Generation(pub u32);
 
 impl Generation {
+    /// Every worker's first incarnation, the one a deployment starts it
+    /// at; a worker takes a peer it has not heard of to be at it.
+    pub const FIRST: Generation = Generation(0);
+
     /// The generation a restart of this incarnation gets.
     pub fn next(self) -> Generation {
         Generation(self.0.wrapping_add(1))

@@ -135,6 +135,18 @@ pub trait PerfModel {
         (0, 0)
     }
 
+    /// Time of `pass` when it is a bound, not a pass run: the same as
+    /// [`PerfModel::pass`], but a model that counts the passes it times
+    /// (past a clamping grid) does not count it.
+    fn pass_uncounted(&self, pass: &Pass) -> Duration {
+        self.pass(pass)
+    }
+
+    /// Counts `pass` as run without timing it again: for a pass timed with
+    /// [`PerfModel::pass_uncounted`] while planning and then run. Nothing
+    /// by default.
+    fn count_pass(&self, _pass: &Pass) {}
+
     /// Time to prefill `new_tokens` with no cached prefix in one pass.
     fn prefill(&self, new_tokens: u64) -> Duration {
         self.pass(&Pass::prefill(new_tokens, 0))
@@ -147,6 +159,31 @@ pub trait PerfModel {
     /// promises nothing.
     fn grows_with_work(&self) -> bool {
         false
+    }
+
+    /// At most the total time of `passes` pure decode passes of `batch`
+    /// sequences on a pool of `pool_tokens`, the `i`th (from 0) attending
+    /// over `first_context + i·batch` tokens: how long a stable batch's
+    /// next passes take at least, found without running them (for
+    /// `SchedulerCore::quiet_floor`). Evaluating it counts no pass. The
+    /// default: `passes` times the first when the model
+    /// [grows with work](PerfModel::grows_with_work), else the first.
+    fn stable_decode_floor(
+        &self,
+        batch: u64,
+        first_context: u64,
+        passes: u64,
+        pool_tokens: u64,
+    ) -> Duration {
+        if passes == 0 {
+            return Duration::ZERO;
+        }
+        let first = self.pass(&Pass::decode(batch, first_context, pool_tokens));
+        if self.grows_with_work() {
+            first.saturating_mul(u32::try_from(passes).unwrap_or(u32::MAX))
+        } else {
+            first
+        }
     }
 }
 
@@ -317,6 +354,38 @@ impl PerfModel for StepModel {
         match self {
             StepModel::Profile(m) => m.beyond_grid_passes(),
             StepModel::Polynomial(_) | StepModel::Grid(_) => (0, 0),
+        }
+    }
+
+    fn count_pass(&self, pass: &Pass) {
+        if let StepModel::Profile(m) = self {
+            m.count_pass(pass);
+        }
+    }
+
+    fn pass_uncounted(&self, pass: &Pass) -> Duration {
+        match self {
+            StepModel::Polynomial(m) => m.pass(pass),
+            StepModel::Profile(m) => m.pass_uncounted(pass),
+            StepModel::Grid(m) => m.pass(pass),
+        }
+    }
+
+    fn stable_decode_floor(
+        &self,
+        batch: u64,
+        first_context: u64,
+        passes: u64,
+        pool_tokens: u64,
+    ) -> Duration {
+        match self {
+            StepModel::Polynomial(m) => {
+                m.stable_decode_floor(batch, first_context, passes, pool_tokens)
+            }
+            StepModel::Profile(m) => {
+                m.stable_decode_floor(batch, first_context, passes, pool_tokens)
+            }
+            StepModel::Grid(m) => m.stable_decode_floor(batch, first_context, passes, pool_tokens),
         }
     }
 }

@@ -42,6 +42,7 @@
 
 use super::{scaled_ms, BeyondGrid, BeyondGridCounts, Pass, PerfModel};
 use handoff_core::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Most points an axis may have (bounds the tables before allocation).
@@ -356,19 +357,43 @@ impl PerfTable {
     /// The time at (`x`, `y`) as `beyond` says to look past the grid, and
     /// whether either coordinate was past its axis's last point.
     pub fn lookup(&self, x: f64, y: f64, beyond: BeyondGrid) -> (f64, bool) {
+        self.lookup_near(x, y, beyond, &Near::default())
+    }
+
+    /// [`PerfTable::lookup`], starting each axis's search at the segment
+    /// `near` remembers (the same answer, found in a comparison or two
+    /// when successive lookups stay in one segment, as a stable batch's
+    /// do), and remembering the segments found.
+    pub fn lookup_near(&self, x: f64, y: f64, beyond: BeyondGrid, near: &Near) -> (f64, bool) {
         let (x_last, y_last) = (self.xs[self.xs.len() - 1], self.ys[self.ys.len() - 1]);
         let past = x > x_last || y > y_last;
         match beyond {
-            BeyondGrid::Extrapolate => (self.at(x, y), past),
-            BeyondGrid::Clamp => (self.at(x.min(x_last), y.min(y_last)), past),
+            BeyondGrid::Extrapolate => (self.at_near(x, y, near), past),
+            BeyondGrid::Clamp => (self.at_near(x.min(x_last), y.min(y_last), near), past),
         }
+    }
+
+    /// The least time at `x` over `y` in `lo..=hi`, looked up as `beyond`
+    /// says. At a fixed `x` a lookup is linear in `y` between adjacent
+    /// points of the axis (and past its ends, where it is constant or the
+    /// last segment's line), so the least is at `lo`, `hi` or a point of
+    /// the axis between them: one lookup per such point, whatever the
+    /// width of the range.
+    pub fn min_along_y(&self, x: f64, (lo, hi): (f64, f64), beyond: BeyondGrid) -> f64 {
+        let at = |y: f64| self.lookup(x, y, beyond).0;
+        let inside = self.ys.iter().filter(|&&y| lo < y && y < hi);
+        inside.fold(at(lo).min(at(hi)), |m, &y| m.min(at(y)))
     }
 
     /// The time at (`x`, `y`), in ms: bilinear inside, clamped below the
     /// first point of an axis, linear past the last.
     pub fn at(&self, x: f64, y: f64) -> f64 {
-        let (i, tx) = segment(&self.xs, x);
-        let (j, ty) = segment(&self.ys, y);
+        self.at_near(x, y, &Near::default())
+    }
+
+    fn at_near(&self, x: f64, y: f64, near: &Near) -> f64 {
+        let (i, tx) = segment(&self.xs, x, &near.0[0]);
+        let (j, ty) = segment(&self.ys, y, &near.0[1]);
         let ny = self.ys.len();
         let v = |a: usize, b: usize| self.ms[a * ny + b];
         let (i1, j1) = ((i + 1).min(self.xs.len() - 1), (j + 1).min(ny - 1));
@@ -378,18 +403,32 @@ impl PerfTable {
     }
 }
 
+/// The segments of a table's two axes its last lookup found, where the
+/// next one starts looking ([`PerfTable::lookup_near`]). Atomics (relaxed
+/// loads and stores, plain moves on common hardware) so that a model
+/// holding one stays `Sync`.
+#[derive(Debug, Default)]
+pub struct Near([AtomicUsize; 2]);
+
 /// The segment of `axis` to interpolate `v` in: its first index and the
 /// position in it (0 at or below the first point; above 1 past the last).
-fn segment(axis: &[f64], v: f64) -> (usize, f64) {
+/// The index is the last `i <= n - 2` with `axis[i] <= v` (or 0): `hint`'s
+/// segment when it is that one, else found by binary search (a prefill
+/// axis has about a hundred points); `hint` then holds it.
+fn segment(axis: &[f64], v: f64, hint: &AtomicUsize) -> (usize, f64) {
     let n = axis.len();
     if n == 1 || v <= axis[0] {
         return (0, 0.0);
     }
-    // Axes are short (a few dozen points): a linear scan beats a search.
-    let mut i = 0;
-    while i + 2 < n && v >= axis[i + 1] {
-        i += 1;
-    }
+    let h = hint.load(Ordering::Relaxed);
+    let fits = h + 2 <= n && (h == 0 || axis[h] <= v) && (h + 2 == n || v < axis[h + 1]);
+    let i = if fits {
+        h
+    } else {
+        let i = axis[1..n - 1].partition_point(|&a| a <= v);
+        hint.store(i, Ordering::Relaxed);
+        i
+    };
     (i, (v - axis[i]) / (axis[i + 1] - axis[i]))
 }
 
@@ -532,11 +571,40 @@ impl PerfProfile {
     /// The pass time in ms, before any speedup, and whether its prefill and
     /// its decode lookups lay past the grid.
     pub fn pass_ms_past(&self, pass: &Pass) -> (f64, (bool, bool)) {
+        self.pass_ms_near(pass, &[Near::default(), Near::default()])
+    }
+
+    /// Whether `pass`'s prefill and decode lookups lie past the grid, as
+    /// [`PerfProfile::pass_ms_past`] says, without looking them up.
+    fn past_grid(&self, pass: &Pass) -> (bool, bool) {
+        let past =
+            |t: &PerfTable, x: f64, y: f64| x > t.xs[t.xs.len() - 1] || y > t.ys[t.ys.len() - 1];
+        let prefill = pass.prefill_tokens > 0
+            && past(
+                &self.prefill,
+                pass.prefill_tokens as f64,
+                pass.mean_cached_tokens(),
+            );
+        let decode = pass.decode_batch > 0 && {
+            let batch = pass.decode_batch as f64;
+            let context = match self.decode_axis {
+                DecodeAxis::TotalContext => pass.decode_context_tokens as f64,
+                DecodeAxis::ContextPerSequence => pass.decode_context_tokens as f64 / batch,
+            };
+            past(&self.decode, batch, context)
+        };
+        (prefill, decode)
+    }
+
+    /// [`PerfProfile::pass_ms_past`], each table's lookup starting at the
+    /// segments `near` (prefill's, decode's) remembers.
+    fn pass_ms_near(&self, pass: &Pass, near: &[Near; 2]) -> (f64, (bool, bool)) {
         let (p, prefill_past) = if pass.prefill_tokens > 0 {
-            self.prefill.lookup(
+            self.prefill.lookup_near(
                 pass.prefill_tokens as f64,
                 pass.mean_cached_tokens(),
                 self.beyond,
+                &near[0],
             )
         } else {
             (0.0, false)
@@ -547,7 +615,8 @@ impl PerfProfile {
                 DecodeAxis::TotalContext => pass.decode_context_tokens as f64,
                 DecodeAxis::ContextPerSequence => pass.decode_context_tokens as f64 / batch,
             };
-            self.decode.lookup(batch, context, self.beyond)
+            self.decode
+                .lookup_near(batch, context, self.beyond, &near[1])
         } else {
             (0.0, false)
         };
@@ -571,6 +640,8 @@ pub struct ProfilePerf {
     /// per core, so a core's count travels with its final state wherever
     /// the core runs (a thread, another process).
     counts: BeyondGridCounts,
+    /// Where this model's last prefill and decode lookups fell.
+    near: [Near; 2],
 }
 
 impl Clone for ProfilePerf {
@@ -595,6 +666,7 @@ impl ProfilePerf {
             profile,
             speedup_ratio,
             counts: BeyondGridCounts::default(),
+            near: Default::default(),
         }
     }
 
@@ -604,13 +676,13 @@ impl ProfilePerf {
     }
 }
 
-impl PerfModel for ProfilePerf {
-    fn pass(&self, pass: &Pass) -> Duration {
+impl ProfilePerf {
+    fn time(&self, pass: &Pass, count: bool) -> Duration {
         if pass.prefill_tokens == 0 && pass.decode_batch == 0 {
             return Duration::ZERO;
         }
-        let (ms, past) = self.profile.pass_ms_past(pass);
-        if self.profile.beyond == BeyondGrid::Clamp {
+        let (ms, past) = self.profile.pass_ms_near(pass, &self.near);
+        if count && self.profile.beyond == BeyondGrid::Clamp {
             if past.0 {
                 self.counts.count_prefill();
             }
@@ -621,9 +693,65 @@ impl PerfModel for ProfilePerf {
         // At least 1 µs, so token-emitting passes never share a timestamp.
         scaled_ms(ms, self.speedup_ratio).max(Duration::from_micros(1))
     }
+}
+
+impl PerfModel for ProfilePerf {
+    fn pass(&self, pass: &Pass) -> Duration {
+        self.time(pass, true)
+    }
+
+    fn pass_uncounted(&self, pass: &Pass) -> Duration {
+        self.time(pass, false)
+    }
+
+    fn count_pass(&self, pass: &Pass) {
+        if self.profile.beyond == BeyondGrid::Clamp
+            && (pass.prefill_tokens > 0 || pass.decode_batch > 0)
+        {
+            let past = self.profile.past_grid(pass);
+            if past.0 {
+                self.counts.count_prefill();
+            }
+            if past.1 {
+                self.counts.count_decode();
+            }
+        }
+    }
 
     fn beyond_grid_passes(&self) -> (u64, u64) {
         self.counts.get()
+    }
+
+    /// `passes` times the least of the passes' decode lookups
+    /// ([`PerfTable::min_along_y`]: the context of the first pass to that
+    /// of the last), less a nanosecond for the float noise of the passes'
+    /// own lookups: a bound that holds whether or not the table dips, at a
+    /// lookup per point of the context axis the passes cross. Nothing is
+    /// counted past the grid.
+    fn stable_decode_floor(
+        &self,
+        batch: u64,
+        first_context: u64,
+        passes: u64,
+        _pool_tokens: u64,
+    ) -> Duration {
+        if passes == 0 || batch == 0 {
+            return Duration::ZERO;
+        }
+        let last_context = first_context.saturating_add(batch.saturating_mul(passes - 1));
+        let y = |context: u64| match self.profile.decode_axis {
+            DecodeAxis::TotalContext => context as f64,
+            DecodeAxis::ContextPerSequence => context as f64 / batch as f64,
+        };
+        let ms = self.profile.decode.min_along_y(
+            batch as f64,
+            (y(first_context), y(last_context)),
+            self.profile.beyond,
+        );
+        let one = scaled_ms(ms, self.speedup_ratio)
+            .saturating_sub(Duration::from_nanos(1))
+            .max(Duration::from_micros(1));
+        one.saturating_mul(u32::try_from(passes).unwrap_or(u32::MAX))
     }
 }
 

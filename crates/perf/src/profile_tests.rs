@@ -173,3 +173,123 @@ fn an_extrapolating_profile_counts_nothing() {
     assert_eq!(m.beyond_grid_passes(), (0, 0));
     assert_eq!(m.profile().decode_axis(), DecodeAxis::TotalContext);
 }
+
+#[test]
+fn a_stable_decode_floor_bounds_the_passes_and_counts_nothing() {
+    // A decode table that dips along context at batch 4 (7.0, 6.2, 6.9).
+    let dec = PerfTable::with_shape(
+        TableKind::Decode,
+        ("batch", "context_per_sequence"),
+        vec![1.0, 4.0, 16.0],
+        vec![16.0, 256.0, 1024.0],
+        &[
+            vec![6.0, 6.5, 7.0],
+            vec![7.0, 6.2, 6.9],
+            vec![8.0, 8.5, 8.1],
+        ],
+        TableShape::AsGiven,
+    )
+    .unwrap();
+    let pre = table(&[1.0, 100.0], &[0.0], &[&[5.0], &[9.0]]).unwrap();
+    for axis in [DecodeAxis::ContextPerSequence, DecodeAxis::TotalContext] {
+        let p = PerfProfile::clamped("f".into(), String::new(), pre.clone(), dec.clone(), 1.0)
+            .unwrap()
+            .with_decode_axis(axis);
+        let m = ProfilePerf::new(Arc::new(p), 1.3);
+        for (batch, first, passes) in [
+            (4u64, 40u64, 1u64),
+            (4, 40, 900),
+            (3, 7, 2000),
+            (16, 0, 300),
+        ] {
+            let sum: Duration = (0..passes)
+                .map(|i| m.pass_uncounted(&Pass::decode(batch, first + i * batch, 1)))
+                .sum();
+            let floor = m.stable_decode_floor(batch, first, passes, 1);
+            assert!(
+                floor <= sum,
+                "{axis:?} {batch} {first} {passes}: {floor:?} > {sum:?}"
+            );
+            // At most the least pass each, less a nanosecond; at least the
+            // least of the table's row there (6.2 ms at batch 4).
+            let least = (0..passes)
+                .map(|i| m.pass_uncounted(&Pass::decode(batch, first + i * batch, 1)))
+                .min()
+                .unwrap();
+            assert!(floor <= (least - Duration::from_nanos(1)) * passes as u32);
+            assert!(floor >= Duration::from_secs_f64(6.0e-3 / 1.3) * passes as u32);
+        }
+        assert_eq!(m.stable_decode_floor(4, 40, 0, 1), Duration::ZERO);
+        assert_eq!(m.beyond_grid_passes(), (0, 0));
+    }
+}
+
+#[test]
+fn segments_are_found_as_the_linear_scan_found_them() {
+    let scan = |axis: &[f64], v: f64| {
+        let n = axis.len();
+        if n == 1 || v <= axis[0] {
+            return (0, 0.0);
+        }
+        let mut i = 0;
+        while i + 2 < n && v >= axis[i + 1] {
+            i += 1;
+        }
+        (i, (v - axis[i]) / (axis[i + 1] - axis[i]))
+    };
+    for axis in [
+        vec![3.0],
+        vec![0.0, 10.0],
+        vec![1.0, 2.0, 4.0, 8.0, 16.0, 1024.0],
+    ] {
+        for k in 0..2200 {
+            let v = k as f64 * 0.5 - 5.0;
+            let fresh = AtomicUsize::new(0);
+            assert_eq!(segment(&axis, v, &fresh), scan(&axis, v), "{axis:?} {v}");
+            // Whatever segment a hint remembers, the answer is the scan's.
+            for h in 0..axis.len().saturating_sub(1) {
+                let hint = AtomicUsize::new(h);
+                assert_eq!(segment(&axis, v, &hint), scan(&axis, v), "{axis:?} {v} {h}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_counted_pass_counts_as_a_timed_one() {
+    let pre = table(&[1.0, 100.0], &[0.0, 50.0], &[&[5.0, 6.0], &[9.0, 12.0]]).unwrap();
+    let p = PerfProfile::clamped(
+        "c".into(),
+        String::new(),
+        pre,
+        decode_table(TableShape::AsGiven),
+        1.0,
+    )
+    .unwrap()
+    .with_decode_axis(DecodeAxis::ContextPerSequence);
+    let (timed, counted) = (
+        ProfilePerf::new(Arc::new(p.clone()), 1.0),
+        ProfilePerf::new(Arc::new(p), 1.0),
+    );
+    let mut mixed = Pass::prefill(500, 60);
+    mixed.add_decode(5000);
+    for pass in [
+        Pass::decode(8, 8 * 1024, 1),
+        Pass::decode(64, 64 * 16, 1),
+        Pass::decode(8, 8 * 100_000, 1),
+        Pass::prefill(100, 50),
+        Pass::prefill(10_000, 1_000),
+        mixed,
+        Pass::default(),
+    ] {
+        timed.pass(&pass);
+        assert_eq!(counted.pass_uncounted(&pass), timed.pass_uncounted(&pass));
+        counted.count_pass(&pass);
+        assert_eq!(
+            counted.beyond_grid_passes(),
+            timed.beyond_grid_passes(),
+            "{pass:?}"
+        );
+    }
+    assert_eq!(counted.beyond_grid_passes(), (2, 3));
+}

@@ -277,7 +277,8 @@ impl<P: PerfModel> SglangCore<P> {
     /// the passes (it may evict, a KV event, or retract, in no time). A
     /// decode pass caches nothing, so the floor is the same with KV events
     /// counted or not. Those passes take at least the next one's time when
-    /// the perf model grows with work (and the next one's time is exact).
+    /// the perf model grows with work (and the next one's time is exact),
+    /// and otherwise what [`PerfModel::stable_decode_floor`] bounds them by.
     /// Session bookkeeping is not vouched for: with sessions on, no
     /// promise.
     pub(crate) fn quiet_floor(&self) -> QuietFloor {
@@ -288,7 +289,7 @@ impl<P: PerfModel> SglangCore<P> {
             return QuietFloor::default();
         };
         let passes = self.passes_fitting(self.free_pages(), until_finish);
-        let next = self.perf.pass(&Pass::decode(
+        let next = self.perf.pass_uncounted(&Pass::decode(
             self.running.len() as u64,
             self.running_kv_tokens,
             self.total_tokens(),
@@ -298,7 +299,15 @@ impl<P: PerfModel> SglangCore<P> {
             n if self.perf.grows_with_work() => {
                 next.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
             }
-            _ => next,
+            n => self
+                .perf
+                .stable_decode_floor(
+                    self.running.len() as u64,
+                    self.running_kv_tokens,
+                    n,
+                    self.total_tokens(),
+                )
+                .max(next),
         };
         QuietFloor {
             next: if passes == 0 { Duration::ZERO } else { next },
@@ -323,9 +332,11 @@ impl<P: PerfModel> SglangCore<P> {
         // would end by it the answer is no passes whatever the batch holds,
         // so the batch is not read at all. Reading it (a line per request)
         // was a second walk of the batch per call beside `advance_running`.
+        // Passes are timed uncounted while planned, and counted once the
+        // ones run are known (below).
         let first_more = self
             .perf
-            .pass(&Pass::decode(bs, self.running_kv_tokens, total));
+            .pass_uncounted(&Pass::decode(bs, self.running_kv_tokens, total));
         if start + first_more > horizon {
             return MorePasses::default();
         }
@@ -350,7 +361,7 @@ impl<P: PerfModel> SglangCore<P> {
         let (mut t, mut kv, mut d) = (start, self.running_kv_tokens, first_more);
         while more.passes < cap {
             if more.passes > 0 {
-                d = self.perf.pass(&Pass::decode(bs, kv, total));
+                d = self.perf.pass_uncounted(&Pass::decode(bs, kv, total));
             }
             if t + d > horizon {
                 break;
@@ -381,6 +392,10 @@ impl<P: PerfModel> SglangCore<P> {
         if more.passes == 0 {
             out.passes.truncate(mark);
             return more;
+        }
+        for i in 0..more.passes {
+            let kv = self.running_kv_tokens + i * bs;
+            self.perf.count_pass(&Pass::decode(bs, kv, total));
         }
         self.ratio.decay(more.passes);
         self.advance_running(more.passes, out);

@@ -347,8 +347,14 @@ impl<P: PerfModel> VllmCore<P> {
     /// 0), or the one after the boundary blocks stop fitting in the free
     /// pool (it may preempt, in no time); each of those passes takes at
     /// least the next one's time.
+    ///
+    /// A perf model that may not grow with work (a profile whose table
+    /// dips) times the next pass exactly only when nothing can be admitted
+    /// into it (no runnable waiting request), and bounds the stable passes
+    /// after it by [`PerfModel::stable_decode_floor`] instead.
     pub(crate) fn quiet_floor(&mut self) -> QuietFloor {
-        if !self.perf.grows_with_work() {
+        let grows = self.perf.grows_with_work();
+        if !grows && self.runnable_waiting() != 0 {
             return QuietFloor::default();
         }
         let next = self.next_pass_floor();
@@ -356,7 +362,16 @@ impl<P: PerfModel> VllmCore<P> {
             return QuietFloor::next_only(next);
         }
         let plan = self.plan_stable();
-        let within = |passes: u64| next.saturating_mul(u32::try_from(passes).unwrap_or(u32::MAX));
+        let batch = self.running.len() as u64;
+        let pool = self.pool.total() * self.bs();
+        let within = |passes: u64| {
+            if grows {
+                next.saturating_mul(u32::try_from(passes).unwrap_or(u32::MAX))
+            } else {
+                let first = plan.context + batch;
+                self.perf.stable_decode_floor(batch, first, passes, pool)
+            }
+        };
         let first_kv = if self.cfg.enable_prefix_caching {
             plan.min_room.max(1)
         } else {
@@ -404,7 +419,7 @@ impl<P: PerfModel> VllmCore<P> {
         if !any || need > self.pool.free_len() {
             return Duration::ZERO;
         }
-        self.perf.pass(&pass)
+        self.perf.pass_uncounted(&pass)
     }
 
     /// Plans and applies the stable passes after the first one.
@@ -423,14 +438,13 @@ impl<P: PerfModel> VllmCore<P> {
         let mut t = start;
         out.passes.push(out.first_step);
         while k < k_max {
-            let d = self.perf.pass(&Pass::decode(
-                batch,
-                context + batch * (k + 1),
-                total_tokens,
-            ));
+            // Timed uncounted: a pass past the horizon is not run now.
+            let pass = Pass::decode(batch, context + batch * (k + 1), total_tokens);
+            let d = self.perf.pass_uncounted(&pass);
             if t + d > horizon {
                 break;
             }
+            self.perf.count_pass(&pass);
             k += 1;
             out.passes.push(d);
             out.duration += d;

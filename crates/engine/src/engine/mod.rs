@@ -62,7 +62,7 @@
 use crate::fault::FaultInjector;
 use crate::min_tree::MinTree;
 use crate::transfer::{Completion, TransferTimer};
-use handoff_core::host::{HostInput, HostOutput, HostStatus};
+use handoff_core::host::{HostOutput, HostStatus};
 use handoff_core::ids::{Generation, WorkerId};
 use handoff_core::msg::HandoffMsg;
 use handoff_core::time::Instant;
@@ -255,7 +255,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                 },
                 wakes: Vec::new(),
                 up: true,
-                generation: Generation(0),
+                generation: Generation::FIRST,
             })
             .collect();
         let mut e = Engine {
@@ -285,28 +285,14 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         if let Some(t) = e.faults.next_timed() {
             e.at(t, Ev::Fault);
         }
-        e.announce_peers();
+        // Every host starts at `Generation::FIRST`, the generation a worker
+        // takes a peer it has not heard of to be at: the hello in which
+        // transports tell each worker every other's generation is implied,
+        // so that a worker that later hears a newer generation of a peer
+        // voids its attempts with it, even attempts that never got a fact
+        // from that peer (a destination routed with the source's
+        // readiness), and an idle host holds nothing per peer.
         e
-    }
-
-    /// Tells every host the generation of every other, as transports do in
-    /// their hello: a worker that later hears a newer generation of a peer
-    /// then voids its attempts with it, even attempts that never got a fact
-    /// from that peer (a destination routed with the source's readiness).
-    fn announce_peers(&mut self) {
-        let n = self.hosts.len() as u32;
-        for w in 0..n {
-            for p in (0..n).filter(|p| *p != w) {
-                let generation = self.hosts[p as usize].generation;
-                self.deliver(
-                    w,
-                    HostInput::PeerGeneration {
-                        peer: WorkerId(p),
-                        generation,
-                    },
-                );
-            }
-        }
     }
 
     /// The director, for inspection.

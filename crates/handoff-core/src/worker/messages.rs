@@ -46,8 +46,7 @@ impl<S: SchedulerCore> Worker<S> {
     }
 
     fn deliver(&mut self, from: WorkerId, msg: HandoffMsg, now: Instant, may_buffer: bool) {
-        let known = self.peers.get(&from).copied();
-        match known {
+        match self.peer_generation(from) {
             Some(g) if msg.generation < g => {
                 self.stats.old_generation += 1;
                 self.drop_fact(from, &msg, DropReason::OldGeneration, now);

@@ -140,7 +140,11 @@ pub struct Worker<S: SchedulerCore> {
     /// checks it.
     tombstone_set: ChurnMap<HandoffId, Ended>,
     early: BTreeMap<HandoffId, (Instant, Vec<EarlyFact>)>,
-    /// Each peer's latest generation heard (lookups only: one per fact).
+    /// The generation heard of each peer that is past its first
+    /// ([`Generation::FIRST`]), and of this worker itself if it sent itself a
+    /// fact: a peer never heard of is at its first, so the table holds only
+    /// restarted peers and an idle worker holds nothing per peer (lookups
+    /// only: one per fact). See [`Worker::peer_generation`].
     peers: FastMap<WorkerId, Generation>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<WorkerEvent>,

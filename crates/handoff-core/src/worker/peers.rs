@@ -56,10 +56,11 @@ impl<S: SchedulerCore> Worker<S> {
     }
 
     /// `peer` announced (e.g. in a transport hello) that it is now
-    /// `generation`. A newer generation voids every attempt with it.
+    /// `generation`. A newer generation voids every attempt with it; a
+    /// peer not heard of before is at [`Generation::FIRST`].
     pub fn handle_peer_generation(&mut self, peer: WorkerId, generation: Generation, now: Instant) {
-        match self.peers.get(&peer) {
-            Some(g) if generation > *g => self.peer_restarted(peer, generation, now),
+        match self.peer_generation(peer) {
+            Some(g) if generation > g => self.peer_restarted(peer, generation, now),
             None => {
                 self.peers.insert(peer, generation);
             }
@@ -67,6 +68,19 @@ impl<S: SchedulerCore> Worker<S> {
         }
         self.pump_reservations(now);
         self.flush_kv(now);
+    }
+
+    /// The generation `peer` is known at: the one last heard, else
+    /// [`Generation::FIRST`] for any other worker (a deployment starts every
+    /// worker there, so hearing it needs no entry: the transports' hello
+    /// at start is implied), else none (this worker itself, before it sent
+    /// itself a fact).
+    pub(super) fn peer_generation(&self, peer: WorkerId) -> Option<Generation> {
+        match self.peers.get(&peer) {
+            Some(g) => Some(*g),
+            None if peer != self.id => Some(Generation::FIRST),
+            None => None,
+        }
     }
 
     pub(super) fn peer_restarted(&mut self, peer: WorkerId, generation: Generation, now: Instant) {
