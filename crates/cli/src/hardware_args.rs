@@ -223,10 +223,11 @@ impl HardwareArgs {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn args(model: &str, gpu: &str, tp: Option<u32>) -> HardwareArgs {
+    /// `--model MODEL --gpu GPU [--tp TP]` and nothing else.
+    pub(crate) fn args(model: &str, gpu: &str, tp: Option<u32>) -> HardwareArgs {
         HardwareArgs {
             model: Some(model.into()),
             gpu: Some(gpu.into()),

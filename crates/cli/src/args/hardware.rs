@@ -46,16 +46,7 @@ impl DeployArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hardware_args::HardwareArgs;
-
-    fn args(model: &str, gpu: &str, tp: Option<u32>) -> HardwareArgs {
-        HardwareArgs {
-            model: Some(model.into()),
-            gpu: Some(gpu.into()),
-            tp,
-            ..HardwareArgs::default()
-        }
-    }
+    use crate::hardware_args::tests::args;
 
     #[derive(clap::Parser)]
     struct Cli {
