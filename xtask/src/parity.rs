@@ -4,7 +4,7 @@
 //! virtual-clock live and wall-clock live (in process) and compares their
 //! lifecycle transcripts. With `--trace FILE`, for each backend, it builds
 //! the deployment the command line's flags describe
-//! (`handoff_mocker::args`) and runs the trace through `handoff-replay`'s
+//! (`handoff_mocker::flags`) and runs the trace through `handoff-replay`'s
 //! `Replay`, `handoff-live-adapter`'s virtual clock over channels
 //! (`run_virtual_threads`) and over TCP (`run_tcp_virtual` against one
 //! loopback `TcpEndpoint` per worker, each served by
@@ -21,7 +21,7 @@ use handoff_live_adapter::{
     connect_workers, run_in_process, run_tcp_virtual, run_virtual_threads, serve_worker_virtual,
     WorkerSetup,
 };
-use handoff_mocker::args::{DeployArgs, WorkloadArgs};
+use handoff_mocker::flags::run_from_flags;
 use handoff_replay::Replay;
 use handoff_router::FRONTEND_ID;
 use handoff_serving::Report;
@@ -64,15 +64,6 @@ pub struct TraceParity {
     pub wall: bool,
     /// Deployment flags, as the command line takes them.
     pub extra: Vec<String>,
-}
-
-/// The command line's deployment and workload flags.
-#[derive(clap::Parser)]
-struct Flags {
-    #[command(flatten)]
-    deploy: DeployArgs,
-    #[command(flatten)]
-    workload: WorkloadArgs,
 }
 
 /// A run's transcript (as `--transcript` writes it) and report (as
@@ -199,9 +190,7 @@ fn setup(
     o: &TraceParity,
     backend: &str,
 ) -> Result<(DeploymentConfig, Vec<EngineSpec>, Vec<TraceItem>), String> {
-    use clap::Parser;
     let mut argv: Vec<String> = vec![
-        "parity".into(),
         "--trace".into(),
         o.trace.display().to_string(),
         "--backend".into(),
@@ -212,19 +201,8 @@ fn setup(
         o.decode.to_string(),
     ];
     argv.extend(o.extra.iter().cloned());
-    let f = Flags::try_parse_from(argv).map_err(|e| e.to_string())?;
-    let (mut cfg, specs) = f.deploy.deployment(true)?;
-    cfg.transcript = true;
-    let mut wl = f.workload.open(f.deploy.seed)?;
-    wl.check_fits(
-        &specs,
-        cfg.decode_workers as usize * usize::from(cfg.dp.dp_size()),
-    )?;
-    let items: Vec<TraceItem> = wl.take_items().collect();
-    if let Some(e) = wl.error.borrow_mut().take() {
-        return Err(e.to_string());
-    }
-    Ok((cfg, specs, items))
+    let run = run_from_flags(argv, true).map_err(|e| e.to_string())?;
+    Ok((run.cfg, run.specs, run.items))
 }
 
 /// The replay of `items` (`specs` built their cores when the flags were

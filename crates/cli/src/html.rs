@@ -249,9 +249,25 @@ fn figure(out: &mut String, kind: &str, svg: &str) {
 /// The page for `report` and its `details`.
 pub fn render(report: &Report, details: &Details, title: &str) -> Result<String, String> {
     let mut body = String::new();
+    summary(&mut body, report, title);
+    latencies(&mut body, report, details)?;
+    phases(&mut body, report, details)?;
+    timelines(&mut body, report, details)?;
+    workers(&mut body, report);
+    Ok(format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\
+         <title>handoff-mocker report</title><style>{CSS}</style></head>\
+         <body>{body}<script>{CHECK}</script></body></html>\n"
+    ))
+}
+
+/// The run's configuration and totals.
+fn summary(body: &mut String, report: &Report, title: &str) {
     let c = &report.config;
     let _ = write!(
-        body,
+        *body,
         "<h1>handoff-mocker replay</h1><p class=\"note\">{}</p>\
          <p>{} backend, {} ordering, {} prefill + {} decode workers, {} router, \
          transfer {} ({} ms base), message latency {} µs, faults: {}</p>",
@@ -271,7 +287,7 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
         },
     );
     let _ = write!(
-        body,
+        *body,
         "<p>{} requests: {} completed, {} failed; {} input and {} output tokens over {:.3} s of \
          model time; {:.2} req/s, {:.1} output tok/s; prefix cache reused {:.1}%.</p>",
         report.num_requests,
@@ -284,6 +300,10 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
         report.output_token_throughput_tps,
         report.prefix_cache_reused_ratio * 100.0,
     );
+}
+
+/// The latency table and each latency's CDF.
+fn latencies(body: &mut String, report: &Report, details: &Details) -> Result<(), String> {
     // Latency table.
     body.push_str(
         "<h2>Latencies (ms)</h2><table><tr><th></th><th>mean</th><th>p50</th>\
@@ -298,7 +318,7 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
         ("end to end", f.e2e_latency),
     ] {
         let _ = write!(
-            body,
+            *body,
             "<tr><td>{name}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td>\
              <td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td></tr>",
             d.mean, d.median, d.p75, d.p90, d.p95, d.p99, d.max, d.std
@@ -308,8 +328,13 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
     body.push_str("<h2>Latency distributions</h2><div class=\"grid\">");
     for (name, pts) in &details.latency_cdfs {
         let chart = cdf_chart(&format!("{name} (CDF)"), &[(name, pts.as_slice())])?;
-        figure(&mut body, "latency-cdf", &chart);
+        figure(body, "latency-cdf", &chart);
     }
+    Ok(())
+}
+
+/// The handoff phases' CDFs and table.
+fn phases(body: &mut String, report: &Report, details: &Details) -> Result<(), String> {
     body.push_str("</div><h2>Handoff phase durations</h2><div class=\"grid\">");
     let phases: Vec<(&str, &[(f64, f64)])> = details
         .phase_cdfs
@@ -317,13 +342,13 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
         .map(|(n, p)| (*n, p.as_slice()))
         .collect();
     figure(
-        &mut body,
+        body,
         "phase-cdf",
         &cdf_chart("handoff phases (CDF)", &phases)?,
     );
     let l = &report.lifecycle;
     let _ = write!(
-        body,
+        *body,
         "<table><tr><th>phase (ms)</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th>\
          <th>max</th></tr>"
     );
@@ -334,7 +359,7 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
         ("reserved -> activated", l.reservation_to_activation_ms),
     ] {
         let _ = write!(
-            body,
+            *body,
             "<tr><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td></tr>",
             escape(name),
             s.mean,
@@ -345,6 +370,11 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
         );
     }
     body.push_str("</table></div>");
+    Ok(())
+}
+
+/// KV blocks and queue lengths per worker over time.
+fn timelines(body: &mut String, report: &Report, details: &Details) -> Result<(), String> {
     let end_s = details
         .timelines
         .iter()
@@ -362,7 +392,7 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
             s.total_blocks(),
             end_s,
         )?;
-        figure(&mut body, "kv-stack", &chart);
+        figure(body, "kv-stack", &chart);
     }
     body.push_str("</div><h2>Queue lengths</h2><div class=\"grid\">");
     let lanes: Vec<(String, &[Point])> = details
@@ -371,17 +401,22 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
         .map(|(w, pool, s)| (format!("worker {} ({pool})", w.0), s.points()))
         .collect();
     figure(
-        &mut body,
+        body,
         "queue",
         &queue_chart("waiting for admission", "requests", &lanes, end_s, |p| {
             p.waiting
         })?,
     );
     figure(
-        &mut body,
+        body,
         "queue",
         &queue_chart("running batch", "requests", &lanes, end_s, |p| p.running)?,
     );
+    Ok(())
+}
+
+/// The per-worker table.
+fn workers(body: &mut String, report: &Report) {
     body.push_str(
         "</div><h2>Workers</h2><table><tr><th>worker</th><th>pool</th><th>steps</th>\
         <th>prefill tokens</th><th>peak pinned blocks</th><th>peak reserved blocks</th>\
@@ -390,7 +425,7 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
     );
     for w in &report.workers {
         let _ = write!(
-            body,
+            *body,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{}</td></tr>",
             w.worker,
@@ -406,13 +441,6 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
         );
     }
     body.push_str("</table>");
-    Ok(format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
-         style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\
-         <title>handoff-mocker report</title><style>{CSS}</style></head>\
-         <body>{body}<script>{CHECK}</script></body></html>\n"
-    ))
 }
 
 const CSS: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1700px}\

@@ -198,22 +198,7 @@ async fn run(
     let dp = c.cfg.dp;
     // A listener is a worker's, shared by its ranks.
     let n_workers = pools.len() / usize::from(dp.dp_size());
-    let mut worker_listeners = Vec::new();
-    for (w, a) in &c.worker_http {
-        if *w as usize >= n_workers {
-            return Err(ServeError::NoSuchWorker {
-                worker: *w,
-                workers: n_workers,
-            });
-        }
-        let l = tokio::net::TcpListener::bind(a)
-            .await
-            .map_err(|e| ServeError::socket("--worker-http", format!("{w}={a}"), e))?;
-        let addr = l
-            .local_addr()
-            .map_err(|e| ServeError::socket("--worker-http", format!("{w}={a}"), e))?;
-        worker_listeners.push((*w, l, addr));
-    }
+    let worker_listeners = bind_workers(&c.worker_http, n_workers).await?;
     let metrics = Arc::new(Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp));
     let kv = match &c.kv {
         Some(ep) => Some(KvPublishers::start(ep).await?),
@@ -238,12 +223,7 @@ async fn run(
         kv,
         jsonl: c.kv_jsonl,
         view: view.clone(),
-        bootstrap_timeout: handoff_core::Duration::try_from_secs_f64(c.bootstrap_timeout_s)
-            .map_err(|_| ServeError::Flag {
-                flag: "--disaggregation-bootstrap-timeout".into(),
-                value: c.bootstrap_timeout_s.to_string(),
-                expected: "a number of seconds",
-            })?,
+        bootstrap_timeout: bootstrap_timeout(c.bootstrap_timeout_s)?,
         hash_mode: c.hash_mode,
     };
     let engine = std::thread::Builder::new()
@@ -281,28 +261,22 @@ async fn run(
     });
     // Every listener stops when `stop` does.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut others = Vec::new();
-    for (w, l, a) in worker_listeners {
-        let ws = Arc::new(WorkerState {
-            app: state.clone(),
-            worker: handoff_core::WorkerId(w),
-            pool: pools[w as usize * usize::from(dp.dp_size())],
-            policy,
-            backend,
-            dp,
-            host: a.ip().to_string(),
-            port: a.port(),
-        });
-        let rx = stop_rx.clone();
-        let info = info.clone();
-        others.push(tokio::spawn(async move {
-            let render = crate::openai::render::routes(ws.app.clone());
-            let routes = worker_router(ws)
-                .merge(info::routes(info, Scope::Worker(w as usize)))
-                .merge(render);
-            accept::serve(l, routes, timeouts, rx).await
-        }));
-    }
+    let others: Vec<_> = worker_listeners
+        .into_iter()
+        .map(|(w, l, a)| {
+            let ws = Arc::new(WorkerState {
+                app: state.clone(),
+                worker: handoff_core::WorkerId(w),
+                pool: pools[w as usize * usize::from(dp.dp_size())],
+                policy,
+                backend,
+                dp,
+                host: a.ip().to_string(),
+                port: a.port(),
+            });
+            tokio::spawn(serve_worker(ws, info.clone(), l, timeouts, stop_rx.clone()))
+        })
+        .collect();
     let render = crate::openai::render::routes(state.clone());
     let front = router(state)
         .merge(info::routes(info, Scope::Front))
@@ -314,6 +288,78 @@ async fn run(
         force.await;
         let _ = force_tx.send(());
     });
+    serve_listeners(
+        (listener, front, timeouts),
+        others,
+        stop_rx,
+        force_rx,
+        &view,
+    )
+    .await;
+    let _ = tx.send(Cmd::Shutdown);
+    engine.join().map_err(|_| ServeError::EnginePanicked)?
+}
+
+/// Binds each `--worker-http` listener (worker id, address), refusing a
+/// worker the deployment does not have.
+async fn bind_workers(
+    asked: &[(u32, String)],
+    n_workers: usize,
+) -> Result<Vec<(u32, tokio::net::TcpListener, SocketAddr)>, ServeError> {
+    let mut out = Vec::new();
+    for (w, a) in asked {
+        if *w as usize >= n_workers {
+            return Err(ServeError::NoSuchWorker {
+                worker: *w,
+                workers: n_workers,
+            });
+        }
+        let l = tokio::net::TcpListener::bind(a)
+            .await
+            .map_err(|e| ServeError::socket("--worker-http", format!("{w}={a}"), e))?;
+        let addr = l
+            .local_addr()
+            .map_err(|e| ServeError::socket("--worker-http", format!("{w}={a}"), e))?;
+        out.push((*w, l, addr));
+    }
+    Ok(out)
+}
+
+/// `--disaggregation-bootstrap-timeout` as model time.
+fn bootstrap_timeout(secs: f64) -> Result<handoff_core::Duration, ServeError> {
+    handoff_core::Duration::try_from_secs_f64(secs).map_err(|_| ServeError::Flag {
+        flag: "--disaggregation-bootstrap-timeout".into(),
+        value: secs.to_string(),
+        expected: "a number of seconds",
+    })
+}
+
+/// One worker's listener: its PD endpoints, its info routes and the
+/// render routes, until `stop`.
+async fn serve_worker(
+    ws: Arc<WorkerState>,
+    info: Arc<InfoState>,
+    l: tokio::net::TcpListener,
+    timeouts: HttpTimeouts,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let w = ws.worker.0 as usize;
+    let render = crate::openai::render::routes(ws.app.clone());
+    let routes = worker_router(ws)
+        .merge(info::routes(info, Scope::Worker(w)))
+        .merge(render);
+    accept::serve(l, routes, timeouts, stop).await
+}
+
+/// Serves the front until `stop`, then waits for every listener to finish
+/// its responses, or cuts them off when `force` comes first.
+async fn serve_listeners(
+    (listener, front, timeouts): (tokio::net::TcpListener, axum::Router, HttpTimeouts),
+    others: Vec<tokio::task::JoinHandle<()>>,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+    force_rx: tokio::sync::oneshot::Receiver<()>,
+    view: &Mutex<EngineView>,
+) {
     let aborts: Vec<_> = others.iter().map(|o| o.abort_handle()).collect();
     let graceful = async {
         accept::serve(listener, front, timeouts, stop_rx).await;
@@ -338,8 +384,6 @@ async fn run(
             );
         }
     }
-    let _ = tx.send(Cmd::Shutdown);
-    engine.join().map_err(|_| ServeError::EnginePanicked)?
 }
 
 /// The first SIGINT or SIGTERM (the first future) starts a graceful

@@ -202,6 +202,9 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// The engine thread's engine: every worker host local, the HTTP director.
+type ServeEngine = Engine<LocalHosts<'static, handoff_core::CoreBox>, HttpDirector>;
+
 /// Runs the engine until `Shutdown` or every sender is gone, then finishes
 /// the run and returns its report (in replay's shape, model time).
 pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Report, ServeError> {
@@ -216,34 +219,8 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         bootstrap_timeout,
         hash_mode,
     } = d;
-    let workers = deployment(&cfg);
-    let pools: Vec<Pool> = workers.iter().map(|(_, p)| *p).collect();
-    let policy = worker_policy(&cfg);
-    let mut hosts = Vec::new();
-    for ((id, _), spec) in workers.iter().zip(&specs) {
-        let core = make_core(spec).map_err(ServeError::Engine)?;
-        hosts.push(WorkerHost::new(Worker::new(
-            *id,
-            Generation(0),
-            policy,
-            cfg.handoff,
-            core,
-        )));
-    }
-    let restart_specs = specs.clone();
-    let port = LocalHosts::new(hosts, move |w: WorkerId| {
-        let spec = restart_specs.get(w.0 as usize).cloned().unwrap_or_default();
-        make_core(&spec).unwrap_or_else(|e| unreachable!("checked at start: {e}"))
-    });
+    let pools: Vec<Pool> = deployment(&cfg).iter().map(|(_, p)| *p).collect();
     let arrivals = Arrivals::default();
-    let dp = cfg.dp;
-    let mut ranks = RankPicker::new(dp, pools.len());
-    // The rule a request without a room picks a rank by: the engine's own.
-    let no_room = if cfg.backend == handoff_core::Backend::Sglang {
-        RankRule::RoundRobin
-    } else {
-        RankRule::LeastLoaded
-    };
     let mut inner = serving(&cfg, arrivals.clone());
     // A server runs until stopped: per-request latencies go into
     // histograms, so the recorder does not grow with the request count.
@@ -256,52 +233,115 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         metrics.clone(),
         jsonl,
         bootstrap_timeout,
-    )
-    .with_block_hash(hash_mode)
-    .with_dp(dp);
-    let mut ecfg = engine_config(&cfg);
-    // One pass per step: a folded step would release many passes' tokens
-    // at its end, and streaming would come in bursts.
-    ecfg.multi_step = false;
-    let mut engine = Engine::new(ecfg, port, director);
-    let clock = WallClock::start(speed);
+    );
+    let mut state = Driver {
+        engine: build_engine(&cfg, &specs, director, hash_mode)?,
+        ranks: RankPicker::new(cfg.dp, pools.len()),
+        // The rule a request without a room picks a rank by: the engine's own.
+        no_room: if cfg.backend == handoff_core::Backend::Sglang {
+            RankRule::RoundRobin
+        } else {
+            RankRule::LeastLoaded
+        },
+        block_size: cfg.block_size,
+        clock: WallClock::start(speed),
+    };
     metrics.touch_all();
     loop {
-        let now = clock.now();
+        let now = state.clock.now();
+        let engine = &mut state.engine;
         engine.advance_to(now);
         engine.director_mut().expire_legs(now);
         publish(
-            &mut engine,
+            engine,
             &pools,
             &metrics,
             kv.as_ref(),
             &view,
-            &mut ranks,
+            &mut state.ranks,
         );
         let wake = match (engine.next_event_at(), engine.director().leg_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         let cmd = match wake {
-            Some(t) => rx.recv_deadline(clock.real(t)),
+            Some(t) => rx.recv_deadline(state.clock.real(t)),
             None => rx
                 .recv()
                 .map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
         };
         match cmd {
-            Ok(Cmd::Submit {
+            Ok(Cmd::Shutdown) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Ok(cmd) => state.handle(cmd),
+        }
+    }
+    // What is still in flight finishes on model time, as a replay's tail.
+    let (director, _) = state.engine.run();
+    let (report, _) = director.into_serving().into_outcome();
+    report.ok_or(ServeError::NoReport)
+}
+
+/// One engine over every worker's core, all hosted in this thread; a
+/// restarted worker gets a new core from its spec (checked here first).
+fn build_engine(
+    cfg: &DeploymentConfig,
+    specs: &[EngineSpec],
+    director: HttpDirector,
+    hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
+) -> Result<ServeEngine, ServeError> {
+    let policy = worker_policy(cfg);
+    let mut hosts = Vec::new();
+    for ((id, _), spec) in deployment(cfg).iter().zip(specs) {
+        let core = make_core(spec).map_err(ServeError::Engine)?;
+        hosts.push(WorkerHost::new(Worker::new(
+            *id,
+            Generation(0),
+            policy,
+            cfg.handoff,
+            core,
+        )));
+    }
+    let restart_specs = specs.to_vec();
+    let port = LocalHosts::new(hosts, move |w: WorkerId| {
+        let spec = restart_specs.get(w.0 as usize).cloned().unwrap_or_default();
+        make_core(&spec).unwrap_or_else(|e| unreachable!("checked at start: {e}"))
+    });
+    let director = director.with_block_hash(hash_mode).with_dp(cfg.dp);
+    let mut ecfg = engine_config(cfg);
+    // One pass per step: a folded step would release many passes' tokens
+    // at its end, and streaming would come in bursts.
+    ecfg.multi_step = false;
+    Ok(Engine::new(ecfg, port, director))
+}
+
+/// The engine thread's state between commands.
+struct Driver {
+    engine: ServeEngine,
+    ranks: RankPicker,
+    no_room: RankRule,
+    block_size: u32,
+    clock: WallClock,
+}
+
+impl Driver {
+    /// Applies one HTTP command at the wall clock's model time.
+    fn handle(&mut self, cmd: Cmd) {
+        let now = self.clock.now();
+        let engine = &mut self.engine;
+        engine.advance_to(now);
+        match cmd {
+            Cmd::Submit {
                 id,
                 tokens,
                 output_tokens,
                 tx,
-            }) => {
-                let now = clock.now();
-                engine.advance_to(now);
-                let req = request_for(id, &tokens, output_tokens, cfg.block_size, now);
+            } => {
+                let req = request_for(id, &tokens, output_tokens, self.block_size, now);
                 engine.director_mut().submit(req, &tokens, tx);
                 engine.arrivals_changed();
             }
-            Ok(Cmd::SubmitAt {
+            Cmd::SubmitAt {
                 worker,
                 placement,
                 rank,
@@ -309,12 +349,10 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
                 tokens,
                 output_tokens,
                 tx,
-            }) => {
-                let now = clock.now();
-                engine.advance_to(now);
-                let req = request_for(id, &tokens, output_tokens, cfg.block_size, now);
-                let rule = rank.map_or(no_room, RankRule::Pinned);
-                let worker = ranks.pick(worker, rule).unwrap_or(worker);
+            } => {
+                let req = request_for(id, &tokens, output_tokens, self.block_size, now);
+                let rule = rank.map_or(self.no_room, RankRule::Pinned);
+                let worker = self.ranks.pick(worker, rule).unwrap_or(worker);
                 let d = engine.director_mut();
                 match placement {
                     Placement::Proxy => d.submit_at(req, &tokens, worker, tx),
@@ -322,31 +360,29 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
                 }
                 engine.arrivals_changed();
             }
-            Ok(Cmd::Decode {
+            Cmd::Decode {
                 worker,
                 rank,
                 remote,
                 tokens,
                 output_tokens,
                 tx,
-            }) => {
-                let now = clock.now();
-                engine.advance_to(now);
-                let rule = rank.map_or(no_room, RankRule::Pinned);
-                let picked = ranks.pick(worker, rule);
+            } => {
+                let rule = rank.map_or(self.no_room, RankRule::Pinned);
+                let picked = self.ranks.pick(worker, rule);
                 let worker = picked.unwrap_or(worker);
                 let d = engine.director_mut();
                 match d.submit_decode(&remote, worker, &tokens, output_tokens, now, tx.clone()) {
                     Ok(()) => engine.arrivals_changed(),
                     Err(e) => {
                         if let Some(s) = picked {
-                            ranks.refused(s, rule);
+                            self.ranks.refused(s, rule);
                         }
                         let _ = tx.send(StreamMsg::Refused(e));
                     }
                 }
             }
-            Ok(Cmd::Leg {
+            Cmd::Leg {
                 worker,
                 side,
                 key,
@@ -354,10 +390,9 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
                 tokens,
                 output_tokens,
                 tx,
-            }) => {
-                let now = clock.now();
-                engine.advance_to(now);
-                let worker = ranks
+            } => {
+                let worker = self
+                    .ranks
                     .pick(worker, RankRule::Room(key.room))
                     .unwrap_or(worker);
                 let leg = crate::sglang::bootstrap::Leg {
@@ -371,24 +406,18 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
                     engine.arrivals_changed();
                 }
             }
-            Ok(Cmd::Cancel(id)) => {
-                engine.advance_to(clock.now());
+            Cmd::Cancel(id) => {
                 if let Some(request) = engine.director_mut().leg_gone(id) {
                     engine.inject_fault(Fault::Cancel { request });
                 }
             }
-            Ok(Cmd::Shutdown) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Cmd::Shutdown => {}
         }
     }
-    // What is still in flight finishes on model time, as a replay's tail.
-    let (director, _) = engine.run();
-    let (report, _) = director.into_serving().into_outcome();
-    report.ok_or(ServeError::NoReport)
 }
 
 fn publish(
-    engine: &mut Engine<LocalHosts<'_, handoff_core::CoreBox>, HttpDirector>,
+    engine: &mut ServeEngine,
     pools: &[Pool],
     metrics: &Metrics,
     kv: Option<&KvPublishers>,
