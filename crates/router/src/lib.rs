@@ -90,4 +90,4 @@ pub use frontend::{
 pub use load::{Booking, Release, RouterStats, Selection, WorkerLoad};
 pub use policy::{CustomPolicy, RouterView, RoutingChoice, RoutingPolicy};
 pub use prefix::PrefixIndex;
-pub use router::Router;
+pub use router::{AuditError, Router};

@@ -571,36 +571,83 @@ impl Router {
     }
 
     /// Checks that every worker's totals equal the sum of its live
-    /// bookings; a description of the first mismatch otherwise. For tests
-    /// and drain checks; O(bookings).
-    pub fn audit(&self) -> Result<(), String> {
-        let mut sums = vec![(0u64, 0u64, 0u64, 0u64); self.workers.len()];
+    /// bookings; the first mismatch otherwise. For tests and drain checks;
+    /// O(bookings).
+    pub fn audit(&self) -> Result<(), AuditError> {
+        let mut sums = vec![[0u64; 4]; self.workers.len()];
         for (id, e) in self.bookings.iter() {
             let Some(i) = self.index(e.booking.worker) else {
-                return Err(format!("{id} booked on unknown {}", e.booking.worker));
+                return Err(AuditError::UnknownWorker {
+                    request: *id,
+                    worker: e.booking.worker,
+                });
             };
-            sums[i].0 += e.booking.blocks;
-            sums[i].1 += e.booking.prefill_tokens;
-            sums[i].2 += 1;
-            sums[i].3 += e.prompt_blocks;
+            sums[i][0] += e.booking.blocks;
+            sums[i][1] += e.booking.prefill_tokens;
+            sums[i][2] += 1;
+            sums[i][3] += e.prompt_blocks;
         }
-        for (w, s) in self.workers.iter().zip(sums) {
-            let have = (
+        for (w, bookings) in self.workers.iter().zip(sums) {
+            let totals = [
                 w.booked_blocks,
                 w.booked_prefill_tokens,
                 w.booked_requests,
                 w.booked_prompt_blocks,
-            );
-            if have != s {
-                return Err(format!(
-                    "{}: totals (blocks, prefill tokens, requests, prompt blocks) {have:?} but bookings sum to {s:?}",
-                    w.id
-                ));
+            ];
+            if totals != bookings {
+                return Err(AuditError::Totals {
+                    worker: w.id,
+                    totals,
+                    bookings,
+                });
             }
         }
         Ok(())
     }
 }
+
+/// Where [`Router::audit`] found the router's books inconsistent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuditError {
+    /// A request is booked on a worker the router does not know.
+    UnknownWorker {
+        /// The request.
+        request: RequestId,
+        /// The worker it is booked on.
+        worker: WorkerId,
+    },
+    /// A worker's totals (blocks, prefill tokens, requests, prompt blocks)
+    /// differ from the sum of its bookings.
+    Totals {
+        /// The worker.
+        worker: WorkerId,
+        /// Its running totals.
+        totals: [u64; 4],
+        /// What its live bookings sum to.
+        bookings: [u64; 4],
+    },
+}
+
+impl std::fmt::Display for AuditError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AuditError::UnknownWorker { request, worker } => {
+                write!(f, "{request} booked on unknown {worker}")
+            }
+            AuditError::Totals {
+                worker,
+                totals,
+                bookings,
+            } => write!(
+                f,
+                "{worker}: totals (blocks, prefill tokens, requests, prompt blocks) {totals:?} \
+                 but bookings sum to {bookings:?}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AuditError {}
 
 #[cfg(test)]
 mod kv_tests;

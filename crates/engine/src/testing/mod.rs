@@ -6,4 +6,4 @@
 
 mod pair;
 
-pub use pair::{PairConfig, PairSim, DEST, SOURCE};
+pub use pair::{DrainError, PairConfig, PairSim, DEST, SOURCE};

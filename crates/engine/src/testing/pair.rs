@@ -464,25 +464,62 @@ impl PairSim {
 
     /// Both workers drained (no step or output held back either) and every
     /// lease and reservation their cores opened ended exactly once.
-    pub fn check_drained(&self) -> Result<(), String> {
+    pub fn check_drained(&self) -> Result<(), DrainError> {
         for host in self.engine.port().hosts() {
-            let w = host.id();
-            let worker = host.worker();
+            let worker = host.id();
+            let w = host.worker();
             if !host.is_drained() {
-                return Err(format!(
-                    "worker {w} not drained; log:\n{}",
-                    self.log.join("\n")
-                ));
+                return Err(DrainError::NotDrained {
+                    worker,
+                    log: self.log.join("\n"),
+                });
             }
-            worker
-                .core()
+            w.core()
                 .ledger()
                 .check_drained()
-                .map_err(|e| format!("worker {w}: {e}"))?;
-            if worker.capacity().kv_used_blocks() != 0 {
-                return Err(format!("worker {w} still uses blocks"));
+                .map_err(|error| DrainError::Ledger { worker, error })?;
+            if w.capacity().kv_used_blocks() != 0 {
+                return Err(DrainError::BlocksInUse { worker });
             }
         }
         Ok(())
     }
 }
+
+/// Why [`PairSim::check_drained`] failed.
+#[derive(Debug)]
+pub enum DrainError {
+    /// A worker still holds work; the pair's log so far.
+    NotDrained {
+        /// The worker.
+        worker: WorkerId,
+        /// Every fact sent, in order.
+        log: String,
+    },
+    /// A lease or reservation did not end exactly once.
+    Ledger {
+        /// The worker.
+        worker: WorkerId,
+        /// What its ledger found.
+        error: handoff_core::accounting::AccountingError,
+    },
+    /// A worker drained but still uses KV blocks.
+    BlocksInUse {
+        /// The worker.
+        worker: WorkerId,
+    },
+}
+
+impl std::fmt::Display for DrainError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DrainError::NotDrained { worker, log } => {
+                write!(f, "worker {worker} not drained; log:\n{log}")
+            }
+            DrainError::Ledger { worker, error } => write!(f, "worker {worker}: {error}"),
+            DrainError::BlocksInUse { worker } => write!(f, "worker {worker} still uses blocks"),
+        }
+    }
+}
+
+impl std::error::Error for DrainError {}
