@@ -21,6 +21,7 @@ Exit status 0 when everything holds; the last line counts files or cases as
 
 import copy
 import json
+import os
 import pathlib
 import re
 import sys
@@ -36,6 +37,17 @@ HERE = pathlib.Path(__file__).resolve().parent
 K8S_VERSIONS = ["1.29.0", "1.37.0"]
 NAMESPACE = "handoff-mocker"
 POOL_SCHEMA = json.loads((HERE / "inferencepool-v1.schema.json").read_text())
+
+
+def crd_schema(path):
+    """The v1 openAPIV3Schema of an InferencePool CRD file (INFERENCEPOOL_CRD), if given."""
+    if not path:
+        return None
+    crd = yaml.safe_load(pathlib.Path(path).read_text())
+    return next(v["schema"]["openAPIV3Schema"] for v in crd["spec"]["versions"] if v["name"] == "v1")
+
+
+CRD_SCHEMA = crd_schema(os.environ.get("INFERENCEPOOL_CRD"))
 
 # `serve` flags the manifests may use: issue 40's one-engine-per-process
 # contract, and today's serve flags they use. Once the binary knows
@@ -68,7 +80,8 @@ def where(doc):
 def check_schema(doc):
     if doc.get("kind") == "InferencePool":
         errs = [f"{'.'.join(map(str, e.path))}: {e.message}"
-                for e in jsonschema.Draft202012Validator(POOL_SCHEMA).iter_errors(doc)]
+                for schema in (POOL_SCHEMA, CRD_SCHEMA) if schema
+                for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
         spec = doc.get("spec") or {}
         ref = spec.get("endpointPickerRef") or {}
         if ref and ref.get("kind", "Service") == "Service" and "port" not in ref:
