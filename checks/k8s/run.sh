@@ -3,8 +3,8 @@
 # the Kubernetes JSON schemas that kubernetes-validate ships, strict, at the
 # oldest and newest versions named there; InferencePool against
 # inferencepool-v1.schema.json; then the cross-object checks. Its
-# self-test breaks copies of the manifests in twelve ways, each of which must
-# be rejected, and a broken copy of the folder on disk must fail the whole
+# self-test breaks copies of the manifests in a dozen ways, each of which
+# must be rejected, and a broken copy of the folder on disk must fail the whole
 # run. The venv (target/venv-k8s, pinned) needs PyPI once; the validation
 # then runs in a network namespace with no network at all, so nothing is
 # fetched. Once the binary has the one-engine-per-process `serve --engine`,

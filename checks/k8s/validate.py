@@ -387,6 +387,10 @@ BREAKS = [
     ("a router selector reaching no engine", lambda d: set_arg(
         find(d, "Deployment", "vllm-router")["spec"]["template"]["spec"]["containers"][0]["args"],
         "--decode-selector", "app.kubernetes.io/instance=vllm-pdx"), "--decode-selector"),
+    ("a router's prefill selector reaching decode engines", lambda d: (lambda a: a.__setitem__(
+        a.index("--prefill-selector") + 2, "llm-d.ai/role=decode"))(
+        find(d, "Deployment", "sglang-router")["spec"]["template"]["spec"]["containers"][0]["args"]),
+     "not a prefill engine"),
 ]
 
 
