@@ -66,9 +66,11 @@ def load(directory):
     """(file, document) for every non-empty YAML document under directory."""
     docs = []
     for path in sorted(pathlib.Path(directory).rglob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                docs.append((str(path.relative_to(directory)), doc))
+        try:
+            found = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        except yaml.YAMLError as e:
+            sys.exit(f"ERROR {path}: not YAML: {e}")
+        docs += [(str(path.relative_to(directory)), d) for d in found]
     return docs
 
 
@@ -354,8 +356,13 @@ def engine_args(docs, name):
     return find(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
-def set_arg(args, flag, value):
-    args[args.index(flag) + 1] = value
+def set_arg(args, flag, value, word=1):
+    """Sets the word-th argument after flag."""
+    args[args.index(flag) + word] = value
+
+
+def router_args(docs, name):
+    return find(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 # Broken copies: (what is broken, how to break it, a fragment of the error).
@@ -385,11 +392,10 @@ BREAKS = [
     ("a bootstrap annotation that disagrees", lambda d: find(d, "Deployment", "sglang-prefill")["spec"]["template"]
      ["metadata"]["annotations"].update({"sglang.ai/bootstrap-port": "9000"}), "annotation sglang.ai/bootstrap-port"),
     ("a router selector reaching no engine", lambda d: set_arg(
-        find(d, "Deployment", "vllm-router")["spec"]["template"]["spec"]["containers"][0]["args"],
-        "--decode-selector", "app.kubernetes.io/instance=vllm-pdx"), "--decode-selector"),
-    ("a router's prefill selector reaching decode engines", lambda d: (lambda a: a.__setitem__(
-        a.index("--prefill-selector") + 2, "llm-d.ai/role=decode"))(
-        find(d, "Deployment", "sglang-router")["spec"]["template"]["spec"]["containers"][0]["args"]),
+        router_args(d, "vllm-router"), "--decode-selector", "app.kubernetes.io/instance=vllm-pdx"),
+     "--decode-selector"),
+    ("a router's prefill selector reaching decode engines", lambda d: set_arg(
+        router_args(d, "sglang-router"), "--prefill-selector", "llm-d.ai/role=decode", word=2),
      "not a prefill engine"),
 ]
 
@@ -419,6 +425,8 @@ def main(argv):
         del argv[i:i + 2]
     directory = argv[0]
     docs = load(directory)
+    if not docs:
+        sys.exit(f"ERROR {directory}: no manifests")
     errs = validate(docs, known)
     for e in errs:
         print(f"ERROR {e}", file=sys.stderr)
@@ -426,7 +434,7 @@ def main(argv):
     bad = {e.split(":", 1)[0] for e in errs}
     print(f"k8s manifests: {len(docs)} documents in {len(files)} files, "
           f"Kubernetes {' and '.join(K8S_VERSIONS)} schemas")
-    passed, failed = len([f for f in files if f not in bad]), len(errs and bad or [])
+    passed, failed = len([f for f in files if f not in bad]), len(bad)
     if test:
         tp, tf = self_test(docs, known)
         print(f"k8s self-test: {tp} broken copies rejected, {tf} accepted")
