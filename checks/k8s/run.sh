@@ -9,7 +9,7 @@
 # then runs in a network namespace with no network at all, so nothing is
 # fetched. Once the binary has the one-engine-per-process `serve --engine`,
 # the engine pods' flags are checked against its `serve --help`; before, against
-# the flags issue 40 names. About 15 s.
+# the flags issue 40 names. About 10 s; 30 s when it first makes the venv.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=target/venv-k8s
