@@ -33,6 +33,7 @@ mod live_cmd;
 mod replay_cmd;
 mod report_out;
 mod scenario_cmd;
+mod pod_cmd;
 mod serve_cmd;
 mod sweep_cmd;
 mod sweep_experiment;

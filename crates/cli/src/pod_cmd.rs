@@ -1,0 +1,136 @@
+//! `serve --engine prefill|decode|aggregated`: the process is one engine
+//! (with its `--dp-size` ranks) instead of a whole deployment
+//! (`handoff_serve::pod`). The flags here are the contract Kubernetes
+//! manifests are written against (docs/pods.md).
+
+use crate::args::DeployArgs;
+use handoff_router::Pool;
+use handoff_serve::pod::{PodConfig, DEFAULT_GRACE_S, DEFAULT_SIDE_CHANNEL_PORT};
+use handoff_serve::ServeConfig;
+use std::path::Path;
+
+/// `--engine`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineArg {
+    /// A prefill engine: it pins each `do_remote_decode` prefill for a
+    /// decode engine to read (vLLM).
+    Prefill,
+    /// A decode engine: it reads each `do_remote_prefill` request's KV
+    /// from the prefill engine its `kv_transfer_params` name.
+    Decode,
+    /// An engine that serves requests whole.
+    Aggregated,
+}
+
+/// The flags of one engine per process.
+#[derive(clap::Args, Debug)]
+pub struct PodArgs {
+    /// Run this process as exactly one engine (with its --dp-size ranks)
+    /// instead of the whole deployment: its HTTP port is the engine's own
+    /// (docs/pods.md).
+    #[arg(long, value_enum, value_name = "ROLE")]
+    pub engine: Option<EngineArg>,
+    /// The engine's id, unique across hosts (a number below 2^24 is used
+    /// as is, other text is hashed to one) [default: derived from the
+    /// advertised host and the HTTP port].
+    #[arg(long, value_name = "ID", requires = "engine")]
+    pub engine_id: Option<String>,
+    /// vLLM prefill: where decode engines connect to read (rank r on PORT
+    /// + r), VLLM_NIXL_SIDE_CHANNEL_PORT's default; 0 picks free ports.
+    #[arg(long, default_value_t = DEFAULT_SIDE_CHANNEL_PORT, value_name = "PORT")]
+    pub side_channel_port: u16,
+    /// The host decode engines are told to connect to (`remote_host`;
+    /// VLLM_NIXL_SIDE_CHANNEL_HOST) [default: the --http host, or
+    /// localhost when that is 0.0.0.0; in a cluster, the pod's IP].
+    #[arg(long, value_name = "HOST", requires = "engine")]
+    pub side_channel_host: Option<String>,
+    /// SGLang prefill: the bootstrap server's port (SGLang's flag; the
+    /// bootstrap-room flow between engine processes is not modelled yet,
+    /// see docs/pods.md).
+    #[arg(long, default_value_t = 8998, value_name = "PORT")]
+    pub disaggregation_bootstrap_port: u16,
+    /// After SIGTERM: how long responses in flight may take before what is
+    /// left fails with `shutdown`.
+    #[arg(long, default_value_t = DEFAULT_GRACE_S, value_name = "SECONDS")]
+    pub grace_period_s: f64,
+    /// How long a peer engine may stay silent (no frame, no ping) before
+    /// it is taken for lost; pings go every tenth of it.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    pub peer_silence_ms: u64,
+}
+
+impl PodArgs {
+    /// Shapes the deployment the engine is taken from: one prefill and
+    /// one decode worker, or one aggregated worker.
+    pub fn shape(&self, d: &mut DeployArgs) {
+        match self.engine {
+            Some(EngineArg::Prefill | EngineArg::Decode) => {
+                d.prefill = 1;
+                d.decode = 1;
+            }
+            Some(EngineArg::Aggregated) => {
+                d.prefill = 1;
+                d.decode = 0;
+            }
+            None => {}
+        }
+    }
+}
+
+/// Runs the engine `p.engine` names until SIGINT/SIGTERM; writes its
+/// summary to `output` if asked.
+pub fn run(serve: ServeConfig, p: &PodArgs, output: Option<&Path>) -> Result<(), String> {
+    let role = match p.engine {
+        Some(EngineArg::Prefill) => Pool::Prefill,
+        Some(EngineArg::Decode) => Pool::Decode,
+        Some(EngineArg::Aggregated) | None => Pool::Aggregated,
+    };
+    if !(p.grace_period_s.is_finite() && (0.0..=86_400.0).contains(&p.grace_period_s)) {
+        return Err("--grace-period-s: a number of seconds in 0..=86400".into());
+    }
+    if !(100..=3_600_000).contains(&p.peer_silence_ms) {
+        return Err("--peer-silence-ms: 100..=3600000".into());
+    }
+    let silence = std::time::Duration::from_millis(p.peer_silence_ms);
+    let backend = serve.cfg.backend;
+    let c = PodConfig {
+        serve,
+        role,
+        engine_id: p.engine_id.clone(),
+        side_channel_port: if backend == handoff_core::Backend::Sglang && role == Pool::Prefill {
+            p.disaggregation_bootstrap_port
+        } else {
+            p.side_channel_port
+        },
+        side_channel_host: p.side_channel_host.clone(),
+        grace: std::time::Duration::from_secs_f64(p.grace_period_s),
+        liveness: handoff_transport::Liveness {
+            ping_every: silence / 10,
+            silence_limit: silence,
+        },
+    };
+    let summary = handoff_serve::pod::serve_pod(c, |l| {
+        eprintln!(
+            "handoff-mocker serve: {} engine {} (wire id {}) listening on http://{}, side \
+             channel {}:{:?}",
+            role.name(),
+            l.engine_id.0,
+            l.engine_id.1,
+            l.http,
+            l.host,
+            l.side_channel
+        );
+    })
+    .map_err(|e| e.to_string())?;
+    let failed: u64 = summary.failed.values().sum();
+    eprintln!(
+        "handoff-mocker serve: stopped after {} requests ended ({} finished, {failed} failed)",
+        summary.finished + failed,
+        summary.finished
+    );
+    if let Some(path) = output {
+        let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("--output {}: {e}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,560 @@
+//! The driver of one engine process: the frontend of its ranks' nodes
+//! ([`super::ranks`]). It takes the commands the worker listener's
+//! handlers send ([`Cmd`], the same ones `serve`'s engine thread takes),
+//! turns each into the [`WorkerRequest`] vLLM's engine would act on, sends
+//! it to a rank, and turns the rank's events back into the HTTP stream:
+//!
+//! - `do_remote_decode` on a prefill engine: be the source of a new
+//!   handoff (vLLM source-first; the id is issued by the rank that pins);
+//!   the pin answers with `kv_transfer_params` naming this engine, its
+//!   host and the rank's side-channel port;
+//! - `do_remote_prefill` on a decode engine: dial the prefill rank the
+//!   params name (once per pair of ranks, off this thread), then be the
+//!   destination of that handoff reading from it: the lifecycle's own
+//!   facts, heartbeats among them, cross the connection;
+//! - anything else: an ordinary request served whole.
+//!
+//! A destination whose handoff ends with a reason (its source's process
+//! lost or silent past the liveness bound, a read of released KV, a
+//! failed dial) follows vLLM's `kv_load_failure_policy`
+//! (`vllm/config/kv_transfer.py`): `fail` ends the request with the reason
+//! in the response and the failure metrics, `recompute` serves it whole on
+//! the same rank. A client that goes away is not passed on: its request
+//! runs to its end on the rank (the transport has no cancel frame).
+
+use crate::director::dp_lb::{RankPicker, RankRule};
+use crate::director::driver::{Cmd, EngineView, Placement, WorkerView};
+use crate::director::{Held, StreamMsg};
+use crate::metrics::Metrics;
+use crate::openai::prompt::request_for;
+use crate::pod::ids::PodIds;
+use crate::pod::ranks::Ranks;
+use crate::vllm::kv_transfer::{Pinned, ProxyError, RemotePrefill};
+use handoff_core::fasthash::{FastMap, FastSet};
+use handoff_core::{
+    CancelReason, DpRank, FailureReason, HandoffId, HandoffIdGen, HostFinal, Instant,
+    KvLoadFailurePolicy, Request, RequestId, Role, SourceReady, WorkerEvent, WorkerId,
+    WorkerRequest,
+};
+use handoff_live_adapter::WallClock;
+use handoff_router::Pool;
+use handoff_transport::{Frame, Incoming, Transport};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What the driver is built with.
+pub(crate) struct DriverSetup {
+    /// Who the engine is.
+    pub ids: PodIds,
+    /// Prefill, decode or aggregated.
+    pub role: Pool,
+    /// The engine's block size.
+    pub block_size: u32,
+    /// vLLM's `kv_load_failure_policy`.
+    pub kv_failure: KvLoadFailurePolicy,
+    /// The rule a request without a rank is placed by.
+    pub rank_rule: RankRule,
+    /// Prometheus families (indexed by rank).
+    pub metrics: Arc<Metrics>,
+    /// `/debug/workers` and `/ready`.
+    pub view: Arc<Mutex<EngineView>>,
+    /// This process's clock.
+    pub clock: WallClock,
+}
+
+/// How an engine process's run ended.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct PodSummary {
+    /// Requests that ended with their response.
+    pub finished: u64,
+    /// Requests failed, by reason.
+    pub failed: BTreeMap<&'static str, u64>,
+    /// Decodes served whole after their KV load failed (`recompute`).
+    pub recomputed: u64,
+    /// Each rank's final state.
+    pub ranks: Vec<HostFinal>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Whole,
+    Prefill,
+    Decode { source: WorkerId },
+}
+
+struct Flow {
+    tx: UnboundedSender<StreamMsg>,
+    rank: usize,
+    kind: Kind,
+    request: Request,
+    last_token: Option<Instant>,
+}
+
+/// A decode waiting for its rank to reach the prefill rank.
+struct PendingDecode {
+    rank: usize,
+    source: WorkerId,
+    handoff: HandoffId,
+    request: Request,
+    ready: SourceReady,
+    tx: UnboundedSender<StreamMsg>,
+}
+
+/// A dial's outcome: rank, the scheduler expected, who answered.
+type Dialled = (usize, WorkerId, Result<WorkerId, String>);
+
+/// See the module docs.
+pub(crate) struct PodDriver {
+    s: DriverSetup,
+    ranks: Ranks,
+    issuers: Vec<HandoffIdGen>,
+    picker: RankPicker,
+    flows: FastMap<RequestId, Flow>,
+    /// (rank, prefill scheduler) pairs connected.
+    linked: FastSet<(usize, WorkerId)>,
+    /// Decodes waiting for a dial, by (rank, prefill scheduler).
+    dialling: FastMap<(usize, WorkerId), Vec<PendingDecode>>,
+    dials: (
+        crossbeam_channel::Sender<Dialled>,
+        crossbeam_channel::Receiver<Dialled>,
+    ),
+    finals: Vec<Option<HostFinal>>,
+    summary: PodSummary,
+}
+
+fn role_name(p: Pool) -> &'static str {
+    match p {
+        Pool::Prefill => "prefill",
+        Pool::Decode => "decode",
+        Pool::Aggregated => "aggregated",
+    }
+}
+
+impl PodDriver {
+    /// A driver over started `ranks`.
+    pub fn new(s: DriverSetup, ranks: Ranks) -> Self {
+        let n = ranks.endpoints.len();
+        let dp = handoff_core::DpLayout::new(n as u64).unwrap_or(handoff_core::DpLayout::SINGLE);
+        let issuers = (0..n)
+            .map(|r| HandoffIdGen::new(s.ids.scheduler(r), ranks.frontend.generation()))
+            .collect();
+        PodDriver {
+            issuers,
+            picker: RankPicker::new(dp, n),
+            flows: FastMap::default(),
+            linked: FastSet::default(),
+            dialling: FastMap::default(),
+            dials: crossbeam_channel::unbounded(),
+            finals: vec![None; n],
+            summary: PodSummary::default(),
+            ranks,
+            s,
+        }
+    }
+
+    /// Runs until `Shutdown` (or every sender is gone), then fails what is
+    /// still open, ends the ranks and returns the summary.
+    pub fn run(mut self, rx: crossbeam_channel::Receiver<Cmd>) -> PodSummary {
+        let clock = Frame::Clock {
+            origin_unix_nanos: self.s.clock.origin_unix_nanos(),
+            speed_micros: (self.s.clock.speed() * 1e6).round() as u64,
+        };
+        for r in 0..self.ranks.endpoints.len() {
+            let _ = self.ranks.frontend.send(self.s.ids.scheduler(r), clock.clone());
+        }
+        let incoming = self.ranks.frontend.incoming().clone();
+        let dials = self.dials.1.clone();
+        let tick = std::time::Duration::from_millis(200);
+        loop {
+            crossbeam_channel::select! {
+                recv(rx) -> c => match c {
+                    Ok(Cmd::Shutdown) | Err(_) => break,
+                    Ok(c) => self.handle(c),
+                },
+                recv(incoming) -> i => if let Ok(i) = i { self.incoming(i) },
+                recv(dials) -> d => if let Ok(d) = d { self.dialled(d) },
+                default(tick) => {}
+            }
+            self.publish();
+        }
+        let open: Vec<RequestId> = self.flows.keys().copied().collect();
+        for r in open {
+            self.end(r, StreamMsg::Failed(FailureReason::Shutdown));
+        }
+        self.summary.ranks = self.ranks.stop();
+        self.summary
+    }
+
+    fn pick(&mut self, rank: Option<DpRank>) -> usize {
+        let rule = rank.map_or(self.s.rank_rule, RankRule::Pinned);
+        self.picker
+            .pick(WorkerId(0), rule)
+            .map_or(0, |w| w.0 as usize)
+    }
+
+    fn send(&mut self, rank: usize, req: WorkerRequest) {
+        let to = self.s.ids.scheduler(rank);
+        if self.ranks.frontend.send(to, Frame::Request(req)).is_err() {
+            let gone: Vec<RequestId> = self
+                .flows
+                .iter()
+                .filter(|(_, f)| f.rank == rank)
+                .map(|(r, _)| *r)
+                .collect();
+            for r in gone {
+                self.end(r, StreamMsg::Failed(FailureReason::WorkerDown));
+            }
+        }
+    }
+
+    fn open(&mut self, rank: usize, kind: Kind, request: Request, tx: UnboundedSender<StreamMsg>) {
+        let id = request.id;
+        let flow = Flow {
+            tx,
+            rank,
+            kind,
+            request,
+            last_token: None,
+        };
+        self.flows.insert(id, flow);
+    }
+
+    fn handle(&mut self, cmd: Cmd) {
+        let now = self.s.clock.now();
+        match cmd {
+            Cmd::SubmitAt {
+                placement,
+                rank,
+                id,
+                tokens,
+                output_tokens,
+                tx,
+                ..
+            } => {
+                let r = self.pick(rank);
+                let req = request_for(id, &tokens, output_tokens, self.s.block_size, now);
+                let _ = tx.send(StreamMsg::Started { cached_tokens: 0 });
+                let (kind, wr) = match (placement, self.s.role) {
+                    (Placement::Proxy, Pool::Prefill) => {
+                        let handoff = self.issuers[r].next_id();
+                        let wr = WorkerRequest::HandoffSource {
+                            id: handoff,
+                            request: req.clone(),
+                        };
+                        (Kind::Prefill, wr)
+                    }
+                    _ => (Kind::Whole, WorkerRequest::Ordinary(req.clone())),
+                };
+                self.open(r, kind, req, tx);
+                self.send(r, wr);
+            }
+            Cmd::Decode {
+                rank,
+                remote,
+                tokens,
+                output_tokens,
+                tx,
+                ..
+            } => self.decode(rank, remote, &tokens, output_tokens, now, tx),
+            Cmd::Leg { tx, .. } => {
+                let _ = tx.send(StreamMsg::Refused(ProxyError::AcrossProcesses {
+                    what: "SGLang's bootstrap-room legs",
+                }));
+            }
+            Cmd::Submit { tx, .. } => {
+                let _ = tx.send(StreamMsg::Failed(FailureReason::NoWorker));
+            }
+            // The rank runs it to its end; its stream is gone.
+            Cmd::Cancel(id) => {
+                self.flows.remove(&id);
+            }
+            Cmd::Shutdown => {}
+        }
+    }
+
+    fn decode(
+        &mut self,
+        rank: Option<DpRank>,
+        remote: RemotePrefill,
+        tokens: &[u32],
+        output_tokens: u32,
+        now: Instant,
+        tx: UnboundedSender<StreamMsg>,
+    ) {
+        if self.flows.contains_key(&remote.request) {
+            let _ = tx.send(StreamMsg::Refused(ProxyError::AlreadyAttached));
+            return;
+        }
+        let Some((host, port)) = remote.side_channel.clone() else {
+            let _ = tx.send(StreamMsg::Refused(ProxyError::BadParam {
+                field: "remote_host",
+                why: "and remote_port are required by a decode engine of its own".into(),
+            }));
+            return;
+        };
+        let r = self.pick(rank);
+        let source = PodIds::scheduler_of(remote.engine.at.worker.0, remote.engine.at.dp_rank);
+        let request = request_for(remote.request, tokens, output_tokens, self.s.block_size, now);
+        let ready = SourceReady {
+            blocks: remote.blocks,
+            tokens: remote
+                .tokens
+                .unwrap_or(u64::from(request.prompt_tokens)),
+        };
+        let p = PendingDecode {
+            rank: r,
+            source,
+            handoff: remote.handoff,
+            request,
+            ready,
+            tx,
+        };
+        if self.linked.contains(&(r, source)) {
+            return self.attach(p);
+        }
+        let waiting = self.dialling.entry((r, source)).or_default();
+        waiting.push(p);
+        if waiting.len() > 1 {
+            return;
+        }
+        let ep = self.ranks.endpoints[r].clone();
+        let out = self.dials.0.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dial".into())
+            .spawn(move || {
+                let who = ep
+                    .connect_peer((host.as_str(), port))
+                    .map(|h| h.worker)
+                    .map_err(|e| format!("{host}:{port}: {e}"));
+                let _ = out.send((r, source, who));
+            });
+        if let Err(e) = spawned {
+            let _ = self.dials.0.send((r, source, Err(e.to_string())));
+        }
+    }
+
+    fn dialled(&mut self, (r, source, who): Dialled) {
+        let waiting = self.dialling.remove(&(r, source)).unwrap_or_default();
+        match who {
+            Ok(w) if w == source => {
+                self.linked.insert((r, source));
+                for p in waiting {
+                    self.attach(p);
+                }
+            }
+            Ok(_) => {
+                for p in waiting {
+                    let _ = p.tx.send(StreamMsg::Refused(ProxyError::WrongEngine));
+                }
+            }
+            Err(e) => {
+                eprintln!("handoff-mocker serve: cannot reach a prefill engine: {e}");
+                for p in waiting {
+                    let id = p.request.id;
+                    self.open(p.rank, Kind::Decode { source }, p.request, p.tx);
+                    self.load_failed(id, CancelReason::KvLoadFailed);
+                }
+            }
+        }
+    }
+
+    /// The decode reads the pinned prefix instead of computing it, as vLLM
+    /// counts a connector's external hit as cached.
+    fn attach(&mut self, p: PendingDecode) {
+        let cached = p.ready.tokens.min(u64::from(p.request.prompt_tokens)) as u32;
+        let _ = p.tx.send(StreamMsg::Started {
+            cached_tokens: cached,
+        });
+        let wr = WorkerRequest::HandoffDestination {
+            id: p.handoff,
+            request: p.request.clone(),
+            source: p.source,
+            ready: Some(p.ready),
+        };
+        self.open(p.rank, Kind::Decode { source: p.source }, p.request, p.tx);
+        self.send(p.rank, wr);
+    }
+
+    /// A decode's KV did not load (`why`): `kv_load_failure_policy`.
+    fn load_failed(&mut self, id: RequestId, why: CancelReason) {
+        let recompute = self.s.kv_failure == KvLoadFailurePolicy::Recompute
+            && !matches!(why, CancelReason::Client | CancelReason::Teardown);
+        let Some(f) = self.flows.get_mut(&id) else {
+            return;
+        };
+        if recompute && matches!(f.kind, Kind::Decode { .. }) {
+            f.kind = Kind::Whole;
+            let (rank, req) = (f.rank, f.request.clone());
+            self.summary.recomputed += 1;
+            self.send(rank, WorkerRequest::Ordinary(req));
+        } else {
+            self.end(id, StreamMsg::Failed(FailureReason::from(why)));
+        }
+    }
+
+    fn end(&mut self, id: RequestId, msg: StreamMsg) {
+        let Some(f) = self.flows.remove(&id) else {
+            return;
+        };
+        match &msg {
+            StreamMsg::Failed(why) => {
+                self.s.metrics.request_failed(*why);
+                *self.summary.failed.entry(why.name()).or_default() += 1;
+            }
+            StreamMsg::Finished => self.summary.finished += 1,
+            _ => {}
+        }
+        let _ = f.tx.send(msg);
+    }
+
+    fn incoming(&mut self, i: Incoming) {
+        let Incoming::Frame { from, frame } = i else {
+            return;
+        };
+        let Some(r) = self.s.ids.rank_of(from) else {
+            return;
+        };
+        match frame {
+            Frame::Event(e) => self.on_event(r, e),
+            Frame::Final(f) => self.finals[r] = Some(f),
+            _ => {}
+        }
+    }
+
+    fn stream(&mut self, r: usize, id: RequestId, tokens: u32, now: Instant) {
+        let Some(f) = self.flows.get_mut(&id) else {
+            return;
+        };
+        if f.kind == Kind::Prefill {
+            return;
+        }
+        match f.last_token {
+            None => self
+                .s
+                .metrics
+                .ttft(r, (now - f.request.arrival).as_secs_f64()),
+            Some(t) => {
+                let gap = (now - t).as_secs_f64() / f64::from(tokens);
+                for _ in 0..tokens {
+                    self.s.metrics.itl(r, gap);
+                }
+            }
+        }
+        f.last_token = Some(now);
+        let _ = f.tx.send(StreamMsg::Tokens(tokens));
+    }
+
+    fn on_event(&mut self, r: usize, e: WorkerEvent) {
+        let now = self.s.clock.now();
+        match e {
+            WorkerEvent::Tokens { emissions } => {
+                for em in emissions.iter().filter(|e| e.tokens > 0) {
+                    self.stream(r, em.request, em.tokens, now);
+                }
+            }
+            WorkerEvent::FirstTokenFromPrefill { request, .. } => self.stream(r, request, 1, now),
+            WorkerEvent::RequestFinished { request, .. } => {
+                let Some(f) = self.flows.get(&request) else {
+                    return;
+                };
+                if f.kind != Kind::Prefill {
+                    let e2e = (now - f.request.arrival).as_secs_f64();
+                    self.s.metrics.e2e(r, e2e);
+                    self.end(request, StreamMsg::Finished);
+                }
+            }
+            WorkerEvent::PrefillPinned {
+                id,
+                request,
+                blocks,
+                tokens,
+                ..
+            } if self
+                .flows
+                .get(&request)
+                .is_some_and(|f| f.kind == Kind::Prefill) =>
+            {
+                let pinned = Pinned {
+                    request,
+                    handoff: id,
+                    engine: self.s.ids.engine_id(r),
+                    blocks,
+                    tokens,
+                    side_port: Some(self.ranks.port(r)),
+                };
+                self.end(request, StreamMsg::Prefilled(pinned));
+            }
+            WorkerEvent::Preempted { .. } => self.s.metrics.preempted(r),
+            WorkerEvent::RoleEnded {
+                reason,
+                role,
+                request,
+                ..
+            } => self.role_ended(r, role, request, reason),
+            _ => {}
+        }
+    }
+
+    fn role_ended(&mut self, r: usize, role: Role, id: RequestId, why: Option<CancelReason>) {
+        match why {
+            Some(CancelReason::LeaseExpired) => self.s.metrics.lease_expired(r),
+            Some(CancelReason::ReservationExpired) => self.s.metrics.reservation_expired(r),
+            _ => {}
+        }
+        let Some(why) = why else {
+            return;
+        };
+        let Some(kind) = self.flows.get(&id).map(|f| f.kind) else {
+            return;
+        };
+        match (role, kind) {
+            (Role::Destination, Kind::Decode { source }) => {
+                if matches!(why, CancelReason::PeerLost | CancelReason::PeerRestarted) {
+                    // Dial again next time: the connection is gone.
+                    self.linked.remove(&(r, source));
+                }
+                self.load_failed(id, why);
+            }
+            (Role::Source, Kind::Prefill) => self.end(id, StreamMsg::Failed(why.into())),
+            _ => {}
+        }
+    }
+
+    fn publish(&mut self) {
+        let mut workers = Vec::new();
+        for (r, f) in self.finals.iter().enumerate() {
+            let Some(f) = f else {
+                // Not every rank has said it is up: not ready yet.
+                workers.clear();
+                break;
+            };
+            self.s.metrics.capacity(r, &f.capacity);
+            self.picker.refresh(r, &f.capacity);
+            workers.push(WorkerView {
+                worker: self.s.ids.engine,
+                dp_rank: (self.finals.len() > 1).then_some(r as u16),
+                listener_requests: (self.finals.len() > 1).then(|| self.picker.taken(r)),
+                role: role_name(self.s.role),
+                drained: f.drained,
+                live_handoffs: f.live_handoffs,
+                capacity: f.capacity,
+            });
+        }
+        let held = Held {
+            flows: self.flows.len(),
+            legs: self.dialling.values().map(Vec::len).sum(),
+            ..Held::default()
+        };
+        let v = EngineView {
+            workers,
+            in_flight: self.flows.len(),
+            open_streams: self.flows.len(),
+            held,
+            model_time_s: self.s.clock.now().as_nanos() as f64 / 1e9,
+        };
+        if let Ok(mut g) = self.s.view.lock() {
+            *g = v;
+        }
+    }
+}
