@@ -254,6 +254,7 @@ async fn run(
         specs: info_specs,
         dp,
         policy,
+        engine_process: false,
     });
     on_listen(Listening {
         http: addr,

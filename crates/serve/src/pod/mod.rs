@@ -246,6 +246,7 @@ async fn run(
         specs,
         dp,
         policy,
+        engine_process: true,
     });
     let ws = Arc::new(WorkerState {
         app: state.clone(),
