@@ -31,6 +31,8 @@ import time
 import urllib.error
 import urllib.request
 
+import zmq
+
 from harness import BIN, MODEL, Checks, Skip, free_port, get
 
 REQUESTS = 200
@@ -62,12 +64,14 @@ class Engine:
         self.role = role
         self.port = free_port()
         self.side = free_port()
+        self.kv = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [
             BIN, "serve", "--engine", role, "--backend", backend,
             "--http", f"127.0.0.1:{self.port}", "--model", MODEL,
             "--side-channel-port", str(self.side), "--disaggregation-bootstrap-port", str(self.side),
-            "--peer-silence-ms", str(SILENCE_MS), "--grace-period-s", "5", *extra,
+            "--peer-silence-ms", str(SILENCE_MS), "--grace-period-s", "5",
+            "--kv-events", f"tcp://127.0.0.1:{self.kv}", *extra,
         ]
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 30
@@ -211,15 +215,26 @@ def run_load(fn, requests: int = REQUESTS) -> dict[str, int]:
 
 def test_toy_proxy() -> None:
     pods = Pods()
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
     try:
+        # Each engine publishes its own KV events on its own port.
+        sub.connect(f"tcp://127.0.0.1:{pods.engines[0].kv}")
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        time.sleep(0.3)
         p, d = pods.urls("prefill"), pods.urls("decode")
         statuses = run_load(lambda i: toy_proxy(p, d, i))
         assert statuses == {"ok": REQUESTS}, statuses
+        assert sub.poll(5000), "the prefill engine published no KV event"
+        parts = sub.recv_multipart()
+        assert len(parts) == 3, parts
         pods.drained()
         ended = sum(e.metric("vllm:e2e_request_latency_seconds_count")
                     for e in pods.engines if e.role == "decode")
         assert ended == REQUESTS, ended
     finally:
+        sub.close(linger=0)
+        ctx.term()
         pods.close()
 
 

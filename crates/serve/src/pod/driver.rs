@@ -28,6 +28,7 @@ use crate::director::{Held, StreamMsg};
 use crate::metrics::Metrics;
 use crate::openai::prompt::request_for;
 use crate::pod::ids::PodIds;
+use crate::pod::kv::PodKv;
 use crate::pod::ranks::Ranks;
 use crate::vllm::kv_transfer::{Pinned, ProxyError, RemotePrefill};
 use handoff_core::fasthash::{FastMap, FastSet};
@@ -61,6 +62,8 @@ pub(crate) struct DriverSetup {
     pub view: Arc<Mutex<EngineView>>,
     /// This process's clock.
     pub clock: WallClock,
+    /// KV events and the blocks each rank stores.
+    pub kv: PodKv,
 }
 
 /// How an engine process's run ended.
@@ -94,6 +97,7 @@ struct Flow {
 /// A decode waiting for its rank to reach the prefill rank.
 struct PendingDecode {
     rank: usize,
+    tokens: Vec<u32>,
     source: WorkerId,
     handoff: HandoffId,
     request: Request,
@@ -234,7 +238,13 @@ impl PodDriver {
             } => {
                 let r = self.pick(rank);
                 let req = request_for(id, &tokens, output_tokens, self.s.block_size, now);
-                let _ = tx.send(StreamMsg::Started { cached_tokens: 0 });
+                let cached = self.s.kv.cached_on(r, &tokens);
+                let prompt = u64::from(req.prompt_tokens);
+                self.s.metrics.prefix_query(r, prompt, u64::from(cached));
+                self.s.kv.hold(id, &tokens);
+                let _ = tx.send(StreamMsg::Started {
+                    cached_tokens: cached,
+                });
                 let (kind, wr) = match (placement, self.s.role) {
                     (Placement::Proxy, Pool::Prefill) => {
                         let handoff = self.issuers[r].next_id();
@@ -304,6 +314,7 @@ impl PodDriver {
         };
         let p = PendingDecode {
             rank: r,
+            tokens: tokens.to_vec(),
             source,
             handoff: remote.handoff,
             request,
@@ -372,6 +383,7 @@ impl PodDriver {
             source: p.source,
             ready: Some(p.ready),
         };
+        self.s.kv.hold(p.request.id, &p.tokens);
         self.open(p.rank, Kind::Decode { source: p.source }, p.request, p.tx);
         self.send(p.rank, wr);
     }
@@ -397,6 +409,11 @@ impl PodDriver {
         let Some(f) = self.flows.remove(&id) else {
             return;
         };
+        // A pinned prefill's blocks may still be on their way out of the
+        // reorder buffer: held until its source role ends.
+        if !matches!(msg, StreamMsg::Prefilled(_)) {
+            self.s.kv.release(id);
+        }
         match &msg {
             StreamMsg::Failed(why) => {
                 self.s.metrics.request_failed(*why);
@@ -486,6 +503,7 @@ impl PodDriver {
                 self.end(request, StreamMsg::Prefilled(pinned));
             }
             WorkerEvent::Preempted { .. } => self.s.metrics.preempted(r),
+            WorkerEvent::Kv { event, at } => self.s.kv.event(r, event, at),
             WorkerEvent::RoleEnded {
                 reason,
                 role,
@@ -501,6 +519,9 @@ impl PodDriver {
             Some(CancelReason::LeaseExpired) => self.s.metrics.lease_expired(r),
             Some(CancelReason::ReservationExpired) => self.s.metrics.reservation_expired(r),
             _ => {}
+        }
+        if role == Role::Source && !self.flows.contains_key(&id) {
+            self.s.kv.release(id);
         }
         let Some(why) = why else {
             return;
@@ -522,6 +543,10 @@ impl PodDriver {
     }
 
     fn publish(&mut self) {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.s.kv.flush(unix);
         let mut workers = Vec::new();
         for (r, f) in self.finals.iter().enumerate() {
             let Some(f) = f else {

@@ -23,6 +23,7 @@
 
 mod driver;
 pub mod ids;
+mod kv;
 mod ranks;
 
 pub use driver::PodSummary;
@@ -33,6 +34,7 @@ use crate::error::ServeError;
 use crate::http::accept::{self, HttpTimeouts};
 use crate::http::worker::{worker_router, WorkerState};
 use crate::http::AppState;
+use crate::kv_events::zmq::{KvEndpoints, KvPublishers};
 use crate::metrics::info::{self, InfoState, Scope};
 use crate::metrics::Metrics;
 use crate::openai::Limits;
@@ -140,6 +142,23 @@ fn engine_specs(c: &PodConfig) -> Result<Vec<handoff_deployment::EngineSpec>, Se
     Ok(specs.into_iter().take(per_worker).collect())
 }
 
+/// `--kv-events` and its replay socket for this engine's `n` ranks: the
+/// first of each list is the flag's address, rank `r` on its port plus `r`.
+fn per_rank(ep: &KvEndpoints, n: usize) -> Result<KvEndpoints, ServeError> {
+    let each = |list: &[String], flag: &str| -> Result<Vec<String>, ServeError> {
+        match list.first() {
+            Some(base) => crate::per_worker(base, n, flag),
+            None => Ok(Vec::new()),
+        }
+    };
+    Ok(KvEndpoints {
+        publish: each(&ep.publish, "--kv-events")?,
+        replay: each(&ep.replay, "--kv-replay")?,
+        topic: ep.topic.clone(),
+        encoding: ep.encoding,
+    })
+}
+
 /// The host decode engines are told to dial.
 fn advertised(c: &PodConfig, http: SocketAddr) -> String {
     match &c.side_channel_host {
@@ -205,6 +224,11 @@ async fn run(
     };
     let view = Arc::new(Mutex::new(EngineView::default()));
     let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
+    let publishers = match &c.serve.kv {
+        Some(ep) => Some(KvPublishers::start(&per_rank(ep, n)?).await?),
+        None => None,
+    };
+    let kv = kv::PodKv::new(n, cfg.block_size, c.serve.hash_mode.clone(), publishers);
     let setup = DriverSetup {
         ids: pod_ids,
         role: c.role,
@@ -218,6 +242,7 @@ async fn run(
         metrics: metrics.clone(),
         view: view.clone(),
         clock,
+        kv,
     };
     metrics.touch_all();
     let driver = std::thread::Builder::new()
