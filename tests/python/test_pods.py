@@ -306,10 +306,24 @@ def router_argv(kind: str, port: int, pods: Pods) -> list[str]:
             "launch", "--host", "127.0.0.1", "--port", str(port),
             "--prometheus-port", str(free_port()), "--pd-disaggregation", "--backend", "vllm",
             *pd, "--worker-startup-timeout-secs", "30", "--log-level", "warn"]
-    return [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-            "--port", str(port), "--worker-urls", *pods.urls("aggregated"),
-            "--policy", "round_robin", "--log-level", "warn",
+    if kind == "smg-sglang":
+        sg = []
+        for e in pods.engines:
+            sg += ["--prefill", e.url, str(e.side)] if e.role == "prefill" else ["--decode", e.url]
+        return SMG + [
+            "launch", "--host", "127.0.0.1", "--port", str(port),
+            "--prometheus-port", str(free_port()), "--pd-disaggregation", "--backend", "sglang",
+            *sg, "--worker-startup-timeout-secs", "30", "--log-level", "warn"]
+    base = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+            "--port", str(port), "--policy", "round_robin", "--log-level", "warn",
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
+    if kind == "sglang-router-aggregated":
+        return base + ["--worker-urls", *pods.urls("aggregated")]
+    # SGLang PD: each prefill engine's bootstrap server is its side channel.
+    sg = ["--pd-disaggregation"]
+    for e in pods.engines:
+        sg += ["--prefill", e.url, str(e.side)] if e.role == "prefill" else ["--decode", e.url]
+    return base + sg
 
 
 def through_router(url: str, i: int) -> tuple[str, str]:
@@ -353,15 +367,21 @@ def behind(kind: str, pods: Pods, log_dir: str) -> None:
 
 
 def test_router(kind: str, log_dir: str) -> None:
-    pods = Pods("sglang", 4) if kind == "sglang-router" else Pods()
+    if kind == "sglang-router-aggregated":
+        pods = Pods("sglang", 4)
+    elif kind in ("sglang-router", "smg-sglang"):
+        pods = Pods("sglang")
+    else:
+        pods = Pods()
     try:
         behind(kind, pods, log_dir)
-        if kind == "vllm-router":
-            # vllm-router sends the decode with the prefill's params: the
-            # handoff crossed processes.
-            cached = sum(e.metric("vllm:e2e_request_latency_seconds_count")
-                         for e in pods.engines if e.role == "prefill")
-            assert cached == 0, ("a prefill engine served requests whole", cached)
+        if kind in ("vllm-router", "sglang-router", "smg-sglang"):
+            # The handoff crossed processes: the decode engines ended every
+            # request (and the readiness probe), the prefill engines none.
+            e2e = ("sglang" if "sglang" in kind else "vllm") + ":e2e_request_latency_seconds_count"
+            on = {r: sum(e.metric(e2e) for e in pods.engines if e.role == r)
+                  for r in ("prefill", "decode")}
+            assert on["prefill"] == 0 and on["decode"] >= REQUESTS, on
     finally:
         pods.close()
 
@@ -378,8 +398,12 @@ def main() -> int:
                *slow_reads)
     checks.run("pods: vllm-router --vllm-pd-disaggregation", test_router, "vllm-router", log_dir)
     checks.run("pods: smg --backend vllm", test_router, "smg", log_dir)
-    checks.run("pods: sglang-router, 4 aggregated SGLang engines", test_router, "sglang-router",
+    checks.run("pods: sglang-router --pd-disaggregation, 2P+2D SGLang processes", test_router,
+               "sglang-router", log_dir)
+    checks.run("pods: smg --backend sglang, 2P+2D SGLang processes", test_router, "smg-sglang",
                log_dir)
+    checks.run("pods: sglang-router, 4 aggregated SGLang engines", test_router,
+               "sglang-router-aggregated", log_dir)
     return checks.report(skipped=True)
 
 

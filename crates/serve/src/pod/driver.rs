@@ -31,7 +31,9 @@ use crate::pod::ids::PodIds;
 use crate::pod::kv::PodKv;
 use crate::pod::ranks::Ranks;
 use crate::vllm::kv_transfer::{Pinned, ProxyError, RemotePrefill};
-use handoff_core::fasthash::{FastMap, FastSet};
+
+mod legs;
+use handoff_core::fasthash::FastMap;
 use handoff_core::{
     CancelReason, DpRank, FailureReason, HandoffId, HandoffIdGen, HostFinal, Instant,
     KvLoadFailurePolicy, Request, RequestId, Role, SourceReady, WorkerEvent, WorkerId,
@@ -39,7 +41,7 @@ use handoff_core::{
 };
 use handoff_live_adapter::WallClock;
 use handoff_router::Pool;
-use handoff_transport::{Frame, Incoming, Transport};
+use handoff_transport::{Frame, Incoming, PeerHello, Transport};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
@@ -81,9 +83,21 @@ pub struct PodSummary {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
+    /// Served whole.
     Whole,
+    /// vLLM `do_remote_decode`: answered at the pin.
     Prefill,
+    /// SGLang's prefill leg: answered when its KV was sent.
+    PrefillLeg,
+    /// Reads (vLLM) or receives (SGLang) its KV from `source`.
     Decode { source: WorkerId },
+}
+
+impl Kind {
+    /// Whether the client sees this flow's tokens.
+    fn streams(self) -> bool {
+        matches!(self, Kind::Whole | Kind::Decode { .. })
+    }
 }
 
 struct Flow {
@@ -105,8 +119,17 @@ struct PendingDecode {
     tx: UnboundedSender<StreamMsg>,
 }
 
-/// A dial's outcome: rank, the scheduler expected, who answered.
-type Dialled = (usize, WorkerId, Result<WorkerId, String>);
+/// Where a rank dials: the rank, and the peer's host and port.
+type DialKey = (usize, String, u16);
+
+/// A dial's outcome: who answered.
+type Dialled = (DialKey, Result<PeerHello, String>);
+
+/// What waits for a dial.
+enum Waiting {
+    Decode(PendingDecode),
+    Leg(legs::PendingLeg),
+}
 
 /// See the module docs.
 pub(crate) struct PodDriver {
@@ -115,10 +138,10 @@ pub(crate) struct PodDriver {
     issuers: Vec<HandoffIdGen>,
     picker: RankPicker,
     flows: FastMap<RequestId, Flow>,
-    /// (rank, prefill scheduler) pairs connected.
-    linked: FastSet<(usize, WorkerId)>,
-    /// Decodes waiting for a dial, by (rank, prefill scheduler).
-    dialling: FastMap<(usize, WorkerId), Vec<PendingDecode>>,
+    /// Peers each rank reached, by address.
+    linked: FastMap<DialKey, PeerHello>,
+    /// What waits for a dial, by address.
+    dialling: FastMap<DialKey, Vec<Waiting>>,
     dials: (
         crossbeam_channel::Sender<Dialled>,
         crossbeam_channel::Receiver<Dialled>,
@@ -147,7 +170,7 @@ impl PodDriver {
             issuers,
             picker: RankPicker::new(dp, n),
             flows: FastMap::default(),
-            linked: FastSet::default(),
+            linked: FastMap::default(),
             dialling: FastMap::default(),
             dials: crossbeam_channel::unbounded(),
             finals: vec![None; n],
@@ -267,11 +290,15 @@ impl PodDriver {
                 tx,
                 ..
             } => self.decode(rank, remote, &tokens, output_tokens, now, tx),
-            Cmd::Leg { tx, .. } => {
-                let _ = tx.send(StreamMsg::Refused(ProxyError::AcrossProcesses {
-                    what: "SGLang's bootstrap-room legs",
-                }));
-            }
+            Cmd::Leg {
+                side,
+                key,
+                id,
+                tokens,
+                output_tokens,
+                tx,
+                ..
+            } => self.leg(side, key, id, &tokens, output_tokens, now, tx),
             Cmd::Submit { tx, .. } => {
                 let _ = tx.send(StreamMsg::Failed(FailureReason::NoWorker));
             }
@@ -321,53 +348,74 @@ impl PodDriver {
             ready,
             tx,
         };
-        if self.linked.contains(&(r, source)) {
-            return self.attach(p);
+        self.dial((r, host, port), Waiting::Decode(p));
+    }
+
+    /// Runs `w` once rank `key.0` reaches `key`'s address (at once when
+    /// it has), dialling off this thread the first time.
+    fn dial(&mut self, key: DialKey, w: Waiting) {
+        if let Some(hello) = self.linked.get(&key).copied() {
+            return self.linked_to(hello, w);
         }
-        let waiting = self.dialling.entry((r, source)).or_default();
-        waiting.push(p);
+        let waiting = self.dialling.entry(key.clone()).or_default();
+        waiting.push(w);
         if waiting.len() > 1 {
             return;
         }
-        let ep = self.ranks.endpoints[r].clone();
+        let ep = self.ranks.endpoints[key.0].clone();
         let out = self.dials.0.clone();
+        let k = key.clone();
         let spawned = std::thread::Builder::new()
             .name("dial".into())
             .spawn(move || {
                 let who = ep
-                    .connect_peer((host.as_str(), port))
-                    .map(|h| h.worker)
-                    .map_err(|e| format!("{host}:{port}: {e}"));
-                let _ = out.send((r, source, who));
+                    .connect_peer((k.1.as_str(), k.2))
+                    .map_err(|e| format!("{}:{}: {e}", k.1, k.2));
+                let _ = out.send((k, who));
             });
         if let Err(e) = spawned {
-            let _ = self.dials.0.send((r, source, Err(e.to_string())));
+            let _ = self.dials.0.send((key, Err(e.to_string())));
         }
     }
 
-    fn dialled(&mut self, (r, source, who): Dialled) {
-        let waiting = self.dialling.remove(&(r, source)).unwrap_or_default();
+    fn dialled(&mut self, (key, who): Dialled) {
+        let waiting = self.dialling.remove(&key).unwrap_or_default();
         match who {
-            Ok(w) if w == source => {
-                self.linked.insert((r, source));
-                for p in waiting {
-                    self.attach(p);
-                }
-            }
-            Ok(_) => {
-                for p in waiting {
-                    let _ = p.tx.send(StreamMsg::Refused(ProxyError::WrongEngine));
+            Ok(hello) => {
+                self.linked.insert(key, hello);
+                for w in waiting {
+                    self.linked_to(hello, w);
                 }
             }
             Err(e) => {
                 eprintln!("handoff-mocker serve: cannot reach a prefill engine: {e}");
-                for p in waiting {
-                    let id = p.request.id;
-                    self.open(p.rank, Kind::Decode { source }, p.request, p.tx);
-                    self.load_failed(id, CancelReason::KvLoadFailed);
+                for w in waiting {
+                    self.unreachable(w);
                 }
             }
         }
+    }
+
+    fn linked_to(&mut self, hello: PeerHello, w: Waiting) {
+        match w {
+            Waiting::Decode(p) if p.source == hello.worker => self.attach(p),
+            Waiting::Decode(p) => {
+                let _ = p.tx.send(StreamMsg::Refused(ProxyError::WrongEngine));
+            }
+            Waiting::Leg(p) => self.leg_linked(p, hello),
+        }
+    }
+
+    /// The peer a request waited for cannot be reached: its KV cannot
+    /// load (`kv_load_failure_policy`; SGLang aborts).
+    fn unreachable(&mut self, w: Waiting) {
+        let (rank, request, tx, source) = match w {
+            Waiting::Decode(p) => (p.rank, p.request, p.tx, p.source),
+            Waiting::Leg(p) => (p.rank, p.request, p.tx, WorkerId(u32::MAX)),
+        };
+        let id = request.id;
+        self.open(rank, Kind::Decode { source }, request, tx);
+        self.load_failed(id, CancelReason::PeerLost);
     }
 
     /// The decode reads the pinned prefix instead of computing it, as vLLM
@@ -443,7 +491,7 @@ impl PodDriver {
         let Some(f) = self.flows.get_mut(&id) else {
             return;
         };
-        if f.kind == Kind::Prefill {
+        if !f.kind.streams() {
             return;
         }
         match f.last_token {
@@ -475,7 +523,7 @@ impl PodDriver {
                 let Some(f) = self.flows.get(&request) else {
                     return;
                 };
-                if f.kind != Kind::Prefill {
+                if f.kind.streams() {
                     let e2e = (now - f.request.arrival).as_secs_f64();
                     self.s.metrics.e2e(r, e2e);
                     self.end(request, StreamMsg::Finished);
@@ -523,6 +571,9 @@ impl PodDriver {
         if role == Role::Source && !self.flows.contains_key(&id) {
             self.s.kv.release(id);
         }
+        if role == Role::Source && self.flows.get(&id).is_some_and(|f| f.kind == Kind::PrefillLeg) {
+            return self.prefill_leg_ended(id, why);
+        }
         let Some(why) = why else {
             return;
         };
@@ -533,7 +584,7 @@ impl PodDriver {
             (Role::Destination, Kind::Decode { source }) => {
                 if matches!(why, CancelReason::PeerLost | CancelReason::PeerRestarted) {
                     // Dial again next time: the connection is gone.
-                    self.linked.remove(&(r, source));
+                    self.linked.retain(|k, h| !(k.0 == r && h.worker == source));
                 }
                 self.load_failed(id, why);
             }

@@ -197,11 +197,6 @@ pub enum ProxyError {
     },
     /// A decode of this handoff is already attached.
     AlreadyAttached,
-    /// An engine of its own (`serve --engine`) does not model `what`.
-    AcrossProcesses {
-        /// The flow not modelled.
-        what: &'static str,
-    },
 }
 
 impl ProxyError {
@@ -267,15 +262,6 @@ impl ProxyError {
                 message: "a decode of this prefill is already attached".into(),
                 kind: ErrorKind::InvalidRequest,
                 param: p,
-            },
-            ProxyError::AcrossProcesses { what } => ApiError {
-                status: 501,
-                message: format!(
-                    "an engine process of its own (serve --engine) does not model {what} yet: \
-                     run them in one serve process"
-                ),
-                kind: ErrorKind::InvalidRequest,
-                param: None,
             },
         }
     }
