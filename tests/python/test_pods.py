@@ -290,6 +290,43 @@ def lose_prefill_mid_load(how: str, requests: int, *extra: str) -> None:
         pods.close()
 
 
+def lose_decode_mid_load() -> None:
+    """SIGKILL a decode engine once a quarter of the load has ended: the
+    prefill engines free the sources it was reading (the transport sees
+    the loss) or would have read (their lease runs out: --lease-ttl-s 2
+    here, vLLM's kv_lease_duration), and drain; every request ends with a
+    status."""
+    pods = Pods("vllm", 0, "--lease-ttl-s", "2")
+    victim = pods.engines[2]
+    try:
+        p, d = pods.urls("prefill"), pods.urls("decode")
+        done: list[tuple[str, str]] = []
+        lock = threading.Lock()
+
+        def lose(_prefill: str) -> None:
+            with lock:
+                if len(done) >= REQUESTS // 4 and victim.proc.poll() is None:
+                    victim.kill()
+
+        def one(i: int) -> tuple[str, str]:
+            out = toy_proxy(p, d, i, timeout=10, between=lose)
+            done.append(out)
+            return out
+
+        statuses = run_load(one)
+        assert victim.proc.poll() is not None
+        assert statuses.get("ok", 0) >= REQUESTS // 4, statuses
+        for e in pods.alive():
+            e.wait_drained(timeout=15)
+        expired = sum(e.metric("vllm:handoff_lease_expiries") for e in pods.engines[:2])
+        print(f"     prefill leases expired: {expired}", flush=True)
+        # At least the sources pinned for the decode calls that found the
+        # engine gone.
+        assert expired >= 1, expired
+    finally:
+        pods.close()
+
+
 def router_argv(kind: str, port: int, pods: Pods) -> list[str]:
     pd = []
     for u in pods.urls("prefill"):
@@ -393,6 +430,7 @@ def main() -> int:
     checks.run("pods: vLLM toy proxy, 2P+2D processes", test_toy_proxy)
     checks.run("pods: SIGKILL of a prefill engine mid-load", lose_prefill_mid_load, "kill",
                REQUESTS)
+    checks.run("pods: SIGKILL of a decode engine mid-load", lose_decode_mid_load)
     slow_reads = ("--transfer", "fixed", "--transfer-ms", str(2 * SILENCE_MS))
     checks.run("pods: SIGSTOP of a prefill engine mid-load", lose_prefill_mid_load, "stop", 48,
                *slow_reads)
