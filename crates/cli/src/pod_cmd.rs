@@ -130,7 +130,8 @@ pub fn run(serve: ServeConfig, p: &PodArgs, output: Option<&Path>) -> Result<(),
     );
     if let Some(path) = output {
         let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("--output {}: {e}", path.display()))?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("--output {}: {e}", path.display()))?;
     }
     Ok(())
 }

@@ -188,7 +188,10 @@ impl PodDriver {
             speed_micros: (self.s.clock.speed() * 1e6).round() as u64,
         };
         for r in 0..self.ranks.endpoints.len() {
-            let _ = self.ranks.frontend.send(self.s.ids.scheduler(r), clock.clone());
+            let _ = self
+                .ranks
+                .frontend
+                .send(self.s.ids.scheduler(r), clock.clone());
         }
         let incoming = self.ranks.frontend.incoming().clone();
         let dials = self.dials.1.clone();
@@ -332,12 +335,16 @@ impl PodDriver {
         };
         let r = self.pick(rank);
         let source = PodIds::scheduler_of(remote.engine.at.worker.0, remote.engine.at.dp_rank);
-        let request = request_for(remote.request, tokens, output_tokens, self.s.block_size, now);
+        let request = request_for(
+            remote.request,
+            tokens,
+            output_tokens,
+            self.s.block_size,
+            now,
+        );
         let ready = SourceReady {
             blocks: remote.blocks,
-            tokens: remote
-                .tokens
-                .unwrap_or(u64::from(request.prompt_tokens)),
+            tokens: remote.tokens.unwrap_or(u64::from(request.prompt_tokens)),
         };
         let p = PendingDecode {
             rank: r,
@@ -571,7 +578,12 @@ impl PodDriver {
         if role == Role::Source && !self.flows.contains_key(&id) {
             self.s.kv.release(id);
         }
-        if role == Role::Source && self.flows.get(&id).is_some_and(|f| f.kind == Kind::PrefillLeg) {
+        if role == Role::Source
+            && self
+                .flows
+                .get(&id)
+                .is_some_and(|f| f.kind == Kind::PrefillLeg)
+        {
             return self.prefill_leg_ended(id, why);
         }
         let Some(why) = why else {

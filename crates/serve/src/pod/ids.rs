@@ -133,7 +133,10 @@ mod tests {
         assert_eq!(b.rank_of(WorkerId(2)), None);
         assert_eq!(b.engine_id(1).to_string(), "3_dp1");
         let e = b.engine_id(1);
-        assert_eq!(PodIds::scheduler_of(e.at.worker.0, e.at.dp_rank), b.scheduler(1));
+        assert_eq!(
+            PodIds::scheduler_of(e.at.worker.0, e.at.dp_rank),
+            b.scheduler(1)
+        );
         assert!(a.first_request().0 > b.first_request().0 + u64::from(u32::MAX));
     }
 }

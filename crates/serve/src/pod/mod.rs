@@ -288,7 +288,15 @@ async fn run(
         .merge(crate::openai::render::routes(state.clone()))
         .merge(crate::http::pod_routes(state));
     on_listen(&listening);
-    serve_http(listener, routes, c.serve.http_timeouts, c.grace, stop, force).await;
+    serve_http(
+        listener,
+        routes,
+        c.serve.http_timeouts,
+        c.grace,
+        stop,
+        force,
+    )
+    .await;
     let _ = tx.send(Cmd::Shutdown);
     driver.join().map_err(|_| ServeError::EnginePanicked)
 }
@@ -314,5 +322,28 @@ async fn serve_http(
         _ = &mut http => {}
         () = tokio::time::sleep(grace) => http.abort(),
         () = force => http.abort(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_ports_are_per_rank_from_the_flags_first_address() {
+        let ep = KvEndpoints {
+            publish: vec!["tcp://*:5557".into(), "tcp://*:5558".into()],
+            replay: vec!["tcp://*:6000".into()],
+            topic: String::new(),
+            encoding: Default::default(),
+        };
+        let r = per_rank(&ep, 3).unwrap();
+        assert_eq!(r.publish, ["tcp://*:5557", "tcp://*:5558", "tcp://*:5559"]);
+        assert_eq!(r.replay, ["tcp://*:6000", "tcp://*:6001", "tcp://*:6002"]);
+        let none = KvEndpoints {
+            replay: Vec::new(),
+            ..ep
+        };
+        assert!(per_rank(&none, 2).unwrap().replay.is_empty());
     }
 }

@@ -105,12 +105,10 @@ impl Ranks {
             let port = if s.base_port == 0 {
                 0
             } else {
-                u16::try_from(usize::from(s.base_port) + r).map_err(|_| {
-                    ServeError::PortRange {
-                        flag: "--side-channel-port".into(),
-                        value: s.base_port.to_string(),
-                        worker: r,
-                    }
+                u16::try_from(usize::from(s.base_port) + r).map_err(|_| ServeError::PortRange {
+                    flag: "--side-channel-port".into(),
+                    value: s.base_port.to_string(),
+                    worker: r,
                 })?
             };
             let addr = format!("{}:{port}", s.bind_host);

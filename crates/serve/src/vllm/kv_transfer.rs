@@ -463,12 +463,27 @@ mod tests {
             side_port: None,
         };
         let params = response_params(&p, "127.0.0.1", 9001);
-        for field in ["tp_size", "remote_num_tokens", "transfer_mode", "remote_request_id"] {
-            assert!(params.get(field).is_some(), "{field} is one of vLLM's fields");
+        for field in [
+            "tp_size",
+            "remote_num_tokens",
+            "transfer_mode",
+            "remote_request_id",
+        ] {
+            assert!(
+                params.get(field).is_some(),
+                "{field} is one of vLLM's fields"
+            );
         }
         assert_eq!(params["remote_num_tokens"], 40);
         assert_eq!(params["remote_port"], 9001);
-        let ranked = response_params(&Pinned { side_port: Some(5601), ..p }, "h", 9001);
+        let ranked = response_params(
+            &Pinned {
+                side_port: Some(5601),
+                ..p
+            },
+            "h",
+            9001,
+        );
         assert_eq!(ranked["remote_port"], 5601, "a rank's own side channel");
         let body = json!({"prompt": "x", "kv_transfer_params": params}).to_string();
         assert_eq!(

@@ -140,3 +140,20 @@ impl PodDriver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_legs_name_the_prefill_rank_its_incarnation_and_the_room() {
+        let id = room_handoff(WorkerId(7 * 64), Generation(1_800_000_000), (1 << 63) - 5);
+        assert_eq!(id.issuer(), WorkerId(7 * 64));
+        assert_eq!(id.generation(), Generation(1_800_000_000));
+        assert_eq!(id.sequence(), (1 << 63) - 5);
+        assert_ne!(
+            id,
+            room_handoff(WorkerId(7 * 64), Generation(1_800_000_001), (1 << 63) - 5)
+        );
+    }
+}
