@@ -24,8 +24,14 @@
 //! - `remote_block_ids`: **stand-ins**, `0..blocks` for the pinned blocks
 //!   (the worker cores do not expose physical block ids); only their
 //!   count is checked on the decode call;
-//! - `remote_host`, `remote_port`: the prefill worker's HTTP listener (in
-//!   vLLM the NIXL side channel; nothing connects to it here);
+//! - `remote_host`, `remote_port`: where the prefill's KV is read from. In
+//!   one `serve` process, the prefill worker's HTTP listener (nothing
+//!   connects to it: the decode finds the pin in the same engine); for an
+//!   engine of its own (`serve --engine`, [`crate::pod`]), the pinning
+//!   rank's side channel, which the decode engine dials (vLLM's
+//!   `VLLM_NIXL_SIDE_CHANNEL_HOST`/`_PORT`);
+//! - `remote_num_tokens`, `tp_size`, `transfer_mode`: as vLLM sends them
+//!   ([`response_params`]);
 //! - `remote_request_id`: the prefill's request id, and `handoff_id`: the
 //!   handoff, both decimal strings, which tie the decode to the pin.
 //!
