@@ -29,8 +29,18 @@ impl Pod {
     /// The `role` engine of a one-prefill, one-decode deployment (`base`'s
     /// settings otherwise), on free loopback ports.
     fn start(role: Pool, base: DeploymentConfig) -> Pod {
+        let serve = if role == Pool::Aggregated {
+            let cfg = DeploymentConfig {
+                prefill_workers: 1,
+                decode_workers: 0,
+                ..base
+            };
+            common::loopback(cfg, vec![EngineSpec::default()])
+        } else {
+            common::loopback_pd(base, EngineSpec::default())
+        };
         let c = PodConfig {
-            serve: common::loopback_pd(base, EngineSpec::default()),
+            serve,
             role,
             engine_id: None,
             side_channel_port: 0,
@@ -158,4 +168,35 @@ fn a_prefill_engine_lost_mid_read_ends_the_decode_with_its_reason() {
     common::wait_drained(d.l.http);
     let ds = d.stop();
     assert_eq!(ds.failed.values().sum::<u64>(), 1, "{ds:?}");
+}
+
+#[test]
+fn sigterm_lets_a_response_in_flight_finish_then_refuses_new_ones() {
+    let a = Pod::start(Pool::Aggregated, DeploymentConfig::default());
+    let http = a.l.http;
+    let body = json!({"model": "m", "prompt": PROMPT, "max_tokens": 40, "ignore_eos": true});
+    let long = {
+        let body = body.to_string();
+        std::thread::spawn(move || common::call(http, "POST", "/v1/completions", &body))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let started = std::time::Instant::now();
+    let summary = a.stop();
+    let (status, text) = long.join().expect("answered");
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["usage"]["completion_tokens"], 40);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "within the grace period"
+    );
+    assert_eq!(
+        (summary.finished, summary.failed.len()),
+        (1, 0),
+        "{summary:?}"
+    );
+    assert!(
+        std::net::TcpStream::connect(http).is_err(),
+        "no longer accepting"
+    );
 }

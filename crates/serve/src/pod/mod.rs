@@ -175,14 +175,25 @@ async fn run(
     force: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<PodSummary, ServeError> {
     let specs = engine_specs(&c)?;
-    let n = specs.len();
     let listener = tokio::net::TcpListener::bind(&c.serve.http)
         .await
         .map_err(|e| ServeError::socket("--http", &c.serve.http, e))?;
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::socket("--http", &c.serve.http, e))?;
-    let host = advertised(&c, addr);
+    let engine = Engine::start(&c, &specs, addr).await?;
+    let (timeouts, grace) = (c.serve.http_timeouts, c.grace);
+    let routes = engine.routes(c, specs);
+    on_listen(&engine.listening);
+    serve_http(listener, routes, timeouts, grace, stop, force).await;
+    let _ = engine.tx.send(Cmd::Shutdown);
+    engine.driver.join().map_err(|_| ServeError::EnginePanicked)
+}
+
+/// This engine's identity: the host it advertises, its id and the ids
+/// its ranks speak as.
+fn identity(c: &PodConfig, addr: SocketAddr, n: usize) -> (String, String, PodIds) {
+    let host = advertised(c, addr);
     let engine_id = c
         .engine_id
         .clone()
@@ -191,114 +202,145 @@ async fn run(
         engine: ids::engine_number(&engine_id),
         dp_size: n as u16,
     };
-    let cfg = &c.serve.cfg;
-    let dp = DpLayout::new(n as u64).unwrap_or(DpLayout::SINGLE);
-    let pools = vec![c.role; n];
-    let policy = worker_policy(cfg);
-    let metrics = Arc::new(Metrics::with_ranks(cfg.backend, &c.serve.model, &pools, dp));
-    let clock = WallClock::start(c.serve.speed);
-    // A restarted engine is a newer incarnation to the peers that knew it.
-    let generation = Generation(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as u32),
-    );
-    let ranks = Ranks::start(RankSetup {
-        ids: pod_ids,
-        generation,
-        role: c.role,
-        policy,
-        handoff: cfg.handoff,
-        transfer: cfg.transfer,
-        specs: specs.clone(),
-        bind_host: addr.ip().to_string(),
-        base_port: c.side_channel_port,
-        liveness: c.liveness,
-        clock,
-    })?;
-    let listening = PodListening {
-        http: addr,
-        side_channel: (0..n).map(|r| ranks.port(r)).collect(),
-        engine_id: (engine_id, pod_ids.engine),
-        host: host.clone(),
-    };
-    let view = Arc::new(Mutex::new(EngineView::default()));
-    let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
-    let publishers = match &c.serve.kv {
-        Some(ep) => Some(KvPublishers::start(&per_rank(ep, n)?).await?),
-        None => None,
-    };
-    let kv = kv::PodKv::new(n, cfg.block_size, c.serve.hash_mode.clone(), publishers);
-    let setup = DriverSetup {
-        ids: pod_ids,
-        role: c.role,
-        block_size: cfg.block_size,
-        kv_failure: cfg.handoff.kv_load_failure,
-        rank_rule: if cfg.backend == Backend::Sglang {
-            RankRule::RoundRobin
-        } else {
-            RankRule::LeastLoaded
-        },
-        metrics: metrics.clone(),
-        view: view.clone(),
-        clock,
-        kv,
-    };
-    metrics.touch_all();
-    let driver = std::thread::Builder::new()
-        .name("engine".into())
-        .spawn(move || PodDriver::new(setup, ranks).run(rx))
-        .map_err(|source| ServeError::Spawn {
-            what: "the engine thread",
-            source,
+    (host, engine_id, pod_ids)
+}
+
+/// The running engine: its ranks behind the driver's thread.
+struct Engine {
+    listening: PodListening,
+    ids: PodIds,
+    tx: crossbeam_channel::Sender<Cmd>,
+    driver: std::thread::JoinHandle<PodSummary>,
+    metrics: Arc<Metrics>,
+    view: Arc<Mutex<EngineView>>,
+}
+
+impl Engine {
+    /// Starts the ranks of `specs` (the HTTP server is at `addr`), the KV
+    /// publishers and the driver.
+    async fn start(
+        c: &PodConfig,
+        specs: &[handoff_deployment::EngineSpec],
+        addr: SocketAddr,
+    ) -> Result<Engine, ServeError> {
+        let n = specs.len();
+        let (host, engine_id, pod_ids) = identity(c, addr, n);
+        let cfg = &c.serve.cfg;
+        let dp = DpLayout::new(n as u64).unwrap_or(DpLayout::SINGLE);
+        let metrics = Arc::new(Metrics::with_ranks(
+            cfg.backend,
+            &c.serve.model,
+            &vec![c.role; n],
+            dp,
+        ));
+        let clock = WallClock::start(c.serve.speed);
+        // A restarted engine is a newer incarnation to the peers that knew it.
+        let generation = Generation(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as u32),
+        );
+        let ranks = Ranks::start(RankSetup {
+            ids: pod_ids,
+            generation,
+            role: c.role,
+            policy: worker_policy(cfg),
+            handoff: cfg.handoff,
+            transfer: cfg.transfer,
+            specs: specs.to_vec(),
+            bind_host: addr.ip().to_string(),
+            base_port: c.side_channel_port,
+            liveness: c.liveness,
+            clock,
         })?;
-    let state = Arc::new(AppState {
-        tx: tx.clone(),
-        next_id: AtomicU64::new(pod_ids.first_request().0),
-        limits: Limits {
-            model: c.serve.model.clone(),
-            max_model_len: c.serve.max_model_len,
-            tokenizer: c.serve.tokenizer,
-        },
-        metrics,
-        view,
-        created: crate::http::unix_secs(),
-    });
-    let info = Arc::new(InfoState {
-        app: state.clone(),
-        backend: cfg.backend,
-        pools: pools.clone(),
-        specs,
-        dp,
-        policy,
-        engine_process: true,
-    });
-    let ws = Arc::new(WorkerState {
-        app: state.clone(),
-        worker: WorkerId(0),
-        pool: c.role,
-        policy,
-        backend: cfg.backend,
-        dp,
-        host,
-        port: listening.side_channel.first().copied().unwrap_or(0),
-    });
-    let routes = worker_router(ws)
-        .merge(info::routes(info, Scope::Worker(0)))
-        .merge(crate::openai::render::routes(state.clone()))
-        .merge(crate::http::pod_routes(state));
-    on_listen(&listening);
-    serve_http(
-        listener,
-        routes,
-        c.serve.http_timeouts,
-        c.grace,
-        stop,
-        force,
-    )
-    .await;
-    let _ = tx.send(Cmd::Shutdown);
-    driver.join().map_err(|_| ServeError::EnginePanicked)
+        let listening = PodListening {
+            http: addr,
+            side_channel: (0..n).map(|r| ranks.port(r)).collect(),
+            engine_id: (engine_id, pod_ids.engine),
+            host,
+        };
+        let publishers = match &c.serve.kv {
+            Some(ep) => Some(KvPublishers::start(&per_rank(ep, n)?).await?),
+            None => None,
+        };
+        let view = Arc::new(Mutex::new(EngineView::default()));
+        let setup = DriverSetup {
+            ids: pod_ids,
+            role: c.role,
+            block_size: cfg.block_size,
+            kv_failure: cfg.handoff.kv_load_failure,
+            rank_rule: if cfg.backend == Backend::Sglang {
+                RankRule::RoundRobin
+            } else {
+                RankRule::LeastLoaded
+            },
+            metrics: metrics.clone(),
+            view: view.clone(),
+            clock,
+            kv: kv::PodKv::new(n, cfg.block_size, c.serve.hash_mode.clone(), publishers),
+        };
+        metrics.touch_all();
+        let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
+        let driver = std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || PodDriver::new(setup, ranks).run(rx))
+            .map_err(|source| ServeError::Spawn {
+                what: "the engine thread",
+                source,
+            })?;
+        Ok(Engine {
+            listening,
+            ids: pod_ids,
+            tx,
+            driver,
+            metrics,
+            view,
+        })
+    }
+
+    /// The engine's HTTP routes: its worker listener's, what routers poll,
+    /// vLLM's render endpoints, readiness and the debug view.
+    fn routes(&self, c: PodConfig, specs: Vec<handoff_deployment::EngineSpec>) -> axum::Router {
+        let cfg = &c.serve.cfg;
+        let n = specs.len();
+        let dp = DpLayout::new(n as u64).unwrap_or(DpLayout::SINGLE);
+        let policy = worker_policy(cfg);
+        let state = Arc::new(AppState {
+            tx: self.tx.clone(),
+            next_id: AtomicU64::new(self.ids.first_request().0),
+            limits: Limits {
+                model: c.serve.model.clone(),
+                max_model_len: c.serve.max_model_len,
+                tokenizer: c.serve.tokenizer,
+            },
+            metrics: self.metrics.clone(),
+            view: self.view.clone(),
+            created: crate::http::unix_secs(),
+        });
+        let info = Arc::new(InfoState {
+            app: state.clone(),
+            backend: cfg.backend,
+            pools: vec![c.role; n],
+            specs,
+            dp,
+            policy,
+            engine_process: true,
+        });
+        let ws = Arc::new(WorkerState {
+            app: state.clone(),
+            worker: WorkerId(0),
+            pool: c.role,
+            policy,
+            backend: cfg.backend,
+            dp,
+            host: self.listening.host.clone(),
+            port: self.listening.side_channel.first().copied().unwrap_or(0),
+        });
+        worker_router(ws)
+            .merge(info::routes(info, Scope::Worker(0)))
+            .merge(crate::openai::render::routes(state.clone()))
+            .merge(crate::http::pod_routes(state))
+    }
 }
 
 /// Serves until `stop`, then lets open responses finish for `grace` (or
