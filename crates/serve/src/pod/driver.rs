@@ -307,7 +307,9 @@ impl PodDriver {
             }
             // The rank runs it to its end; its stream is gone.
             Cmd::Cancel(id) => {
-                self.flows.remove(&id);
+                if self.flows.remove(&id).is_some() {
+                    self.s.kv.release(id);
+                }
             }
             Cmd::Shutdown => {}
         }
