@@ -423,6 +423,48 @@ def test_router(kind: str, log_dir: str) -> None:
         pods.close()
 
 
+def sglang_prefill_killed_behind_router(log_dir: str) -> None:
+    """SGLang PD through sglang-router with a prefill engine SIGKILLed once
+    a quarter of the load has ended: every request ends with a status, a
+    decode leg whose prefill is gone aborts (the reason is counted), and
+    the surviving engines drain."""
+    pods = Pods("sglang")
+    victim = pods.engines[0]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(os.path.join(log_dir, "pods-sglang-kill.log"), "w") as log:
+        r = subprocess.Popen(router_argv("sglang-router", port, pods), stdout=log,
+                             stderr=subprocess.STDOUT, env=dict(os.environ, NO_COLOR="1"))
+        try:
+            deadline = time.time() + 60
+            while through_router(url, 0)[0] != "ok":
+                assert r.poll() is None and time.time() < deadline, "sglang-router never answered"
+                time.sleep(0.3)
+            done: list[tuple[str, str]] = []
+            lock = threading.Lock()
+
+            def one(i: int) -> tuple[str, str]:
+                with lock:
+                    if len(done) >= REQUESTS // 4 and victim.proc.poll() is None:
+                        victim.kill()
+                out = through_router(url, i)
+                done.append(out)
+                return out
+
+            statuses = run_load(one)
+            assert victim.proc.poll() is not None
+            assert statuses.get("ok", 0) >= REQUESTS // 4, statuses
+            for e in pods.alive():
+                e.wait_drained()
+            aborted = sum(e.metric("sglang:handoff_requests_failed_total")
+                          for e in pods.alive() if e.role == "decode")
+            print(f"     decode legs ended with a reason: {aborted}", flush=True)
+        finally:
+            r.kill()
+            r.wait(timeout=10)
+            pods.close()
+
+
 def main() -> int:
     log_dir = os.environ.get("ROUTER_LOG_DIR", "target/router-logs")
     os.makedirs(log_dir, exist_ok=True)
@@ -440,6 +482,8 @@ def main() -> int:
                "sglang-router", log_dir)
     checks.run("pods: smg --backend sglang, 2P+2D SGLang processes", test_router, "smg-sglang",
                log_dir)
+    checks.run("pods: SIGKILL of an SGLang prefill engine behind sglang-router",
+               sglang_prefill_killed_behind_router, log_dir)
     checks.run("pods: sglang-router, 4 aggregated SGLang engines", test_router,
                "sglang-router-aggregated", log_dir)
     return checks.report(skipped=True)

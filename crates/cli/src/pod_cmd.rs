@@ -12,11 +12,12 @@ use std::path::Path;
 /// `--engine`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EngineArg {
-    /// A prefill engine: it pins each `do_remote_decode` prefill for a
-    /// decode engine to read (vLLM).
+    /// A prefill engine: vLLM's pins each `do_remote_decode` prefill for a
+    /// decode engine to read; SGLang's sends each room's KV to its decode.
     Prefill,
-    /// A decode engine: it reads each `do_remote_prefill` request's KV
-    /// from the prefill engine its `kv_transfer_params` name.
+    /// A decode engine: vLLM's reads each `do_remote_prefill` request's KV
+    /// from the prefill engine its `kv_transfer_params` name; SGLang's
+    /// receives it from the bootstrap server its leg names.
     Decode,
     /// An engine that serves requests whole.
     Aggregated,
@@ -44,9 +45,8 @@ pub struct PodArgs {
     /// localhost when that is 0.0.0.0; in a cluster, the pod's IP].
     #[arg(long, value_name = "HOST", requires = "engine")]
     pub side_channel_host: Option<String>,
-    /// SGLang prefill: the bootstrap server's port (SGLang's flag; the
-    /// bootstrap-room flow between engine processes is not modelled yet,
-    /// see docs/pods.md).
+    /// SGLang prefill: the bootstrap server's port, where decode engines
+    /// connect for the rooms sglang-router names (SGLang's flag).
     #[arg(long, default_value_t = 8998, value_name = "PORT")]
     pub disaggregation_bootstrap_port: u16,
     /// After SIGTERM: how long responses in flight may take before what is

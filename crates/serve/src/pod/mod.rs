@@ -145,9 +145,17 @@ fn engine_specs(c: &PodConfig) -> Result<Vec<handoff_deployment::EngineSpec>, Se
 /// `--kv-events` and its replay socket for this engine's `n` ranks: the
 /// first of each list is the flag's address, rank `r` on its port plus `r`.
 fn per_rank(ep: &KvEndpoints, n: usize) -> Result<KvEndpoints, ServeError> {
+    // vLLM's default endpoint binds every interface with ZMQ's `*`
+    // (`KVEventsConfig.endpoint`, `tcp://*:5557`).
     let each = |list: &[String], flag: &str| -> Result<Vec<String>, ServeError> {
         match list.first() {
-            Some(base) => crate::per_worker(base, n, flag),
+            Some(base) => {
+                let base = match base.strip_prefix("tcp://*:") {
+                    Some(port) => format!("tcp://0.0.0.0:{port}"),
+                    None => base.clone(),
+                };
+                crate::per_worker(&base, n, flag)
+            }
             None => Ok(Vec::new()),
         }
     };
@@ -380,8 +388,14 @@ mod tests {
             encoding: Default::default(),
         };
         let r = per_rank(&ep, 3).unwrap();
-        assert_eq!(r.publish, ["tcp://*:5557", "tcp://*:5558", "tcp://*:5559"]);
-        assert_eq!(r.replay, ["tcp://*:6000", "tcp://*:6001", "tcp://*:6002"]);
+        let all = |p: u16| format!("tcp://0.0.0.0:{p}");
+        assert_eq!(r.publish, [all(5557), all(5558), all(5559)]);
+        assert_eq!(r.replay, [all(6000), all(6001), all(6002)]);
+        let one = KvEndpoints {
+            publish: vec!["tcp://127.0.0.1:7000".into()],
+            ..ep.clone()
+        };
+        assert_eq!(per_rank(&one, 1).unwrap().publish, ["tcp://127.0.0.1:7000"]);
         let none = KvEndpoints {
             replay: Vec::new(),
             ..ep
