@@ -37,13 +37,15 @@ pub struct PodArgs {
     #[arg(long, value_name = "ID", requires = "engine")]
     pub engine_id: Option<String>,
     /// vLLM prefill: where decode engines connect to read (rank r on PORT
-    /// + r), VLLM_NIXL_SIDE_CHANNEL_PORT's default; 0 picks free ports.
-    #[arg(long, default_value_t = DEFAULT_SIDE_CHANNEL_PORT, value_name = "PORT")]
-    pub side_channel_port: u16,
-    /// The host decode engines are told to connect to (`remote_host`;
-    /// VLLM_NIXL_SIDE_CHANNEL_HOST) [default: the --http host, or
-    /// localhost when that is 0.0.0.0; in a cluster, the pod's IP].
-    #[arg(long, value_name = "HOST", requires = "engine")]
+    /// + r); 0 picks free ports [default: $VLLM_NIXL_SIDE_CHANNEL_PORT,
+    /// else 5600, vLLM's default].
+    #[arg(long, value_name = "PORT")]
+    pub side_channel_port: Option<u16>,
+    /// The host decode engines are told to connect to (`remote_host`)
+    /// [default: $VLLM_NIXL_SIDE_CHANNEL_HOST as vLLM reads it, else the
+    /// --http host, or localhost when that is 0.0.0.0; in a cluster, the
+    /// pod's IP].
+    #[arg(long, value_name = "HOST")]
     pub side_channel_host: Option<String>,
     /// SGLang prefill: the bootstrap server's port, where decode engines
     /// connect for the rooms sglang-router names (SGLang's flag).
@@ -77,6 +79,27 @@ impl PodArgs {
     }
 }
 
+/// The side channel's port and advertised host: the flags, else vLLM's
+/// environment variables (`vllm/envs.py`: `VLLM_NIXL_SIDE_CHANNEL_PORT`,
+/// default 5600; `VLLM_NIXL_SIDE_CHANNEL_HOST`), read through `env`.
+fn side_channel(
+    p: &PodArgs,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(u16, Option<String>), String> {
+    let port = match (p.side_channel_port, env("VLLM_NIXL_SIDE_CHANNEL_PORT")) {
+        (Some(port), _) => port,
+        (None, Some(v)) => v.trim().parse().map_err(|_| {
+            format!("VLLM_NIXL_SIDE_CHANNEL_PORT={v}: a port (0..=65535) is expected")
+        })?,
+        (None, None) => DEFAULT_SIDE_CHANNEL_PORT,
+    };
+    let host = p
+        .side_channel_host
+        .clone()
+        .or_else(|| env("VLLM_NIXL_SIDE_CHANNEL_HOST").filter(|h| !h.trim().is_empty()));
+    Ok((port, host))
+}
+
 /// Runs the engine `p.engine` names until SIGINT/SIGTERM; writes its
 /// summary to `output` if asked.
 pub fn run(serve: ServeConfig, p: &PodArgs, output: Option<&Path>) -> Result<(), String> {
@@ -92,6 +115,7 @@ pub fn run(serve: ServeConfig, p: &PodArgs, output: Option<&Path>) -> Result<(),
         return Err("--peer-silence-ms: 100..=3600000".into());
     }
     let silence = std::time::Duration::from_millis(p.peer_silence_ms);
+    let (port, host) = side_channel(p, |k| std::env::var(k).ok())?;
     let backend = serve.cfg.backend;
     let c = PodConfig {
         serve,
@@ -100,9 +124,9 @@ pub fn run(serve: ServeConfig, p: &PodArgs, output: Option<&Path>) -> Result<(),
         side_channel_port: if backend == handoff_core::Backend::Sglang && role == Pool::Prefill {
             p.disaggregation_bootstrap_port
         } else {
-            p.side_channel_port
+            port
         },
-        side_channel_host: p.side_channel_host.clone(),
+        side_channel_host: host,
         grace: std::time::Duration::from_secs_f64(p.grace_period_s),
         liveness: handoff_transport::Liveness {
             ping_every: silence / 10,
@@ -134,4 +158,44 @@ pub fn run(serve: ServeConfig, p: &PodArgs, output: Option<&Path>) -> Result<(),
             .map_err(|e| format!("--output {}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(port: Option<u16>, host: Option<&str>) -> PodArgs {
+        PodArgs {
+            engine: Some(EngineArg::Prefill),
+            engine_id: None,
+            side_channel_port: port,
+            side_channel_host: host.map(str::to_string),
+            disaggregation_bootstrap_port: 8998,
+            grace_period_s: DEFAULT_GRACE_S,
+            peer_silence_ms: 5000,
+        }
+    }
+
+    #[test]
+    fn flags_come_before_vllms_environment_which_comes_before_the_default() {
+        let env = |k: &str| match k {
+            "VLLM_NIXL_SIDE_CHANNEL_PORT" => Some("5700".to_string()),
+            "VLLM_NIXL_SIDE_CHANNEL_HOST" => Some("10.1.2.3".to_string()),
+            _ => None,
+        };
+        let none = |_: &str| None;
+        assert_eq!(side_channel(&args(None, None), none), Ok((5600, None)));
+        assert_eq!(
+            side_channel(&args(None, None), env),
+            Ok((5700, Some("10.1.2.3".into())))
+        );
+        assert_eq!(
+            side_channel(&args(Some(0), Some("h")), env),
+            Ok((0, Some("h".into())))
+        );
+        let bad = |k: &str| (k == "VLLM_NIXL_SIDE_CHANNEL_PORT").then(|| "x".to_string());
+        assert!(side_channel(&args(None, None), bad)
+            .unwrap_err()
+            .contains("VLLM_NIXL_SIDE_CHANNEL_PORT=x"));
+    }
 }
