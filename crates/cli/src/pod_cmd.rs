@@ -36,9 +36,9 @@ pub struct PodArgs {
     /// advertised host and the HTTP port].
     #[arg(long, value_name = "ID", requires = "engine")]
     pub engine_id: Option<String>,
-    /// vLLM prefill: where decode engines connect to read (rank r on PORT
-    /// + r); 0 picks free ports [default: $VLLM_NIXL_SIDE_CHANNEL_PORT,
-    /// else 5600, vLLM's default].
+    /// vLLM prefill: where decode engines connect to read (rank r on this
+    /// port plus r); 0 picks free ports [default:
+    /// $VLLM_NIXL_SIDE_CHANNEL_PORT, else 5600, vLLM's default].
     #[arg(long, value_name = "PORT")]
     pub side_channel_port: Option<u16>,
     /// The host decode engines are told to connect to (`remote_host`)
