@@ -8,7 +8,10 @@
 # venv, target/venv-smg: smg and sglang-router both install an `smg`
 # command) for vLLM, with vllm-router's kv_aware prefill policy routing on
 # the overlap it computes (test_routers.py), and sglang-router for SGLang's
-# bootstrap-room flow (test_sglang_pd.py). Creates the venvs on first use,
+# bootstrap-room flow (test_sglang_pd.py); and engines as processes of their
+# own (`serve --engine`) behind the toy proxy, vllm-router, smg and
+# sglang-router, with a prefill engine killed and stopped mid-load
+# (test_pods.py). Creates the venvs on first use,
 # pinned versions. HANDOFF_MOCKER=path overrides the binary (default: a
 # release build).
 set -euo pipefail
@@ -45,4 +48,6 @@ timeout 120 "$VENV/bin/python" tests/python/test_vllm_hash.py || rc=1
 VLLM_ROUTER="$VENV/bin/vllm-router" SMG="$SMG_VENV/bin/python -m smg" \
     timeout 300 "$VENV/bin/python" tests/python/test_routers.py || rc=1
 timeout 300 "$VENV/bin/python" tests/python/test_sglang_pd.py || rc=1
+VLLM_ROUTER="$VENV/bin/vllm-router" SMG="$SMG_VENV/bin/python -m smg" \
+    timeout 300 "$VENV/bin/python" tests/python/test_pods.py || rc=1
 exit $rc

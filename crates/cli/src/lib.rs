@@ -30,6 +30,7 @@ mod hardware_args;
 mod html;
 mod limits;
 mod live_cmd;
+mod pod_cmd;
 mod replay_cmd;
 mod report_out;
 mod scenario_cmd;

@@ -14,6 +14,8 @@ use std::path::PathBuf;
 pub struct ServeArgs {
     #[command(flatten)]
     deploy: DeployArgs,
+    #[command(flatten)]
+    pod: crate::pod_cmd::PodArgs,
     /// Where HTTP listens (port 0 picks a free one; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
     http: String,
@@ -43,7 +45,12 @@ pub struct ServeArgs {
     kv_events: Option<String>,
     /// vLLM's ROUTER replay socket for the KV events: worker i on PORT + i
     /// (needs --kv-events).
-    #[arg(long, value_name = "tcp://HOST:PORT", requires = "kv_events")]
+    #[arg(
+        long,
+        alias = "kv-events-replay",
+        value_name = "tcp://HOST:PORT",
+        requires = "kv_events"
+    )]
     kv_replay: Option<String>,
     /// The topic frame of every KV event message (vLLM's default: empty).
     #[arg(long, default_value = "", value_name = "TOPIC")]
@@ -123,6 +130,7 @@ enum BlockHash {
 /// Runs `serve` until SIGINT/SIGTERM.
 pub fn run(mut a: ServeArgs) -> Result<(), String> {
     use crate::limits::{bootstrap_timeout, int, MAX_KV_TOKENS};
+    a.pod.shape(&mut a.deploy);
     let hw = &mut a.deploy.hardware;
     let model = a
         .served_model_name
@@ -211,6 +219,9 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         tokenizer,
         hash_mode,
     };
+    if a.pod.engine.is_some() {
+        return crate::pod_cmd::run(c, &a.pod, a.output.as_deref());
+    }
     let report = handoff_serve::serve_workers(c, |l| {
         eprintln!(
             "handoff-mocker serve: listening on http://{} (model {})",

@@ -172,7 +172,10 @@ impl<T: Transport> WorkerNode<T> {
                     self.notify(told);
                     self.deliver(HostInput::Message { from, msg }, now)
                 }
-                Frame::SourceReleased { id, at } => self.reads.on_notice(id, at),
+                // A notice cannot have been sent after it arrived: a sender
+                // on another clock (an engine process of `serve --engine`
+                // keeps its own) is held to this one's present.
+                Frame::SourceReleased { id, at } => self.reads.on_notice(id, at.min(now)),
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
                 Frame::Clock {
                     origin_unix_nanos,

@@ -23,6 +23,9 @@
 //! - `metrics/`: Prometheus with the engines' own names, and what routers
 //!   poll (SGLang's `/server_info`, `/get_load`, vLLM's `/version`, smg's
 //!   `/v1/loads`).
+//! - `pod/`: `serve --engine`, one engine per process: its ranks as
+//!   wall-clock worker nodes behind the side channel, the PD handoff with
+//!   engines in other processes over the transport ([`pod::serve_pod`]).
 //! - `director/`: the engine thread on the wall clock (`driver.rs`), the
 //!   shared `handoff_serving::Serving` director with the edge's taps, data
 //!   parallel rank choice.
@@ -39,6 +42,7 @@ mod http;
 pub mod kv_events;
 mod metrics;
 pub mod openai;
+pub mod pod;
 mod server;
 mod sglang;
 mod vllm;

@@ -137,7 +137,7 @@ pub fn serve_workers(
     runtime()?.block_on(run(c, on_listen, stop, force))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, ServeError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ServeError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -254,6 +254,7 @@ async fn run(
         specs: info_specs,
         dp,
         policy,
+        engine_process: false,
     });
     on_listen(Listening {
         http: addr,
@@ -393,7 +394,7 @@ async fn serve_listeners(
 /// second SIGTERM does too, since a supervisor's second TERM means the same.
 /// Both futures read the same streams, registered once, so no signal
 /// between them is lost.
-fn shutdown_signals() -> (
+pub(crate) fn shutdown_signals() -> (
     impl std::future::Future<Output = ()> + Send + 'static,
     impl std::future::Future<Output = ()> + Send + 'static,
 ) {

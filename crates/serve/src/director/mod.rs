@@ -22,7 +22,7 @@ pub(crate) mod dp_lb;
 pub(crate) mod driver;
 mod pairs;
 mod proxy;
-mod wire;
+pub(crate) mod wire;
 
 use proxy::Parked;
 use wire::BlockTokens;

@@ -188,6 +188,7 @@ impl HttpDirector {
                 },
                 blocks: ready.blocks,
                 tokens: ready.tokens,
+                side_port: None,
             }),
         );
     }

@@ -24,11 +24,11 @@ use std::sync::Arc;
 
 /// What is known of one block the core names by its own hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Block {
+pub(crate) struct Block {
     /// Its token ids.
-    pub(super) tokens: Arc<[u32]>,
+    pub(crate) tokens: Arc<[u32]>,
     /// Its vLLM digest, under `--block-hash vllm`.
-    pub(super) digest: Option<BlockDigest>,
+    pub(crate) digest: Option<BlockDigest>,
 }
 
 impl Block {
@@ -40,25 +40,25 @@ impl Block {
 
 /// Token ids of blocks that may be published, by chained hash.
 #[derive(Default)]
-pub(super) struct BlockTokens {
+pub(crate) struct BlockTokens {
     /// Blocks of prompts in flight, with how many flows hold each.
-    pub(super) pending: FastMap<u64, (Block, u32)>,
+    pub(crate) pending: FastMap<u64, (Block, u32)>,
     /// Blocks each worker has published as stored.
-    pub(super) stored: Vec<FastMap<u64, Block>>,
+    pub(crate) stored: Vec<FastMap<u64, Block>>,
 }
 
 /// One core KV event as the channels publish it.
-pub(super) struct Published {
+pub(crate) struct Published {
     /// The event under published hashes (for the JSONL).
-    pub(super) event: KvEvent,
+    pub(crate) event: KvEvent,
     /// Dynamo's `tokens_hash` of each stored block, by published hash.
-    pub(super) tokens_hashes: FastMap<u64, u64>,
+    pub(crate) tokens_hashes: FastMap<u64, u64>,
     /// The vLLM wire event.
-    pub(super) wire: WireEvent,
+    pub(crate) wire: WireEvent,
 }
 
 impl BlockTokens {
-    pub(super) fn lookup(&self, h: u64) -> Option<Block> {
+    pub(crate) fn lookup(&self, h: u64) -> Option<Block> {
         if let Some((b, _)) = self.pending.get(&h) {
             return Some(b.clone());
         }
@@ -67,7 +67,7 @@ impl BlockTokens {
 
     /// Holds the blocks of a prompt in flight: `hashes` are the core's,
     /// `tokens` the prompt's ids, in `block_size`-token blocks.
-    pub(super) fn hold(
+    pub(crate) fn hold(
         &mut self,
         hashes: &[u64],
         tokens: &[u32],
@@ -96,7 +96,7 @@ impl BlockTokens {
         }
     }
 
-    pub(super) fn release(&mut self, hashes: &[u64]) {
+    pub(crate) fn release(&mut self, hashes: &[u64]) {
         for h in hashes {
             if let Some(e) = self.pending.get_mut(h) {
                 e.1 -= 1;
@@ -109,7 +109,7 @@ impl BlockTokens {
 
     /// Worker `wi`'s event `ev` as every channel publishes it (see the
     /// module docs), recording what `wi` now stores.
-    pub(super) fn publish(
+    pub(crate) fn publish(
         &mut self,
         wi: usize,
         ev: &KvEvent,

@@ -76,6 +76,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// What an engine process of its own (`serve --engine`) serves besides
+/// its worker listener's routes (`/metrics` among them): readiness and
+/// the debug view.
+pub(crate) fn pod_routes(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/ready", get(ready))
+        .route("/debug/workers", get(debug_workers))
+        .with_state(state)
+}
+
 async fn completions(
     State(s): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,

@@ -70,6 +70,9 @@ pub struct InfoState {
     pub dp: DpLayout,
     /// The deployment's handoff ordering.
     pub policy: HandoffPolicy,
+    /// The process is this one engine (`serve --engine`): a worker's
+    /// `/metrics` is the whole registry, its failures among them.
+    pub engine_process: bool,
 }
 
 /// Whom a listener speaks for.
@@ -517,7 +520,12 @@ async fn worker_metrics(State(s): State<Arc<Scoped>>) -> Response {
     let Scope::Worker(w) = s.scope else {
         return error(&crate::openai::ApiError::not_found(None, "no such route"));
     };
-    let text = worker_series(&s.info.app.metrics.render(None), w);
+    let all = s.info.app.metrics.render(None);
+    let text = if s.info.engine_process {
+        all
+    } else {
+        worker_series(&all, w)
+    };
     (
         [(
             header::CONTENT_TYPE,

@@ -24,8 +24,14 @@
 //! - `remote_block_ids`: **stand-ins**, `0..blocks` for the pinned blocks
 //!   (the worker cores do not expose physical block ids); only their
 //!   count is checked on the decode call;
-//! - `remote_host`, `remote_port`: the prefill worker's HTTP listener (in
-//!   vLLM the NIXL side channel; nothing connects to it here);
+//! - `remote_host`, `remote_port`: where the prefill's KV is read from. In
+//!   one `serve` process, the prefill worker's HTTP listener (nothing
+//!   connects to it: the decode finds the pin in the same engine); for an
+//!   engine of its own (`serve --engine`, [`crate::pod`]), the pinning
+//!   rank's side channel, which the decode engine dials (vLLM's
+//!   `VLLM_NIXL_SIDE_CHANNEL_HOST`/`_PORT`);
+//! - `remote_num_tokens`, `tp_size`, `transfer_mode`: as vLLM sends them
+//!   ([`response_params`]);
 //! - `remote_request_id`: the prefill's request id, and `handoff_id`: the
 //!   handoff, both decimal strings, which tie the decode to the pin.
 //!
@@ -61,6 +67,12 @@ pub struct RemotePrefill {
     pub engine: EngineId,
     /// `remote_block_ids`' length.
     pub blocks: u64,
+    /// `remote_host` and `remote_port`: where the prefill engine's side
+    /// channel listens (a decode engine of `serve --engine decode` connects
+    /// there; the one-process `serve` finds its prefill in its own engine).
+    pub side_channel: Option<(String, u16)>,
+    /// `remote_num_tokens`: the tokens the prefill computed and holds.
+    pub tokens: Option<u64>,
 }
 
 /// What the prefill answers for the decode to use.
@@ -76,6 +88,10 @@ pub struct Pinned {
     pub blocks: u64,
     /// Tokens pinned.
     pub tokens: u64,
+    /// The pinning rank's own side-channel port (`serve --engine`: the
+    /// base port plus the rank, as vLLM offsets `VLLM_NIXL_SIDE_CHANNEL_PORT`
+    /// by the data-parallel rank); `None`: the listener's port.
+    pub side_port: Option<u16>,
 }
 
 /// vLLM's `engine_id` of one scheduler: the worker's id, and when the
@@ -368,12 +384,59 @@ pub fn parse(body: &[u8]) -> Result<KvTransfer, ProxyError> {
                 handoff,
                 engine,
                 blocks,
+                side_channel: side_channel(o)?,
+                tokens: count_field(o, "remote_num_tokens")?,
             }))
         }
     }
 }
 
-/// The `kv_transfer_params` a prefill answers with (see the module docs).
+/// A non-negative integer field, absent or null for `None`.
+fn count_field(
+    o: &serde_json::Map<String, Value>,
+    field: &'static str,
+) -> Result<Option<u64>, ProxyError> {
+    match o.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or(ProxyError::BadParam {
+            field,
+            why: "must be a non-negative integer".into(),
+        }),
+    }
+}
+
+/// `remote_host` and `remote_port`, when both are given (a port in range).
+fn side_channel(o: &serde_json::Map<String, Value>) -> Result<Option<(String, u16)>, ProxyError> {
+    let host = match o.get("remote_host") {
+        Some(Value::String(h)) if !h.is_empty() && h.len() <= 255 => h.clone(),
+        None | Some(Value::Null) => return Ok(None),
+        Some(_) => {
+            return Err(ProxyError::BadParam {
+                field: "remote_host",
+                why: "must be a host name or address (a string)".into(),
+            })
+        }
+    };
+    match count_field(o, "remote_port")?.map(u16::try_from) {
+        None => Ok(None),
+        Some(Ok(port)) => Ok(Some((host, port))),
+        Some(Err(_)) => Err(ProxyError::BadParam {
+            field: "remote_port",
+            why: "is not a port (0..=65535)".into(),
+        }),
+    }
+}
+
+/// The `kv_transfer_params` a prefill answers with: every field vLLM's
+/// NIXL connector returns from `request_finished`
+/// (`vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`,
+/// `NixlConnectorScheduler.request_finished`: `do_remote_prefill`,
+/// `do_remote_decode`, `remote_block_ids`, `remote_engine_id`,
+/// `remote_request_id`, `remote_host`, `remote_port`, `tp_size`,
+/// `remote_num_tokens`, the request's computed tokens), plus
+/// `transfer_mode: "pull"` (the decode engine reads, NIXL's pull mode) and
+/// the mock's own `handoff_id`. `tp_size` is 1: a mocked engine's KV moves
+/// as one tensor-parallel rank's. See the module docs for the rest.
 pub fn response_params(p: &Pinned, host: &str, port: u16) -> Value {
     let ids: Vec<u64> = (0..p.blocks).collect();
     json!({
@@ -382,8 +445,11 @@ pub fn response_params(p: &Pinned, host: &str, port: u16) -> Value {
         "remote_engine_id": p.engine.to_string(),
         "remote_block_ids": ids,
         "remote_host": host,
-        "remote_port": port,
+        "remote_port": p.side_port.unwrap_or(port),
         "remote_request_id": p.request.0.to_string(),
+        "tp_size": 1,
+        "remote_num_tokens": p.tokens,
+        "transfer_mode": "pull",
         "handoff_id": p.handoff.0.to_string(),
     })
 }
@@ -400,8 +466,31 @@ mod tests {
             engine: EngineId::worker(WorkerId(1)),
             blocks: 3,
             tokens: 40,
+            side_port: None,
         };
         let params = response_params(&p, "127.0.0.1", 9001);
+        for field in [
+            "tp_size",
+            "remote_num_tokens",
+            "transfer_mode",
+            "remote_request_id",
+        ] {
+            assert!(
+                params.get(field).is_some(),
+                "{field} is one of vLLM's fields"
+            );
+        }
+        assert_eq!(params["remote_num_tokens"], 40);
+        assert_eq!(params["remote_port"], 9001);
+        let ranked = response_params(
+            &Pinned {
+                side_port: Some(5601),
+                ..p
+            },
+            "h",
+            9001,
+        );
+        assert_eq!(ranked["remote_port"], 5601, "a rank's own side channel");
         let body = json!({"prompt": "x", "kv_transfer_params": params}).to_string();
         assert_eq!(
             parse(body.as_bytes()).unwrap(),
@@ -410,6 +499,8 @@ mod tests {
                 handoff: HandoffId(u128::MAX - 3),
                 engine: EngineId::worker(WorkerId(1)),
                 blocks: 3,
+                side_channel: Some(("127.0.0.1".into(), 9001)),
+                tokens: Some(40),
             })
         );
     }
@@ -443,6 +534,7 @@ mod tests {
             engine: id,
             blocks: 0,
             tokens: 1,
+            side_port: None,
         };
         let body = json!({"kv_transfer_params": response_params(&p, "h", 1)}).to_string();
         match parse(body.as_bytes()) {
@@ -473,6 +565,15 @@ mod tests {
                 "handoff_id":"2","remote_engine_id":"0","remote_block_ids":[-1]}}"#,
             r#"{"kv_transfer_params":{"do_remote_prefill":true,"remote_request_id":"1",
                 "handoff_id":"2","remote_engine_id":"99999999999","remote_block_ids":[]}}"#,
+            r#"{"kv_transfer_params":{"do_remote_prefill":true,"remote_request_id":"1",
+                "handoff_id":"2","remote_engine_id":"0","remote_block_ids":[],
+                "remote_host":"h","remote_port":70000}}"#,
+            r#"{"kv_transfer_params":{"do_remote_prefill":true,"remote_request_id":"1",
+                "handoff_id":"2","remote_engine_id":"0","remote_block_ids":[],
+                "remote_host":5,"remote_port":1}}"#,
+            r#"{"kv_transfer_params":{"do_remote_prefill":true,"remote_request_id":"1",
+                "handoff_id":"2","remote_engine_id":"0","remote_block_ids":[],
+                "remote_num_tokens":-3}}"#,
         ] {
             let e = k(bad).unwrap_err();
             assert_eq!(e.api().status, 400, "{bad}: {e:?}");

@@ -1,0 +1,650 @@
+//! The driver of one engine process: the frontend of its ranks' nodes
+//! ([`super::ranks`]). It takes the commands the worker listener's
+//! handlers send ([`Cmd`], the same ones `serve`'s engine thread takes),
+//! turns each into the [`WorkerRequest`] vLLM's engine would act on, sends
+//! it to a rank, and turns the rank's events back into the HTTP stream:
+//!
+//! - `do_remote_decode` on a prefill engine: be the source of a new
+//!   handoff (vLLM source-first; the id is issued by the rank that pins);
+//!   the pin answers with `kv_transfer_params` naming this engine, its
+//!   host and the rank's side-channel port;
+//! - `do_remote_prefill` on a decode engine: dial the prefill rank the
+//!   params name (once per pair of ranks, off this thread), then be the
+//!   destination of that handoff reading from it: the lifecycle's own
+//!   facts, heartbeats among them, cross the connection;
+//! - anything else: an ordinary request served whole.
+//!
+//! A destination whose handoff ends with a reason (its source's process
+//! lost or silent past the liveness bound, a read of released KV, a
+//! failed dial) follows vLLM's `kv_load_failure_policy`
+//! (`vllm/config/kv_transfer.py`): `fail` ends the request with the reason
+//! in the response and the failure metrics, `recompute` serves it whole on
+//! the same rank. A client that goes away is not passed on: its request
+//! runs to its end on the rank (the transport has no cancel frame).
+
+use crate::director::dp_lb::{RankPicker, RankRule};
+use crate::director::driver::{Cmd, EngineView, Placement, WorkerView};
+use crate::director::{Held, StreamMsg};
+use crate::metrics::Metrics;
+use crate::openai::prompt::request_for;
+use crate::pod::ids::PodIds;
+use crate::pod::kv::PodKv;
+use crate::pod::ranks::Ranks;
+use crate::vllm::kv_transfer::{Pinned, ProxyError, RemotePrefill};
+
+mod legs;
+use handoff_core::fasthash::FastMap;
+use handoff_core::{
+    CancelReason, DpRank, FailureReason, HandoffId, HandoffIdGen, HostFinal, Instant,
+    KvLoadFailurePolicy, Request, RequestId, Role, SourceReady, WorkerEvent, WorkerId,
+    WorkerRequest,
+};
+use handoff_live_adapter::WallClock;
+use handoff_router::Pool;
+use handoff_transport::{Frame, Incoming, PeerHello, Transport};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What the driver is built with.
+pub(crate) struct DriverSetup {
+    /// Who the engine is.
+    pub ids: PodIds,
+    /// Prefill, decode or aggregated.
+    pub role: Pool,
+    /// The engine's block size.
+    pub block_size: u32,
+    /// vLLM's `kv_load_failure_policy`.
+    pub kv_failure: KvLoadFailurePolicy,
+    /// The rule a request without a rank is placed by.
+    pub rank_rule: RankRule,
+    /// Prometheus families (indexed by rank).
+    pub metrics: Arc<Metrics>,
+    /// `/debug/workers` and `/ready`.
+    pub view: Arc<Mutex<EngineView>>,
+    /// This process's clock.
+    pub clock: WallClock,
+    /// KV events and the blocks each rank stores.
+    pub kv: PodKv,
+}
+
+/// How an engine process's run ended.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct PodSummary {
+    /// Requests that ended with their response.
+    pub finished: u64,
+    /// Requests failed, by reason.
+    pub failed: BTreeMap<&'static str, u64>,
+    /// Decodes served whole after their KV load failed (`recompute`).
+    pub recomputed: u64,
+    /// Each rank's final state.
+    pub ranks: Vec<HostFinal>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Served whole.
+    Whole,
+    /// vLLM `do_remote_decode`: answered at the pin.
+    Prefill,
+    /// SGLang's prefill leg: answered when its KV was sent.
+    PrefillLeg,
+    /// Reads (vLLM) or receives (SGLang) its KV from `source`.
+    Decode { source: WorkerId },
+}
+
+impl Kind {
+    /// Whether the client sees this flow's tokens.
+    fn streams(self) -> bool {
+        matches!(self, Kind::Whole | Kind::Decode { .. })
+    }
+}
+
+struct Flow {
+    tx: UnboundedSender<StreamMsg>,
+    rank: usize,
+    kind: Kind,
+    request: Request,
+    last_token: Option<Instant>,
+}
+
+/// A decode waiting for its rank to reach the prefill rank.
+struct PendingDecode {
+    rank: usize,
+    tokens: Vec<u32>,
+    source: WorkerId,
+    handoff: HandoffId,
+    request: Request,
+    ready: SourceReady,
+    tx: UnboundedSender<StreamMsg>,
+}
+
+/// Where a rank dials: the rank, and the peer's host and port.
+type DialKey = (usize, String, u16);
+
+/// A dial's outcome: who answered.
+type Dialled = (DialKey, Result<PeerHello, String>);
+
+/// What waits for a dial.
+enum Waiting {
+    Decode(PendingDecode),
+    Leg(legs::PendingLeg),
+}
+
+/// See the module docs.
+pub(crate) struct PodDriver {
+    s: DriverSetup,
+    ranks: Ranks,
+    issuers: Vec<HandoffIdGen>,
+    picker: RankPicker,
+    flows: FastMap<RequestId, Flow>,
+    /// Peers each rank reached, by address.
+    linked: FastMap<DialKey, PeerHello>,
+    /// What waits for a dial, by address.
+    dialling: FastMap<DialKey, Vec<Waiting>>,
+    dials: (
+        crossbeam_channel::Sender<Dialled>,
+        crossbeam_channel::Receiver<Dialled>,
+    ),
+    finals: Vec<Option<HostFinal>>,
+    summary: PodSummary,
+}
+
+fn role_name(p: Pool) -> &'static str {
+    match p {
+        Pool::Prefill => "prefill",
+        Pool::Decode => "decode",
+        Pool::Aggregated => "aggregated",
+    }
+}
+
+impl PodDriver {
+    /// A driver over started `ranks`.
+    pub fn new(s: DriverSetup, ranks: Ranks) -> Self {
+        let n = ranks.endpoints.len();
+        let dp = handoff_core::DpLayout::new(n as u64).unwrap_or(handoff_core::DpLayout::SINGLE);
+        let issuers = (0..n)
+            .map(|r| HandoffIdGen::new(s.ids.scheduler(r), ranks.frontend.generation()))
+            .collect();
+        PodDriver {
+            issuers,
+            picker: RankPicker::new(dp, n),
+            flows: FastMap::default(),
+            linked: FastMap::default(),
+            dialling: FastMap::default(),
+            dials: crossbeam_channel::unbounded(),
+            finals: vec![None; n],
+            summary: PodSummary::default(),
+            ranks,
+            s,
+        }
+    }
+
+    /// Runs until `Shutdown` (or every sender is gone), then fails what is
+    /// still open, ends the ranks and returns the summary.
+    pub fn run(mut self, rx: crossbeam_channel::Receiver<Cmd>) -> PodSummary {
+        let clock = Frame::Clock {
+            origin_unix_nanos: self.s.clock.origin_unix_nanos(),
+            speed_micros: (self.s.clock.speed() * 1e6).round() as u64,
+        };
+        for r in 0..self.ranks.endpoints.len() {
+            let _ = self
+                .ranks
+                .frontend
+                .send(self.s.ids.scheduler(r), clock.clone());
+        }
+        let incoming = self.ranks.frontend.incoming().clone();
+        let dials = self.dials.1.clone();
+        let tick = std::time::Duration::from_millis(200);
+        loop {
+            crossbeam_channel::select! {
+                recv(rx) -> c => match c {
+                    Ok(Cmd::Shutdown) | Err(_) => break,
+                    Ok(c) => self.handle(c),
+                },
+                recv(incoming) -> i => if let Ok(i) = i { self.incoming(i) },
+                recv(dials) -> d => if let Ok(d) = d { self.dialled(d) },
+                default(tick) => {}
+            }
+            self.publish();
+        }
+        let open: Vec<RequestId> = self.flows.keys().copied().collect();
+        for r in open {
+            self.end(r, StreamMsg::Failed(FailureReason::Shutdown));
+        }
+        self.summary.ranks = self.ranks.stop();
+        self.summary
+    }
+
+    fn pick(&mut self, rank: Option<DpRank>) -> usize {
+        let rule = rank.map_or(self.s.rank_rule, RankRule::Pinned);
+        self.picker
+            .pick(WorkerId(0), rule)
+            .map_or(0, |w| w.0 as usize)
+    }
+
+    fn send(&mut self, rank: usize, req: WorkerRequest) {
+        let to = self.s.ids.scheduler(rank);
+        if self.ranks.frontend.send(to, Frame::Request(req)).is_err() {
+            let gone: Vec<RequestId> = self
+                .flows
+                .iter()
+                .filter(|(_, f)| f.rank == rank)
+                .map(|(r, _)| *r)
+                .collect();
+            for r in gone {
+                self.end(r, StreamMsg::Failed(FailureReason::WorkerDown));
+            }
+        }
+    }
+
+    fn open(&mut self, rank: usize, kind: Kind, request: Request, tx: UnboundedSender<StreamMsg>) {
+        let id = request.id;
+        let flow = Flow {
+            tx,
+            rank,
+            kind,
+            request,
+            last_token: None,
+        };
+        self.flows.insert(id, flow);
+    }
+
+    fn handle(&mut self, cmd: Cmd) {
+        let now = self.s.clock.now();
+        match cmd {
+            Cmd::SubmitAt {
+                placement,
+                rank,
+                id,
+                tokens,
+                output_tokens,
+                tx,
+                ..
+            } => {
+                let r = self.pick(rank);
+                let req = request_for(id, &tokens, output_tokens, self.s.block_size, now);
+                let cached = self.s.kv.cached_on(r, &tokens);
+                let prompt = u64::from(req.prompt_tokens);
+                self.s.metrics.prefix_query(r, prompt, u64::from(cached));
+                self.s.kv.hold(id, &tokens);
+                let _ = tx.send(StreamMsg::Started {
+                    cached_tokens: cached,
+                });
+                let (kind, wr) = match (placement, self.s.role) {
+                    (Placement::Proxy, Pool::Prefill) => {
+                        let handoff = self.issuers[r].next_id();
+                        let wr = WorkerRequest::HandoffSource {
+                            id: handoff,
+                            request: req.clone(),
+                        };
+                        (Kind::Prefill, wr)
+                    }
+                    _ => (Kind::Whole, WorkerRequest::Ordinary(req.clone())),
+                };
+                self.open(r, kind, req, tx);
+                self.send(r, wr);
+            }
+            Cmd::Decode {
+                rank,
+                remote,
+                tokens,
+                output_tokens,
+                tx,
+                ..
+            } => self.decode(rank, remote, &tokens, output_tokens, now, tx),
+            Cmd::Leg {
+                side,
+                key,
+                id,
+                tokens,
+                output_tokens,
+                tx,
+                ..
+            } => self.leg(side, key, id, &tokens, output_tokens, now, tx),
+            Cmd::Submit { tx, .. } => {
+                let _ = tx.send(StreamMsg::Failed(FailureReason::NoWorker));
+            }
+            // The rank runs it to its end; its stream is gone.
+            Cmd::Cancel(id) => {
+                if self.flows.remove(&id).is_some() {
+                    self.s.kv.release(id);
+                }
+            }
+            Cmd::Shutdown => {}
+        }
+    }
+
+    fn decode(
+        &mut self,
+        rank: Option<DpRank>,
+        remote: RemotePrefill,
+        tokens: &[u32],
+        output_tokens: u32,
+        now: Instant,
+        tx: UnboundedSender<StreamMsg>,
+    ) {
+        if self.flows.contains_key(&remote.request) {
+            let _ = tx.send(StreamMsg::Refused(ProxyError::AlreadyAttached));
+            return;
+        }
+        let Some((host, port)) = remote.side_channel.clone() else {
+            let _ = tx.send(StreamMsg::Refused(ProxyError::BadParam {
+                field: "remote_host",
+                why: "and remote_port are required by a decode engine of its own".into(),
+            }));
+            return;
+        };
+        let r = self.pick(rank);
+        let source = PodIds::scheduler_of(remote.engine.at.worker.0, remote.engine.at.dp_rank);
+        let request = request_for(
+            remote.request,
+            tokens,
+            output_tokens,
+            self.s.block_size,
+            now,
+        );
+        let ready = SourceReady {
+            blocks: remote.blocks,
+            tokens: remote.tokens.unwrap_or(u64::from(request.prompt_tokens)),
+        };
+        let p = PendingDecode {
+            rank: r,
+            tokens: tokens.to_vec(),
+            source,
+            handoff: remote.handoff,
+            request,
+            ready,
+            tx,
+        };
+        self.dial((r, host, port), Waiting::Decode(p));
+    }
+
+    /// Runs `w` once rank `key.0` reaches `key`'s address (at once when
+    /// it has), dialling off this thread the first time.
+    fn dial(&mut self, key: DialKey, w: Waiting) {
+        if let Some(hello) = self.linked.get(&key).copied() {
+            return self.linked_to(hello, w);
+        }
+        let waiting = self.dialling.entry(key.clone()).or_default();
+        waiting.push(w);
+        if waiting.len() > 1 {
+            return;
+        }
+        let ep = self.ranks.endpoints[key.0].clone();
+        let out = self.dials.0.clone();
+        let k = key.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dial".into())
+            .spawn(move || {
+                let who = ep
+                    .connect_peer((k.1.as_str(), k.2))
+                    .map_err(|e| format!("{}:{}: {e}", k.1, k.2));
+                let _ = out.send((k, who));
+            });
+        if let Err(e) = spawned {
+            let _ = self.dials.0.send((key, Err(e.to_string())));
+        }
+    }
+
+    fn dialled(&mut self, (key, who): Dialled) {
+        let waiting = self.dialling.remove(&key).unwrap_or_default();
+        match who {
+            Ok(hello) => {
+                self.linked.insert(key, hello);
+                for w in waiting {
+                    self.linked_to(hello, w);
+                }
+            }
+            Err(e) => {
+                eprintln!("handoff-mocker serve: cannot reach a prefill engine: {e}");
+                for w in waiting {
+                    self.unreachable(w);
+                }
+            }
+        }
+    }
+
+    fn linked_to(&mut self, hello: PeerHello, w: Waiting) {
+        match w {
+            Waiting::Decode(p) if p.source == hello.worker => self.attach(p),
+            Waiting::Decode(p) => {
+                let _ = p.tx.send(StreamMsg::Refused(ProxyError::WrongEngine));
+            }
+            Waiting::Leg(p) => self.leg_linked(p, hello),
+        }
+    }
+
+    /// The peer a request waited for cannot be reached: its KV cannot
+    /// load (`kv_load_failure_policy`; SGLang aborts).
+    fn unreachable(&mut self, w: Waiting) {
+        let (rank, request, tx, source) = match w {
+            Waiting::Decode(p) => (p.rank, p.request, p.tx, p.source),
+            Waiting::Leg(p) => (p.rank, p.request, p.tx, WorkerId(u32::MAX)),
+        };
+        let id = request.id;
+        self.open(rank, Kind::Decode { source }, request, tx);
+        self.load_failed(id, CancelReason::PeerLost);
+    }
+
+    /// The decode reads the pinned prefix instead of computing it, as vLLM
+    /// counts a connector's external hit as cached.
+    fn attach(&mut self, p: PendingDecode) {
+        let cached = p.ready.tokens.min(u64::from(p.request.prompt_tokens)) as u32;
+        let _ = p.tx.send(StreamMsg::Started {
+            cached_tokens: cached,
+        });
+        let wr = WorkerRequest::HandoffDestination {
+            id: p.handoff,
+            request: p.request.clone(),
+            source: p.source,
+            ready: Some(p.ready),
+        };
+        self.s.kv.hold(p.request.id, &p.tokens);
+        self.open(p.rank, Kind::Decode { source: p.source }, p.request, p.tx);
+        self.send(p.rank, wr);
+    }
+
+    /// A decode's KV did not load (`why`): `kv_load_failure_policy`.
+    fn load_failed(&mut self, id: RequestId, why: CancelReason) {
+        let recompute = self.s.kv_failure == KvLoadFailurePolicy::Recompute
+            && !matches!(why, CancelReason::Client | CancelReason::Teardown);
+        let Some(f) = self.flows.get_mut(&id) else {
+            return;
+        };
+        if recompute && matches!(f.kind, Kind::Decode { .. }) {
+            f.kind = Kind::Whole;
+            let (rank, req) = (f.rank, f.request.clone());
+            self.summary.recomputed += 1;
+            self.send(rank, WorkerRequest::Ordinary(req));
+        } else {
+            self.end(id, StreamMsg::Failed(FailureReason::from(why)));
+        }
+    }
+
+    fn end(&mut self, id: RequestId, msg: StreamMsg) {
+        let Some(f) = self.flows.remove(&id) else {
+            return;
+        };
+        // A pinned prefill's blocks may still be on their way out of the
+        // reorder buffer: held until its source role ends.
+        if !matches!(msg, StreamMsg::Prefilled(_)) {
+            self.s.kv.release(id);
+        }
+        match &msg {
+            StreamMsg::Failed(why) => {
+                self.s.metrics.request_failed(*why);
+                *self.summary.failed.entry(why.name()).or_default() += 1;
+            }
+            StreamMsg::Finished => self.summary.finished += 1,
+            _ => {}
+        }
+        let _ = f.tx.send(msg);
+    }
+
+    fn incoming(&mut self, i: Incoming) {
+        let Incoming::Frame { from, frame } = i else {
+            return;
+        };
+        let Some(r) = self.s.ids.rank_of(from) else {
+            return;
+        };
+        match frame {
+            Frame::Event(e) => self.on_event(r, e),
+            Frame::Final(f) => self.finals[r] = Some(f),
+            _ => {}
+        }
+    }
+
+    fn stream(&mut self, r: usize, id: RequestId, tokens: u32, now: Instant) {
+        let Some(f) = self.flows.get_mut(&id) else {
+            return;
+        };
+        if !f.kind.streams() {
+            return;
+        }
+        match f.last_token {
+            None => self
+                .s
+                .metrics
+                .ttft(r, (now - f.request.arrival).as_secs_f64()),
+            Some(t) => {
+                let gap = (now - t).as_secs_f64() / f64::from(tokens);
+                for _ in 0..tokens {
+                    self.s.metrics.itl(r, gap);
+                }
+            }
+        }
+        f.last_token = Some(now);
+        let _ = f.tx.send(StreamMsg::Tokens(tokens));
+    }
+
+    fn on_event(&mut self, r: usize, e: WorkerEvent) {
+        let now = self.s.clock.now();
+        match e {
+            WorkerEvent::Tokens { emissions } => {
+                for em in emissions.iter().filter(|e| e.tokens > 0) {
+                    self.stream(r, em.request, em.tokens, now);
+                }
+            }
+            WorkerEvent::FirstTokenFromPrefill { request, .. } => self.stream(r, request, 1, now),
+            WorkerEvent::RequestFinished { request, .. } => {
+                let Some(f) = self.flows.get(&request) else {
+                    return;
+                };
+                if f.kind.streams() {
+                    let e2e = (now - f.request.arrival).as_secs_f64();
+                    self.s.metrics.e2e(r, e2e);
+                    self.end(request, StreamMsg::Finished);
+                }
+            }
+            WorkerEvent::PrefillPinned {
+                id,
+                request,
+                blocks,
+                tokens,
+                ..
+            } if self
+                .flows
+                .get(&request)
+                .is_some_and(|f| f.kind == Kind::Prefill) =>
+            {
+                let pinned = Pinned {
+                    request,
+                    handoff: id,
+                    engine: self.s.ids.engine_id(r),
+                    blocks,
+                    tokens,
+                    side_port: Some(self.ranks.port(r)),
+                };
+                self.end(request, StreamMsg::Prefilled(pinned));
+            }
+            WorkerEvent::Preempted { .. } => self.s.metrics.preempted(r),
+            WorkerEvent::Kv { event, at } => self.s.kv.event(r, event, at),
+            WorkerEvent::RoleEnded {
+                reason,
+                role,
+                request,
+                ..
+            } => self.role_ended(r, role, request, reason),
+            _ => {}
+        }
+    }
+
+    fn role_ended(&mut self, r: usize, role: Role, id: RequestId, why: Option<CancelReason>) {
+        match why {
+            Some(CancelReason::LeaseExpired) => self.s.metrics.lease_expired(r),
+            Some(CancelReason::ReservationExpired) => self.s.metrics.reservation_expired(r),
+            _ => {}
+        }
+        if role == Role::Source && !self.flows.contains_key(&id) {
+            self.s.kv.release(id);
+        }
+        if role == Role::Source
+            && self
+                .flows
+                .get(&id)
+                .is_some_and(|f| f.kind == Kind::PrefillLeg)
+        {
+            return self.prefill_leg_ended(id, why);
+        }
+        let Some(why) = why else {
+            return;
+        };
+        let Some(kind) = self.flows.get(&id).map(|f| f.kind) else {
+            return;
+        };
+        match (role, kind) {
+            (Role::Destination, Kind::Decode { source }) => {
+                if matches!(why, CancelReason::PeerLost | CancelReason::PeerRestarted) {
+                    // Dial again next time: the connection is gone.
+                    self.linked.retain(|k, h| !(k.0 == r && h.worker == source));
+                }
+                self.load_failed(id, why);
+            }
+            (Role::Source, Kind::Prefill) => self.end(id, StreamMsg::Failed(why.into())),
+            _ => {}
+        }
+    }
+
+    fn publish(&mut self) {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.s.kv.flush(unix);
+        let mut workers = Vec::new();
+        for (r, f) in self.finals.iter().enumerate() {
+            let Some(f) = f else {
+                // Not every rank has said it is up: not ready yet.
+                workers.clear();
+                break;
+            };
+            self.s.metrics.capacity(r, &f.capacity);
+            self.picker.refresh(r, &f.capacity);
+            workers.push(WorkerView {
+                worker: self.s.ids.engine,
+                dp_rank: (self.finals.len() > 1).then_some(r as u16),
+                listener_requests: (self.finals.len() > 1).then(|| self.picker.taken(r)),
+                role: role_name(self.s.role),
+                drained: f.drained,
+                live_handoffs: f.live_handoffs,
+                capacity: f.capacity,
+            });
+        }
+        let held = Held {
+            flows: self.flows.len(),
+            legs: self.dialling.values().map(Vec::len).sum(),
+            ..Held::default()
+        };
+        let v = EngineView {
+            workers,
+            in_flight: self.flows.len(),
+            open_streams: self.flows.len(),
+            held,
+            model_time_s: self.s.clock.now().as_nanos() as f64 / 1e9,
+        };
+        if let Ok(mut g) = self.s.view.lock() {
+            *g = v;
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! One engine per process (`serve --engine`), two engines in one test
+//! process over loopback: vLLM's two proxy calls with the prefill on one
+//! engine and the decode on the other (the decode engine dials the side
+//! channel named in `kv_transfer_params` and reads from it), and a prefill
+//! engine that stops while its decode is reading: the decode ends with the
+//! reason, and both sides drain.
+
+mod common;
+
+use handoff_core::Duration as ModelDuration;
+use handoff_deployment::{DeploymentConfig, EngineSpec};
+use handoff_engine::TransferModel;
+use handoff_router::Pool;
+use handoff_serve::pod::{serve_pod_until, PodConfig, PodListening, PodSummary};
+use handoff_serve::ServeError;
+use handoff_transport::Liveness;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const PROMPT: &str = "one engine per process, and its decode engine in another process";
+
+struct Pod {
+    l: PodListening,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<PodSummary, ServeError>>>,
+}
+
+impl Pod {
+    /// The `role` engine of a one-prefill, one-decode deployment (`base`'s
+    /// settings otherwise), on free loopback ports.
+    fn start(role: Pool, base: DeploymentConfig) -> Pod {
+        let serve = if role == Pool::Aggregated {
+            let cfg = DeploymentConfig {
+                prefill_workers: 1,
+                decode_workers: 0,
+                ..base
+            };
+            common::loopback(cfg, vec![EngineSpec::default()])
+        } else {
+            common::loopback_pd(base, EngineSpec::default())
+        };
+        let c = PodConfig {
+            serve,
+            role,
+            engine_id: None,
+            side_channel_port: 0,
+            side_channel_host: None,
+            grace: Duration::from_secs(2),
+            liveness: Liveness {
+                ping_every: Duration::from_millis(100),
+                silence_limit: Duration::from_secs(1),
+            },
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (ltx, lrx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            serve_pod_until(
+                c,
+                move |l| {
+                    let _ = ltx.send(l.clone());
+                },
+                async move {
+                    let _ = rx.await;
+                },
+            )
+        });
+        let l = lrx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the engine listens");
+        let pod = Pod {
+            l,
+            stop: Some(tx),
+            thread: Some(thread),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while common::call(pod.l.http, "GET", "/ready", "").0 != 200 {
+            assert!(std::time::Instant::now() < deadline, "never ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        pod
+    }
+
+    fn post(&self, body: &Value) -> (u16, Value) {
+        let (status, text) =
+            common::call(self.l.http, "POST", "/v1/completions", &body.to_string());
+        let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("json: {text}"));
+        (status, v)
+    }
+
+    /// SIGTERM's path: stop accepting, end, return the summary.
+    fn stop(mut self) -> PodSummary {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let t = self.thread.take().expect("running");
+        t.join().expect("no panic").expect("a clean stop")
+    }
+}
+
+fn prefill_body() -> Value {
+    json!({"model": "m", "prompt": PROMPT, "max_tokens": 1,
+           "kv_transfer_params": {"do_remote_decode": true}})
+}
+
+#[test]
+fn the_decode_engine_reads_from_the_prefill_engine_named_in_the_params() {
+    let p = Pod::start(Pool::Prefill, DeploymentConfig::default());
+    let d = Pod::start(Pool::Decode, DeploymentConfig::default());
+    let (status, v) = p.post(&prefill_body());
+    assert_eq!(status, 200, "{v}");
+    let params = v["kv_transfer_params"].clone();
+    assert_eq!(params["remote_port"], p.l.side_channel[0]);
+    assert_eq!(params["remote_host"], "127.0.0.1");
+    assert_eq!(params["remote_engine_id"], p.l.engine_id.1.to_string());
+    assert_eq!(params["remote_num_tokens"], v["usage"]["prompt_tokens"]);
+    assert_eq!(params["transfer_mode"], "pull");
+    let body = json!({"model": "m", "prompt": PROMPT, "max_tokens": 6, "ignore_eos": true,
+                      "kv_transfer_params": params});
+    let (status, v) = d.post(&body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+    assert!(v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64() > Some(0));
+    // The reader's completion reached the prefill engine: its source is
+    // released, both drain.
+    common::wait_drained(p.l.http);
+    common::wait_drained(d.l.http);
+    // A decode that names no side channel cannot find its prefill.
+    let mut bad = body.clone();
+    bad["kv_transfer_params"]["remote_host"] = Value::Null;
+    assert_eq!(d.post(&bad).0, 400);
+    let (ps, ds) = (p.stop(), d.stop());
+    assert_eq!((ps.finished, ds.finished), (0, 1));
+    assert!(
+        ps.failed.is_empty() && ds.failed.is_empty(),
+        "{ps:?} {ds:?}"
+    );
+}
+
+#[test]
+fn a_prefill_engine_lost_mid_read_ends_the_decode_with_its_reason() {
+    // Reads take longer than the prefill engine lives after its answer.
+    let slow = DeploymentConfig {
+        transfer: TransferModel::Fixed(ModelDuration::from_millis(1500)),
+        ..DeploymentConfig::default()
+    };
+    let p = Pod::start(Pool::Prefill, DeploymentConfig::default());
+    let d = Pod::start(Pool::Decode, slow);
+    let (status, v) = p.post(&prefill_body());
+    assert_eq!(status, 200, "{v}");
+    let body = json!({"model": "m", "prompt": PROMPT, "max_tokens": 4,
+                      "kv_transfer_params": v["kv_transfer_params"].clone()});
+    let http = d.l.http;
+    let decode = std::thread::spawn(move || {
+        common::call(http, "POST", "/v1/completions", &body.to_string())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // The prefill engine goes (its ranks tear down, its connections close).
+    let ps = p.stop();
+    assert!(ps.ranks.iter().all(|f| f.drained), "{ps:?}");
+    let (status, text) = decode.join().expect("the decode answers");
+    assert_eq!(status, 503, "{text}");
+    assert!(
+        ["peer-lost", "peer-aborted", "kv-load-failed"]
+            .iter()
+            .any(|r| text.contains(r)),
+        "{text}"
+    );
+    common::wait_drained(d.l.http);
+    let ds = d.stop();
+    assert_eq!(ds.failed.values().sum::<u64>(), 1, "{ds:?}");
+}
+
+#[test]
+fn sigterm_lets_a_response_in_flight_finish_then_refuses_new_ones() {
+    let a = Pod::start(Pool::Aggregated, DeploymentConfig::default());
+    let http = a.l.http;
+    let body = json!({"model": "m", "prompt": PROMPT, "max_tokens": 40, "ignore_eos": true});
+    let long = {
+        let body = body.to_string();
+        std::thread::spawn(move || common::call(http, "POST", "/v1/completions", &body))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let started = std::time::Instant::now();
+    let summary = a.stop();
+    let (status, text) = long.join().expect("answered");
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["usage"]["completion_tokens"], 40);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "within the grace period"
+    );
+    assert_eq!(
+        (summary.finished, summary.failed.len()),
+        (1, 0),
+        "{summary:?}"
+    );
+    assert!(
+        std::net::TcpStream::connect(http).is_err(),
+        "no longer accepting"
+    );
+}
