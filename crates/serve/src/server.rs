@@ -200,6 +200,7 @@ async fn run(
     let n_workers = pools.len() / usize::from(dp.dp_size());
     let worker_listeners = bind_workers(&c.worker_http, n_workers).await?;
     let metrics = Arc::new(Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp));
+    metrics.cache_config(&c.specs);
     let kv = match &c.kv {
         Some(ep) => Some(KvPublishers::start(ep).await?),
         None => None,
