@@ -8,7 +8,9 @@
 # venv, target/venv-smg: smg and sglang-router both install an `smg`
 # command) for vLLM, with vllm-router's kv_aware prefill policy routing on
 # the overlap it computes (test_routers.py), and sglang-router for SGLang's
-# bootstrap-room flow (test_sglang_pd.py). Creates the venvs on first use,
+# bootstrap-room flow (test_sglang_pd.py); what llm-d, AIBrix and the
+# other gateways read, as contracts naming their source
+# (test_gateway_contracts.py). Creates the venvs on first use,
 # pinned versions. HANDOFF_MOCKER=path overrides the binary (default: a
 # release build).
 set -euo pipefail
@@ -45,4 +47,5 @@ timeout 120 "$VENV/bin/python" tests/python/test_vllm_hash.py || rc=1
 VLLM_ROUTER="$VENV/bin/vllm-router" SMG="$SMG_VENV/bin/python -m smg" \
     timeout 300 "$VENV/bin/python" tests/python/test_routers.py || rc=1
 timeout 300 "$VENV/bin/python" tests/python/test_sglang_pd.py || rc=1
+timeout 300 "$VENV/bin/python" tests/python/test_gateway_contracts.py || rc=1
 exit $rc

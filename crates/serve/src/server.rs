@@ -201,7 +201,11 @@ async fn run(
     let worker_listeners = bind_workers(&c.worker_http, n_workers).await?;
     let metrics = Arc::new(Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp));
     metrics.cache_config(&c.specs);
-    let kv = match &c.kv {
+    let kv_ep = c.kv.clone().map(|ep| {
+        let addrs: Vec<_> = worker_listeners.iter().map(|(w, _, a)| (*w, *a)).collect();
+        crate::kv_events::sources::resolve_topics(ep, &c.model, dp, &addrs, &c.http)
+    });
+    let kv = match &kv_ep {
         Some(ep) => Some(KvPublishers::start(ep).await?),
         None => None,
     };
@@ -255,6 +259,7 @@ async fn run(
         specs: info_specs,
         dp,
         policy,
+        kv: kv_ep,
     });
     on_listen(Listening {
         http: addr,

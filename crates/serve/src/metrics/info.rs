@@ -17,6 +17,7 @@
 //!   `engine="0"` as a single-engine vLLM server labels them (vllm-router's
 //!   `dp_utils.rs`, `discover_dp_size`, counts the distinct `engine` labels
 //!   of a worker's `/metrics` as its data-parallel size).
+//! - vLLM's `/kv_event_sources` ([`crate::kv_events::sources`]).
 //! - smg (`crates/protocols/src/worker.rs`, `WorkerLoadResponse` and
 //!   `SchedulerLoadSnapshot`; `model_gateway/src/worker/monitor.rs`,
 //!   `fetch_http_load_native`): `/v1/loads` and `/loads`, `{timestamp,
@@ -70,6 +71,8 @@ pub struct InfoState {
     pub dp: DpLayout,
     /// The deployment's handoff ordering.
     pub policy: HandoffPolicy,
+    /// The KV event sockets as started (topics resolved), if any.
+    pub kv: Option<crate::kv_events::zmq::KvEndpoints>,
 }
 
 /// Whom a listener speaks for.
@@ -99,7 +102,8 @@ pub fn routes(info: Arc<InfoState>, scope: Scope) -> Router {
         .route("/loads", get(loads))
         .route("/health_generate", get(health_generate))
         .route("/version", get(version))
-        .route("/v1/models", get(models));
+        .route("/v1/models", get(models))
+        .route("/kv_event_sources", get(kv_event_sources));
     // A worker's own `/generate` is its listener's (SGLang PD legs first,
     // `sglang_pd::generate`, then [`generate_on`]).
     let r = match scope {
@@ -461,6 +465,17 @@ async fn loads(State(s): State<Arc<Scoped>>) -> Response {
         Some(l) => Json(s.info.loads(s.scope, &l, crate::http::unix_secs())).into_response(),
         None => unavailable(),
     }
+}
+
+/// vLLM's `/kv_event_sources` ([`crate::kv_events::sources`]): a worker's
+/// listener lists its ranks; the front port every scheduler, keyed by id.
+async fn kv_event_sources(State(s): State<Arc<Scoped>>) -> Response {
+    let members = s.info.members(s.scope);
+    Json(crate::kv_events::sources::kv_event_sources(
+        s.info.kv.as_ref(),
+        members,
+    ))
+    .into_response()
 }
 
 async fn version() -> Response {

@@ -1,0 +1,281 @@
+"""What gateways read from an engine, checked against `handoff-mocker serve`
+(run by tests/python/run.sh). Each expectation names the consumer's file it
+comes from, so a later version of a consumer can be diffed against this
+table. llm-d's endpoint picker and AIBrix are Go (not installable here):
+their expectations are written from their source; docs/gateways.md lists
+the same table in prose.
+
+- /metrics: every name and label set a consumer reads, parsed with
+  prometheus_client's OpenMetrics parser, for both backends, on the front
+  port and on a worker's own listener with `--dp-size 2` (one `engine`
+  label per rank, as vLLM labels its data-parallel engines).
+- KV events as llm-d subscribes (LLMD_KV): a topic `kv@<host>:<port>@<model>`
+  per engine, split on `@` into three parts, on a SUB socket that binds one
+  central endpoint every engine's PUB connects to; vLLM 0.26's replay
+  answer with the topic frame (VLLM_KV); vLLM's `/kv_event_sources`
+  table, keyed by DP rank (VLLM_SOURCES), whose endpoints a subscriber
+  reaches.
+"""
+
+import json
+import sys
+
+import msgspec
+import zmq
+
+from harness import Checks, Server, free_port, get
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+LLMD = "llm-d/llm-d-router pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go"
+AIBRIX = "vllm-project/aibrix pkg/metrics/metrics.go"
+VLLM = "vllm-project/vllm vllm/v1/metrics/loggers.py"
+
+LLMD_KV = "llm-d/llm-d-router pkg/kvevents/engineadapter/common.go (parseTopic)"
+VLLM_KV = "vllm-project/vllm vllm/distributed/kv_events.py (ZmqEventPublisher._service_replay, PR #45177)"
+VLLM_SOURCES = "vllm-project/vllm vllm/entrypoints/serve/kv_events/api_router.py (PR #55844)"
+
+# (backend, family name as the parser reports it, type, labels a consumer
+# reads, who reads it). The parser strips `_total` from counter families.
+METRICS = [
+    ("vllm", "vllm:num_requests_waiting", "gauge", (), LLMD + "; " + AIBRIX),
+    ("vllm", "vllm:num_requests_running", "gauge", (), LLMD + "; " + AIBRIX),
+    ("vllm", "vllm:kv_cache_usage_perc", "gauge", (), LLMD + "; " + AIBRIX),
+    ("vllm", "vllm:gpu_cache_usage_perc", "gauge", (), AIBRIX),
+    ("vllm", "vllm:lora_requests_info", "gauge",
+     ("running_lora_adapters", "waiting_lora_adapters", "max_lora"), LLMD + "; " + AIBRIX),
+    ("vllm", "vllm:cache_config_info", "gauge", ("block_size", "num_gpu_blocks"), LLMD),
+    ("vllm", "vllm:time_to_first_token_seconds", "histogram", (), AIBRIX),
+    ("vllm", "vllm:time_per_output_token_seconds", "histogram", (), AIBRIX),
+    ("vllm", "vllm:inter_token_latency_seconds", "histogram", (), AIBRIX),
+    ("vllm", "vllm:e2e_request_latency_seconds", "histogram", (), AIBRIX),
+    ("vllm", "vllm:request_queue_time_seconds", "histogram", (), AIBRIX),
+    ("vllm", "vllm:prompt_tokens", "counter", (), AIBRIX),
+    ("vllm", "vllm:generation_tokens", "counter", (), AIBRIX),
+    ("vllm", "vllm:prefix_cache_queries", "counter", (), AIBRIX),
+    ("vllm", "vllm:prefix_cache_hits", "counter", (), AIBRIX),
+    ("vllm", "vllm:num_preemptions", "counter", (), AIBRIX),
+    ("sglang", "sglang:num_queue_reqs", "gauge", (), LLMD),
+    ("sglang", "sglang:num_waiting_reqs", "gauge", (), AIBRIX),
+    ("sglang", "sglang:num_running_reqs", "gauge", (), LLMD + "; " + AIBRIX),
+    ("sglang", "sglang:token_usage", "gauge", (), LLMD + "; " + AIBRIX),
+    ("sglang", "sglang:cache_config_info", "gauge", ("page_size", "num_pages"), LLMD),
+    ("sglang", "sglang:time_to_first_token_seconds", "histogram", (), AIBRIX),
+    ("sglang", "sglang:inter_token_latency_seconds", "histogram", (), AIBRIX),
+    ("sglang", "sglang:e2e_request_latency_seconds", "histogram", (), AIBRIX),
+    ("sglang", "sglang:queue_time_seconds", "histogram", (), AIBRIX),
+]
+
+# vLLM's bucket boundaries (VLLM, `PrometheusStatLogger.__init__`).
+BUCKETS = {
+    "vllm:time_to_first_token_seconds": [
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+        7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
+    "vllm:time_per_output_token_seconds": [
+        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+        10.0, 20.0, 40.0, 80.0],
+    "vllm:e2e_request_latency_seconds": [
+        0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+        120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+}
+
+
+def families(text: bytes) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text.decode())}
+
+
+def check_names(backend: str, fams: dict, engines: set) -> None:
+    """Every name `backend`'s consumers read is there with its type, its
+    labels, and one series per engine label in `engines`."""
+    for b, name, kind, labels, who in METRICS:
+        if b != backend:
+            continue
+        assert name in fams, f"{name} missing (read by {who})"
+        f = fams[name]
+        assert f.type == kind, f"{name} is a {f.type}, {who} reads a {kind}"
+        seen = set()
+        for s in f.samples:
+            for label in labels:
+                assert label in s.labels, f"{name} lacks label {label} ({who})"
+            seen.add(s.labels.get("engine"))
+        assert engines <= seen, f"{name}: engines {sorted(seen)}, want {sorted(engines)}"
+
+
+def one_request(s: Server, i: int = 0) -> None:
+    """A completion of 8 tokens; `i` varies the prompt (new KV blocks)."""
+    c = s.client()
+    r = c.completions.create(model="mock-model", prompt=f"request {i} " + "hello " * 40,
+                             max_tokens=8,
+                             extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 8
+
+
+def test_front_metrics(backend: str) -> None:
+    s = Server("--backend", backend, kv=False)
+    try:
+        one_request(s)
+        s.wait_drained()
+        status, text = s.get("/metrics")
+        assert status == 200
+        fams = families(text)
+        check_names(backend, fams, {"0", "1"})
+        p = backend + ":"
+        prompt = {x.labels["engine"]: x.value for x in fams[p + "prompt_tokens"].samples
+                  if x.name.endswith("_total")}
+        gen = {x.labels["engine"]: x.value for x in fams[p + "generation_tokens"].samples
+               if x.name.endswith("_total")}
+        assert prompt["0"] > 0 and prompt["1"] == 0, prompt
+        assert gen["1"] == 8 and gen["0"] == 0, gen
+        info = fams[p + "cache_config_info"].samples
+        size = "page_size" if backend == "sglang" else "block_size"
+        assert all(x.value == 1 and int(x.labels[size]) > 0 for x in info), info
+        if backend == "vllm":
+            for name, want in BUCKETS.items():
+                les = sorted({float(x.labels["le"]) for x in fams[name].samples
+                              if x.name.endswith("_bucket") and x.labels["le"] != "+Inf"})
+                assert les == want, f"{name} buckets {les}"
+            usage = {x.labels["engine"]: x.value for x in fams["vllm:gpu_cache_usage_perc"].samples}
+            kv = {x.labels["engine"]: x.value for x in fams["vllm:kv_cache_usage_perc"].samples}
+            assert usage == kv
+            lora = fams["vllm:lora_requests_info"].samples[0]
+            assert lora.labels["max_lora"] == "0" and lora.value > 1.7e9, lora
+    finally:
+        s.stop()
+
+
+def test_worker_metrics_per_rank(backend: str) -> None:
+    """A worker's own /metrics with `--dp-size 2`: each rank its own
+    `engine` label, as vLLM's `make_per_engine` writes (VLLM)."""
+    base = free_port(2)
+    s = Server("--backend", backend, "--dp-size", "2", "--worker-http-base-port", str(base),
+               kv=False)
+    try:
+        status, text = get(f"http://127.0.0.1:{base + 1}/metrics")
+        assert status == 200
+        check_names(backend, families(text), {"0", "1"})
+    finally:
+        s.stop()
+
+
+def parse_topic(topic: bytes) -> tuple[str, str]:
+    """LLMD_KV's parseTopic: exactly three `@` parts, pod and model."""
+    parts = topic.decode().split("@")
+    assert len(parts) == 3 and parts[0] == "kv", f"not an llm-d topic: {topic!r}"
+    return parts[1], parts[2]
+
+
+def test_llmd_central_subscriber() -> None:
+    """Every engine's PUB connects to one SUB that binds (llm-d's central
+    mode); each batch's topic names its own worker's listener."""
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.bind("tcp://127.0.0.1:*")
+    sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
+    endpoint = sub.getsockopt(zmq.LAST_ENDPOINT).decode()
+    base = free_port(2)
+    s = Server("--kv-events-connect", endpoint, "--kv-topic-llmd",
+               "--worker-http-base-port", str(base), kv=False)
+    try:
+        pods = set()
+        poller = zmq.Poller()
+        poller.register(sub, zmq.POLLIN)
+        for i in range(20):
+            one_request(s, i)
+            while poller.poll(200):
+                topic, seq, _payload = sub.recv_multipart()
+                pod, model = parse_topic(topic)
+                assert model == "mock-model"
+                pods.add(pod)
+            if len(pods) == 2:
+                break
+        assert pods == {f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"}, pods
+    finally:
+        s.stop()
+        sub.close(0)
+        ctx.term()
+
+
+def check_dense(payload: bytes) -> int:
+    """LLMD_KV's subscriber counts a BlockStored's tokens as blocks times
+    block size: every stored block is full. Returns the BlockStored seen."""
+    _ts, events, *_ = msgspec.msgpack.decode(payload)
+    n = 0
+    for e in events:
+        if e[0] == "BlockStored":
+            hashes, token_ids, block_size = e[1], e[3], e[4]
+            assert len(token_ids) == len(hashes) * block_size, (len(token_ids), len(hashes))
+            n += 1
+    return n
+
+
+def replay(endpoint: str, topic: bytes) -> list:
+    """Every batch `endpoint` replays from 0, checking VLLM_KV's layout:
+    `[delimiter, topic, seq, payload]`, ended by an empty topic, END_SEQ
+    and an empty payload."""
+    ctx = zmq.Context()
+    d = ctx.socket(zmq.DEALER)
+    d.connect(endpoint)
+    d.send_multipart([b"", (0).to_bytes(8, "big")])
+    poller = zmq.Poller()
+    poller.register(d, zmq.POLLIN)
+    frames = []
+    try:
+        while True:
+            assert poller.poll(5000), "replay timed out"
+            f = d.recv_multipart()
+            assert len(f) == 4, f"[delimiter, topic, seq, payload], got {len(f)} frames"
+            if f[2] == (-1).to_bytes(8, "big", signed=True):
+                assert f[1] == b"" and f[3] == b"", "the end marker's topic is empty"
+                return frames
+            assert f[1] == topic, (f[1], topic)
+            frames.append(f)
+    finally:
+        d.close(0)
+        ctx.term()
+
+
+def test_sources_and_replay() -> None:
+    """A worker's `/kv_event_sources` (VLLM_SOURCES) names its ranks'
+    publishers; the replay endpoint it names answers with the topic frame
+    (VLLM_KV)."""
+    base = free_port(2)
+    kv, rp = free_port(4), free_port(4)
+    s = Server("--dp-size", "2", "--kv-topic-llmd", "--worker-http-base-port", str(base),
+               "--kv-events", f"tcp://127.0.0.1:{kv}", "--kv-replay", f"tcp://127.0.0.1:{rp}",
+               kv=False)
+    try:
+        one_request(s)
+        status, body = get(f"http://127.0.0.1:{base}/kv_event_sources")
+        assert status == 200
+        sources = json.loads(body)
+        assert sorted(sources) == ["0", "1"], sources
+        for rank, src in sources.items():
+            assert src["publisher"] == "zmq" and src["enable_kv_cache_events"] is True
+            assert src["endpoint"] == f"tcp://127.0.0.1:{kv + int(rank)}", src
+            assert src["replay_endpoint"] == f"tcp://127.0.0.1:{rp + int(rank)}", src
+            assert parse_topic(src["topic"].encode())[0] == f"127.0.0.1:{base}"
+        stored = 0
+        for src in sources.values():
+            for f in replay(src["replay_endpoint"], src["topic"].encode()):
+                stored += check_dense(f[3])
+        assert stored > 0, "no BlockStored replayed"
+        status, body = s.get("/kv_event_sources")
+        assert status == 200 and len(json.loads(body)) == 4
+    finally:
+        s.stop()
+
+
+def main() -> int:
+    checks = Checks()
+    for backend in ("vllm", "sglang"):
+        checks.run(f"{backend} /metrics has every name a gateway reads", test_front_metrics,
+                   backend)
+        checks.run(f"{backend} worker /metrics per DP rank", test_worker_metrics_per_rank,
+                   backend)
+    checks.run("llm-d central subscriber hears every engine by its topic",
+               test_llmd_central_subscriber)
+    checks.run("kv_event_sources and the four-frame replay", test_sources_and_replay)
+    return checks.report()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
