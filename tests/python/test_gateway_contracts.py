@@ -15,10 +15,17 @@ the same table in prose.
   answer with the topic frame (VLLM_KV); vLLM's `/kv_event_sources`
   table, keyed by DP rank (VLLM_SOURCES), whose endpoints a subscriber
   reaches.
+- `/tokenize` and `/detokenize` (VLLM_TOKENIZE), as AIBrix's remote
+  tokenizer posts them (AIBRIX_TOKENIZE), on the front port and a
+  worker's listener: the ids the engine computes on (its render answer).
+- SGLang's `/abort_request {rid}` (SGLANG_ABORT): the named request ends
+  at once, answering 200 with finish_reason `abort`, and what it held is
+  freed.
 """
 
 import json
 import sys
+import time
 
 import msgspec
 import zmq
@@ -33,6 +40,11 @@ VLLM = "vllm-project/vllm vllm/v1/metrics/loggers.py"
 LLMD_KV = "llm-d/llm-d-router pkg/kvevents/engineadapter/common.go (parseTopic)"
 VLLM_KV = "vllm-project/vllm vllm/distributed/kv_events.py (ZmqEventPublisher._service_replay, PR #45177)"
 VLLM_SOURCES = "vllm-project/vllm vllm/entrypoints/serve/kv_events/api_router.py (PR #55844)"
+
+VLLM_TOKENIZE = ("vllm-project/vllm vllm/entrypoints/openai/protocol.py (TokenizeResponse, "
+                 "DetokenizeResponse)")
+AIBRIX_TOKENIZE = "vllm-project/aibrix pkg/utils/tokenizer/adapter_vllm.go"
+SGLANG_ABORT = "sgl-project/sglang python/sglang/srt/entrypoints/http_server.py (abort_request)"
 
 # (backend, family name as the parser reports it, type, labels a consumer
 # reads, who reads it). The parser strips `_total` from counter families.
@@ -264,6 +276,83 @@ def test_sources_and_replay() -> None:
         s.stop()
 
 
+def post(url: str, body: dict) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_tokenize() -> None:
+    base = free_port(2)
+    s = Server("--worker-http-base-port", str(base), kv=False)
+    try:
+        for url in (s.url, f"http://127.0.0.1:{base}"):
+            # AIBRIX_TOKENIZE's completion body.
+            status, body = post(url + "/tokenize", {
+                "model": "mock-model", "prompt": "the quick brown fox",
+                "add_special_tokens": True, "return_token_strs": True})
+            assert status == 200, body
+            t = json.loads(body)
+            assert set(t) == {"count", "max_model_len", "tokens", "token_strs"}, t
+            assert t["count"] == len(t["tokens"]) == len(t["token_strs"]) > 0
+            status, body = post(url + "/v1/completions/render",
+                                {"model": "mock-model", "prompt": "the quick brown fox"})
+            assert status == 200, body
+            assert json.loads(body)[0]["token_ids"] == t["tokens"], "render and tokenize agree"
+            # Chat, as AIBRIX_TOKENIZE sends it.
+            status, body = post(url + "/tokenize", {
+                "model": "mock-model", "messages": [{"role": "user", "content": "hi"}],
+                "add_special_tokens": False, "add_generation_prompt": True,
+                "return_token_strs": False})
+            assert status == 200 and json.loads(body)["token_strs"] is None, body
+            status, body = post(url + "/detokenize", {"model": "mock-model",
+                                                      "tokens": t["tokens"]})
+            assert status == 200 and isinstance(json.loads(body)["prompt"], str), body
+            status, _ = post(url + "/tokenize", {"model": "other", "prompt": "x"})
+            assert status == 404
+    finally:
+        s.stop()
+
+
+def test_abort_request() -> None:
+    import threading
+    s = Server("--backend", "sglang", "--speed", "0.02", kv=False)
+    try:
+        out = {}
+
+        def generate():
+            out["r"] = post(s.url + "/generate", {
+                "rid": "gateway-rid-1", "text": "hello " * 30,
+                "sampling_params": {"max_new_tokens": 500, "ignore_eos": True}})
+
+        t = threading.Thread(target=generate)
+        t.start()
+        deadline = time.time() + 10
+        while s.workers()["in_flight"] == 0:
+            assert time.time() < deadline, "the request never started"
+            time.sleep(0.02)
+        status, body = post(s.url + "/abort_request", {"rid": "unknown-rid"})
+        assert status == 200 and body == b"", "an unknown rid is ignored, answered 200"
+        status, body = post(s.url + "/abort_request", {"rid": "gateway-rid-1"})
+        assert status == 200 and body == b"", (status, body)
+        t.join(30)
+        status, body = out["r"]
+        assert status == 200, body
+        meta = json.loads(body)["meta_info"]
+        assert meta["finish_reason"]["type"] == "abort", meta
+        assert meta["completion_tokens"] < 500, meta
+        v = s.wait_drained()
+        assert all(w["capacity"]["active_blocks"] == 0 for w in v["workers"]), v
+    finally:
+        s.stop()
+
+
 def main() -> int:
     checks = Checks()
     for backend in ("vllm", "sglang"):
@@ -274,6 +363,8 @@ def main() -> int:
     checks.run("llm-d central subscriber hears every engine by its topic",
                test_llmd_central_subscriber)
     checks.run("kv_event_sources and the four-frame replay", test_sources_and_replay)
+    checks.run("tokenize and detokenize as vLLM answers", test_tokenize)
+    checks.run("SGLang abort_request ends the rid and frees it", test_abort_request)
     return checks.report()
 
 

@@ -251,6 +251,7 @@ async fn run(
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        rids: Arc::default(),
     });
     let info = Arc::new(InfoState {
         app: state.clone(),

@@ -51,6 +51,9 @@ pub struct AppState {
     pub view: Arc<Mutex<EngineView>>,
     /// When the server started (Unix seconds), for `/v1/models`.
     pub created: u64,
+    /// The rids of native requests in flight, for SGLang's
+    /// `/abort_request` ([`crate::sglang::abort`]).
+    pub rids: Arc<crate::sglang::abort::RidTable>,
 }
 
 pub(crate) fn unix_secs() -> u64 {
@@ -135,6 +138,15 @@ pub struct CancelGuard {
     pub(crate) id: RequestId,
     pub(crate) tx: crossbeam_channel::Sender<Cmd>,
     pub(crate) armed: bool,
+    /// Its SGLang rid while it runs, if it named one.
+    pub(crate) rid: Option<crate::sglang::abort::RidEntry>,
+}
+
+impl CancelGuard {
+    /// `/abort_request` named it.
+    pub(crate) fn aborted(&self) -> bool {
+        self.rid.as_ref().is_some_and(|r| r.aborted())
+    }
 }
 
 impl CancelGuard {
@@ -196,6 +208,7 @@ async fn generate(
         id,
         tx: s.tx.clone(),
         armed: true,
+        rid: None,
     };
     let prefix = match endpoint {
         Endpoint::Completions => "cmpl",

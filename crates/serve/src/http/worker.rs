@@ -251,6 +251,7 @@ async fn generate(
         id,
         tx: s.app.tx.clone(),
         armed: true,
+        rid: None,
     };
     let prefix = match endpoint {
         Endpoint::Completions => "cmpl",

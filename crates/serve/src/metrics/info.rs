@@ -103,7 +103,8 @@ pub fn routes(info: Arc<InfoState>, scope: Scope) -> Router {
         .route("/health_generate", get(health_generate))
         .route("/version", get(version))
         .route("/v1/models", get(models))
-        .route("/kv_event_sources", get(kv_event_sources));
+        .route("/kv_event_sources", get(kv_event_sources))
+        .route("/abort_request", post(abort_request));
     // A worker's own `/generate` is its listener's (SGLang PD legs first,
     // `sglang_pd::generate`, then [`generate_on`]).
     let r = match scope {
@@ -478,6 +479,19 @@ async fn kv_event_sources(State(s): State<Arc<Scoped>>) -> Response {
     .into_response()
 }
 
+/// SGLang's `/abort_request` ([`crate::sglang::abort`]): on a worker's
+/// listener, the requests sent to that worker.
+async fn abort_request(
+    State(s): State<Arc<Scoped>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let scope = match s.scope {
+        Scope::Front => None,
+        Scope::Worker(w) => Some(w as u32),
+    };
+    crate::sglang::abort::abort_request(&s.info.app, scope, body).await
+}
+
 async fn version() -> Response {
     Json(json!({ "version": VERSION })).into_response()
 }
@@ -627,10 +641,18 @@ async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Re
     if app.tx.send(cmd).is_err() {
         return error(&failure("the engine is not running"));
     }
+    // SGLang's `/abort_request` finds it by the rid it named, on the
+    // listener it was sent to.
+    let scope = at.map(|w| w as u32);
+    let entry = req
+        .rid
+        .as_deref()
+        .and_then(|r| crate::sglang::abort::RidTable::register(&app.rids, r, id, scope));
     let guard = CancelGuard {
         id,
         tx: app.tx.clone(),
         armed: true,
+        rid: entry,
     };
     let rid = response_id(req.rid, id.0);
     if req.gen.stream {
