@@ -21,6 +21,11 @@ the same table in prose.
 - SGLang's `/abort_request {rid}` (SGLANG_ABORT): the named request ends
   at once, answering 200 with finish_reason `abort`, and what it held is
   freed.
+- Faults a client asks for with `--client-faults` (AIBRIX_MOCK's header
+  names, and the mocker's own): a status at once, a failure after N tokens
+  (the engine drains), a delayed prefill leg; counted in
+  `handoff_requests_failed_total{reason="client-injected"}`; ignored
+  without the flag.
 """
 
 import json
@@ -44,6 +49,7 @@ VLLM_SOURCES = "vllm-project/vllm vllm/entrypoints/serve/kv_events/api_router.py
 VLLM_TOKENIZE = ("vllm-project/vllm vllm/entrypoints/openai/protocol.py (TokenizeResponse, "
                  "DetokenizeResponse)")
 AIBRIX_TOKENIZE = "vllm-project/aibrix pkg/utils/tokenizer/adapter_vllm.go"
+AIBRIX_MOCK = "vllm-project/aibrix test/e2e (x-aibrix-mock-delay-ms, x-aibrix-mock-delay-role)"
 SGLANG_ABORT = "sgl-project/sglang python/sglang/srt/entrypoints/http_server.py (abort_request)"
 
 # (backend, family name as the parser reports it, type, labels a consumer
@@ -353,6 +359,55 @@ def test_abort_request() -> None:
         s.stop()
 
 
+def post_h(url: str, body: dict, headers: dict) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+    h = {"content-type": "application/json", **headers}
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def injected(s: Server) -> float:
+    _, text = s.get("/metrics")
+    for f in text_string_to_metric_families(text.decode()):
+        for x in f.samples:
+            if x.labels.get("reason") == "client-injected" and x.name.endswith("_total"):
+                return x.value
+    return 0.0
+
+
+def test_client_faults() -> None:
+    body = {"model": "mock-model", "prompt": "fault " * 20, "max_tokens": 20, "ignore_eos": True}
+    off = Server(kv=False)
+    try:
+        status, _ = post_h(off.url + "/v1/completions", body, {"x-mock-fail-status": "429"})
+        assert status == 200, "without --client-faults the header is ignored"
+    finally:
+        off.stop()
+    s = Server("--client-faults", kv=False)
+    try:
+        status, err = post_h(s.url + "/v1/completions", body, {"x-mock-fail-status": "429"})
+        assert status == 429 and json.loads(err)["error"]["code"] == 429, err
+        status, _ = post_h(s.url + "/v1/completions", body, {"x-aibrix-mock-fail": "prefill"})
+        assert status == 500
+        status, err = post_h(s.url + "/v1/completions", body, {"x-mock-fail-after-tokens": "3"})
+        assert status >= 500, (status, err)
+        s.wait_drained()
+        assert injected(s) == 3, injected(s)
+        t0 = time.time()
+        status, _ = post_h(s.url + "/v1/completions", body,
+                           {"x-aibrix-mock-delay-ms": "400", "x-aibrix-mock-delay-role": "prefill"})
+        assert status == 200 and time.time() - t0 >= 0.4
+        status, _ = post_h(s.url + "/v1/completions", body, {"x-mock-fail-status": "99"})
+        assert status == 400, "a malformed fault header is refused"
+    finally:
+        s.stop()
+
+
 def main() -> int:
     checks = Checks()
     for backend in ("vllm", "sglang"):
@@ -365,6 +420,7 @@ def main() -> int:
     checks.run("kv_event_sources and the four-frame replay", test_sources_and_replay)
     checks.run("tokenize and detokenize as vLLM answers", test_tokenize)
     checks.run("SGLang abort_request ends the rid and frees it", test_abort_request)
+    checks.run("client-asked faults reach the client and the metrics", test_client_faults)
     return checks.report()
 
 

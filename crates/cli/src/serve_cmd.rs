@@ -217,6 +217,7 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         bootstrap_timeout_s: a.bootstrap_timeout_s,
         tokenizer,
         hash_mode,
+        client_faults: a.gateway.client_faults(),
     };
     let report = handoff_serve::serve_workers(c, |l| {
         eprintln!(

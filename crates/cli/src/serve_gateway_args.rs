@@ -1,6 +1,7 @@
 //! `serve`'s flags for what gateways subscribe to and ask for: llm-d's
 //! per-engine KV topics, a PUB socket that connects to a remote subscriber,
-//! the replay answer's layout (`handoff_serve::kv_events`).
+//! the replay answer's layout (`handoff_serve::kv_events`), and faults a
+//! client asks for per request (`handoff_serve`'s `http::client_faults`).
 
 use handoff_serve::kv_events::sources::LlmdTopic;
 use handoff_serve::kv_events::zmq::ReplayLayout;
@@ -30,6 +31,11 @@ pub struct GatewayArgs {
     /// before each sequence) or legacy (vLLM before 0.26).
     #[arg(long, value_enum, default_value_t = Layout::Topic, requires = "kv_replay")]
     kv_replay_layout: Layout,
+    /// Obey fault headers a client sends with a request (x-mock-fail-status,
+    /// x-mock-fail-after-tokens, AIBrix's x-aibrix-mock-fail and
+    /// x-aibrix-mock-delay-ms / -role); off, they are ignored.
+    #[arg(long)]
+    client_faults: bool,
 }
 
 /// `--kv-replay-layout`.
@@ -42,6 +48,11 @@ enum Layout {
 }
 
 impl GatewayArgs {
+    /// `--client-faults`.
+    pub fn client_faults(&self) -> bool {
+        self.client_faults
+    }
+
     /// `kv` (from --kv-events, if given) with these flags applied, for `n`
     /// schedulers; `Some` also when only --kv-events-connect is given.
     pub fn kv(&self, kv: Option<KvEndpoints>, n: usize) -> Result<Option<KvEndpoints>, String> {

@@ -49,6 +49,9 @@ pub struct ServeConfig {
     pub tokenizer: crate::openai::tokenizer::Tokenizer,
     /// `--block-hash`: the hashes blocks are published under.
     pub hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
+    /// Obey requests' fault headers (`--client-faults`,
+    /// [`crate::http::client_faults`]).
+    pub client_faults: bool,
 }
 
 /// Where a server listens, once it does.
@@ -252,6 +255,7 @@ async fn run(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         rids: Arc::default(),
+        client_faults: c.client_faults,
     });
     let info = Arc::new(InfoState {
         app: state.clone(),

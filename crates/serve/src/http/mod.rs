@@ -8,6 +8,7 @@
 //! engine.
 
 pub(crate) mod accept;
+pub(crate) mod client_faults;
 pub(crate) mod error;
 pub(crate) mod listener;
 pub(crate) mod offload;
@@ -54,6 +55,9 @@ pub struct AppState {
     /// The rids of native requests in flight, for SGLang's
     /// `/abort_request` ([`crate::sglang::abort`]).
     pub rids: Arc<crate::sglang::abort::RidTable>,
+    /// Whether requests' fault headers are obeyed
+    /// ([`client_faults`], `serve --client-faults`).
+    pub client_faults: bool,
 }
 
 pub(crate) fn unix_secs() -> u64 {
@@ -81,13 +85,18 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 async fn completions(
     State(s): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    generate(s, Endpoint::Completions, body).await
+    generate(s, Endpoint::Completions, &headers, body).await
 }
 
-async fn chat(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
-    generate(s, Endpoint::Chat, body).await
+async fn chat(
+    State(s): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    generate(s, Endpoint::Chat, &headers, body).await
 }
 
 async fn ready(State(s): State<Arc<AppState>>) -> Response {
@@ -183,18 +192,38 @@ pub(crate) fn failure(reason: &str) -> ApiError {
 async fn generate(
     s: Arc<AppState>,
     endpoint: Endpoint,
+    headers: &axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match body {
         Ok(b) => b,
         Err(r) => return body_error_response(&r),
     };
+    let fault = if s.client_faults {
+        match client_faults::ClientFault::from_headers(headers) {
+            Ok(f) => f,
+            Err(e) => return error(&e),
+        }
+    } else {
+        client_faults::ClientFault::default()
+    };
     let req = match crate::http::offload::parse_off(endpoint, &body, &s.limits).await {
         Ok(r) => r,
         Err(e) => return error(&e),
     };
+    if let Some(e) = fault.refusal() {
+        s.metrics.request_failed_as(client_faults::REASON);
+        return error(&e);
+    }
+    if let Some(d) = fault.prefill_delay {
+        tokio::time::sleep(d).await;
+    }
     let id = RequestId(s.next_id.fetch_add(1, Ordering::Relaxed));
     let (tx, rx) = unbounded_channel();
+    let metrics = s.metrics.clone();
+    let rx = fault.wrap(rx, id, s.tx.clone(), move || {
+        metrics.request_failed_as(client_faults::REASON)
+    });
     let submit = Cmd::Submit {
         id,
         tokens: req.prompt.clone(),

@@ -416,9 +416,15 @@ impl Metrics {
 
     /// A request failed for `reason`.
     pub fn request_failed(&self, reason: FailureReason) {
+        self.request_failed_as(reason.name());
+    }
+
+    /// A request failed for a reason the edge names (a client-injected
+    /// fault, [`crate::http::client_faults`]).
+    pub fn request_failed_as(&self, reason: &str) {
         let labels = FailureLabels {
             model_name: self.model.clone(),
-            reason: reason.name().to_string(),
+            reason: reason.to_string(),
         };
         self.failed.get_or_create(&labels).inc();
     }
