@@ -406,6 +406,22 @@ def test_client_faults() -> None:
         assert status == 400, "a malformed fault header is refused"
     finally:
         s.stop()
+    # Per leg on the workers' listeners (AIBRIX_MOCK): the prefill worker
+    # fails, the decode worker is held, the same headers sent to both.
+    base = free_port(2)
+    s = Server("--client-faults", "--worker-http-base-port", str(base), kv=False)
+    try:
+        legs = {"x-aibrix-mock-fail": "prefill", "x-aibrix-mock-delay-ms": "300",
+                "x-aibrix-mock-delay-role": "decode"}
+        t0 = time.time()
+        status, _ = post_h(f"http://127.0.0.1:{base}/v1/completions", body, legs)
+        assert status == 500 and time.time() - t0 < 0.3, status
+        t0 = time.time()
+        status, _ = post_h(f"http://127.0.0.1:{base + 1}/v1/completions", body, legs)
+        assert status == 200 and time.time() - t0 >= 0.3, status
+        assert injected(s) == 1
+    finally:
+        s.stop()
 
 
 def main() -> int:

@@ -1,6 +1,10 @@
 //! Faults a client asks for, one request at a time, so a gateway's retry
 //! and fallback paths can be tested (`serve --client-faults`; without it
-//! the headers are ignored). Read on the front port's OpenAI routes:
+//! the headers are ignored). Read on the OpenAI routes of the front port
+//! (the whole request: its prefill is before it enters the engine, its
+//! decode after its first token) and of every worker's listener (one leg:
+//! a role header names the worker's own role, as AIBrix's mock applies a
+//! delay to whichever leg receives it, [`ClientFault::for_worker`]):
 //!
 //! - `x-mock-fail-status: CODE` (400-599): the request fails at once with
 //!   that status and an OpenAI error body, before reaching the engine.
@@ -100,19 +104,24 @@ fn leg(h: &HeaderMap, name: &'static str) -> Result<Option<Leg>, ApiError> {
     }
 }
 
+/// `x-mock-fail-status`, checked to be an error status.
+fn status(h: &HeaderMap) -> Result<Option<u16>, ApiError> {
+    match number(h, "x-mock-fail-status", 599)? {
+        Some(code) if code < 400 => Err(ApiError::invalid(
+            None,
+            format!("header x-mock-fail-status must be in [400, 599], got {code}"),
+        )),
+        code => Ok(code.map(|c| c as u16)),
+    }
+}
+
 impl ClientFault {
     /// What `h` asks for; a malformed header is a 400 naming it.
     pub fn from_headers(h: &HeaderMap) -> Result<Self, ApiError> {
-        let mut f = ClientFault::default();
-        if let Some(code) = number(h, "x-mock-fail-status", 599)? {
-            if code < 400 {
-                return Err(ApiError::invalid(
-                    None,
-                    format!("header x-mock-fail-status must be in [400, 599], got {code}"),
-                ));
-            }
-            f.status = Some(code as u16);
-        }
+        let mut f = ClientFault {
+            status: status(h)?,
+            ..ClientFault::default()
+        };
         f.after_tokens =
             number(h, "x-mock-fail-after-tokens", u64::from(u32::MAX))?.map(|n| n as u32);
         match leg(h, "x-aibrix-mock-fail")? {
@@ -126,6 +135,31 @@ impl ClientFault {
                 Some(Leg::Prefill) => f.prefill_delay = d,
                 Some(Leg::Decode) => f.decode_delay = d,
                 None => (f.prefill_delay, f.decode_delay) = (d, d),
+            }
+        }
+        Ok(f)
+    }
+
+    /// What `h` asks of a leg sent to a worker of `role` (`None`: an
+    /// aggregated worker, both roles): a failure or delay named for this
+    /// role (or for none) happens before the leg enters the engine; a
+    /// failure after tokens as on the front port.
+    pub fn for_worker(h: &HeaderMap, role: Option<Leg>) -> Result<Self, ApiError> {
+        let mine = |l: Option<Leg>| l.is_none() || role.is_none() || l == role;
+        let mut f = ClientFault {
+            status: status(h)?,
+            ..ClientFault::default()
+        };
+        if let Some(l) = leg(h, "x-aibrix-mock-fail")? {
+            if mine(Some(l)) {
+                f.status = f.status.or(Some(500));
+            }
+        }
+        f.after_tokens =
+            number(h, "x-mock-fail-after-tokens", u64::from(u32::MAX))?.map(|n| n as u32);
+        if let Some(ms) = number(h, "x-aibrix-mock-delay-ms", MAX_DELAY_MS)? {
+            if mine(leg(h, "x-aibrix-mock-delay-role")?) {
+                f.prefill_delay = Some(Duration::from_millis(ms));
             }
         }
         Ok(f)
@@ -248,6 +282,27 @@ mod tests {
             assert_eq!(e.status, 400);
             assert!(e.message.contains(bad.0), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn a_worker_obeys_what_names_its_role() {
+        let delay = h(&[
+            ("x-aibrix-mock-delay-ms", "100"),
+            ("x-aibrix-mock-delay-role", "decode"),
+            ("x-aibrix-mock-fail", "prefill"),
+        ]);
+        let p = ClientFault::for_worker(&delay, Some(Leg::Prefill)).expect("ok");
+        assert_eq!((p.status, p.prefill_delay), (Some(500), None));
+        let d = ClientFault::for_worker(&delay, Some(Leg::Decode)).expect("ok");
+        assert_eq!(
+            (d.status, d.prefill_delay),
+            (None, Some(Duration::from_millis(100)))
+        );
+        let a = ClientFault::for_worker(&delay, None).expect("ok");
+        assert_eq!(a.status, Some(500));
+        let code = h(&[("x-mock-fail-status", "503")]);
+        let d = ClientFault::for_worker(&code, Some(Leg::Decode)).expect("ok");
+        assert_eq!(d.status, Some(503));
     }
 
     #[tokio::test]
