@@ -8,10 +8,12 @@
 # venv, target/venv-smg: smg and sglang-router both install an `smg`
 # command) for vLLM, with vllm-router's kv_aware prefill policy routing on
 # the overlap it computes (test_routers.py), and sglang-router for SGLang's
-# bootstrap-room flow (test_sglang_pd.py); and engines as processes of their
+# bootstrap-room flow (test_sglang_pd.py); engines as processes of their
 # own (`serve --engine`) behind the toy proxy, vllm-router, smg and
 # sglang-router, with a prefill engine killed and stopped mid-load
-# (test_pods.py). Creates the venvs on first use,
+# (test_pods.py); what llm-d, AIBrix and the other gateways read, as
+# contracts naming their source (test_gateway_contracts.py). Creates the
+# venvs on first use,
 # pinned versions. HANDOFF_MOCKER=path overrides the binary (default: a
 # release build).
 set -euo pipefail
@@ -50,4 +52,5 @@ VLLM_ROUTER="$VENV/bin/vllm-router" SMG="$SMG_VENV/bin/python -m smg" \
 timeout 300 "$VENV/bin/python" tests/python/test_sglang_pd.py || rc=1
 VLLM_ROUTER="$VENV/bin/vllm-router" SMG="$SMG_VENV/bin/python -m smg" \
     timeout 300 "$VENV/bin/python" tests/python/test_pods.py || rc=1
+timeout 300 "$VENV/bin/python" tests/python/test_gateway_contracts.py || rc=1
 exit $rc

@@ -127,7 +127,8 @@ def replay(server: Server, worker: int, start: int) -> list[tuple[int, KVEventBa
     poller.register(s, zmq.POLLIN)
     while True:
         assert poller.poll(5000), "replay timed out"
-        _, seq, payload = s.recv_multipart()
+        # [delimiter, topic, seq, payload]: vLLM 0.26's layout (the default).
+        _, _, seq, payload = s.recv_multipart()
         if seq == (-1).to_bytes(8, "big", signed=True):
             break
         out.append((int.from_bytes(seq, "big"), DECODER.decode(payload)))

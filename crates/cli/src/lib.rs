@@ -35,6 +35,7 @@ mod replay_cmd;
 mod report_out;
 mod scenario_cmd;
 mod serve_cmd;
+mod serve_gateway_args;
 mod sweep_cmd;
 mod sweep_experiment;
 mod sweep_grid;

@@ -41,7 +41,7 @@ pub struct ServeArgs {
     /// Publish KV events in vLLM's ZMQ format: worker i binds a PUB socket
     /// on PORT + i; with --dp-size N, rank r of worker i on PORT + i·N + r
     /// (each rank its own publisher, as vLLM offsets a rank's port).
-    #[arg(long, value_name = "tcp://HOST:PORT")]
+    #[arg(long, value_name = "tcp://HOST:PORT", group = "kv_sink")]
     kv_events: Option<String>,
     /// vLLM's ROUTER replay socket for the KV events: worker i on PORT + i
     /// (needs --kv-events).
@@ -58,8 +58,10 @@ pub struct ServeArgs {
     /// How each ZMQ event is laid out: msgspec's array form (array, vLLM
     /// before 0.28) or its tagged map (map, vLLM 0.28 on, which
     /// vllm-router's kv_aware subscriber reads).
-    #[arg(long, value_enum, default_value_t = KvEncoding::Array, requires = "kv_events")]
+    #[arg(long, value_enum, default_value_t = KvEncoding::Array, requires = "kv_sink")]
     kv_event_encoding: KvEncoding,
+    #[command(flatten)]
+    gateway: crate::serve_gateway_args::GatewayArgs,
     /// Write every KV event as a Dynamo `RouterEvent` JSON line to FILE.
     #[arg(long, value_name = "FILE")]
     kv_events_out: Option<PathBuf>,
@@ -165,9 +167,14 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
             },
             topic: a.kv_topic.clone(),
             encoding: a.kv_event_encoding.into(),
+            ..KvEndpoints::default()
         }),
         None => None,
     };
+    let kv = a.gateway.kv(kv, n)?.map(|mut ep| {
+        ep.encoding = a.kv_event_encoding.into();
+        ep
+    });
     let kv_jsonl = match &a.kv_events_out {
         Some(p) => {
             let f = std::fs::File::create(p)
@@ -218,6 +225,7 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         bootstrap_timeout_s: a.bootstrap_timeout_s,
         tokenizer,
         hash_mode,
+        client_faults: a.gateway.client_faults(),
     };
     if a.pod.engine.is_some() {
         return crate::pod_cmd::run(c, &a.pod, a.output.as_deref());

@@ -49,6 +49,9 @@ pub struct ServeConfig {
     pub tokenizer: crate::openai::tokenizer::Tokenizer,
     /// `--block-hash`: the hashes blocks are published under.
     pub hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
+    /// Obey requests' fault headers (`--client-faults`,
+    /// [`crate::http::client_faults`]).
+    pub client_faults: bool,
 }
 
 /// Where a server listens, once it does.
@@ -200,7 +203,12 @@ async fn run(
     let n_workers = pools.len() / usize::from(dp.dp_size());
     let worker_listeners = bind_workers(&c.worker_http, n_workers).await?;
     let metrics = Arc::new(Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp));
-    let kv = match &c.kv {
+    metrics.cache_config(&c.specs);
+    let kv_ep = c.kv.clone().map(|ep| {
+        let addrs: Vec<_> = worker_listeners.iter().map(|(w, _, a)| (*w, *a)).collect();
+        crate::kv_events::sources::resolve_topics(ep, &c.model, dp, &addrs, &c.http)
+    });
+    let kv = match &kv_ep {
         Some(ep) => Some(KvPublishers::start(ep).await?),
         None => None,
     };
@@ -246,6 +254,8 @@ async fn run(
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        rids: Arc::default(),
+        client_faults: c.client_faults,
     });
     let info = Arc::new(InfoState {
         app: state.clone(),
@@ -255,6 +265,7 @@ async fn run(
         dp,
         policy,
         engine_process: false,
+        kv: kv_ep,
     });
     on_listen(Listening {
         http: addr,

@@ -460,6 +460,7 @@ impl HttpDirector {
                 }
             }
             f.last_token = Some(now);
+            self.metrics.generated(wi, u64::from(tokens));
             let _ = f.tx.send(StreamMsg::Tokens(tokens));
         }
     }

@@ -8,6 +8,7 @@
 //! engine.
 
 pub(crate) mod accept;
+pub(crate) mod client_faults;
 pub(crate) mod error;
 pub(crate) mod listener;
 pub(crate) mod offload;
@@ -51,6 +52,12 @@ pub struct AppState {
     pub view: Arc<Mutex<EngineView>>,
     /// When the server started (Unix seconds), for `/v1/models`.
     pub created: u64,
+    /// The rids of native requests in flight, for SGLang's
+    /// `/abort_request` ([`crate::sglang::abort`]).
+    pub rids: Arc<crate::sglang::abort::RidTable>,
+    /// Whether requests' fault headers are obeyed
+    /// ([`client_faults`], `serve --client-faults`).
+    pub client_faults: bool,
 }
 
 pub(crate) fn unix_secs() -> u64 {
@@ -88,13 +95,18 @@ pub(crate) fn pod_routes(state: Arc<AppState>) -> Router {
 
 async fn completions(
     State(s): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    generate(s, Endpoint::Completions, body).await
+    generate(s, Endpoint::Completions, &headers, body).await
 }
 
-async fn chat(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
-    generate(s, Endpoint::Chat, body).await
+async fn chat(
+    State(s): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    generate(s, Endpoint::Chat, &headers, body).await
 }
 
 async fn ready(State(s): State<Arc<AppState>>) -> Response {
@@ -145,6 +157,15 @@ pub struct CancelGuard {
     pub(crate) id: RequestId,
     pub(crate) tx: crossbeam_channel::Sender<Cmd>,
     pub(crate) armed: bool,
+    /// Its SGLang rid while it runs, if it named one.
+    pub(crate) rid: Option<crate::sglang::abort::RidEntry>,
+}
+
+impl CancelGuard {
+    /// `/abort_request` named it.
+    pub(crate) fn aborted(&self) -> bool {
+        self.rid.as_ref().is_some_and(|r| r.aborted())
+    }
 }
 
 impl CancelGuard {
@@ -181,18 +202,38 @@ pub(crate) fn failure(reason: &str) -> ApiError {
 async fn generate(
     s: Arc<AppState>,
     endpoint: Endpoint,
+    headers: &axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match body {
         Ok(b) => b,
         Err(r) => return body_error_response(&r),
     };
+    let fault = if s.client_faults {
+        match client_faults::ClientFault::from_headers(headers) {
+            Ok(f) => f,
+            Err(e) => return error(&e),
+        }
+    } else {
+        client_faults::ClientFault::default()
+    };
     let req = match crate::http::offload::parse_off(endpoint, &body, &s.limits).await {
         Ok(r) => r,
         Err(e) => return error(&e),
     };
+    if let Some(e) = fault.refusal() {
+        s.metrics.request_failed_as(client_faults::REASON);
+        return error(&e);
+    }
+    if let Some(d) = fault.prefill_delay {
+        tokio::time::sleep(d).await;
+    }
     let id = RequestId(s.next_id.fetch_add(1, Ordering::Relaxed));
     let (tx, rx) = unbounded_channel();
+    let metrics = s.metrics.clone();
+    let rx = fault.wrap(rx, id, s.tx.clone(), move || {
+        metrics.request_failed_as(client_faults::REASON)
+    });
     let submit = Cmd::Submit {
         id,
         tokens: req.prompt.clone(),
@@ -206,6 +247,7 @@ async fn generate(
         id,
         tx: s.tx.clone(),
         armed: true,
+        rid: None,
     };
     let prefix = match endpoint {
         Endpoint::Completions => "cmpl",

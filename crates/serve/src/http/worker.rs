@@ -85,6 +85,33 @@ async fn chat(
     generate(s, Endpoint::Chat, &headers, body).await
 }
 
+/// What `headers` ask of this leg ([`crate::http::client_faults`], with
+/// `--client-faults`): a failure at once is answered (and counted) here,
+/// a delay is waited out here, the rest is returned.
+async fn leg_fault(
+    s: &WorkerState,
+    headers: &HeaderMap,
+) -> Result<crate::http::client_faults::ClientFault, ApiError> {
+    use crate::http::client_faults::{ClientFault, Leg, REASON};
+    if !s.app.client_faults {
+        return Ok(ClientFault::default());
+    }
+    let role = match s.pool {
+        Pool::Prefill => Some(Leg::Prefill),
+        Pool::Decode => Some(Leg::Decode),
+        Pool::Aggregated => None,
+    };
+    let f = ClientFault::for_worker(headers, role)?;
+    if let Some(e) = f.refusal() {
+        s.app.metrics.request_failed_as(REASON);
+        return Err(e);
+    }
+    if let Some(d) = f.prefill_delay {
+        tokio::time::sleep(d).await;
+    }
+    Ok(f)
+}
+
 /// vLLM's data-parallel rank header.
 pub const DP_RANK_HEADER: &str = "X-data-parallel-rank";
 
@@ -195,6 +222,10 @@ async fn generate(
         Ok(r) => r,
         Err(e) => return error(&e),
     };
+    let fault = match leg_fault(&s, headers).await {
+        Ok(f) => f,
+        Err(e) => return error(&e),
+    };
     match crate::sglang::bootstrap::parse(&v) {
         Err(e) => return error(&e.api()),
         Ok(Some(room)) => return crate::sglang::pd::leg(&s, endpoint, req, room).await,
@@ -212,7 +243,16 @@ async fn generate(
         Ok(r) => r,
         Err(e) => return error(&e),
     };
-    let (tx, mut rx) = unbounded_channel();
+    let (tx, rx) = unbounded_channel();
+    let id_of = |kv: &KvTransfer| match kv {
+        KvTransfer::RemotePrefill(remote) => remote.request,
+        _ => RequestId(s.app.next_id.fetch_add(1, Ordering::Relaxed)),
+    };
+    let id = id_of(&kv);
+    let metrics = s.app.metrics.clone();
+    let mut rx = fault.wrap(rx, id, s.app.tx.clone(), move || {
+        metrics.request_failed_as(crate::http::client_faults::REASON)
+    });
     let (id, cmd) = match kv {
         KvTransfer::RemotePrefill(remote) => (
             remote.request,
@@ -226,7 +266,6 @@ async fn generate(
             },
         ),
         KvTransfer::Plain | KvTransfer::RemoteDecode => {
-            let id = RequestId(s.app.next_id.fetch_add(1, Ordering::Relaxed));
             let placement = match (&kv, s.pool) {
                 (KvTransfer::Plain, Pool::Prefill | Pool::Decode) => Placement::Local,
                 _ => Placement::Proxy,
@@ -251,6 +290,7 @@ async fn generate(
         id,
         tx: s.app.tx.clone(),
         armed: true,
+        rid: None,
     };
     let prefix = match endpoint {
         Endpoint::Completions => "cmpl",

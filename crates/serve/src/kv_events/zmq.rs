@@ -33,6 +33,19 @@
 //! passes its high-water mark, a replay answer waits for room (up to
 //! [`REPLAY_SEND_TIMEOUT_MS`] per message, then the rest of that answer is
 //! dropped), so a reading client gets every batch.
+//!
+//! The answer's layout ([`ReplayLayout`]): vLLM 0.26 on (PR #45177,
+//! `ZmqEventPublisher._service_replay`) puts the topic frame before each
+//! sequence, `[identity, (b""), topic, seq, payload]`, and ends with an
+//! empty topic, `END_SEQ` and an empty payload; vLLM before answers
+//! `[identity, (b""), seq, payload]` (`--kv-replay-layout legacy`).
+//!
+//! Each scheduler's topic is [`KvEndpoints::topics`]' entry when given
+//! (llm-d's `kv@HOST:PORT@MODEL`, [`crate::kv_events::sources`]), else the
+//! one [`KvEndpoints::topic`]. With [`KvEndpoints::connect`] the PUB sockets
+//! connect to the `publish` endpoints instead of binding them, as vLLM's
+//! `KVEventsConfig.endpoint` allows a remote (llm-d's central subscriber
+//! that every engine dials); no replay socket then.
 
 use crate::error::ServeError;
 use crate::kv_events::zmtp_guard::{self, InnerDir};
@@ -59,7 +72,7 @@ pub const MAX_REQUEST_PARTS: usize = 4;
 pub const REPLAY_SEND_TIMEOUT_MS: i32 = 5_000;
 
 /// vLLM's `hwm` default for the PUB socket (`ZmqEventPublisher.__init__`).
-const PUB_HWM: i32 = 100_000;
+pub const PUB_HWM: i32 = 100_000;
 
 /// How often a replay thread looks whether the publishers were dropped.
 const REPLAY_POLL_MS: i32 = 200;
@@ -99,8 +112,18 @@ impl Kept {
 
 type Buffer = Arc<Mutex<Kept>>;
 
+/// How a replay answer lays out its frames (module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReplayLayout {
+    /// vLLM 0.26 on: a topic frame before the sequence.
+    #[default]
+    Topic,
+    /// vLLM before 0.26: sequence and payload only.
+    Legacy,
+}
+
 /// Where worker `w`'s sockets listen.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct KvEndpoints {
     /// `tcp://HOST:PORT` of the PUB socket, one per worker.
     pub publish: Vec<String>,
@@ -108,8 +131,25 @@ pub struct KvEndpoints {
     pub replay: Vec<String>,
     /// The topic frame (vLLM's default is empty).
     pub topic: String,
+    /// Each scheduler's own topic frame, by id; empty: `topic` for all.
+    pub topics: Vec<String>,
+    /// Name each scheduler's topic as llm-d does: the server fills
+    /// `topics` from it and the listeners once bound
+    /// ([`crate::kv_events::sources::llmd_topics`]).
+    pub llmd: Option<crate::kv_events::sources::LlmdTopic>,
+    /// The PUB sockets connect to `publish` instead of binding it.
+    pub connect: bool,
+    /// The replay answer's layout.
+    pub replay_layout: ReplayLayout,
     /// How events are laid out in a batch (vLLM's array form by default).
     pub encoding: KvEventEncoding,
+}
+
+impl KvEndpoints {
+    /// Scheduler `s`'s topic frame.
+    pub fn topic_of(&self, s: usize) -> &str {
+        self.topics.get(s).unwrap_or(&self.topic)
+    }
 }
 
 /// The running publishers; [`KvPublishers::publish`] is called from the
@@ -166,13 +206,18 @@ impl KvPublishers {
         let mut publishers = Vec::with_capacity(ep.publish.len());
         let mut replays = Vec::new();
         for (w, addr) in ep.publish.iter().enumerate() {
-            let name = format!("pub-{w}");
-            let at = (&inner, name.as_str());
-            let sock = guarded_socket(&ctx, zmq::PUB, addr, "--kv-events", at, &mut guards).await?;
+            let sock = if ep.connect {
+                connected_pub(&ctx, addr)?
+            } else {
+                let name = format!("pub-{w}");
+                let at = (&inner, name.as_str());
+                guarded_socket(&ctx, zmq::PUB, addr, "--kv-events", at, &mut guards).await?
+            };
             sock.set_sndhwm(PUB_HWM)
                 .map_err(|e| ServeError::socket("--kv-events", addr, e))?;
             let buffer: Buffer = Arc::new(Mutex::new(Kept::new(keep)));
-            if let Some(raddr) = ep.replay.get(w) {
+            let topic = Bytes::from(ep.topic_of(w).as_bytes().to_vec());
+            if let Some(raddr) = ep.replay.get(w).filter(|_| !ep.connect) {
                 let name = format!("replay-{w}");
                 let at = (&inner, name.as_str());
                 let router =
@@ -184,26 +229,29 @@ impl KvPublishers {
                     router.set_rcvtimeo(REPLAY_POLL_MS)
                 };
                 tune().map_err(|e| ServeError::socket("--kv-replay", raddr, e))?;
-                replays.push((router, buffer.clone()));
+                let layout = match ep.replay_layout {
+                    ReplayLayout::Topic => Some(topic.clone()),
+                    ReplayLayout::Legacy => None,
+                };
+                replays.push((router, buffer.clone(), layout));
             }
-            publishers.push((sock, buffer));
+            publishers.push((sock, buffer, topic));
         }
-        for (w, (router, buffer)) in replays.into_iter().enumerate() {
+        for (w, (router, buffer, topic)) in replays.into_iter().enumerate() {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name(format!("kv-replay-{w}"))
-                .spawn(move || serve_replay(&router, &buffer, &stop))
+                .spawn(move || serve_replay(&router, &buffer, topic.as_deref(), &stop))
                 .map_err(|source| ServeError::Spawn {
                     what: "the --kv-replay thread",
                     source,
                 })?;
         }
         let (sender, receiver) = unbounded::<(usize, Bytes)>();
-        let topic = Bytes::from(ep.topic.clone().into_bytes());
         let workers = publishers.len();
         std::thread::Builder::new()
             .name("kv-publish".into())
-            .spawn(move || publish_loop(&publishers, &topic, &receiver))
+            .spawn(move || publish_loop(&publishers, &receiver))
             .map_err(|source| ServeError::Spawn {
                 what: "the --kv-events thread",
                 source,
@@ -253,14 +301,10 @@ impl Drop for KvPublishers {
 /// Sends each batch on its worker's PUB socket, numbered per worker, until
 /// the publishers are dropped. A batch is kept first: a subscriber that
 /// sees `seq` live and asks for it back finds it.
-fn publish_loop(
-    publishers: &[(zmq::Socket, Buffer)],
-    topic: &Bytes,
-    batches: &Receiver<(usize, Bytes)>,
-) {
+fn publish_loop(publishers: &[(zmq::Socket, Buffer, Bytes)], batches: &Receiver<(usize, Bytes)>) {
     let mut seqs = vec![0u64; publishers.len()];
     while let Ok((w, payload)) = batches.recv() {
-        let (Some((sock, buffer)), Some(seq)) = (publishers.get(w), seqs.get_mut(w)) else {
+        let (Some((sock, buffer, topic)), Some(seq)) = (publishers.get(w), seqs.get_mut(w)) else {
             continue;
         };
         if let Ok(mut b) = buffer.lock() {
@@ -295,10 +339,24 @@ fn recv_request(router: &zmq::Socket) -> Option<Vec<Vec<u8>>> {
     }
 }
 
+/// A PUB socket connected to the remote `addr` (a subscriber that binds),
+/// bounded as a bound one is; libzmq reconnects on its own.
+fn connected_pub(ctx: &zmq::Context, addr: &str) -> Result<zmq::Socket, ServeError> {
+    let setup = || -> Result<zmq::Socket, zmq::Error> {
+        let sock = ctx.socket(zmq::PUB)?;
+        sock.set_maxmsgsize(MAX_INBOUND_BYTES)?;
+        sock.set_linger(0)?;
+        sock.connect(addr)?;
+        Ok(sock)
+    };
+    setup().map_err(|e| ServeError::socket("--kv-events-connect", addr, e))
+}
+
 /// Answers replay requests until `stop`: `[identity, (b""), start_seq]`
 /// gets every kept batch from `start_seq` on, then the end marker, each
-/// with the same envelope.
-fn serve_replay(router: &zmq::Socket, buffer: &Buffer, stop: &AtomicBool) {
+/// with the same envelope and, with a `topic`, the topic frame before the
+/// sequence (empty on the end marker).
+fn serve_replay(router: &zmq::Socket, buffer: &Buffer, topic: Option<&[u8]>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         let Some(frames) = recv_request(router) else {
             continue;
@@ -315,11 +373,14 @@ fn serve_replay(router: &zmq::Socket, buffer: &Buffer, stop: &AtomicBool) {
         s.copy_from_slice(start);
         let start = u64::from_be_bytes(s);
         let kept = buffer.lock().map(|b| b.from(start)).unwrap_or_default();
-        let reply = |seq: &[u8], payload: &[u8]| {
+        let reply = |t: &[u8], seq: &[u8], payload: &[u8]| {
             let delimiter: &[u8] = &[];
             let mut v: Vec<&[u8]> = vec![identity];
             if delimited {
                 v.push(delimiter);
+            }
+            if topic.is_some() {
+                v.push(t);
             }
             v.push(seq);
             v.push(payload);
@@ -327,11 +388,12 @@ fn serve_replay(router: &zmq::Socket, buffer: &Buffer, stop: &AtomicBool) {
             // answer.
             router.send_multipart(v, 0).is_ok()
         };
+        let t = topic.unwrap_or_default();
         let answered = kept
             .iter()
-            .all(|(seq, payload)| reply(&seq.to_be_bytes(), payload));
+            .all(|(seq, payload)| reply(t, &seq.to_be_bytes(), payload));
         if answered {
-            reply(&END_SEQ, &[]);
+            reply(&[], &END_SEQ, &[]);
         }
     }
 }
@@ -367,8 +429,13 @@ mod tests {
     }
 
     /// Asks `dealer`'s replay socket for `start` on; the sequences answered
-    /// before the end marker.
-    async fn answer(dealer: &mut zeromq::DealerSocket, start: u64) -> Vec<u64> {
+    /// before the end marker. `topic`: the topic frame each answer carries
+    /// (`None`: the legacy layout, no topic frame).
+    async fn answer(
+        dealer: &mut zeromq::DealerSocket,
+        start: u64,
+        topic: Option<&str>,
+    ) -> Vec<u64> {
         let ask = vec![Bytes::new(), Bytes::copy_from_slice(&start.to_be_bytes())];
         dealer
             .send(ZmqMessage::try_from(ask).expect("frames"))
@@ -376,41 +443,64 @@ mod tests {
             .expect("send");
         let mut got = Vec::new();
         loop {
-            let f = tokio::time::timeout(std::time::Duration::from_secs(5), dealer.recv())
+            let mut f = tokio::time::timeout(std::time::Duration::from_secs(5), dealer.recv())
                 .await
                 .expect("answer in time")
                 .expect("recv")
                 .into_vec();
-            assert_eq!(f.len(), 3, "[delimiter, seq, payload]");
-            assert!(f[0].is_empty());
+            assert!(f[0].is_empty(), "delimiter first");
+            let t = match topic {
+                Some(_) => {
+                    assert_eq!(f.len(), 4, "[delimiter, topic, seq, payload]");
+                    Some(f.remove(1))
+                }
+                None => {
+                    assert_eq!(f.len(), 3, "[delimiter, seq, payload]");
+                    None
+                }
+            };
             if f[2].is_empty() {
                 assert_eq!(&f[1][..], &END_SEQ[..], "end marker");
+                assert!(
+                    t.is_none_or(|t| t.is_empty()),
+                    "the end marker's topic is empty"
+                );
                 return got;
+            }
+            if let (Some(t), Some(want)) = (t, topic) {
+                assert_eq!(&t[..], want.as_bytes());
             }
             got.push(u64::from_be_bytes(f[1][..].try_into().expect("8 bytes")));
         }
     }
 
+    fn loopback(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                let p = std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .map(|a| a.port())
+                    .expect("free port");
+                format!("tcp://127.0.0.1:{p}")
+            })
+            .collect()
+    }
+
     /// A DEALER client (as Dynamo's listener connects) asks the replay
     /// socket for ranges over loopback: kept ones come back in order, each
     /// answer ends with vLLM's end marker, an evicted start is answered
-    /// from the oldest kept.
+    /// from the oldest kept; in vLLM 0.26's layout each frame carries the
+    /// scheduler's own topic.
     #[tokio::test]
     async fn replay_socket_answers_ranges_over_loopback() {
-        let ports: Vec<u16> = (0..2)
-            .map(|_| {
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .and_then(|l| l.local_addr())
-                    .map(|a| a.port())
-                    .expect("free port")
-            })
-            .collect();
+        let ports = loopback(2);
         let ep = KvEndpoints {
-            publish: vec![format!("tcp://127.0.0.1:{}", ports[0])],
-            replay: vec![format!("tcp://127.0.0.1:{}", ports[1])],
-            topic: String::new(),
-            encoding: KvEventEncoding::Array,
+            publish: vec![ports[0].clone()],
+            replay: vec![ports[1].clone()],
+            topics: vec!["kv@127.0.0.1:8000@m".to_string()],
+            ..KvEndpoints::default()
         };
+        let topic = Some("kv@127.0.0.1:8000@m");
         let publishers = KvPublishers::start_keeping(&ep, 5).await.expect("bind");
         for i in 0..8u32 {
             publishers.publish(0, f64::from(i), &[WireEvent::AllBlocksCleared]);
@@ -419,18 +509,76 @@ mod tests {
         dealer.connect(&ep.replay[0]).await.expect("connect");
         // Publishing is asynchronous: wait until the newest batch is kept.
         let mut waited = 0;
-        while answer(&mut dealer, 7).await.is_empty() {
+        while answer(&mut dealer, 7, topic).await.is_empty() {
             waited += 1;
             assert!(waited < 100, "batches never kept");
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        assert_eq!(answer(&mut dealer, 4).await, vec![4, 5, 6, 7]);
-        assert_eq!(answer(&mut dealer, 5).await, vec![5, 6, 7]);
+        assert_eq!(answer(&mut dealer, 4, topic).await, vec![4, 5, 6, 7]);
+        assert_eq!(answer(&mut dealer, 5, topic).await, vec![5, 6, 7]);
         assert_eq!(
-            answer(&mut dealer, 0).await,
+            answer(&mut dealer, 0, topic).await,
             vec![3, 4, 5, 6, 7],
             "0..3 evicted"
         );
-        assert_eq!(answer(&mut dealer, 8).await, Vec::<u64>::new());
+        assert_eq!(answer(&mut dealer, 8, topic).await, Vec::<u64>::new());
+    }
+
+    /// `--kv-replay-layout legacy`: vLLM before 0.26's three frames.
+    #[tokio::test]
+    async fn legacy_layout_has_no_topic_frame() {
+        let ports = loopback(2);
+        let ep = KvEndpoints {
+            publish: vec![ports[0].clone()],
+            replay: vec![ports[1].clone()],
+            topic: "t".to_string(),
+            replay_layout: ReplayLayout::Legacy,
+            ..KvEndpoints::default()
+        };
+        let publishers = KvPublishers::start_keeping(&ep, 5).await.expect("bind");
+        publishers.publish(0, 0.0, &[WireEvent::AllBlocksCleared]);
+        let mut dealer = zeromq::DealerSocket::new();
+        dealer.connect(&ep.replay[0]).await.expect("connect");
+        let mut waited = 0;
+        while answer(&mut dealer, 0, None).await.is_empty() {
+            waited += 1;
+            assert!(waited < 100, "batch never kept");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Connect mode: the PUB socket dials a subscriber that binds (llm-d's
+    /// central endpoint), which receives `[topic, seq, payload]`.
+    #[tokio::test]
+    async fn connect_mode_dials_a_binding_subscriber() {
+        let ctx = zmq::Context::new();
+        let sub = ctx.socket(zmq::SUB).expect("sub");
+        sub.bind("tcp://127.0.0.1:*").expect("bind");
+        sub.set_subscribe(b"kv@").expect("subscribe");
+        sub.set_rcvtimeo(200).expect("timeout");
+        let at = sub.get_last_endpoint().expect("endpoint").expect("utf-8");
+        let ep = KvEndpoints {
+            publish: vec![at.clone(), at],
+            topics: vec!["kv@h:1@m".to_string(), "kv@h:2@m".to_string()],
+            connect: true,
+            ..KvEndpoints::default()
+        };
+        let publishers = KvPublishers::start_keeping(&ep, 5).await.expect("connect");
+        // A slow joiner: publish until both schedulers' batches arrive.
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..100 {
+            publishers.publish(0, 0.0, &[WireEvent::AllBlocksCleared]);
+            publishers.publish(1, 0.0, &[WireEvent::AllBlocksCleared]);
+            while let Ok(f) = sub.recv_multipart(0) {
+                assert_eq!(f.len(), 3, "[topic, seq, payload]");
+                seen.insert(String::from_utf8(f[0].clone()).expect("utf-8"));
+            }
+            if seen.len() == 2 {
+                break;
+            }
+        }
+        let want: std::collections::BTreeSet<String> =
+            ["kv@h:1@m", "kv@h:2@m"].map(String::from).into();
+        assert_eq!(seen, want);
     }
 }

@@ -17,6 +17,7 @@
 //!   `engine="0"` as a single-engine vLLM server labels them (vllm-router's
 //!   `dp_utils.rs`, `discover_dp_size`, counts the distinct `engine` labels
 //!   of a worker's `/metrics` as its data-parallel size).
+//! - vLLM's `/kv_event_sources` ([`crate::kv_events::sources`]).
 //! - smg (`crates/protocols/src/worker.rs`, `WorkerLoadResponse` and
 //!   `SchedulerLoadSnapshot`; `model_gateway/src/worker/monitor.rs`,
 //!   `fetch_http_load_native`): `/v1/loads` and `/loads`, `{timestamp,
@@ -73,6 +74,8 @@ pub struct InfoState {
     /// The process is this one engine (`serve --engine`): a worker's
     /// `/metrics` is the whole registry, its failures among them.
     pub engine_process: bool,
+    /// The KV event sockets as started (topics resolved), if any.
+    pub kv: Option<crate::kv_events::zmq::KvEndpoints>,
 }
 
 /// Whom a listener speaks for.
@@ -102,7 +105,9 @@ pub fn routes(info: Arc<InfoState>, scope: Scope) -> Router {
         .route("/loads", get(loads))
         .route("/health_generate", get(health_generate))
         .route("/version", get(version))
-        .route("/v1/models", get(models));
+        .route("/v1/models", get(models))
+        .route("/kv_event_sources", get(kv_event_sources))
+        .route("/abort_request", post(abort_request));
     // A worker's own `/generate` is its listener's (SGLang PD legs first,
     // `sglang_pd::generate`, then [`generate_on`]).
     let r = match scope {
@@ -466,6 +471,30 @@ async fn loads(State(s): State<Arc<Scoped>>) -> Response {
     }
 }
 
+/// vLLM's `/kv_event_sources` ([`crate::kv_events::sources`]): a worker's
+/// listener lists its ranks; the front port every scheduler, keyed by id.
+async fn kv_event_sources(State(s): State<Arc<Scoped>>) -> Response {
+    let members = s.info.members(s.scope);
+    Json(crate::kv_events::sources::kv_event_sources(
+        s.info.kv.as_ref(),
+        members,
+    ))
+    .into_response()
+}
+
+/// SGLang's `/abort_request` ([`crate::sglang::abort`]): on a worker's
+/// listener, the requests sent to that worker.
+async fn abort_request(
+    State(s): State<Arc<Scoped>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let scope = match s.scope {
+        Scope::Front => None,
+        Scope::Worker(w) => Some(w as u32),
+    };
+    crate::sglang::abort::abort_request(&s.info.app, scope, body).await
+}
+
 async fn version() -> Response {
     Json(json!({ "version": VERSION })).into_response()
 }
@@ -620,10 +649,18 @@ async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Re
     if app.tx.send(cmd).is_err() {
         return error(&failure("the engine is not running"));
     }
+    // SGLang's `/abort_request` finds it by the rid it named, on the
+    // listener it was sent to.
+    let scope = at.map(|w| w as u32);
+    let entry = req
+        .rid
+        .as_deref()
+        .and_then(|r| crate::sglang::abort::RidTable::register(&app.rids, r, id, scope));
     let guard = CancelGuard {
         id,
         tx: app.tx.clone(),
         armed: true,
+        rid: entry,
     };
     let rid = response_id(req.rid, id.0);
     if req.gen.stream {

@@ -33,6 +33,7 @@
 //! waited for its reservation (`Reserving` to `Reserved`); prefill-side
 //! queueing is not visible in worker events.
 
+mod gateway;
 pub(crate) mod info;
 
 use handoff_core::{Backend, DpLayout, FailureReason, KvCapacitySnapshot, WorkerId};
@@ -86,12 +87,14 @@ type IGauge = Family<WorkerLabels, Gauge>;
 type Count = Family<WorkerLabels, Counter>;
 type Hist = Family<WorkerLabels, Histogram, fn() -> Histogram>;
 
+/// vLLM's TTFT buckets: every latency of SGLang's series, and vLLM's TTFT.
 fn latency_hist() -> Histogram {
-    // vLLM's TTFT buckets, which cover the other latencies well enough.
-    Histogram::new([
-        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-        20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-    ])
+    Histogram::new(gateway::TTFT_BUCKETS)
+}
+
+/// vLLM's request latency buckets: its e2e and queue time.
+fn request_hist() -> Histogram {
+    Histogram::new(gateway::REQUEST_BUCKETS)
 }
 
 /// The registry and every family in it.
@@ -116,6 +119,7 @@ pub struct Metrics {
     queue: Hist,
     model: String,
     failed: Family<FailureLabels, Counter>,
+    gw: gateway::GatewaySeries,
 }
 
 fn role(p: Pool) -> &'static str {
@@ -155,6 +159,15 @@ impl Metrics {
             })
             .collect();
         let hist = || Hist::new_with_constructor(latency_hist as fn() -> Histogram);
+        // vLLM's own buckets per histogram (`vllm/v1/metrics/loggers.py`).
+        let (gap, request) = if sglang {
+            (hist(), hist())
+        } else {
+            (
+                Hist::new_with_constructor(gateway::tpot_hist as fn() -> Histogram),
+                Hist::new_with_constructor(request_hist as fn() -> Histogram),
+            )
+        };
         let m = Metrics {
             labels,
             running: IGauge::default(),
@@ -170,16 +183,22 @@ impl Metrics {
             lease_expiries: Count::default(),
             reservation_expiries: Count::default(),
             ttft: hist(),
-            itl: hist(),
-            e2e: hist(),
-            queue: hist(),
+            itl: gap,
+            e2e: request,
+            queue: Hist::new_with_constructor(if sglang {
+                latency_hist as fn() -> Histogram
+            } else {
+                request_hist as fn() -> Histogram
+            }),
             model: model.to_string(),
             failed: Family::default(),
             registry: Registry::default(),
+            gw: gateway::GatewaySeries::new(sglang),
         };
         m.register_engine(&mut registry, p, sglang);
         m.register_handoff(&mut registry, p);
         m.register_latency(&mut registry, p, sglang);
+        m.gw.register(&mut registry, p);
         Metrics { registry, ..m }
     }
 
@@ -312,6 +331,7 @@ impl Metrics {
         self.running.get_or_create(l).set(i(c.running_requests));
         self.waiting.get_or_create(l).set(i(c.waiting_requests));
         self.usage.get_or_create(l).set(c.usage());
+        self.gw.usage(l, c.usage(), i(c.waiting_requests));
         self.pinned.get_or_create(l).set(i(c.pinned_source_blocks));
         self.reserved
             .get_or_create(l)
@@ -321,6 +341,7 @@ impl Metrics {
     /// A prompt of `tokens` was routed to worker `w` with `hit` of them cached.
     pub fn prefix_query(&self, w: usize, tokens: u64, hit: u64) {
         let Some(l) = self.l(w) else { return };
+        self.gw.prompt(l, tokens);
         let q = self.queries.get_or_create(l).inc_by(tokens) + tokens;
         let h = self.hits.get_or_create(l).inc_by(hit) + hit;
         if let Some(rate) = &self.cache_hit_rate {
@@ -369,7 +390,21 @@ impl Metrics {
     pub fn itl(&self, w: usize, secs: f64) {
         if let Some(l) = self.l(w) {
             self.itl.get_or_create(l).observe(secs);
+            self.gw.gap(l, secs);
         }
+    }
+
+    /// Worker `w` streamed `tokens` output tokens to a client.
+    pub fn generated(&self, w: usize, tokens: u64) {
+        if let Some(l) = self.l(w) {
+            self.gw.generated(l, tokens);
+        }
+    }
+
+    /// Writes every worker's `cache_config_info` from its engine spec, by
+    /// scheduler id.
+    pub fn cache_config(&self, specs: &[handoff_deployment::EngineSpec]) {
+        self.gw.cache_config(&self.labels, specs);
     }
 
     /// A request's end-to-end latency on its decode worker `w`, in seconds.
@@ -381,15 +416,25 @@ impl Metrics {
 
     /// A request failed for `reason`.
     pub fn request_failed(&self, reason: FailureReason) {
+        self.request_failed_as(reason.name());
+    }
+
+    /// A request failed for a reason the edge names (a client-injected
+    /// fault, [`crate::http::client_faults`]).
+    pub fn request_failed_as(&self, reason: &str) {
         let labels = FailureLabels {
             model_name: self.model.clone(),
-            reason: reason.name().to_string(),
+            reason: reason.to_string(),
         };
         self.failed.get_or_create(&labels).inc();
     }
 
     /// The OpenMetrics text of every worker, or of worker `only`.
     pub fn render(&self, only: Option<usize>) -> String {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.gw.lora_now(&self.labels, unix);
         let mut s = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
@@ -432,6 +477,7 @@ impl Metrics {
             let _ = self.itl.get_or_create(l);
             let _ = self.e2e.get_or_create(l);
             let _ = self.queue.get_or_create(l);
+            self.gw.touch(l);
         }
     }
 }

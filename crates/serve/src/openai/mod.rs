@@ -20,6 +20,7 @@
 pub(crate) mod prompt;
 pub(crate) mod render;
 pub(crate) mod sampling;
+pub(crate) mod tokenize;
 pub(crate) mod tokenizer;
 
 pub use tokenizer::{tokenize, EncodeError, PromptKind, Tokenizer};
@@ -292,7 +293,14 @@ fn prompt_tokens(v: &Value, limits: &Limits) -> Result<Vec<u32>, ApiError> {
     }
 }
 
-fn chat_tokens(v: &Value, limits: &Limits) -> Result<Vec<u32>, ApiError> {
+pub(crate) fn chat_tokens(v: &Value, limits: &Limits) -> Result<Vec<u32>, ApiError> {
+    let text = chat_text(v)?;
+    encode(limits, &text, PromptKind::Chat, "messages")
+}
+
+/// `v`'s `messages` through the chat template ([`chat_prompt`]); the error
+/// names the message at fault.
+pub(crate) fn chat_text(v: &Value) -> Result<String, ApiError> {
     let Some(Value::Array(msgs)) = v.get("messages") else {
         return Err(ApiError::invalid(
             Some("messages"),
@@ -351,8 +359,9 @@ fn chat_tokens(v: &Value, limits: &Limits) -> Result<Vec<u32>, ApiError> {
         };
         parts.push((role.to_string(), content));
     }
-    let text = chat_prompt(parts.iter().map(|(r, c)| (r.as_str(), c.as_str())));
-    encode(limits, &text, PromptKind::Chat, "messages")
+    Ok(chat_prompt(
+        parts.iter().map(|(r, c)| (r.as_str(), c.as_str())),
+    ))
 }
 
 /// Parses `body` sent to `endpoint`.

@@ -37,6 +37,13 @@ pub fn routes(app: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/completions/render", post(completions))
         .route("/v1/chat/completions/render", post(chat))
+        // vLLM's tokenizer endpoints ride with render: every API server
+        // has both ([`crate::openai::tokenize`]).
+        .route("/tokenize", post(crate::openai::tokenize::tokenize_route))
+        .route(
+            "/detokenize",
+            post(crate::openai::tokenize::detokenize_route),
+        )
         .method_not_allowed_fallback(|| async { error(&ApiError::method_not_allowed()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)

@@ -160,8 +160,24 @@ pub fn chat_prompt<'a>(messages: impl IntoIterator<Item = (&'a str, &'a str)>) -
         s.push_str(content);
         s.push('\n');
     }
-    s.push_str("<|assistant|>\n");
+    s.push_str(GENERATION_PROMPT);
     s
+}
+
+/// What [`chat_prompt`] ends with: the assistant's turn opened.
+pub const GENERATION_PROMPT: &str = "<|assistant|>\n";
+
+/// The pieces the stand-in rule cuts `text` into (see the module docs), in
+/// order; their ids are [`tokenize`]'s.
+pub fn pieces(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let len = piece_len(rest);
+        out.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+    out
 }
 
 /// The tokenizer prompts go through (`serve --tokenizer`).

@@ -162,8 +162,7 @@ fn per_rank(ep: &KvEndpoints, n: usize) -> Result<KvEndpoints, ServeError> {
     Ok(KvEndpoints {
         publish: each(&ep.publish, "--kv-events")?,
         replay: each(&ep.replay, "--kv-replay")?,
-        topic: ep.topic.clone(),
-        encoding: ep.encoding,
+        ..ep.clone()
     })
 }
 
@@ -221,6 +220,8 @@ struct Engine {
     driver: std::thread::JoinHandle<PodSummary>,
     metrics: Arc<Metrics>,
     view: Arc<Mutex<EngineView>>,
+    /// The KV event sockets as started (topics resolved), if any.
+    kv_ep: Option<KvEndpoints>,
 }
 
 impl Engine {
@@ -267,8 +268,20 @@ impl Engine {
             engine_id: (engine_id, pod_ids.engine),
             host,
         };
-        let publishers = match &c.serve.kv {
-            Some(ep) => Some(KvPublishers::start(&per_rank(ep, n)?).await?),
+        metrics.cache_config(specs);
+        // The engine's own listener names its llm-d topics.
+        let kv_ep = match &c.serve.kv {
+            Some(ep) => Some(crate::kv_events::sources::resolve_topics(
+                per_rank(ep, n)?,
+                &c.serve.model,
+                dp,
+                &[(0, addr)],
+                &c.serve.http,
+            )),
+            None => None,
+        };
+        let publishers = match &kv_ep {
+            Some(ep) => Some(KvPublishers::start(ep).await?),
             None => None,
         };
         let view = Arc::new(Mutex::new(EngineView::default()));
@@ -303,6 +316,7 @@ impl Engine {
             driver,
             metrics,
             view,
+            kv_ep,
         })
     }
 
@@ -324,6 +338,8 @@ impl Engine {
             metrics: self.metrics.clone(),
             view: self.view.clone(),
             created: crate::http::unix_secs(),
+            rids: Arc::default(),
+            client_faults: c.serve.client_faults,
         });
         let info = Arc::new(InfoState {
             app: state.clone(),
@@ -333,6 +349,7 @@ impl Engine {
             dp,
             policy,
             engine_process: true,
+            kv: self.kv_ep.clone(),
         });
         let ws = Arc::new(WorkerState {
             app: state.clone(),
@@ -384,8 +401,7 @@ mod tests {
         let ep = KvEndpoints {
             publish: vec!["tcp://*:5557".into(), "tcp://*:5558".into()],
             replay: vec!["tcp://*:6000".into()],
-            topic: String::new(),
-            encoding: Default::default(),
+            ..Default::default()
         };
         let r = per_rank(&ep, 3).unwrap();
         let all = |p: u16| format!("tcp://0.0.0.0:{p}");

@@ -2,6 +2,7 @@
 //! `sglang-router` sends them ([`pd`]), the sans-IO table that pairs them
 //! ([`bootstrap`]), and SGLang's native `/generate` ([`native`]).
 
+pub(crate) mod abort;
 pub(crate) mod bootstrap;
 pub(crate) mod native;
 pub(crate) mod pd;

@@ -224,6 +224,15 @@ impl Progress {
         }
     }
 
+    /// The body of a request `/abort_request` ended: what it produced, with
+    /// SGLang's `FINISH_ABORT` as the finish reason.
+    fn aborted(&self) -> Value {
+        let mut v = self.body(false);
+        v["meta_info"]["finish_reason"] =
+            json!({"type": "abort", "message": "Aborted by /abort_request."});
+        v
+    }
+
     fn body(&self, done: bool) -> Value {
         json!({
             "text": self.text,
@@ -262,6 +271,10 @@ pub async fn whole(
                 guard.disarm();
                 return Json(p.body(true)).into_response();
             }
+            StreamMsg::Failed(_) if guard.aborted() => {
+                guard.disarm();
+                return Json(p.aborted()).into_response();
+            }
             StreamMsg::Failed(reason) => {
                 guard.disarm();
                 return error(&failure(reason.name()));
@@ -283,6 +296,9 @@ pub async fn whole(
         }
     }
     guard.disarm();
+    if guard.aborted() {
+        return Json(p.aborted()).into_response();
+    }
     error(&failure("the engine stopped"))
 }
 

@@ -85,6 +85,7 @@ fn send(s: &WorkerState, req: &GenRequest, key: RoomKey) -> Result<Sent, ApiErro
         id,
         tx: s.app.tx.clone(),
         armed: true,
+        rid: None,
     };
     Ok(Sent {
         side,

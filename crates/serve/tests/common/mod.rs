@@ -35,6 +35,7 @@ pub fn loopback(cfg: DeploymentConfig, specs: Vec<EngineSpec>) -> ServeConfig {
         bootstrap_timeout_s: 300.0,
         tokenizer: Default::default(),
         hash_mode: Default::default(),
+        client_faults: false,
     }
 }
 
@@ -268,6 +269,7 @@ pub fn kv_endpoints(n: usize) -> KvEndpoints {
         replay: (0..n).map(ports).collect(),
         topic: String::new(),
         encoding: KvEventEncoding::Array,
+        ..KvEndpoints::default()
     }
 }
 
@@ -289,10 +291,12 @@ pub async fn replay_batches(replay: &str) -> Vec<rmpv::Value> {
             .expect("replay answers")
             .expect("recv")
             .into_vec();
-        if f[2].is_empty() {
-            assert_eq!(&f[1][..], &END_SEQ[..]);
+        // [delimiter, topic, seq, payload] (vLLM 0.26's layout, the default).
+        assert_eq!(f.len(), 4, "[delimiter, topic, seq, payload]");
+        if f[3].is_empty() {
+            assert_eq!(&f[2][..], &END_SEQ[..]);
             return out;
         }
-        out.push(rmpv::decode::read_value(&mut &f[2][..]).expect("msgpack"));
+        out.push(rmpv::decode::read_value(&mut &f[3][..]).expect("msgpack"));
     }
 }
