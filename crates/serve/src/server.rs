@@ -212,12 +212,7 @@ async fn run(
         Some(ep) => Some(KvPublishers::start(ep).await?),
         None => None,
     };
-    let listener = tokio::net::TcpListener::bind(&c.http)
-        .await
-        .map_err(|e| ServeError::socket("--http", &c.http, e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| ServeError::socket("--http", &c.http, e))?;
+    let (listener, addr) = bind(&c.http, "--http").await?;
     let view = Arc::new(Mutex::new(EngineView::default()));
     let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
     let backend = c.cfg.backend;
@@ -234,13 +229,7 @@ async fn run(
         bootstrap_timeout: bootstrap_timeout(c.bootstrap_timeout_s)?,
         hash_mode: c.hash_mode,
     };
-    let engine = std::thread::Builder::new()
-        .name("engine".into())
-        .spawn(move || driver::run(d, rx))
-        .map_err(|source| ServeError::Spawn {
-            what: "the engine thread",
-            source,
-        })?;
+    let engine = spawn_engine(d, rx)?;
     let state = Arc::new(AppState {
         tx: tx.clone(),
         next_id: AtomicU64::new(0),
@@ -251,9 +240,7 @@ async fn run(
         },
         metrics,
         view: view.clone(),
-        created: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        created: crate::http::unix_secs(),
         rids: Arc::default(),
         client_faults: c.client_faults,
     });
@@ -272,34 +259,12 @@ async fn run(
         workers: worker_listeners.iter().map(|(w, _, a)| (*w, *a)).collect(),
     });
     // Every listener stops when `stop` does.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let others: Vec<_> = worker_listeners
-        .into_iter()
-        .map(|(w, l, a)| {
-            let ws = Arc::new(WorkerState {
-                app: state.clone(),
-                worker: handoff_core::WorkerId(w),
-                pool: pools[w as usize * usize::from(dp.dp_size())],
-                policy,
-                backend,
-                dp,
-                host: a.ip().to_string(),
-                port: a.port(),
-            });
-            tokio::spawn(serve_worker(ws, info.clone(), l, timeouts, stop_rx.clone()))
-        })
-        .collect();
+    let (stop_rx, force_rx) = relay(stop, force);
+    let others = spawn_workers(worker_listeners, &info, timeouts, &stop_rx);
     let render = crate::openai::render::routes(state.clone());
     let front = router(state)
         .merge(info::routes(info, Scope::Front))
         .merge(render);
-    let (force_tx, force_rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        stop.await;
-        let _ = stop_tx.send(true);
-        force.await;
-        let _ = force_tx.send(());
-    });
     serve_listeners(
         (listener, front, timeouts),
         others,
@@ -310,6 +275,51 @@ async fn run(
     .await;
     let _ = tx.send(Cmd::Shutdown);
     engine.join().map_err(|_| ServeError::EnginePanicked)?
+}
+
+/// Binds `addr` (given as `flag`) and says where it listens.
+async fn bind(addr: &str, flag: &str) -> Result<(tokio::net::TcpListener, SocketAddr), ServeError> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServeError::socket(flag, addr, e))?;
+    let at = l
+        .local_addr()
+        .map_err(|e| ServeError::socket(flag, addr, e))?;
+    Ok((l, at))
+}
+
+/// The engine thread, running [`driver::run`] until `Shutdown`.
+fn spawn_engine(
+    d: DriverConfig,
+    rx: crossbeam_channel::Receiver<Cmd>,
+) -> Result<std::thread::JoinHandle<Result<Report, ServeError>>, ServeError> {
+    std::thread::Builder::new()
+        .name("engine".into())
+        .spawn(move || driver::run(d, rx))
+        .map_err(|source| ServeError::Spawn {
+            what: "the engine thread",
+            source,
+        })
+}
+
+/// Relays `stop` to every listener (a watch that turns true) and then
+/// `force` (a oneshot that fires).
+fn relay(
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    force: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (
+    tokio::sync::watch::Receiver<bool>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (force_tx, force_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        stop.await;
+        let _ = stop_tx.send(true);
+        force.await;
+        let _ = force_tx.send(());
+    });
+    (stop_rx, force_rx)
 }
 
 /// Binds each `--worker-http` listener (worker id, address), refusing a
@@ -328,11 +338,9 @@ async fn bind_workers(
         }
         let l = tokio::net::TcpListener::bind(a)
             .await
+            .and_then(|l| Ok((l.local_addr()?, l)))
             .map_err(|e| ServeError::socket("--worker-http", format!("{w}={a}"), e))?;
-        let addr = l
-            .local_addr()
-            .map_err(|e| ServeError::socket("--worker-http", format!("{w}={a}"), e))?;
-        out.push((*w, l, addr));
+        out.push((*w, l.1, l.0));
     }
     Ok(out)
 }
@@ -344,6 +352,32 @@ fn bootstrap_timeout(secs: f64) -> Result<handoff_core::Duration, ServeError> {
         value: secs.to_string(),
         expected: "a number of seconds",
     })
+}
+
+/// Each per-worker listener on a task of its own, until `stop`.
+fn spawn_workers(
+    listeners: Vec<(u32, tokio::net::TcpListener, SocketAddr)>,
+    info: &Arc<InfoState>,
+    timeouts: HttpTimeouts,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let dp = info.dp;
+    listeners
+        .into_iter()
+        .map(|(w, l, a)| {
+            let ws = Arc::new(WorkerState {
+                app: info.app.clone(),
+                worker: handoff_core::WorkerId(w),
+                pool: info.pools[w as usize * usize::from(dp.dp_size())],
+                policy: info.policy,
+                backend: info.backend,
+                dp,
+                host: a.ip().to_string(),
+                port: a.port(),
+            });
+            tokio::spawn(serve_worker(ws, info.clone(), l, timeouts, stop.clone()))
+        })
+        .collect()
 }
 
 /// One worker's listener: its PD endpoints, its info routes and the
