@@ -22,6 +22,10 @@ mod experiment_cmd;
 mod html;
 
 mod live_cmd;
+mod plan_aic;
+mod plan_cmd;
+mod plan_html;
+mod plan_rank;
 mod replay_cmd;
 mod report_out;
 mod scenario_cmd;
@@ -32,7 +36,7 @@ mod sweep_grid;
 mod sweep_map;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use handoff_mocker::{args, limits};
+use handoff_mocker::{args, hardware_args, limits};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -72,6 +76,11 @@ enum Command {
     /// configuration and a CSV + JSON summary; `--shard I/N` and `sweep
     /// merge` split a grid across hosts.
     Sweep(Box<sweep_cmd::SweepArgs>),
+    /// Answer the sizing question by simulation: every aggregated layout
+    /// and xPyD split within a GPU budget, replayed under an SLO and
+    /// ranked by goodput per GPU, with the Pareto frontier and its page;
+    /// `--check-aic FILE` simulates AIConfigurator's saved picks.
+    Plan(Box<plan_cmd::PlanArgs>),
 }
 
 /// The command line, parsed (a `replay --rerun REPORT` with the report's
@@ -113,6 +122,7 @@ fn main() -> ExitCode {
         Command::Experiment(args) => experiment_cmd::run(*args),
         Command::Serve(args) => serve_cmd::run(*args),
         Command::Sweep(args) => sweep_cmd::run(*args),
+        Command::Plan(args) => plan_cmd::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

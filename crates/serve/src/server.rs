@@ -214,7 +214,16 @@ async fn run(
             .map_err(|e| ServeError::socket("--worker-http", format!("{w}={a}"), e))?;
         worker_listeners.push((*w, l, addr));
     }
-    let metrics = Arc::new(Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp));
+    let gpus = c.cfg.sizing.as_ref().map_or(0, |z| {
+        (pools.len() as u64).saturating_mul(u64::from(z.gpus_per_rank))
+    });
+    let metrics = Arc::new(
+        Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp).with_slo(
+            c.cfg.sizing.as_ref(),
+            gpus,
+            c.cfg.backend == handoff_core::Backend::Sglang,
+        ),
+    );
     let kv = match &c.kv {
         Some(ep) => Some(KvPublishers::start(ep).await?),
         None => None,

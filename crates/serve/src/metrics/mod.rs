@@ -34,6 +34,7 @@
 //! queueing is not visible in worker events.
 
 pub(crate) mod info;
+pub(crate) mod slo;
 
 use handoff_core::{Backend, DpLayout, FailureReason, KvCapacitySnapshot, WorkerId};
 use handoff_router::Pool;
@@ -116,6 +117,8 @@ pub struct Metrics {
     queue: Hist,
     model: String,
     failed: Family<FailureLabels, Counter>,
+    /// `--slo` / `--gpu-hour-usd` series ([`slo`]).
+    slo: Option<slo::SloMetrics>,
 }
 
 fn role(p: Pool) -> &'static str {
@@ -175,6 +178,7 @@ impl Metrics {
             queue: hist(),
             model: model.to_string(),
             failed: Family::default(),
+            slo: None,
             registry: Registry::default(),
         };
         m.register_engine(&mut registry, p, sglang);
