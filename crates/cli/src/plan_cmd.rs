@@ -18,7 +18,7 @@
 use crate::plan_rank::{rank, write_outputs};
 use crate::sweep_cmd::{in_order, merge_summaries, parse_shard, run_one, write_summary};
 use crate::sweep_grid::{Configuration, Parsed, ReplayOnly};
-use clap::{Args, Parser, ValueEnum};
+use clap::{Args, Parser as _, ValueEnum};
 use handoff_deployment::SloSpec;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -323,9 +323,8 @@ fn configurations(
 /// What identifies a plan: shards of one plan must agree on it to merge.
 fn grid_json(layouts: &[Layout], shared: &[String], budget: (u32, u32)) -> Value {
     let values = |f: fn(&Layout) -> u32| {
-        let mut v: Vec<String> = layouts.iter().map(|l| f(l).to_string()).collect();
-        v.dedup();
-        v
+        let set: std::collections::BTreeSet<u32> = layouts.iter().map(f).collect();
+        set.into_iter().map(|x| x.to_string()).collect::<Vec<_>>()
     };
     json!({
         "kind": "plan",
@@ -425,17 +424,18 @@ fn finish(summary: &Value, out: &Path, top: usize) -> Result<(), String> {
     write_outputs(&ranked, summary, out)
 }
 
-/// `plan`'s options parsed alone (tests).
-#[derive(Parser, Debug)]
-#[command(name = "plan", no_binary_name = true)]
-pub struct PlanOnly {
-    #[command(flatten)]
-    pub args: PlanArgs,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    /// `plan`'s options parsed alone.
+    #[derive(Parser, Debug)]
+    #[command(name = "plan", no_binary_name = true)]
+    struct PlanOnly {
+        #[command(flatten)]
+        args: PlanArgs,
+    }
 
     #[test]
     fn enumeration_counts_and_order() {
