@@ -26,6 +26,7 @@ mod plan_aic;
 mod plan_cmd;
 mod plan_html;
 mod plan_rank;
+mod plan_rate;
 mod replay_cmd;
 mod report_out;
 mod scenario_cmd;

@@ -91,6 +91,19 @@ pub struct PlanArgs {
     /// Shared-prefix groups of the generated workload (0: no sharing).
     #[arg(long, default_value_t = 0, value_name = "N", requires = "isl")]
     prefix_groups: u32,
+    /// Also find, for each layout, the highest arrival rate up to this many
+    /// requests/s at which the SLO holds, by bisection (with --isl/--osl;
+    /// [`crate::plan_rate`]): the `max_rate_rps` column.
+    #[arg(long, value_name = "PER_S", requires = "isl")]
+    max_rate: Option<f64>,
+    /// The bisection stops when its bracket is this share of its upper end.
+    #[arg(
+        long,
+        default_value_t = 0.05,
+        value_name = "SHARE",
+        requires = "max_rate"
+    )]
+    rate_tolerance: f64,
     /// Directory for the reports, the summary, the frontier and the page.
     #[arg(long, default_value = "plan-out", value_name = "DIR")]
     out: PathBuf,
@@ -367,6 +380,7 @@ pub fn run(a: PlanArgs) -> Result<(), String> {
             layouts.len()
         ));
     }
+    let search = rate_search(&a)?;
     let shard = a.shard.as_deref().map(parse_shard).transpose()?;
     if let Some(n) = a.jobs {
         crate::limits::jobs(n)?;
@@ -384,7 +398,21 @@ pub fn run(a: PlanArgs) -> Result<(), String> {
         .map_err(|e| format!("--jobs: {e}"))?;
     let keys: Vec<String> = ["tp", "prefill", "decode"].map(String::from).to_vec();
     let started = std::time::Instant::now();
-    let rows = pool.install(|| in_order(&mine, |c| run_one(c, &keys, &a.out, total, PLAN_METRICS)));
+    let rows = pool.install(|| {
+        in_order(&mine, |c| {
+            let mut row = run_one(c, &keys, &a.out, total, PLAN_METRICS);
+            if let Some(s) = &search {
+                row["max_rate_rps"] = match s.search(|rate| s.probe(&c.args, rate)) {
+                    Ok(r) => json!(r),
+                    Err(e) => {
+                        row["error"] = json!(format!("--max-rate: {e}"));
+                        Value::Null
+                    }
+                };
+            }
+            row
+        })
+    });
     let mut summary = Map::new();
     summary.insert(
         "grid".into(),
@@ -412,6 +440,32 @@ pub fn run(a: PlanArgs) -> Result<(), String> {
         return Ok(());
     }
     finish(&summary, &a.out, a.top)
+}
+
+/// `--max-rate`'s search, checked, if asked.
+fn rate_search(a: &PlanArgs) -> Result<Option<crate::plan_rate::RateSearch>, String> {
+    let Some(max) = a.max_rate else {
+        return Ok(None);
+    };
+    if !(max.is_finite() && max > 0.0 && max <= 1e6) {
+        return Err(format!("--max-rate {max}: must be a rate in (0, 1000000]"));
+    }
+    if !(0.001..=0.5).contains(&a.rate_tolerance) {
+        return Err(format!(
+            "--rate-tolerance {}: must be in [0.001, 0.5]",
+            a.rate_tolerance
+        ));
+    }
+    for f in ["--concurrency", "--arrival-speedup-ratio"] {
+        if gives(&a.base, f) {
+            return Err(format!("--max-rate varies the arrival rate: drop {f}"));
+        }
+    }
+    Ok(Some(crate::plan_rate::RateSearch {
+        base_rps: a.rate,
+        max_rps: max,
+        tolerance: a.rate_tolerance,
+    }))
 }
 
 /// Ranks a whole plan's summary, prints the best table and writes the

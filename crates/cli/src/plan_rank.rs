@@ -42,6 +42,9 @@ pub struct Point {
     pub transfer_ms: f64,
     /// Cost per million output tokens, USD (with a price).
     pub usd_per_million: Option<f64>,
+    /// The highest rate the SLO held at (`--max-rate`; absent: not
+    /// searched, or held at none).
+    pub max_rate_rps: Option<f64>,
 }
 
 impl Point {
@@ -77,6 +80,7 @@ impl Point {
             reservation_wait_ms: f("lifecycle.reservation_wait_ms.mean"),
             transfer_ms: f("lifecycle.transfer_ms.mean"),
             usd_per_million: row["sizing.usd_per_million_output_tokens"].as_f64(),
+            max_rate_rps: row["max_rate_rps"].as_f64(),
         })
     }
 }
@@ -89,6 +93,8 @@ pub struct Ranked {
     pub order: Vec<Point>,
     /// Indices into `order` of the Pareto frontier, by tokens/s/user.
     pub frontier: Vec<usize>,
+    /// Whether `--max-rate` searched each layout's highest rate.
+    pub rate_searched: bool,
 }
 
 /// Whether `a` is at least `b` on both axes and above it on one.
@@ -127,13 +133,18 @@ pub fn rank(summary: &Value) -> Result<Ranked, String> {
             .total_cmp(&order[b].per_user)
             .then(order[a].index.cmp(&order[b].index))
     });
-    Ok(Ranked { order, frontier })
+    Ok(Ranked {
+        order,
+        frontier,
+        rate_searched: rows.iter().any(|r| r.get("max_rate_rps").is_some()),
+    })
 }
 
 impl Ranked {
     /// The table of the best `top` layouts, as text lines.
     pub fn table(&self, top: usize) -> Vec<String> {
         let held = self.order.iter().filter(|p| p.holds).count();
+        let searched = self.rate_searched;
         let mut v = vec![if held == 0 {
             format!(
                 "no layout of {} holds the SLO; closest by attainment:",
@@ -145,22 +156,24 @@ impl Ranked {
                 self.order.len()
             )
         }];
-        v.push(format!(
-            "{:>4} {:<16} {:>5} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9}",
-            "rank",
-            "layout",
-            "gpus",
-            "good/gpu",
-            "tok/gpu",
-            "tok/user",
-            "slo%",
-            "p90 ttft",
-            "p90 tpot",
-            "stranded",
-            "resv ms",
-            "xfer ms",
-            "$/Mtok"
-        ));
+        v.push(
+            format!(
+                "{:>4} {:<16} {:>5} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9}",
+                "rank",
+                "layout",
+                "gpus",
+                "good/gpu",
+                "tok/gpu",
+                "tok/user",
+                "slo%",
+                "p90 ttft",
+                "p90 tpot",
+                "stranded",
+                "resv ms",
+                "xfer ms",
+                "$/Mtok"
+            ) + if searched { "  max req/s" } else { "" },
+        );
         for (i, p) in self.order.iter().take(top).enumerate() {
             v.push(format!(
                 "{:>4} {:<16} {:>5} {:>10.1} {:>9.1} {:>9.1} {:>7.1} {:>9.1} {:>9.2} {:>11.1} {:>9.2} {:>9.2} {:>9}",
@@ -177,7 +190,14 @@ impl Ranked {
                 p.reservation_wait_ms,
                 p.transfer_ms,
                 p.usd_per_million.map_or("-".into(), |c| format!("{c:.3}"))
-            ));
+            ) + &if searched {
+                format!(
+                    "  {:>9}",
+                    p.max_rate_rps.map_or("none".into(), |r| format!("{r:.2}"))
+                )
+            } else {
+                String::new()
+            });
         }
         v
     }
@@ -203,6 +223,7 @@ fn point_json(p: &Point, rank: usize) -> Value {
         "mean_reservation_wait_ms": p.reservation_wait_ms,
         "mean_transfer_ms": p.transfer_ms,
         "usd_per_million_output_tokens": p.usd_per_million,
+        "max_rate_rps": p.max_rate_rps,
     })
 }
 

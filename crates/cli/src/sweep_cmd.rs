@@ -440,6 +440,10 @@ fn csv(summary: &Value) -> String {
     if rows.clone().any(|r| r.get(SIZING_METRICS[4]).is_some()) {
         metrics.extend(SIZING_METRICS.iter().copied());
     }
+    // `plan --max-rate`'s column.
+    if rows.clone().any(|r| r.get("max_rate_rps").is_some()) {
+        metrics.push("max_rate_rps");
+    }
     head.extend(metrics.iter().map(|m| m.to_string()));
     let mut s = head.join(",");
     s.push('\n');

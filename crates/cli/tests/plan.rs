@@ -233,3 +233,46 @@ fn reports_carry_slo_and_sizing_only_when_asked() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("tpot:p200=1s"));
 }
+
+#[test]
+fn max_rate_is_searched_per_layout_the_same_on_any_thread_count() {
+    let base = tmp("plan_max_rate");
+    let args = [
+        "plan",
+        "--gpus",
+        "2",
+        "--slo",
+        "ttft:p90=600ms,tpot:p90=20ms",
+        "--isl",
+        "2000",
+        "--osl",
+        "60",
+        "--requests",
+        "80",
+        "--rate",
+        "4",
+        "--max-rate",
+        "40",
+        "--rate-tolerance",
+        "0.1",
+        "--out",
+        "out",
+    ];
+    let (one, two) = (base.join("one"), base.join("two"));
+    for d in [&one, &two] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let table = run(&one, &args, "1").stdout;
+    assert_eq!(run(&two, &args, "2").stdout, table);
+    let a = read(&one.join("out/summary.json"));
+    assert_eq!(a, read(&two.join("out/summary.json")));
+    let summary: serde_json::Value = serde_json::from_slice(&a).unwrap();
+    for r in summary["rows"].as_array().unwrap() {
+        assert!(r["error"].is_null(), "{r}");
+        let rate = r["max_rate_rps"].as_f64();
+        assert!(rate.is_none_or(|x| x > 0.0 && x <= 40.0), "{r}");
+    }
+    let csv = String::from_utf8(read(&one.join("out/summary.csv"))).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",max_rate_rps"));
+    assert!(String::from_utf8(table).unwrap().contains("max req/s"));
+}
