@@ -141,6 +141,7 @@ pub fn run(seed: u64) -> GenRun {
         transcript: true,
         faults,
         engines: Vec::new(),
+        sizing: None,
     };
     let specs = (0..workers)
         .map(|w| spec(if w < prefill { prefill_kv } else { decode_kv }))

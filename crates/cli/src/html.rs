@@ -11,7 +11,7 @@ use plotters::prelude::*;
 use std::fmt::Write as _;
 
 /// Series colours, in order (colour-blind-safe Okabe–Ito).
-const COLOURS: [RGBColor; 8] = [
+pub(crate) const COLOURS: [RGBColor; 8] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
     RGBColor(0, 158, 115),
@@ -33,7 +33,7 @@ const LAYERS: [(&str, RGBColor); 4] = [
 const W: u32 = 520;
 const H: u32 = 300;
 
-fn err<E: std::fmt::Debug>(e: E) -> String {
+pub(crate) fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("drawing a chart: {e:?}")
 }
 
@@ -45,7 +45,7 @@ pub(crate) fn escape(s: &str) -> String {
 }
 
 /// Draws into an SVG string of `W`×`H` with `draw`.
-fn svg(
+pub(crate) fn svg(
     draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String>,
 ) -> Result<String, String> {
     let mut buf = String::new();
@@ -242,7 +242,55 @@ fn queue_chart(
     })
 }
 
-fn figure(out: &mut String, kind: &str, svg: &str) {
+/// The SLO targets' attainment, goodput, GPUs and cost, when the report
+/// has them (`--slo`, `--gpu-hour-usd`).
+fn sizing_section(body: &mut String, report: &Report) {
+    if let Some(s) = &report.slo {
+        let _ = write!(
+            body,
+            "<h2>SLO ({})</h2><table><tr><th>target</th><th>bound (ms)</th>\
+             <th>requests met</th><th>attainment</th><th>holds</th></tr>",
+            escape(&s.spec)
+        );
+        for t in &s.targets {
+            let _ = write!(
+                body,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.2}%</td><td>{}</td></tr>",
+                escape(&t.target),
+                t.bound_ms,
+                t.met_requests,
+                t.attainment * 100.0,
+                if t.holds { "yes" } else { "no" }
+            );
+        }
+        let _ = write!(
+            body,
+            "<tr><td>all</td><td></td><td>{}</td><td>{:.2}%</td><td>{}</td></tr></table>\
+             <p>Goodput: {:.3} req/s, {:.1} output tok/s.</p>",
+            s.met_all_requests,
+            s.attainment_all * 100.0,
+            if s.holds { "yes" } else { "no" },
+            s.goodput_rps,
+            s.goodput_output_tok_s
+        );
+    }
+    if let Some(z) = &report.sizing {
+        let _ = write!(
+            body,
+            "<p>{} GPUs ({} per rank): {:.1} output tok/s/GPU, {:.1} tok/s/user",
+            z.gpus, z.gpus_per_rank, z.output_tok_s_per_gpu, z.output_tok_s_per_user
+        );
+        if let Some(g) = z.goodput_tok_s_per_gpu {
+            let _ = write!(body, ", goodput {g:.1} tok/s/GPU");
+        }
+        if let (Some(p), Some(c)) = (z.gpu_hour_usd, z.usd_per_million_output_tokens) {
+            let _ = write!(body, "; ${c:.3} per million output tokens at ${p}/GPU-hour");
+        }
+        body.push_str(".</p>");
+    }
+}
+
+pub(crate) fn figure(out: &mut String, kind: &str, svg: &str) {
     let _ = write!(out, "<figure data-chart=\"{kind}\">{svg}</figure>");
 }
 
@@ -300,6 +348,7 @@ fn summary(body: &mut String, report: &Report, title: &str) {
         report.output_token_throughput_tps,
         report.prefix_cache_reused_ratio * 100.0,
     );
+    sizing_section(body, report);
 }
 
 /// The latency table and each latency's CDF.
@@ -443,7 +492,7 @@ fn workers(body: &mut String, report: &Report) {
     body.push_str("</table>");
 }
 
-const CSS: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1700px}\
+pub(crate) const CSS: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1700px}\
 h1{font-size:22px}h2{font-size:18px;margin-top:28px}.note{color:#555}\
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;\
 text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}\
@@ -451,7 +500,8 @@ text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}\
 
 /// Marks the page once it rendered: the number of charts, and whether
 /// every one has a size (the headless-browser test reads both).
-const CHECK: &str = "(function(){var s=document.querySelectorAll('figure[data-chart] svg');\
+pub(crate) const CHECK: &str =
+    "(function(){var s=document.querySelectorAll('figure[data-chart] svg');\
 var ok=s.length>0;for(var i=0;i<s.length;i++){var b=s[i].getBoundingClientRect();\
 if(!(b.width>0&&b.height>0)){ok=false;}}\
 document.body.setAttribute('data-charts',String(s.length));\

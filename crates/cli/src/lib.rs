@@ -30,6 +30,11 @@ mod hardware_args;
 mod html;
 mod limits;
 mod live_cmd;
+mod plan_aic;
+mod plan_cmd;
+mod plan_html;
+mod plan_rank;
+mod plan_rate;
 mod pod_cmd;
 mod replay_cmd;
 mod report_out;
@@ -81,6 +86,11 @@ enum Command {
     /// configuration and a CSV + JSON summary; `--shard I/N` and `sweep
     /// merge` split a grid across hosts.
     Sweep(Box<sweep_cmd::SweepArgs>),
+    /// Answer the sizing question by simulation: every aggregated layout
+    /// and xPyD split within a GPU budget, replayed under an SLO and
+    /// ranked by goodput per GPU, with the Pareto frontier and its page;
+    /// `--check-aic FILE` simulates AIConfigurator's saved picks.
+    Plan(Box<plan_cmd::PlanArgs>),
 }
 
 /// The command line, parsed (a `replay --rerun REPORT` with the report's
@@ -123,6 +133,7 @@ pub fn main() -> ExitCode {
         Command::Experiment(args) => experiment_cmd::run(*args),
         Command::Serve(args) => serve_cmd::run(*args),
         Command::Sweep(args) => sweep_cmd::run(*args),
+        Command::Plan(args) => plan_cmd::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

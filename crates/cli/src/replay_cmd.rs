@@ -72,6 +72,11 @@ pub struct Simulated {
 }
 
 impl ReplayArgs {
+    /// The deployment flags.
+    pub fn deploy_args(&self) -> &DeployArgs {
+        &self.deploy
+    }
+
     /// The report `--rerun` names.
     pub fn rerun(&self) -> Option<&Path> {
         self.rerun.as_deref()

@@ -177,6 +177,9 @@ fn print_summary(r: &Report) {
         r.input_throughput_tok_s,
         r.prefix_cache_reused_ratio * 100.0
     );
+    for line in sizing_lines(r) {
+        out!("{line}");
+    }
     out!(
         "{:<28} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "ms",
@@ -254,4 +257,61 @@ fn print_summary(r: &Report) {
             w.drained
         );
     }
+}
+
+/// The SLO and sizing lines of the text summary (none unless `--slo` or
+/// `--gpu-hour-usd` asked for them).
+pub fn sizing_lines(r: &Report) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(s) = &r.slo {
+        let targets: Vec<String> = s
+            .targets
+            .iter()
+            .map(|t| {
+                format!(
+                    "{}<={}ms {:.1}% {}",
+                    t.target,
+                    t.bound_ms,
+                    t.attainment * 100.0,
+                    if t.holds { "held" } else { "MISSED" }
+                )
+            })
+            .collect();
+        v.push(format!(
+            "slo {}  all {:.1}% ({} requests)  {}",
+            targets.join("  "),
+            s.attainment_all * 100.0,
+            s.met_all_requests,
+            if s.holds { "met" } else { "NOT MET" }
+        ));
+        v.push(format!(
+            "goodput {:.2} req/s  {:.1} output tok/s",
+            s.goodput_rps, s.goodput_output_tok_s
+        ));
+    }
+    if let Some(z) = &r.sizing {
+        let mut line = format!(
+            "gpus {} ({} per rank)  {:.1} tok/s/gpu  {:.1} tok/s/user",
+            z.gpus, z.gpus_per_rank, z.output_tok_s_per_gpu, z.output_tok_s_per_user
+        );
+        if let Some(g) = z.goodput_tok_s_per_gpu {
+            line += &format!("  goodput {g:.1} tok/s/gpu");
+        }
+        v.push(line);
+        if let Some(p) = z.gpu_hour_usd {
+            let fmt = |x: Option<f64>| x.map_or("n/a".to_string(), |c| format!("${c:.3}"));
+            let mut line = format!(
+                "cost at ${p}/GPU-hour: {} per million output tokens",
+                fmt(z.usd_per_million_output_tokens)
+            );
+            if r.slo.is_some() {
+                line += &format!(
+                    ", {} per million good tokens",
+                    fmt(z.usd_per_million_good_tokens)
+                );
+            }
+            v.push(line);
+        }
+    }
+    v
 }

@@ -120,7 +120,34 @@ const METRICS: &[&str] = &[
     "lifecycle.preemptions",
 ];
 
-fn metric(report: &Value, path: &str) -> Value {
+/// Columns added to every row when the reports carry the SLO and sizing
+/// sections (`--slo`, `--gpu-hour-usd` among the flags); absent otherwise,
+/// so a summary without them is as before.
+pub(crate) const SIZING_METRICS: &[&str] = &[
+    "slo.holds",
+    "slo.attainment_all",
+    "slo.goodput_rps",
+    "slo.goodput_output_tok_s",
+    "sizing.gpus",
+    "sizing.output_tok_s_per_gpu",
+    "sizing.output_tok_s_per_user",
+    "sizing.goodput_tok_s_per_gpu",
+    "sizing.usd_per_million_output_tokens",
+];
+
+/// The value at `path` in `report`: `a.b` for nested fields, or
+/// `sum:ARRAY.FIELD` for the sum of a field over an array's entries
+/// (`sum:workers.pinned_block_seconds`, rounded to 3 decimals).
+pub(crate) fn metric(report: &Value, path: &str) -> Value {
+    if let Some((array, field)) = path.strip_prefix("sum:").and_then(|p| p.split_once('.')) {
+        let total: f64 = report[array]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e[field].as_f64())
+            .sum();
+        return json!((total * 1e3).round() / 1e3);
+    }
     path.split('.')
         .try_fold(report, |v, k| v.get(k))
         .cloned()
@@ -128,7 +155,7 @@ fn metric(report: &Value, path: &str) -> Value {
 }
 
 /// `--shard I/N`.
-fn parse_shard(s: &str) -> Result<(usize, usize), String> {
+pub(crate) fn parse_shard(s: &str) -> Result<(usize, usize), String> {
     let bad = || format!("--shard {s}: expected I/N with 0 <= I < N");
     let (i, n) = s.split_once('/').ok_or_else(bad)?;
     let (i, n): (usize, usize) = (
@@ -164,10 +191,15 @@ fn grid_json(grid: &Grid, total: usize) -> Value {
 }
 
 /// The summary's columns after the axes: by its grid's kind.
-fn metrics_of(summary: &Value) -> &'static [&'static str] {
+fn metrics_of(summary: &Value) -> Vec<&'static str> {
     match summary["grid"]["kind"].as_str() {
-        Some("experiment") => crate::sweep_experiment::METRICS,
-        _ => METRICS,
+        Some("experiment") => crate::sweep_experiment::METRICS.to_vec(),
+        Some("plan") => METRICS
+            .iter()
+            .chain(crate::plan_cmd::PLAN_METRICS)
+            .copied()
+            .collect(),
+        _ => METRICS.to_vec(),
     }
 }
 
@@ -248,7 +280,7 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
     let keys = grid.keys();
     let rows = pool.install(|| {
         in_order(&mine, |c| {
-            let row = run_one(c, &keys, &out, total);
+            let row = run_one(c, &keys, &out, total, &[]);
             bar.inc(1);
             row
         })
@@ -291,7 +323,7 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
 /// sit mid-grid; in order, it is the grid's last ones, and the first axis
 /// varies slowest, so a grid that lists its heavy values first (a backend,
 /// a large pool) ends on light configurations and no core idles long.
-fn in_order<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(crate) fn in_order<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let next = AtomicUsize::new(0);
     let done = std::sync::Mutex::new(Vec::with_capacity(items.len()));
@@ -308,8 +340,16 @@ fn in_order<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R>
     done.into_iter().map(|(_, r)| r).collect()
 }
 
-/// Runs one configuration and writes its report; the summary row.
-fn run_one(c: &Configuration, keys: &[String], out: &Path, total: usize) -> Value {
+/// Runs one configuration and writes its report; the summary row
+/// ([`METRICS`], then `extra` report paths of a replay, then
+/// [`SIZING_METRICS`] when the report has them).
+pub(crate) fn run_one(
+    c: &Configuration,
+    keys: &[String],
+    out: &Path,
+    total: usize,
+    extra: &[&str],
+) -> Value {
     let mut row = Map::new();
     row.insert("index".into(), json!(c.index));
     let config: Map<String, Value> = keys
@@ -330,8 +370,11 @@ fn run_one(c: &Configuration, keys: &[String], out: &Path, total: usize) -> Valu
                 sim.report.config.run = crate::args::invocation::describe(&m);
                 write_output_with(&out.join(&name), &sim.report, &Map::new())?;
                 let report = serde_json::to_value(&sim.report).map_err(|e| e.to_string())?;
+                let sized = report.get("sizing").is_some() || report.get("slo").is_some();
                 Ok(METRICS
                     .iter()
+                    .chain(extra)
+                    .chain(if sized { SIZING_METRICS } else { &[] })
                     .map(|m| ((*m).to_string(), metric(&report, m)))
                     .collect())
             }),
@@ -348,6 +391,11 @@ fn run_one(c: &Configuration, keys: &[String], out: &Path, total: usize) -> Valu
             row.insert("error".into(), Value::Null);
             for m in metrics {
                 row.insert((*m).into(), values.remove(*m).unwrap_or(Value::Null));
+            }
+            for m in extra.iter().chain(SIZING_METRICS) {
+                if let Some(v) = values.remove(*m) {
+                    row.insert((*m).into(), v);
+                }
             }
         }
         Err(e) => {
@@ -387,11 +435,19 @@ fn csv(summary: &Value) -> String {
     let mut head = vec!["index".to_string()];
     head.extend(keys.iter().cloned());
     head.extend(["report".to_string(), "error".to_string()]);
-    let metrics = metrics_of(summary);
+    let mut metrics = metrics_of(summary);
+    let rows = summary["rows"].as_array().into_iter().flatten();
+    if rows.clone().any(|r| r.get(SIZING_METRICS[4]).is_some()) {
+        metrics.extend(SIZING_METRICS.iter().copied());
+    }
+    // `plan --max-rate`'s column.
+    if rows.clone().any(|r| r.get("max_rate_rps").is_some()) {
+        metrics.push("max_rate_rps");
+    }
     head.extend(metrics.iter().map(|m| m.to_string()));
     let mut s = head.join(",");
     s.push('\n');
-    for row in summary["rows"].as_array().into_iter().flatten() {
+    for row in rows {
         let mut cells = vec![csv_field(&row["index"])];
         cells.extend(keys.iter().map(|k| csv_field(&row["config"][k])));
         cells.push(csv_field(&row["report"]));
@@ -403,7 +459,7 @@ fn csv(summary: &Value) -> String {
     s
 }
 
-fn write_summary(summary: &Value, dir: &Path, stem: &str) -> Result<(), String> {
+pub(crate) fn write_summary(summary: &Value, dir: &Path, stem: &str) -> Result<(), String> {
     let text = serde_json::to_string_pretty(summary).map_err(|e| e.to_string())? + "\n";
     for (ext, body) in [("json", text), ("csv", csv(summary))] {
         let p = dir.join(format!("{stem}.{ext}"));
@@ -415,6 +471,13 @@ fn write_summary(summary: &Value, dir: &Path, stem: &str) -> Result<(), String> 
 /// `sweep merge`: checks the shards are of one grid and together hold each
 /// configuration exactly once, then writes the full grid's summary.
 fn merge(paths: &[PathBuf], out: &Path, page: &MapPage) -> Result<(), String> {
+    let summary = merge_summaries(paths, out, "sweep merge")?;
+    write_page(page, &summary)
+}
+
+/// Joins the shards' summaries (of a sweep or a plan) into `out`'s
+/// `summary.json` and `summary.csv`; the joined summary.
+pub(crate) fn merge_summaries(paths: &[PathBuf], out: &Path, what: &str) -> Result<Value, String> {
     let mut grid: Option<Value> = None;
     let mut rows: Vec<Value> = Vec::new();
     for p in paths {
@@ -478,13 +541,12 @@ fn merge(paths: &[PathBuf], out: &Path, page: &MapPage) -> Result<(), String> {
     std::fs::create_dir_all(out).map_err(|e| format!("--out {}: {e}", out.display()))?;
     let summary = Value::Object(summary);
     write_summary(&summary, out, "summary")?;
-    write_page(page, &summary)?;
     eprintln!(
-        "sweep merge: {total} configurations from {} shards; {}",
+        "{what}: {total} configurations from {} shards; {}",
         paths.len(),
         out.join("summary.csv").display()
     );
-    Ok(())
+    Ok(summary)
 }
 
 #[cfg(test)]

@@ -105,6 +105,62 @@ fn html_report_renders_in_headless_chromium() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `plan`'s page: the Pareto chart draws, and the page logs nothing.
+#[test]
+fn plan_page_renders_in_headless_chromium() {
+    let Some(browser) = chromium() else {
+        assert!(
+            !in_ci(),
+            "chromium is not installed (CI is set; .ci/run installs it)"
+        );
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "\nSKIPPED plan_page_renders_in_headless_chromium: chromium is not on the PATH"
+        );
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("hm-plan-html-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out = Command::new(BIN)
+        .current_dir(&dir)
+        .args([
+            "plan",
+            "--gpus",
+            "2",
+            "--slo",
+            "ttft:p90=1s",
+            "--isl",
+            "1000",
+            "--osl",
+            "20",
+            "--requests",
+            "40",
+            "--rate",
+            "4",
+            "--out",
+            "out",
+        ])
+        .output()
+        .expect("run plan");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = dir.join("out/plan.html");
+    let (dom_text, log) = load(&browser, &dir, &page, "profile");
+    assert!(
+        dom_text.contains("data-charts=\"1\""),
+        "{}",
+        &dom_text[..dom_text.len().min(400)]
+    );
+    assert!(dom_text.contains("data-render-ok=\"true\""));
+    assert!(dom_text.contains("data-chart=\"pareto\""));
+    assert_eq!(console(&log), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Chromium's console lines in `log`.
 fn console(log: &str) -> Vec<String> {
     log.lines()

@@ -59,6 +59,10 @@ pub struct DeploymentConfig {
     /// only (the cores come from the caller's factory; empty: not
     /// reported).
     pub engines: Vec<EngineSpec>,
+    /// What the report judges and sizes the run by (`--slo`, GPUs per
+    /// rank, `--gpu-hour-usd`), for the report only; `None`: the report
+    /// carries no SLO, goodput, GPU or cost figure.
+    pub sizing: Option<crate::ReportSizing>,
 }
 
 impl Default for DeploymentConfig {
@@ -80,6 +84,7 @@ impl Default for DeploymentConfig {
             transcript: false,
             faults: FaultPlan::none(),
             engines: Vec::new(),
+            sizing: None,
         }
     }
 }

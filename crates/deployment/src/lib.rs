@@ -18,6 +18,7 @@
 mod deployment;
 mod engines;
 mod error;
+mod slo;
 
 pub use deployment::{
     deployment, engine_config, frontend_config, worker_policy, DeploymentConfig, SessionOverheads,
@@ -25,3 +26,6 @@ pub use deployment::{
 };
 pub use engines::{make_core, EngineError, EngineSpec, PerfChoice};
 pub use error::{check_core, DeploymentError};
+pub use slo::{
+    ReportSizing, SloMetric, SloParseError, SloSpec, SloTarget, MAX_BOUND_MS, MAX_TARGETS,
+};

@@ -202,7 +202,16 @@ async fn run(
     // A listener is a worker's, shared by its ranks.
     let n_workers = pools.len() / usize::from(dp.dp_size());
     let worker_listeners = bind_workers(&c.worker_http, n_workers).await?;
-    let metrics = Arc::new(Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp));
+    let gpus = c.cfg.sizing.as_ref().map_or(0, |z| {
+        (pools.len() as u64).saturating_mul(u64::from(z.gpus_per_rank))
+    });
+    let metrics = Arc::new(
+        Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp).with_slo(
+            c.cfg.sizing.as_ref(),
+            gpus,
+            c.cfg.backend == handoff_core::Backend::Sglang,
+        ),
+    );
     metrics.cache_config(&c.specs);
     let kv_ep = c.kv.clone().map(|ep| {
         let addrs: Vec<_> = worker_listeners.iter().map(|(w, _, a)| (*w, *a)).collect();

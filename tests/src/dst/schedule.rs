@@ -163,6 +163,7 @@ impl Schedule {
         };
         let cfg = DeploymentConfig {
             engines: Vec::new(),
+            sizing: None,
             backend,
             policy,
             prefill_workers: prefill,
@@ -376,6 +377,7 @@ impl Schedule {
         };
         let cfg = DeploymentConfig {
             engines: Vec::new(),
+            sizing: None,
             backend,
             policy,
             prefill_workers: prefill,

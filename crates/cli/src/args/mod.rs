@@ -259,6 +259,18 @@ pub struct DeployArgs {
     /// none].
     #[arg(long, value_name = "FILE|PLAN")]
     pub faults: Option<String>,
+    /// Latency targets, each at a percentile of the requests that arrived,
+    /// e.g. `ttft:p90=600ms,tpot:p90=20ms,e2e:p99=10s` (metrics ttft, tpot
+    /// or itl, e2e; units us, ms, s): the report then says which requests
+    /// met each target, the attainment, goodput and GPUs used [default:
+    /// none, and no such figures].
+    #[arg(long, value_name = "TARGETS")]
+    pub slo: Option<handoff_deployment::SloSpec>,
+    /// Price of one GPU-hour in US dollars: the report adds GPUs used,
+    /// tokens/s/GPU and the cost of a million output tokens [default: no
+    /// price, no cost].
+    #[arg(long, value_name = "USD")]
+    pub gpu_hour_usd: Option<f64>,
 }
 
 pub fn positive(name: &str, x: f64) -> Result<f64, String> {
@@ -270,6 +282,29 @@ pub fn positive(name: &str, x: f64) -> Result<f64, String> {
 }
 
 impl DeployArgs {
+    /// What the report judges and sizes the run by: `--slo`, the TP of
+    /// `--model`/`--tp` (1 with `--perf` alone) and `--gpu-hour-usd`;
+    /// `None` when neither flag was given, so the report is as before.
+    pub fn sizing(&self) -> Result<Option<handoff_deployment::ReportSizing>, String> {
+        if self.slo.is_none() && self.gpu_hour_usd.is_none() {
+            return Ok(None);
+        }
+        let price = match self.gpu_hour_usd {
+            Some(p) if !(p.is_finite() && p > 0.0 && p <= 1e6) => {
+                return Err(format!(
+                    "--gpu-hour-usd {p}: must be a positive price of at most 1000000"
+                ))
+            }
+            p => p,
+        };
+        let tp = self.hardware()?.map_or(1, |s| s.model.tp);
+        Ok(Some(handoff_deployment::ReportSizing {
+            slo: self.slo.clone(),
+            gpus_per_rank: tp,
+            gpu_hour_usd: price,
+        }))
+    }
+
     /// The engine.
     pub fn backend(&self) -> Backend {
         match self.backend {
@@ -367,6 +402,7 @@ impl DeployArgs {
             transcript: false,
             faults: self.faults()?,
             engines: Vec::new(),
+            sizing: None,
         };
         // The first prefill and (if any) decode scheduler: every other
         // scheduler of a pool runs the same spec.
@@ -387,6 +423,7 @@ impl DeployArgs {
             .collect();
         let cfg = DeploymentConfig {
             engines: specs.clone(),
+            sizing: self.sizing()?,
             ..cfg
         };
         Ok((cfg, specs))

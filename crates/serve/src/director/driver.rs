@@ -225,6 +225,9 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
     // A server runs until stopped: per-request latencies go into
     // histograms, so the recorder does not grow with the request count.
     inner.fold_latencies();
+    if let Some(sink) = metrics.slo_sink() {
+        inner.set_request_sink(sink);
+    }
     let director = HttpDirector::new(
         inner,
         arrivals,

@@ -35,6 +35,7 @@
 
 mod gateway;
 pub(crate) mod info;
+pub(crate) mod slo;
 
 use handoff_core::{Backend, DpLayout, FailureReason, KvCapacitySnapshot, WorkerId};
 use handoff_router::Pool;
@@ -120,6 +121,8 @@ pub struct Metrics {
     model: String,
     failed: Family<FailureLabels, Counter>,
     gw: gateway::GatewaySeries,
+    /// `--slo` / `--gpu-hour-usd` series ([`slo`]).
+    slo: Option<slo::SloMetrics>,
 }
 
 fn role(p: Pool) -> &'static str {
@@ -192,6 +195,7 @@ impl Metrics {
             }),
             model: model.to_string(),
             failed: Family::default(),
+            slo: None,
             registry: Registry::default(),
             gw: gateway::GatewaySeries::new(sglang),
         };

@@ -8,6 +8,7 @@ mod records;
 mod run;
 mod samples;
 mod sections;
+mod slo;
 #[cfg(test)]
 mod tests;
 mod units;
@@ -20,3 +21,4 @@ pub use sections::{
     BeyondGridReport, EngineReport, FlatLatencies, Lifecycle, Report, ReportConfig, TimersReport,
     TransferReport, WorkerReport,
 };
+pub use slo::{SizingReport, SloReport, SloSample, SloTargetReport, SloVerdicts};

@@ -57,6 +57,10 @@ pub struct Recorder {
     pub(super) sink: Option<RequestSink>,
     pub(super) timelines: Option<BTreeMap<WorkerId, Series>>,
     pub(super) details: Option<Details>,
+    /// What the report judges and sizes the run by, if asked.
+    pub(super) sizing: Option<handoff_deployment::ReportSizing>,
+    /// Requests meeting each SLO target, with `--slo`.
+    pub(super) slo: Option<super::slo::SloTracker>,
     /// Roles torn down at the end.
     pub unresolved_teardown: u64,
     /// Faults the engine injected.
@@ -105,6 +109,12 @@ impl Recorder {
             sink: None,
             timelines: None,
             details: None,
+            sizing: cfg.sizing.clone(),
+            slo: cfg
+                .sizing
+                .as_ref()
+                .and_then(|z| z.slo.as_ref())
+                .map(super::slo::SloTracker::new),
             unresolved_teardown: 0,
             faults: FaultCounts::default(),
         }
@@ -179,6 +189,21 @@ impl Recorder {
                 *self.life.failure_reasons.entry(r).or_default() += 1;
             }
         }
+        let bits = self.slo.as_mut().map(|t| {
+            let first = rec.tok.first();
+            let sample = super::slo::SloSample {
+                ttft_ms: first.map(|f| ms(f - rec.cold.arrival)),
+                tpot_ms: match (first, rec.tok.last()) {
+                    (Some(f), Some(l)) if rec.tok.tokens > 1 => {
+                        Some(ms(l - f) / (rec.tok.tokens - 1) as f64)
+                    }
+                    (Some(_), _) => Some(0.0),
+                    _ => None,
+                },
+                e2e_ms: reason.is_none().then(|| ms(at - rec.cold.arrival)),
+            };
+            t.judge(&sample, reason.is_none(), rec.tok.tokens)
+        });
         let Some(sink) = self.sink.as_mut() else {
             return;
         };
@@ -229,6 +254,7 @@ impl Recorder {
                 source_pinned_for_ms: since(rec.cold.released_at, rec.cold.pinned_at),
             },
             session: rec.cold.session,
+            slo: self.slo.as_ref().zip(bits).map(|(t, b)| t.verdicts(b)),
         };
         sink(&record);
     }
@@ -647,6 +673,7 @@ impl Recorder {
         life.reservation_wait_ms = reservation_wait_ms;
         life.transfer_ms = transfer_ms;
         life.reservation_to_activation_ms = reservation_to_activation_ms;
+        let (slo, sizing) = (self.slo.take(), self.sizing.take());
         let report = Report {
             config: self.config,
             num_requests: self.num_requests,
@@ -676,9 +703,32 @@ impl Recorder {
             lifecycle: life,
             workers: out,
             sessions: None,
+            slo: None,
+            sizing: None,
         };
-        (report, details)
+        (with_sizing(report, slo, sizing, duration_s), details)
     }
+}
+
+/// `report` with the SLO and sizing sections, when asked for.
+fn with_sizing(
+    mut report: Report,
+    slo: Option<super::slo::SloTracker>,
+    sizing: Option<handoff_deployment::ReportSizing>,
+    duration_s: f64,
+) -> Report {
+    report.slo = slo.map(|t| t.report(report.num_requests, duration_s));
+    report.sizing = sizing.map(|z| {
+        let schedulers = report.workers.len() as u64;
+        super::slo::sizing_report(
+            &z,
+            schedulers,
+            report.output_throughput_tok_s,
+            report.flat.tpot.mean,
+            report.slo.as_ref(),
+        )
+    });
+    report
 }
 
 /// One request's tokens of the step `shape`: its first, second and last

@@ -176,6 +176,9 @@ pub struct RequestRecord {
     /// Session fields (session runs only; seed 002 §6).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub session: Option<crate::session_log::SessionFields>,
+    /// Whether it met each `--slo` target (only with `--slo`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::slo::SloVerdicts>,
 }
 
 /// When one request's handoff reached each phase, ms of model time.

@@ -474,6 +474,13 @@ pub struct Report {
     /// Session-affine serving (session runs only; seed 002).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<crate::session_log::SessionSummary>,
+    /// SLO attainment and goodput (only with `--slo`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::slo::SloReport>,
+    /// GPUs, tokens/s/GPU, tokens/s/user and cost (only with `--slo` or
+    /// `--gpu-hour-usd`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sizing: Option<super::slo::SizingReport>,
 }
 
 /// The latency distributions under Dynamo's flat names: for each metric

@@ -1,0 +1,329 @@
+//! Ranking a plan's rows: the layouts that hold the SLO, best goodput per
+//! GPU first; the Pareto frontier of tokens/s/GPU against tokens/s/user
+//! (AIConfigurator's axes, `sdk/pareto_analysis.py` `get_pareto_front`:
+//! a point is on it when no other point is at least as good on both axes
+//! and better on one); and the files `plan` writes from them.
+
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// One layout's figures, read from its summary row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    /// Configuration number.
+    pub index: usize,
+    /// TP, prefill and decode workers (decode 0: aggregated).
+    pub tp: u32,
+    /// Prefill (or aggregated) workers.
+    pub prefill: u32,
+    /// Decode workers.
+    pub decode: u32,
+    /// GPUs used.
+    pub gpus: u64,
+    /// Whether every SLO target held.
+    pub holds: bool,
+    /// Share of requests meeting every target.
+    pub attainment: f64,
+    /// Goodput output tokens/s per GPU.
+    pub goodput_per_gpu: f64,
+    /// Output tokens/s per GPU.
+    pub per_gpu: f64,
+    /// Output tokens/s per user (1000 / mean TPOT).
+    pub per_user: f64,
+    /// p90 TTFT and TPOT, ms.
+    pub p90_ttft_ms: f64,
+    /// p90 TPOT, ms.
+    pub p90_tpot_ms: f64,
+    /// Source blocks stranded, block·seconds, summed over workers.
+    pub stranded_block_s: f64,
+    /// Mean reservation wait, ms.
+    pub reservation_wait_ms: f64,
+    /// Mean transfer time, ms.
+    pub transfer_ms: f64,
+    /// Cost per million output tokens, USD (with a price).
+    pub usd_per_million: Option<f64>,
+    /// The highest rate the SLO held at (`--max-rate`; absent: not
+    /// searched, or held at none).
+    pub max_rate_rps: Option<f64>,
+}
+
+impl Point {
+    /// `2P+3D tp1` or `4x agg tp1`.
+    pub fn layout(&self) -> String {
+        if self.decode == 0 {
+            format!("{}x agg tp{}", self.prefill, self.tp)
+        } else {
+            format!("{}P+{}D tp{}", self.prefill, self.decode, self.tp)
+        }
+    }
+
+    fn of(row: &Value) -> Option<Point> {
+        if !row["error"].is_null() {
+            return None;
+        }
+        let f = |k: &str| row[k].as_f64().unwrap_or(0.0);
+        let n = |k: &str| row["config"][k].as_str().and_then(|s| s.parse().ok());
+        Some(Point {
+            index: row["index"].as_u64()? as usize,
+            tp: n("tp")?,
+            prefill: n("prefill")?,
+            decode: n("decode")?,
+            gpus: row["sizing.gpus"].as_u64()?,
+            holds: row["slo.holds"].as_bool()?,
+            attainment: f("slo.attainment_all"),
+            goodput_per_gpu: f("sizing.goodput_tok_s_per_gpu"),
+            per_gpu: f("sizing.output_tok_s_per_gpu"),
+            per_user: f("sizing.output_tok_s_per_user"),
+            p90_ttft_ms: f("p90_ttft_ms"),
+            p90_tpot_ms: f("p90_tpot_ms"),
+            stranded_block_s: f("sum:workers.pinned_block_seconds"),
+            reservation_wait_ms: f("lifecycle.reservation_wait_ms.mean"),
+            transfer_ms: f("lifecycle.transfer_ms.mean"),
+            usd_per_million: row["sizing.usd_per_million_output_tokens"].as_f64(),
+            max_rate_rps: row["max_rate_rps"].as_f64(),
+        })
+    }
+}
+
+/// A plan's layouts ranked.
+#[derive(Clone, Debug)]
+pub struct Ranked {
+    /// Layouts holding the SLO, by goodput per GPU (then fewer GPUs, then
+    /// configuration number); the others after them by attainment.
+    pub order: Vec<Point>,
+    /// Indices into `order` of the Pareto frontier, by tokens/s/user.
+    pub frontier: Vec<usize>,
+    /// Whether `--max-rate` searched each layout's highest rate.
+    pub rate_searched: bool,
+}
+
+/// Whether `a` is at least `b` on both axes and above it on one.
+fn dominates(a: &Point, b: &Point) -> bool {
+    a.per_user >= b.per_user
+        && a.per_gpu >= b.per_gpu
+        && (a.per_user > b.per_user || a.per_gpu > b.per_gpu)
+}
+
+/// Ranks the rows of `summary` (rows that failed to run are left out).
+pub fn rank(summary: &Value) -> Result<Ranked, String> {
+    let rows = summary["rows"]
+        .as_array()
+        .ok_or("plan: the summary has no rows")?;
+    let mut order: Vec<Point> = rows.iter().filter_map(Point::of).collect();
+    if order.is_empty() {
+        return Err("plan: no layout ran (see the summary's `error` column)".into());
+    }
+    order.sort_by(|a, b| {
+        b.holds
+            .cmp(&a.holds)
+            .then(if a.holds {
+                b.goodput_per_gpu.total_cmp(&a.goodput_per_gpu)
+            } else {
+                b.attainment.total_cmp(&a.attainment)
+            })
+            .then(a.gpus.cmp(&b.gpus))
+            .then(a.index.cmp(&b.index))
+    });
+    let mut frontier: Vec<usize> = (0..order.len())
+        .filter(|&i| !order.iter().any(|o| dominates(o, &order[i])))
+        .collect();
+    frontier.sort_by(|&a, &b| {
+        order[a]
+            .per_user
+            .total_cmp(&order[b].per_user)
+            .then(order[a].index.cmp(&order[b].index))
+    });
+    Ok(Ranked {
+        order,
+        frontier,
+        rate_searched: rows.iter().any(|r| r.get("max_rate_rps").is_some()),
+    })
+}
+
+impl Ranked {
+    /// The table of the best `top` layouts, as text lines.
+    pub fn table(&self, top: usize) -> Vec<String> {
+        let held = self.order.iter().filter(|p| p.holds).count();
+        let searched = self.rate_searched;
+        let mut v = vec![if held == 0 {
+            format!(
+                "no layout of {} holds the SLO; closest by attainment:",
+                self.order.len()
+            )
+        } else {
+            format!(
+                "{held} of {} layouts hold the SLO; best goodput per GPU first:",
+                self.order.len()
+            )
+        }];
+        v.push(
+            format!(
+                "{:>4} {:<16} {:>5} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9}",
+                "rank",
+                "layout",
+                "gpus",
+                "good/gpu",
+                "tok/gpu",
+                "tok/user",
+                "slo%",
+                "p90 ttft",
+                "p90 tpot",
+                "stranded",
+                "resv ms",
+                "xfer ms",
+                "$/Mtok"
+            ) + if searched { "  max req/s" } else { "" },
+        );
+        for (i, p) in self.order.iter().take(top).enumerate() {
+            v.push(format!(
+                "{:>4} {:<16} {:>5} {:>10.1} {:>9.1} {:>9.1} {:>7.1} {:>9.1} {:>9.2} {:>11.1} {:>9.2} {:>9.2} {:>9}",
+                i + 1,
+                p.layout(),
+                p.gpus,
+                p.goodput_per_gpu,
+                p.per_gpu,
+                p.per_user,
+                p.attainment * 100.0,
+                p.p90_ttft_ms,
+                p.p90_tpot_ms,
+                p.stranded_block_s,
+                p.reservation_wait_ms,
+                p.transfer_ms,
+                p.usd_per_million.map_or("-".into(), |c| format!("{c:.3}"))
+            ) + &if searched {
+                format!(
+                    "  {:>9}",
+                    p.max_rate_rps.map_or("none".into(), |r| format!("{r:.2}"))
+                )
+            } else {
+                String::new()
+            });
+        }
+        v
+    }
+}
+
+fn point_json(p: &Point, rank: usize) -> Value {
+    json!({
+        "rank": rank,
+        "index": p.index,
+        "layout": p.layout(),
+        "tp": p.tp,
+        "prefill": p.prefill,
+        "decode": p.decode,
+        "gpus": p.gpus,
+        "slo_holds": p.holds,
+        "slo_attainment": p.attainment,
+        "goodput_tok_s_per_gpu": p.goodput_per_gpu,
+        "tok_s_per_gpu": p.per_gpu,
+        "tok_s_per_user": p.per_user,
+        "p90_ttft_ms": p.p90_ttft_ms,
+        "p90_tpot_ms": p.p90_tpot_ms,
+        "stranded_block_seconds": p.stranded_block_s,
+        "mean_reservation_wait_ms": p.reservation_wait_ms,
+        "mean_transfer_ms": p.transfer_ms,
+        "usd_per_million_output_tokens": p.usd_per_million,
+        "max_rate_rps": p.max_rate_rps,
+    })
+}
+
+/// `points` as CSV, one line per point, the header from the first's keys.
+fn csv_of(points: &[Value]) -> String {
+    let Some(first) = points.first().and_then(Value::as_object) else {
+        return String::new();
+    };
+    let keys: Vec<&String> = first.keys().collect();
+    let mut s = keys
+        .iter()
+        .map(|k| k.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    s.push('\n');
+    for p in points {
+        let cells: Vec<String> = keys
+            .iter()
+            .map(|k| match &p[k.as_str()] {
+                Value::Null => String::new(),
+                Value::String(t) => t.clone(),
+                v => v.to_string(),
+            })
+            .collect();
+        s.push_str(&cells.join(","));
+        s.push('\n');
+    }
+    s
+}
+
+/// Writes `best.csv`, `pareto.csv`, `pareto.json` and `plan.html`.
+pub fn write_outputs(r: &Ranked, summary: &Value, out: &Path) -> Result<(), String> {
+    let best: Vec<Value> = r
+        .order
+        .iter()
+        .enumerate()
+        .map(|(i, p)| point_json(p, i + 1))
+        .collect();
+    let frontier: Vec<Value> = r.frontier.iter().map(|&i| best[i].clone()).collect();
+    let write = |name: &str, body: String| {
+        let p = out.join(name);
+        std::fs::write(&p, body).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    write("best.csv", csv_of(&best))?;
+    write("pareto.csv", csv_of(&frontier))?;
+    let text = serde_json::to_string_pretty(&json!({ "frontier": frontier }))
+        .map_err(|e| e.to_string())?;
+    write("pareto.json", text + "\n")?;
+    write("plan.html", crate::plan_html::page(r, summary)?)?;
+    eprintln!(
+        "plan: {} (best.csv, pareto.csv, pareto.json, plan.html)",
+        out.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(
+        index: usize,
+        prefill: u32,
+        decode: u32,
+        holds: bool,
+        good: f64,
+        gpu: f64,
+        user: f64,
+    ) -> Value {
+        json!({
+            "index": index, "error": null,
+            "config": {"tp": "1", "prefill": prefill.to_string(), "decode": decode.to_string()},
+            "sizing.gpus": prefill + decode, "slo.holds": holds, "slo.attainment_all": if holds { 0.95 } else { 0.5 },
+            "sizing.goodput_tok_s_per_gpu": good, "sizing.output_tok_s_per_gpu": gpu,
+            "sizing.output_tok_s_per_user": user,
+        })
+    }
+
+    #[test]
+    fn held_layouts_first_by_goodput_and_the_frontier() {
+        let s = json!({"rows": [
+            row(0, 1, 0, true, 100.0, 110.0, 50.0),
+            row(1, 2, 0, true, 300.0, 310.0, 40.0),
+            row(2, 1, 1, false, 10.0, 500.0, 30.0),
+            row(3, 1, 2, true, 300.0, 300.0, 45.0),
+            row(4, 2, 2, true, 90.0, 100.0, 20.0),
+            json!({"index": 5, "error": "boom", "config": {}}),
+        ]});
+        let r = rank(&s).unwrap();
+        let idx: Vec<usize> = r.order.iter().map(|p| p.index).collect();
+        // 1 and 3 tie on goodput per GPU; 1 uses fewer GPUs.
+        assert_eq!(idx, [1, 3, 0, 4, 2]);
+        // Frontier by tokens/s/user: 2 (500 @ 30), 1 (310 @ 40), 3 (300 @ 45), 0 (110 @ 50);
+        // 4 (100 @ 20) is dominated.
+        let f: Vec<usize> = r.frontier.iter().map(|&i| r.order[i].index).collect();
+        assert_eq!(f, [2, 1, 3, 0]);
+        assert_eq!(r.order[1].layout(), "1P+2D tp1");
+        let t = r.table(2);
+        assert_eq!(t.len(), 4);
+        assert!(t[0].starts_with("4 of 5 layouts hold"), "{}", t[0]);
+        assert!(rank(&json!({"rows": []})).is_err());
+    }
+}

@@ -1,0 +1,278 @@
+//! `handoff-mocker plan` and the `--slo` report sections: byte-identical
+//! plans whatever the thread count, shards that merge into the whole
+//! plan's outputs, AIConfigurator's saved picks simulated from the
+//! committed sample, and reports without `--slo` that carry none of it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_handoff-mocker");
+
+fn tmp(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmp dir");
+    d
+}
+
+fn run(dir: &Path, args: &[&str], threads: &str) -> Output {
+    let out = Command::new(BIN)
+        .current_dir(dir)
+        .args(args)
+        .env("RAYON_NUM_THREADS", threads)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn read(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A 3-GPU plan of a small generated workload: 3 aggregated layouts and
+/// 3 splits at TP1.
+const PLAN: &[&str] = &[
+    "plan",
+    "--gpus",
+    "3",
+    "--slo",
+    "ttft:p90=800ms,tpot:p90=25ms",
+    "--gpu-hour-usd",
+    "2",
+    "--isl",
+    "2000",
+    "--osl",
+    "60",
+    "--requests",
+    "120",
+    "--rate",
+    "6",
+    "--out",
+    "out",
+];
+
+#[test]
+fn plans_are_byte_identical_on_one_and_two_threads_and_shards_merge_into_them() {
+    let base = tmp("plan_determinism");
+    let (one, two, shards) = (base.join("one"), base.join("two"), base.join("shards"));
+    for d in [&one, &two, &shards] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let table = run(&one, PLAN, "1").stdout;
+    assert_eq!(run(&two, PLAN, "2").stdout, table);
+    for i in ["0/2", "1/2"] {
+        let mut args = PLAN.to_vec();
+        args.extend(["--shard", i]);
+        let out = run(&shards, &args, "2");
+        assert!(out.stdout.is_empty(), "a shard ranks nothing");
+    }
+    let merged = run(
+        &shards,
+        &[
+            "plan",
+            "--merge",
+            "out/summary-shard-0-of-2.json",
+            "out/summary-shard-1-of-2.json",
+            "--out",
+            "merged",
+        ],
+        "1",
+    );
+    assert_eq!(merged.stdout, table);
+    for f in [
+        "summary.json",
+        "summary.csv",
+        "best.csv",
+        "pareto.csv",
+        "pareto.json",
+        "plan.html",
+    ] {
+        let a = read(&one.join("out").join(f));
+        assert_eq!(a, read(&two.join("out").join(f)), "{f} across threads");
+        assert_eq!(a, read(&shards.join("merged").join(f)), "{f} from shards");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_slice(&read(&one.join("out/summary.json"))).unwrap();
+    let rows = summary["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6);
+    for r in rows {
+        assert!(r["error"].is_null(), "{r}");
+        assert_eq!(r["num_requests"], 120);
+        let gpus = ["prefill", "decode"]
+            .iter()
+            .map(|k| r["config"][k].as_str().unwrap().parse::<u64>().unwrap())
+            .sum::<u64>();
+        assert_eq!(r["sizing.gpus"], gpus, "{r}");
+        assert!(r["slo.attainment_all"].as_f64().is_some());
+    }
+    let text = String::from_utf8(table).unwrap();
+    assert!(
+        text.contains("layouts hold the SLO") || text.contains("no layout of 6"),
+        "{text}"
+    );
+    let page = String::from_utf8(read(&one.join("out/plan.html"))).unwrap();
+    assert!(page.contains("data-chart=\"pareto\"") && page.contains("<svg"));
+}
+
+#[test]
+fn aiconfigurator_picks_are_simulated_beside_its_estimates() {
+    let dir = tmp("plan_check_aic");
+    let sample =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/aic/disagg/best_config_topn.csv");
+    let out = run(
+        &dir,
+        &[
+            "plan",
+            "--check-aic",
+            sample.to_str().unwrap(),
+            "--slo",
+            "ttft:p90=600ms,tpot:p90=20ms",
+            "--out",
+            "out",
+        ],
+        "2",
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("3P+5D tp1"), "{text}");
+    assert_eq!(text.matches("skipped: prefill TP1").count(), 2, "{text}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&read(&dir.join("out/aic-check.json"))).unwrap();
+    let row = &v["rows"][0];
+    assert_eq!(row["aic"]["ttft_ms"], 177.988);
+    assert_eq!(row["concurrency"], 280);
+    let sim = &row["simulated"];
+    for m in ["mean", "p50", "p90", "p99"] {
+        assert!(sim["ttft_ms"][m].as_f64().unwrap() > 0.0, "{sim}");
+        assert!(sim["tpot_ms"][m].as_f64().unwrap() > 0.0, "{sim}");
+    }
+    assert!(sim["slo_holds"].is_boolean());
+    assert!(v["rows"][1]["simulated"].is_null());
+}
+
+#[test]
+fn reports_carry_slo_and_sizing_only_when_asked() {
+    let dir = tmp("plan_report_sections");
+    let plain = run(
+        &dir,
+        &[
+            "replay",
+            "--requests",
+            "60",
+            "--json",
+            "--per-request-jsonl",
+            "a.jsonl",
+        ],
+        "1",
+    );
+    let v: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert!(v.get("slo").is_none() && v.get("sizing").is_none());
+    assert!(!String::from_utf8(read(&dir.join("a.jsonl")))
+        .unwrap()
+        .contains("\"slo\""));
+    let asked = run(
+        &dir,
+        &[
+            "replay",
+            "--requests",
+            "60",
+            "--json",
+            "--per-request-jsonl",
+            "b.jsonl",
+            "--slo",
+            "ttft:p50=10s,e2e:p99=1ms",
+            "--gpu-hour-usd",
+            "3",
+        ],
+        "1",
+    );
+    let v: serde_json::Value = serde_json::from_slice(&asked.stdout).unwrap();
+    // Everything meets a 10 s TTFT; nothing finishes in 1 ms.
+    assert_eq!(
+        v["slo"]["targets"][0]["met_requests"],
+        v["completed_requests"]
+    );
+    assert_eq!(v["slo"]["targets"][1]["met_requests"], 0);
+    assert_eq!(v["slo"]["holds"], false);
+    assert_eq!(v["slo"]["goodput_rps"], 0.0);
+    assert_eq!(v["sizing"]["gpus"], 4);
+    assert!(
+        v["sizing"]["usd_per_million_output_tokens"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    let first = String::from_utf8(read(&dir.join("b.jsonl"))).unwrap();
+    assert!(
+        first
+            .lines()
+            .next()
+            .unwrap()
+            .contains(r#""slo":{"ttft:p50":true,"e2e:p99":false,"all":false}"#),
+        "{first}"
+    );
+    // The text summary says the same.
+    let text = run(
+        &dir,
+        &["replay", "--requests", "60", "--slo", "ttft:p50=10s"],
+        "1",
+    );
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("slo ttft:p50<=10000ms 100.0% held"), "{text}");
+    assert!(text.contains("goodput "), "{text}");
+    // A bad target names its part.
+    let bad = Command::new(BIN)
+        .current_dir(&dir)
+        .args(["replay", "--slo", "ttft:p90=600ms,tpot:p200=1s"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("tpot:p200=1s"));
+}
+
+#[test]
+fn max_rate_is_searched_per_layout_the_same_on_any_thread_count() {
+    let base = tmp("plan_max_rate");
+    let args = [
+        "plan",
+        "--gpus",
+        "2",
+        "--slo",
+        "ttft:p90=600ms,tpot:p90=20ms",
+        "--isl",
+        "2000",
+        "--osl",
+        "60",
+        "--requests",
+        "80",
+        "--rate",
+        "4",
+        "--max-rate",
+        "40",
+        "--rate-tolerance",
+        "0.1",
+        "--out",
+        "out",
+    ];
+    let (one, two) = (base.join("one"), base.join("two"));
+    for d in [&one, &two] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let table = run(&one, &args, "1").stdout;
+    assert_eq!(run(&two, &args, "2").stdout, table);
+    let a = read(&one.join("out/summary.json"));
+    assert_eq!(a, read(&two.join("out/summary.json")));
+    let summary: serde_json::Value = serde_json::from_slice(&a).unwrap();
+    for r in summary["rows"].as_array().unwrap() {
+        assert!(r["error"].is_null(), "{r}");
+        let rate = r["max_rate_rps"].as_f64();
+        assert!(rate.is_none_or(|x| x > 0.0 && x <= 40.0), "{r}");
+    }
+    let csv = String::from_utf8(read(&one.join("out/summary.csv"))).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",max_rate_rps"));
+    assert!(String::from_utf8(table).unwrap().contains("max req/s"));
+}
