@@ -82,19 +82,53 @@ pub struct Capabilities {
     pub event_block_tokens: u32,
 }
 
-/// What a destination's request does when its KV load failed because the
-/// source had released the blocks ([`crate::CancelReason::KvLoadFailed`]):
+/// What a destination's request does when its KV load failed as the
+/// connector reports it ([`crate::CancelReason::KvLoadFailed`]: the
+/// transfer failed, or a stale read under [`StaleReadPolicy::Fail`]):
 /// vLLM's `kv_load_failure_policy` (`vllm/config/kv_transfer.py`,
-/// `KVTransferConfig`, default `fail`; applied by the decode scheduler,
-/// `vllm/v1/core/sched/scheduler.py`, `_handle_invalid_blocks`).
+/// `KVTransferConfig`, `Literal["recompute", "fail"]`, default `fail`;
+/// applied by the decode scheduler, `vllm/v1/core/sched/scheduler.py`,
+/// `_handle_invalid_blocks`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KvLoadFailurePolicy {
     /// The request fails with the load error.
     #[default]
     Fail,
-    /// The decode worker computes the prompt itself (a local prefill on
-    /// the decode worker, then its decode).
+    /// The decode worker computes the prompt itself from its first invalid
+    /// block: upstream `_update_requests_with_invalid_blocks` truncates
+    /// `num_computed_tokens` there, and a failed NIXL transfer marks every
+    /// block it was loading invalid, so what stays valid is the decode
+    /// worker's own cached prefix. Here the request goes on on the decode
+    /// worker as an ordinary request, whose admission hits that same cached
+    /// prefix (the destination's hits return to the cache unevicted when it
+    /// ends, in the same instant) and computes the rest.
     Recompute,
+}
+
+/// What a source-first destination does with a read that found its
+/// source's KV released ([`crate::TransferResult::SourceReleased`]).
+/// Upstream has no such choice: a NIXL read of freed blocks is a read like
+/// any other and the request succeeds. The mock marks it (the report's
+/// stale reads, per request) either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StaleReadPolicy {
+    /// As vLLM: the read completes, the destination activates and decodes.
+    #[default]
+    Complete,
+    /// Stricter than vLLM: the load fails
+    /// ([`crate::CancelReason::KvLoadFailed`]) and the request follows
+    /// [`KvLoadFailurePolicy`].
+    Fail,
+}
+
+impl StaleReadPolicy {
+    /// The name the command line and the report use.
+    pub fn name(self) -> &'static str {
+        match self {
+            StaleReadPolicy::Complete => "complete",
+            StaleReadPolicy::Fail => "fail",
+        }
+    }
 }
 
 impl KvLoadFailurePolicy {
@@ -166,6 +200,8 @@ pub struct HandoffConfig {
     /// What a request whose KV load failed does (the serving layer applies
     /// it: it decides requests' fates).
     pub kv_load_failure: KvLoadFailurePolicy,
+    /// What a read of released source KV does (upstream: it completes).
+    pub stale_read: StaleReadPolicy,
     /// Source-first destinations keep their source's lease alive with
     /// heartbeats (vLLM's NIXL lease); `None`: no heartbeats (SGLang, and
     /// vLLM before the lease, whose sources held a fixed abort timeout).
@@ -208,6 +244,7 @@ impl Default for HandoffConfig {
             early_fact_ttl: Duration::from_secs(30),
             tombstones: 1 << 16,
             kv_load_failure: KvLoadFailurePolicy::Fail,
+            stale_read: StaleReadPolicy::Complete,
             heartbeat: None,
         }
     }

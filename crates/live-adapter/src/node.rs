@@ -172,7 +172,9 @@ impl<T: Transport> WorkerNode<T> {
                     self.notify(told);
                     self.deliver(HostInput::Message { from, msg }, now)
                 }
-                Frame::SourceReleased { id, at } => self.reads.on_notice(id, at),
+                Frame::SourceReleased { id, at, reused_at } => {
+                    self.reads.on_notice(id, at, reused_at)
+                }
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
                 Frame::Clock {
                     origin_unix_nanos,
@@ -223,7 +225,7 @@ impl<T: Transport> WorkerNode<T> {
                 self.predicted(n);
             }
             let result = self.reads.judge(c.id, now);
-            if result == handoff_core::TransferResult::SourceReleased {
+            if result.stale().is_some() {
                 self.stats.reads_of_released += 1;
             }
             let done = Frame::TransferDone {

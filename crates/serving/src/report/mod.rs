@@ -8,6 +8,7 @@ mod records;
 mod run;
 mod samples;
 mod sections;
+mod stale;
 #[cfg(test)]
 mod tests;
 mod units;
@@ -20,3 +21,4 @@ pub use sections::{
     BeyondGridReport, EngineReport, FlatLatencies, Lifecycle, Report, ReportConfig, TimersReport,
     TransferReport, WorkerReport,
 };
+pub use stale::{StaleKv, StaleReads};
