@@ -4,9 +4,10 @@
 //!
 //! Upstream vLLM's prefill worker holds a request's blocks for
 //! `kv_lease_duration` (30 s); the decode worker that will read them sends a
-//! heartbeat every lease/6 until its read completes, each moving the expiry
-//! to `now + lease * 2 / 3` (`nixl/base_worker.py`, `_send_heartbeats`,
-//! `_handle_heartbeat`). A reader that stops (it died, or gave up) lets the
+//! heartbeat every `lease // 6` s until its read completes, each moving the
+//! expiry to `now + lease * 2 // 3` s (`nixl/base_worker.py`,
+//! `_send_heartbeats`, `_handle_heartbeat`; the tests below use the same
+//! fractions at nanosecond resolution, `Heartbeat::scaled`). A reader that stops (it died, or gave up) lets the
 //! lease run out within one extension.
 //!
 //! vLLM's prefill worker frees a request's pinned blocks when its lease runs
@@ -133,7 +134,7 @@ fn when(sim: &PairSim, event: impl Into<handoff_core::LifecycleEvent>) -> Option
 
 #[test]
 fn heartbeats_hold_a_waiting_readers_source() {
-    let hb = Heartbeat::for_lease(Duration::from_secs(1));
+    let hb = Heartbeat::scaled(Duration::from_secs(1));
     let sim = waiting_reader(Some(hb), 0);
     let log = || sim.log.join("\n");
     assert!(sim.saw_event(SE::LeaseRenewed), "{}", log());
@@ -147,7 +148,7 @@ fn heartbeats_hold_a_waiting_readers_source() {
 
 #[test]
 fn without_heartbeats_or_when_they_are_lost_the_lease_runs_out() {
-    let hb = Heartbeat::for_lease(Duration::from_secs(1));
+    let hb = Heartbeat::scaled(Duration::from_secs(1));
     for (heartbeat, drop_pct) in [(None, 0), (Some(hb), 100)] {
         let sim = waiting_reader(heartbeat, drop_pct);
         let expired = when(&sim, SE::LeaseExpired).expect("the lease ran out");

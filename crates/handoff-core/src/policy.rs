@@ -170,10 +170,24 @@ impl Heartbeat {
     /// [`HandoffConfig::for_backend`] arms for vLLM.
     pub const VLLM_LEASE: Duration = Duration::from_secs(30);
 
-    /// vLLM's heartbeat for a lease of `lease`: every `lease / 6` (at
-    /// least every millisecond, so a tiny lease cannot spin a worker),
-    /// extending by `lease * 2 / 3`.
+    /// vLLM's heartbeat for a lease of `lease`, in vLLM's whole seconds
+    /// (`kv_lease_duration: int`; `nixl/base_worker.py`, the worker's
+    /// `__init__`): every `max(lease // 6, 1)` s, extending by
+    /// `lease * 2 // 3` s. A lease under 2 s extends by nothing, as
+    /// upstream (its heartbeats cannot hold it); a fraction of a second of
+    /// `lease` is dropped first, as the integer option cannot carry one.
     pub fn for_lease(lease: Duration) -> Self {
+        let secs = lease.as_secs();
+        Heartbeat {
+            every: Duration::from_secs((secs / 6).max(1)),
+            extend: Duration::from_secs(secs.saturating_mul(2) / 3),
+        }
+    }
+
+    /// The same fractions at nanosecond resolution (`lease / 6`, at least a
+    /// millisecond, and `lease * 2 / 3`): for sub-second leases in tests,
+    /// which vLLM's integer option cannot express.
+    pub fn scaled(lease: Duration) -> Self {
         Heartbeat {
             every: (lease / 6).max(Duration::from_millis(1)),
             extend: lease / 3 * 2,
@@ -247,5 +261,47 @@ impl Default for HandoffConfig {
             stale_read: StaleReadPolicy::Complete,
             heartbeat: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_use_vllms_integer_seconds() {
+        let hb = |s: u64, ms: u64| Heartbeat::for_lease(Duration::from_millis(s * 1_000 + ms));
+        let secs = Duration::from_secs;
+        // 30 // 6 = 5, 30 * 2 // 3 = 20.
+        assert_eq!(
+            hb(30, 0),
+            Heartbeat {
+                every: secs(5),
+                extend: secs(20)
+            }
+        );
+        // 10 // 6 = 1, 20 // 3 = 6 (not 6.67).
+        assert_eq!(
+            hb(10, 0),
+            Heartbeat {
+                every: secs(1),
+                extend: secs(6)
+            }
+        );
+        // 1 // 6 = 0, raised to 1; 2 // 3 = 0: nothing holds a 1 s lease.
+        assert_eq!(
+            hb(1, 0),
+            Heartbeat {
+                every: secs(1),
+                extend: secs(0)
+            }
+        );
+        // The option is an int: a fraction is dropped.
+        assert_eq!(hb(7, 900), hb(7, 0));
+        let s = Heartbeat::scaled(Duration::from_millis(600));
+        assert_eq!(
+            (s.every, s.extend),
+            (Duration::from_millis(100), Duration::from_millis(400))
+        );
     }
 }

@@ -157,7 +157,6 @@ impl Schedule {
             tombstones: [4, 1 << 16][r.below(2) as usize],
             kv_load_failure: [KvLoadFailurePolicy::Fail, KvLoadFailurePolicy::Recompute]
                 [r.below(2) as usize],
-            // vLLM's lease heartbeat, for the lease the cores hold.
             // The strict stale-read choice now and then, drawn from the
             // seed so that the generator's other draws stay as they were.
             stale_read: if (seed >> 3).is_multiple_of(4) {
@@ -165,8 +164,11 @@ impl Schedule {
             } else {
                 StaleReadPolicy::Complete
             },
+            // vLLM's lease heartbeat, for the lease the cores hold, at
+            // nanosecond resolution: these leases are fractions of seconds,
+            // which vLLM's integer seconds cannot hold.
             heartbeat: (backend == Backend::Vllm && r.below(2) == 0)
-                .then(|| Heartbeat::for_lease(lease)),
+                .then(|| Heartbeat::scaled(lease)),
         };
         let cfg = DeploymentConfig {
             engines: Vec::new(),

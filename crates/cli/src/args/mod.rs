@@ -484,10 +484,13 @@ impl DeployArgs {
                 sessions: Default::default(),
             })
         };
-        let early_send = early_send_cached_prefix(
+        let (early_send, warning) = early_send_cached_prefix(
             self.disagg_prefill_early_send_cached_prefix.as_deref(),
             std::env::var_os(EARLY_SEND_ENV).as_deref(),
         )?;
+        if let Some(w) = warning {
+            eprintln!("{w}");
+        }
         let decode = EngineSpec {
             decode_radix_cache: self.disaggregation_decode_enable_radix_cache,
             early_send_cached_prefix: early_send,
@@ -558,7 +561,7 @@ impl DeployArgs {
 
     /// The source lease override: `--lease-ttl-s`, else vLLM's former
     /// abort timeout under `--kv-lease abort-timeout`, else the backend's.
-    fn source_lease_ttl(&self) -> Option<Duration> {
+    pub(crate) fn source_lease_ttl(&self) -> Option<Duration> {
         match (self.lease_ttl_s, self.backend(), self.kv_lease) {
             (Some(s), ..) => Some(Duration::from_secs(s)),
             (None, Backend::Vllm, KvLeaseArg::AbortTimeout) => {
