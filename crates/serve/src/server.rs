@@ -49,6 +49,8 @@ pub struct ServeConfig {
     pub tokenizer: crate::openai::tokenizer::Tokenizer,
     /// `--block-hash`: the hashes blocks are published under.
     pub hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
+    /// `--load-balance-method`: SGLang's rank rule for PD legs.
+    pub load_balance_method: crate::LoadBalanceMethod,
 }
 
 /// Where a server listens, once it does.
@@ -213,6 +215,7 @@ async fn run(
     let view = Arc::new(Mutex::new(EngineView::default()));
     let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
     let backend = c.cfg.backend;
+    let load_balance = c.load_balance_method;
     let timeouts = c.http_timeouts;
     let info_specs = c.specs.clone();
     let d = DriverConfig {
@@ -225,6 +228,7 @@ async fn run(
         view: view.clone(),
         bootstrap_timeout: bootstrap_timeout(c.bootstrap_timeout_s)?,
         hash_mode: c.hash_mode,
+        load_balance: c.load_balance_method,
     };
     let engine = std::thread::Builder::new()
         .name("engine".into())
@@ -254,6 +258,7 @@ async fn run(
         specs: info_specs,
         dp,
         policy,
+        load_balance,
     });
     on_listen(Listening {
         http: addr,

@@ -35,6 +35,7 @@ pub fn loopback(cfg: DeploymentConfig, specs: Vec<EngineSpec>) -> ServeConfig {
         bootstrap_timeout_s: 300.0,
         tokenizer: Default::default(),
         hash_mode: Default::default(),
+        load_balance_method: Default::default(),
     }
 }
 
