@@ -99,9 +99,11 @@ pub enum KvLoadFailurePolicy {
     /// `num_computed_tokens` there, and a failed NIXL transfer marks every
     /// block it was loading invalid, so what stays valid is the decode
     /// worker's own cached prefix. Here the request goes on on the decode
-    /// worker as an ordinary request, whose admission hits that same cached
-    /// prefix (the destination's hits return to the cache unevicted when it
-    /// ends, in the same instant) and computes the rest.
+    /// worker as an ordinary request, routed in the instant its
+    /// destination ended: the destination's prefix hits go back to the
+    /// decode worker's cache and the request's admission hits them again
+    /// unless something evicted them first (`tests/tests/
+    /// kv_load_recompute.rs`), computing the rest.
     Recompute,
 }
 
