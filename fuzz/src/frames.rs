@@ -71,6 +71,8 @@ fn event_name(e: &WorkerEvent) -> &'static str {
         WorkerEvent::Kv { .. } => "Kv",
         WorkerEvent::Session { .. } => "Session",
         WorkerEvent::Dropped { .. } => "Dropped",
+        WorkerEvent::StaleRead { .. } => "StaleRead",
+        WorkerEvent::SourceKvReused { .. } => "SourceKvReused",
     }
 }
 
@@ -216,6 +218,16 @@ fn every_event() -> Vec<WorkerEvent> {
             }),
             at: Instant(16),
         },
+        WorkerEvent::StaleRead {
+            id,
+            request: RequestId(3),
+            reused: false,
+            at: Instant(17),
+        },
+        WorkerEvent::SourceKvReused {
+            id,
+            at: Instant(18),
+        },
     ]
 }
 
@@ -326,7 +338,7 @@ pub fn every_frame() -> Vec<Frame> {
         Frame::Host(HostOp::Deliver {
             input: HostInput::TransferDone {
                 id,
-                result: handoff_core::TransferResult::SourceReleased,
+                result: handoff_core::TransferResult::SourceReleased { reused: true },
             },
             now: Instant(7),
         }),
@@ -704,7 +716,9 @@ fn gen_host_op(rng: &mut Rng) -> HostOp {
                     result: *rng.pick(&[
                         handoff_core::TransferResult::Completed,
                         handoff_core::TransferResult::Failed,
-                        handoff_core::TransferResult::SourceReleased,
+                        handoff_core::TransferResult::SourceLost,
+                        handoff_core::TransferResult::SourceReleased { reused: false },
+                        handoff_core::TransferResult::SourceReleased { reused: true },
                     ]),
                 },
                 3 => HostInput::Cancel {
@@ -800,11 +814,11 @@ mod tests {
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
         assert_eq!(kinds.len(), 12, "{kinds:?}");
         let detailed: BTreeSet<String> = frames.iter().map(detailed_name).collect();
-        // 13 events, 10 host operations/inputs, 4 handoff bodies, 7
+        // 15 events, 10 host operations/inputs, 4 handoff bodies, 7
         // requests, and the 6 other kinds.
         assert_eq!(
             detailed.iter().filter(|n| n.starts_with("Event/")).count(),
-            13
+            15
         );
         assert_eq!(
             detailed.iter().filter(|n| n.starts_with("Host/")).count(),

@@ -13,10 +13,11 @@ drained; SGLang's native `/generate` goes through too; a leg whose partner never
 bootstrap timeout and frees everything; a client that leaves mid-stream
 frees both sides. Then a deployment with `--dp-size 2` (one prefill and one
 decode worker of two attention-DP ranks each) behind the same router: every
-request completes, each pair's two legs land on the same rank
-`bootstrap_room % 2` of both workers (per-rank counters of
-`/debug/workers`, with rooms chosen by hand too), and the workers' own
-`/server_info` says `dp_size` 2.
+request completes, each prefill leg lands on rank `bootstrap_room % 2` and
+the decode legs round-robin over the decode worker's ranks (SGLang's `auto`
+on each engine, `ServerArgs._handle_load_balance_method`; per-rank counters
+of `/debug/workers`, with rooms chosen by hand too), and the workers' own
+`/server_info` says `dp_size` 2 and the method each resolved.
 
 Prints "N passed, N failed" and exits non-zero on any failure.
 """
@@ -273,12 +274,13 @@ def rank_counts(d: Deployment) -> dict:
     return {(w["worker"], w["dp_rank"]): w["listener_requests"] for w in d.debug()["workers"]}
 
 
-def test_dp2_pairs_land_on_room_mod_2(d: Deployment) -> None:
-    for w in d.workers:
+def test_dp2_prefill_by_room_decode_round_robin(d: Deployment) -> None:
+    for w, method in zip(d.workers, ["follow_bootstrap_room", "round_robin"]):
         status, body = get(w + "/server_info")
         info = json.loads(body)
         assert status == 200 and info["dp_size"] == 2, info
         assert [s["dp_rank"] for s in info["internal_states"]] == [0, 1], info
+        assert info["load_balance_method"] == method, info
     before = rank_counts(d)
     c = d.client()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -288,13 +290,15 @@ def test_dp2_pairs_land_on_room_mod_2(d: Deployment) -> None:
     d.wait_drained()
     after = rank_counts(d)
     delta = {k: after[k] - before.get(k, 0) for k in after}
-    # The router picks rooms at random: both ranks took legs, and each
-    # pair's legs took the same rank on both workers.
+    # The router picks rooms at random: both prefill ranks took legs; the
+    # decode legs alternate, 20 on each rank.
     assert delta[(0, 0)] + delta[(0, 1)] == 40, delta
     assert delta[(0, 0)] > 0 and delta[(0, 1)] > 0, delta
-    assert (delta[(0, 0)], delta[(0, 1)]) == (delta[(1, 0)], delta[(1, 1)]), delta
-    # Rooms by hand: 10 -> rank 0, 13 -> rank 1, on both workers.
-    for room, rank in [(10, 0), (13, 1)]:
+    assert (delta[(1, 0)], delta[(1, 1)]) == (20, 20), delta
+    # Rooms by hand: 11 -> prefill rank 1, 12 -> prefill rank 0; the two
+    # decode legs take the decode worker's two ranks in turn.
+    decode_ranks = []
+    for room, prefill_rank in [(11, 1), (12, 0)]:
         before = rank_counts(d)
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             legs = list(pool.map(lambda u: leg(u, room, False), d.workers))
@@ -302,7 +306,9 @@ def test_dp2_pairs_land_on_room_mod_2(d: Deployment) -> None:
         d.wait_drained()
         after = rank_counts(d)
         moved = {k for k in after if after[k] != before.get(k, 0)}
-        assert moved == {(0, rank), (1, rank)}, (room, before, after)
+        assert (0, prefill_rank) in moved and len(moved) == 2, (room, before, after)
+        decode_ranks += [r for (w, r) in moved if w == 1]
+    assert sorted(decode_ranks) == [0, 1], decode_ranks
 
 
 def main() -> int:
@@ -324,7 +330,8 @@ def main() -> int:
         print(d.logs() if not d.router_log.closed else "")
     d2 = Deployment(prefill=1, decode=1, dp_size=2)
     try:
-        run("dp-size 2: pairs land on rank bootstrap_room % 2", test_dp2_pairs_land_on_room_mod_2, d2)
+        run("dp-size 2: prefill legs by room, decode legs round robin",
+            test_dp2_prefill_by_room_decode_round_robin, d2)
     finally:
         d2.stop()
     return checks.report()

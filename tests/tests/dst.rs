@@ -43,6 +43,8 @@ fn two_hundred_schedules_break_no_rule() {
         ("peer aborts", p.peer_aborts),
         ("peer lost", p.peer_lost),
         ("transfer failures", p.transfer_failures),
+        ("failed KV loads", p.kv_load_failures),
+        ("stale reads", p.stale_reads),
         ("reservation waits", p.reservation_waits),
         ("requests finished", p.finished),
     ] {
@@ -379,4 +381,86 @@ fn schedules_round_trip_through_their_text() {
         assert_eq!(back.items, s.items);
         assert_eq!(back.specs, s.specs);
     }
+}
+
+/// The source of [`ID`] started, pinned at 0 and renewed at `renewed_s`
+/// (if any), then ended for `reason` at `end_s`; its destination then
+/// reports a stale read. Returns the checker.
+fn stale_read_after(
+    terms: handoff_tests::dst::LeaseTerms,
+    renewed_s: Option<u64>,
+    reason: CancelReason,
+    end_s: u64,
+) -> Checker {
+    let mut c = checker().with_lease_terms(terms);
+    let src = |s| RoleState::Source(s);
+    let at = |s: u64| Instant::from_millis(s * 1_000);
+    let mut moves = vec![
+        (SE::Start, SS::NotStarted, SS::Computing, 0),
+        (SE::PrefillPinned, SS::Computing, SS::Pinned, 0),
+    ];
+    if let Some(r) = renewed_s {
+        moves.push((SE::LeaseRenewed, SS::Pinned, SS::Pinned, r));
+    }
+    let end = match reason {
+        CancelReason::LeaseExpired => SE::LeaseExpired,
+        _ => SE::Cancelled,
+    };
+    moves.push((end, SS::Pinned, SS::Released, end_s));
+    for (ev, from, to, t) in moves {
+        let mut e = tr(
+            SRC,
+            Role::Source,
+            LifecycleEvent::Source(ev),
+            src(from),
+            src(to),
+        );
+        if let WorkerEvent::Transition(tt) = &mut e {
+            tt.at = at(t);
+        }
+        c.event(SRC, &e, at(t));
+    }
+    c.event(SRC, &ended(Role::Source, Some(reason)), at(end_s));
+    let stale = WorkerEvent::StaleRead {
+        id: ID,
+        request: R,
+        reused: true,
+        at: at(end_s + 1),
+    };
+    c.event(DST, &stale, at(end_s + 1));
+    c
+}
+
+#[test]
+fn a_stale_read_only_follows_a_real_lease_expiry() {
+    let terms = handoff_tests::dst::LeaseTerms {
+        ttl: Some(handoff_core::Duration::from_secs(10)),
+        extension: Some(handoff_core::Duration::from_secs(5)),
+    };
+    let flagged = |c: &Checker| kinds(c).contains(&Kind::ReadOfReleasedSource);
+    // The lease ran its term, the last heartbeat came more than one
+    // extension before: a real expiry.
+    let ok = stale_read_after(terms, Some(4), CancelReason::LeaseExpired, 10);
+    assert!(!flagged(&ok), "{:?}", ok.violations());
+    // A heartbeat arrived within the extension: the expiry was premature.
+    assert!(flagged(&stale_read_after(
+        terms,
+        Some(9),
+        CancelReason::LeaseExpired,
+        10
+    )));
+    // Before the lease's own term.
+    assert!(flagged(&stale_read_after(
+        terms,
+        None,
+        CancelReason::LeaseExpired,
+        3
+    )));
+    // A source cancelled (not expired) must never be read to completion.
+    assert!(flagged(&stale_read_after(
+        terms,
+        None,
+        CancelReason::Client,
+        20
+    )));
 }

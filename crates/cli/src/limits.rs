@@ -203,9 +203,11 @@ impl DeployArgs {
         let h = self.handoff();
         let secs = |d: handoff_core::Duration| d.as_nanos() as f64 / 1e9;
         let mut deadlines: Vec<(&str, f64)> = Vec::new();
-        if let Some(hb) = h.heartbeat {
-            // `Heartbeat::for_lease` extends by two thirds of the lease.
-            deadlines.push(("the source's KV lease", secs(hb.extend) * 1.5));
+        if h.heartbeat.is_some() {
+            let lease = self
+                .source_lease_ttl()
+                .unwrap_or(handoff_core::Heartbeat::VLLM_LEASE);
+            deadlines.push(("the source's KV lease", secs(lease)));
         }
         if h.reservation_expires() {
             deadlines.push(("the reservation deadline", secs(h.reservation_ttl)));

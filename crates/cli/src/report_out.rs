@@ -233,6 +233,16 @@ fn print_summary(r: &Report) {
     if !l.faults.injected_nothing() {
         out!("faults injected: {}", l.faults);
     }
+    if !l.stale_reads.none() {
+        let s = &l.stale_reads;
+        out!(
+            "WARNING: {} requests read KV their source had released (lease expired): \
+             {} after a block was reused by another request (corrupt), {} not reused (possibly intact)",
+            s.reads,
+            s.reused,
+            s.not_reused
+        );
+    }
     out!(
         "{:<8} {:<10} {:>8} {:>12} {:>12} {:>14} {:>14} {:>8}",
         "worker",

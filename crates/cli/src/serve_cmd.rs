@@ -100,6 +100,38 @@ pub struct ServeArgs {
     /// Write the run's report, as JSON, to FILE at shutdown.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// SGLang PD with --dp-size: how a leg picks its rank (SGLang's flag):
+    /// `auto` follows the bootstrap room on prefill workers and
+    /// round-robins decode legs.
+    #[arg(long, value_enum, default_value_t = LbMethod::Auto, value_name = "METHOD")]
+    load_balance_method: LbMethod,
+}
+
+/// `--load-balance-method`, under SGLang's names.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LbMethod {
+    /// `follow_bootstrap_room` on prefill, `round_robin` on decode.
+    Auto,
+    /// Round robin (read as `follow_bootstrap_room` on prefill, as SGLang).
+    #[value(name = "round_robin")]
+    RoundRobin,
+    /// Rank `bootstrap_room % dp_size`.
+    #[value(name = "follow_bootstrap_room")]
+    FollowBootstrapRoom,
+    /// The rank with the fewest requests.
+    #[value(name = "total_requests")]
+    TotalRequests,
+}
+
+impl From<LbMethod> for handoff_serve::LoadBalanceMethod {
+    fn from(m: LbMethod) -> Self {
+        match m {
+            LbMethod::Auto => Self::Auto,
+            LbMethod::RoundRobin => Self::RoundRobin,
+            LbMethod::FollowBootstrapRoom => Self::FollowBootstrapRoom,
+            LbMethod::TotalRequests => Self::TotalRequests,
+        }
+    }
 }
 
 /// `--kv-event-encoding`.
@@ -226,6 +258,7 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         tokenizer,
         hash_mode,
         client_faults: a.gateway.client_faults(),
+        load_balance_method: a.load_balance_method.into(),
     };
     if a.pod.engine.is_some() {
         return crate::pod_cmd::run(c, &a.pod, a.output.as_deref());

@@ -82,19 +82,55 @@ pub struct Capabilities {
     pub event_block_tokens: u32,
 }
 
-/// What a destination's request does when its KV load failed because the
-/// source had released the blocks ([`crate::CancelReason::KvLoadFailed`]):
+/// What a destination's request does when its KV load failed as the
+/// connector reports it ([`crate::CancelReason::KvLoadFailed`]: the
+/// transfer failed, or a stale read under [`StaleReadPolicy::Fail`]):
 /// vLLM's `kv_load_failure_policy` (`vllm/config/kv_transfer.py`,
-/// `KVTransferConfig`, default `fail`; applied by the decode scheduler,
-/// `vllm/v1/core/sched/scheduler.py`, `_handle_invalid_blocks`).
+/// `KVTransferConfig`, `Literal["recompute", "fail"]`, default `fail`;
+/// applied by the decode scheduler, `vllm/v1/core/sched/scheduler.py`,
+/// `_handle_invalid_blocks`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KvLoadFailurePolicy {
     /// The request fails with the load error.
     #[default]
     Fail,
-    /// The decode worker computes the prompt itself (a local prefill on
-    /// the decode worker, then its decode).
+    /// The decode worker computes the prompt itself from its first invalid
+    /// block: upstream `_update_requests_with_invalid_blocks` truncates
+    /// `num_computed_tokens` there, and a failed NIXL transfer marks every
+    /// block it was loading invalid, so what stays valid is the decode
+    /// worker's own cached prefix. Here the request goes on on the decode
+    /// worker as an ordinary request, routed in the instant its
+    /// destination ended: the destination's prefix hits go back to the
+    /// decode worker's cache and the request's admission hits them again
+    /// unless something evicted them first (`tests/tests/
+    /// kv_load_recompute.rs`), computing the rest.
     Recompute,
+}
+
+/// What a source-first destination does with a read that found its
+/// source's KV released ([`crate::TransferResult::SourceReleased`]).
+/// Upstream has no such choice: a NIXL read of freed blocks is a read like
+/// any other and the request succeeds. The mock marks it (the report's
+/// stale reads, per request) either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StaleReadPolicy {
+    /// As vLLM: the read completes, the destination activates and decodes.
+    #[default]
+    Complete,
+    /// Stricter than vLLM: the load fails
+    /// ([`crate::CancelReason::KvLoadFailed`]) and the request follows
+    /// [`KvLoadFailurePolicy`].
+    Fail,
+}
+
+impl StaleReadPolicy {
+    /// The name the command line and the report use.
+    pub fn name(self) -> &'static str {
+        match self {
+            StaleReadPolicy::Complete => "complete",
+            StaleReadPolicy::Fail => "fail",
+        }
+    }
 }
 
 impl KvLoadFailurePolicy {
@@ -136,10 +172,24 @@ impl Heartbeat {
     /// [`HandoffConfig::for_backend`] arms for vLLM.
     pub const VLLM_LEASE: Duration = Duration::from_secs(30);
 
-    /// vLLM's heartbeat for a lease of `lease`: every `lease / 6` (at
-    /// least every millisecond, so a tiny lease cannot spin a worker),
-    /// extending by `lease * 2 / 3`.
+    /// vLLM's heartbeat for a lease of `lease`, in vLLM's whole seconds
+    /// (`kv_lease_duration: int`; `nixl/base_worker.py`, the worker's
+    /// `__init__`): every `max(lease // 6, 1)` s, extending by
+    /// `lease * 2 // 3` s. A lease under 2 s extends by nothing, as
+    /// upstream (its heartbeats cannot hold it); a fraction of a second of
+    /// `lease` is dropped first, as the integer option cannot carry one.
     pub fn for_lease(lease: Duration) -> Self {
+        let secs = lease.as_secs();
+        Heartbeat {
+            every: Duration::from_secs((secs / 6).max(1)),
+            extend: Duration::from_secs(secs.saturating_mul(2) / 3),
+        }
+    }
+
+    /// The same fractions at nanosecond resolution (`lease / 6`, at least a
+    /// millisecond, and `lease * 2 / 3`): for sub-second leases in tests,
+    /// which vLLM's integer option cannot express.
+    pub fn scaled(lease: Duration) -> Self {
         Heartbeat {
             every: (lease / 6).max(Duration::from_millis(1)),
             extend: lease / 3 * 2,
@@ -166,6 +216,8 @@ pub struct HandoffConfig {
     /// What a request whose KV load failed does (the serving layer applies
     /// it: it decides requests' fates).
     pub kv_load_failure: KvLoadFailurePolicy,
+    /// What a read of released source KV does (upstream: it completes).
+    pub stale_read: StaleReadPolicy,
     /// Source-first destinations keep their source's lease alive with
     /// heartbeats (vLLM's NIXL lease); `None`: no heartbeats (SGLang, and
     /// vLLM before the lease, whose sources held a fixed abort timeout).
@@ -208,7 +260,50 @@ impl Default for HandoffConfig {
             early_fact_ttl: Duration::from_secs(30),
             tombstones: 1 << 16,
             kv_load_failure: KvLoadFailurePolicy::Fail,
+            stale_read: StaleReadPolicy::Complete,
             heartbeat: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_use_vllms_integer_seconds() {
+        let hb = |s: u64, ms: u64| Heartbeat::for_lease(Duration::from_millis(s * 1_000 + ms));
+        let secs = Duration::from_secs;
+        // 30 // 6 = 5, 30 * 2 // 3 = 20.
+        assert_eq!(
+            hb(30, 0),
+            Heartbeat {
+                every: secs(5),
+                extend: secs(20)
+            }
+        );
+        // 10 // 6 = 1, 20 // 3 = 6 (not 6.67).
+        assert_eq!(
+            hb(10, 0),
+            Heartbeat {
+                every: secs(1),
+                extend: secs(6)
+            }
+        );
+        // 1 // 6 = 0, raised to 1; 2 // 3 = 0: nothing holds a 1 s lease.
+        assert_eq!(
+            hb(1, 0),
+            Heartbeat {
+                every: secs(1),
+                extend: secs(0)
+            }
+        );
+        // The option is an int: a fraction is dropped.
+        assert_eq!(hb(7, 900), hb(7, 0));
+        let s = Heartbeat::scaled(Duration::from_millis(600));
+        assert_eq!(
+            (s.every, s.extend),
+            (Duration::from_millis(100), Duration::from_millis(400))
+        );
     }
 }

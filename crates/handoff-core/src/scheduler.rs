@@ -334,6 +334,25 @@ pub trait SchedulerCore {
         let _ = out;
     }
 
+    /// The held source `id` is about to be freed early (its lease ran out,
+    /// or it was cancelled) while a reader may still read it: from now on
+    /// the core notes the first time it gives one of those blocks to
+    /// another owner, for [`SchedulerCore::drain_reused`]. Called before
+    /// the `ReleaseSource`/`CancelSource` that frees them. What it
+    /// remembers is bounded by the pool (one entry per block). Cores that
+    /// do not track block reuse ignore it (the default), and their stale
+    /// reads count as not reused.
+    fn watch_released(&mut self, id: HandoffId) {
+        let _ = id;
+    }
+
+    /// Moves into `out` (appending) the watched sources
+    /// ([`SchedulerCore::watch_released`]) one of whose blocks was
+    /// reallocated since the last call, each once.
+    fn drain_reused(&mut self, out: &mut Vec<HandoffId>) {
+        let _ = out;
+    }
+
     /// No runnable work (nothing running or waiting to run).
     fn is_empty(&self) -> bool;
 
@@ -412,6 +431,12 @@ impl<T: SchedulerCore + ?Sized> SchedulerCore for Box<T> {
     }
     fn drain_session_events(&mut self, out: &mut Vec<crate::session::SessionEvent>) {
         (**self).drain_session_events(out)
+    }
+    fn watch_released(&mut self, id: HandoffId) {
+        (**self).watch_released(id)
+    }
+    fn drain_reused(&mut self, out: &mut Vec<HandoffId>) {
+        (**self).drain_reused(out)
     }
     fn is_empty(&self) -> bool {
         (**self).is_empty()

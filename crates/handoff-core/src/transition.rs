@@ -30,13 +30,14 @@ pub enum CancelReason {
     Unsupported,
     /// This worker is shutting down.
     Teardown,
-    /// The destination read the source's KV after the source had released
-    /// it (lease expiry, cancellation, restart): the blocks may already hold
-    /// another request's KV, so the load is invalid. vLLM reports such
-    /// blocks through the connector's `get_block_ids_with_load_errors` and
-    /// then applies `kv_load_failure_policy` (`vllm/config/kv_transfer.py`,
-    /// `KVTransferConfig`; `vllm/v1/core/sched/scheduler.py`,
-    /// `_handle_invalid_blocks`).
+    /// A source-first destination's KV load failed as the connector reports
+    /// it: the transfer failed (vLLM's NIXL connector marks every block of
+    /// the request invalid, `_handle_failed_transfer`, and reports them
+    /// through `get_block_ids_with_load_errors`), or, under the strict
+    /// [`crate::StaleReadPolicy::Fail`], the read found its source's KV
+    /// released. The request then follows `kv_load_failure_policy`
+    /// (`vllm/config/kv_transfer.py`, `KVTransferConfig`;
+    /// `vllm/v1/core/sched/scheduler.py`, `_handle_invalid_blocks`).
     KvLoadFailed,
 }
 
@@ -46,26 +47,53 @@ pub enum CancelReason {
 pub enum TransferResult {
     /// The bytes arrived and are valid.
     Completed,
-    /// The transfer itself failed (a transport fault).
+    /// The transfer itself failed (a transport fault). A source-first
+    /// destination reports it as a failed load, as vLLM's NIXL connector
+    /// does (`_handle_failed_transfer`).
     Failed,
+    /// The source's worker died while its KV was read: a lost worker, which
+    /// the serving layer migrates.
+    SourceLost,
     /// The bytes were read from a source that had already released them
-    /// (before or during the read): the load is invalid
-    /// ([`CancelReason::KvLoadFailed`]).
-    SourceReleased,
+    /// (before or during the read). Upstream vLLM cannot tell: a NIXL read
+    /// of freed blocks returns whatever they hold, the decode worker keeps
+    /// it and the request succeeds; the prefill worker only logs
+    /// "Potentially invalid KV blocks for unrecognized request" when the
+    /// completion notice comes (`nixl/base_worker.py`, `_get_new_notifs`).
+    /// `reused`: another request had been given at least one of the
+    /// released blocks before the read ended (its KV is certainly wrong);
+    /// otherwise the blocks still held the source's KV (possibly intact).
+    /// What a destination does with it is [`crate::StaleReadPolicy`].
+    SourceReleased {
+        /// A released block was reallocated before the read ended.
+        reused: bool,
+    },
 }
 
 impl TransferResult {
-    /// Whether the KV arrived valid.
+    /// Whether the KV arrived from blocks its source still held.
     pub fn ok(self) -> bool {
         self == TransferResult::Completed
     }
 
-    /// Why a role that needed this transfer ends, if it failed.
+    /// Whether the read of released KV ended, and then whether a released
+    /// block had been reused.
+    pub fn stale(self) -> Option<bool> {
+        match self {
+            TransferResult::SourceReleased { reused } => Some(reused),
+            _ => None,
+        }
+    }
+
+    /// Why a role that needed this transfer ends under the strict
+    /// [`crate::StaleReadPolicy::Fail`], if it failed.
     pub fn failure(self) -> Option<CancelReason> {
         match self {
             TransferResult::Completed => None,
-            TransferResult::Failed => Some(CancelReason::TransferFailed),
-            TransferResult::SourceReleased => Some(CancelReason::KvLoadFailed),
+            TransferResult::Failed | TransferResult::SourceLost => {
+                Some(CancelReason::TransferFailed)
+            }
+            TransferResult::SourceReleased { .. } => Some(CancelReason::KvLoadFailed),
         }
     }
 }

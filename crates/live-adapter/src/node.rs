@@ -175,7 +175,10 @@ impl<T: Transport> WorkerNode<T> {
                 // A notice cannot have been sent after it arrived: a sender
                 // on another clock (an engine process of `serve --engine`
                 // keeps its own) is held to this one's present.
-                Frame::SourceReleased { id, at } => self.reads.on_notice(id, at.min(now)),
+                Frame::SourceReleased { id, at, reused_at } => {
+                    self.reads
+                        .on_notice(id, at.min(now), reused_at.map(|r| r.min(now)))
+                }
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
                 Frame::Clock {
                     origin_unix_nanos,
@@ -226,7 +229,7 @@ impl<T: Transport> WorkerNode<T> {
                 self.predicted(n);
             }
             let result = self.reads.judge(c.id, now);
-            if result == handoff_core::TransferResult::SourceReleased {
+            if result.stale().is_some() {
                 self.stats.reads_of_released += 1;
             }
             let done = Frame::TransferDone {

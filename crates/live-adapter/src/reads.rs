@@ -5,11 +5,10 @@
 //! A source-first destination reads KV its source pinned (vLLM: the decode
 //! worker's NIXL read of the prefill worker's blocks, `nixl_connector.py`,
 //! `start_load_kv`). If the source freed those blocks early (lease expiry,
-//! cancel) before or while the read ran, the read found blocks that may
-//! already hold another request's KV: the read fails with
-//! [`TransferResult::SourceReleased`] and the destination unwinds with
-//! `CancelReason::KvLoadFailed`, after which the request follows vLLM's
-//! `kv_load_failure_policy` (the frontend's director does that).
+//! cancel) before or while the read ran, the read is stale
+//! ([`TransferResult::SourceReleased`]), and reused if the source's worker
+//! had given one of those blocks to another request before the read ended;
+//! the destination's `StaleReadPolicy` decides what follows.
 //!
 //! In replay one engine sees both sides. On the wall clock the source and
 //! the reader are different processes, so each node keeps its half, sans-IO:
@@ -17,26 +16,29 @@
 //! - **Source side**: a source pinned here remembers which worker reads it
 //!   (the peer its facts go to or come from). When it is released early it
 //!   answers with a notice for that reader ([`Frame::SourceReleased`],
-//!   sent by the node). If the reader was not known yet (vLLM's lease runs
-//!   out before the decode worker ever spoke), the release is remembered,
-//!   bounded, and the reader's first later fact about it gets the notice.
+//!   sent by the node), and again when its core first reallocates one of
+//!   its blocks (the same frame with `reused_at`). If the reader was not
+//!   known yet (vLLM's lease runs out before the decode worker ever
+//!   spoke), the release is remembered, bounded, and the reader's first
+//!   later fact about it gets the notice.
 //! - **Reader side**: the reads this worker started of another worker's
 //!   KV, and the notices received. A read that completes after its
-//!   source's notice arrived is `SourceReleased`.
+//!   source's notice arrived is stale.
 //!
-//! What this cannot see: a release whose notice is still on the wire when
-//! the read completes (less than one loopback hop earlier, in wall time)
-//! reads as completed. A source whose process died is not judged here: the
-//! reader's node hears the loss and its worker ends the attempt
-//! (`Worker::handle_peer_lost`), which voids the read.
+//! What this cannot see: a notice still on the wire when the read
+//! completes (less than one loopback hop earlier, in wall time). A source
+//! whose process died is not judged here: the reader's node hears the loss
+//! and its worker ends the attempt (`Worker::handle_peer_lost`), which
+//! voids the read.
 //!
-//! Memory: entries follow pinned sources and reads in flight; notices and
-//! unclaimed releases are capped at [`NodeReads::REMEMBERED`] each, oldest
-//! forgotten first.
+//! Memory: entries follow pinned sources and reads in flight; notices,
+//! unclaimed releases and told readers are capped at
+//! [`NodeReads::REMEMBERED`] each, oldest forgotten first.
 
 use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::{
-    CancelReason, HandoffId, HandoffMsg, Instant, Role, TransferResult, WorkerEvent, WorkerId,
+    CancelReason, HandoffId, HandoffMsg, Instant, MsgBody, Role, TransferResult, WorkerEvent,
+    WorkerId,
 };
 use handoff_transport::Frame;
 use std::collections::VecDeque;
@@ -50,17 +52,32 @@ pub struct Notice {
     pub frame: Frame,
 }
 
-/// Releases remembered by attempt, oldest first, at most
+/// An early release: when, and when a block of it was first reused.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Release {
+    at: Instant,
+    reused_at: Option<Instant>,
+}
+
+/// Values remembered by attempt, oldest first, at most
 /// [`NodeReads::REMEMBERED`].
-#[derive(Default)]
-struct Remembered {
-    at: FastMap<HandoffId, Instant>,
+struct Remembered<V> {
+    at: FastMap<HandoffId, V>,
     order: VecDeque<HandoffId>,
 }
 
-impl Remembered {
-    fn insert(&mut self, id: HandoffId, at: Instant) {
-        if self.at.insert(id, at).is_none() {
+impl<V> Default for Remembered<V> {
+    fn default() -> Self {
+        Remembered {
+            at: FastMap::default(),
+            order: VecDeque::new(),
+        }
+    }
+}
+
+impl<V> Remembered<V> {
+    fn insert(&mut self, id: HandoffId, v: V) {
+        if self.at.insert(id, v).is_none() {
             self.order.push_back(id);
         }
         while self.order.len() > NodeReads::REMEMBERED {
@@ -70,10 +87,10 @@ impl Remembered {
         }
     }
 
-    fn remove(&mut self, id: HandoffId) -> Option<Instant> {
-        let at = self.at.remove(&id)?;
+    fn remove(&mut self, id: HandoffId) -> Option<V> {
+        let v = self.at.remove(&id)?;
         self.order.retain(|x| *x != id);
-        Some(at)
+        Some(v)
     }
 
     fn contains(&self, id: HandoffId) -> bool {
@@ -91,11 +108,13 @@ pub struct NodeReads {
     /// Sources pinned here, with their reader once known.
     pinned: FastMap<HandoffId, Option<WorkerId>>,
     /// Sources released early before their reader was known.
-    unclaimed: Remembered,
+    unclaimed: Remembered<Release>,
+    /// Sources released early whose reader was told, for the reuse notice.
+    told: Remembered<WorkerId>,
     /// Reads this worker runs of another worker's KV.
     reading: FastSet<HandoffId>,
     /// Notices received: sources released early, by attempt.
-    released: Remembered,
+    released: Remembered<Release>,
 }
 
 impl NodeReads {
@@ -104,8 +123,8 @@ impl NodeReads {
     /// forgets released attempts the same way).
     pub const REMEMBERED: usize = 4096;
 
-    /// Follows an event worker `me` emitted; a source released early
-    /// answers with a notice for its reader.
+    /// Follows an event worker `me` emitted; a source released early, or
+    /// whose freed blocks were reused, answers with a notice for its reader.
     pub fn on_event(&mut self, me: WorkerId, e: &WorkerEvent) -> Option<Notice> {
         match e {
             WorkerEvent::PrefillPinned { id, .. } => {
@@ -127,13 +146,32 @@ impl NodeReads {
                 if !reason.is_some_and(released_early) {
                     return None;
                 }
+                let release = Release {
+                    at: *at,
+                    reused_at: None,
+                };
                 match reader {
-                    Some(to) => Some(notice(to, *id, *at)),
+                    Some(to) => {
+                        self.told.insert(*id, to);
+                        Some(notice(to, *id, release))
+                    }
                     None => {
-                        self.unclaimed.insert(*id, *at);
+                        self.unclaimed.insert(*id, release);
                         None
                     }
                 }
+            }
+            WorkerEvent::SourceKvReused { id, at } => {
+                if let Some(r) = self.unclaimed.at.get_mut(id) {
+                    r.reused_at = Some(*at);
+                    return None;
+                }
+                let to = self.told.remove(*id)?;
+                let release = Release {
+                    at: *at,
+                    reused_at: Some(*at),
+                };
+                Some(notice(to, *id, release))
             }
             WorkerEvent::RoleEnded {
                 id,
@@ -151,12 +189,20 @@ impl NodeReads {
     /// A handoff fact about `msg.id` came from `from`; if it is about a
     /// source released here before its reader was known, the answer.
     pub fn on_fact_in(&mut self, from: WorkerId, msg: &HandoffMsg) -> Option<Notice> {
+        // The reader's read ended (its completion, or it gave up): a later
+        // reuse no longer matters to it.
+        if matches!(msg.body, MsgBody::ReaderCompleted | MsgBody::Abort { .. }) {
+            self.told.remove(msg.id);
+        }
         if let Some(reader) = self.pinned.get_mut(&msg.id) {
             *reader = Some(from);
             return None;
         }
-        let at = self.unclaimed.remove(msg.id)?;
-        Some(notice(from, msg.id, at))
+        let release = self.unclaimed.remove(msg.id)?;
+        if release.reused_at.is_none() {
+            self.told.insert(msg.id, from);
+        }
+        Some(notice(from, msg.id, release))
     }
 
     /// A handoff fact about `id` went to `to` (a pinned source's reader).
@@ -166,9 +212,14 @@ impl NodeReads {
         }
     }
 
-    /// A source told this worker it released attempt `id`'s KV at `at`.
-    pub fn on_notice(&mut self, id: HandoffId, at: Instant) {
-        self.released.insert(id, at);
+    /// A source told this worker it released attempt `id`'s KV at `at`,
+    /// and, if `reused_at` is set, that a block of it went to another
+    /// request then (a later notice of the same release).
+    pub fn on_notice(&mut self, id: HandoffId, at: Instant, reused_at: Option<Instant>) {
+        match self.released.at.get_mut(&id) {
+            Some(r) => r.reused_at = r.reused_at.or(reused_at),
+            None => self.released.insert(id, Release { at, reused_at }),
+        }
     }
 
     /// The transfer of `id` this worker timed moved its bytes at `now`:
@@ -179,14 +230,20 @@ impl NodeReads {
             return TransferResult::Completed;
         }
         match self.released.at.get(&id) {
-            Some(at) if *at <= now => TransferResult::SourceReleased,
+            Some(r) if r.at <= now => TransferResult::SourceReleased {
+                reused: r.reused_at.is_some_and(|t| t <= now),
+            },
             _ => TransferResult::Completed,
         }
     }
 
-    /// Entries held (for tests: every one ends with its role).
+    /// Entries held (for tests: every one ends with its role or is capped).
     pub fn remembered(&self) -> usize {
-        self.pinned.len() + self.unclaimed.len() + self.reading.len() + self.released.len()
+        self.pinned.len()
+            + self.unclaimed.len()
+            + self.told.len()
+            + self.reading.len()
+            + self.released.len()
     }
 
     /// Whether a notice for `id` was received (for tests).
@@ -209,17 +266,21 @@ fn released_early(reason: CancelReason) -> bool {
     )
 }
 
-fn notice(to: WorkerId, id: HandoffId, at: Instant) -> Notice {
+fn notice(to: WorkerId, id: HandoffId, r: Release) -> Notice {
     Notice {
         to,
-        frame: Frame::SourceReleased { id, at },
+        frame: Frame::SourceReleased {
+            id,
+            at: r.at,
+            reused_at: r.reused_at,
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use handoff_core::{Generation, MsgBody, RequestId};
+    use handoff_core::{Generation, RequestId};
 
     const P: WorkerId = WorkerId(0);
     const D: WorkerId = WorkerId(1);
@@ -273,10 +334,10 @@ mod tests {
         match n {
             Some(Notice {
                 to,
-                frame: Frame::SourceReleased { id, at },
+                frame: Frame::SourceReleased { id, at, reused_at },
             }) => {
                 assert_eq!(to, D);
-                reader.on_notice(id, at);
+                reader.on_notice(id, at, reused_at);
             }
             other => panic!("expected a notice, got {other:?}"),
         }
@@ -296,7 +357,7 @@ mod tests {
     }
 
     #[test]
-    fn a_release_during_the_read_fails_it() {
+    fn a_release_during_the_read_makes_it_stale() {
         for reason in [CancelReason::LeaseExpired, CancelReason::Client] {
             let (mut p, mut d) = (NodeReads::default(), NodeReads::default());
             p.on_event(P, &pinned(1));
@@ -306,11 +367,17 @@ mod tests {
                 &mut d,
                 p.on_event(P, &ended(1, Role::Source, Some(reason), 3)),
             );
-            assert_eq!(d.judge(id(1), Instant(4)), TransferResult::SourceReleased);
-            d.on_event(
-                D,
-                &ended(1, Role::Destination, Some(CancelReason::KvLoadFailed), 4),
+            assert_eq!(
+                d.judge(id(1), Instant(4)),
+                TransferResult::SourceReleased { reused: false }
             );
+            d.on_event(D, &ended(1, Role::Destination, None, 4));
+            // The reader's completion reaches the released source.
+            let done = HandoffMsg {
+                body: MsgBody::ReaderCompleted,
+                ..renewal(1)
+            };
+            assert_eq!(p.on_fact_in(D, &done), None);
             assert_eq!(p.remembered() + d.remembered(), 0, "{reason:?}");
         }
     }
@@ -326,9 +393,67 @@ mod tests {
         // Told once.
         assert_eq!(p.on_fact_in(D, &renewal(1)), None);
         d.on_event(D, &read(1, P));
-        assert_eq!(d.judge(id(1), Instant(9)), TransferResult::SourceReleased);
+        assert_eq!(
+            d.judge(id(1), Instant(9)),
+            TransferResult::SourceReleased { reused: false }
+        );
         d.on_event(D, &ended(1, Role::Destination, None, 9));
-        assert_eq!(p.remembered() + d.remembered(), 0);
+        // The source's told reader stays remembered for a reuse notice.
+        assert_eq!(p.remembered() + d.remembered(), 1);
+    }
+
+    #[test]
+    fn a_reuse_before_the_read_ended_is_told_and_judged() {
+        let (mut p, mut d) = (NodeReads::default(), NodeReads::default());
+        p.on_event(P, &pinned(1));
+        p.on_fact_in(D, &renewal(1));
+        d.on_event(D, &read(1, P));
+        let expired = ended(1, Role::Source, Some(CancelReason::LeaseExpired), 2);
+        deliver(&mut d, p.on_event(P, &expired));
+        let reused = WorkerEvent::SourceKvReused {
+            id: id(1),
+            at: Instant(5),
+        };
+        deliver(&mut d, p.on_event(P, &reused));
+        assert_eq!(p.on_event(P, &reused), None, "told once");
+        assert_eq!(
+            d.judge(id(1), Instant(6)),
+            TransferResult::SourceReleased { reused: true }
+        );
+        // Unclaimed: the first fact carries both.
+        p.on_event(P, &pinned(2));
+        p.on_event(
+            P,
+            &ended(2, Role::Source, Some(CancelReason::LeaseExpired), 2),
+        );
+        let reused = WorkerEvent::SourceKvReused {
+            id: id(2),
+            at: Instant(3),
+        };
+        assert_eq!(p.on_event(P, &reused), None);
+        deliver(&mut d, p.on_fact_in(D, &renewal(2)));
+        d.on_event(D, &read(2, P));
+        assert_eq!(
+            d.judge(id(2), Instant(4)),
+            TransferResult::SourceReleased { reused: true }
+        );
+        // A reuse after the read ended does not count.
+        p.on_event(P, &pinned(3));
+        p.on_fact_in(D, &renewal(3));
+        d.on_event(D, &read(3, P));
+        deliver(
+            &mut d,
+            p.on_event(P, &ended(3, Role::Source, Some(CancelReason::Client), 2)),
+        );
+        let late = WorkerEvent::SourceKvReused {
+            id: id(3),
+            at: Instant(9),
+        };
+        deliver(&mut d, p.on_event(P, &late));
+        assert_eq!(
+            d.judge(id(3), Instant(8)),
+            TransferResult::SourceReleased { reused: false }
+        );
     }
 
     #[test]
@@ -361,7 +486,7 @@ mod tests {
         assert_eq!(p.remembered(), 0);
         // Destination-first: the source times its own write; not a read.
         p.on_event(P, &read(5, P));
-        p.on_notice(id(5), Instant(1));
+        p.on_notice(id(5), Instant(1), None);
         assert_eq!(p.judge(id(5), Instant(2)), TransferResult::Completed);
     }
 
@@ -373,7 +498,7 @@ mod tests {
             p.on_event(P, &pinned(i));
             let gone = ended(i, Role::Source, Some(CancelReason::LeaseExpired), i);
             p.on_event(P, &gone);
-            d.on_notice(id(i), Instant(i));
+            d.on_notice(id(i), Instant(i), None);
         }
         assert_eq!(p.remembered(), NodeReads::REMEMBERED);
         assert_eq!(d.remembered(), NodeReads::REMEMBERED);

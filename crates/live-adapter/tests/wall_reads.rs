@@ -1,11 +1,11 @@
-//! Wall-clock live judges reads as replay does (issue 34, item 2): a
-//! decode worker whose read ends after its prefill worker freed the KV
-//! (vLLM's lease ran out while the reservation waited) does not activate
-//! from it; the destination unwinds with `kv-load-failed` and the request
-//! follows `kv_load_failure_policy`. Replay's counterpart is
-//! `tests/tests/kv_lease.rs`, `replay_fails_or_recomputes_what_it_cannot_read`.
+//! Wall-clock live judges reads as replay does: a decode worker whose read
+//! ends after its prefill worker freed the KV (vLLM's lease ran out while
+//! the reservation waited) completes it as vLLM does and the report counts
+//! it stale; under the strict `StaleReadPolicy::Fail` the destination
+//! unwinds with `kv-load-failed` and the request follows
+//! `kv_load_failure_policy`. Replay's counterpart is `tests/tests/kv_lease.rs`.
 
-use handoff_core::{CancelReason, Duration, FailureReason, KvLoadFailurePolicy};
+use handoff_core::{CancelReason, Duration, FailureReason, KvLoadFailurePolicy, StaleReadPolicy};
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_live_adapter::run_in_process;
 use handoff_serving::Report;
@@ -16,9 +16,10 @@ const REQUESTS: u64 = 120;
 /// vLLM, decode pools too small to reserve at once, a 1 s lease and no
 /// heartbeats (`--kv-lease abort-timeout --lease-ttl-s 1`), so sources
 /// expire before their readers ever speak to them.
-fn tight(policy: KvLoadFailurePolicy) -> (Report, u64) {
+fn tight(stale: StaleReadPolicy, policy: KvLoadFailurePolicy) -> (Report, u64) {
     let mut cfg = DeploymentConfig::default();
     cfg.handoff.kv_load_failure = policy;
+    cfg.handoff.stale_read = stale;
     cfg.handoff.heartbeat = None;
     let spec = |kv_tokens: u64| EngineSpec {
         kv_tokens,
@@ -46,8 +47,17 @@ fn load_failures(r: &Report) -> u64 {
 }
 
 #[test]
-fn wall_clock_fails_or_recomputes_what_it_cannot_read() {
-    let (failed, judged) = tight(KvLoadFailurePolicy::Fail);
+fn wall_clock_completes_stale_reads_and_counts_them() {
+    let (r, judged) = tight(StaleReadPolicy::Complete, KvLoadFailurePolicy::Fail);
+    let s = r.lifecycle.stale_reads;
+    assert_eq!(r.completed_requests, REQUESTS, "{:?}", r.lifecycle);
+    assert!(s.reads > 0 && judged >= s.reads, "{judged} judged, {s:?}");
+    assert_eq!(s.reads, s.reused + s.not_reused);
+}
+
+#[test]
+fn wall_clock_strict_choice_fails_or_recomputes_what_it_cannot_read() {
+    let (failed, judged) = tight(StaleReadPolicy::Fail, KvLoadFailurePolicy::Fail);
     let by_reason = load_failures(&failed);
     assert!(
         by_reason > 0 && judged >= by_reason,
@@ -64,7 +74,7 @@ fn wall_clock_fails_or_recomputes_what_it_cannot_read() {
         failed.workers
     );
 
-    let (recomputed, judged) = tight(KvLoadFailurePolicy::Recompute);
+    let (recomputed, judged) = tight(StaleReadPolicy::Fail, KvLoadFailurePolicy::Recompute);
     assert!(judged > 0, "no read judged released");
     assert_eq!(
         recomputed.failed_requests, 0,

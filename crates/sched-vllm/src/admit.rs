@@ -39,9 +39,14 @@ impl<P: PerfModel> VllmCore<P> {
     /// stopping at the first request that does not fit. A queued destination
     /// is granted its blocks here (`load_kv_async`: it takes no budget and
     /// no slot, and moves to `skipped`), or stops the loop like any request
-    /// that does not fit. One liveness exception: while nothing is running,
-    /// a request or destination that does not fit is passed over, so work
-    /// behind it (destinations holding their blocks) can run and free them.
+    /// that does not fit. One liveness exception, which upstream does not
+    /// have: while nothing is running, a request or destination that does
+    /// not fit is passed over, so work behind it (destinations holding
+    /// their blocks) can run and free them. vLLM's waiting loop `break`s at
+    /// the first request that does not fit whatever runs
+    /// (`vllm/v1/core/sched/scheduler.py`, `Scheduler.schedule`, the
+    /// `new_blocks is None` branch); ARCHITECTURE.md lists it among the
+    /// known modelling gaps.
     pub(crate) fn admit_waiting(&mut self, mut budget: u64, out: &mut StepOutput) {
         if self.runnable_waiting() == 0 {
             // Every entry waits for its KV and would be passed over: nothing

@@ -23,6 +23,7 @@
 //!   touches a million of costs a million entries.
 
 mod block;
+mod reuse;
 #[cfg(test)]
 mod tests;
 
@@ -59,6 +60,8 @@ pub(crate) struct BlockPool {
     /// group: both walk a prompt's consecutive block hashes.
     evict_near: Near,
     publish_near: Near,
+    /// Early-freed held sources whose blocks' reallocation is reported.
+    pub(crate) reuse: reuse::ReuseWatch,
 }
 
 impl BlockPool {
@@ -79,6 +82,7 @@ impl BlockPool {
             canonical: U64Table::default(),
             evict_near: Near::default(),
             publish_near: Near::default(),
+            reuse: reuse::ReuseWatch::default(),
         }
     }
 
@@ -140,6 +144,9 @@ impl BlockPool {
     /// is exhausted.
     pub(crate) fn allocate(&mut self, owner: Owner, events: &mut EventQueue) -> Option<u32> {
         let b = self.free.pop_front(&mut self.blocks)?;
+        if self.reuse.active() {
+            self.reuse.allocated(b);
+        }
         self.hashes.resize(self.blocks.len(), 0);
         let hashed = self.blocks[b as usize].claim(owner);
         self.by_owner[owner as usize] += 1;
@@ -169,6 +176,7 @@ impl BlockPool {
         table: &mut Vec<u32>,
     ) -> usize {
         let mut taken = 0;
+        let start = table.len();
         let mut evicted = [0u64; WARM_CHUNK];
         while taken < n {
             let chunk = (n - taken).min(WARM_CHUNK);
@@ -196,6 +204,11 @@ impl BlockPool {
             events.removed_run(&evicted[..k]);
             if got < chunk {
                 break;
+            }
+        }
+        if self.reuse.active() {
+            for &b in &table[start..] {
+                self.reuse.allocated(b);
             }
         }
         taken

@@ -486,6 +486,21 @@ impl<P: PerfModel> SchedulerCore for VllmCore<P> {
         self.events.drain_into(out);
     }
 
+    /// Watches a held source's blocks before an early free (module
+    /// `block_pool/reuse.rs`); one still computing has no reader yet.
+    fn watch_released(&mut self, id: HandoffId) {
+        if let Some(&s) = self.sources.get(&id) {
+            let seq = self.seqs.get(s);
+            if seq.phase == Phase::Held {
+                self.pool.reuse.watch(id, &seq.blocks);
+            }
+        }
+    }
+
+    fn drain_reused(&mut self, out: &mut Vec<HandoffId>) {
+        self.pool.reuse.drain(out);
+    }
+
     fn recycle_kv_hashes(&mut self, hashes: Vec<u64>) {
         self.events.give_back(hashes);
     }

@@ -47,6 +47,7 @@ mod server;
 mod sglang;
 mod vllm;
 
+pub use director::dp_lb::LoadBalanceMethod;
 pub use error::ServeError;
 pub use http::accept::{HttpTimeouts, DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S};
 pub use http::MAX_BODY_BYTES;

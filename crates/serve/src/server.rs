@@ -52,6 +52,8 @@ pub struct ServeConfig {
     /// Obey requests' fault headers (`--client-faults`,
     /// [`crate::http::client_faults`]).
     pub client_faults: bool,
+    /// `--load-balance-method`: SGLang's rank rule for PD legs.
+    pub load_balance_method: crate::LoadBalanceMethod,
 }
 
 /// Where a server listens, once it does.
@@ -225,6 +227,7 @@ async fn run(
     let view = Arc::new(Mutex::new(EngineView::default()));
     let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
     let backend = c.cfg.backend;
+    let load_balance = c.load_balance_method;
     let timeouts = c.http_timeouts;
     let info_specs = c.specs.clone();
     let d = DriverConfig {
@@ -237,6 +240,7 @@ async fn run(
         view: view.clone(),
         bootstrap_timeout: bootstrap_timeout(c.bootstrap_timeout_s)?,
         hash_mode: c.hash_mode,
+        load_balance: c.load_balance_method,
     };
     let engine = spawn_engine(d, rx)?;
     let state = Arc::new(AppState {
@@ -262,6 +266,7 @@ async fn run(
         policy,
         engine_process: false,
         kv: kv_ep,
+        load_balance,
     });
     on_listen(Listening {
         http: addr,

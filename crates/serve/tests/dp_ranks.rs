@@ -1,8 +1,9 @@
 //! Serve with attention data-parallel ranks (`--dp-size 2`): an SGLang
 //! PD deployment of one prefill and one decode worker, each worker's two
 //! ranks behind the worker's one listener. A pair of legs lands on rank
-//! `bootstrap_room % 2` of both workers (SGLang's
-//! `follow_bootstrap_room_scheduler`); the info endpoints, `/metrics`,
+//! `bootstrap_room % 2` of the prefill worker (SGLang's
+//! `follow_bootstrap_room_scheduler`) and decode legs round-robin over the
+//! decode worker's ranks (`auto` on a decode engine); the info endpoints, `/metrics`,
 //! `/debug/workers`, the ZMQ batches (`data_parallel_rank`) and Dynamo's
 //! `RouterEvent` lines (`dp_rank`) all speak per rank; the report has a
 //! row per rank and every rank ends drained. A vLLM deployment's
@@ -121,15 +122,23 @@ fn legs_land_on_room_mod_dp_size_and_everything_is_per_rank() {
             )
         })
         .collect();
-    assert_eq!(taken, [(0, 0, 3), (0, 1, 1), (1, 0, 3), (1, 1, 1)]);
+    // Prefill legs by room; decode legs round robin, as SGLang's `auto`
+    // resolves on a decode engine (`ServerArgs._handle_load_balance_method`).
+    assert_eq!(taken, [(0, 0, 3), (0, 1, 1), (1, 0, 2), (1, 1, 2)]);
 
     // The worker listeners answer per rank.
     for (w, mode) in [(0, "prefill"), (1, "decode")] {
         let info = get(s.workers[w], "/server_info");
         assert_eq!(info["dp_size"], 2);
         assert_eq!(info["disaggregation_mode"], mode);
-        // Both pools name the same method, so routers trust rank pairs.
-        assert_eq!(info["load_balance_method"], "follow_bootstrap_room");
+        // As SGLang's `auto` resolves per engine: the prefill follows the
+        // room, the decode round-robins.
+        let method = if w == 0 {
+            "follow_bootstrap_room"
+        } else {
+            "round_robin"
+        };
+        assert_eq!(info["load_balance_method"], method);
         let states = info["internal_states"].as_array().expect("states");
         assert_eq!(states.len(), 2);
         assert_eq!(
@@ -382,8 +391,9 @@ fn sglang_ignores_the_vllm_header() {
         let (ps, pb) = t.join().expect("prefill leg");
         assert_eq!((ps, ds), (200, 200), "{pb} / {db}");
     }
-    // Both rooms are even: rank 0 on both workers, whatever the header.
-    assert_eq!(taken(s.http), [2, 0, 2, 0]);
+    // Both rooms are even: rank 0 on the prefill worker, round robin on
+    // the decode worker, whatever the header.
+    assert_eq!(taken(s.http), [2, 0, 1, 1]);
     let r = s.server.stop();
     assert_eq!((r.completed_requests, r.failed_requests), (2, 0));
 }

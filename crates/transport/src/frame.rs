@@ -99,6 +99,10 @@ pub enum Frame {
         id: HandoffId,
         /// When, on the frontend's clock.
         at: Instant,
+        /// When the source's worker first gave one of those blocks to
+        /// another request (a second notice of the same release), if it
+        /// did.
+        reused_at: Option<Instant>,
     },
 }
 
@@ -251,6 +255,7 @@ pub(crate) mod samples {
             Frame::SourceReleased {
                 id,
                 at: Instant(78),
+                reused_at: Some(Instant(80)),
             },
             Frame::Request(WorkerRequest::Ordinary(request(1))),
             Frame::Request(WorkerRequest::HandoffSource {
@@ -401,6 +406,16 @@ pub(crate) mod samples {
                 id,
                 fact: FactKind::ReaderCompleted,
                 reason: DropReason::OldGeneration,
+                at: Instant(15),
+            },
+            WorkerEvent::StaleRead {
+                id,
+                request: RequestId(3),
+                reused: true,
+                at: Instant(15),
+            },
+            WorkerEvent::SourceKvReused {
+                id,
                 at: Instant(15),
             },
             WorkerEvent::Dropped {
@@ -658,6 +673,8 @@ mod tests {
             WorkerEvent::Kv { .. } => "Kv",
             WorkerEvent::Session { .. } => "Session",
             WorkerEvent::Dropped { .. } => "Dropped",
+            WorkerEvent::StaleRead { .. } => "StaleRead",
+            WorkerEvent::SourceKvReused { .. } => "SourceKvReused",
         }
     }
 
@@ -673,7 +690,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(events.len(), 13, "{events:?}");
+        assert_eq!(events.len(), 15, "{events:?}");
     }
 
     /// Core types no frame carries yet still serialise (a driver may ship

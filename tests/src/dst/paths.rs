@@ -27,9 +27,14 @@ pub struct Paths {
     pub peer_restarted: u64,
     /// Roles that ended because a transfer failed.
     pub transfer_failures: u64,
-    /// Destinations that ended because their read found the source's KV
-    /// released (`kv-load-failed`).
+    /// Destinations whose KV load failed (`kv-load-failed`: a failed
+    /// transfer, or a stale read under the strict choice).
     pub kv_load_failures: u64,
+    /// Destinations that activated from a read of released KV (vLLM's
+    /// behaviour).
+    pub stale_reads: u64,
+    /// Of those, reads that ended after a released block was reused.
+    pub stale_reads_reused: u64,
     /// Roles that ended as unsupported (a prompt no decode pool can hold).
     pub unsupported: u64,
     /// Roles that ended by a teardown (kill, restart or end of run).
@@ -41,8 +46,8 @@ pub struct Paths {
     /// Transfers started after their destination had already released.
     pub transfers_to_released: u64,
     /// Transfers started after their source had already released (its
-    /// lease ran out unseen by a reader that had not told it of itself);
-    /// each must end as a failed load, never an activation.
+    /// lease ran out; vLLM tells no reader): each ends as a stale read or,
+    /// under the strict choice, a failed load.
     pub transfers_from_released: u64,
     /// Facts workers ignored as exact duplicates.
     pub duplicate_facts: u64,
@@ -80,6 +85,8 @@ impl Paths {
             peer_restarted,
             transfer_failures,
             kv_load_failures,
+            stale_reads,
+            stale_reads_reused,
             unsupported,
             teardowns,
             reservation_waits,
@@ -108,6 +115,8 @@ impl Paths {
         self.peer_restarted += peer_restarted;
         self.transfer_failures += transfer_failures;
         self.kv_load_failures += kv_load_failures;
+        self.stale_reads += stale_reads;
+        self.stale_reads_reused += stale_reads_reused;
         self.unsupported += unsupported;
         self.teardowns += teardowns;
         self.reservation_waits += reservation_waits;
@@ -126,7 +135,7 @@ impl Paths {
     }
 
     /// `(name, count)` for every path, in a fixed order.
-    pub fn rows(&self) -> [(&'static str, u64); 27] {
+    pub fn rows(&self) -> [(&'static str, u64); 29] {
         [
             ("handoff attempts", self.attempts),
             ("destinations activated", self.activations),
@@ -139,7 +148,9 @@ impl Paths {
             ("peer lost", self.peer_lost),
             ("peer restarted", self.peer_restarted),
             ("transfer failures", self.transfer_failures),
-            ("failed loads of released sources", self.kv_load_failures),
+            ("failed KV loads", self.kv_load_failures),
+            ("stale reads", self.stale_reads),
+            ("stale reads of reused blocks", self.stale_reads_reused),
             ("unsupported", self.unsupported),
             ("teardowns", self.teardowns),
             ("reservation waits", self.reservation_waits),

@@ -49,6 +49,17 @@ pub fn check(s: &Schedule) -> Outcome {
     }
 }
 
+/// The shortest lease and renewal the schedule's sources get.
+fn lease_terms(s: &Schedule) -> LeaseTerms {
+    let ttl = s.specs.iter().map(|e| e.effective_source_lease_ttl()).min();
+    let h = &s.cfg.handoff;
+    let extension = [h.heartbeat.map(|hb| hb.extend), h.renew_source_lease]
+        .into_iter()
+        .flatten()
+        .min();
+    LeaseTerms { ttl, extension }
+}
+
 pub(crate) fn run_checked(s: &Schedule) -> Outcome {
     let cfg = &s.cfg;
     let workers = handoff_deployment::deployment(cfg);
@@ -72,7 +83,8 @@ pub(crate) fn run_checked(s: &Schedule) -> Outcome {
     let port = LocalHosts::new(hosts, make);
     let pools: Vec<Pool> = workers.iter().map(|(_, p)| *p).collect();
     let arrivals = s.items.iter().map(|i| i.request.id).collect();
-    let check = Checker::new(pools, cfg.block_size, arrivals);
+    let terms = lease_terms(s);
+    let check = Checker::new(pools, cfg.block_size, arrivals).with_lease_terms(terms);
     let director = Dst::new(
         handoff_serving::serving(cfg, s.items.clone().into_iter()),
         check,

@@ -2,7 +2,7 @@
 
 use handoff_core::{
     Backend, Duration, HandoffConfig, HandoffPolicy, Heartbeat, Instant, KvLoadFailurePolicy,
-    Request, RequestId, Rng,
+    Request, RequestId, Rng, StaleReadPolicy,
 };
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_engine::fault::{Fault, FaultPlan};
@@ -157,9 +157,18 @@ impl Schedule {
             tombstones: [4, 1 << 16][r.below(2) as usize],
             kv_load_failure: [KvLoadFailurePolicy::Fail, KvLoadFailurePolicy::Recompute]
                 [r.below(2) as usize],
-            // vLLM's lease heartbeat, for the lease the cores hold.
+            // The strict stale-read choice now and then, drawn from the
+            // seed so that the generator's other draws stay as they were.
+            stale_read: if (seed >> 3).is_multiple_of(4) {
+                StaleReadPolicy::Fail
+            } else {
+                StaleReadPolicy::Complete
+            },
+            // vLLM's lease heartbeat, for the lease the cores hold, at
+            // nanosecond resolution: these leases are fractions of seconds,
+            // which vLLM's integer seconds cannot hold.
             heartbeat: (backend == Backend::Vllm && r.below(2) == 0)
-                .then(|| Heartbeat::for_lease(lease)),
+                .then(|| Heartbeat::scaled(lease)),
         };
         let cfg = DeploymentConfig {
             engines: Vec::new(),
@@ -266,7 +275,8 @@ impl Schedule {
             "seed={} backend={} policy={} prefill={} decode={} router={} router_block={} \
              page={} prefill_kv={} decode_kv={} max_running={} max_batched={} lease_ns={} \
              reservation_ns={} renew_ns={} early_ns={} tombstones={} transfer={transfer} \
-             latency_ns={} multi_step={} decode_radix={} kv_load_failure={} heartbeat={}",
+             latency_ns={} multi_step={} decode_radix={} kv_load_failure={} stale_read={} \
+             heartbeat={}",
             c.seed,
             c.backend.name(),
             c.policy.name(),
@@ -288,6 +298,7 @@ impl Schedule {
             c.multi_step,
             dec.decode_radix_cache,
             c.handoff.kv_load_failure.name(),
+            c.handoff.stale_read.name(),
             c.handoff.heartbeat.map_or("none".to_string(), |h| format!(
                 "{}:{}",
                 ns(h.every),
@@ -400,6 +411,12 @@ impl Schedule {
                     Ok(other) => {
                         return Err(format!("deployment: unknown kv_load_failure `{other}`"))
                     }
+                },
+                // Absent in schedules recorded before the choice existed.
+                stale_read: match get("stale_read") {
+                    Err(_) | Ok("complete") => StaleReadPolicy::Complete,
+                    Ok("fail") => StaleReadPolicy::Fail,
+                    Ok(other) => return Err(format!("deployment: unknown stale_read `{other}`")),
                 },
                 heartbeat: match get("heartbeat") {
                     Err(_) | Ok("none") => None,

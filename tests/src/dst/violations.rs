@@ -35,8 +35,9 @@ pub enum Kind {
     /// A worker not drained at the end.
     Drained,
     /// A destination activated from a read of KV its source had already
-    /// released (lease expiry, cancellation, teardown): it read blocks that
-    /// may hold another request's KV.
+    /// released without a stale read being reported, or a stale read
+    /// followed anything but a real lease expiry (a renewal arrived in
+    /// time, the term had not run, or the source ended for another reason).
     ReadOfReleasedSource,
     /// The run panicked.
     Panic,

@@ -106,7 +106,8 @@ pub fn run_flags(m: &ArgMatches) -> Vec<String> {
             && early_send_cached_prefix(
                 d.disagg_prefill_early_send_cached_prefix.as_deref(),
                 std::env::var_os(EARLY_SEND_ENV).as_deref(),
-            ) == Ok(false)
+            )
+            .is_ok_and(|(on, _)| !on)
     });
     if off {
         flags.extend([

@@ -67,6 +67,18 @@ pub enum KvLoadFailureArg {
     Recompute,
 }
 
+/// `--stale-kv-read`.
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+pub enum StaleReadArg {
+    /// As vLLM: the read completes and the request goes on (counted in the
+    /// report as a stale read).
+    #[default]
+    Complete,
+    /// Stricter than vLLM: the load fails and the request follows
+    /// `--kv-load-failure-policy`.
+    Fail,
+}
+
 /// `--router`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum RouterArg {
@@ -240,11 +252,16 @@ pub struct DeployArgs {
     /// seconds, every half of that [default: off; vLLM never renews].
     #[arg(long, value_name = "S")]
     pub renew_lease_s: Option<u64>,
-    /// What a request does when its decode worker read KV its source had
-    /// already released (lease expiry, cancel, restart): vLLM's
+    /// What a request does when its decode worker's KV load failed (a
+    /// failed transfer; a stale read under `--stale-kv-read fail`): vLLM's
     /// `kv_load_failure_policy`.
     #[arg(long, value_enum, default_value_t = KvLoadFailureArg::Fail, value_name = "POLICY")]
     pub kv_load_failure_policy: KvLoadFailureArg,
+    /// What a decode worker's read of KV its source already released (lease
+    /// expiry) does: `complete` as vLLM (the request goes on, counted as a
+    /// stale read), or `fail` (a KV load failure).
+    #[arg(long, value_enum, default_value_t = StaleReadArg::Complete, value_name = "CHOICE")]
+    pub stale_kv_read: StaleReadArg,
     /// Seed for routers and the synthetic workload.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
@@ -504,10 +521,13 @@ impl DeployArgs {
                 sessions: Default::default(),
             })
         };
-        let early_send = early_send_cached_prefix(
+        let (early_send, warning) = early_send_cached_prefix(
             self.disagg_prefill_early_send_cached_prefix.as_deref(),
             std::env::var_os(EARLY_SEND_ENV).as_deref(),
         )?;
+        if let Some(w) = warning {
+            eprintln!("{w}");
+        }
         let decode = EngineSpec {
             decode_radix_cache: self.disaggregation_decode_enable_radix_cache,
             early_send_cached_prefix: early_send,
@@ -578,7 +598,7 @@ impl DeployArgs {
 
     /// The source lease override: `--lease-ttl-s`, else vLLM's former
     /// abort timeout under `--kv-lease abort-timeout`, else the backend's.
-    fn source_lease_ttl(&self) -> Option<Duration> {
+    pub(crate) fn source_lease_ttl(&self) -> Option<Duration> {
         match (self.lease_ttl_s, self.backend(), self.kv_lease) {
             (Some(s), ..) => Some(Duration::from_secs(s)),
             (None, Backend::Vllm, KvLeaseArg::AbortTimeout) => {
@@ -610,6 +630,10 @@ impl DeployArgs {
         h.kv_load_failure = match self.kv_load_failure_policy {
             KvLoadFailureArg::Fail => handoff_core::KvLoadFailurePolicy::Fail,
             KvLoadFailureArg::Recompute => handoff_core::KvLoadFailurePolicy::Recompute,
+        };
+        h.stale_read = match self.stale_kv_read {
+            StaleReadArg::Complete => handoff_core::StaleReadPolicy::Complete,
+            StaleReadArg::Fail => handoff_core::StaleReadPolicy::Fail,
         };
         h
     }

@@ -14,30 +14,39 @@ fn sglang_bool(value: &str) -> Option<bool> {
     }
 }
 
-/// Whether SGLang prefill workers send the cached prefix early: the
-/// `--disagg-prefill-early-send-cached-prefix` flag if given, else the
-/// [`EARLY_SEND_ENV`] variable's value if set (SGLang's `EnvField.get`
-/// reads an unset variable as its default), else SGLang's default, on
-/// (`EnvBool(True)` in `Envs`). The caller reads the environment: this is
-/// the CLI's edge, the engine crates never do.
+/// Whether SGLang prefill workers send the cached prefix early, and a
+/// warning to print if the variable was not understood: the
+/// `--disagg-prefill-early-send-cached-prefix` flag if given (a value it
+/// cannot read is an error: it is this mock's flag), else the
+/// [`EARLY_SEND_ENV`] variable's value if set, else SGLang's default, on
+/// (`EnvBool(True)` in `Envs`). SGLang's `EnvField.get`
+/// (`python/sglang/srt/environ.py`) reads an unset variable as its default
+/// and, when `parse` raises on a set one, warns "Invalid value for NAME:
+/// ..., using default" and uses the default; so does this. The caller
+/// reads the environment: this is the CLI's edge, the engine crates never
+/// do.
 pub fn early_send_cached_prefix(
     flag: Option<&str>,
     env: Option<&std::ffi::OsStr>,
-) -> Result<bool, String> {
+) -> Result<(bool, Option<String>), String> {
     if let Some(f) = flag {
-        return sglang_bool(f).ok_or_else(|| {
+        return sglang_bool(f).map(|b| (b, None)).ok_or_else(|| {
             format!(
                 "--disagg-prefill-early-send-cached-prefix: `{f}`: expected true or false (or 1/0, yes/no, y/n)"
             )
         });
     }
     match env {
-        None => Ok(true),
-        Some(v) => v.to_str().and_then(sglang_bool).ok_or_else(|| {
-            format!(
-                "{EARLY_SEND_ENV}: `{}`: expected true or false (or 1/0, yes/no, y/n)",
-                v.to_string_lossy()
-            )
+        None => Ok((true, None)),
+        Some(v) => Ok(match v.to_str().and_then(sglang_bool) {
+            Some(b) => (b, None),
+            None => (
+                true,
+                Some(format!(
+                    "warning: invalid value for {EARLY_SEND_ENV}: `{}` is not a boolean, using default \"true\"",
+                    v.to_string_lossy()
+                )),
+            ),
         }),
     }
 }
@@ -49,7 +58,7 @@ mod early_send_tests {
 
     #[test]
     fn the_flag_wins_over_the_variable_both_parsed_as_sglang_parses_booleans() {
-        assert_eq!(early_send_cached_prefix(None, None), Ok(true));
+        assert_eq!(early_send_cached_prefix(None, None), Ok((true, None)));
         for (v, want) in [
             ("0", false),
             ("No", false),
@@ -59,20 +68,26 @@ mod early_send_tests {
         ] {
             assert_eq!(
                 early_send_cached_prefix(None, Some(OsStr::new(v))),
-                Ok(want)
+                Ok((want, None))
             );
         }
         assert_eq!(
             early_send_cached_prefix(Some("true"), Some(OsStr::new("0"))),
-            Ok(true)
+            Ok((true, None))
         );
-        assert_eq!(early_send_cached_prefix(Some("false"), None), Ok(false));
+        assert_eq!(
+            early_send_cached_prefix(Some("false"), None),
+            Ok((false, None))
+        );
         let e = early_send_cached_prefix(Some("maybe"), None).unwrap_err();
         assert!(
             e.contains("--disagg-prefill-early-send-cached-prefix"),
             "{e}"
         );
-        let e = early_send_cached_prefix(None, Some(OsStr::new(""))).unwrap_err();
-        assert!(e.contains(EARLY_SEND_ENV), "{e}");
+        // SGLang warns and uses its default for a value it cannot parse.
+        let (on, warning) = early_send_cached_prefix(None, Some(OsStr::new("maybe"))).unwrap();
+        assert!(on);
+        let w = warning.expect("a warning");
+        assert!(w.contains(EARLY_SEND_ENV) && w.contains("maybe"), "{w}");
     }
 }

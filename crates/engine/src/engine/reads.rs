@@ -6,14 +6,15 @@
 //! `start_load_kv`). The source frees those blocks when its role ends: after
 //! the read's notification on success, or early on lease expiry,
 //! cancellation or teardown. A read that ends after an early release read
-//! blocks the prefill worker may already have given to another request, so
-//! the engine reports it as [`TransferResult::SourceReleased`] and the
-//! destination unwinds with [`CancelReason::KvLoadFailed`]
-//! (`handoff_core::CancelReason`).
+//! freed blocks; upstream cannot tell and the request goes on. The engine
+//! reports it as [`TransferResult::SourceReleased`], with whether the
+//! source's worker had already given one of those blocks to another request
+//! (its core's [`WorkerEvent::SourceKvReused`]) before the read ended; the
+//! destination's [`handoff_core::StaleReadPolicy`] decides what follows.
 //!
 //! A source whose worker died (teardown) is not released but gone: the
-//! read fails as a transfer does ([`TransferResult::Failed`]), a loss the
-//! serving layer migrates, as it migrates the other roles of a dead worker.
+//! read fails ([`TransferResult::SourceLost`]), a loss the serving layer
+//! migrates as it migrates the other roles of a dead worker.
 //!
 //! Only reads started by another worker than the source are judged: a
 //! destination-first sender moves its own blocks and cancels its own
@@ -22,6 +23,13 @@
 use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::{HandoffId, TransferResult, WorkerEvent, WorkerId};
 
+/// An early release, as far as the reads of it go.
+#[derive(Clone, Copy, Default)]
+struct Released {
+    died: bool,
+    reused: bool,
+}
+
 /// See the module docs. Memory follows the handoffs in flight plus the
 /// sources released early whose destination has not ended yet.
 #[derive(Default)]
@@ -29,8 +37,8 @@ pub(super) struct SourceReads {
     /// Sources holding pinned KV, by attempt, with their worker.
     held: FastMap<HandoffId, WorkerId>,
     /// Attempts whose source released its KV early (not for a finished
-    /// read), with whether its worker died.
-    released: FastMap<HandoffId, bool>,
+    /// read): whether its worker died, whether a block was reused since.
+    released: FastMap<HandoffId, Released>,
     /// Reads in progress by a worker other than the source.
     reading: FastSet<HandoffId>,
 }
@@ -51,7 +59,13 @@ impl SourceReads {
                 handoff_core::Role::Source => {
                     if let (Some(_), Some(reason)) = (self.held.remove(id), reason) {
                         let died = *reason == handoff_core::CancelReason::Teardown;
-                        self.released.insert(*id, died);
+                        self.released.insert(
+                            *id,
+                            Released {
+                                died,
+                                reused: false,
+                            },
+                        );
                     }
                 }
                 handoff_core::Role::Destination => {
@@ -59,6 +73,11 @@ impl SourceReads {
                     self.reading.remove(id);
                 }
             },
+            WorkerEvent::SourceKvReused { id, .. } => {
+                if let Some(r) = self.released.get_mut(id) {
+                    r.reused = true;
+                }
+            }
             _ => {}
         }
     }
@@ -68,8 +87,9 @@ impl SourceReads {
     pub(super) fn judge(&mut self, id: HandoffId, moved: bool) -> TransferResult {
         let read = self.reading.remove(&id);
         match (moved, read.then(|| self.released.get(&id)).flatten()) {
-            (false, _) | (true, Some(true)) => TransferResult::Failed,
-            (true, Some(false)) => TransferResult::SourceReleased,
+            (false, _) => TransferResult::Failed,
+            (true, Some(r)) if r.died => TransferResult::SourceLost,
+            (true, Some(r)) => TransferResult::SourceReleased { reused: r.reused },
             (true, None) => TransferResult::Completed,
         }
     }
@@ -135,18 +155,32 @@ mod tests {
     }
 
     #[test]
-    fn a_read_after_or_during_an_early_release_is_invalid() {
+    fn a_read_after_or_during_an_early_release_is_stale() {
         for reason in [CancelReason::LeaseExpired, CancelReason::Client] {
             let mut r = SourceReads::default();
             r.observe(P, &pinned(1));
             r.observe(P, &ended(1, Role::Source, Some(reason)));
             r.observe(D, &read(1));
-            assert_eq!(r.judge(id(1), true), TransferResult::SourceReleased);
-            // Released while the read is under way.
+            assert_eq!(
+                r.judge(id(1), true),
+                TransferResult::SourceReleased { reused: false }
+            );
+            // Released while the read is under way, a block reused before
+            // it ended.
             r.observe(P, &pinned(2));
             r.observe(D, &read(2));
             r.observe(P, &ended(2, Role::Source, Some(reason)));
-            assert_eq!(r.judge(id(2), true), TransferResult::SourceReleased);
+            r.observe(
+                P,
+                &WorkerEvent::SourceKvReused {
+                    id: id(2),
+                    at: Instant::ZERO,
+                },
+            );
+            assert_eq!(
+                r.judge(id(2), true),
+                TransferResult::SourceReleased { reused: true }
+            );
             r.observe(
                 D,
                 &ended(1, Role::Destination, Some(CancelReason::KvLoadFailed)),
@@ -165,7 +199,7 @@ mod tests {
         r.observe(P, &pinned(1));
         r.observe(D, &read(1));
         r.observe(P, &ended(1, Role::Source, Some(CancelReason::Teardown)));
-        assert_eq!(r.judge(id(1), true), TransferResult::Failed);
+        assert_eq!(r.judge(id(1), true), TransferResult::SourceLost);
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub struct PairConfig {
     pub renew: Option<Duration>,
     /// vLLM's lease heartbeat (`HandoffConfig::heartbeat`).
     pub heartbeat: Option<handoff_core::Heartbeat>,
+    /// What a read of released KV does (`HandoffConfig::stale_read`).
+    pub stale_read: handoff_core::StaleReadPolicy,
 }
 
 impl Default for PairConfig {
@@ -105,6 +107,7 @@ impl Default for PairConfig {
             reservation_ttl: Duration::from_secs(20),
             renew: None,
             heartbeat: None,
+            stale_read: handoff_core::StaleReadPolicy::Complete,
         }
     }
 }
@@ -117,6 +120,7 @@ impl PairConfig {
             renew_source_lease: self.renew,
             tombstones: 1024,
             heartbeat: self.heartbeat,
+            stale_read: self.stale_read,
             ..HandoffConfig::default()
         }
     }
@@ -177,6 +181,7 @@ struct Record {
     log: Vec<String>,
     transitions: Vec<Transition>,
     sent: Vec<(WorkerId, WorkerId, HandoffMsg)>,
+    stale_reads: Vec<(HandoffId, bool)>,
 }
 
 /// The pair's frontend: sends `requests` requests to [`SOURCE`] 3 ms apart,
@@ -241,6 +246,12 @@ impl Director for PairDirector {
                 self.new.transitions.push(*t);
             }
             WorkerEvent::StartTransfer { .. } => self.transfers_in_flight += 1,
+            WorkerEvent::StaleRead { id, reused, .. } => {
+                self.new
+                    .log
+                    .push(format!("{id} stale read (reused {reused})"));
+                self.new.stale_reads.push((*id, *reused));
+            }
             WorkerEvent::PrefillPinned {
                 request,
                 blocks,
@@ -291,6 +302,9 @@ pub struct PairSim {
     pub sent: Vec<(WorkerId, WorkerId, HandoffMsg)>,
     /// Transfers the engine started and has not yet completed (or failed).
     pub transfers_in_flight: u64,
+    /// Destinations that activated from a read of released KV, with
+    /// whether a block had been reused.
+    pub stale_reads: Vec<(HandoffId, bool)>,
 }
 
 impl PairSim {
@@ -325,6 +339,7 @@ impl PairSim {
             transitions: Vec::new(),
             sent: Vec::new(),
             transfers_in_flight: 0,
+            stale_reads: Vec::new(),
         }
     }
 
@@ -353,6 +368,7 @@ impl PairSim {
         self.log.extend(new.log);
         self.transitions.extend(new.transitions);
         self.sent.extend(new.sent);
+        self.stale_reads.extend(new.stale_reads);
     }
 
     /// Does the next single unit of engine work ([`Engine::run_event`]):

@@ -176,9 +176,14 @@ impl SourceHandoff {
         }
         fx.delta.pinned = -(lease.blocks as i64);
         fx.actions.push(SourceAction::ReleaseSource);
-        fx.actions.push(SourceAction::SendAbort {
-            reason: CancelReason::LeaseExpired,
-        });
+        // vLLM's prefill worker frees expired blocks and tells no one
+        // (`nixl/base_worker.py`, `_get_new_notifs`): its reader reads
+        // them anyway. Destination-first, the waiting destination learns.
+        if !self.source_first() {
+            fx.actions.push(SourceAction::SendAbort {
+                reason: CancelReason::LeaseExpired,
+            });
+        }
         self.lease = None;
         Ok(Next::To(SourceState::Released))
     }

@@ -332,6 +332,31 @@ pub enum WorkerEvent {
         /// When.
         at: Instant,
     },
+    /// A source-first destination activated from a read that ended after
+    /// its source had released the KV ([`crate::TransferResult::SourceReleased`]
+    /// under [`crate::StaleReadPolicy::Complete`]): the request goes on, as
+    /// upstream, on KV that may be another request's.
+    StaleRead {
+        /// The attempt.
+        id: HandoffId,
+        /// The request.
+        request: RequestId,
+        /// Whether a released block had been given to another request
+        /// before the read ended (certainly corrupt); otherwise possibly
+        /// intact.
+        reused: bool,
+        /// When the read ended.
+        at: Instant,
+    },
+    /// A source this worker released early
+    /// ([`crate::SchedulerCore::watch_released`]) had one of its blocks
+    /// reallocated: a read of it that ends from now on read reused blocks.
+    SourceKvReused {
+        /// The attempt whose source KV was freed.
+        id: HandoffId,
+        /// When.
+        at: Instant,
+    },
 }
 
 /// Counters a driver can report.

@@ -161,6 +161,7 @@ pub struct Worker<S: SchedulerCore> {
     spare_emissions: Vec<Vec<TokenEmission>>,
     kv_buf: Vec<KvEvent>,
     session_buf: Vec<crate::session::SessionEvent>,
+    reused_buf: Vec<HandoffId>,
     stats: WorkerStats,
 }
 
@@ -198,6 +199,7 @@ impl<S: SchedulerCore> Worker<S> {
             spare_emissions: Vec::new(),
             kv_buf: Vec::new(),
             session_buf: Vec::new(),
+            reused_buf: Vec::new(),
             stats: WorkerStats::default(),
         }
     }
@@ -299,6 +301,11 @@ impl<S: SchedulerCore> Worker<S> {
         for event in self.session_buf.drain(..) {
             self.events
                 .push_back(WorkerEvent::Session { event, at: now });
+        }
+        self.core.drain_reused(&mut self.reused_buf);
+        for id in self.reused_buf.drain(..) {
+            self.events
+                .push_back(WorkerEvent::SourceKvReused { id, at: now });
         }
     }
 

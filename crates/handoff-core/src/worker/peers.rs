@@ -5,6 +5,7 @@ use super::{sorted, Worker, WorkerEvent};
 use crate::destination::DestinationEvent;
 use crate::ids::{Generation, HandoffId, WorkerId};
 use crate::kv::KvEvent;
+use crate::policy::{HandoffPolicy, StaleReadPolicy};
 use crate::scheduler::SchedulerCore;
 use crate::source::SourceEvent;
 use crate::time::Instant;
@@ -13,10 +14,29 @@ use crate::transition::{CancelReason, TransferResult};
 impl<S: SchedulerCore> Worker<S> {
     /// The transfer this worker started for `id` ended with `result`.
     pub fn handle_transfer_done(&mut self, id: HandoffId, result: TransferResult, now: Instant) {
-        if self.dests.contains_key(&id) {
-            let ev = match result.failure() {
-                None => DestinationEvent::ReceiveCompleted,
-                Some(reason) => DestinationEvent::Cancelled { reason },
+        if let Some(request) = self.dests.get(&id).map(|e| e.request_id) {
+            let source_first = self.policy == HandoffPolicy::SourceFirst;
+            let ev = match result {
+                TransferResult::Completed => DestinationEvent::ReceiveCompleted,
+                TransferResult::SourceReleased { reused }
+                    if self.config.stale_read == StaleReadPolicy::Complete =>
+                {
+                    self.events.push_back(WorkerEvent::StaleRead {
+                        id,
+                        request,
+                        reused,
+                        at: now,
+                    });
+                    DestinationEvent::ReceiveCompleted
+                }
+                // vLLM's connector reports a failed read as invalid blocks
+                // (`_handle_failed_transfer`): `kv_load_failure_policy`.
+                TransferResult::Failed if source_first => DestinationEvent::Cancelled {
+                    reason: CancelReason::KvLoadFailed,
+                },
+                _ => DestinationEvent::Cancelled {
+                    reason: result.failure().unwrap_or(CancelReason::TransferFailed),
+                },
             };
             self.dest_event(id, ev, now);
         } else if self.sources.contains_key(&id) {

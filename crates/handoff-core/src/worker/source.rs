@@ -62,7 +62,23 @@ impl<S: SchedulerCore> Worker<S> {
         let Some((_, to, actions)) = booked else {
             return;
         };
+        // Source-first, a reader may still read KV freed early: the core
+        // notes when those blocks go to another request.
+        let early = self.policy == HandoffPolicy::SourceFirst
+            && matches!(
+                ev,
+                SourceEvent::LeaseExpired | SourceEvent::Cancelled { .. }
+            );
         for action in actions.iter() {
+            if early
+                && matches!(
+                    action,
+                    SourceAction::ReleaseSource | SourceAction::CancelSource
+                )
+                && self.sources.get(&id).is_some_and(|e| e.push.is_none())
+            {
+                self.core.watch_released(id);
+            }
             self.run_source_action(id, request_id, action, now);
         }
         if to == SourceState::Released {

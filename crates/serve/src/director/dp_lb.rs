@@ -9,10 +9,13 @@
 //!   at once so requests between two publications spread
 //!   ([`RankPicker::refresh`] is the publication).
 //! - SGLang (`DataParallelController`,
-//!   `python/sglang/srt/managers/data_parallel_controller.py`): a PD leg
-//!   goes to rank `bootstrap_room % dp_size` on both sides
-//!   (`follow_bootstrap_room_scheduler`; [`DpLayout::room_rank`]); any
-//!   other request round-robins over the ranks (`round_robin_scheduler`).
+//!   `python/sglang/srt/managers/data_parallel_controller.py`): by its
+//!   `--load-balance-method` ([`LoadBalanceMethod`]), whose `auto` resolves
+//!   per engine (`python/sglang/srt/server_args.py`,
+//!   `ServerArgs._handle_load_balance_method`): a prefill engine sends a
+//!   leg to rank `bootstrap_room % dp_size` (`follow_bootstrap_room`;
+//!   [`DpLayout::room_rank`]), a decode engine round-robins its legs over
+//!   its ranks (`round_robin_scheduler`), as does an engine outside PD.
 //! - vLLM with an `X-data-parallel-rank` header ([`RankRule::Pinned`]):
 //!   `DPLBAsyncMPClient.get_core_engine_for_request` sends a request whose
 //!   `data_parallel_rank` is set to that engine and skips the scoring, so
@@ -20,13 +23,69 @@
 
 use handoff_core::{DpLayout, DpRank, KvCapacitySnapshot, WorkerId, WorkerWithDpRank};
 
+/// SGLang's `--load-balance-method` (`LoadBalanceMethod` in
+/// `data_parallel_controller.py`), for the rank a leg takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LoadBalanceMethod {
+    /// Resolved per engine: `follow_bootstrap_room` on a prefill engine,
+    /// `round_robin` on a decode engine (SGLang PR #16110).
+    #[default]
+    Auto,
+    /// `round_robin_scheduler`. On a prefill engine SGLang reads it as
+    /// `follow_bootstrap_room` (its backward compatibility).
+    RoundRobin,
+    /// `follow_bootstrap_room_scheduler`: rank `bootstrap_room % dp_size`.
+    FollowBootstrapRoom,
+    /// `total_requests_scheduler`: the rank with the fewest requests
+    /// (waiting and running), counted at once.
+    TotalRequests,
+}
+
+impl LoadBalanceMethod {
+    /// SGLang's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoadBalanceMethod::Auto => "auto",
+            LoadBalanceMethod::RoundRobin => "round_robin",
+            LoadBalanceMethod::FollowBootstrapRoom => "follow_bootstrap_room",
+            LoadBalanceMethod::TotalRequests => "total_requests",
+        }
+    }
+
+    /// What an engine of this side runs (`ServerArgs.
+    /// _handle_load_balance_method`): `auto` by side, and `round_robin`
+    /// read as `follow_bootstrap_room` on a prefill engine.
+    pub fn resolved(self, prefill: bool) -> LoadBalanceMethod {
+        match (self, prefill) {
+            (LoadBalanceMethod::Auto | LoadBalanceMethod::RoundRobin, true) => {
+                LoadBalanceMethod::FollowBootstrapRoom
+            }
+            (LoadBalanceMethod::Auto, false) => LoadBalanceMethod::RoundRobin,
+            (m, _) => m,
+        }
+    }
+
+    /// The rule a PD leg with `room` picks its rank by on a `prefill` (or
+    /// decode) engine.
+    pub fn leg_rule(self, prefill: bool, room: u64) -> RankRule {
+        match self.resolved(prefill) {
+            LoadBalanceMethod::FollowBootstrapRoom => RankRule::Room(room),
+            LoadBalanceMethod::TotalRequests => RankRule::FewestRequests,
+            _ => RankRule::RoundRobin,
+        }
+    }
+}
+
 /// How a request picks its rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RankRule {
     /// vLLM's least `waiting * 4 + running`.
     LeastLoaded,
-    /// SGLang's round robin (a request without a bootstrap room).
+    /// SGLang's round robin (a decode leg, or a request without a
+    /// bootstrap room).
     RoundRobin,
+    /// SGLang's `total_requests`: the fewest waiting plus running.
+    FewestRequests,
     /// SGLang's PD rank of this `bootstrap_room`.
     Room(u64),
     /// vLLM's `data_parallel_rank` named by the client (the
@@ -79,11 +138,12 @@ impl RankPicker {
                 *next = (r + 1) % n;
                 DpRank(r)
             }
-            RankRule::LeastLoaded => {
+            RankRule::LeastLoaded | RankRule::FewestRequests => {
+                let weight = if rule == RankRule::LeastLoaded { 4 } else { 1 };
                 let mut best = (u64::MAX, DpRank(0));
                 for (r, s) in self.dp.schedulers(worker).enumerate() {
                     let [waiting, running] = *self.counts.get(s.0 as usize)?;
-                    let score = waiting.saturating_mul(4).saturating_add(running);
+                    let score = waiting.saturating_mul(weight).saturating_add(running);
                     if score < best.0 {
                         best = (score, DpRank(r as u16));
                     }
@@ -126,6 +186,53 @@ impl RankPicker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_follows_the_room_on_prefill_and_round_robins_decode_legs() {
+        // `ServerArgs._handle_load_balance_method` (SGLang PR #16110).
+        let mut p = picker();
+        let auto = LoadBalanceMethod::Auto;
+        let legs = [7u64, 9, 4, 5];
+        let prefill: Vec<_> = legs
+            .iter()
+            .map(|&room| p.pick(WorkerId(0), auto.leg_rule(true, room)))
+            .collect();
+        let decode: Vec<_> = legs
+            .iter()
+            .map(|&room| p.pick(WorkerId(1), auto.leg_rule(false, room)))
+            .collect();
+        let s = |n: u32| Some(WorkerId(n));
+        assert_eq!(prefill, [s(1), s(1), s(0), s(1)], "room % 2 on worker 0");
+        assert_eq!(decode, [s(2), s(3), s(2), s(3)], "round robin on worker 1");
+        // `round_robin` on a prefill engine is SGLang's legacy spelling of
+        // `follow_bootstrap_room`; other methods hold on both sides.
+        let rr = LoadBalanceMethod::RoundRobin;
+        assert_eq!(rr.leg_rule(true, 7), RankRule::Room(7));
+        assert_eq!(rr.leg_rule(false, 7), RankRule::RoundRobin);
+        let room = LoadBalanceMethod::FollowBootstrapRoom;
+        assert_eq!(room.leg_rule(false, 7), RankRule::Room(7));
+        let total = LoadBalanceMethod::TotalRequests;
+        assert_eq!(total.leg_rule(true, 7), RankRule::FewestRequests);
+    }
+
+    #[test]
+    fn total_requests_takes_the_rank_with_the_fewest_and_counts_it() {
+        let mut p = picker();
+        let load = |waiting, running| KvCapacitySnapshot {
+            waiting_requests: waiting,
+            running_requests: running,
+            ..KvCapacitySnapshot::default()
+        };
+        p.refresh(0, &load(1, 0));
+        p.refresh(1, &load(0, 3));
+        // 1 < 3 (where vLLM's waiting * 4 would pick rank 1), then 2 < 3, a
+        // tie at 3 (the first rank), then 4 > 3.
+        let picks: Vec<_> = (0..4)
+            .map(|_| p.pick(WorkerId(0), RankRule::FewestRequests))
+            .collect();
+        let s = |n: u32| Some(WorkerId(n));
+        assert_eq!(picks, [s(0), s(0), s(0), s(1)]);
+    }
 
     fn picker() -> RankPicker {
         RankPicker::new(DpLayout::new(2).unwrap(), 4)

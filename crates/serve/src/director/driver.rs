@@ -16,7 +16,7 @@
 //! SGLang PD legs wait in the director's bootstrap rooms; the thread also
 //! wakes when the first of them times out.
 
-use crate::director::dp_lb::{RankPicker, RankRule};
+use crate::director::dp_lb::{LoadBalanceMethod, RankPicker, RankRule};
 use crate::director::{Arrivals, HttpDirector, StreamMsg};
 use crate::error::ServeError;
 use crate::kv_events::zmq::KvPublishers;
@@ -186,6 +186,8 @@ pub struct DriverConfig {
     pub bootstrap_timeout: handoff_core::Duration,
     /// The hashes blocks are published under (`--block-hash`).
     pub hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
+    /// SGLang's `--load-balance-method` for PD legs.
+    pub load_balance: LoadBalanceMethod,
 }
 
 fn role(p: Pool) -> &'static str {
@@ -218,6 +220,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         view,
         bootstrap_timeout,
         hash_mode,
+        load_balance,
     } = d;
     let pools: Vec<Pool> = deployment(&cfg).iter().map(|(_, p)| *p).collect();
     let arrivals = Arrivals::default();
@@ -241,11 +244,14 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         engine: build_engine(&cfg, &specs, director, hash_mode)?,
         ranks: RankPicker::new(cfg.dp, pools.len()),
         // The rule a request without a room picks a rank by: the engine's own.
-        no_room: if cfg.backend == handoff_core::Backend::Sglang {
-            RankRule::RoundRobin
-        } else {
-            RankRule::LeastLoaded
+        no_room: match (cfg.backend, load_balance) {
+            (handoff_core::Backend::Sglang, LoadBalanceMethod::TotalRequests) => {
+                RankRule::FewestRequests
+            }
+            (handoff_core::Backend::Sglang, _) => RankRule::RoundRobin,
+            _ => RankRule::LeastLoaded,
         },
+        load_balance,
         block_size: cfg.block_size,
         clock: WallClock::start(speed),
     };
@@ -323,6 +329,8 @@ struct Driver {
     engine: ServeEngine,
     ranks: RankPicker,
     no_room: RankRule,
+    /// SGLang's `--load-balance-method`, for PD legs.
+    load_balance: LoadBalanceMethod,
     block_size: u32,
     clock: WallClock,
 }
@@ -394,10 +402,9 @@ impl Driver {
                 output_tokens,
                 tx,
             } => {
-                let worker = self
-                    .ranks
-                    .pick(worker, RankRule::Room(key.room))
-                    .unwrap_or(worker);
+                let prefill = side == crate::sglang::bootstrap::Side::Prefill;
+                let rule = self.load_balance.leg_rule(prefill, key.room);
+                let worker = self.ranks.pick(worker, rule).unwrap_or(worker);
                 let leg = crate::sglang::bootstrap::Leg {
                     id,
                     side,

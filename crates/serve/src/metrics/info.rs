@@ -76,6 +76,8 @@ pub struct InfoState {
     pub engine_process: bool,
     /// The KV event sockets as started (topics resolved), if any.
     pub kv: Option<crate::kv_events::zmq::KvEndpoints>,
+    /// SGLang's `--load-balance-method` as configured.
+    pub load_balance: crate::LoadBalanceMethod,
 }
 
 /// Whom a listener speaks for.
@@ -248,15 +250,16 @@ impl InfoState {
     }
 
     /// SGLang's `load_balance_method` as this scope picks ranks
-    /// ([`crate::director::dp_lb`]): a PD worker sends each leg to rank
-    /// `bootstrap_room % dp_size` (`follow_bootstrap_room`, what SGLang's
-    /// `auto` resolves to in a disaggregation mode,
-    /// `srt/server_args.py`), anything else round-robins. Routers read it
+    /// ([`crate::director::dp_lb`]), resolved as SGLang reports it
+    /// (`srt/server_args.py`, `ServerArgs._handle_load_balance_method`):
+    /// under `auto` a prefill worker follows the bootstrap room and a
+    /// decode worker round-robins; outside PD, round robin. Routers read it
     /// to know whether a pair's two ranks match (smg warns when it is
     /// missing or when the pools disagree).
     pub fn load_balance_method(&self, scope: Scope) -> &'static str {
         match self.mode(scope) {
-            "prefill" | "decode" => "follow_bootstrap_room",
+            "prefill" => self.load_balance.resolved(true).name(),
+            "decode" => self.load_balance.resolved(false).name(),
             _ => "round_robin",
         }
     }

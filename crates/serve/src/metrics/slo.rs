@@ -204,6 +204,7 @@ mod tests {
             decode_dp_rank: None,
             handoff: Default::default(),
             session: None,
+            stale_kv: None,
             slo: Some(handoff_serving::report::SloVerdicts {
                 met: met.iter().map(|(l, b)| (l.to_string(), *b)).collect(),
                 all: met.iter().all(|(_, b)| *b),

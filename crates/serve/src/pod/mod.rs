@@ -350,6 +350,7 @@ impl Engine {
             policy,
             engine_process: true,
             kv: self.kv_ep.clone(),
+            load_balance: c.serve.load_balance_method,
         });
         let ws = Arc::new(WorkerState {
             app: state.clone(),

@@ -36,6 +36,7 @@ pub fn loopback(cfg: DeploymentConfig, specs: Vec<EngineSpec>) -> ServeConfig {
         tokenizer: Default::default(),
         hash_mode: Default::default(),
         client_faults: false,
+        load_balance_method: Default::default(),
     }
 }
 

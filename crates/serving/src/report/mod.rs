@@ -9,6 +9,7 @@ mod run;
 mod samples;
 mod sections;
 mod slo;
+mod stale;
 #[cfg(test)]
 mod tests;
 mod units;
@@ -22,3 +23,4 @@ pub use sections::{
     TransferReport, WorkerReport,
 };
 pub use slo::{SizingReport, SloReport, SloSample, SloTargetReport, SloVerdicts};
+pub use stale::{StaleKv, StaleReads};

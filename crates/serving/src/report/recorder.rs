@@ -253,6 +253,7 @@ impl Recorder {
                 source_released_ms: rec.cold.released_at.map(at_ms),
                 source_pinned_for_ms: since(rec.cold.released_at, rec.cold.pinned_at),
             },
+            stale_kv: rec.cold.stale_kv,
             session: rec.cold.session,
             slo: self.slo.as_ref().zip(bits).map(|(t, b)| t.verdicts(b)),
         };
@@ -396,6 +397,14 @@ impl Recorder {
             }
             WorkerEvent::RequestFinished { request, at } if pool != Pool::Prefill => {
                 self.on_finished(*request, *at)
+            }
+            WorkerEvent::StaleRead {
+                request, reused, ..
+            } => {
+                self.life.stale_reads.add(*reused);
+                if let Some(rec) = self.reqs.get_mut(*request).filter(|_| !stale) {
+                    rec.cold.stale_kv = Some(super::StaleKv::of(*reused));
+                }
             }
             WorkerEvent::Preempted { .. } => self.life.preemptions += 1,
             WorkerEvent::Dropped { .. } => self.life.dropped_facts += 1,

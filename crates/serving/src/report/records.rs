@@ -129,6 +129,7 @@ pub(super) struct ColdRec {
     pub(super) transfer_end: Option<Instant>,
     pub(super) activated_at: Option<Instant>,
     pub(super) released_at: Option<Instant>,
+    pub(super) stale_kv: Option<super::StaleKv>,
     pub(super) session: Option<crate::session_log::SessionFields>,
 }
 
@@ -173,6 +174,10 @@ pub struct RequestRecord {
     /// Handoff phase times, ms of model time (absent when the request had
     /// no handoff or never reached the phase).
     pub handoff: HandoffTimes,
+    /// Its destination read source KV already released: `reused` (a block
+    /// had gone to another request) or `not-reused` (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_kv: Option<super::StaleKv>,
     /// Session fields (session runs only; seed 002 §6).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub session: Option<crate::session_log::SessionFields>,

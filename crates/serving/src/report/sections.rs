@@ -211,6 +211,10 @@ pub struct TimersReport {
     /// vLLM's `kv_load_failure_policy` when not the default `fail`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_load_failure_policy: Option<&'static str>,
+    /// What a read of released source KV does, when not the default
+    /// `complete` (vLLM's behaviour).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_kv_read: Option<&'static str>,
     /// Released ids remembered to classify late facts as stale.
     pub tombstones: usize,
 }
@@ -309,6 +313,8 @@ impl ReportConfig {
                 kv_load_failure_policy: (cfg.handoff.kv_load_failure
                     != handoff_core::KvLoadFailurePolicy::Fail)
                     .then(|| cfg.handoff.kv_load_failure.name()),
+                stale_kv_read: (cfg.handoff.stale_read != handoff_core::StaleReadPolicy::Complete)
+                    .then(|| cfg.handoff.stale_read.name()),
                 tombstones: cfg.handoff.tombstones,
             },
             multi_step: cfg.multi_step,
@@ -370,6 +376,10 @@ pub struct Lifecycle {
     /// Faults the engine injected (omitted when none were).
     #[serde(skip_serializing_if = "FaultCounts::injected_nothing")]
     pub faults: FaultCounts,
+    /// Destinations that activated from a read of source KV released
+    /// before the read ended (omitted when none did).
+    #[serde(skip_serializing_if = "super::StaleReads::none")]
+    pub stale_reads: super::StaleReads,
 }
 
 pub(super) fn is_zero(n: &u64) -> bool {

@@ -287,7 +287,15 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             let recomputed = role == handoff_core::Role::Destination
                 && reason == CancelReason::KvLoadFailed
                 && self.kv_load_failure == handoff_core::KvLoadFailurePolicy::Recompute;
-            if destination_decides {
+            // A source outliving its destination's failed load (told by the
+            // destination's abort) ends an attempt the request already left
+            // to recompute on its decode worker (`Serving::recompute`).
+            let superseded = role == handoff_core::Role::Source
+                && self
+                    .flights
+                    .get(&request)
+                    .is_some_and(|f| f.attempt.is_none());
+            if destination_decides || superseded {
                 // The destination lives on elsewhere (an active one
                 // ignores its source's fate): it decides.
             } else if recomputed {

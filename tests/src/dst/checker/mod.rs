@@ -3,13 +3,16 @@
 mod bookings;
 mod hosts;
 mod roles;
+mod stale;
+
+pub use stale::LeaseTerms;
 
 use super::paths::*;
 use super::violations::*;
 use handoff_core::accounting::{check_identity, Holding, Ledger};
 use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::{
-    CancelReason, DestinationEventKind as DE, DestinationState as DS, HandoffId, Instant,
+    CancelReason, DestinationEventKind as DE, DestinationState as DS, Duration, HandoffId, Instant,
     KvEventData, LifecycleEvent, Request, RequestId, Role, RoleState, SchedulerCore,
     SourceEventKind as SE, SourceState as SS, Transition, WorkerEvent, WorkerHost, WorkerId,
     WorkerRequest,
@@ -209,6 +212,11 @@ pub struct Checker {
     /// Per worker: held step outputs already checked in the worker's order,
     /// to skip when the driver sees them at the step's end.
     pub(crate) held: Vec<std::collections::VecDeque<WorkerEvent>>,
+    /// Sources' lease terms as seen, until their destination ends.
+    pub(crate) terms: FastMap<HandoffId, stale::SourceTerm>,
+    /// Destinations allowed to activate from a stale read.
+    pub(crate) stale_ok: FastSet<HandoffId>,
+    pub(crate) lease_terms: LeaseTerms,
 }
 
 /// The events the role, ledger, transfer and KV checks follow (in the
@@ -221,6 +229,7 @@ pub(crate) fn followed(e: &WorkerEvent) -> bool {
             | WorkerEvent::StartTransfer { .. }
             | WorkerEvent::Kv { .. }
             | WorkerEvent::Preempted { .. }
+            | WorkerEvent::StaleRead { .. }
     )
 }
 
@@ -253,6 +262,9 @@ impl Checker {
             torn_down: 0,
             step_seen: vec![None; n],
             held: vec![std::collections::VecDeque::new(); n],
+            terms: FastMap::default(),
+            stale_ok: FastSet::default(),
+            lease_terms: LeaseTerms::default(),
         }
     }
 
@@ -396,6 +408,7 @@ impl Checker {
             WorkerEvent::StartTransfer { id, .. } => self.start_transfer(*id),
             WorkerEvent::Kv { event, .. } => self.kv(w, &event.data),
             WorkerEvent::Preempted { .. } => self.paths.preemptions += 1,
+            WorkerEvent::StaleRead { id, reused, .. } => self.stale_read(w, *id, *reused),
             _ => {}
         }
     }

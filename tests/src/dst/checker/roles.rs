@@ -6,6 +6,7 @@ impl Checker {
     pub(crate) fn transition(&mut self, t: &Transition) {
         let key = (t.id, t.role);
         let w = t.worker;
+        self.lease_transition(t);
         let initial = match t.role {
             Role::Source => RoleState::Source(SS::NotStarted),
             Role::Destination => RoleState::Destination(DS::NotRouted),
@@ -129,6 +130,7 @@ impl Checker {
             self.paths.activations += 1;
             if t.event == LifecycleEvent::Destination(DE::ReceiveCompleted)
                 && self.released_early.contains(&t.id)
+                && !self.stale_ok.contains(&t.id)
             {
                 self.flag(Kind::ReadOfReleasedSource, || {
                     format!(
@@ -272,6 +274,7 @@ impl Checker {
             Some(CancelReason::KvLoadFailed) => self.paths.kv_load_failures += 1,
             None => {}
         }
+        self.lease_ended(id, role, reason);
         match role {
             Role::Source if reason.is_some() => {
                 self.released_early.insert(id);
