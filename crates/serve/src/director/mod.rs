@@ -515,6 +515,7 @@ impl HttpDirector {
                 self.pinned(w, *id, *request, ready);
             }
             WorkerEvent::Preempted { .. } => self.metrics.preempted(wi),
+            WorkerEvent::StaleRead { reused, .. } => self.metrics.stale_read(wi, *reused),
             WorkerEvent::Transition(t) => match t.to {
                 RoleState::Destination(DestinationState::Reserving) => {
                     self.reserving.insert(t.id, now);

@@ -113,6 +113,8 @@ pub struct Metrics {
     preemptions: Count,
     reservation_waits: Count,
     lease_expiries: Count,
+    stale_reads: Count,
+    stale_reused: Count,
     reservation_expiries: Count,
     ttft: Hist,
     itl: Hist,
@@ -184,6 +186,8 @@ impl Metrics {
             preemptions: Count::default(),
             reservation_waits: Count::default(),
             lease_expiries: Count::default(),
+            stale_reads: Count::default(),
+            stale_reused: Count::default(),
             reservation_expiries: Count::default(),
             ttft: hist(),
             itl: gap,
@@ -283,6 +287,17 @@ impl Metrics {
             self.lease_expiries.clone(),
         );
         registry.register(
+            n("handoff_stale_kv_reads"),
+            "Reads that ended after their source had released the KV (they \
+             complete, as in vLLM, on KV that may be another request's)",
+            self.stale_reads.clone(),
+        );
+        registry.register(
+            n("handoff_stale_kv_reads_reused"),
+            "Stale reads whose released blocks had already gone to another request",
+            self.stale_reused.clone(),
+        );
+        registry.register(
             n("handoff_reservation_expiries"),
             "Destination reservations that expired",
             self.reservation_expiries.clone(),
@@ -373,6 +388,17 @@ impl Metrics {
     pub fn lease_expired(&self, w: usize) {
         if let Some(l) = self.l(w) {
             self.lease_expiries.get_or_create(l).inc();
+        }
+    }
+
+    /// A destination on `w` read KV its source had released; `reused`
+    /// when a released block had gone to another request first.
+    pub fn stale_read(&self, w: usize, reused: bool) {
+        if let Some(l) = self.l(w) {
+            self.stale_reads.get_or_create(l).inc();
+            if reused {
+                self.stale_reused.get_or_create(l).inc();
+            }
         }
     }
 
@@ -476,6 +502,8 @@ impl Metrics {
             let _ = self.preemptions.get_or_create(l);
             let _ = self.reservation_waits.get_or_create(l);
             let _ = self.lease_expiries.get_or_create(l);
+            let _ = self.stale_reads.get_or_create(l);
+            let _ = self.stale_reused.get_or_create(l);
             let _ = self.reservation_expiries.get_or_create(l);
             let _ = self.ttft.get_or_create(l);
             let _ = self.itl.get_or_create(l);
@@ -561,6 +589,19 @@ mod tests {
         assert!(text.contains(
             "vllm:handoff_requests_failed_total{model_name=\"mock\",reason=\"no-worker\"} 1"
         ));
+        m.stale_read(1, true);
+        m.stale_read(1, false);
+        let text = m.render(None);
+        let decode = "engine=\"1\",role=\"decode\"";
+        let has = |name: &str, v: u32| {
+            text.lines()
+                .any(|l| l.starts_with(name) && l.contains(decode) && l.ends_with(&format!(" {v}")))
+        };
+        assert!(has("vllm:handoff_stale_kv_reads_total{", 2), "{text}");
+        assert!(
+            has("vllm:handoff_stale_kv_reads_reused_total{", 1),
+            "{text}"
+        );
     }
 
     #[test]

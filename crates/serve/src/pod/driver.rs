@@ -560,6 +560,7 @@ impl PodDriver {
                 self.end(request, StreamMsg::Prefilled(pinned));
             }
             WorkerEvent::Preempted { .. } => self.s.metrics.preempted(r),
+            WorkerEvent::StaleRead { reused, .. } => self.s.metrics.stale_read(r, reused),
             WorkerEvent::Kv { event, at } => self.s.kv.event(r, event, at),
             WorkerEvent::RoleEnded {
                 reason,
