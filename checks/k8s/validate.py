@@ -55,7 +55,7 @@ CRD_SCHEMA = crd_schema(os.environ.get("INFERENCEPOOL_CRD"))
 CONTRACT_FLAGS = {
     "--engine", "--backend", "--http", "--model", "--dp-size", "--engine-id",
     "--side-channel-port", "--disaggregation-bootstrap-port", "--kv-events",
-    "--kv-events-replay",
+    "--kv-replay",
 }
 ROLE_OF_ENGINE = {"prefill": "prefill", "decode": "decode", "aggregated": "prefill-decode"}
 NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
@@ -232,7 +232,7 @@ def check_engine(doc, known_flags):
         ports = container_ports(t)
         if ports.get(port_of(f.get("--http"))) != "http":
             errs.append("the --http port is not the container port named http")
-        for flag in ("--kv-events", "--kv-events-replay", "--side-channel-port",
+        for flag in ("--kv-events", "--kv-replay", "--side-channel-port",
                      "--disaggregation-bootstrap-port"):
             if flag in f:
                 v = f[flag] or ""
