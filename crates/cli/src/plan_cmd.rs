@@ -1,6 +1,6 @@
 //! `handoff-mocker plan`: the sizing question answered by simulation.
 //! Every aggregated layout and every xPyD split within a GPU budget, for
-//! each TP a profile exists for, is replayed under the SLO on every core
+//! each TP a profile exists for and each `--dp` size, is replayed under the SLO on every core
 //! (the sweep's machinery: [`crate::sweep_cmd::in_order`],
 //! [`crate::sweep_cmd::run_one`], `--shard` and merging), then ranked by
 //! goodput per GPU among the layouts that hold the SLO at its percentiles.
@@ -64,6 +64,15 @@ pub struct PlanArgs {
     /// profile of the model on the GPU exists for].
     #[arg(long, value_delimiter = ',', value_name = "TP,...")]
     tp: Vec<u32>,
+    /// Attention data-parallel sizes to try (each layout runs with
+    /// `--dp-size D`; a worker then occupies TP × D GPUs), e.g. `1,2`.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1",
+        value_name = "DP,..."
+    )]
+    dp: Vec<u32>,
     /// Which layouts to enumerate.
     #[arg(long, value_enum, default_value = "both")]
     layouts: LayoutsArg,
@@ -132,11 +141,14 @@ pub struct PlanArgs {
 }
 
 /// One layout: `prefill` workers (aggregated when `decode` is 0) and
-/// `decode` workers, each of `tp` GPUs.
+/// `decode` workers, each of `dp` attention data-parallel ranks of `tp`
+/// GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// GPUs per worker.
+    /// GPUs per data-parallel rank.
     pub tp: u32,
+    /// Data-parallel ranks per worker (`--dp-size`).
+    pub dp: u32,
     /// Prefill (or aggregated) workers.
     pub prefill: u32,
     /// Decode workers; 0: aggregated.
@@ -144,42 +156,45 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// GPUs it occupies.
+    /// GPUs it occupies: workers × DP × TP, as the report counts them
+    /// (`handoff_serving::report` sizing: schedulers × GPUs per rank).
     pub fn gpus(&self) -> u32 {
-        (self.prefill + self.decode) * self.tp
+        (self.prefill + self.decode) * self.tp * self.dp
     }
 }
 
-/// Every layout of `tps` within `min..=max` GPUs: per TP (in the order
-/// given), the aggregated ones by worker count, then the xPyD splits by
-/// total workers and prefill count.
-pub fn enumerate(tps: &[u32], min: u32, max: u32, which: LayoutsArg) -> Vec<Layout> {
+/// Every layout of `tps` × `dps` within `min..=max` GPUs: per TP, then
+/// per DP (each in the order given), the aggregated ones by worker
+/// count, then the xPyD splits by total workers and prefill count.
+/// Sizes of 0 are ignored; `max` is at most [`MAX_GPUS`] so no product
+/// overflows.
+pub fn enumerate(tps: &[u32], dps: &[u32], min: u32, max: u32, which: LayoutsArg) -> Vec<Layout> {
     let mut out = Vec::new();
-    for &tp in tps.iter().filter(|t| **t > 0) {
-        let workers = max / tp;
-        let fits = |l: &Layout| (min..=max).contains(&l.gpus());
-        if which != LayoutsArg::Disaggregated {
-            for n in 1..=workers {
+    let max = max.min(MAX_GPUS);
+    for &tp in tps.iter().filter(|t| (1..=MAX_GPUS).contains(*t)) {
+        for &dp in dps.iter().filter(|d| (1..=MAX_GPUS).contains(*d)) {
+            let workers = max / (tp * dp).max(1);
+            let fits = |l: &Layout| (min..=max).contains(&l.gpus());
+            let mut push = |prefill, decode| {
                 let l = Layout {
                     tp,
-                    prefill: n,
-                    decode: 0,
+                    dp,
+                    prefill,
+                    decode,
                 };
                 if fits(&l) {
                     out.push(l);
                 }
+            };
+            if which != LayoutsArg::Disaggregated {
+                for n in 1..=workers {
+                    push(n, 0);
+                }
             }
-        }
-        if which != LayoutsArg::Aggregated {
-            for total in 2..=workers {
-                for prefill in 1..total {
-                    let l = Layout {
-                        tp,
-                        prefill,
-                        decode: total - prefill,
-                    };
-                    if fits(&l) {
-                        out.push(l);
+            if which != LayoutsArg::Aggregated {
+                for total in 2..=workers {
+                    for prefill in 1..total {
+                        push(prefill, total - prefill);
                     }
                 }
             }
@@ -188,8 +203,18 @@ pub fn enumerate(tps: &[u32], min: u32, max: u32, which: LayoutsArg) -> Vec<Layo
     out
 }
 
+/// The largest GPU budget (`--gpus`).
+pub const MAX_GPUS: u32 = 1024;
+
 /// The flags named in `base` that a plan sets per layout itself.
-const PER_LAYOUT: &[&str] = &["--prefill", "--decode", "--tp", "--slo", "--gpu-hour-usd"];
+const PER_LAYOUT: &[&str] = &[
+    "--prefill",
+    "--decode",
+    "--tp",
+    "--dp-size",
+    "--slo",
+    "--gpu-hour-usd",
+];
 
 /// Whether `base` gives `flag` (as `--flag V` or `--flag=V`).
 fn gives(base: &[String], flag: &str) -> bool {
@@ -311,6 +336,9 @@ fn configurations(
                 "--tp".into(),
                 l.tp.to_string(),
             ];
+            if l.dp > 1 {
+                args.extend(["--dp-size".into(), l.dp.to_string()]);
+            }
             args.extend(add.iter().cloned());
             args.extend(shared.iter().cloned());
             let parsed = ReplayOnly::try_parse_from(&args)
@@ -323,6 +351,7 @@ fn configurations(
                 index,
                 labels: vec![
                     l.tp.to_string(),
+                    l.dp.to_string(),
                     l.prefill.to_string(),
                     l.decode.to_string(),
                 ],
@@ -346,6 +375,7 @@ fn grid_json(layouts: &[Layout], shared: &[String], budget: (u32, u32)) -> Value
         "gpus": {"min": budget.0, "max": budget.1},
         "axes": [
             {"key": "tp", "values": values(|l| l.tp)},
+            {"key": "dp", "values": values(|l| l.dp)},
             {"key": "prefill", "values": values(|l| l.prefill)},
             {"key": "decode", "values": values(|l| l.decode)},
         ],
@@ -363,14 +393,17 @@ pub fn run(a: PlanArgs) -> Result<(), String> {
     }
     let max = a
         .gpus
-        .filter(|g| (1..=1024).contains(g))
+        .filter(|g| (1..=MAX_GPUS).contains(g))
         .ok_or("plan: give --gpus N (1..=1024), the GPU budget")?;
+    if let Some(d) = a.dp.iter().find(|d| !(1..=256).contains(*d)) {
+        return Err(format!("plan --dp {d}: each DP size must be in 1..=256"));
+    }
     if a.min_gpus > max {
         return Err(format!("--min-gpus {} exceeds --gpus {max}", a.min_gpus));
     }
     let shared = a.shared_flags()?;
     let (add, tps) = model_and_tps(&a.tp, &shared)?;
-    let layouts = enumerate(&tps, a.min_gpus, max, a.layouts);
+    let layouts = enumerate(&tps, &a.dp, a.min_gpus, max, a.layouts);
     if layouts.is_empty() {
         return Err(format!("plan: no layout fits {}..={max} GPUs", a.min_gpus));
     }
@@ -396,7 +429,7 @@ pub fn run(a: PlanArgs) -> Result<(), String> {
         .stack_size(8 << 20)
         .build()
         .map_err(|e| format!("--jobs: {e}"))?;
-    let keys: Vec<String> = ["tp", "prefill", "decode"].map(String::from).to_vec();
+    let keys: Vec<String> = ["tp", "dp", "prefill", "decode"].map(String::from).to_vec();
     let started = std::time::Instant::now();
     let rows = pool.install(|| {
         in_order(&mine, |c| {
@@ -491,70 +524,85 @@ mod tests {
         args: PlanArgs,
     }
 
+    fn lay(tp: u32, dp: u32, prefill: u32, decode: u32) -> Layout {
+        Layout {
+            tp,
+            dp,
+            prefill,
+            decode,
+        }
+    }
+
     #[test]
     fn enumeration_counts_and_order() {
         // 4 GPUs at TP1: aggregated 1..=4, splits with 2..=4 workers:
         // 1+2+3 = 6; at TP2: aggregated 1..=2, one split (1P1D).
-        let l = enumerate(&[1, 2], 1, 4, LayoutsArg::Both);
+        let l = enumerate(&[1, 2], &[1], 1, 4, LayoutsArg::Both);
         assert_eq!(l.len(), 4 + 6 + 2 + 1);
-        assert_eq!(
-            l[0],
-            Layout {
-                tp: 1,
-                prefill: 1,
-                decode: 0
-            }
-        );
-        assert_eq!(
-            l[4],
-            Layout {
-                tp: 1,
-                prefill: 1,
-                decode: 1
-            }
-        );
-        assert_eq!(
-            l[5],
-            Layout {
-                tp: 1,
-                prefill: 1,
-                decode: 2
-            }
-        );
-        assert_eq!(
-            l[9],
-            Layout {
-                tp: 1,
-                prefill: 3,
-                decode: 1
-            }
-        );
-        assert_eq!(
-            l[12],
-            Layout {
-                tp: 2,
-                prefill: 1,
-                decode: 1
-            }
-        );
+        assert_eq!(l[0], lay(1, 1, 1, 0));
+        assert_eq!(l[4], lay(1, 1, 1, 1));
+        assert_eq!(l[5], lay(1, 1, 1, 2));
+        assert_eq!(l[9], lay(1, 1, 3, 1));
+        assert_eq!(l[12], lay(2, 1, 1, 1));
         assert!(l.iter().all(|x| x.gpus() <= 4));
         // Every split appears once.
         let mut seen = std::collections::BTreeSet::new();
-        assert!(l.iter().all(|x| seen.insert((x.tp, x.prefill, x.decode))));
+        assert!(l
+            .iter()
+            .all(|x| seen.insert((x.tp, x.dp, x.prefill, x.decode))));
+    }
+
+    #[test]
+    fn dp_multiplies_the_gpus_and_respects_the_budget() {
+        assert_eq!(lay(2, 2, 3, 1).gpus(), 16);
+        assert_eq!(lay(1, 4, 1, 0).gpus(), 4);
+        // 4 GPUs, TP1, DP 1 then 2: DP1 as above (4 + 6), then at DP2 a
+        // worker takes 2 GPUs: aggregated 1..=2 and one 1P1D split.
+        let l = enumerate(&[1], &[1, 2], 1, 4, LayoutsArg::Both);
+        assert_eq!(l.len(), 4 + 6 + 2 + 1);
+        assert!(l[..10].iter().all(|x| x.dp == 1));
+        assert_eq!(l[10], lay(1, 2, 1, 0));
+        assert_eq!(l[11], lay(1, 2, 2, 0));
+        assert_eq!(l[12], lay(1, 2, 1, 1));
+        // The DP1 layouts are those of a plan without --dp, in its order.
+        assert_eq!(l[..10], enumerate(&[1], &[1], 1, 4, LayoutsArg::Both)[..]);
+        for (min, max) in [(1, 1), (3, 7), (4, 16)] {
+            let l = enumerate(&[1, 2], &[1, 2, 4], min, max, LayoutsArg::Both);
+            for x in &l {
+                assert!((min..=max).contains(&x.gpus()), "{x:?}");
+            }
+            // Nothing within the budget is missed.
+            for dp in [1, 2, 4] {
+                for tp in [1, 2] {
+                    let per = tp * dp;
+                    for n in 1..=max / per {
+                        if (min..=max).contains(&(n * per)) {
+                            assert!(l.contains(&lay(tp, dp, n, 0)), "{tp} {dp} {n}");
+                        }
+                    }
+                }
+            }
+        }
+        // A DP whose one worker exceeds the budget adds nothing.
+        assert_eq!(
+            enumerate(&[2], &[1, 4], 1, 6, LayoutsArg::Aggregated),
+            enumerate(&[2], &[1], 1, 6, LayoutsArg::Aggregated)
+        );
+        assert!(enumerate(&[1], &[0], 1, 4, LayoutsArg::Both).is_empty());
     }
 
     #[test]
     fn enumeration_respects_the_bounds_and_the_kind() {
-        let agg = enumerate(&[1], 3, 5, LayoutsArg::Aggregated);
+        let agg = enumerate(&[1], &[1], 3, 5, LayoutsArg::Aggregated);
         assert_eq!(agg.iter().map(|l| l.prefill).collect::<Vec<_>>(), [3, 4, 5]);
-        let dis = enumerate(&[1], 1, 8, LayoutsArg::Disaggregated);
+        let dis = enumerate(&[1], &[1], 1, 8, LayoutsArg::Disaggregated);
         // n workers give n-1 splits: 1+2+...+7 = 28.
         assert_eq!(dis.len(), 28);
         assert!(dis.iter().all(|l| l.decode > 0 && l.prefill > 0));
-        assert!(enumerate(&[4], 1, 3, LayoutsArg::Both).is_empty());
-        assert!(enumerate(&[0], 1, 3, LayoutsArg::Both).is_empty());
+        assert!(enumerate(&[4], &[1], 1, 3, LayoutsArg::Both).is_empty());
+        assert!(enumerate(&[0], &[1], 1, 3, LayoutsArg::Both).is_empty());
         for (min, max) in [(1, 1), (2, 7), (5, 12)] {
-            for l in enumerate(&[1, 2, 4], min, max, LayoutsArg::Both) {
+            for l in enumerate(&[1, 2, 4], &[1], min, max, LayoutsArg::Both) {
                 assert!((min..=max).contains(&l.gpus()), "{l:?}");
             }
         }
@@ -575,6 +623,20 @@ mod tests {
         .args;
         let e = a.shared_flags().unwrap_err();
         assert!(e.contains("--prefill"), "{e}");
+        let a = PlanOnly::try_parse_from([
+            "--gpus",
+            "4",
+            "--dp",
+            "1,2",
+            "--slo",
+            "ttft:p90=1s",
+            "--",
+            "--dp-size=2",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!(a.dp, [1, 2]);
+        assert!(a.shared_flags().unwrap_err().contains("--dp-size"));
         let a = PlanOnly::try_parse_from(["--gpus", "4"]).unwrap().args;
         assert!(a.shared_flags().unwrap_err().contains("--slo"));
     }

@@ -14,6 +14,8 @@ pub struct Point {
     pub index: usize,
     /// TP, prefill and decode workers (decode 0: aggregated).
     pub tp: u32,
+    /// Data-parallel ranks per worker.
+    pub dp: u32,
     /// Prefill (or aggregated) workers.
     pub prefill: u32,
     /// Decode workers.
@@ -48,12 +50,17 @@ pub struct Point {
 }
 
 impl Point {
-    /// `2P+3D tp1` or `4x agg tp1`.
+    /// `2P+3D tp1` or `4x agg tp1`, with ` dp2` after the TP when DP > 1.
     pub fn layout(&self) -> String {
-        if self.decode == 0 {
-            format!("{}x agg tp{}", self.prefill, self.tp)
+        let dp = if self.dp > 1 {
+            format!(" dp{}", self.dp)
         } else {
-            format!("{}P+{}D tp{}", self.prefill, self.decode, self.tp)
+            String::new()
+        };
+        if self.decode == 0 {
+            format!("{}x agg tp{}{dp}", self.prefill, self.tp)
+        } else {
+            format!("{}P+{}D tp{}{dp}", self.prefill, self.decode, self.tp)
         }
     }
 
@@ -66,6 +73,12 @@ impl Point {
         Some(Point {
             index: row["index"].as_u64()? as usize,
             tp: n("tp")?,
+            // Summaries written before `--dp` existed carry no `dp`.
+            dp: if row["config"]["dp"].is_null() {
+                1
+            } else {
+                n("dp")?
+            },
             prefill: n("prefill")?,
             decode: n("decode")?,
             gpus: row["sizing.gpus"].as_u64()?,
@@ -209,6 +222,7 @@ fn point_json(p: &Point, rank: usize) -> Value {
         "index": p.index,
         "layout": p.layout(),
         "tp": p.tp,
+        "dp": p.dp,
         "prefill": p.prefill,
         "decode": p.decode,
         "gpus": p.gpus,
@@ -321,6 +335,11 @@ mod tests {
         let f: Vec<usize> = r.frontier.iter().map(|&i| r.order[i].index).collect();
         assert_eq!(f, [2, 1, 3, 0]);
         assert_eq!(r.order[1].layout(), "1P+2D tp1");
+        let mut p = r.order[1].clone();
+        p.dp = 2;
+        assert_eq!(p.layout(), "1P+2D tp1 dp2");
+        p.decode = 0;
+        assert_eq!(p.layout(), "1x agg tp1 dp2");
         let t = r.table(2);
         assert_eq!(t.len(), 4);
         assert!(t[0].starts_with("4 of 5 layouts hold"), "{}", t[0]);

@@ -276,3 +276,56 @@ fn max_rate_is_searched_per_layout_the_same_on_any_thread_count() {
     assert!(csv.lines().next().unwrap().ends_with(",max_rate_rps"));
     assert!(String::from_utf8(table).unwrap().contains("max req/s"));
 }
+
+#[test]
+fn dp_choices_multiply_the_gpus_within_the_budget() {
+    let base = tmp("plan_dp");
+    let args = [
+        "plan",
+        "--gpus",
+        "3",
+        "--dp",
+        "1,2",
+        "--slo",
+        "ttft:p90=800ms,tpot:p90=25ms",
+        "--isl",
+        "2000",
+        "--osl",
+        "40",
+        "--requests",
+        "60",
+        "--rate",
+        "4",
+        "--out",
+        "out",
+    ];
+    let text = String::from_utf8(run(&base, &args, "2").stdout).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_slice(&read(&base.join("out/summary.json"))).unwrap();
+    let rows = summary["rows"].as_array().unwrap();
+    // DP1: 3 aggregated + 3 splits; DP2 (2 GPUs a worker): 1x agg only.
+    assert_eq!(rows.len(), 7);
+    let n =
+        |r: &serde_json::Value, k: &str| r["config"][k].as_str().unwrap().parse::<u64>().unwrap();
+    for r in rows {
+        assert!(r["error"].is_null(), "{r}");
+        let gpus = (n(r, "prefill") + n(r, "decode")) * n(r, "tp") * n(r, "dp");
+        assert_eq!(r["sizing.gpus"], gpus, "{r}");
+        assert!(gpus <= 3, "{r}");
+    }
+    let last = &rows[6];
+    assert_eq!(
+        (n(last, "dp"), n(last, "prefill"), n(last, "decode")),
+        (2, 1, 0)
+    );
+    assert!(
+        last["args"].as_str().unwrap().contains("--dp-size 2"),
+        "{last}"
+    );
+    assert!(text.contains("1x agg tp1 dp2"), "{text}");
+    let best = String::from_utf8(read(&base.join("out/best.csv"))).unwrap();
+    assert!(best.lines().next().unwrap().contains(",dp,"), "{best}");
+    let dps = &summary["grid"]["axes"][1];
+    assert_eq!(dps["key"], "dp");
+    assert_eq!(dps["values"], serde_json::json!(["1", "2"]));
+}
