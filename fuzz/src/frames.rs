@@ -394,6 +394,10 @@ pub fn every_frame() -> Vec<Frame> {
             },
         }),
         Frame::FinalQuery,
+        Frame::Cancel {
+            id,
+            reason: CancelReason::Client,
+        },
         Frame::TransferDone {
             id,
             ok: false,
@@ -745,7 +749,7 @@ fn gen_host_op(rng: &mut Rng) -> HostOp {
 
 /// A random frame of any kind, fields drawn from boundary values.
 pub fn gen_frame(rng: &mut Rng) -> Frame {
-    match rng.below(11) {
+    match rng.below(12) {
         0 => Frame::Hello {
             worker: WorkerId(u32_of(rng)),
             generation: Generation(u32_of(rng)),
@@ -782,6 +786,10 @@ pub fn gen_frame(rng: &mut Rng) -> Frame {
             ok: rng.coin(),
             at: instant(rng),
         },
+        10 => Frame::Cancel {
+            id: id(rng),
+            reason: *rng.pick(&CancelReason::ALL),
+        },
         _ => Frame::Final(HostFinal {
             worker: WorkerId(u32_of(rng)),
             generation: Generation(u32_of(rng)),
@@ -812,10 +820,10 @@ mod tests {
     fn samples_cover_every_variant() {
         let frames = every_frame();
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
-        assert_eq!(kinds.len(), 12, "{kinds:?}");
+        assert_eq!(kinds.len(), 13, "{kinds:?}");
         let detailed: BTreeSet<String> = frames.iter().map(detailed_name).collect();
         // 15 events, 10 host operations/inputs, 4 handoff bodies, 7
-        // requests, and the 6 other kinds.
+        // requests, and the 7 other kinds.
         assert_eq!(
             detailed.iter().filter(|n| n.starts_with("Event/")).count(),
             15

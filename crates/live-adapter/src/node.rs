@@ -180,6 +180,11 @@ impl<T: Transport> WorkerNode<T> {
                         .on_notice(id, at.min(now), reused_at.map(|r| r.min(now)))
                 }
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
+                // The frontend's cancel (its client went away) is the host
+                // input the one-process engine delivers for a client cancel.
+                Frame::Cancel { id, reason } if from == self.cfg.frontend => {
+                    self.deliver(HostInput::Cancel { id, reason }, now)
+                }
                 Frame::Clock {
                     origin_unix_nanos,
                     speed_micros,

@@ -3,7 +3,8 @@
 //! engine and the decode on the other (the decode engine dials the side
 //! channel named in `kv_transfer_params` and reads from it), and a prefill
 //! engine that stops while its decode is reading: the decode ends with the
-//! reason, and both sides drain.
+//! reason, and both sides drain. A decode client that goes away mid-read
+//! or mid-stream cancels its request on both engines (`client`).
 
 mod common;
 
@@ -198,5 +199,72 @@ fn sigterm_lets_a_response_in_flight_finish_then_refuses_new_ones() {
     assert!(
         std::net::TcpStream::connect(http).is_err(),
         "no longer accepting"
+    );
+}
+
+/// A decode whose client goes away: its engine cancels the destination
+/// role (`client`), as one process does, and the prefill engine's source
+/// role ends once. `slow` reads take 1.5 s, so a client gone before its
+/// first token leaves mid-read and the cancel reaches the source through
+/// the lifecycle's abort.
+fn a_client_gone_from_a_decode(slow: bool) -> (PodSummary, PodSummary) {
+    let base = DeploymentConfig::default();
+    let d_cfg = if slow {
+        DeploymentConfig {
+            transfer: TransferModel::Fixed(ModelDuration::from_millis(1500)),
+            ..DeploymentConfig::default()
+        }
+    } else {
+        DeploymentConfig::default()
+    };
+    let p = Pod::start(Pool::Prefill, base);
+    let d = Pod::start(Pool::Decode, d_cfg);
+    let (status, v) = p.post(&prefill_body());
+    assert_eq!(status, 200, "{v}");
+    let body = json!({"model": "m", "prompt": PROMPT, "max_tokens": 30000, "ignore_eos": true,
+                      "stream": true, "kv_transfer_params": v["kv_transfer_params"].clone()});
+    let mut conn = common::send(d.l.http, "POST", "/v1/completions", &body.to_string());
+    if slow {
+        std::thread::sleep(Duration::from_millis(300));
+    } else {
+        common::read_events(&mut conn, 4);
+    }
+    drop(conn);
+    for http in [p.l.http, d.l.http] {
+        let v = common::wait_drained(http);
+        for w in v["workers"].as_array().expect("workers") {
+            assert_eq!(w["live_handoffs"], 0, "{v}");
+            assert_eq!(w["capacity"]["pinned_source_blocks"], 0, "{v}");
+            assert_eq!(w["capacity"]["reserved_destination_blocks"], 0, "{v}");
+            assert_eq!(w["capacity"]["active_blocks"], 0, "{v}");
+        }
+    }
+    let (ps, ds) = (p.stop(), d.stop());
+    assert!(ps.ranks.iter().chain(&ds.ranks).all(|f| f.drained));
+    assert_eq!((ps.finished, ds.finished), (0, 0), "{ps:?} {ds:?}");
+    assert!(ps.failed.is_empty(), "{ps:?}");
+    assert_eq!(ds.failed.get("client"), Some(&1), "{ds:?}");
+    assert_eq!(ds.failed.len(), 1, "{ds:?}");
+    let destination: Vec<_> = ds.roles_ended.iter().collect();
+    assert_eq!(destination, [(&"destination/client".to_string(), &1)]);
+    assert_eq!(ps.roles_ended.values().sum::<u64>(), 1, "{ps:?}");
+    (ps, ds)
+}
+
+#[test]
+fn a_client_gone_mid_stream_cancels_its_decode_and_both_engines_drain() {
+    let (ps, _) = a_client_gone_from_a_decode(false);
+    // The read had completed: the source was released by its reader.
+    assert_eq!(ps.roles_ended.get("source/released"), Some(&1), "{ps:?}");
+}
+
+#[test]
+fn a_client_gone_mid_read_aborts_the_source_on_the_prefill_engine() {
+    let (ps, _) = a_client_gone_from_a_decode(true);
+    // The destination's abort ended the source before its reader could.
+    assert_eq!(
+        ps.roles_ended.get("source/peer-aborted"),
+        Some(&1),
+        "{ps:?}"
     );
 }

@@ -5,10 +5,10 @@
 //! clocks are not shared across processes, so a receiver may compare times
 //! from one worker with each other but must not mix them with its own.
 
+use handoff_core::{CancelReason, HandoffId, HostFinal, HostOutput, HostStatus, Instant};
 use handoff_core::{
     Generation, HandoffMsg, KvCapacitySnapshot, WorkerEvent, WorkerId, WorkerRequest,
 };
-use handoff_core::{HandoffId, HostFinal, HostOutput, HostStatus, Instant};
 use handoff_engine::HostOp;
 use serde::{Deserialize, Serialize};
 
@@ -104,6 +104,20 @@ pub enum Frame {
         /// did.
         reused_at: Option<Instant>,
     },
+    /// Frontend to worker: abandon attempt `id` here for `reason`, as the
+    /// one-process engine delivers a client cancel to every role of the
+    /// request's attempt (`handoff_engine`'s `Fault::Cancel`, applied as
+    /// [`handoff_core::HostInput::Cancel`]). The role ends as any cancelled
+    /// role does: a peer that must know hears it through the lifecycle's
+    /// own facts. vLLM's API server aborts a request whose client went away
+    /// (`vllm/entrypoints/utils.py`, `with_cancellation`; `AsyncLLM.generate`
+    /// in `vllm/v1/engine/async_llm.py` aborts on `CancelledError`).
+    Cancel {
+        /// The attempt to abandon.
+        id: HandoffId,
+        /// Why, as the role records it.
+        reason: CancelReason,
+    },
 }
 
 /// What an endpoint serves as, announced in its `Hello`.
@@ -168,6 +182,7 @@ impl Frame {
             Frame::TransferDone { .. } => "TransferDone",
             Frame::Ping => "Ping",
             Frame::SourceReleased { .. } => "SourceReleased",
+            Frame::Cancel { .. } => "Cancel",
         }
     }
 
@@ -256,6 +271,10 @@ pub(crate) mod samples {
                 id,
                 at: Instant(78),
                 reused_at: Some(Instant(80)),
+            },
+            Frame::Cancel {
+                id,
+                reason: CancelReason::Client,
             },
             Frame::Request(WorkerRequest::Ordinary(request(1))),
             Frame::Request(WorkerRequest::HandoffSource {
@@ -646,6 +665,10 @@ pub(crate) mod samples {
                 },
             }),
             Just(Frame::Bye),
+            (any::<u128>(), arb_reason()).prop_map(|(id, reason)| Frame::Cancel {
+                id: HandoffId(id),
+                reason,
+            }),
         ]
     }
 }
@@ -682,7 +705,7 @@ mod tests {
     fn samples_cover_every_frame_and_event_variant() {
         let frames = every_frame();
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
-        assert_eq!(kinds.len(), 8, "{kinds:?}");
+        assert_eq!(kinds.len(), 9, "{kinds:?}");
         let events: BTreeSet<&str> = frames
             .iter()
             .filter_map(|f| match f {

@@ -19,8 +19,12 @@
 //! failed dial) follows vLLM's `kv_load_failure_policy`
 //! (`vllm/config/kv_transfer.py`): `fail` ends the request with the reason
 //! in the response and the failure metrics, `recompute` serves it whole on
-//! the same rank. A client that goes away is not passed on: its request
-//! runs to its end on the rank (the transport has no cancel frame).
+//! the same rank. A client that goes away cancels its request as in one
+//! process (`Fault::Cancel`): the role of its attempt on the rank gets a
+//! [`Frame::Cancel`] with [`CancelReason::Client`] and ends as any cancelled
+//! role does, its peer told by the lifecycle's facts; the role's end fails
+//! the request as `client`. A request served whole has no attempt and runs
+//! to its end, as in one process.
 
 use crate::director::dp_lb::{RankPicker, RankRule};
 use crate::director::driver::{Cmd, EngineView, Placement, WorkerView};
@@ -77,6 +81,9 @@ pub struct PodSummary {
     pub failed: BTreeMap<&'static str, u64>,
     /// Decodes served whole after their KV load failed (`recompute`).
     pub recomputed: u64,
+    /// Handoff roles the ranks ended, by `role/reason` (`role/released`
+    /// for a role that ended without one): each role ends once.
+    pub roles_ended: BTreeMap<String, u64>,
     /// Each rank's final state.
     pub ranks: Vec<HostFinal>,
 }
@@ -104,6 +111,8 @@ struct Flow {
     tx: UnboundedSender<StreamMsg>,
     rank: usize,
     kind: Kind,
+    /// The attempt this flow's rank holds a role of, while it does.
+    handoff: Option<HandoffId>,
     request: Request,
     last_token: Option<Instant>,
 }
@@ -238,12 +247,20 @@ impl PodDriver {
         }
     }
 
-    fn open(&mut self, rank: usize, kind: Kind, request: Request, tx: UnboundedSender<StreamMsg>) {
+    /// A flow of `request` on `rank`, holding a role of `handoff` there if
+    /// it is one's.
+    fn open(
+        &mut self,
+        (rank, kind, handoff): (usize, Kind, Option<HandoffId>),
+        request: Request,
+        tx: UnboundedSender<StreamMsg>,
+    ) {
         let id = request.id;
         let flow = Flow {
             tx,
             rank,
             kind,
+            handoff,
             request,
             last_token: None,
         };
@@ -271,18 +288,18 @@ impl PodDriver {
                 let _ = tx.send(StreamMsg::Started {
                     cached_tokens: cached,
                 });
-                let (kind, wr) = match (placement, self.s.role) {
+                let (kind, handoff, wr) = match (placement, self.s.role) {
                     (Placement::Proxy, Pool::Prefill) => {
                         let handoff = self.issuers[r].next_id();
                         let wr = WorkerRequest::HandoffSource {
                             id: handoff,
                             request: req.clone(),
                         };
-                        (Kind::Prefill, wr)
+                        (Kind::Prefill, Some(handoff), wr)
                     }
-                    _ => (Kind::Whole, WorkerRequest::Ordinary(req.clone())),
+                    _ => (Kind::Whole, None, WorkerRequest::Ordinary(req.clone())),
                 };
-                self.open(r, kind, req, tx);
+                self.open((r, kind, handoff), req, tx);
                 self.send(r, wr);
             }
             Cmd::Decode {
@@ -305,13 +322,37 @@ impl PodDriver {
             Cmd::Submit { tx, .. } => {
                 let _ = tx.send(StreamMsg::Failed(FailureReason::NoWorker));
             }
-            // The rank runs it to its end; its stream is gone.
-            Cmd::Cancel(id) => {
-                if self.flows.remove(&id).is_some() {
-                    self.s.kv.release(id);
-                }
-            }
+            Cmd::Cancel(id) => self.cancel(id),
             Cmd::Shutdown => {}
+        }
+    }
+
+    /// The client of `id` went away (`Fault::Cancel` in one process): the
+    /// rank's role of its attempt is cancelled, and that role's end ends
+    /// the flow. A flow with no role (served whole) runs to its end on the
+    /// rank, its stream gone; one still waiting for a dial is dropped.
+    fn cancel(&mut self, id: RequestId) {
+        for waiting in self.dialling.values_mut() {
+            waiting.retain(|w| match w {
+                Waiting::Decode(p) => p.request.id != id,
+                Waiting::Leg(p) => p.request.id != id,
+            });
+        }
+        let Some(f) = self.flows.get(&id) else {
+            return;
+        };
+        let Some(handoff) = f.handoff else {
+            self.flows.remove(&id);
+            self.s.kv.release(id);
+            return;
+        };
+        let to = self.s.ids.scheduler(f.rank);
+        let frame = Frame::Cancel {
+            id: handoff,
+            reason: CancelReason::Client,
+        };
+        if self.ranks.frontend.send(to, frame).is_err() {
+            self.end(id, StreamMsg::Failed(FailureReason::WorkerDown));
         }
     }
 
@@ -423,7 +464,7 @@ impl PodDriver {
             Waiting::Leg(p) => (p.rank, p.request, p.tx, WorkerId(u32::MAX)),
         };
         let id = request.id;
-        self.open(rank, Kind::Decode { source }, request, tx);
+        self.open((rank, Kind::Decode { source }, None), request, tx);
         self.load_failed(id, CancelReason::PeerLost);
     }
 
@@ -441,7 +482,8 @@ impl PodDriver {
             ready: Some(p.ready),
         };
         self.s.kv.hold(p.request.id, &p.tokens);
-        self.open(p.rank, Kind::Decode { source: p.source }, p.request, p.tx);
+        let flow = (p.rank, Kind::Decode { source: p.source }, Some(p.handoff));
+        self.open(flow, p.request, p.tx);
         self.send(p.rank, wr);
     }
 
@@ -454,6 +496,7 @@ impl PodDriver {
         };
         if recompute && matches!(f.kind, Kind::Decode { .. }) {
             f.kind = Kind::Whole;
+            f.handoff = None;
             let (rank, req) = (f.rank, f.request.clone());
             self.summary.recomputed += 1;
             self.send(rank, WorkerRequest::Ordinary(req));
@@ -573,6 +616,8 @@ impl PodDriver {
     }
 
     fn role_ended(&mut self, r: usize, role: Role, id: RequestId, why: Option<CancelReason>) {
+        let key = format!("{}/{}", role.name(), why.map_or("released", |w| w.name()));
+        *self.summary.roles_ended.entry(key).or_default() += 1;
         match why {
             Some(CancelReason::LeaseExpired) => self.s.metrics.lease_expired(r),
             Some(CancelReason::ReservationExpired) => self.s.metrics.reservation_expired(r),

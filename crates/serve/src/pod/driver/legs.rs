@@ -85,7 +85,7 @@ impl PodDriver {
                     id: handoff,
                     request: request.clone(),
                 };
-                self.open(r, Kind::PrefillLeg, request, tx);
+                self.open((r, Kind::PrefillLeg, Some(handoff)), request, tx);
                 self.send(r, wr);
             }
             Side::Decode => {
@@ -122,7 +122,11 @@ impl PodDriver {
             ready: None,
         };
         let source = hello.worker;
-        self.open(p.rank, Kind::Decode { source }, p.request, p.tx);
+        self.open(
+            (p.rank, Kind::Decode { source }, Some(handoff)),
+            p.request,
+            p.tx,
+        );
         self.send(p.rank, wr);
     }
 
