@@ -364,8 +364,9 @@ pub(crate) fn chat_text(v: &Value) -> Result<String, ApiError> {
     ))
 }
 
-/// Parses `body` sent to `endpoint`.
-pub fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<GenRequest, ApiError> {
+/// `body` as a JSON object, or the error OpenAI's server gives (located
+/// for a syntax error).
+pub(crate) fn json_object(body: &[u8]) -> Result<Value, ApiError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::invalid(
             None,
@@ -379,6 +380,12 @@ pub fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<GenRequ
     if !v.is_object() {
         return Err(ApiError::invalid(None, "the body must be a JSON object"));
     }
+    Ok(v)
+}
+
+/// Parses `body` sent to `endpoint`.
+pub fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<GenRequest, ApiError> {
+    let v = json_object(body)?;
     match v.get("model") {
         Some(Value::String(m)) if *m == limits.model => {}
         Some(Value::String(m)) => {

@@ -51,19 +51,7 @@ use std::sync::Arc;
 pub const MAX_DETOKENIZE_IDS: usize = 1 << 20;
 
 fn object(body: &[u8], limits: &Limits) -> Result<Value, ApiError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::invalid(
-            None,
-            format!(
-                "the body is not valid JSON: {e} (line {}, column {})",
-                e.line(),
-                e.column()
-            ),
-        )
-    })?;
-    if !v.is_object() {
-        return Err(ApiError::invalid(None, "the body must be a JSON object"));
-    }
+    let v = crate::openai::json_object(body)?;
     match v.get("model") {
         None | Some(Value::Null) => {}
         Some(Value::String(m)) if *m == limits.model => {}

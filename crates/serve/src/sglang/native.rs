@@ -124,19 +124,7 @@ fn renamed(mut e: ApiError, prompt_field: &'static str) -> ApiError {
 /// Parses a `/generate` body: SGLang's fields, checked by the OpenAI
 /// routes' rules (vocabulary, context length, `min <= max`).
 pub fn parse_native(body: &[u8], limits: &Limits) -> Result<NativeRequest, ApiError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::invalid(
-            None,
-            format!(
-                "the body is not valid JSON: {e} (line {}, column {})",
-                e.line(),
-                e.column()
-            ),
-        )
-    })?;
-    if !v.is_object() {
-        return Err(ApiError::invalid(None, "the body must be a JSON object"));
-    }
+    let v = crate::openai::json_object(body)?;
     let tokens = prompt(&v, limits)?;
     let prompt_field = if v.get("text").is_some_and(|t| !t.is_null()) {
         "text"
