@@ -115,6 +115,38 @@ impl ReplayArgs {
     }
 }
 
+/// The `--kv-events-out` writer at `p` (Dynamo's router events, one JSON
+/// line each) and the replay's KV sink that feeds it; the writer is taken
+/// out of its cell to be finished after the run.
+#[allow(clippy::type_complexity)]
+fn kv_events_writer(
+    p: &std::path::Path,
+    sizes: Vec<u32>,
+    index: Rc<RefCell<handoff_kv_events::TraceBlocks>>,
+    dp: handoff_core::DpLayout,
+) -> Result<
+    (
+        Rc<RefCell<Option<handoff_kv_events::RouterEventWriter>>>,
+        handoff_serving::serving::KvSink,
+    ),
+    String,
+> {
+    let f = File::create(p).map_err(|e| format!("--kv-events-out {}: {e}", p.display()))?;
+    let w =
+        handoff_kv_events::RouterEventWriter::new(Box::new(BufWriter::with_capacity(1 << 20, f)));
+    let w = Rc::new(RefCell::new(Some(w)));
+    let sink = w.clone();
+    let kv_sink: handoff_serving::serving::KvSink = Box::new(move |worker, ev, _at| {
+        if let Some(w) = sink.borrow_mut().as_mut() {
+            // Dynamo's hash of the block's stand-in token ids.
+            let bs = sizes.get(worker.0 as usize).copied().unwrap_or(1);
+            let index = index.borrow();
+            w.write(dp.address(worker), ev, |h| index.tokens_hash(h, bs));
+        }
+    });
+    Ok((w, kv_sink))
+}
+
 /// Runs the replay `a` describes and returns its report: the configuration
 /// construction `replay` and `sweep` share. `progress` counts requests on
 /// stderr; `sink` receives per-request records. A malformed trace is an
@@ -174,24 +206,10 @@ pub fn simulate(
     }
     let kv_out = match &a.kv_events_out {
         Some(p) => {
-            let f = File::create(p).map_err(|e| format!("--kv-events-out {}: {e}", p.display()))?;
-            let w = handoff_kv_events::RouterEventWriter::new(Box::new(BufWriter::with_capacity(
-                1 << 20,
-                f,
-            )));
-            let w = Rc::new(RefCell::new(Some(w)));
-            let sink = w.clone();
+            let sizes = specs.iter().map(|s| s.event_block_tokens()).collect();
             let index = trace_blocks.clone().unwrap_or_default();
-            let sizes: Vec<u32> = specs.iter().map(|s| s.event_block_tokens()).collect();
-            let dp = cfg_dp;
-            replay = replay.with_kv_sink(Box::new(move |worker, ev, _at| {
-                if let Some(w) = sink.borrow_mut().as_mut() {
-                    // Dynamo's hash of the block's stand-in token ids.
-                    let bs = sizes.get(worker.0 as usize).copied().unwrap_or(1);
-                    let index = index.borrow();
-                    w.write(dp.address(worker), ev, |h| index.tokens_hash(h, bs));
-                }
-            }));
+            let (w, sink) = kv_events_writer(p, sizes, index, cfg_dp)?;
+            replay = replay.with_kv_sink(sink);
             Some(w)
         }
         None => None,

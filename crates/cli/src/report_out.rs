@@ -180,6 +180,13 @@ fn print_summary(r: &Report) {
     for line in sizing_lines(r) {
         out!("{line}");
     }
+    print_latencies(r);
+    print_lifecycle(&r.lifecycle);
+    print_workers(r);
+}
+
+/// The latency table of the summary, in milliseconds.
+fn print_latencies(r: &Report) {
     out!(
         "{:<28} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "ms",
@@ -210,6 +217,11 @@ fn print_summary(r: &Report) {
             s.max
         );
     }
+}
+
+/// The lifecycle counters, failure reasons, injected faults and the stale
+/// read warning.
+fn print_lifecycle(l: &handoff_serving::report::Lifecycle) {
     out!(
         "handoffs pinned {} activated {}  lease expiries {}  reservation expiries {}  preemptions {}",
         l.handoffs_pinned, l.handoffs_activated, l.lease_expiries, l.reservation_expiries, l.preemptions
@@ -243,6 +255,10 @@ fn print_summary(r: &Report) {
             s.not_reused
         );
     }
+}
+
+/// The per-worker table of the summary.
+fn print_workers(r: &Report) {
     out!(
         "{:<8} {:<10} {:>8} {:>12} {:>12} {:>14} {:>14} {:>8}",
         "worker",

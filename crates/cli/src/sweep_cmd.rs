@@ -212,15 +212,9 @@ fn write_page(page: &MapPage, summary: &Value) -> Result<(), String> {
     std::fs::write(path, html).map_err(|e| format!("--html {}: {e}", path.display()))
 }
 
-pub fn run(a: SweepArgs) -> Result<(), String> {
-    if let Some(SweepCommand::Merge {
-        summaries,
-        out,
-        page,
-    }) = &a.command
-    {
-        return merge(summaries, out, page);
-    }
+/// The grid `a` asks for: its file, then each `--set`, then the base flags
+/// every configuration shares.
+fn build_grid(a: &SweepArgs) -> Result<Grid, String> {
     let mut grid = Grid {
         kind: if a.experiment {
             Kind::Experiment
@@ -242,6 +236,19 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
         return Err("sweep: nothing to sweep; give --grid FILE or --set KEY=V1,V2,...".into());
     }
     grid.trailing = a.base.clone();
+    Ok(grid)
+}
+
+pub fn run(a: SweepArgs) -> Result<(), String> {
+    if let Some(SweepCommand::Merge {
+        summaries,
+        out,
+        page,
+    }) = &a.command
+    {
+        return merge(summaries, out, page);
+    }
+    let grid = build_grid(&a)?;
     let shard = a.shard.as_deref().map(parse_shard).transpose()?;
     if let Some(n) = a.jobs {
         crate::limits::jobs(n)?;
@@ -265,16 +272,7 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
         .stack_size(8 << 20)
         .build()
         .map_err(|e| format!("--jobs: {e}"))?;
-    let bar = if std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::new(mine.len() as u64).with_style(
-            indicatif::ProgressStyle::with_template(
-                "sweep {bar:40} {pos}/{len} configurations, {elapsed} elapsed, eta {eta}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        )
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = progress_bar(mine.len());
     let started = std::time::Instant::now();
     let out = a.out.clone();
     let keys = grid.keys();
@@ -314,6 +312,20 @@ pub fn run(a: SweepArgs) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A progress bar of `n` configurations on a terminal, hidden otherwise.
+fn progress_bar(n: usize) -> indicatif::ProgressBar {
+    if std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::new(n as u64).with_style(
+            indicatif::ProgressStyle::with_template(
+                "sweep {bar:40} {pos}/{len} configurations, {elapsed} elapsed, eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        )
+    } else {
+        indicatif::ProgressBar::hidden()
+    }
 }
 
 /// `f` of every item on the current pool's threads, each thread taking the

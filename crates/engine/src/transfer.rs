@@ -74,6 +74,32 @@ impl TransferModel {
             TransferModel::Bytes { base, .. } | TransferModel::Contention { base, .. } => base,
         }
     }
+
+    /// KV bytes per token and link bandwidth (bytes/s), `None` for `Fixed`.
+    pub fn link(&self) -> Option<(u64, f64)> {
+        match *self {
+            TransferModel::Fixed(_) => None,
+            TransferModel::Bytes {
+                bytes_per_token,
+                bandwidth,
+                ..
+            }
+            | TransferModel::Contention {
+                bytes_per_token,
+                bandwidth,
+                ..
+            } => Some((bytes_per_token, bandwidth)),
+        }
+    }
+
+    /// Stable lower-case name, as `--transfer` spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TransferModel::Fixed(_) => "fixed",
+            TransferModel::Bytes { .. } => "bytes",
+            TransferModel::Contention { .. } => "contention",
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -222,65 +222,8 @@ pub struct TimersReport {
 impl ReportConfig {
     /// The configuration of `cfg`, whose workers are `workers`.
     pub fn of(cfg: &DeploymentConfig, workers: &[(WorkerId, Pool)]) -> ReportConfig {
-        let secs = |d: Duration| round3(d.as_secs_f64());
-        let transfer = match cfg.transfer {
-            TransferModel::Fixed(d) => TransferReport {
-                model: "fixed",
-                base_ms: round3(d.as_secs_f64() * 1e3),
-                bytes_per_token: None,
-                bandwidth_gbps: None,
-            },
-            TransferModel::Bytes {
-                base,
-                bytes_per_token,
-                bandwidth,
-            }
-            | TransferModel::Contention {
-                base,
-                bytes_per_token,
-                bandwidth,
-            } => TransferReport {
-                model: if matches!(cfg.transfer, TransferModel::Bytes { .. }) {
-                    "bytes"
-                } else {
-                    "contention"
-                },
-                base_ms: round3(base.as_secs_f64() * 1e3),
-                bytes_per_token: Some(bytes_per_token),
-                bandwidth_gbps: Some(round3(bandwidth / 1e9)),
-            },
-        };
-        let mut engines: Vec<EngineReport> = Vec::new();
-        for ((s, pool), spec) in workers.iter().zip(&cfg.engines) {
-            // Every rank of a worker runs the worker's engine: list the
-            // worker once.
-            let w = cfg.dp.address(*s).worker;
-            let e = EngineReport {
-                pool: pool.name(),
-                workers: vec![w.0],
-                backend: spec.backend.name(),
-                kv_tokens: spec.kv_tokens,
-                kv_blocks: spec.kv_tokens / u64::from(spec.block_size.max(1)),
-                block_size: spec.block_size,
-                max_running: spec.max_running,
-                max_batched_tokens: spec.max_batched_tokens,
-                pass_speedup_ratio: spec.speedup_ratio,
-                perf: spec.perf.label(),
-                source_lease_ttl_s: secs(spec.effective_source_lease_ttl()),
-                decode_radix_cache: spec.decode_radix_cache
-                    && spec.backend == handoff_core::Backend::Sglang,
-                early_send_cached_prefix: spec.early_send_cached_prefix
-                    || spec.backend != handoff_core::Backend::Sglang,
-            };
-            match engines.last_mut() {
-                Some(last) if last.same_engine(&e) => {
-                    if last.workers.last() != Some(&w.0) {
-                        last.workers.push(w.0);
-                    }
-                }
-                _ => engines.push(e),
-            }
-        }
+        let transfer = TransferReport::of(&cfg.transfer);
+        let engines = engine_reports(cfg, workers);
         ReportConfig {
             backend: cfg.backend.name(),
             policy: if cfg.decode_workers == 0 {
@@ -299,24 +242,7 @@ impl ReportConfig {
             engines,
             transfer,
             message_latency_us: round3(cfg.message_latency.as_nanos() as f64 / 1e3),
-            timers: TimersReport {
-                reservation_ttl_s: cfg
-                    .handoff
-                    .reservation_expires()
-                    .then(|| secs(cfg.handoff.reservation_ttl)),
-                renew_source_lease_s: cfg.handoff.renew_source_lease.map(secs),
-                early_fact_ttl_s: secs(cfg.handoff.early_fact_ttl),
-                lease_heartbeat_s: cfg
-                    .handoff
-                    .heartbeat
-                    .map(|h| [secs(h.every), secs(h.extend)]),
-                kv_load_failure_policy: (cfg.handoff.kv_load_failure
-                    != handoff_core::KvLoadFailurePolicy::Fail)
-                    .then(|| cfg.handoff.kv_load_failure.name()),
-                stale_kv_read: (cfg.handoff.stale_read != handoff_core::StaleReadPolicy::Complete)
-                    .then(|| cfg.handoff.stale_read.name()),
-                tombstones: cfg.handoff.tombstones,
-            },
+            timers: TimersReport::of(cfg),
             multi_step: cfg.multi_step,
             perf_beyond_grid: cfg.engines.iter().find_map(BeyondGridReport::watch),
             faults: if cfg.faults.is_empty() {
@@ -331,6 +257,79 @@ impl ReportConfig {
             run: RunReport::default(),
         }
     }
+}
+
+impl TransferReport {
+    /// How transfers of `t` are timed.
+    fn of(t: &TransferModel) -> TransferReport {
+        TransferReport {
+            model: t.name(),
+            base_ms: round3(t.base().as_secs_f64() * 1e3),
+            bytes_per_token: t.link().map(|(b, _)| b),
+            bandwidth_gbps: t.link().map(|(_, bw)| round3(bw / 1e9)),
+        }
+    }
+}
+
+impl TimersReport {
+    /// The lifecycle timers of `cfg`'s handoffs.
+    fn of(cfg: &DeploymentConfig) -> TimersReport {
+        let secs = |d: Duration| round3(d.as_secs_f64());
+        TimersReport {
+            reservation_ttl_s: cfg
+                .handoff
+                .reservation_expires()
+                .then(|| secs(cfg.handoff.reservation_ttl)),
+            renew_source_lease_s: cfg.handoff.renew_source_lease.map(secs),
+            early_fact_ttl_s: secs(cfg.handoff.early_fact_ttl),
+            lease_heartbeat_s: cfg
+                .handoff
+                .heartbeat
+                .map(|h| [secs(h.every), secs(h.extend)]),
+            kv_load_failure_policy: (cfg.handoff.kv_load_failure
+                != handoff_core::KvLoadFailurePolicy::Fail)
+                .then(|| cfg.handoff.kv_load_failure.name()),
+            stale_kv_read: (cfg.handoff.stale_read != handoff_core::StaleReadPolicy::Complete)
+                .then(|| cfg.handoff.stale_read.name()),
+            tombstones: cfg.handoff.tombstones,
+        }
+    }
+}
+
+/// One entry per run of identical engines among `workers` (every rank of a
+/// worker runs the worker's engine, so a worker is listed once).
+fn engine_reports(cfg: &DeploymentConfig, workers: &[(WorkerId, Pool)]) -> Vec<EngineReport> {
+    let secs = |d: Duration| round3(d.as_secs_f64());
+    let mut engines: Vec<EngineReport> = Vec::new();
+    for ((s, pool), spec) in workers.iter().zip(&cfg.engines) {
+        let w = cfg.dp.address(*s).worker;
+        let e = EngineReport {
+            pool: pool.name(),
+            workers: vec![w.0],
+            backend: spec.backend.name(),
+            kv_tokens: spec.kv_tokens,
+            kv_blocks: spec.kv_tokens / u64::from(spec.block_size.max(1)),
+            block_size: spec.block_size,
+            max_running: spec.max_running,
+            max_batched_tokens: spec.max_batched_tokens,
+            pass_speedup_ratio: spec.speedup_ratio,
+            perf: spec.perf.label(),
+            source_lease_ttl_s: secs(spec.effective_source_lease_ttl()),
+            decode_radix_cache: spec.decode_radix_cache
+                && spec.backend == handoff_core::Backend::Sglang,
+            early_send_cached_prefix: spec.early_send_cached_prefix
+                || spec.backend != handoff_core::Backend::Sglang,
+        };
+        match engines.last_mut() {
+            Some(last) if last.same_engine(&e) => {
+                if last.workers.last() != Some(&w.0) {
+                    last.workers.push(w.0);
+                }
+            }
+            _ => engines.push(e),
+        }
+    }
+    engines
 }
 
 /// Lifecycle figures, aggregated over handoffs.
