@@ -5,7 +5,7 @@
 //! handoff costs.
 
 use crate::html::{err, escape, figure, svg, CHECK, COLOURS, CSS};
-use crate::plan_rank::{Point, Ranked};
+use crate::plan_rank::{Point, Ranked, FIGURES};
 use plotters::prelude::*;
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -78,25 +78,17 @@ fn chart(r: &Ranked) -> Result<String, String> {
 fn row(body: &mut String, rank: usize, p: &Point, frontier: bool) {
     let _ = write!(
         body,
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td>\
-         <td>{:.1}</td><td>{:.1}%</td><td>{:.1}</td><td>{:.2}</td><td>{:.1}</td>\
-         <td>{:.2}</td><td>{:.2}</td><td>{}</td></tr>",
-        rank,
+        "<tr><td>{rank}</td><td>{}</td><td>{}</td><td>{}</td>",
         escape(&p.layout()),
         if frontier { "yes" } else { "" },
         p.gpus,
-        p.goodput_per_gpu,
-        p.per_gpu,
-        p.per_user,
-        p.attainment * 100.0,
-        p.p90_ttft_ms,
-        p.p90_tpot_ms,
-        p.stranded_block_s,
-        p.reservation_wait_ms,
-        p.transfer_ms,
-        p.usd_per_million
-            .map_or(String::new(), |c| format!("{c:.3}")),
     );
+    for (i, f) in p.figures("").iter().enumerate() {
+        // SLO attainment (the fourth figure) in percent.
+        let unit = if i == 3 { "%" } else { "" };
+        let _ = write!(body, "<td>{f}{unit}</td>");
+    }
+    body.push_str("</tr>");
 }
 
 /// The layout column on one line.
@@ -125,11 +117,12 @@ pub fn page(r: &Ranked, summary: &Value) -> Result<String, String> {
         "<h2>Layouts, best goodput per GPU first</h2><p class=\"note\">stranded: source \
          KV block·seconds pinned for readers, summed over workers; resv: mean wait of a \
          destination for its reservation; xfer: mean KV transfer time.</p><table><tr>\
-         <th>rank</th><th>layout</th><th>frontier</th><th>GPUs</th><th>goodput tok/s/GPU</th>\
-         <th>tok/s/GPU</th><th>tok/s/user</th><th>SLO attainment</th><th>p90 TTFT ms</th>\
-         <th>p90 TPOT ms</th><th>stranded block·s</th><th>resv ms</th><th>xfer ms</th>\
-         <th>$ per M tokens</th></tr>",
+         <th>rank</th><th>layout</th><th>frontier</th><th>GPUs</th>",
     );
+    for (_, _, heading) in FIGURES {
+        let _ = write!(body, "<th>{heading}</th>");
+    }
+    body.push_str("</tr>");
     for (i, p) in r.order.iter().enumerate() {
         row(&mut body, i + 1, p, r.frontier.contains(&i));
     }

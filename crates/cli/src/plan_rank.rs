@@ -5,6 +5,7 @@
 //! and better on one); and the files `plan` writes from them.
 
 use serde_json::{json, Value};
+use std::fmt::Write as _;
 use std::path::Path;
 
 /// One layout's figures, read from its summary row.
@@ -49,7 +50,40 @@ pub struct Point {
     pub max_rate_rps: Option<f64>,
 }
 
+/// The figures both plan tables show after rank, layout and GPUs: the
+/// text table's heading and width, and the HTML table's heading.
+pub const FIGURES: [(&str, usize, &str); 10] = [
+    ("good/gpu", 10, "goodput tok/s/GPU"),
+    ("tok/gpu", 9, "tok/s/GPU"),
+    ("tok/user", 9, "tok/s/user"),
+    ("slo%", 7, "SLO attainment"),
+    ("p90 ttft", 9, "p90 TTFT ms"),
+    ("p90 tpot", 9, "p90 TPOT ms"),
+    ("stranded", 11, "stranded block·s"),
+    ("resv ms", 9, "resv ms"),
+    ("xfer ms", 9, "xfer ms"),
+    ("$/Mtok", 9, "$ per M tokens"),
+];
+
 impl Point {
+    /// This layout's [`FIGURES`], formatted (SLO attainment in percent);
+    /// `unpriced` stands for the cost when no price was given.
+    pub fn figures(&self, unpriced: &str) -> [String; 10] {
+        [
+            format!("{:.1}", self.goodput_per_gpu),
+            format!("{:.1}", self.per_gpu),
+            format!("{:.1}", self.per_user),
+            format!("{:.1}", self.attainment * 100.0),
+            format!("{:.1}", self.p90_ttft_ms),
+            format!("{:.2}", self.p90_tpot_ms),
+            format!("{:.1}", self.stranded_block_s),
+            format!("{:.2}", self.reservation_wait_ms),
+            format!("{:.2}", self.transfer_ms),
+            self.usd_per_million
+                .map_or(unpriced.to_string(), |c| format!("{c:.3}")),
+        ]
+    }
+
     /// `2P+3D tp1` or `4x agg tp1`, with ` dp2` after the TP when DP > 1.
     pub fn layout(&self) -> String {
         let dp = if self.dp > 1 {
@@ -169,48 +203,24 @@ impl Ranked {
                 self.order.len()
             )
         }];
-        v.push(
-            format!(
-                "{:>4} {:<16} {:>5} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9}",
-                "rank",
-                "layout",
-                "gpus",
-                "good/gpu",
-                "tok/gpu",
-                "tok/user",
-                "slo%",
-                "p90 ttft",
-                "p90 tpot",
-                "stranded",
-                "resv ms",
-                "xfer ms",
-                "$/Mtok"
-            ) + if searched { "  max req/s" } else { "" },
-        );
+        let mut head = format!("{:>4} {:<16} {:>5}", "rank", "layout", "gpus");
+        for (name, width, _) in FIGURES {
+            let _ = write!(head, " {name:>width$}");
+        }
+        if searched {
+            head.push_str("  max req/s");
+        }
+        v.push(head);
         for (i, p) in self.order.iter().take(top).enumerate() {
-            v.push(format!(
-                "{:>4} {:<16} {:>5} {:>10.1} {:>9.1} {:>9.1} {:>7.1} {:>9.1} {:>9.2} {:>11.1} {:>9.2} {:>9.2} {:>9}",
-                i + 1,
-                p.layout(),
-                p.gpus,
-                p.goodput_per_gpu,
-                p.per_gpu,
-                p.per_user,
-                p.attainment * 100.0,
-                p.p90_ttft_ms,
-                p.p90_tpot_ms,
-                p.stranded_block_s,
-                p.reservation_wait_ms,
-                p.transfer_ms,
-                p.usd_per_million.map_or("-".into(), |c| format!("{c:.3}"))
-            ) + &if searched {
-                format!(
-                    "  {:>9}",
-                    p.max_rate_rps.map_or("none".into(), |r| format!("{r:.2}"))
-                )
-            } else {
-                String::new()
-            });
+            let mut line = format!("{:>4} {:<16} {:>5}", i + 1, p.layout(), p.gpus);
+            for ((_, width, _), f) in FIGURES.iter().zip(p.figures("-")) {
+                let _ = write!(line, " {f:>width$}");
+            }
+            if searched {
+                let rate = p.max_rate_rps.map_or("none".into(), |r| format!("{r:.2}"));
+                let _ = write!(line, "  {rate:>9}");
+            }
+            v.push(line);
         }
         v
     }
