@@ -13,7 +13,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -139,37 +139,7 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
             &common,
         )?);
     }
-    let mut fe = Command::new(bin);
-    fe.args([
-        "frontend",
-        "--listen",
-        "127.0.0.1:0",
-        "--json",
-        "--allow-failures",
-    ])
-    .args([
-        "--requests",
-        &o.requests.to_string(),
-        "--rate",
-        &o.rate.to_string(),
-    ])
-    .args(&common);
-    for w in &workers {
-        fe.args(["--worker", &format!("{}={}@{}", w.id, w.role, w.addr)]);
-    }
-    let mut fe = fe
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    let mut err = BufReader::new(fe.stderr.take().ok_or("no stderr")?);
-    let mut line = String::new();
-    err.read_line(&mut line).map_err(|e| e.to_string())?;
-    let fe_addr = line
-        .trim()
-        .strip_prefix("frontend listening on ")
-        .ok_or_else(|| format!("frontend did not start: {line:?}"))?
-        .to_string();
+    let (mut fe, err, fe_addr) = spawn_frontend(bin, o, &workers, &common)?;
     // When the frontend said its run is over (no kill after that counts).
     let over: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let over_w = Arc::clone(&over);
@@ -207,27 +177,7 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
         }
         if Instant::now() >= next_kill && run_over().is_none() {
             let i = kills.len() % workers.len();
-            let w = &mut workers[i];
-            let _ = w.child.kill();
-            let _ = w.child.wait();
-            kills.push(Kill {
-                id: w.id,
-                generation: w.generation,
-                at: Instant::now(),
-            });
-            let generation = w.generation + 1;
-            let (id, role, addr) = (w.id, w.role, w.addr.clone());
-            let mut connect = vec![fe_addr.clone()];
-            connect.extend(
-                workers
-                    .iter()
-                    .filter(|p| p.id != id && p.role != role)
-                    .map(|p| p.addr.clone()),
-            );
-            workers[i] = spawn_worker(bin, id, role, &addr, generation, &connect, &common)?;
-            eprintln!(
-                "soak: killed worker {id} ({role}) and restarted it as generation {generation}"
-            );
+            kills.push(restart(bin, &mut workers, i, &fe_addr, &common)?);
             next_kill += Duration::from_secs_f64(o.kill_every);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -249,6 +199,79 @@ fn soak(bin: &Path, o: &Soak) -> Result<bool, String> {
         println!("soak: BROKEN: {b}");
     }
     Ok(bad.is_empty())
+}
+
+/// Starts the frontend of `workers`; returns it, its stderr past the first
+/// line, and the address that line announced.
+fn spawn_frontend(
+    bin: &Path,
+    o: &Soak,
+    workers: &[Worker],
+    common: &[String],
+) -> Result<(Child, BufReader<ChildStderr>, String), String> {
+    let mut fe = Command::new(bin);
+    fe.args([
+        "frontend",
+        "--listen",
+        "127.0.0.1:0",
+        "--json",
+        "--allow-failures",
+    ])
+    .args([
+        "--requests",
+        &o.requests.to_string(),
+        "--rate",
+        &o.rate.to_string(),
+    ])
+    .args(common);
+    for w in workers {
+        fe.args(["--worker", &format!("{}={}@{}", w.id, w.role, w.addr)]);
+    }
+    let mut fe = fe
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut err = BufReader::new(fe.stderr.take().ok_or("no stderr")?);
+    let mut line = String::new();
+    err.read_line(&mut line).map_err(|e| e.to_string())?;
+    let fe_addr = line
+        .trim()
+        .strip_prefix("frontend listening on ")
+        .ok_or_else(|| format!("frontend did not start: {line:?}"))?
+        .to_string();
+    Ok((fe, err, fe_addr))
+}
+
+/// Kills worker `i` and restarts it at the next generation, connected to
+/// the frontend at `fe_addr` and to every worker of the other role.
+fn restart(
+    bin: &Path,
+    workers: &mut [Worker],
+    i: usize,
+    fe_addr: &str,
+    common: &[String],
+) -> Result<Kill, String> {
+    let w = &mut workers[i];
+    let _ = w.child.kill();
+    let _ = w.child.wait();
+    let kill = Kill {
+        id: w.id,
+        generation: w.generation,
+        at: Instant::now(),
+    };
+    let generation = w.generation + 1;
+    let (id, role, addr) = (w.id, w.role, w.addr.clone());
+    let mut connect = vec![fe_addr.to_string()];
+    connect.extend(
+        workers
+            .iter()
+            .filter(|p| p.id != id && p.role != role)
+            .map(|p| p.addr.clone()),
+    );
+    workers[i] = spawn_worker(bin, id, role, &addr, generation, &connect, common)?;
+    eprintln!("soak: killed worker {id} ({role}) and restarted it as generation {generation}");
+    Ok(kill)
 }
 
 /// Reads the frontend's report against what the soak did: its summary line
