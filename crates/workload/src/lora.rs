@@ -72,6 +72,16 @@ mod tests {
     }
 
     #[test]
+    fn the_writer_writes_lora_name_back() {
+        let text = r#"{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [1], "lora_name": "q\"x"}"#;
+        let items: Vec<_> = read(text).into_iter().map(Result::unwrap).collect();
+        let mut w = crate::TraceWriter::new(Vec::new());
+        w.write(&items[0]).unwrap();
+        let out = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        assert_eq!(out.trim_end(), text);
+    }
+
+    #[test]
     fn a_bad_lora_name_is_a_located_error() {
         for bad in [r#""""#, "7", "[]", &format!("\"{}\"", "x".repeat(257))] {
             let line = format!(
