@@ -12,7 +12,11 @@ use handoff_serve::{LoraConfig, ServeConfig};
 const PROMPT: &str = "A shared system prompt about storage racks, cables, fans and disks, \
                       long enough for several blocks of sixteen tokens each. Question?";
 
-fn lora_server() -> (handoff_serve::Listening, common::Server, handoff_serve::KvEndpoints) {
+fn lora_server() -> (
+    handoff_serve::Listening,
+    common::Server,
+    handoff_serve::KvEndpoints,
+) {
     let spec = EngineSpec {
         max_loras: Some(1),
         ..EngineSpec::default()
@@ -60,7 +64,10 @@ fn a_loaded_adapter_serves_lists_meters_and_hashes_apart() {
     let addr = l.http;
     let load = r#"{"lora_name":"sql","lora_path":"/lora/sql"}"#;
     let (status, text) = common::call(addr, "POST", "/v1/load_lora_adapter", load);
-    assert_eq!((status, text.as_str()), (200, "Success: LoRA adapter 'sql' added successfully."));
+    assert_eq!(
+        (status, text.as_str()),
+        (200, "Success: LoRA adapter 'sql' added successfully.")
+    );
     let (status, text) = common::call(addr, "POST", "/v1/load_lora_adapter", load);
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("has already been loaded") && text.contains("InvalidUserInput"));
@@ -68,9 +75,15 @@ fn a_loaded_adapter_serves_lists_meters_and_hashes_apart() {
     let (_, models) = common::call(addr, "GET", "/v1/models", "");
     let v: serde_json::Value = serde_json::from_str(&models).expect("json");
     let data = v["data"].as_array().expect("cards");
-    let ids: Vec<_> = data.iter().map(|c| c["id"].as_str().unwrap_or("")).collect();
+    let ids: Vec<_> = data
+        .iter()
+        .map(|c| c["id"].as_str().unwrap_or(""))
+        .collect();
     assert_eq!(ids, ["m", "static", "sql"]);
-    assert_eq!((data[2]["parent"].as_str(), data[2]["root"].as_str()), (Some("m"), Some("/lora/sql")));
+    assert_eq!(
+        (data[2]["parent"].as_str(), data[2]["root"].as_str()),
+        (Some("m"), Some("/lora/sql"))
+    );
 
     // A long request on the adapter, seen running in the LoRA gauge.
     let body = |model: &str, n: u32| {
@@ -111,9 +124,16 @@ fn a_loaded_adapter_serves_lists_meters_and_hashes_apart() {
     assert!(text.contains("cannot be found") && text.contains("NotFoundError"));
     common::wait_drained(addr);
     let (_, m) = common::call(addr, "GET", "/metrics", "");
-    let info: Vec<_> = m.lines().filter(|x| x.starts_with("vllm:lora_requests_info{")).collect();
+    let info: Vec<_> = m
+        .lines()
+        .filter(|x| x.starts_with("vllm:lora_requests_info{"))
+        .collect();
     assert_eq!(info.len(), 1, "one current series per worker: {info:?}");
-    assert!(info[0].contains("running_lora_adapters=\"\""), "{}", info[0]);
+    assert!(
+        info[0].contains("running_lora_adapters=\"\""),
+        "{}",
+        info[0]
+    );
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let events = rt.block_on(stored(&ep.replay[0]));
@@ -126,10 +146,17 @@ fn a_loaded_adapter_serves_lists_meters_and_hashes_apart() {
             e.0.clone()
         })
         .collect();
-    let base: Vec<u64> = events.iter().filter(|e| e.2.is_none()).flat_map(|e| e.0.clone()).collect();
+    let base: Vec<u64> = events
+        .iter()
+        .filter(|e| e.2.is_none())
+        .flat_map(|e| e.0.clone())
+        .collect();
     assert!(!lora.is_empty() && !base.is_empty(), "{events:?}");
     assert!(events.iter().all(|e| e.1.is_some() == e.2.is_some()));
-    assert!(lora.iter().all(|h| !base.contains(h)), "adapter blocks hash apart");
+    assert!(
+        lora.iter().all(|h| !base.contains(h)),
+        "adapter blocks hash apart"
+    );
 }
 
 #[test]
