@@ -740,6 +740,7 @@ mod tests {
             hash_block_tokens: 512,
             session: None,
             arrival: Instant(7),
+            lora: None,
         }));
         let mut body = vec![2, 0, 1, 1, 1, 3, 0, 1];
         varint(u64::MAX, &mut body);

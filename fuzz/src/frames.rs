@@ -85,6 +85,7 @@ fn request(id: u64) -> Request {
         hash_block_tokens: 512,
         session: Some(SessionId(4)),
         arrival: Instant(12_345),
+        lora: None,
     }
 }
 
@@ -468,6 +469,7 @@ fn gen_request(rng: &mut Rng) -> Request {
         hash_block_tokens: u32_of(rng),
         session: rng.coin().then(|| SessionId(rng.interesting_u64())),
         arrival: instant(rng),
+        lora: None,
     }
 }
 

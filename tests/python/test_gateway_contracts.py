@@ -21,6 +21,12 @@ the same table in prose.
 - SGLang's `/abort_request {rid}` (SGLANG_ABORT): the named request ends
   at once, answering 200 with finish_reason `abort`, and what it held is
   freed.
+- LoRA (VLLM_LORA): with VLLM_ALLOW_RUNTIME_LORA_UPDATING set, an adapter
+  loaded through `/v1/load_lora_adapter` is listed by the official
+  `openai` client's `models.list()` with its `parent`, a completion naming
+  it runs, `vllm:lora_requests_info` (LLMD, AIBRIX) names it in
+  `running_lora_adapters` while it runs with `max_lora` = `--max-loras`,
+  and unloading it twice answers 404.
 - Faults a client asks for with `--client-faults` (AIBRIX_MOCK's header
   names, and the mocker's own): a status at once, a failure after N tokens
   (the engine drains), a delayed prefill leg; counted in
@@ -35,7 +41,7 @@ import time
 import msgspec
 import zmq
 
-from harness import Checks, Server, free_port, get
+from harness import MODEL, Checks, Server, free_port, get
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 LLMD = "llm-d/llm-d-router pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go"
@@ -51,6 +57,8 @@ VLLM_TOKENIZE = ("vllm-project/vllm vllm/entrypoints/openai/protocol.py (Tokeniz
 AIBRIX_TOKENIZE = "vllm-project/aibrix pkg/utils/tokenizer/adapter_vllm.go"
 AIBRIX_MOCK = "vllm-project/aibrix test/e2e (x-aibrix-mock-delay-ms, x-aibrix-mock-delay-role)"
 SGLANG_ABORT = "sgl-project/sglang python/sglang/srt/entrypoints/http_server.py (abort_request)"
+VLLM_LORA = ("vllm-project/vllm vllm/entrypoints/openai/serving_models.py (load_lora_adapter, "
+             "unload_lora_adapter, show_available_models)")
 
 # (backend, family name as the parser reports it, type, labels a consumer
 # reads, who reads it). The parser strips `_total` from counter families.
@@ -424,6 +432,59 @@ def test_client_faults() -> None:
         s.stop()
 
 
+def lora_info(s: Server) -> list:
+    """The label sets of `vllm:lora_requests_info` (LLMD: the picker reads
+    the labels of the newest sample)."""
+    _, text = s.get("/metrics")
+    return [x.labels for f in text_string_to_metric_families(text.decode())
+            if f.name == "vllm:lora_requests_info" for x in f.samples]
+
+
+def test_lora() -> None:
+    import os
+    import threading
+
+    import openai
+    os.environ["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    try:
+        s = Server("--enable-lora", "--max-loras", "2", prefill=1, decode=0, kv=False)
+    finally:
+        del os.environ["VLLM_ALLOW_RUNTIME_LORA_UPDATING"]
+    try:
+        status, text = post(s.url + "/v1/load_lora_adapter",
+                            {"lora_name": "sql", "lora_path": "/adapters/sql"})
+        assert (status, text) == (200, b"Success: LoRA adapter 'sql' added successfully."), text
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused")
+        cards = {m.id: m for m in client.models.list().data}
+        assert set(cards) == {MODEL, "sql"}, cards
+        assert cards["sql"].model_extra["parent"] == MODEL, cards["sql"]
+        assert cards["sql"].model_extra["root"] == "/adapters/sql"
+        done = []
+        t = threading.Thread(target=lambda: done.append(client.completions.create(
+            model="sql", prompt="lora " * 40, max_tokens=300, extra_body={"ignore_eos": True})))
+        t.start()
+        seen = False
+        for _ in range(400):
+            if any(x.get("running_lora_adapters") == "sql" and x.get("max_lora") == "2"
+                   for x in lora_info(s)):
+                seen = True
+                break
+            time.sleep(0.01)
+        t.join(120)
+        assert seen, lora_info(s)
+        assert done and done[0].usage.completion_tokens == 300
+        try:
+            client.completions.create(model="nope", prompt="x", max_tokens=1)
+            raise AssertionError("an unknown model is refused")
+        except openai.NotFoundError:
+            pass
+        assert post(s.url + "/v1/unload_lora_adapter", {"lora_name": "sql"})[0] == 200
+        status, err = post(s.url + "/v1/unload_lora_adapter", {"lora_name": "sql"})
+        assert status == 404 and json.loads(err)["error"]["type"] == "NotFoundError", err
+    finally:
+        s.stop()
+
+
 def main() -> int:
     checks = Checks()
     for backend in ("vllm", "sglang"):
@@ -437,6 +498,7 @@ def main() -> int:
     checks.run("tokenize and detokenize as vLLM answers", test_tokenize)
     checks.run("SGLang abort_request ends the rid and frees it", test_abort_request)
     checks.run("client-asked faults reach the client and the metrics", test_client_faults)
+    checks.run("a LoRA adapter loads, lists, runs and shows in lora_requests_info", test_lora)
     return checks.report()
 
 

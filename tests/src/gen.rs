@@ -104,6 +104,7 @@ pub fn run(seed: u64) -> GenRun {
                 hash_block_tokens: 512,
                 session: None,
                 arrival: Instant::from_millis(t),
+                lora: None,
             },
             turn: None,
             delay: None,

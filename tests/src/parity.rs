@@ -51,6 +51,7 @@ fn item(id: u64, at_ms: u64, prompt: u32, output: u32, hashes: &[u64]) -> TraceI
             hash_block_tokens: 512,
             session: None,
             arrival: Instant::from_millis(at_ms),
+            lora: None,
         },
         turn: None,
         delay: None,

@@ -186,6 +186,7 @@ fn request() -> Request {
         hash_block_tokens: 512,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     }
 }
 

@@ -34,6 +34,7 @@ fn run(policy: KvLoadFailurePolicy) -> handoff_replay::Report {
             hash_block_tokens: 512,
             session: None,
             arrival: Instant::ZERO + Duration::from_secs(at_s),
+            lora: None,
         },
         turn: None,
         delay: None,

@@ -188,7 +188,14 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
     let http_timeouts =
         handoff_serve::HttpTimeouts::from_secs(a.http_header_timeout_s, a.http_body_timeout_s)
             .map_err(|e| e.to_string())?;
-    let (cfg, specs) = a.deploy.deployment(false)?;
+    let (cfg, mut specs) = a.deploy.deployment(false)?;
+    let lora_env = std::env::var(handoff_serve::RUNTIME_UPDATING_ENV).ok();
+    let lora = a.gateway.lora(lora_env.as_deref())?;
+    if let Some(l) = &lora {
+        for s in &mut specs {
+            s.max_loras = Some(l.max_loras);
+        }
+    }
     let n = specs.len();
     let kv = match &a.kv_events {
         Some(base) => Some(KvEndpoints {
@@ -259,6 +266,7 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         hash_mode,
         client_faults: a.gateway.client_faults(),
         load_balance_method: a.load_balance_method.into(),
+        lora,
     };
     if a.pod.engine.is_some() {
         return crate::pod_cmd::run(c, &a.pod, a.output.as_deref());

@@ -36,6 +36,23 @@ pub struct GatewayArgs {
     /// x-aibrix-mock-delay-ms / -role); off, they are ignored.
     #[arg(long)]
     client_faults: bool,
+    /// Serve LoRA adapters (vLLM's flag): requests may name one as
+    /// `model`; implied by --lora-modules or
+    /// VLLM_ALLOW_RUNTIME_LORA_UPDATING=true.
+    #[arg(long)]
+    enable_lora: bool,
+    /// LoRA adapters loaded at start, vLLM's forms: NAME=PATH or
+    /// '{"name": ..., "path": ..., "base_model_name": ...}'.
+    #[arg(long, num_args = 1.., value_name = "NAME=PATH",
+          value_parser = handoff_serve::parse_lora_module)]
+    lora_modules: Vec<handoff_serve::LoraModule>,
+    /// Distinct adapters in one scheduled batch (vLLM's default 1).
+    #[arg(long, default_value_t = handoff_serve::DEFAULT_MAX_LORAS, value_name = "N")]
+    max_loras: u32,
+    /// The largest adapter rank (vLLM's default 16; recorded only: the
+    /// mock loads no weights).
+    #[arg(long, default_value_t = handoff_serve::DEFAULT_MAX_LORA_RANK, value_name = "RANK")]
+    max_lora_rank: u32,
 }
 
 /// `--kv-replay-layout`.
@@ -47,7 +64,32 @@ enum Layout {
     Legacy,
 }
 
+/// The ranks vLLM's `LoRAConfig` accepts for `max_lora_rank`
+/// (`vllm/config/lora.py`, `possible_max_ranks`).
+const LORA_RANKS: [u32; 9] = [1, 8, 16, 32, 64, 128, 256, 320, 512];
+
 impl GatewayArgs {
+    /// The LoRA flags, with `runtime` the value of
+    /// VLLM_ALLOW_RUNTIME_LORA_UPDATING; `None` when LoRA is not served.
+    pub fn lora(&self, runtime: Option<&str>) -> Result<Option<handoff_serve::LoraConfig>, String> {
+        if self.max_loras < 1 {
+            return Err("--max-loras: must be at least 1".into());
+        }
+        if !LORA_RANKS.contains(&self.max_lora_rank) {
+            return Err(format!(
+                "--max-lora-rank {}: must be one of {LORA_RANKS:?}, as vLLM accepts",
+                self.max_lora_rank
+            ));
+        }
+        let c = handoff_serve::LoraConfig {
+            modules: self.lora_modules.clone(),
+            max_loras: self.max_loras,
+            max_lora_rank: self.max_lora_rank,
+            runtime_updating: handoff_serve::lora_runtime_updating(runtime),
+        };
+        Ok((self.enable_lora || c.enabled()).then_some(c))
+    }
+
     /// `--client-faults`.
     pub fn client_faults(&self) -> bool {
         self.client_faults

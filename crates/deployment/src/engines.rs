@@ -79,6 +79,10 @@ pub struct EngineSpec {
     /// SGLang session slots, snapshot store and bypass (seed 002); off by
     /// default and ignored by vLLM.
     pub sessions: handoff_sched_sglang::SessionConfig,
+    /// vLLM's `--max-loras`: distinct LoRA adapters per scheduled batch
+    /// (`handoff_sched_vllm::VllmConfig::max_loras`); `None`, no limit (no
+    /// LoRA served). Ignored by SGLang.
+    pub max_loras: Option<u32>,
 }
 
 impl Default for EngineSpec {
@@ -95,6 +99,7 @@ impl Default for EngineSpec {
             decode_radix_cache: false,
             early_send_cached_prefix: true,
             sessions: handoff_sched_sglang::SessionConfig::default(),
+            max_loras: None,
         }
     }
 }
@@ -161,6 +166,7 @@ impl EngineSpec {
             max_num_batched_tokens: self.max_batched_tokens.max(1),
             refuse_destination_reservation: self.backend == Backend::TrtLlm,
             speedup_ratio: self.speedup_ratio,
+            max_loras: self.max_loras,
             source_lease_ttl: self
                 .source_lease_ttl
                 .unwrap_or(if self.backend == Backend::TrtLlm {

@@ -393,6 +393,7 @@ mod tests {
                         hash_block_tokens: 16,
                         session: None,
                         arrival: now,
+                        lora: None,
                     };
                     h.deliver(
                         HostInput::Request(WorkerRequest::Ordinary(request)),
@@ -438,6 +439,7 @@ mod tests {
                 hash_block_tokens: 16,
                 session: None,
                 arrival: Instant::ZERO,
+                lora: None,
             };
             let req = WorkerRequest::HandoffDestination {
                 id: HandoffId(7),

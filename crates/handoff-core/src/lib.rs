@@ -94,7 +94,7 @@ pub use policy::{
     Backend, Capabilities, HandoffConfig, HandoffPolicy, Heartbeat, KvLoadFailurePolicy,
     StaleReadPolicy,
 };
-pub use request::Request;
+pub use request::{LoraAdapter, Request};
 pub use rng::Rng;
 pub use scheduler::{
     CommandOutcome, CoreBox, KvChunk, PrefillPinned, QuietFloor, ReservationSummary,

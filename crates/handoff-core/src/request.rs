@@ -22,7 +22,7 @@ pub const BLOCK_HASH_GROUP: u64 = 32;
 /// shared prefix. Engines expand these to their own block size with
 /// [`Request::block_hashes`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+#[cfg_attr(feature = "serde", derive(Deserialize))]
 pub struct Request {
     /// Unique id within the run.
     pub id: RequestId,
@@ -42,6 +42,66 @@ pub struct Request {
     pub session: Option<SessionId>,
     /// When the client sent it.
     pub arrival: Instant,
+    /// The LoRA adapter it runs on; `None` runs on the base model. Its
+    /// blocks hash apart from the base model's and other adapters'
+    /// ([`Request::extend_block_hashes`]). Absent in serialised form when
+    /// `None` (see the `Serialize` impl), so outputs without LoRA keep their
+    /// bytes.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub lora: Option<LoraAdapter>,
+}
+
+/// A LoRA adapter as vLLM's `LoRARequest` names it
+/// (`vllm/lora/request.py`): the scheduler counts adapters by `id`
+/// (`lora_int_id`), the prefix cache keys blocks by `name` (`lora_name`,
+/// `vllm/v1/core/kv_cache_utils.py`, `_gen_lora_extra_hash_keys`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub struct LoraAdapter {
+    /// vLLM's `lora_int_id`: positive and unique among a server's adapters.
+    pub id: u32,
+    /// vLLM's `lora_name`: what a client names as `model`.
+    pub name: String,
+}
+
+impl LoraAdapter {
+    /// What the adapter mixes into the root of its requests' block-hash
+    /// chain: splitmix64 over the FNV-1a 64 of the name, so equal names
+    /// (not ids) share blocks, as vLLM keys blocks by `lora_name`.
+    pub fn hash_salt(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.name.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        mix64(h)
+    }
+}
+
+/// Self-describing formats (JSON reports, transcripts) leave out an absent
+/// `lora`, so existing outputs keep their bytes; positional ones (the
+/// transport's bincode frames) always write it, as they cannot tell a
+/// skipped field from the next one.
+#[cfg(feature = "serde")]
+impl Serialize for Request {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let skip = self.lora.is_none() && s.is_human_readable();
+        let mut st = s.serialize_struct("Request", if skip { 7 } else { 8 })?;
+        st.serialize_field("id", &self.id)?;
+        st.serialize_field("prompt_tokens", &self.prompt_tokens)?;
+        st.serialize_field("max_output_tokens", &self.max_output_tokens)?;
+        st.serialize_field("prefix_hashes", &self.prefix_hashes)?;
+        st.serialize_field("hash_block_tokens", &self.hash_block_tokens)?;
+        st.serialize_field("session", &self.session)?;
+        st.serialize_field("arrival", &self.arrival)?;
+        if skip {
+            st.skip_field("lora")?;
+        } else {
+            st.serialize_field("lora", &self.lora)?;
+        }
+        st.end()
+    }
 }
 
 /// splitmix64's finaliser: cheap, well mixed, stable across platforms.
@@ -72,7 +132,12 @@ impl Request {
     /// tables store together (see `handoff-hashtable`), and costs one add
     /// per block instead of a chain of mixes. Chunks past the trace's known
     /// ones get hashes salted with the request id, so unknown content never
-    /// shares.
+    /// shares. A LoRA request's chain starts from its adapter's
+    /// [`LoraAdapter::hash_salt`] (vLLM puts `lora_name` in every block's
+    /// extra keys, `generate_block_hash_extra_keys`; one salt at the root of
+    /// a chain separates every block after it the same way), so the same
+    /// prompt on two adapters, or on an adapter and the base model, shares
+    /// no block; a base request hashes as without LoRA.
     pub fn block_hashes(&self, block_size: u32, out: &mut Vec<u64>) {
         out.clear();
         self.extend_block_hashes(block_size, out, usize::MAX);
@@ -99,7 +164,7 @@ impl Request {
         let align = !(BLOCK_HASH_GROUP - 1);
         // Chained hash of chunks `0..=chunk`, advanced as blocks need it.
         let mut chunk = 0u64;
-        let mut chained = mix64(self.chunk_content(0) ^ 0x5eed);
+        let mut chained = mix64(self.chunk_content(0) ^ 0x5eed ^ self.lora_salt());
         // One run per chunk: the blocks ending in chunk `c` are those whose
         // last token lies before chunk `c + 1`, so a run costs two divisions
         // and each of its blocks one add (a prompt's hashing was a division
@@ -116,6 +181,13 @@ impl Request {
             out.extend((i..end).map(|j| base.wrapping_add(j - first)));
             i = end;
         }
+    }
+
+    /// What this request's block-hash chain starts from besides its first
+    /// chunk: its adapter's [`LoraAdapter::hash_salt`], or 0 on the base
+    /// model.
+    pub fn lora_salt(&self) -> u64 {
+        self.lora.as_ref().map_or(0, LoraAdapter::hash_salt)
     }
 
     /// The content hash of trace chunk `c`: the trace's own
@@ -144,6 +216,7 @@ mod tests {
             hash_block_tokens: 512,
             session: None,
             arrival: Instant::ZERO,
+            lora: None,
         }
     }
 
@@ -226,7 +299,7 @@ mod tests {
         (from as u64..to)
             .map(|i| {
                 let c = last_chunk(i);
-                let mut chained = mix64(r.chunk_content(0) ^ 0x5eed);
+                let mut chained = mix64(r.chunk_content(0) ^ 0x5eed ^ r.lora_salt());
                 for k in 1..=c {
                     chained = mix64(chained ^ r.chunk_content(k));
                 }

@@ -39,6 +39,7 @@ fn an_unheard_peer_is_at_its_first_generation() {
         hash_block_tokens: 16,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     };
     let dest = WorkerRequest::HandoffDestination {
         id,

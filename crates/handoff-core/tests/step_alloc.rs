@@ -70,6 +70,7 @@ fn steady_decode_allocations(recycle: bool) -> u64 {
             hash_block_tokens: 16,
             session: None,
             arrival: now,
+            lora: None,
         };
         let input = HostInput::Request(WorkerRequest::Ordinary(request));
         host.deliver(input, now, &mut out);

@@ -186,6 +186,7 @@ mod tests {
             hash_block_tokens: 512,
             session: None,
             arrival: Instant::ZERO,
+            lora: None,
         }
     }
 

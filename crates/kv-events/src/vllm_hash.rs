@@ -94,6 +94,21 @@ impl VllmHasher {
     /// a block of `tokens` after the block hashed `parent` (`None` for the
     /// first block of a sequence).
     pub fn block(&self, parent: Option<&BlockDigest>, tokens: &[u32]) -> BlockDigest {
+        self.block_lora(parent, tokens, None)
+    }
+
+    /// As [`Self::block`] for a request on LoRA adapter `lora` (its
+    /// `lora_name`): vLLM's extra keys are then the tuple `(lora_name,)`
+    /// (`generate_block_hash_extra_keys` puts `_gen_lora_extra_hash_keys`
+    /// first, and a plain text prompt has no other), written as a
+    /// one-element CBOR array of the name; `None` writes `null` as
+    /// [`Self::block`].
+    pub fn block_lora(
+        &self,
+        parent: Option<&BlockDigest>,
+        tokens: &[u32],
+        lora: Option<&str>,
+    ) -> BlockDigest {
         let parent = parent.unwrap_or(&self.none_hash);
         let mut buf = Vec::with_capacity(40 + tokens.len() * 5);
         let mut e = minicbor::Encoder::new(&mut buf);
@@ -103,17 +118,31 @@ impl VllmHasher {
         for t in tokens {
             let _ = e.u32(*t);
         }
-        let _ = e.null();
+        let _ = match lora {
+            Some(name) => e.array(1).and_then(|e| e.str(name)),
+            None => e.null(),
+        };
         sha256(&buf)
     }
 
     /// The hashes of every full `block_size`-token block of `tokens`, in
     /// order (vLLM's `get_request_block_hasher` over a whole prompt).
     pub fn chain(&self, tokens: &[u32], block_size: u32) -> Vec<BlockDigest> {
+        self.chain_lora(tokens, block_size, None)
+    }
+
+    /// As [`Self::chain`] for a request on LoRA adapter `lora`
+    /// ([`Self::block_lora`]).
+    pub fn chain_lora(
+        &self,
+        tokens: &[u32],
+        block_size: u32,
+        lora: Option<&str>,
+    ) -> Vec<BlockDigest> {
         let mut out: Vec<BlockDigest> =
             Vec::with_capacity(tokens.len() / block_size.max(1) as usize);
         for block in tokens.chunks_exact(block_size.max(1) as usize) {
-            let h = self.block(out.last(), block);
+            let h = self.block_lora(out.last(), block, lora);
             out.push(h);
         }
         out
@@ -178,6 +207,26 @@ mod tests {
         want.extend_from_slice(&[0x19, 0xff, 0xff, 0x1a, 0, 1, 0, 0, 0x1a, 0, 1, 0xf4, 0]);
         want.push(0xf6);
         assert_eq!(h.block(None, &tokens), sha256(&want));
+    }
+
+    /// A LoRA request's extra keys are `(lora_name,)`: the CBOR array of
+    /// one text string in place of `null`, so its chain is apart from the
+    /// base model's and another adapter's.
+    #[test]
+    fn lora_blocks_hash_the_name_as_extra_keys() {
+        let h = VllmHasher::new("0");
+        let mut want = vec![0x83, 0x58, 0x20];
+        want.extend_from_slice(&h.none_hash);
+        want.extend_from_slice(&[0x81, 0x07, 0x81, 0x63, b's', b'q', b'l']);
+        assert_eq!(h.block_lora(None, &[7], Some("sql")), sha256(&want));
+        let t: Vec<u32> = (0..32).collect();
+        let (base, a, b) = (
+            h.chain(&t, 16),
+            h.chain_lora(&t, 16, Some("a")),
+            h.chain_lora(&t, 16, Some("b")),
+        );
+        assert!(a.iter().all(|d| !base.contains(d) && !b.contains(d)));
+        assert_eq!(h.chain_lora(&t, 16, None), base);
     }
 
     #[test]

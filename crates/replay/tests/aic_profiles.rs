@@ -40,6 +40,7 @@ fn request(id: u64, prompt: u64, output: u32, hashes: Vec<u64>) -> Request {
         hash_block_tokens: 16,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     }
 }
 

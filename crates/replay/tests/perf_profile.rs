@@ -148,6 +148,7 @@ fn prefill_passes(backend: Backend, perf: PerfChoice, prompt: u32) -> Vec<(u64, 
         hash_block_tokens: 16,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     };
     core.apply(SchedulerCommand::Submit(r), Instant::ZERO);
     let (mut now, mut out, mut passes, mut done) =

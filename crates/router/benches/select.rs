@@ -58,6 +58,7 @@ fn make_requests(n: u64) -> Vec<Request> {
                 hash_block_tokens: 512,
                 session: None,
                 arrival: Instant::ZERO,
+                lora: None,
             }
         })
         .collect()

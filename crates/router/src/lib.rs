@@ -48,6 +48,7 @@
 //! let req = |id| Request {
 //!     id: RequestId(id), prompt_tokens: 1024, max_output_tokens: 64, prefix_hashes: vec![],
 //!     hash_block_tokens: 512, session: None, arrival: Instant::ZERO,
+//!     lora: None,
 //! };
 //! let a = r.select(&req(1), Instant::ZERO).unwrap();
 //! let b = r.select(&req(2), Instant::ZERO).unwrap();

@@ -41,6 +41,7 @@
 //! let req = Request {
 //!     id: RequestId(1), prompt_tokens: 1024, max_output_tokens: 64, prefix_hashes: vec![],
 //!     hash_block_tokens: 512, session: None, arrival: Instant::ZERO,
+//!     lora: None,
 //! };
 //! assert_eq!(r.select(&req, Instant::ZERO).unwrap().worker, WorkerId(2));
 //! assert_eq!(RouterMode::Custom(last).name(), "last");

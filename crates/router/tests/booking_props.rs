@@ -28,6 +28,7 @@ impl Spec {
             hash_block_tokens: 512,
             session: None,
             arrival: Instant::ZERO,
+            lora: None,
         }
     }
 }

@@ -63,6 +63,7 @@ fn steady_core(page: u32) -> (SglangCore, Instant, StepOutput) {
             hash_block_tokens: 512,
             session: None,
             arrival: Instant::ZERO,
+            lora: None,
         };
         core.apply(SchedulerCommand::Submit(r), Instant::ZERO);
     }

@@ -49,6 +49,7 @@ fn run(page: u32, requests: u64) {
             hash_block_tokens: 512,
             session: None,
             arrival: now,
+            lora: None,
         };
         let id = ids.next_id();
         core.apply(SchedulerCommand::SubmitHandoffPrefill { id, request }, now);

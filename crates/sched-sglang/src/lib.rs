@@ -95,6 +95,7 @@
 //! let r = Request {
 //!     id: RequestId(1), prompt_tokens: 600, max_output_tokens: 3, prefix_hashes: vec![],
 //!     hash_block_tokens: 512, session: None, arrival: Instant::ZERO,
+//!     lora: None,
 //! };
 //! w.handle_request(WorkerRequest::Ordinary(r), Instant::ZERO).unwrap();
 //! let (mut now, mut finished) = (Instant::ZERO, false);

@@ -17,6 +17,7 @@ fn request(id: u64, prompt: u32, out: u32, chunks: &[u64]) -> Request {
         hash_block_tokens: 512,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     }
 }
 

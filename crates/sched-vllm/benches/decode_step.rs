@@ -73,6 +73,7 @@ fn steady_core(max_out: u32) -> (VllmCore, Instant, StepOutput) {
             hash_block_tokens: PROMPT,
             session: None,
             arrival: Instant::ZERO,
+            lora: None,
         };
         core.apply(SchedulerCommand::Submit(request), Instant::ZERO);
     }

@@ -17,6 +17,17 @@
 //!   back of `skipped` (`step_skipped_waiting`, put back at the front of
 //!   `skipped_waiting` in scan order, behind the entries already there).
 //!
+//! LoRA (`VllmConfig::max_loras`): at most that many distinct adapters among
+//! the requests one pass schedules. As `Scheduler.schedule` builds
+//! `scheduled_loras` from the running requests it scheduled (ids above 0)
+//! and then, in the waiting loop, pops a request whose adapter is new while
+//! the set is full into `skipped_waiting_requests` and `continue`s ("Scheduling
+//! would exceed max_loras, skip"), such a request is passed over here,
+//! keeping its place, and the loop goes on to the requests behind it; an
+//! admitted request adds its adapter. The check comes before the prefix
+//! lookup and before a destination's grant, as upstream checks it before
+//! `get_computed_blocks` and `load_kv_async`.
+//!
 //! A grant (an async KV load) must fit the free blocks less what the
 //! in-flight prefills still need (`Scheduler._inflight_prefill_reserved_blocks`
 //! passed as `allocate_slots(reserved_blocks=...)`); ordinary admissions do
@@ -57,19 +68,21 @@ impl<P: PerfModel> VllmCore<P> {
         // Running requests before this loop's admissions: the in-flight
         // prefills among them are counted against grants.
         let earlier = self.running.len();
+        let mut loras = self.scheduled_loras();
         let mut stopped = false;
         let mut idx = 0;
         while budget > 0 && self.slot_free() {
             let Some(&s) = self.skipped.get(idx) else {
                 break;
             };
-            if self.seqs.get(s).phase == Phase::Reserved {
+            if self.seqs.get(s).phase == Phase::Reserved || !loras.admits(self.seqs.get(s).lora) {
                 idx += 1;
                 continue;
             }
             match self.plan_admission(s, budget, &mut hits) {
                 Some(new) => {
                     self.skipped.remove(idx);
+                    loras.add(self.seqs.get(s).lora);
                     budget -= self.admit(s, new, &hits);
                 }
                 None if self.running.is_empty() => idx += 1,
@@ -84,6 +97,10 @@ impl<P: PerfModel> VllmCore<P> {
             let Some(&s) = self.waiting.get(idx) else {
                 break;
             };
+            if !loras.admits(self.seqs.get(s).lora) {
+                idx += 1;
+                continue;
+            }
             if self.seqs.get(s).phase == Phase::Queued {
                 let reserved = self.inflight_reserved_blocks(earlier);
                 if self.grant(s, reserved, &mut hits, out) {
@@ -105,9 +122,26 @@ impl<P: PerfModel> VllmCore<P> {
                 break;
             };
             self.waiting.remove(idx);
+            loras.add(self.seqs.get(s).lora);
             budget -= self.admit(s, new, &hits);
         }
         self.hits = hits;
+    }
+
+    /// The adapters of the running requests this pass has scheduled so far
+    /// (`scheduled_loras` before the waiting loop); empty and never filled
+    /// without a LoRA limit.
+    fn scheduled_loras(&self) -> LoraSet {
+        let mut set = LoraSet {
+            max: self.cfg.max_loras.map(|m| m.max(1) as usize),
+            ids: Vec::new(),
+        };
+        if set.max.is_some() {
+            for &(s, _) in &self.sched {
+                set.add(self.seqs.get(s).lora);
+            }
+        }
+        set
     }
 
     /// Whether the running batch has a free slot (`max_num_seqs`).
@@ -205,5 +239,40 @@ impl<P: PerfModel> VllmCore<P> {
         let matched = hits.len() as u64;
         let new = (num_tokens - matched * self.bs()).min(budget);
         (new > 0).then_some(new)
+    }
+}
+
+/// The distinct adapters (`lora_int_id` above 0) one pass schedules, under
+/// vLLM's `max_loras` (module docs).
+pub(crate) struct LoraSet {
+    /// The limit; `None` admits everything and records nothing.
+    max: Option<usize>,
+    ids: Vec<u32>,
+}
+
+impl LoraSet {
+    /// Whether a request on adapter `lora` (0: the base model) may join the
+    /// pass: upstream skips it when the set is full and lacks its adapter.
+    pub(crate) fn admits(&self, lora: u32) -> bool {
+        match self.max {
+            Some(max) if lora != 0 => self.ids.len() < max || self.ids.contains(&lora),
+            _ => true,
+        }
+    }
+
+    pub(crate) fn add(&mut self, lora: u32) {
+        if self.max.is_some() && lora != 0 && !self.ids.contains(&lora) {
+            self.ids.push(lora);
+        }
+    }
+}
+
+impl<P: PerfModel> VllmCore<P> {
+    /// Whether a waiting request (either queue) runs on an adapter.
+    pub(crate) fn lora_waiting(&self) -> bool {
+        self.skipped
+            .iter()
+            .chain(self.waiting.iter())
+            .any(|&s| self.seqs.get(s).lora != 0)
     }
 }

@@ -60,6 +60,11 @@ pub struct VllmConfig {
     /// Divides every modelled pass time of the default perf model (2.0 runs
     /// twice as fast). Ignored when a perf model is supplied explicitly.
     pub speedup_ratio: f64,
+    /// At most this many distinct LoRA adapters among the requests one pass
+    /// schedules (vLLM `LoRAConfig.max_loras`, `--max-loras`, default 1
+    /// when LoRA is enabled); `None`, the default, is no limit (vLLM
+    /// without `--enable-lora`, where no request carries an adapter).
+    pub max_loras: Option<u32>,
 }
 
 impl Default for VllmConfig {
@@ -74,6 +79,7 @@ impl Default for VllmConfig {
             source_lease_ttl: KV_LEASE_DURATION,
             refuse_destination_reservation: false,
             speedup_ratio: 1.0,
+            max_loras: None,
         }
     }
 }

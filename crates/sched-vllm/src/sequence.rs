@@ -95,6 +95,9 @@ pub(crate) struct Seq {
     pub(crate) prompt_hashes: u32,
     /// A queued destination was already reported as not granted.
     pub(crate) reported_unavailable: bool,
+    /// Its LoRA adapter's `lora_int_id`, 0 on the base model (vLLM counts
+    /// only ids above 0 as adapters).
+    pub(crate) lora: u32,
 }
 
 // The hot fields must stay within the record's first cache line.
@@ -123,6 +126,7 @@ impl Seq {
             matched: 0,
             prompt_hashes: 0,
             reported_unavailable: false,
+            lora: 0,
         }
     }
 
@@ -180,6 +184,7 @@ impl Slab {
         s.matched = 0;
         s.prompt_hashes = 0;
         s.reported_unavailable = false;
+        s.lora = request.lora.as_ref().map_or(0, |l| l.id);
         idx
     }
 
@@ -253,6 +258,7 @@ mod tests {
             hash_block_tokens: 512,
             session: None,
             arrival: Instant::ZERO,
+            lora: None,
         };
         let mut slab = Slab::default();
         let small = slab.insert(&req(1, 64), Kind::Ordinary, Phase::Waiting);

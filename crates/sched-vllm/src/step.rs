@@ -281,6 +281,11 @@ impl<P: PerfModel> VllmCore<P> {
         let slots_left = (self.running.len() as u64) < u64::from(self.cfg.max_num_seqs);
         let budget_left = u64::from(self.cfg.max_num_batched_tokens) - self.running.len() as u64;
         if slots_left && budget_left > 0 && self.runnable_waiting() > 0 {
+            if self.cfg.max_loras.is_some() && self.lora_waiting() {
+                // The waiting loop may pass over a LoRA request and admit
+                // one behind it: the head alone does not decide.
+                return false;
+            }
             // The first entry the waiting loop would not pass over (the
             // skipped queue first): refused now, it stays refused while free
             // blocks only shrink.

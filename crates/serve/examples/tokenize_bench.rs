@@ -49,6 +49,7 @@ fn main() {
         model: "m".into(),
         max_model_len: 1 << 20,
         tokenizer: Tokenizer::Builtin,
+        loras: Default::default(),
     };
     let body = serde_json::json!({"model": "m", "prompt": " ,".repeat(320_000), "max_tokens": 4})
         .to_string();

@@ -46,6 +46,8 @@ pub enum ServeError {
     },
     /// A worker's engine spec builds no core.
     Engine(EngineError),
+    /// `--lora-modules` names an adapter twice.
+    Lora(String),
     /// A socket could not be bound or set up: the flag, the address, why.
     Socket {
         /// The flag (`--http`, `--worker-http`, `--kv-events`, `--kv-replay`).
@@ -96,6 +98,7 @@ impl std::fmt::Display for ServeError {
                 "one engine spec per worker is needed: {specs} specs for {schedulers} schedulers"
             ),
             ServeError::Engine(e) => e.fmt(f),
+            ServeError::Lora(e) => write!(f, "--lora-modules: {e}"),
             ServeError::Socket { flag, addr, source } => write!(f, "{flag} {addr}: {source}"),
             ServeError::Spawn { what, source } => write!(f, "starting {what}: {source}"),
             ServeError::EnginePanicked => f.write_str("the engine thread panicked"),

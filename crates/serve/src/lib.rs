@@ -58,4 +58,8 @@ pub use server::{
     serve_workers_until_forced, worker_http_ports, Listening, ServeConfig,
 };
 pub use sglang::bootstrap::DEFAULT_TIMEOUT_S as DEFAULT_BOOTSTRAP_TIMEOUT_S;
+pub use vllm::lora::{
+    parse_lora_module, runtime_updating_from as lora_runtime_updating, LoraConfig, LoraModule,
+    LoraRegistry, DEFAULT_MAX_LORAS, DEFAULT_MAX_LORA_RANK, RUNTIME_UPDATING_ENV,
+};
 pub use vllm::wire::{KvEventEncoding, WireEvent, END_SEQ};

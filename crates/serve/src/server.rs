@@ -54,6 +54,9 @@ pub struct ServeConfig {
     pub client_faults: bool,
     /// `--load-balance-method`: SGLang's rank rule for PD legs.
     pub load_balance_method: crate::LoadBalanceMethod,
+    /// LoRA (`--enable-lora`, `--lora-modules`, `--max-loras`; vLLM only);
+    /// `None`: no adapters ([`crate::vllm::lora`]).
+    pub lora: Option<crate::vllm::lora::LoraConfig>,
 }
 
 /// Where a server listens, once it does.
@@ -215,6 +218,13 @@ async fn run(
         ),
     );
     metrics.cache_config(&c.specs);
+    let loras = match c.lora.clone() {
+        Some(l) => {
+            metrics.set_max_lora(l.max_loras);
+            crate::vllm::lora::LoraRegistry::new(&c.model, l).map_err(ServeError::Lora)?
+        }
+        None => crate::vllm::lora::LoraRegistry::default(),
+    };
     let kv_ep = c.kv.clone().map(|ep| {
         let addrs: Vec<_> = worker_listeners.iter().map(|(w, _, a)| (*w, *a)).collect();
         crate::kv_events::sources::resolve_topics(ep, &c.model, dp, &addrs, &c.http)
@@ -250,6 +260,7 @@ async fn run(
             model: c.model,
             max_model_len: c.max_model_len,
             tokenizer: c.tokenizer,
+            loras: Arc::new(loras),
         },
         metrics,
         view: view.clone(),

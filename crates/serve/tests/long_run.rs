@@ -187,7 +187,7 @@ fn per_request_tables_are_empty_after_thousands_of_requests() {
     let v = common::wait_drained(addr);
     let h = &v["held"];
     let tables = h.as_object().expect("held is an object");
-    assert_eq!(tables.len(), 10, "{h}");
+    assert_eq!(tables.len(), 11, "{h}");
     for (table, n) in tables {
         assert_eq!(n, 0, "{table} still holds entries after the run: {h}");
     }

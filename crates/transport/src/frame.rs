@@ -214,6 +214,7 @@ pub(crate) mod samples {
             hash_block_tokens: 512,
             session: Some(SessionId(4)),
             arrival: Instant(12_345),
+            lora: None,
         }
     }
 
@@ -505,6 +506,7 @@ pub(crate) mod samples {
                 hash_block_tokens: 512,
                 session: session.map(SessionId),
                 arrival: Instant(id ^ 0x55),
+                lora: None,
             })
     }
 

@@ -101,6 +101,7 @@ fn request(hashes: Vec<u64>) -> Frame {
         hash_block_tokens: 512,
         session: None,
         arrival: Instant(7),
+        lora: None,
     }))
 }
 

@@ -24,6 +24,8 @@ pub enum TraceField {
     SessionId,
     /// `delay`.
     Delay,
+    /// `lora_name`: the LoRA adapter the request runs on.
+    LoraName,
     /// The header row of a CSV trace.
     Header,
     /// `TIMESTAMP` of an Azure LLM inference trace (CSV).
@@ -49,6 +51,7 @@ impl TraceField {
             TraceField::HashIds => "hash_ids",
             TraceField::SessionId => "session_id",
             TraceField::Delay => "delay",
+            TraceField::LoraName => "lora_name",
             TraceField::Header => "header",
             TraceField::AzureTimestamp => "TIMESTAMP",
             TraceField::ContextTokens => "ContextTokens",
@@ -94,6 +97,9 @@ pub enum Problem {
     ExpectedStringOrInteger,
     /// Expected an array.
     ExpectedArray,
+    /// Expected an adapter name: a non-empty string of at most
+    /// [`crate::lora::MAX_NAME_BYTES`] bytes, or `null`.
+    ExpectedAdapterName,
     /// An array element is not a non-negative 64-bit integer.
     BadElement {
         /// Zero-based position of the first bad element.
@@ -181,6 +187,11 @@ impl fmt::Display for Problem {
                 f.write_str("expected a string or a non-negative integer")
             }
             Problem::ExpectedArray => f.write_str("expected an array of integers"),
+            Problem::ExpectedAdapterName => write!(
+                f,
+                "expected an adapter name (a non-empty string of at most {} bytes) or null",
+                crate::lora::MAX_NAME_BYTES
+            ),
             Problem::BadElement { index } => {
                 write!(f, "element {index}: expected a non-negative 64-bit integer")
             }

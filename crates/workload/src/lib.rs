@@ -41,6 +41,7 @@ pub mod dist;
 pub mod error;
 pub mod item;
 mod line;
+pub mod lora;
 pub mod reader;
 mod record;
 pub mod session;

@@ -15,6 +15,7 @@
 //! | `hash_ids` | array of u64, required | one id per 512-token prompt block |
 //! | `session_id` | string or integer, optional | the session this is a turn of |
 //! | `delay` | ms, integer or float, optional | think-time before this turn |
+//! | `lora_name` | string, optional | the LoRA adapter it runs on ([`crate::lora`]) |
 //!
 //! Unknown keys are ignored; `null` for an optional key means absent.
 //!
@@ -171,6 +172,8 @@ pub struct TraceReader<R> {
     next_id: u64,
     last_timestamp: Option<(u64, u64)>,
     turns: HashMap<SessionId, u32>,
+    /// The adapters `lora_name` named so far.
+    loras: crate::lora::LoraNames,
     /// Azure CSV: the header's columns, once read.
     columns: Option<Columns>,
     /// Azure CSV: the first row's absolute time in nanoseconds, and its line.
@@ -194,6 +197,7 @@ impl<R: BufRead> TraceReader<R> {
             line_no: 0,
             last_timestamp: None,
             turns: HashMap::new(),
+            loras: crate::lora::LoraNames::default(),
             columns: None,
             base: None,
             stats: ReaderStats::default(),
@@ -300,8 +304,11 @@ impl<R: BufRead> TraceReader<R> {
                 millis_to_nanos(s).map_err(|p| (TraceField::Delay, p))?,
             )),
         };
+        let lora = crate::lora::name(raw.lora_name.as_ref())
+            .map_err(|p| (TraceField::LoraName, p))?
+            .map(str::to_string);
         let ids = self.raw.ids.clone();
-        self.accept(
+        let mut item = self.accept(
             arrival,
             input,
             output,
@@ -309,7 +316,9 @@ impl<R: BufRead> TraceReader<R> {
             session,
             delay,
             TraceField::Timestamp,
-        )
+        )?;
+        item.request.lora = lora.map(|n| self.loras.adapter(n));
+        Ok(item)
     }
 
     /// Checks a parsed record's arrival against the previous one and, if it
@@ -358,6 +367,7 @@ impl<R: BufRead> TraceReader<R> {
                 hash_block_tokens: self.options.hash_block_tokens.max(1),
                 session,
                 arrival: Instant(arrival),
+                lora: None,
             },
             turn,
             delay,

@@ -51,6 +51,7 @@ pub(crate) struct RawRecord {
     pub ids: Vec<u64>,
     pub session_id: Option<Scalar>,
     pub delay: Option<Scalar>,
+    pub lora_name: Option<Scalar>,
 }
 
 impl RawRecord {
@@ -64,6 +65,7 @@ impl RawRecord {
         self.ids.clear();
         self.session_id = None;
         self.delay = None;
+        self.lora_name = None;
     }
 }
 
@@ -140,6 +142,7 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
                 )?,
                 Key::SessionId => put(&mut raw.session_id, dup, TraceField::SessionId, &mut map)?,
                 Key::Delay => put(&mut raw.delay, dup, TraceField::Delay, &mut map)?,
+                Key::LoraName => put(&mut raw.lora_name, dup, TraceField::LoraName, &mut map)?,
                 Key::HashIds => {
                     if raw.hash_ids.is_some() {
                         dup.get_or_insert(TraceField::HashIds);
@@ -189,6 +192,7 @@ enum Key {
     HashIds,
     SessionId,
     Delay,
+    LoraName,
     Other,
 }
 
@@ -208,6 +212,7 @@ impl<'de> de::Deserialize<'de> for Key {
                     "hash_ids" => Key::HashIds,
                     "session_id" => Key::SessionId,
                     "delay" => Key::Delay,
+                    "lora_name" => Key::LoraName,
                     _ => Key::Other,
                 })
             }

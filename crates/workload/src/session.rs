@@ -174,6 +174,7 @@ pub fn generate_sessions(config: &SessionConfig) -> Vec<TraceItem> {
                     hash_block_tokens: TRACE_HASH_BLOCK_TOKENS,
                     session: Some(session),
                     arrival,
+                    lora: None,
                 },
                 turn: Some(k),
                 delay,

@@ -177,6 +177,7 @@ impl Iterator for SyntheticWorkload {
                 hash_block_tokens: TRACE_HASH_BLOCK_TOKENS,
                 session: None,
                 arrival,
+                lora: None,
             },
             turn: None,
             delay: None,

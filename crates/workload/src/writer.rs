@@ -9,7 +9,8 @@ use std::io::{self, Write};
 /// Writes [`TraceItem`]s as Mooncake JSONL lines, in the key order and
 /// spacing of the published traces:
 /// `{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1]}`
-/// followed by `"session_id"` (integer) and `"delay"` (ms) when present.
+/// followed by `"session_id"` (integer), `"lora_name"` (string) and
+/// `"delay"` (ms) when present.
 ///
 /// Times are written in milliseconds with as many decimals (up to six) as
 /// needed to be exact in nanoseconds; the reader rounds them back to the
@@ -56,6 +57,13 @@ impl<W: Write> TraceWriter<W> {
         self.out.write_all(b"]")?;
         if let Some(s) = r.session {
             write!(self.out, ", \"session_id\": {}", s.0)?;
+        }
+        if let Some(l) = &r.lora {
+            write!(
+                self.out,
+                ", \"lora_name\": {}",
+                serde_json::Value::from(l.name.as_str())
+            )?;
         }
         if let Some(d) = item.delay {
             let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -113,6 +121,7 @@ mod tests {
                 hash_block_tokens: 512,
                 session: session.map(|(s, _)| SessionId(s)),
                 arrival,
+                lora: None,
             },
             turn: session.map(|(_, t)| t),
             delay,

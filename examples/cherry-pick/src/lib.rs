@@ -437,6 +437,7 @@ pub fn run(
             hash_block_tokens: 512,
             session: None,
             arrival: Instant::ZERO,
+            lora: None,
         },
         lease_ttl: caps.source_lease_ttl,
         out: StepOutput::default(),

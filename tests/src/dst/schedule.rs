@@ -128,6 +128,7 @@ impl Schedule {
                     hash_block_tokens: 512,
                     session: None,
                     arrival: Instant::from_millis(t),
+                    lora: None,
                 },
                 turn: None,
                 delay: None,

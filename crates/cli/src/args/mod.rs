@@ -519,6 +519,7 @@ impl DeployArgs {
                 decode_radix_cache: false,
                 early_send_cached_prefix: true,
                 sessions: Default::default(),
+                max_loras: None,
             })
         };
         let (early_send, warning) = early_send_cached_prefix(

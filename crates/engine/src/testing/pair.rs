@@ -172,6 +172,7 @@ fn request(i: u64) -> Request {
         hash_block_tokens: 512,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     }
 }
 

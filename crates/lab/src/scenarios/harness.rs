@@ -359,6 +359,7 @@ pub(super) fn request(id: u64, prompt: u32, output: u32, hashes: &[u64]) -> Requ
         hash_block_tokens: 512,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     }
 }
 

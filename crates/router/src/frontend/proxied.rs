@@ -164,6 +164,7 @@ mod tests {
             hash_block_tokens: 16,
             session: None,
             arrival: Instant::ZERO,
+            lora: None,
         }
     }
 

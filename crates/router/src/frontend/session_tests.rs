@@ -33,6 +33,7 @@ fn turn(id: u64) -> Request {
         hash_block_tokens: 512,
         session: Some(SessionId(5)),
         arrival: Instant::ZERO,
+        lora: None,
     }
 }
 

@@ -15,6 +15,7 @@ fn req(id: u64, prompt: u32, output: u32, prefix: &[u64]) -> Request {
         hash_block_tokens: 512,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     }
 }
 

@@ -30,6 +30,7 @@ pub(crate) fn req(id: u64, prompt: u32, max_out: u32, chunks: &[u64]) -> Request
         hash_block_tokens: 64,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     }
 }
 

@@ -7,6 +7,7 @@ mod fit_hits;
 mod generated;
 mod lazy_pool;
 mod lifecycle;
+mod lora;
 mod multistep;
 mod state_machine;
 mod waiting_loop;
@@ -38,6 +39,7 @@ pub(crate) fn req(id: u64, prompt: u32, max_out: u32, content: &[u64]) -> Reques
         hash_block_tokens: HBT,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     }
 }
 

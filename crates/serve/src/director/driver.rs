@@ -62,6 +62,8 @@ pub enum Cmd {
         tokens: Vec<u32>,
         /// Output tokens it will generate.
         output_tokens: u32,
+        /// The LoRA adapter it runs on.
+        lora: Option<handoff_core::LoraAdapter>,
         /// Where its tokens go.
         tx: UnboundedSender<StreamMsg>,
     },
@@ -82,6 +84,8 @@ pub enum Cmd {
         tokens: Vec<u32>,
         /// Output tokens it will generate.
         output_tokens: u32,
+        /// The LoRA adapter it runs on.
+        lora: Option<handoff_core::LoraAdapter>,
         /// Where its tokens go.
         tx: UnboundedSender<StreamMsg>,
     },
@@ -346,9 +350,11 @@ impl Driver {
                 id,
                 tokens,
                 output_tokens,
+                lora,
                 tx,
             } => {
-                let req = request_for(id, &tokens, output_tokens, self.block_size, now);
+                let mut req = request_for(id, &tokens, output_tokens, self.block_size, now);
+                req.lora = lora;
                 engine.director_mut().submit(req, &tokens, tx);
                 engine.arrivals_changed();
             }
@@ -359,9 +365,11 @@ impl Driver {
                 id,
                 tokens,
                 output_tokens,
+                lora,
                 tx,
             } => {
-                let req = request_for(id, &tokens, output_tokens, self.block_size, now);
+                let mut req = request_for(id, &tokens, output_tokens, self.block_size, now);
+                req.lora = lora;
                 let rule = rank.map_or(self.no_room, RankRule::Pinned);
                 let worker = self.ranks.pick(worker, rule).unwrap_or(worker);
                 let d = engine.director_mut();

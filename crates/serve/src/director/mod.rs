@@ -20,6 +20,7 @@
 
 pub(crate) mod dp_lb;
 pub(crate) mod driver;
+mod lora;
 mod pairs;
 mod proxy;
 pub(crate) mod wire;
@@ -30,7 +31,7 @@ use wire::BlockTokens;
 pub use pairs::LegOut;
 
 use crate::metrics::Metrics;
-use crate::openai::prompt::chained_block_hashes;
+use crate::openai::prompt::chained_block_hashes_salted;
 use crate::vllm::kv_transfer::{Pinned, ProxyError};
 use crate::vllm::wire::WireEvent;
 use handoff_core::fasthash::{FastMap, FastSet};
@@ -132,6 +133,8 @@ struct Flow {
     /// The prompt's chained block hashes (for `cached_tokens` and the KV
     /// event token ids).
     hashes: Vec<u64>,
+    /// Its LoRA adapter's name.
+    lora: Option<Arc<str>>,
 }
 
 /// How many entries each per-request table of the director and the
@@ -161,6 +164,8 @@ pub struct Held {
     pub recorded: usize,
     /// Requests booked on the routers.
     pub router_bookings: usize,
+    /// LoRA requests tracked for `vllm:lora_requests_info`.
+    pub lora: usize,
 }
 
 /// See the module docs.
@@ -185,6 +190,8 @@ pub struct HttpDirector {
     pools: Vec<Pool>,
     block_size: u32,
     flows: FastMap<RequestId, Flow>,
+    /// LoRA requests in flight, by worker and state.
+    lora: lora::LoraLoad,
     blocks: BlockTokens,
     /// Wire events per worker since the last flush, with their ids.
     wire: Vec<Vec<(u64, WireEvent)>>,
@@ -228,6 +235,7 @@ impl HttpDirector {
             pools,
             block_size,
             flows: FastMap::default(),
+            lora: lora::LoraLoad::default(),
             blocks: BlockTokens {
                 pending: FastMap::default(),
                 stored: (0..n).map(|_| FastMap::default()).collect(),
@@ -276,9 +284,14 @@ impl HttpDirector {
 
     /// Opens the HTTP stream of `request`.
     fn open(&mut self, request: &Request, tokens: &[u32], tx: UnboundedSender<StreamMsg>) {
-        let hashes = chained_block_hashes(tokens, self.block_size);
-        self.blocks
-            .hold(&hashes, tokens, self.block_size, &self.hash_mode);
+        let hashes = chained_block_hashes_salted(tokens, self.block_size, request.lora_salt());
+        self.blocks.hold(
+            &hashes,
+            tokens,
+            self.block_size,
+            &self.hash_mode,
+            request.lora.as_ref(),
+        );
         let id = request.id;
         self.flows.insert(
             id,
@@ -288,8 +301,15 @@ impl HttpDirector {
                 last_token: None,
                 prompt_tokens: request.prompt_tokens,
                 hashes,
+                lora: request.lora.as_ref().map(|l| Arc::from(l.name.as_str())),
             },
         );
+    }
+
+    /// Writes worker `w`'s adapter lists to the metrics.
+    fn lora_changed(&self, w: usize) {
+        let (running, waiting) = self.lora.lists(w);
+        self.metrics.lora_adapters(w, running, waiting);
     }
 
     /// Requests the director still tracks (the serving director's count).
@@ -310,6 +330,7 @@ impl HttpDirector {
             legs: self.pairs.open(),
             recorded: self.inner.in_flight(),
             router_bookings: self.inner.router_bookings(),
+            lora: self.lora.len(),
         }
     }
 
@@ -362,6 +383,9 @@ impl HttpDirector {
             _ => {}
         }
         let pinned = matches!(msg, StreamMsg::Prefilled(_));
+        if let Some(w) = self.lora.ended(r) {
+            self.lora_changed(w);
+        }
         if let Some(f) = self.flows.remove(&r) {
             let _ = f.tx.send(msg);
             if pinned {
@@ -449,6 +473,10 @@ impl HttpDirector {
     /// `tokens` output tokens of `request` reached the client at `now`:
     /// the stream, TTFT and ITL see them.
     fn stream(&mut self, wi: usize, request: RequestId, tokens: u32, now: Instant) {
+        if let Some((left, on)) = self.lora.running(request, wi) {
+            self.lora_changed(left);
+            self.lora_changed(on);
+        }
         if let Some(f) = self.flows.get_mut(&request) {
             match f.last_token {
                 None => self.metrics.ttft(wi, (now - f.arrival).as_secs_f64()),
@@ -630,6 +658,10 @@ impl Director for HttpDirector {
             .find(|w| local || self.pool(*w) != Pool::Decode);
         if let Some(w) = prefill {
             let cached = self.cached_on(w, rid);
+            if let Some(name) = self.flows.get(&rid).and_then(|f| f.lora.clone()) {
+                let w = self.lora.waiting(rid, name, w.0 as usize);
+                self.lora_changed(w);
+            }
             if let Some(f) = self.flows.get(&rid) {
                 self.metrics.prefix_query(
                     w.0 as usize,

@@ -14,10 +14,16 @@
 //! known. Either way the published hash is what vLLM's
 //! `hash_block_tokens` gives for the published `parent_block_hash` chain
 //! and `token_ids`, and the ZMQ stream and the JSONL agree on it.
+//!
+//! A block of a LoRA request carries its adapter: a prompt block from its
+//! request, a generated block from the block it was stored after. Its vLLM
+//! digest takes the adapter's name as extra keys
+//! ([`handoff_kv_events::vllm_hash::VllmHasher::block_lora`]), and its
+//! `BlockStored` names the adapter (`lora_id`, `lora_name`).
 
 use crate::vllm::wire::WireEvent;
 use handoff_core::fasthash::FastMap;
-use handoff_core::{KvEvent, KvEventData};
+use handoff_core::{KvEvent, KvEventData, LoraAdapter};
 use handoff_kv_events::dynamo_hash::{generated_tokens, tokens_hash};
 use handoff_kv_events::vllm_hash::{external_id, BlockDigest, BlockHashMode};
 use std::sync::Arc;
@@ -29,6 +35,8 @@ pub(crate) struct Block {
     pub(crate) tokens: Arc<[u32]>,
     /// Its vLLM digest, under `--block-hash vllm`.
     pub(crate) digest: Option<BlockDigest>,
+    /// The LoRA adapter it was computed under (`lora_int_id`, name).
+    pub(crate) lora: Option<(u32, Arc<str>)>,
 }
 
 impl Block {
@@ -73,11 +81,14 @@ impl BlockTokens {
         tokens: &[u32],
         block_size: u32,
         mode: &BlockHashMode,
+        lora: Option<&LoraAdapter>,
     ) {
+        let name = lora.map(|l| l.name.as_str());
         let digests = match mode {
             BlockHashMode::Mocker => Vec::new(),
-            BlockHashMode::Vllm(v) => v.chain(tokens, block_size),
+            BlockHashMode::Vllm(v) => v.chain_lora(tokens, block_size, name),
         };
+        let lora = lora.map(|l| (l.id, Arc::<str>::from(l.name.as_str())));
         let blocks = tokens.chunks_exact(block_size.max(1) as usize);
         for (i, (h, block)) in hashes.iter().zip(blocks).enumerate() {
             self.pending
@@ -88,6 +99,7 @@ impl BlockTokens {
                         Block {
                             tokens: Arc::from(block),
                             digest,
+                            lora: lora.clone(),
                         },
                         0,
                     )
@@ -127,18 +139,26 @@ impl BlockTokens {
                     own.or_else(|| self.lookup(p))
                 });
                 let parent_pub = parent_hash.map(|p| parent.as_ref().map_or(p, |b| b.published(p)));
+                let mut lora = parent.as_ref().and_then(|b| b.lora.clone());
                 let mut prev = parent.and_then(|b| b.digest);
                 let mut published = Vec::with_capacity(block_hashes.len());
                 let mut token_ids = Vec::with_capacity(block_hashes.len() * bs as usize);
-                for h in block_hashes {
+                let mut first_lora = None;
+                for (i, h) in block_hashes.iter().enumerate() {
                     let mut b = self.lookup(*h).unwrap_or_else(|| Block {
                         tokens: Arc::from(generated_tokens(*h, bs)),
                         digest: None,
+                        lora: lora.clone(),
                     });
+                    lora.clone_from(&b.lora);
+                    if i == 0 {
+                        first_lora.clone_from(&b.lora);
+                    }
                     if let BlockHashMode::Vllm(v) = mode {
+                        let name = b.lora.as_ref().map(|(_, n)| &**n);
                         let d = *b
                             .digest
-                            .get_or_insert_with(|| v.block(prev.as_ref(), &b.tokens));
+                            .get_or_insert_with(|| v.block_lora(prev.as_ref(), &b.tokens, name));
                         prev = Some(d);
                     }
                     let p = b.published(*h);
@@ -154,6 +174,7 @@ impl BlockTokens {
                     parent_block_hash: parent_pub,
                     token_ids,
                     block_size: bs,
+                    lora: first_lora.map(|(id, n)| (id, n.to_string())),
                 };
                 let data = KvEventData::Stored {
                     parent_hash: parent_pub,
@@ -227,7 +248,7 @@ mod tests {
         let prompt: Vec<u32> = (0..32).collect();
         let hashes = chained_block_hashes(&prompt, bs);
         let mut b = tokens(1);
-        b.hold(&hashes, &prompt, bs, &BlockHashMode::Mocker);
+        b.hold(&hashes, &prompt, bs, &BlockHashMode::Mocker, None);
         assert_eq!(
             b.lookup(hashes[1]).map(|b| b.tokens),
             Some(Arc::from(&prompt[16..]))
@@ -277,7 +298,7 @@ mod tests {
         let chain = v.chain(&prompt, bs);
         let want: Vec<u64> = chain.iter().map(external_id).collect();
         let mut b = tokens(2);
-        b.hold(&hashes, &prompt, bs, &mode);
+        b.hold(&hashes, &prompt, bs, &mode, None);
         let p = b.publish(0, &stored(None, &hashes[..2]), bs, &mode);
         assert_eq!(p.event, stored(None, &want[..2]));
         let p = b.publish(0, &stored(Some(hashes[1]), &hashes[2..]), bs, &mode);

@@ -238,6 +238,7 @@ async fn generate(
         id,
         tokens: req.prompt.clone(),
         output_tokens: req.output_tokens(),
+        lora: req.lora.clone(),
         tx,
     };
     if s.tx.send(submit).is_err() {

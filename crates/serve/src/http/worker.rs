@@ -277,6 +277,7 @@ async fn generate(
                 id,
                 tokens: req.prompt.clone(),
                 output_tokens: req.output_tokens(),
+                lora: req.lora.clone(),
                 tx,
             };
             (id, cmd)

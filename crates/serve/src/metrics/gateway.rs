@@ -19,6 +19,16 @@
 //!   deployment serves no adapters, so `max_lora` is 0 and both lists are
 //!   empty. Unlike vLLM's it also carries the worker's labels (`engine`,
 //!   `role`, ...), so a worker's own `/metrics` keeps it.
+//!   With LoRA served (`serve --enable-lora`, `--lora-modules`) `max_lora`
+//!   is `--max-loras` and the lists name the adapters with requests waiting
+//!   for, and running on, that worker (vLLM `vllm/v1/metrics/stats.py`,
+//!   `LoRARequestStates`; `loggers.py` joins the names with `,` in the
+//!   order its dicts first saw them: here, the order of each adapter's
+//!   oldest request in the state). A request waits from its routing to its
+//!   first token and runs from then to its end. Where vLLM keeps every
+//!   label set it ever wrote (each with the time of its last write; readers
+//!   take the newest), a worker here keeps only its current one, so the
+//!   series stay bounded.
 //! - `vllm:gpu_cache_usage_perc`, vLLM's deprecated name for
 //!   `kv_cache_usage_perc`, set to the same value (AIBrix reads either).
 //! - `vllm:time_per_output_token_seconds`, observed with every inter-token
@@ -38,7 +48,16 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// One worker's `lora_requests_info` lists and last label set.
+#[derive(Clone, Debug, Default)]
+struct LoraLists {
+    running: String,
+    waiting: String,
+    written: Option<InfoLabels>,
+}
 
 /// An info gauge's labels: a worker's labels, then the info's own.
 pub(crate) type InfoLabels = Vec<(String, String)>;
@@ -72,6 +91,11 @@ pub(crate) struct GatewaySeries {
     sglang: bool,
     cache_info: Family<InfoLabels, Gauge>,
     lora_info: Family<InfoLabels, Gauge<f64, AtomicU64>>,
+    /// `--max-loras`, 0 without LoRA.
+    max_lora: AtomicU32,
+    /// Each worker's adapter lists (running, waiting) and the label set it
+    /// last wrote, by scheduler id.
+    lora_state: Mutex<Vec<LoraLists>>,
     gpu_cache_usage: Option<FGauge>,
     waiting_alias: Option<IGauge>,
     tpot: Option<Hist>,
@@ -106,6 +130,8 @@ impl GatewaySeries {
             sglang,
             cache_info: Family::default(),
             lora_info: Family::default(),
+            max_lora: AtomicU32::new(0),
+            lora_state: Mutex::new(Vec::new()),
             gpu_cache_usage: (!sglang).then(FGauge::default),
             waiting_alias: sglang.then(IGauge::default),
             tpot: (!sglang).then(|| Hist::new_with_constructor(tpot_hist as fn() -> Histogram)),
@@ -184,12 +210,40 @@ impl GatewaySeries {
         if self.sglang {
             return;
         }
-        for l in labels {
+        let max = self.max_lora.load(Ordering::Relaxed).to_string();
+        let Ok(mut state) = self.lora_state.lock() else {
+            return;
+        };
+        if state.len() < labels.len() {
+            state.resize(labels.len(), LoraLists::default());
+        }
+        for (l, s) in labels.iter().zip(state.iter_mut()) {
             let mut v = pairs(l);
-            v.push(("max_lora".to_string(), "0".to_string()));
-            v.push(("running_lora_adapters".to_string(), String::new()));
-            v.push(("waiting_lora_adapters".to_string(), String::new()));
+            v.push(("max_lora".to_string(), max.clone()));
+            v.push(("running_lora_adapters".to_string(), s.running.clone()));
+            v.push(("waiting_lora_adapters".to_string(), s.waiting.clone()));
+            if let Some(old) = s.written.take().filter(|o| *o != v) {
+                self.lora_info.remove(&old);
+            }
             self.lora_info.get_or_create(&v).set(unix);
+            s.written = Some(v);
+        }
+    }
+
+    /// `--max-loras`, written as `max_lora`.
+    pub(crate) fn set_max_lora(&self, n: u32) {
+        self.max_lora.store(n, Ordering::Relaxed);
+    }
+
+    /// Worker `w`'s adapters with running and with waiting requests,
+    /// comma-separated.
+    pub(crate) fn lora_adapters(&self, w: usize, running: String, waiting: String) {
+        if let Ok(mut state) = self.lora_state.lock() {
+            if state.len() <= w {
+                state.resize(w + 1, LoraLists::default());
+            }
+            state[w].running = running;
+            state[w].waiting = waiting;
         }
     }
 

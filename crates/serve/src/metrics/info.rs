@@ -110,6 +110,13 @@ pub fn routes(info: Arc<InfoState>, scope: Scope) -> Router {
         .route("/v1/models", get(models))
         .route("/kv_event_sources", get(kv_event_sources))
         .route("/abort_request", post(abort_request));
+    // vLLM routes these only when VLLM_ALLOW_RUNTIME_LORA_UPDATING is set.
+    let r = if info.app.limits.loras.config().runtime_updating {
+        r.route("/v1/load_lora_adapter", post(load_lora_adapter))
+            .route("/v1/unload_lora_adapter", post(unload_lora_adapter))
+    } else {
+        r
+    };
     // A worker's own `/generate` is its listener's (SGLang PD legs first,
     // `sglang_pd::generate`, then [`generate_on`]).
     let r = match scope {
@@ -401,21 +408,24 @@ impl InfoState {
         })
     }
 
-    /// `/v1/models`, `owned_by` the engine.
+    /// `/v1/models`, `owned_by` the engine: the served model, then every
+    /// LoRA adapter loaded ([`crate::vllm::lora`]).
     pub fn models(&self) -> Value {
         let l = &self.app.limits;
-        json!({
-            "object": "list",
-            "data": [{
-                "id": l.model,
-                "object": "model",
-                "created": self.app.created,
-                "owned_by": self.engine_name(),
-                "root": l.model,
-                "parent": Value::Null,
-                "max_model_len": l.max_model_len,
-            }],
-        })
+        let mut data = vec![json!({
+            "id": l.model,
+            "object": "model",
+            "created": self.app.created,
+            "owned_by": self.engine_name(),
+            "root": l.model,
+            "parent": Value::Null,
+            "max_model_len": l.max_model_len,
+        })];
+        data.extend(
+            l.loras
+                .cards(&l.model, self.app.created, self.engine_name()),
+        );
+        json!({"object": "list", "data": data})
     }
 }
 
@@ -443,6 +453,25 @@ pub fn rfc3339(unix: u64) -> String {
 fn view_load(s: &Scoped) -> Option<RankLoads> {
     let v = s.info.app.view.lock().ok()?;
     Some(s.info.load(s.scope, &v))
+}
+
+/// `POST /v1/load_lora_adapter` (vLLM `api_server.py`
+/// `load_lora_adapter`): the success message as plain text with 200, or
+/// the error JSON with its status.
+async fn load_lora_adapter(State(s): State<Arc<Scoped>>, body: axum::body::Bytes) -> Response {
+    lora_answer(crate::openai::json_object(&body).and_then(|v| s.info.app.limits.loras.load(&v)))
+}
+
+/// `POST /v1/unload_lora_adapter` (vLLM `unload_lora_adapter`).
+async fn unload_lora_adapter(State(s): State<Arc<Scoped>>, body: axum::body::Bytes) -> Response {
+    lora_answer(crate::openai::json_object(&body).and_then(|v| s.info.app.limits.loras.unload(&v)))
+}
+
+fn lora_answer(r: Result<String, crate::openai::ApiError>) -> Response {
+    match r {
+        Ok(text) => (StatusCode::OK, text).into_response(),
+        Err(e) => error(&e),
+    }
 }
 
 fn unavailable() -> Response {
@@ -632,11 +661,13 @@ async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Re
     let id = RequestId(app.next_id.fetch_add(1, Ordering::Relaxed));
     let (tx, rx) = unbounded_channel();
     let (tokens, output_tokens) = (req.gen.prompt.clone(), req.gen.output_tokens());
+    let lora = req.gen.lora.clone();
     let cmd = match at {
         None => Cmd::Submit {
             id,
             tokens,
             output_tokens,
+            lora,
             tx,
         },
         Some(w) => Cmd::SubmitAt {
@@ -646,6 +677,7 @@ async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Re
             id,
             tokens,
             output_tokens,
+            lora,
             tx,
         },
     };

@@ -459,6 +459,17 @@ impl Metrics {
         self.failed.get_or_create(&labels).inc();
     }
 
+    /// `--max-loras`, the `max_lora` label of `vllm:lora_requests_info`.
+    pub fn set_max_lora(&self, n: u32) {
+        self.gw.set_max_lora(n);
+    }
+
+    /// Worker `w`'s adapters with running and with waiting requests, each
+    /// list comma-separated ([`gateway`]'s `lora_requests_info`).
+    pub fn lora_adapters(&self, w: usize, running: String, waiting: String) {
+        self.gw.lora_adapters(w, running, waiting);
+    }
+
     /// The OpenMetrics text of every worker, or of worker `only`.
     pub fn render(&self, only: Option<usize>) -> String {
         let unix = std::time::SystemTime::now()

@@ -193,6 +193,7 @@ mod tests {
             arrival_ms: 0.0,
             end_ms: 1.0,
             input_tokens: 1,
+            lora_name: None,
             output_tokens: tokens,
             ttft_ms: None,
             ttst_ms: None,

@@ -67,16 +67,23 @@ pub enum ErrorKind {
     /// The request failed inside a worker (a 500, as SGLang answers an
     /// aborted request).
     Internal,
+    /// vLLM's `InvalidUserInput` (a bad LoRA load or unload request,
+    /// [`crate::vllm::lora`]).
+    InvalidUserInput,
+    /// vLLM's `NotFoundError` (unloading an adapter not loaded).
+    LoraNotFound,
 }
 
 impl ErrorKind {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ErrorKind::InvalidRequest => "invalid_request_error",
             ErrorKind::NotFound => "not_found_error",
             ErrorKind::TooLarge => "invalid_request_error",
             ErrorKind::Unavailable => "service_unavailable_error",
             ErrorKind::Internal => "internal_server_error",
+            ErrorKind::InvalidUserInput => "InvalidUserInput",
+            ErrorKind::LoraNotFound => "NotFoundError",
         }
     }
 }
@@ -136,6 +143,8 @@ pub struct Limits {
     pub max_model_len: u32,
     /// What text prompts are tokenised with.
     pub tokenizer: Tokenizer,
+    /// The LoRA adapters a request may name as `model`.
+    pub loras: std::sync::Arc<crate::vllm::lora::LoraRegistry>,
 }
 
 /// A parsed generation request.
@@ -155,6 +164,8 @@ pub struct GenRequest {
     pub stream: bool,
     /// `stream_options.include_usage`.
     pub include_usage: bool,
+    /// The LoRA adapter `model` named; `None` for the base model.
+    pub lora: Option<handoff_core::LoraAdapter>,
 }
 
 impl GenRequest {
@@ -386,16 +397,21 @@ pub(crate) fn json_object(body: &[u8]) -> Result<Value, ApiError> {
 /// Parses `body` sent to `endpoint`.
 pub fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<GenRequest, ApiError> {
     let v = json_object(body)?;
-    match v.get("model") {
-        Some(Value::String(m)) if *m == limits.model => {}
-        Some(Value::String(m)) => {
-            return Err(ApiError::not_found(
-                Some("model"),
-                format!("The model `{m}` does not exist."),
-            ))
-        }
+    // The base model, or a loaded LoRA adapter (vLLM `OpenAIServing._check_model`
+    // and `_maybe_get_adapters`): anything else is a 404.
+    let lora = match v.get("model") {
+        Some(Value::String(m)) if *m == limits.model => None,
+        Some(Value::String(m)) => match limits.loras.resolve(m) {
+            Some(l) => Some(l),
+            None => {
+                return Err(ApiError::not_found(
+                    Some("model"),
+                    format!("The model `{m}` does not exist."),
+                ))
+            }
+        },
         _ => return Err(ApiError::invalid(Some("model"), "model must be a string")),
-    }
+    };
     crate::openai::sampling::check(&v, endpoint == Endpoint::Chat)
         .map_err(|(field, message)| ApiError::invalid(Some(field), message))?;
     if let Some(n) = uint(&v, "n", u64::from(u32::MAX))? {
@@ -471,6 +487,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<GenRequ
         ignore_eos: boolean(&v, "ignore_eos")?,
         stream,
         include_usage,
+        lora,
     })
 }
 
@@ -581,6 +598,7 @@ mod tests {
             model: "m".into(),
             max_model_len: 100,
             tokenizer: Tokenizer::Builtin,
+            loras: Default::default(),
         }
     }
 

@@ -34,13 +34,20 @@ pub fn block_content_hash(tokens: &[u32]) -> u64 {
 /// them (see the module docs); equal to [`Request::block_hashes`] of the
 /// request [`request_for`] builds.
 pub fn chained_block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
+    chained_block_hashes_salted(tokens, block_size, 0)
+}
+
+/// As [`chained_block_hashes`] for a request whose chain starts from
+/// `salt` ([`Request::lora_salt`]: its LoRA adapter's, 0 on the base
+/// model): `c_0 = mix64(h_0 ^ 0x5eed ^ salt)`.
+pub fn chained_block_hashes_salted(tokens: &[u32], block_size: u32, salt: u64) -> Vec<u64> {
     let bs = block_size.max(1) as usize;
     let mut out = Vec::with_capacity(tokens.len() / bs);
     let mut chained = 0u64;
     for (i, block) in tokens.chunks_exact(bs).enumerate() {
         let h = block_content_hash(block);
         chained = if i == 0 {
-            mix64(h ^ 0x5eed)
+            mix64(h ^ 0x5eed ^ salt)
         } else {
             mix64(chained ^ h)
         };
@@ -67,6 +74,7 @@ pub fn request_for(
         hash_block_tokens: block_size.max(1),
         session: None,
         arrival,
+        lora: None,
     }
 }
 
@@ -84,6 +92,26 @@ mod tests {
             assert_eq!(core, chained_block_hashes(&tokens, bs), "block size {bs}");
             assert_eq!(core.len(), 100 / bs as usize);
         }
+    }
+
+    /// An adapter's request hashes as the core hashes it, apart from the
+    /// base model's.
+    #[test]
+    fn adapter_chains_are_the_cores_and_apart_from_the_base() {
+        let tokens: Vec<u32> = (0..64).collect();
+        let mut r = request_for(RequestId(1), &tokens, 4, 16, Instant::ZERO);
+        let base = chained_block_hashes(&tokens, 16);
+        r.lora = Some(handoff_core::LoraAdapter {
+            id: 1,
+            name: "sql".into(),
+        });
+        let mut core = Vec::new();
+        r.block_hashes(16, &mut core);
+        assert_eq!(
+            core,
+            chained_block_hashes_salted(&tokens, 16, r.lora_salt())
+        );
+        assert!(core.iter().all(|h| !base.contains(h)));
     }
 
     #[test]

@@ -130,6 +130,7 @@ mod tests {
             model: "m".into(),
             max_model_len: 4096,
             tokenizer: Tokenizer::default(),
+            loras: Default::default(),
         }
     }
 

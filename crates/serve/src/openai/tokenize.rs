@@ -216,6 +216,7 @@ mod tests {
             model: "m".into(),
             max_model_len: 64,
             tokenizer: Tokenizer::default(),
+            loras: Default::default(),
         }
     }
 

@@ -55,7 +55,7 @@ impl PodKv {
     pub fn hold(&mut self, id: RequestId, tokens: &[u32]) {
         let hashes = chained_block_hashes(tokens, self.block_size);
         self.blocks
-            .hold(&hashes, tokens, self.block_size, &self.mode);
+            .hold(&hashes, tokens, self.block_size, &self.mode, None);
         if let Some(old) = self.held.insert(id, hashes) {
             self.blocks.release(&old);
         }

@@ -334,6 +334,7 @@ impl Engine {
                 model: c.serve.model.clone(),
                 max_model_len: c.serve.max_model_len,
                 tokenizer: c.serve.tokenizer,
+                loras: Default::default(),
             },
             metrics: self.metrics.clone(),
             view: self.view.clone(),

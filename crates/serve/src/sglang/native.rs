@@ -382,6 +382,7 @@ mod tests {
             model: "m".into(),
             max_model_len: 100,
             tokenizer: crate::openai::tokenizer::Tokenizer::Builtin,
+            loras: Default::default(),
         }
     }
 

@@ -4,4 +4,5 @@
 //! ([`wire`]).
 
 pub(crate) mod kv_transfer;
+pub mod lora;
 pub(crate) mod wire;

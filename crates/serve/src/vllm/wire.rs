@@ -11,7 +11,9 @@
 //! - Each event is a msgspec struct with `array_like=True, tag=True`: an
 //!   array whose first element is the class name, then the fields in
 //!   order: `["BlockStored", block_hashes, parent_block_hash, token_ids,
-//!   block_size, lora_id, medium]`, `["BlockRemoved", block_hashes,
+//!   block_size, lora_id, medium]` (then `lora_name` when the blocks are
+//!   an adapter's: msgspec's array form drops trailing defaulted fields,
+//!   and `lora_name` is the last), `["BlockRemoved", block_hashes,
 //!   medium]`, `["AllBlocksCleared"]`. Hashes are unsigned 64-bit ints
 //!   (vLLM's `ExternalBlockHash` may be an int).
 //! - [`KvEventEncoding::Map`] writes each event as vLLM 0.28 and later
@@ -49,6 +51,10 @@ pub enum WireEvent {
         token_ids: Vec<u32>,
         /// Tokens per block.
         block_size: u32,
+        /// The LoRA adapter the blocks were computed under (`lora_id`,
+        /// `lora_name`: vLLM's `BlockPool.cache_full_blocks` fills both from
+        /// the request's `lora_request`); `None` on the base model.
+        lora: Option<(u32, String)>,
     },
     /// `BlockRemoved`.
     BlockRemoved {
@@ -81,15 +87,22 @@ impl WireEvent {
                 parent_block_hash,
                 token_ids,
                 block_size,
-            } => Value::Array(vec![
-                Value::from("BlockStored"),
-                hashes(block_hashes),
-                parent_block_hash.map_or(Value::Nil, Value::from),
-                Value::Array(token_ids.iter().map(|t| Value::from(*t)).collect()),
-                Value::from(*block_size),
-                Value::Nil,
-                Value::from(MEDIUM),
-            ]),
+                lora,
+            } => {
+                let mut v = vec![
+                    Value::from("BlockStored"),
+                    hashes(block_hashes),
+                    parent_block_hash.map_or(Value::Nil, Value::from),
+                    Value::Array(token_ids.iter().map(|t| Value::from(*t)).collect()),
+                    Value::from(*block_size),
+                    lora.as_ref().map_or(Value::Nil, |(id, _)| Value::from(*id)),
+                    Value::from(MEDIUM),
+                ];
+                if let Some((_, name)) = lora {
+                    v.push(Value::from(name.as_str()));
+                }
+                Value::Array(v)
+            }
             WireEvent::BlockRemoved { block_hashes } => Value::Array(vec![
                 Value::from("BlockRemoved"),
                 hashes(block_hashes),
@@ -119,11 +132,16 @@ fn to_map_value(event: &WireEvent) -> Value {
     let Value::Array(values) = event.to_value() else {
         return Value::Nil;
     };
-    let mut pairs: Vec<(Value, Value)> =
-        names.iter().map(|n| Value::from(*n)).zip(values).collect();
-    // `lora_name` (vLLM 0.9 on) has no default, so it is written, as nil.
+    let mut pairs: Vec<(Value, Value)> = names
+        .iter()
+        .map(|n| Value::from(*n))
+        .zip(values.iter().cloned())
+        .collect();
+    // `lora_name` (vLLM 0.9 on) has no default, so it is written, nil on
+    // the base model.
     if matches!(event, WireEvent::BlockStored { .. }) {
-        pairs.push((Value::from("lora_name"), Value::Nil));
+        let name = values.get(names.len()).cloned().unwrap_or(Value::Nil);
+        pairs.push((Value::from("lora_name"), name));
     }
     Value::Map(pairs)
 }
@@ -169,6 +187,7 @@ mod tests {
                 parent_block_hash: None,
                 token_ids: vec![1, 2, 3, 4],
                 block_size: 2,
+                lora: None,
             },
             WireEvent::BlockRemoved {
                 block_hashes: vec![7],
@@ -215,6 +234,7 @@ mod tests {
                 parent_block_hash: Some(4),
                 token_ids: vec![1, 2, 3, 4],
                 block_size: 2,
+                lora: None,
             },
             WireEvent::BlockRemoved {
                 block_hashes: vec![7],
@@ -253,6 +273,36 @@ mod tests {
             encode_batch_as(2.5, &ev, 0, KvEventEncoding::Array)
         );
         assert_ne!(encode_batch(2.5, &ev, 0), bytes);
+    }
+
+    /// An adapter's blocks carry `lora_id` and `lora_name` in both forms;
+    /// the base model's layout is unchanged.
+    #[test]
+    fn adapter_blocks_carry_lora_id_and_name() {
+        let ev = [WireEvent::BlockStored {
+            block_hashes: vec![5],
+            parent_block_hash: None,
+            token_ids: vec![1, 2],
+            block_size: 2,
+            lora: Some((3, "sql".into())),
+        }];
+        let top = |b: Vec<u8>| rmpv::decode::read_value(&mut &b[..]).expect("msgpack");
+        let v = top(encode_batch(1.0, &ev, 0));
+        let stored = v[1][0].as_array().expect("tagged array").clone();
+        assert_eq!(stored.len(), 8);
+        assert_eq!(stored[5].as_u64(), Some(3));
+        assert_eq!(stored[7].as_str(), Some("sql"));
+        let v = top(encode_batch_as(1.0, &ev, 0, KvEventEncoding::Map));
+        let m = v[1][0].as_map().expect("map").clone();
+        assert_eq!(m.len(), 8);
+        assert_eq!(
+            (m[5].0.as_str(), m[5].1.as_u64()),
+            (Some("lora_id"), Some(3))
+        );
+        assert_eq!(
+            (m[7].0.as_str(), m[7].1.as_str()),
+            (Some("lora_name"), Some("sql"))
+        );
     }
 
     #[test]

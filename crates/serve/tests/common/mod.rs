@@ -37,6 +37,7 @@ pub fn loopback(cfg: DeploymentConfig, specs: Vec<EngineSpec>) -> ServeConfig {
         hash_mode: Default::default(),
         client_faults: false,
         load_balance_method: Default::default(),
+        lora: None,
     }
 }
 

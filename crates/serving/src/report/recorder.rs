@@ -168,6 +168,7 @@ impl Recorder {
                 cold: Box::new(ColdRec {
                     arrival: r.arrival,
                     input: r.prompt_tokens,
+                    lora: r.lora.as_ref().map(|l| l.name.clone()),
                     ..Default::default()
                 }),
             },
@@ -230,6 +231,7 @@ impl Recorder {
             arrival_ms: at_ms(rec.cold.arrival),
             end_ms: at_ms(at),
             input_tokens: rec.cold.input,
+            lora_name: rec.cold.lora.clone(),
             output_tokens: rec.tok.tokens,
             ttft_ms: since(rec.tok.first(), Some(rec.cold.arrival)),
             ttst_ms: since(rec.tok.second(), rec.tok.first()),

@@ -131,6 +131,7 @@ pub(super) struct ColdRec {
     pub(super) released_at: Option<Instant>,
     pub(super) stale_kv: Option<super::StaleKv>,
     pub(super) session: Option<crate::session_log::SessionFields>,
+    pub(super) lora: Option<String>,
 }
 
 /// How one request ended, as `--per-request-jsonl` writes it: one JSON
@@ -151,6 +152,9 @@ pub struct RequestRecord {
     pub end_ms: f64,
     /// Prompt tokens.
     pub input_tokens: u32,
+    /// The LoRA adapter it ran on (absent on the base model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_name: Option<String>,
     /// Output tokens produced.
     pub output_tokens: u64,
     /// Time to first token, ms.

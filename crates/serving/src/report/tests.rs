@@ -12,6 +12,7 @@ fn request(id: u64) -> Request {
         hash_block_tokens: 512,
         session: None,
         arrival: Instant::ZERO,
+        lora: None,
     }
 }
 
