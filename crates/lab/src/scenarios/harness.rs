@@ -430,6 +430,7 @@ impl Lab {
             transfer: TransferModel::Fixed(TRANSFER),
             multi_step: false,
             faults,
+            peer_loss: Default::default(),
         };
         Lab {
             engine: Engine::new(
