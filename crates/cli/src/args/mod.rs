@@ -630,7 +630,7 @@ impl DeployArgs {
         let hb = heartbeat(
             self.sglang_heartbeat_interval_s,
             self.sglang_heartbeat_max_failure,
-            std::env::var_os,
+            |k: &str| std::env::var_os(k),
             &mut warnings,
         )
         .map_err(|e| format!("--sglang-heartbeat-interval-s: {e}"))?;
