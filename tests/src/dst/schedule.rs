@@ -173,6 +173,7 @@ impl Schedule {
         let cfg = DeploymentConfig {
             engines: Vec::new(),
             sizing: None,
+            heartbeat: None,
             backend,
             policy,
             prefill_workers: prefill,
@@ -389,6 +390,7 @@ impl Schedule {
         let cfg = DeploymentConfig {
             engines: Vec::new(),
             sizing: None,
+            heartbeat: None,
             backend,
             policy,
             prefill_workers: prefill,
