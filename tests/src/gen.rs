@@ -143,6 +143,7 @@ pub fn run(seed: u64) -> GenRun {
         faults,
         engines: Vec::new(),
         sizing: None,
+        heartbeat: None,
     };
     let specs = (0..workers)
         .map(|w| spec(if w < prefill { prefill_kv } else { decode_kv }))

@@ -56,9 +56,11 @@ pub struct PodArgs {
     #[arg(long, default_value_t = DEFAULT_GRACE_S, value_name = "SECONDS")]
     pub grace_period_s: f64,
     /// How long a peer engine may stay silent (no frame, no ping) before
-    /// it is taken for lost; pings go every tenth of it.
-    #[arg(long, default_value_t = 5000, value_name = "MS")]
-    pub peer_silence_ms: u64,
+    /// it is taken for lost; pings go every tenth of it [default: sglang,
+    /// its heartbeat's interval × max failures (10 s: see
+    /// --sglang-heartbeat-interval-s), else 5000].
+    #[arg(long, value_name = "MS")]
+    pub peer_silence_ms: Option<u64>,
 }
 
 impl PodArgs {
@@ -100,6 +102,31 @@ fn side_channel(
     Ok((port, host))
 }
 
+/// How long a silent peer engine is taken for alive: the flag (in its
+/// range), else for SGLang its decode engine's heartbeat detection time
+/// (`interval × max_failures`, `disaggregation/common/conn.py`,
+/// `_start_heartbeat_checker_thread`), else 5 s.
+fn peer_silence(
+    flag_ms: Option<u64>,
+    backend: handoff_core::Backend,
+    heartbeat: Option<handoff_engine::fault::Heartbeat>,
+) -> Result<std::time::Duration, String> {
+    match flag_ms {
+        Some(ms) if !(100..=3_600_000).contains(&ms) => {
+            Err("--peer-silence-ms: 100..=3600000".into())
+        }
+        Some(ms) => Ok(std::time::Duration::from_millis(ms)),
+        None if backend == handoff_core::Backend::Sglang => Ok(heartbeat
+            .unwrap_or(handoff_engine::fault::Heartbeat::SGLANG)
+            .detection()
+            .min(std::time::Duration::from_secs(3_600))),
+        None => Ok(std::time::Duration::from_millis(DEFAULT_PEER_SILENCE_MS)),
+    }
+}
+
+/// `--peer-silence-ms` without the flag, other than SGLang.
+const DEFAULT_PEER_SILENCE_MS: u64 = 5_000;
+
 /// Runs the engine `p.engine` names until SIGINT/SIGTERM; writes its
 /// summary to `output` if asked.
 pub fn run(serve: ServeConfig, p: &PodArgs, output: Option<&Path>) -> Result<(), String> {
@@ -111,10 +138,7 @@ pub fn run(serve: ServeConfig, p: &PodArgs, output: Option<&Path>) -> Result<(),
     if !(p.grace_period_s.is_finite() && (0.0..=86_400.0).contains(&p.grace_period_s)) {
         return Err("--grace-period-s: a number of seconds in 0..=86400".into());
     }
-    if !(100..=3_600_000).contains(&p.peer_silence_ms) {
-        return Err("--peer-silence-ms: 100..=3600000".into());
-    }
-    let silence = std::time::Duration::from_millis(p.peer_silence_ms);
+    let silence = peer_silence(p.peer_silence_ms, serve.cfg.backend, serve.cfg.heartbeat)?;
     let (port, host) = side_channel(p, |k| std::env::var(k).ok())?;
     let backend = serve.cfg.backend;
     let c = PodConfig {
@@ -172,8 +196,35 @@ mod tests {
             side_channel_host: host.map(str::to_string),
             disaggregation_bootstrap_port: 8998,
             grace_period_s: DEFAULT_GRACE_S,
-            peer_silence_ms: 5000,
+            peer_silence_ms: None,
         }
+    }
+
+    #[test]
+    fn sglang_takes_a_peer_for_lost_after_its_heartbeat_detection() {
+        use handoff_core::Backend;
+        use handoff_engine::fault::Heartbeat;
+        use std::time::Duration;
+        // SGLang's defaults (environ.py): 5 s × 2 failures.
+        assert_eq!(
+            peer_silence(None, Backend::Sglang, None),
+            Ok(Duration::from_secs(10))
+        );
+        let hb = Heartbeat::clamped(Duration::from_secs(3), 3);
+        assert_eq!(
+            peer_silence(None, Backend::Sglang, Some(hb)),
+            Ok(Duration::from_secs(9))
+        );
+        // vLLM keeps the generic 5 s; the flag wins for both.
+        assert_eq!(
+            peer_silence(None, Backend::Vllm, None),
+            Ok(Duration::from_secs(5))
+        );
+        assert_eq!(
+            peer_silence(Some(700), Backend::Sglang, Some(hb)),
+            Ok(Duration::from_millis(700))
+        );
+        assert!(peer_silence(Some(50), Backend::Vllm, None).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use crate::engines::EngineSpec;
 use handoff_core::{Backend, DpLayout, Duration, HandoffConfig, HandoffPolicy, WorkerId};
-use handoff_engine::fault::FaultPlan;
+use handoff_engine::fault::{FaultPlan, Heartbeat, PeerLossDetection};
 use handoff_engine::{EngineConfig, TransferModel};
 use handoff_router::{FrontendConfig, KvKnobs, Pool, RouterMode};
 
@@ -55,6 +55,9 @@ pub struct DeploymentConfig {
     /// Faults to inject (kills, restarts, partitions, lossy facts, failed
     /// transfers, client cancels).
     pub faults: FaultPlan,
+    /// SGLang's decode→prefill heartbeat (`None`: SGLang's defaults, 5 s
+    /// and 2 failures, on an SGLang deployment); see [`peer_loss`].
+    pub heartbeat: Option<Heartbeat>,
     /// The workers' engines, by worker id, for the report's configuration
     /// only (the cores come from the caller's factory; empty: not
     /// reported).
@@ -83,6 +86,7 @@ impl Default for DeploymentConfig {
             multi_step: true,
             transcript: false,
             faults: FaultPlan::none(),
+            heartbeat: None,
             engines: Vec::new(),
             sizing: None,
         }
@@ -198,5 +202,24 @@ pub fn engine_config(cfg: &DeploymentConfig) -> EngineConfig {
         transfer: cfg.transfer,
         multi_step: cfg.multi_step,
         faults: cfg.faults.clone(),
+        peer_loss: peer_loss(cfg),
+    }
+}
+
+/// How the workers of `cfg` learn that a peer died. An SGLang deployment
+/// with prefill and decode pools: its decode workers heartbeat the prefill
+/// workers (`cfg.heartbeat`, else [`Heartbeat::SGLANG`]) and hear of a
+/// death `interval × max_failures` after it; everyone else at once.
+pub fn peer_loss(cfg: &DeploymentConfig) -> PeerLossDetection {
+    if cfg.backend != Backend::Sglang || cfg.decode_workers == 0 {
+        return PeerLossDetection::default();
+    }
+    PeerLossDetection {
+        heartbeat: Some(cfg.heartbeat.unwrap_or(Heartbeat::SGLANG)),
+        watchers: deployment(cfg)
+            .into_iter()
+            .filter(|(_, p)| *p == Pool::Decode)
+            .map(|(w, _)| w)
+            .collect(),
     }
 }

@@ -26,6 +26,12 @@ struct Running {
 /// An SGLang deployment, prefill worker 0 and decode worker 1, each with
 /// its own listener; legs wait `timeout_s` for their partner.
 fn start(timeout_s: f64) -> Running {
+    start_with(timeout_s, HandoffConfig::for_backend(Backend::Sglang))
+}
+
+/// [`start`] with the workers' `handoff` timers (a decode leg that reserved
+/// on arrival waits `handoff.reservation_ttl` for its KV).
+fn start_with(timeout_s: f64, handoff: HandoffConfig) -> Running {
     let spec = EngineSpec {
         backend: Backend::Sglang,
         block_size: 16,
@@ -38,7 +44,7 @@ fn start(timeout_s: f64) -> Running {
         prefill_workers: 1,
         decode_workers: 1,
         block_size: spec.event_block_tokens(),
-        handoff: HandoffConfig::for_backend(Backend::Sglang),
+        handoff,
         ..DeploymentConfig::default()
     };
     let (l, server) = common::start(ServeConfig {
@@ -156,19 +162,18 @@ fn both_legs_meet_in_either_order_streamed_or_whole() {
 }
 
 #[test]
-fn a_leg_whose_partner_never_comes_times_out_and_frees_everything() {
+fn a_prefill_leg_whose_partner_never_comes_times_out_and_frees_everything() {
     let s = start(0.5);
-    for (w, route) in [(0, "/v1/completions"), (1, "/v1/chat/completions")] {
+    for route in ["/v1/completions", "/v1/chat/completions"] {
         for stream in [false, true] {
             let t0 = std::time::Instant::now();
-            let (status, text) = leg(s.workers[w], route, &body(route, 77, 4, stream));
+            let (status, text) = leg(s.workers[0], route, &body(route, 77, 4, stream));
             let waited = t0.elapsed();
             assert_eq!(status, 500, "{text}");
             let e: Value = serde_json::from_str(&text).expect("error json");
             let msg = e["error"]["message"].as_str().unwrap_or_default();
-            let partner = if w == 0 { "decode" } else { "prefill" };
             assert!(
-                msg.contains("bootstrap_room 77") && msg.contains(partner),
+                msg.contains("bootstrap_room 77") && msg.contains("decode"),
                 "{msg}"
             );
             assert!(waited >= Duration::from_millis(450), "{waited:?}");
@@ -179,8 +184,77 @@ fn a_leg_whose_partner_never_comes_times_out_and_frees_everything() {
     let report = s.server.stop();
     assert_eq!(
         report.num_requests, 0,
-        "an unpaired leg never reached the engine"
+        "an unpaired prefill leg never reached the engine"
     );
+}
+
+/// The sum of `name`'s samples on `/metrics`.
+fn metric(http: SocketAddr, name: &str) -> f64 {
+    let (status, text) = common::call(http, "GET", "/metrics", "");
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && l.contains(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// SGLang's decode engine preallocates as soon as its own leg arrives
+/// (`disaggregation/decode.py`, `DecodePreallocQueue.pop_preallocated`)
+/// and holds the pages until the KV comes or
+/// `SGLANG_DISAGGREGATION_WAITING_TIMEOUT` passes
+/// (`common/conn.py`, `CommonKVReceiver._check_waiting_timeout`), when
+/// `DecodeTransferQueue.pop_transferred` aborts it with a 500 and frees
+/// them. Before, a decode leg reserved nothing until its partner came and
+/// failed with the bootstrap timeout's message.
+#[test]
+fn a_decode_leg_reserves_on_arrival_and_frees_at_the_waiting_timeout() {
+    let handoff = HandoffConfig {
+        reservation_ttl: handoff_core::Duration::from_secs(1),
+        ..HandoffConfig::for_backend(Backend::Sglang)
+    };
+    let s = start_with(300.0, handoff);
+    const RESERVED: &str = "handoff_reserved_destination_blocks";
+    for (room, stream) in [(81u64, false), (82, true)] {
+        let t0 = std::time::Instant::now();
+        let d = {
+            let (to, b) = (s.workers[1], body("/v1/completions", room, 4, stream));
+            std::thread::spawn(move || leg(to, "/v1/completions", &b))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let (_, text) = common::call(s.http, "GET", "/debug/workers", "");
+        let v: Value = serde_json::from_str(&text).expect("json");
+        let held = &v["workers"][1]["capacity"]["reserved_destination_blocks"];
+        assert!(held.as_u64().unwrap_or(0) > 0, "held on arrival: {v}");
+        assert!(metric(s.http, RESERVED) > 0.0, "/metrics shows it");
+        let (status, text) = d.join().expect("decode leg");
+        let waited = t0.elapsed();
+        assert_eq!(status, 500, "{text}");
+        assert!(
+            text.contains(&format!(
+                "Request {room} timed out after 1.0s in KVPoll.WaitingForInput"
+            )),
+            "{text}"
+        );
+        assert!(waited >= Duration::from_millis(950), "{waited:?}");
+        let v = common::wait_drained(s.http);
+        for w in v["workers"].as_array().expect("workers") {
+            assert_eq!(w["live_handoffs"], 0, "{w}");
+            assert_eq!(w["capacity"]["reserved_destination_blocks"], 0, "{w}");
+        }
+        assert_eq!(metric(s.http, RESERVED), 0.0, "freed once");
+    }
+    // A prefill leg that comes within the timeout completes the pair.
+    let b = body("/v1/completions", 83, 4, false);
+    let ((ps, pb), (ds, db)) = pair(&s, "/v1/completions", &b, true, Duration::from_millis(200));
+    assert_eq!((ps, ds), (200, 200), "{pb} / {db}");
+    common::wait_drained(s.http);
+    let report = s.server.stop();
+    assert_eq!(
+        report.num_requests, 3,
+        "both early decodes reached the engine"
+    );
+    assert_eq!(report.completed_requests, 1);
+    assert_eq!(report.failed_requests, 2);
 }
 
 #[test]

@@ -174,6 +174,7 @@ impl Schedule {
         let cfg = DeploymentConfig {
             engines: Vec::new(),
             sizing: None,
+            heartbeat: None,
             backend,
             policy,
             prefill_workers: prefill,
@@ -390,6 +391,7 @@ impl Schedule {
         let cfg = DeploymentConfig {
             engines: Vec::new(),
             sizing: None,
+            heartbeat: None,
             backend,
             policy,
             prefill_workers: prefill,

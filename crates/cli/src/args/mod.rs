@@ -17,7 +17,7 @@ pub mod rerun;
 mod sglang_env;
 mod workload;
 
-pub use sglang_env::{early_send_cached_prefix, EARLY_SEND_ENV};
+pub use sglang_env::{early_send_cached_prefix, heartbeat, EARLY_SEND_ENV, WAITING_TIMEOUT_ENV};
 pub use workload::{Workload, WorkloadArgs};
 
 /// `--backend`.
@@ -214,6 +214,17 @@ pub struct DeployArgs {
     /// y/n). Wins over the variable [default: the variable, else true].
     #[arg(long, value_name = "BOOL")]
     pub disagg_prefill_early_send_cached_prefix: Option<String>,
+    /// SGLang decode workers probe each prefill worker this often, seconds
+    /// (`SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL`; under 2 is 2) [default:
+    /// the variable, else 5].
+    #[arg(long, value_name = "S")]
+    pub sglang_heartbeat_interval_s: Option<f64>,
+    /// Missed probes after which an SGLang decode worker takes a prefill
+    /// worker for dead and aborts what it was receiving from it
+    /// (`SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE`; under 1 is 1)
+    /// [default: the variable, else 2].
+    #[arg(long, value_name = "N")]
+    pub sglang_heartbeat_max_failure: Option<u32>,
     /// Transfer timing model; the default scales with the bytes moved
     /// (setup --transfer-ms + KV bytes / bandwidth).
     #[arg(long, value_enum, default_value = "bytes")]
@@ -418,6 +429,7 @@ impl DeployArgs {
             multi_step,
             transcript: false,
             faults: self.faults()?,
+            heartbeat: self.sglang_heartbeat()?,
             engines: Vec::new(),
             sizing: None,
         };
@@ -609,11 +621,48 @@ impl DeployArgs {
         }
     }
 
-    /// Lifecycle timers.
+    /// SGLang's decode→prefill heartbeat (`None` for the other backends):
+    /// the flags, else SGLang's variables, else its defaults.
+    pub fn sglang_heartbeat(&self) -> Result<Option<handoff_engine::fault::Heartbeat>, String> {
+        if self.backend() != Backend::Sglang {
+            return Ok(None);
+        }
+        let mut warnings = Vec::new();
+        let hb = heartbeat(
+            self.sglang_heartbeat_interval_s,
+            self.sglang_heartbeat_max_failure,
+            |k: &str| std::env::var_os(k),
+            &mut warnings,
+        )
+        .map_err(|e| format!("--sglang-heartbeat-interval-s: {e}"))?;
+        for w in warnings {
+            eprintln!("{w}");
+        }
+        Ok(Some(hb))
+    }
+
+    /// Lifecycle timers. SGLang's reservation lifetime without the flag is
+    /// its `SGLANG_DISAGGREGATION_WAITING_TIMEOUT` (300 s unset or unread).
     pub fn handoff(&self) -> HandoffConfig {
         let mut h = HandoffConfig::for_backend(self.backend());
-        if let Some(s) = self.reservation_ttl_s {
-            h.reservation_ttl = Duration::from_secs(s);
+        let env_ttl = || {
+            let (s, w) = sglang_env::sglang_number(
+                WAITING_TIMEOUT_ENV,
+                std::env::var_os(WAITING_TIMEOUT_ENV).as_deref(),
+                300.0,
+                false,
+            );
+            if let Some(w) = w {
+                eprintln!("{w}");
+            }
+            s.clamp(1.0, 1e9) as u64
+        };
+        match self.reservation_ttl_s {
+            Some(s) => h.reservation_ttl = Duration::from_secs(s),
+            None if self.backend() == Backend::Sglang => {
+                h.reservation_ttl = Duration::from_secs(env_ttl());
+            }
+            None => {}
         }
         h.renew_source_lease = self
             .renew_lease_s

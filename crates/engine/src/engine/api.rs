@@ -197,6 +197,8 @@ pub struct EngineConfig {
     pub multi_step: bool,
     /// Faults to inject.
     pub faults: FaultPlan,
+    /// How late peers hear of a killed worker (default: at once).
+    pub peer_loss: crate::fault::PeerLossDetection,
 }
 
 impl Default for EngineConfig {
@@ -206,6 +208,7 @@ impl Default for EngineConfig {
             transfer: TransferModel::default(),
             multi_step: true,
             faults: FaultPlan::none(),
+            peer_loss: crate::fault::PeerLossDetection::default(),
         }
     }
 }

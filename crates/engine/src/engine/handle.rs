@@ -93,6 +93,18 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                     self.at(t, Ev::Fault);
                 }
             }
+            Ev::PeerNotice => {
+                while let Some(n) = self.notices.pop_due(now) {
+                    let (w, l) = (n.watcher.0 as usize, n.lost.0 as usize);
+                    let still_dead = self
+                        .hosts
+                        .get(l)
+                        .is_some_and(|h| !h.up && h.generation == n.generation);
+                    if still_dead && self.hosts.get(w).is_some_and(|h| h.up) {
+                        self.deliver(n.watcher.0, HostInput::PeerLost(n.lost));
+                    }
+                }
+            }
         }
     }
 
@@ -176,9 +188,24 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         self.director.on_worker_lost(WorkerId(w), now, &mut routes);
         self.route(&mut routes);
         self.routes = routes;
+        let generation = self.hosts[w as usize].generation;
         for p in 0..self.hosts.len() as u32 {
             if p != w && self.hosts[p as usize].up {
-                self.deliver(p, HostInput::PeerLost(WorkerId(w)));
+                let delay = self.cfg.peer_loss.delay_for(WorkerId(p));
+                if delay.is_zero() {
+                    self.deliver(p, HostInput::PeerLost(WorkerId(w)));
+                } else {
+                    // A heartbeating watcher (SGLang's decode) takes the
+                    // peer for dead only after its missed probes.
+                    let at = now + delay;
+                    self.notices.push(crate::fault::LossNotice {
+                        at,
+                        watcher: WorkerId(p),
+                        lost: WorkerId(w),
+                        generation,
+                    });
+                    self.at(at, Ev::PeerNotice);
+                }
             }
         }
     }

@@ -108,6 +108,8 @@ enum Ev {
     TransferDone(u32),
     Wake(u32),
     Fault,
+    /// A loss notice of `Engine::notices` comes due.
+    PeerNotice,
 }
 
 /// A scheduled event. The queue is a max-heap, so the order is reversed:
@@ -233,6 +235,8 @@ pub struct Engine<P: HostPort, D: Director> {
     /// Whether each destination's read found its source's KV still held.
     reads: reads::SourceReads,
     faults: FaultInjector,
+    /// Peers still to hear of a killed worker (heartbeat detection).
+    notices: crate::fault::LossNotices,
     outs: Vec<HostOutput>,
     routes: Vec<Route>,
     arrival_pending: bool,
@@ -262,6 +266,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             transfers: TransferTimer::new(cfg.transfer),
             reads: reads::SourceReads::default(),
             faults: FaultInjector::new(cfg.faults.clone()),
+            notices: crate::fault::LossNotices::default(),
             may_step: vec![0; (port.hosts() as usize).div_ceil(64)],
             undrained: 0,
             cfg,

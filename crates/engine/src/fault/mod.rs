@@ -39,6 +39,7 @@
 
 mod error;
 mod injector;
+mod peer_loss;
 mod plan;
 #[cfg(test)]
 mod tests;
@@ -46,6 +47,7 @@ mod text;
 
 pub use error::{Expected, FaultPlanError, FaultPlanErrorKind};
 pub use injector::FaultInjector;
+pub use peer_loss::{Heartbeat, LossNotice, LossNotices, PeerLossDetection};
 pub use plan::{FactFate, FactFaults, Fault, FaultCounts, FaultPlan, TimedFault};
 
 /// Most timed faults a parsed plan may hold; more is a

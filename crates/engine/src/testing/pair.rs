@@ -89,6 +89,8 @@ pub struct PairConfig {
     pub heartbeat: Option<handoff_core::Heartbeat>,
     /// What a read of released KV does (`HandoffConfig::stale_read`).
     pub stale_read: handoff_core::StaleReadPolicy,
+    /// How late each side hears that the other was killed.
+    pub peer_loss: crate::fault::PeerLossDetection,
 }
 
 impl Default for PairConfig {
@@ -108,6 +110,7 @@ impl Default for PairConfig {
             renew: None,
             heartbeat: None,
             stale_read: handoff_core::StaleReadPolicy::Complete,
+            peer_loss: crate::fault::PeerLossDetection::default(),
         }
     }
 }
@@ -159,6 +162,7 @@ impl PairConfig {
                 transfer_fail: pct(self.transfer_fail_pct),
                 ..FaultPlan::none()
             },
+            peer_loss: self.peer_loss.clone(),
         }
     }
 }
@@ -458,6 +462,13 @@ impl PairSim {
         for (w, peer) in [(SOURCE, DEST), (DEST, SOURCE)] {
             self.engine.inject(w, HostInput::PeerLost(peer));
         }
+        self.collect();
+    }
+
+    /// Kills worker `w` now (the engine's [`Fault::Kill`]); its peer hears
+    /// of it as [`PairConfig::peer_loss`] says.
+    pub fn kill(&mut self, w: WorkerId) {
+        self.engine.inject_fault(Fault::Kill { worker: w });
         self.collect();
     }
 

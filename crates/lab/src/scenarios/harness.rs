@@ -431,6 +431,7 @@ impl Lab {
             transfer: TransferModel::Fixed(TRANSFER),
             multi_step: false,
             faults,
+            peer_loss: Default::default(),
         };
         Lab {
             engine: Engine::new(

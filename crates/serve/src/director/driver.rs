@@ -256,6 +256,15 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
             _ => RankRule::LeastLoaded,
         },
         load_balance,
+        prefills: crate::sglang::prealloc::PrefillResolver::new(
+            if cfg.decode_workers == 0 {
+                0
+            } else {
+                cfg.prefill_workers.max(1)
+            },
+            cfg.dp,
+            load_balance,
+        ),
         block_size: cfg.block_size,
         clock: WallClock::start(speed),
     };
@@ -304,6 +313,18 @@ fn build_engine(
     hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
 ) -> Result<ServeEngine, ServeError> {
     let policy = worker_policy(cfg);
+    let mut handoff = cfg.handoff;
+    if policy == handoff_core::HandoffPolicy::DestinationFirst {
+        // A decode leg reserves before its prefill leg comes, and tells the
+        // prefill worker at once: SGLang's prefill keeps the decode's
+        // metadata for the room (`transfer_infos`) until its own leg's
+        // sender takes it, so the fact waits as long as the reservation.
+        handoff.early_fact_ttl = handoff.early_fact_ttl.max(
+            handoff
+                .reservation_ttl
+                .min(handoff_core::Duration::from_secs(86_400)),
+        );
+    }
     let mut hosts = Vec::new();
     for ((id, _), spec) in deployment(cfg).iter().zip(specs) {
         let core = make_core(spec).map_err(ServeError::Engine)?;
@@ -311,7 +332,7 @@ fn build_engine(
             *id,
             Generation(0),
             policy,
-            cfg.handoff,
+            handoff,
             core,
         )));
     }
@@ -320,7 +341,10 @@ fn build_engine(
         let spec = restart_specs.get(w.0 as usize).cloned().unwrap_or_default();
         make_core(&spec).unwrap_or_else(|e| unreachable!("checked at start: {e}"))
     });
-    let director = director.with_block_hash(hash_mode).with_dp(cfg.dp);
+    let director = director
+        .with_block_hash(hash_mode)
+        .with_dp(cfg.dp)
+        .with_waiting_timeout(cfg.handoff.reservation_ttl);
     let mut ecfg = engine_config(cfg);
     // One pass per step: a folded step would release many passes' tokens
     // at its end, and streaming would come in bursts.
@@ -335,6 +359,8 @@ struct Driver {
     no_room: RankRule,
     /// SGLang's `--load-balance-method`, for PD legs.
     load_balance: LoadBalanceMethod,
+    /// The prefill scheduler a decode leg reserves for on arrival.
+    prefills: crate::sglang::prealloc::PrefillResolver,
     block_size: u32,
     clock: WallClock,
 }
@@ -411,6 +437,12 @@ impl Driver {
                 tx,
             } => {
                 let prefill = side == crate::sglang::bootstrap::Side::Prefill;
+                let early = if prefill {
+                    self.prefills.learn(&key, worker);
+                    None
+                } else {
+                    self.prefills.resolve(&key)
+                };
                 let rule = self.load_balance.leg_rule(prefill, key.room);
                 let worker = self.ranks.pick(worker, rule).unwrap_or(worker);
                 let leg = crate::sglang::bootstrap::Leg {
@@ -420,7 +452,7 @@ impl Driver {
                     tokens,
                     payload: crate::director::LegOut { output_tokens, tx },
                 };
-                if engine.director_mut().leg(key, leg, now) {
+                if engine.director_mut().leg(key, leg, now, early) {
                     engine.arrivals_changed();
                 }
             }

@@ -75,8 +75,8 @@ pub enum StreamMsg {
     Prefilled(Pinned),
     /// Per-worker HTTP: the worker's listener refused it (a 4xx).
     Refused(ProxyError),
-    /// SGLang PD leg: refused at its bootstrap room, or its partner never
-    /// came.
+    /// SGLang PD leg: refused at its bootstrap room, its partner never
+    /// came, or (a decode leg that reserved early) its KV never came.
     Bootstrap(crate::sglang::bootstrap::BootstrapError),
 }
 
@@ -96,6 +96,16 @@ enum Pending {
         prefill: WorkerId,
         decode: WorkerId,
     },
+    /// SGLang PD: a decode leg that reserves before its prefill leg; the
+    /// source route to `prefill` is held ([`HttpDirector::hold_source`]).
+    EarlyPair {
+        request: Request,
+        prefill: WorkerId,
+        decode: WorkerId,
+    },
+    /// SGLang PD: the prefill leg of early pair `request` came at `at`: its
+    /// held source route goes out.
+    Release { request: RequestId, at: Instant },
     /// Per-worker HTTP: the decode of `handoff` attaches to `worker`.
     Decode {
         at: Instant,
@@ -264,6 +274,13 @@ impl HttpDirector {
         self
     }
 
+    /// How long an early decode reservation waits for its KV (the
+    /// workers' `reservation_ttl`), as its error names it.
+    pub fn with_waiting_timeout(mut self, t: handoff_core::Duration) -> Self {
+        self.pairs.set_waiting_timeout(t);
+        self
+    }
+
     /// How schedulers group into workers' ranks.
     pub fn dp(&self) -> handoff_core::DpLayout {
         self.dp
@@ -371,6 +388,7 @@ impl HttpDirector {
         if let StreamMsg::Failed(reason) = msg {
             self.metrics.request_failed(reason);
         }
+        let msg = self.early_ended(r, msg);
         if !matches!(msg, StreamMsg::Prefilled(_)) {
             self.proxied.remove(&r);
         }
@@ -605,9 +623,10 @@ impl Director for HttpDirector {
             Some(
                 Pending::At { request, .. }
                 | Pending::Local { request, .. }
-                | Pending::Pair { request, .. },
+                | Pending::Pair { request, .. }
+                | Pending::EarlyPair { request, .. },
             ) => Some(request.arrival),
-            Some(Pending::Decode { at, .. }) => Some(*at),
+            Some(Pending::Decode { at, .. } | Pending::Release { at, .. }) => Some(*at),
             Some(Pending::Routed(_)) | None => self.inner.next_arrival(),
         }
     }
@@ -639,6 +658,20 @@ impl Director for HttpDirector {
                 let rid = request.id;
                 self.inner.arrive_pair(request, prefill, decode, now, out);
                 rid
+            }
+            Some(Pending::EarlyPair {
+                request,
+                prefill,
+                decode,
+            }) => {
+                let rid = request.id;
+                self.inner.arrive_pair(request, prefill, decode, now, out);
+                self.hold_source(rid, prefill, out, before);
+                rid
+            }
+            Some(Pending::Release { request, .. }) => {
+                out.extend(self.release_source(request));
+                request
             }
             Some(Pending::Decode {
                 request,

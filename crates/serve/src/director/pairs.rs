@@ -8,10 +8,25 @@
 //! when the prefill's part is done, i.e. its source role ended normally
 //! after the KV was sent, with the one token the prefill sampled; a
 //! source that ended early (cancelled, expired, torn down) fails it.
+//!
+//! A decode leg that comes first and whose prefill resolves (the caller
+//! names the prefill scheduler) reserves at once, as SGLang's
+//! `DecodePreallocQueue` does (`disaggregation/decode.py`,
+//! `pop_preallocated`): its request goes to the engine now, the
+//! destination role reserves and arms the reservation deadline (the
+//! workers' `reservation_ttl`, SGLang's
+//! `SGLANG_DISAGGREGATION_WAITING_TIMEOUT`), and the source role's route is
+//! held here until the prefill leg comes. A prefill leg that never comes
+//! leaves the reservation to expire: the destination frees it (exactly
+//! once, by its role machine) and the decode leg fails with
+//! [`BootstrapError::WaitingTimeout`], SGLang's abort.
 
 use super::{HttpDirector, Pending, StreamMsg};
-use crate::sglang::bootstrap::{Arrival, BootstrapTable, Leg, RoomKey};
-use handoff_core::{CancelReason, FailureReason, Instant, RequestId};
+use crate::sglang::bootstrap::{Arrival, BootstrapError, BootstrapTable, Leg, RoomKey, Side};
+use handoff_core::fasthash::FastMap;
+use handoff_core::{CancelReason, Duration, FailureReason, Instant, RequestId, WorkerId};
+use handoff_engine::Route;
+use std::collections::BTreeMap;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// What a leg carries besides its prompt.
@@ -30,9 +45,26 @@ pub(super) struct PrefillLeg {
     tx: UnboundedSender<StreamMsg>,
 }
 
+/// A decode leg that reserved before its prefill leg came.
+pub(super) struct EarlyDecode {
+    /// The pair's request (the decode leg's id).
+    request: RequestId,
+    /// Its prompt, which the prefill leg must repeat.
+    tokens: Vec<u32>,
+}
+
 /// The pairs' state inside [`HttpDirector`].
 pub(super) struct Pairs {
     rooms: BootstrapTable<LegOut>,
+    /// Decode legs that reserved on arrival, still without a prefill leg.
+    early: BTreeMap<RoomKey, EarlyDecode>,
+    /// The room of each request in `early`.
+    early_room: FastMap<RequestId, RoomKey>,
+    /// The source routes of early requests, held until the prefill leg.
+    held: FastMap<RequestId, Vec<Route>>,
+    /// How long a reservation waits for its KV (the workers'
+    /// `reservation_ttl`), for the decode leg's error.
+    waiting_timeout: Duration,
     /// Paired prefill legs still open, by the pair's request id.
     prefill: handoff_core::fasthash::FastMap<RequestId, PrefillLeg>,
     /// The pair's request id of each open prefill leg, by the leg's id.
@@ -43,14 +75,24 @@ impl Pairs {
     pub(super) fn new(timeout: handoff_core::Duration) -> Self {
         Pairs {
             rooms: BootstrapTable::new(timeout),
+            early: BTreeMap::new(),
+            early_room: Default::default(),
+            held: Default::default(),
+            waiting_timeout: Duration::from_secs(300),
             prefill: Default::default(),
             request_of: Default::default(),
         }
     }
 
-    /// Legs waiting in rooms plus prefill legs still open.
+    /// Legs waiting in rooms, decode legs reserved early and prefill legs
+    /// still open.
     pub(super) fn open(&self) -> usize {
-        self.rooms.len() + self.prefill.len()
+        self.rooms.len() + self.early.len() + self.prefill.len()
+    }
+
+    /// Sets the waiting timeout the decode leg's error names.
+    pub(super) fn set_waiting_timeout(&mut self, t: Duration) {
+        self.waiting_timeout = t;
     }
 }
 
@@ -64,10 +106,28 @@ pub(super) enum PrefillEnd {
 
 impl HttpDirector {
     /// A leg of room `key` arrived at `now` on `leg.worker`'s listener
-    /// (which checked its pool). Returns whether a pair was queued (the
-    /// engine must then be told its arrivals changed); a refused leg, and
-    /// a partner failing with it, are answered here.
-    pub fn leg(&mut self, key: RoomKey, leg: Leg<LegOut>, now: Instant) -> bool {
+    /// (which checked its pool). `prefill` is, for a decode leg, the
+    /// prefill scheduler its bootstrap fields resolve to (`None`: it does
+    /// not resolve yet, the leg waits for its partner). Returns whether
+    /// the engine has a new arrival (it must then be told its arrivals
+    /// changed); a refused leg, and a partner failing with it, are
+    /// answered here.
+    pub fn leg(
+        &mut self,
+        key: RoomKey,
+        leg: Leg<LegOut>,
+        now: Instant,
+        prefill: Option<WorkerId>,
+    ) -> bool {
+        if self.pairs.early.contains_key(&key) {
+            return self.joins_early(key, leg, now);
+        }
+        if let (Side::Decode, Some(p), None) =
+            (leg.side, prefill, self.pairs.rooms.waiting_side(&key))
+        {
+            self.reserve_early(key, leg, p, now);
+            return true;
+        }
         match self.pairs.rooms.arrive(key, leg, now) {
             Arrival::Waiting => false,
             Arrival::Refused {
@@ -84,6 +144,127 @@ impl HttpDirector {
                 self.submit_pair(prefill, decode, now);
                 true
             }
+        }
+    }
+
+    /// A decode leg reserves before its prefill leg: its request goes to
+    /// the engine as a pair with `prefill`, whose source route is held.
+    fn reserve_early(
+        &mut self,
+        key: RoomKey,
+        decode: Leg<LegOut>,
+        prefill: WorkerId,
+        now: Instant,
+    ) {
+        let request = crate::openai::prompt::request_for(
+            decode.id,
+            &decode.tokens,
+            decode.payload.output_tokens,
+            self.block_size,
+            now,
+        );
+        self.open(&request, &decode.tokens, decode.payload.tx);
+        self.pairs.early_room.insert(request.id, key.clone());
+        self.pairs.early.insert(
+            key,
+            EarlyDecode {
+                request: request.id,
+                tokens: decode.tokens,
+            },
+        );
+        self.arriving.push_back(Pending::EarlyPair {
+            request,
+            prefill,
+            decode: decode.worker,
+        });
+    }
+
+    /// A leg came to a room whose decode leg reserved early: a prefill leg
+    /// with the same prompt releases the held source; anything else is
+    /// refused (the early decode keeps waiting).
+    fn joins_early(&mut self, key: RoomKey, leg: Leg<LegOut>, now: Instant) -> bool {
+        let refuse = |leg: Leg<LegOut>, error: BootstrapError| {
+            let _ = leg.payload.tx.send(StreamMsg::Bootstrap(error));
+            false
+        };
+        let room = key.room;
+        let Some(e) = self.pairs.early.get(&key) else {
+            return false;
+        };
+        if leg.side == Side::Decode {
+            return refuse(
+                leg,
+                BootstrapError::DuplicateRoom {
+                    side: Side::Decode,
+                    room,
+                },
+            );
+        }
+        if e.tokens != leg.tokens {
+            return refuse(leg, BootstrapError::PromptMismatch { room });
+        }
+        let request = e.request;
+        self.pairs.early.remove(&key);
+        self.pairs.early_room.remove(&request);
+        self.pairs.request_of.insert(leg.id, request);
+        self.pairs.prefill.insert(
+            request,
+            PrefillLeg {
+                leg: leg.id,
+                tx: leg.payload.tx,
+            },
+        );
+        self.arriving
+            .push_back(Pending::Release { request, at: now });
+        true
+    }
+
+    /// Keeps the routes of `out` to `prefill` (the source of early request
+    /// `r`) until its prefill leg comes.
+    pub(super) fn hold_source(
+        &mut self,
+        r: RequestId,
+        prefill: WorkerId,
+        out: &mut Vec<Route>,
+        from: usize,
+    ) {
+        let mut held = Vec::new();
+        let mut i = from;
+        while i < out.len() {
+            if out[i].to == prefill {
+                held.push(out.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        if !held.is_empty() {
+            self.pairs.held.insert(r, held);
+        }
+    }
+
+    /// The held source routes of `r`, now its prefill leg came.
+    pub(super) fn release_source(&mut self, r: RequestId) -> Vec<Route> {
+        self.pairs.held.remove(&r).unwrap_or_default()
+    }
+
+    /// Request `r` ends with `msg`: if it was an early decode still without
+    /// its prefill leg, its held source is dropped and a reservation that
+    /// expired reads as SGLang's waiting-timeout abort.
+    pub(super) fn early_ended(&mut self, r: RequestId, msg: StreamMsg) -> StreamMsg {
+        self.pairs.held.remove(&r);
+        let Some(key) = self.pairs.early_room.remove(&r) else {
+            return msg;
+        };
+        self.pairs.early.remove(&key);
+        match msg {
+            StreamMsg::Failed(FailureReason::Handoff(CancelReason::ReservationExpired)) => {
+                StreamMsg::Bootstrap(BootstrapError::WaitingTimeout {
+                    request: r.0,
+                    room: key.room,
+                    after: self.pairs.waiting_timeout,
+                })
+            }
+            m => m,
         }
     }
 

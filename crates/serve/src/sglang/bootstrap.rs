@@ -13,21 +13,30 @@
 //! Either leg may arrive first.
 //!
 //! Here the two legs correlate on the whole triple, which both carry
-//! unchanged: the first leg waits in a [`BootstrapTable`], the second
-//! completes the pair, and only then is one engine request made, with the
-//! listener that got each leg as its worker. The table is a correlation
-//! point, never a capacity decision: nothing is booked, reserved or
-//! allocated for a leg that waits, so a leg that leaves (its client went
-//! away, or its partner never came) frees nothing but its entry.
+//! unchanged. A prefill leg that comes first waits in a [`BootstrapTable`]
+//! and nothing is booked for it: SGLang's prefill engine computes nothing
+//! before the decode's metadata came (`disaggregation/prefill.py`,
+//! `PrefillBootstrapQueue.pop_bootstrapped`). It waits at most the
+//! bootstrap timeout (SGLang's `SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`,
+//! 300 s by default, after which a prefill still in `KVPoll.Bootstrapping`
+//! fails: `CommonKVSender._check_bootstrap_timeout`, the abort in
+//! `pop_bootstrapped` with HTTP 500).
 //!
-//! A leg waits at most the bootstrap timeout (SGLang's
-//! `SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`, 300 s by default, after
-//! which a prefill still in `KVPoll.Bootstrapping` fails:
-//! `CommonKVSender`'s bootstrap-timeout check, the abort in
-//! `disaggregation/prefill.py`'s `pop_bootstrapped` with HTTP 500). SGLang's
-//! decode worker, which preallocates before the prefill comes, waits its
-//! own `SGLANG_DISAGGREGATION_WAITING_TIMEOUT` (also 300 s); here a decode
-//! leg books nothing until paired, so the one timeout serves both sides.
+//! A decode leg that comes first reserves at once when the prefill it names
+//! resolves ([`crate::director`]'s early reservation): SGLang's decode
+//! engine puts it in `DecodePreallocQueue` (`disaggregation/decode.py`),
+//! resolves the prefill's bootstrap info and DP rank without waiting for
+//! the prefill leg (`_resolve_prefill_dp_rank`: `room % dp_size` under
+//! `follow_bootstrap_room`), preallocates its request slot and KV pages
+//! (`pop_preallocated`, `_pre_alloc`), sends its metadata, and holds them in
+//! `DecodeTransferQueue` until the KV arrives or
+//! `SGLANG_DISAGGREGATION_WAITING_TIMEOUT` (300 s) passes
+//! (`CommonKVReceiver._check_waiting_timeout`, clock started by
+//! `send_metadata`), when `pop_transferred` aborts it with HTTP 500 and
+//! frees the pages (`release_kv_cache`) ([`BootstrapError::WaitingTimeout`]).
+//! A decode leg whose prefill does not resolve (the prefill's rank is only
+//! known once its leg registered it, `query_prefill_dp_ranks`) waits in the
+//! table as a prefill leg does, booking nothing.
 //!
 //! Sans-IO: the table takes `now` (model time, as every timer of the
 //! engine) and returns what happened; the caller answers the legs.
@@ -123,6 +132,17 @@ pub enum BootstrapError {
     },
     /// [`MAX_WAITING`] legs already wait.
     Full,
+    /// A decode leg reserved on arrival and its KV did not come within
+    /// the waiting timeout (SGLang's `SGLANG_DISAGGREGATION_WAITING_TIMEOUT`):
+    /// its reservation was freed.
+    WaitingTimeout {
+        /// The pair's request id (SGLang's `rid`).
+        request: u64,
+        /// The room.
+        room: u64,
+        /// The waiting timeout (model time).
+        after: Duration,
+    },
 }
 
 impl BootstrapError {
@@ -172,6 +192,24 @@ impl BootstrapError {
                         Side::Decode => "Decode",
                     },
                     side.other().name(),
+                    after.as_secs_f64()
+                ),
+                kind: ErrorKind::Internal,
+                param: None,
+            },
+            // `DecodeTransferQueue.pop_transferred`'s abort (HTTP 500) with
+            // `KVTransferError`'s text for `_check_waiting_timeout`.
+            BootstrapError::WaitingTimeout {
+                request,
+                room,
+                after,
+            } => ApiError {
+                status: 500,
+                message: format!(
+                    "Decode transfer failed for request rank=0 decode_req.req.rid='{request}' \
+                     decode_req.req.bootstrap_room={room} with exception \
+                     KVTransferError(bootstrap_room={room}): Request {room} timed out after \
+                     {:.1}s in KVPoll.WaitingForInput",
                     after.as_secs_f64()
                 ),
                 kind: ErrorKind::Internal,
@@ -384,6 +422,11 @@ impl<T> BootstrapTable<T> {
         out
     }
 
+    /// The side of the leg waiting in `key`, if one does.
+    pub fn waiting_side(&self, key: &RoomKey) -> Option<Side> {
+        self.rooms.get(key).map(|w| w.leg.side)
+    }
+
     /// When the next waiting leg times out.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.deadlines.first().map(|(at, _)| *at)
@@ -579,6 +622,30 @@ mod tests {
             t.arrive(key(7), leg(2, Side::Decode, 1), T0),
             Arrival::Waiting
         ));
+    }
+
+    #[test]
+    fn the_waiting_timeout_reads_as_sglangs_abort() {
+        let e = BootstrapError::WaitingTimeout {
+            request: 12,
+            room: 7,
+            after: Duration::from_secs(300),
+        };
+        let api = e.api();
+        assert_eq!(api.status, 500);
+        assert!(
+            api.message
+                .contains("Request 7 timed out after 300.0s in KVPoll.WaitingForInput"),
+            "{}",
+            api.message
+        );
+        let mut t = BootstrapTable::new(Duration::from_secs(2));
+        assert_eq!(t.waiting_side(&key(7)), None);
+        assert!(matches!(
+            t.arrive(key(7), leg(1, Side::Prefill, 0), T0),
+            Arrival::Waiting
+        ));
+        assert_eq!(t.waiting_side(&key(7)), Some(Side::Prefill));
     }
 
     #[test]
