@@ -123,6 +123,7 @@ fn limits() -> Limits {
         model: "m".into(),
         max_model_len: MAX_MODEL_LEN,
         tokenizer: Tokenizer::Builtin,
+        loras: Default::default(),
     }
 }
 

@@ -268,6 +268,7 @@ fn fits(field: TraceField, p: &Problem) -> bool {
             field == F::HashIds
         }
         Problem::ExpectedStringOrInteger => field == F::SessionId,
+        Problem::ExpectedAdapterName => field == F::LoraName,
         Problem::ExpectedNonNegativeNumber => matches!(field, F::Timestamp | F::Delay),
         Problem::ExpectedNonNegativeInteger | Problem::Zero => {
             matches!(field, F::InputLength | F::OutputLength)
