@@ -83,20 +83,19 @@ fn position(facts: &[(LifecycleEvent, RoleState)], e: SE) -> Option<usize> {
         .position(|(x, _)| *x == LifecycleEvent::Source(e))
 }
 
-/// Idle pools: the decode's registration reaches the prefill while it
-/// computes, so the prefill writes the moment it finishes (destination
-/// memory first); pull mode pins first and is read afterwards.
+/// Idle decode, busy prefill: the second request's prefill queues behind
+/// the first (one 8K prompt fills vLLM's 8,192-token pass), so its decode's
+/// registration reaches the prefill engine before the prefill finishes and
+/// is kept until it does (destination memory first; upstream it waits in
+/// `_pending_d_registrations`); the prefill writes as it pins. Pull pins
+/// first and is read afterwards.
 #[test]
 fn push_registers_the_destination_before_the_prefill_finishes() {
-    let (r, t) = run(
-        HandoffPolicy::Push,
-        1 << 18,
-        None,
-        vec![item(0, 0, 8192, 8)],
-    );
-    assert_eq!(r.completed_requests, 1, "{:?}", r.lifecycle);
+    let items = || vec![item(0, 0, 8192, 8), item(1, 0, 8192, 8)];
+    let (r, t) = run(HandoffPolicy::Push, 1 << 18, None, items());
+    assert_eq!(r.completed_requests, 2, "{:?}", r.lifecycle);
     assert_eq!(r.config.policy, "push");
-    let s = source_facts(&t, 0);
+    let s = source_facts(&t, 1);
     let reserved = position(&s, SE::DestinationReserved).expect("registered");
     let pinned = position(&s, SE::PrefillPinned).expect("pinned");
     assert!(reserved < pinned, "{s:?}");
@@ -108,13 +107,8 @@ fn push_registers_the_destination_before_the_prefill_finishes() {
         "{s:?}"
     );
 
-    let (_, t) = run(
-        HandoffPolicy::SourceFirst,
-        1 << 18,
-        None,
-        vec![item(0, 0, 8192, 8)],
-    );
-    let s = source_facts(&t, 0);
+    let (_, t) = run(HandoffPolicy::SourceFirst, 1 << 18, None, items());
+    let s = source_facts(&t, 1);
     assert!(position(&s, SE::PrefillPinned) < position(&s, SE::DestinationReserved));
 }
 
@@ -169,4 +163,37 @@ fn an_unfulfilled_registration_ends_at_its_deadline() {
         "{d:?}"
     );
     assert!(t.workers().all(|(_, f)| f.drained));
+}
+
+/// A registration that arrives while the step finishing the prefill runs
+/// waits for that step's end: the role moved at the step's start, but the
+/// prefill engine cannot write KV its pass has not computed (upstream the
+/// finished blocks reach the writer with the next step's metadata,
+/// `NixlPushConnectorScheduler.build_connector_meta`). The source's
+/// transitions stay in order and its pinned block-time is positive.
+#[test]
+fn a_registration_during_the_pinning_step_waits_for_the_step_to_end() {
+    let (r, t) = run(HandoffPolicy::Push, 1 << 18, None, vec![item(0, 0, 4096, 8)]);
+    assert_eq!(r.completed_requests, 1, "{:?}", r.lifecycle);
+    let lines = t
+        .iter()
+        .find(|(_, rec)| rec.request == Some(RequestId(0)))
+        .map(|(_, rec)| rec.source.clone())
+        .unwrap_or_default();
+    let events: Vec<_> = lines.iter().map(|l| l.event).collect();
+    assert_eq!(
+        events,
+        [SE::Start, SE::PrefillPinned, SE::DestinationReserved, SE::ReaderCompleted]
+            .map(LifecycleEvent::Source),
+        "{lines:?}"
+    );
+    for w in lines.windows(2) {
+        assert_eq!(w[0].to, w[1].from, "{lines:?}");
+    }
+    let prefill = r.workers.iter().find(|w| w.pool == "prefill" && w.steps > 0);
+    assert!(
+        prefill.is_some_and(|w| w.pinned_block_seconds > 0.0),
+        "{:?}",
+        r.workers
+    );
 }
