@@ -173,7 +173,12 @@ fn an_unfulfilled_registration_ends_at_its_deadline() {
 /// transitions stay in order and its pinned block-time is positive.
 #[test]
 fn a_registration_during_the_pinning_step_waits_for_the_step_to_end() {
-    let (r, t) = run(HandoffPolicy::Push, 1 << 18, None, vec![item(0, 0, 4096, 8)]);
+    let (r, t) = run(
+        HandoffPolicy::Push,
+        1 << 18,
+        None,
+        vec![item(0, 0, 4096, 8)],
+    );
     assert_eq!(r.completed_requests, 1, "{:?}", r.lifecycle);
     let lines = t
         .iter()
@@ -183,14 +188,22 @@ fn a_registration_during_the_pinning_step_waits_for_the_step_to_end() {
     let events: Vec<_> = lines.iter().map(|l| l.event).collect();
     assert_eq!(
         events,
-        [SE::Start, SE::PrefillPinned, SE::DestinationReserved, SE::ReaderCompleted]
-            .map(LifecycleEvent::Source),
+        [
+            SE::Start,
+            SE::PrefillPinned,
+            SE::DestinationReserved,
+            SE::ReaderCompleted
+        ]
+        .map(LifecycleEvent::Source),
         "{lines:?}"
     );
     for w in lines.windows(2) {
         assert_eq!(w[0].to, w[1].from, "{lines:?}");
     }
-    let prefill = r.workers.iter().find(|w| w.pool == "prefill" && w.steps > 0);
+    let prefill = r
+        .workers
+        .iter()
+        .find(|w| w.pool == "prefill" && w.steps > 0);
     assert!(
         prefill.is_some_and(|w| w.pinned_block_seconds > 0.0),
         "{:?}",
