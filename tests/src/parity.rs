@@ -61,16 +61,42 @@ fn item(id: u64, at_ms: u64, prompt: u32, output: u32, hashes: &[u64]) -> TraceI
 /// The canonical cases, for both backends.
 pub fn cases() -> Vec<Case> {
     let mut out = Vec::new();
-    for backend in [Backend::Vllm, Backend::Sglang] {
-        let policy = backend.native_policy();
+    // vLLM pull (its default), vLLM push (`--kv-transfer-mode push`) and
+    // SGLang, each under its own names.
+    let flavours = [
+        (
+            Backend::Vllm,
+            HandoffPolicy::SourceFirst,
+            [
+                "stranded-source-vllm",
+                "prefix-hits-vllm",
+                "cancellation-vllm",
+            ],
+        ),
+        (
+            Backend::Vllm,
+            HandoffPolicy::Push,
+            [
+                "stranded-source-vllm-push",
+                "prefix-hits-vllm-push",
+                "cancellation-vllm-push",
+            ],
+        ),
+        (
+            Backend::Sglang,
+            HandoffPolicy::DestinationFirst,
+            [
+                "stranded-source-sglang",
+                "prefix-hits-sglang",
+                "cancellation-sglang",
+            ],
+        ),
+    ];
+    for (backend, policy, names) in flavours {
         // Decode holds one 4K request at a time: the second waits, stranded
         // (vLLM) or gated (SGLang), until the first finishes.
         out.push(Case {
-            name: if backend == Backend::Vllm {
-                "stranded-source-vllm"
-            } else {
-                "stranded-source-sglang"
-            },
+            name: names[0],
             backend,
             policy,
             decode_kv_tokens: 6 * 1024,
@@ -85,11 +111,7 @@ pub fn cases() -> Vec<Case> {
         // Destination prefix hits: none, then partial, then full (SGLang's
         // decode in locked-prefix mode; its chunk cache never hits).
         out.push(Case {
-            name: if backend == Backend::Vllm {
-                "prefix-hits-vllm"
-            } else {
-                "prefix-hits-sglang"
-            },
+            name: names[1],
             backend,
             policy,
             decode_kv_tokens: 1 << 16,
@@ -107,11 +129,7 @@ pub fn cases() -> Vec<Case> {
         // expires and aborts the queued destination. SGLang: the queued
         // destination's wait expires and aborts the not-yet-dispatched source.
         out.push(Case {
-            name: if backend == Backend::Vllm {
-                "cancellation-vllm"
-            } else {
-                "cancellation-sglang"
-            },
+            name: names[2],
             backend,
             policy,
             decode_kv_tokens: 6 * 1024,

@@ -98,6 +98,32 @@ mod tests {
         assert!(matches!(e, FlagError::Workload(_)), "{e}");
     }
 
+    /// `--kv-transfer-mode push` is vLLM's `NixlPushConnector`
+    /// (`vllm/distributed/kv_transfer/kv_connector/v1/nixl/push_connector.py`):
+    /// the push ordering, whose decode drops an unfulfilled registration
+    /// after `push_registration_timeout` (480 s, `push_scheduler.py`);
+    /// refused for the other engines and next to `--policy`.
+    #[test]
+    fn push_mode_is_vllms_own_ordering() {
+        let r = run_from_flags(["--requests", "2", "--kv-transfer-mode", "push"], false).unwrap();
+        assert_eq!(r.cfg.policy, handoff_core::HandoffPolicy::Push);
+        assert_eq!(
+            r.cfg.handoff.reservation_ttl,
+            handoff_core::Duration::from_secs(480)
+        );
+        assert!(r.cfg.handoff.heartbeat.is_some());
+        let r = run_from_flags(["--requests", "2"], false).unwrap();
+        assert_eq!(r.cfg.policy, handoff_core::HandoffPolicy::SourceFirst);
+        assert!(!r.cfg.handoff.reservation_expires());
+        for bad in [
+            &["--kv-transfer-mode", "push", "--backend", "sglang"][..],
+            &["--kv-transfer-mode", "push", "--policy", "source-first"][..],
+        ] {
+            let e = run_from_flags(bad.iter().copied(), false).unwrap_err();
+            assert!(matches!(e, FlagError::Deployment(_)), "{e}");
+        }
+    }
+
     #[test]
     fn the_default_run_reads_whole() {
         let r = run_from_flags(["--requests", "5"], true).unwrap();

@@ -19,8 +19,8 @@ fn every_scenario_passes_and_a_broken_one_fails() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let outcomes = v.as_array().expect("array");
-    // Eight scenarios, each for vLLM and SGLang.
-    assert_eq!(outcomes.len(), 16);
+    // Eight scenarios, each for vLLM, SGLang and vLLM push.
+    assert_eq!(outcomes.len(), 24);
     let mut names: Vec<&str> = outcomes
         .iter()
         .map(|o| o["scenario"].as_str().expect("name"))
@@ -44,7 +44,10 @@ fn every_scenario_passes_and_a_broken_one_fails() {
     assert!(!broken.status.success());
     let err = String::from_utf8_lossy(&broken.stderr);
     assert!(
-        err.contains("scenario checks failed: router-parity (vllm), router-parity (sglang)"),
+        err.contains(
+            "scenario checks failed: router-parity (vllm), router-parity (sglang), \
+             router-parity (vllm-push)"
+        ),
         "{err}"
     );
     let v: serde_json::Value = serde_json::from_slice(&broken.stdout).expect("json");

@@ -92,7 +92,7 @@ pub use msg::{FactKind, HandoffMsg, MsgBody, Role};
 pub use outcome::FailureReason;
 pub use policy::{
     Backend, Capabilities, HandoffConfig, HandoffPolicy, Heartbeat, KvLoadFailurePolicy,
-    StaleReadPolicy,
+    KvTransferMode, StaleReadPolicy,
 };
 pub use request::{LoraAdapter, Request};
 pub use rng::Rng;

@@ -19,6 +19,21 @@ pub enum HandoffPolicy {
     /// SGLang: decode reserves a slot, pages, headroom and a locked prefix
     /// before prefill is dispatched.
     DestinationFirst,
+    /// vLLM's NIXL push mode (`NixlPushConnector`, vLLM PR #35264;
+    /// `vllm/distributed/kv_transfer/kv_connector/v1/nixl/push_scheduler.py`,
+    /// `push_worker.py`; design in `docs/design/nixl_kv_push_connector.md`),
+    /// not seed 002's session push. Both legs start at once: the prefill
+    /// runs as in [`HandoffPolicy::SourceFirst`] while the decode allocates
+    /// its blocks (`NixlPushConnectorScheduler.update_state_after_alloc`)
+    /// and registers them with the prefill engine (a `PUSH_REG` NIXL
+    /// notification, `NixlPushConnectorWorker._send_registration_to_p`).
+    /// The prefill engine writes once it holds both its finished blocks
+    /// (`request_finished`, pinned under the same `kv_lease_duration` lease
+    /// as pull) and the registration, whichever came first
+    /// (`_push_writer_loop`, `_handle_push_reg_notif`), and frees its
+    /// blocks when the write completes (`get_transfer_results`,
+    /// `finished_sending`); the completion notice activates the decode.
+    Push,
 }
 
 impl HandoffPolicy {
@@ -28,6 +43,52 @@ impl HandoffPolicy {
             HandoffPolicy::Disabled => "disabled",
             HandoffPolicy::SourceFirst => "source-first",
             HandoffPolicy::DestinationFirst => "destination-first",
+            HandoffPolicy::Push => "push",
+        }
+    }
+
+    /// Whether the prefill is dispatched as the request arrives (not gated
+    /// on a destination reservation).
+    pub fn prefill_at_arrival(self) -> bool {
+        matches!(self, HandoffPolicy::SourceFirst | HandoffPolicy::Push)
+    }
+
+    /// Whether the source moves the KV (writes) and tells its destination
+    /// `ReceiveCompleted`; otherwise (source-first) the destination reads
+    /// and tells its source `ReaderCompleted`.
+    pub fn source_writes(self) -> bool {
+        matches!(self, HandoffPolicy::DestinationFirst | HandoffPolicy::Push)
+    }
+}
+
+/// vLLM's `transfer_mode` (`NixlPushConnectorScheduler._TRANSFER_MODE`,
+/// returned in `kv_transfer_params` by `request_finished`): which way the
+/// NIXL connector moves KV. `Pull` is [`HandoffPolicy::SourceFirst`],
+/// `Push` is [`HandoffPolicy::Push`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KvTransferMode {
+    /// `NixlConnector`: the decode engine reads (NIXL READ).
+    #[default]
+    Pull,
+    /// `NixlPushConnector`: the prefill engine writes (NIXL WRITE).
+    Push,
+}
+
+impl KvTransferMode {
+    /// vLLM's name for it (`"pull"`, `"push"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            KvTransferMode::Pull => "pull",
+            KvTransferMode::Push => "push",
+        }
+    }
+
+    /// The mode a deployment of `policy` runs.
+    pub fn of(policy: HandoffPolicy) -> Self {
+        if policy == HandoffPolicy::Push {
+            KvTransferMode::Push
+        } else {
+            KvTransferMode::Pull
         }
     }
 }

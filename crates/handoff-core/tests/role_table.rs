@@ -1,4 +1,4 @@
-//! Every (state, event) pair of both role machines, for both orderings: the
+//! Every (state, event) pair of both role machines, for every ordering: the
 //! verdict class, the next state and the actions. The expected table lives in
 //! `tests/role_table.txt`; a change to the machines must change that file in
 //! the same commit, where a reviewer reads it line by line.
@@ -65,6 +65,24 @@ fn source_paths(policy: HandoffPolicy) -> Vec<(SourceState, Vec<SourceEvent>)> {
             (
                 SourceState::AwaitingReaderCompletion,
                 vec![start, pinned, reserved],
+            ),
+            (SourceState::Released, vec![start, pinned, reserved, done]),
+        ],
+        // vLLM push: the prefill starts at once; the registration may
+        // come before or after its pin (`nixl/push_worker.py`,
+        // `_push_writer_loop` and `_handle_push_reg_notif` match either way).
+        HandoffPolicy::Push => vec![
+            (SourceState::NotStarted, vec![]),
+            (SourceState::Computing, vec![start]),
+            (SourceState::Computing, vec![start, reserved]),
+            (SourceState::Pinned, vec![start, pinned]),
+            (
+                SourceState::AwaitingReaderCompletion,
+                vec![start, pinned, reserved],
+            ),
+            (
+                SourceState::AwaitingReaderCompletion,
+                vec![start, reserved, pinned],
             ),
             (SourceState::Released, vec![start, pinned, reserved, done]),
         ],
@@ -271,7 +289,11 @@ fn dest_events() -> Vec<(&'static str, DestinationEvent, Instant)> {
 
 fn build_table() -> String {
     let mut out = String::new();
-    for policy in [HandoffPolicy::SourceFirst, HandoffPolicy::DestinationFirst] {
+    for policy in [
+        HandoffPolicy::SourceFirst,
+        HandoffPolicy::DestinationFirst,
+        HandoffPolicy::Push,
+    ] {
         let _ = writeln!(out, "## source, {}", policy.name());
         for (state, path) in source_paths(policy) {
             for (ename, ev, at) in source_events() {

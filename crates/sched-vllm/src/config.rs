@@ -15,6 +15,16 @@ pub const NIXL_ABORT_REQUEST_TIMEOUT: Duration = Duration::from_secs(480);
 /// ([`handoff_core::Heartbeat`]) until its read completes.
 pub const KV_LEASE_DURATION: Duration = Duration::from_secs(30);
 
+/// How long a push-mode decode engine keeps a registration nothing wrote
+/// into: `push_registration_timeout` (`kv_connector_extra_config`;
+/// `nixl/push_scheduler.py`, `NixlPushConnectorScheduler.__init__`),
+/// whose default is `decoder_kv_blocks_ttl`, 480 s
+/// (`nixl/base_scheduler.py`). Upstream the watchdog
+/// (`build_connector_meta`) only drops the registration and warns; the
+/// request then waits for the client or proxy to give up. The mock ends
+/// the destination there ([`handoff_core::HandoffConfig::reservation_ttl`]).
+pub const PUSH_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(480);
+
 /// Default running-batch limit: what vLLM's `EngineArgs.get_batch_defaults`
 /// (`vllm/engine/arg_utils.py`) picks for `vllm serve` (the OpenAI API
 /// server usage context) on the hardware this mocker assumes, a GPU with at

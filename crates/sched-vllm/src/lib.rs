@@ -115,6 +115,6 @@ mod tests;
 
 pub use crate::config::{
     VllmConfig, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, KV_LEASE_DURATION,
-    NIXL_ABORT_REQUEST_TIMEOUT,
+    NIXL_ABORT_REQUEST_TIMEOUT, PUSH_REGISTRATION_TIMEOUT,
 };
 pub use crate::core::VllmCore;

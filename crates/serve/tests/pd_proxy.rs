@@ -429,3 +429,35 @@ fn proxied_prefill_events_carry_the_prompts_token_ids() {
         .collect();
     assert_eq!(on_prefill, want, "the prefill worker's stored blocks");
 }
+
+/// vLLM's push mode behind a proxy that passes `kv_transfer_params`
+/// through (the toy proxy's two calls): the prefill answers with
+/// `transfer_mode: "push"`, as `NixlPushConnectorScheduler.request_finished`
+/// does (`vllm/distributed/kv_transfer/kv_connector/v1/nixl/push_scheduler.py`),
+/// and stays pinned until the decode engine it is handed to registers its
+/// blocks; the prefill engine then writes and frees its own at the write's
+/// end, before the decode finishes.
+#[test]
+fn push_mode_answers_transfer_mode_push_and_the_proxied_decode_completes() {
+    let base = DeploymentConfig {
+        policy: handoff_core::HandoffPolicy::Push,
+        ..DeploymentConfig::default()
+    };
+    let s = Running::start(EngineSpec::default(), base);
+    let (status, v) = s.post(0, &prefill_body(PROMPT));
+    assert_eq!(status, 200, "{v}");
+    let p = v["kv_transfer_params"].clone();
+    assert_eq!(p["transfer_mode"], "push", "{p}");
+    assert_eq!(p["do_remote_prefill"], true);
+    let d = s.debug();
+    assert_eq!(d["workers"][0]["live_handoffs"], 1, "pinned, waiting: {d}");
+    let (status, v) = s.post(1, &decode_body(PROMPT, &p, 6, false));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+    s.wait_drained();
+    let r = s.stop();
+    assert_eq!(r.completed_requests, 1, "{:?}", r.lifecycle);
+    assert_eq!(r.failed_requests, 0);
+    assert_eq!(r.lifecycle.handoffs_activated, 1);
+    assert_eq!(r.lifecycle.lease_expiries, 0);
+}

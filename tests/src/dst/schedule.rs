@@ -41,10 +41,13 @@ impl Schedule {
         } else {
             Backend::Sglang
         };
-        // Mostly the backend's own ordering; a quarter of the time the other.
-        let policy = match (backend, r.below(4) == 0) {
-            (Backend::Vllm, false) | (Backend::Sglang, true) => HandoffPolicy::SourceFirst,
-            _ => HandoffPolicy::DestinationFirst,
+        // Mostly the backend's own ordering; a quarter of the time the
+        // other, and for vLLM a quarter of the time its push mode (one draw
+        // either way, so the rest of a seed's schedule stays as it was).
+        let policy = match (backend, r.below(4)) {
+            (Backend::Vllm, 1) => HandoffPolicy::Push,
+            (Backend::Vllm, 0) | (Backend::Sglang, 1..) => HandoffPolicy::DestinationFirst,
+            _ => HandoffPolicy::SourceFirst,
         };
         let prefill = 1 + r.below(3) as u32;
         let decode = 1 + r.below(3) as u32;
@@ -338,6 +341,7 @@ impl Schedule {
         let policy = [
             HandoffPolicy::SourceFirst,
             HandoffPolicy::DestinationFirst,
+            HandoffPolicy::Push,
             HandoffPolicy::Disabled,
         ]
         .into_iter()

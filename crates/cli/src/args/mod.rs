@@ -43,6 +43,19 @@ pub enum PolicyArg {
     DestinationFirst,
 }
 
+/// `--kv-transfer-mode`: vLLM's NIXL connector, pull or push.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum KvTransferModeArg {
+    /// `NixlConnector`: the prefill pins its KV and the decode engine
+    /// reads it (source-first).
+    #[default]
+    Pull,
+    /// `NixlPushConnector`: both legs start at once, the decode engine
+    /// allocates and registers its blocks, the prefill engine writes into
+    /// them and frees its own when the write completes.
+    Push,
+}
+
 /// `--kv-lease`: how a vLLM prefill worker holds KV for its reader.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum KvLeaseArg {
@@ -119,6 +132,12 @@ pub struct DeployArgs {
     /// source-first, sglang destination-first].
     #[arg(long, value_enum)]
     pub policy: Option<PolicyArg>,
+    /// vLLM's NIXL transfer mode (`transfer_mode` in `kv_transfer_params`):
+    /// `pull`, the decode engine reads the prefill's pinned KV; `push`, the
+    /// decode engine registers its blocks and the prefill engine writes
+    /// into them (the `push` ordering; vLLM only).
+    #[arg(long, value_enum, default_value_t = KvTransferModeArg::Pull, value_name = "MODE")]
+    pub kv_transfer_mode: KvTransferModeArg,
     /// Prefill workers (aggregated workers with --decode 0).
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub prefill: u32,
@@ -248,7 +267,8 @@ pub struct DeployArgs {
     #[arg(long, default_value_t = 500, value_name = "US")]
     pub message_latency_us: u64,
     /// Destination reservation lifetime, in seconds [default: vllm and
-    /// trtllm none (vLLM has no decode-side deadline), sglang 300].
+    /// trtllm none (vLLM has no decode-side deadline), vllm push 480
+    /// (`push_registration_timeout`), sglang 300].
     #[arg(long, value_name = "S")]
     pub reservation_ttl_s: Option<u64>,
     /// Source lease lifetime, in seconds [default: vllm 30 (480 with
@@ -344,6 +364,9 @@ impl DeployArgs {
 
     /// The ordering: the flag, else the backend's own.
     pub fn policy(&self) -> HandoffPolicy {
+        if self.kv_transfer_mode == KvTransferModeArg::Push {
+            return HandoffPolicy::Push;
+        }
         match self.policy {
             Some(PolicyArg::Disabled) => HandoffPolicy::Disabled,
             Some(PolicyArg::SourceFirst) => HandoffPolicy::SourceFirst,
@@ -387,6 +410,7 @@ impl DeployArgs {
         multi_step: bool,
     ) -> Result<(DeploymentConfig, Vec<EngineSpec>), String> {
         self.check_ranges()?;
+        self.check_transfer_mode()?;
         if self.prefill == 0 {
             return Err(if self.decode == 0 {
                 "--prefill 0 --decode 0: there is no worker to serve on".into()
@@ -609,6 +633,25 @@ impl DeployArgs {
         Ok(plan)
     }
 
+    /// `--kv-transfer-mode push` is vLLM's connector and its own ordering.
+    fn check_transfer_mode(&self) -> Result<(), String> {
+        if self.kv_transfer_mode == KvTransferModeArg::Pull {
+            return Ok(());
+        }
+        if self.backend() != Backend::Vllm {
+            return Err(format!(
+                "--kv-transfer-mode push: vLLM's NixlPushConnector; --backend {} has no push mode",
+                self.backend().name()
+            ));
+        }
+        if self.policy.is_some() {
+            return Err(
+                "--kv-transfer-mode push is an ordering of its own (push); drop --policy".into(),
+            );
+        }
+        Ok(())
+    }
+
     /// The source lease override: `--lease-ttl-s`, else vLLM's former
     /// abort timeout under `--kv-lease abort-timeout`, else the backend's.
     pub(crate) fn source_lease_ttl(&self) -> Option<Duration> {
@@ -661,6 +704,11 @@ impl DeployArgs {
             Some(s) => h.reservation_ttl = Duration::from_secs(s),
             None if self.backend() == Backend::Sglang => {
                 h.reservation_ttl = Duration::from_secs(env_ttl());
+            }
+            // vLLM's push mode: the decode drops a registration nothing
+            // fulfilled after `push_registration_timeout`.
+            None if self.policy() == HandoffPolicy::Push => {
+                h.reservation_ttl = handoff_sched_vllm::PUSH_REGISTRATION_TIMEOUT;
             }
             None => {}
         }

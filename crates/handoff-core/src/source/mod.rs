@@ -138,6 +138,7 @@ pub struct SourceHandoff {
     reservation: Option<ReservationSummary>,
     wait_ttl: Duration,
     wait_deadline: Instant,
+    pinned_at: Instant,
 }
 
 impl SourceHandoff {
@@ -154,6 +155,7 @@ impl SourceHandoff {
             reservation: None,
             wait_ttl,
             wait_deadline: Instant::MAX,
+            pinned_at: Instant::ZERO,
         }
     }
 
@@ -185,6 +187,13 @@ impl SourceHandoff {
     /// What the destination reserved, once known.
     pub fn reservation(&self) -> Option<ReservationSummary> {
         self.reservation
+    }
+
+    /// When its KV was pinned: the end of the step that finished its
+    /// prefill, which the role has already moved past while that step
+    /// runs; [`Instant::ZERO`] before.
+    pub fn pinned_at(&self) -> Instant {
+        self.pinned_at
     }
 
     /// Applies one fact at `now`: the current state's handler judges it; a

@@ -45,21 +45,42 @@ impl SourceHandoff {
     }
 
     /// `Computing`: the prefill is dispatched; its pinned KV moves us on.
+    /// Push, the destination's registration may come first: it is kept
+    /// for the write (vLLM `NixlPushConnectorWorker._handle_push_reg_notif`
+    /// parks a `PUSH_REG` with no finished blocks in
+    /// `_pending_d_registrations`), and its heartbeats find no lease yet.
     pub(super) fn computing(&mut self, event: SourceEvent, now: Instant, fx: &mut Fx) -> Judged {
         match event {
-            SourceEvent::PrefillPinned { lease } => Ok(self.pin(lease, fx)),
+            SourceEvent::PrefillPinned { lease } => Ok(self.pin(lease, now, fx)),
             SourceEvent::ReaderCompleted => Err(self.invalid(&event)),
+            SourceEvent::DestinationReserved { summary }
+                if self.reservation.is_none() && self.policy == HandoffPolicy::Push =>
+            {
+                self.reservation = Some(summary);
+                Ok(Next::To(SourceState::Computing))
+            }
+            SourceEvent::LeaseRenewed { .. }
+                if self.lease.is_none() && self.policy == HandoffPolicy::Push =>
+            {
+                Ok(Next::Duplicate)
+            }
             _ => self.any_state(event, now, fx),
         }
     }
 
-    /// `Pinned` (source-first): KV held, waiting for a destination.
+    /// `Pinned` (source-first and push): KV held, waiting for a
+    /// destination. Push, its registration starts the write at once
+    /// (vLLM `_handle_push_reg_notif` pops the matching finished blocks
+    /// and calls `_do_start_push_kv`).
     pub(super) fn pinned(&mut self, event: SourceEvent, now: Instant, fx: &mut Fx) -> Judged {
         match event {
             SourceEvent::DestinationReserved { summary }
-                if self.reservation.is_none() && self.source_first() =>
+                if self.reservation.is_none() && self.policy.prefill_at_arrival() =>
             {
                 self.reservation = Some(summary);
+                if self.policy == HandoffPolicy::Push {
+                    fx.actions.push(SourceAction::StartTransfer);
+                }
                 Ok(Next::To(SourceState::AwaitingReaderCompletion))
             }
             _ => self.any_state(event, now, fx),
@@ -112,7 +133,7 @@ impl SourceHandoff {
             return Next::Duplicate;
         }
         self.started = true;
-        if self.source_first() {
+        if self.policy.prefill_at_arrival() {
             fx.actions.push(SourceAction::DispatchPrefill);
             Next::To(SourceState::Computing)
         } else {
@@ -135,8 +156,9 @@ impl SourceHandoff {
     }
 
     /// The prefill finished and its KV is held under `lease`.
-    fn pin(&mut self, lease: SourceLease, fx: &mut Fx) -> Next<SourceState> {
+    fn pin(&mut self, lease: SourceLease, now: Instant, fx: &mut Fx) -> Next<SourceState> {
         self.lease = Some(lease);
+        self.pinned_at = now;
         fx.delta.pinned = lease.blocks as i64;
         fx.actions.push(SourceAction::ArmLease {
             deadline: lease.deadline,
@@ -145,7 +167,14 @@ impl SourceHandoff {
             blocks: lease.blocks,
             tokens: lease.tokens,
         });
-        if self.source_first() {
+        // Push: the finished blocks wait in `_push_finished_blocks` for a
+        // registration unless one came first (`_push_writer_loop`).
+        let waits = match self.policy {
+            HandoffPolicy::SourceFirst => true,
+            HandoffPolicy::Push => self.reservation.is_none(),
+            _ => false,
+        };
+        if waits {
             Next::To(SourceState::Pinned)
         } else {
             fx.actions.push(SourceAction::StartTransfer);

@@ -5,6 +5,7 @@ use super::{DropReason, EarlyFact, Ended, TimerKind, Worker, WorkerEvent};
 use crate::destination::{DestinationEvent, SourceReady};
 use crate::ids::{HandoffId, WorkerId};
 use crate::msg::{FactKind, HandoffMsg, MsgBody, Role};
+use crate::policy::HandoffPolicy;
 use crate::scheduler::SchedulerCore;
 use crate::source::SourceEvent;
 use crate::time::{Duration, Instant};
@@ -90,6 +91,14 @@ impl<S: SchedulerCore> Worker<S> {
                 let Some(entry) = self.sources.get_mut(&id) else {
                     return;
                 };
+                let pinned_at = entry.role.pinned_at();
+                if self.policy == HandoffPolicy::Push && pinned_at > now {
+                    self.defer(from, msg, pinned_at);
+                    return;
+                }
+                let Some(entry) = self.sources.get_mut(&id) else {
+                    return;
+                };
                 match entry.peer {
                     Some(p) if p != from => {
                         self.stats.rejected += 1;
@@ -162,6 +171,25 @@ impl<S: SchedulerCore> Worker<S> {
         }
         entry.1.push(EarlyFact { from, msg });
         self.stats.early += 1;
+    }
+
+    /// Holds a fact for a push source until `until`, the end of the step
+    /// that pins it ([`Worker::deliver_deferred`] takes it up then).
+    fn defer(&mut self, from: WorkerId, msg: HandoffMsg, until: Instant) {
+        let id = msg.id;
+        let facts = self.deferred.entry(id).or_default();
+        let first = facts.is_empty();
+        facts.push(EarlyFact { from, msg });
+        if first {
+            self.arm(until, id, TimerKind::Deferred);
+        }
+    }
+
+    /// The facts held for `id` by [`Worker::defer`], in arrival order.
+    pub(super) fn deliver_deferred(&mut self, id: HandoffId, now: Instant) {
+        for f in self.deferred.remove(&id).unwrap_or_default() {
+            self.deliver(f.from, f.msg, now, false);
+        }
     }
 
     pub(super) fn replay_early(&mut self, id: HandoffId, now: Instant) {

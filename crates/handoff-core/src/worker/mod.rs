@@ -68,6 +68,7 @@ enum TimerKind {
     EarlyFacts,
     Renewal,
     Heartbeat,
+    Deferred,
 }
 
 /// What a tombstone remembers of the role that ended.
@@ -133,13 +134,19 @@ pub struct Worker<S: SchedulerCore> {
     reserve_queue: VecDeque<HandoffId>,
     /// Armed timers, lazily cancelled; one lane per kind (each kind's TTL is
     /// fixed, so its deadlines arrive in order).
-    timers: TimerQueue<(Instant, HandoffId, TimerKind), 5>,
+    timers: TimerQueue<(Instant, HandoffId, TimerKind), 6>,
     tombstones: VecDeque<HandoffId>,
     /// The ids of `tombstones`, for lookups only (never walked). FIFO
     /// churn, hence a [`ChurnMap`], with the integer hasher: every fact
     /// checks it.
     tombstone_set: ChurnMap<HandoffId, Ended>,
     early: BTreeMap<HandoffId, (Instant, Vec<EarlyFact>)>,
+    /// Push ([`HandoffPolicy::Push`]): facts for a source whose pin is
+    /// still inside the running step, held until that step ends
+    /// ([`crate::SourceHandoff::pinned_at`]). The role moved at the step's
+    /// start while the step's outputs wait for its end, and the prefill
+    /// engine cannot write KV its step has not finished computing.
+    deferred: BTreeMap<HandoffId, Vec<EarlyFact>>,
     /// The generation heard of each peer that is past its first
     /// ([`Generation::FIRST`]), and of this worker itself if it sent itself a
     /// fact: a peer never heard of is at its first, so the table holds only
@@ -191,6 +198,7 @@ impl<S: SchedulerCore> Worker<S> {
             tombstones: VecDeque::new(),
             tombstone_set: ChurnMap::default(),
             early: BTreeMap::new(),
+            deferred: BTreeMap::new(),
             peers: FastMap::default(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),

@@ -167,6 +167,7 @@ impl<S: SchedulerCore> Worker<S> {
         self.active_dest.clear();
         self.reserve_queue.clear();
         self.early.clear();
+        self.deferred.clear();
         self.events.push_back(WorkerEvent::Kv {
             event: KvEvent {
                 event_id: u64::MAX,

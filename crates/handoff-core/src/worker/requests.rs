@@ -194,7 +194,7 @@ impl<S: SchedulerCore> Worker<S> {
         let heartbeat = self
             .config
             .heartbeat
-            .filter(|_| self.policy == HandoffPolicy::SourceFirst && push.is_none());
+            .filter(|_| self.policy.prefill_at_arrival() && push.is_none());
         self.dests.insert(
             id,
             DestEntry {

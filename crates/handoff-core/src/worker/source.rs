@@ -88,10 +88,10 @@ impl<S: SchedulerCore> Worker<S> {
                 SourceEvent::LeaseExpired => Some(CancelReason::LeaseExpired),
                 _ => None,
             };
-            // Destination-first: the source tells its destination its KV is
-            // ready once the destination's reservation names it; one that
-            // ended first leaves the destination waiting for that.
-            let destination_first = self.policy == HandoffPolicy::DestinationFirst;
+            // Destination-first and push: the source tells its destination
+            // its KV is ready once the destination's reservation names it;
+            // one that ended first leaves the destination waiting for that.
+            let destination_first = self.policy.source_writes();
             let ended = match (peer, reason) {
                 (None, Some(r)) if destination_first => Ended::Unannounced(r),
                 _ => Ended::Announced,

@@ -51,6 +51,7 @@ impl<S: SchedulerCore> Worker<S> {
                     }
                 }
                 TimerKind::Heartbeat => self.heartbeat(id, now),
+                TimerKind::Deferred => self.deliver_deferred(id, now),
                 TimerKind::EarlyFacts => {
                     if let Some((exp, facts)) = self.early.remove(&id) {
                         if exp <= now {

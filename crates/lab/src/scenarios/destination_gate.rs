@@ -1,15 +1,14 @@
 //! Scenario 2: SGLang destination gate: zero, partial and full prefix hits.
 
 use super::checks::{end, Checks};
-use super::harness::{chunks, request, Lab, View, P};
-use handoff_core::Backend;
+use super::harness::{chunks, request, Flavour, Lab, View, P};
 use serde_json::{json, Value};
 
 /// Zero, partial and full destination-prefix hits after decode learned a
 /// prefix; SGLang's decode keeps a radix cache here (the DEP's locked-prefix
 /// mode), as its default chunk cache never hits.
-pub(super) fn gate(backend: Backend) -> Value {
-    let mut lab = Lab::locked_prefix(backend, 1 << 16);
+pub(super) fn gate(f: Flavour) -> Value {
+    let mut lab = Lab::locked_prefix(f, 1 << 16);
     let mut hits = Vec::new();
     let prefix = chunks(500, 4);
     let cases = [
@@ -36,7 +35,7 @@ pub(super) fn gate(backend: Backend) -> Value {
         }
     }
     lab.run_out();
-    json!({ "scenario": "destination-gate", "backend": backend.name(), "reservations": hits, "end": lab.end() })
+    json!({ "scenario": "destination-gate", "backend": f.name(), "reservations": hits, "end": lab.end() })
 }
 
 /// The checks of scenario 2 on one backend's observations `o`.

@@ -2,11 +2,11 @@
 //! isolation, no resurrection of released handoffs.
 
 use super::checks::{end, Checks};
-use super::harness::{chunks, request, Lab, View, D, P};
+use super::harness::{chunks, request, Flavour, Lab, View, D, P};
 use handoff_core::host::HostInput;
 use handoff_core::{
-    Backend, DestinationState, HandoffId, HandoffMsg, RequestId, Role, RoleState,
-    SourceEventKind as SE, SourceState as SS, WorkerId,
+    DestinationState, HandoffId, HandoffMsg, RequestId, Role, RoleState, SourceEventKind as SE,
+    SourceState as SS, WorkerId,
 };
 use handoff_engine::FaultPlan;
 use serde_json::{json, Value};
@@ -16,10 +16,10 @@ use std::collections::BTreeSet;
 /// copy late) while two handoffs run, one after the other; then every fact
 /// ever sent is delivered again, after both attempts were released, while
 /// a third handoff is in flight.
-pub(super) fn duplicate_stale_late(backend: Backend) -> Value {
+pub(super) fn duplicate_stale_late(f: Flavour) -> Value {
     let mut plan = FaultPlan::parse("seed 7; duplicate 1; delay 0.5 max 3ms").expect("valid plan");
     plan.seed = 7;
-    let mut lab = Lab::with_faults(backend, 1 << 16, plan);
+    let mut lab = Lab::with_faults(f, 1 << 16, plan);
     let released_once = |l: &Lab, r: u64| {
         let ends = |role: Role| {
             l.d()
@@ -74,7 +74,7 @@ pub(super) fn duplicate_stale_late(backend: Backend) -> Value {
         .count();
     json!({
         "scenario": "duplicate-stale-late",
-        "backend": backend.name(),
+        "backend": f.name(),
         "duplicate_facts_ignored": duplicates,
         "late_facts_replayed": old.len(),
         "late_facts_dropped_as_stale": stale_old,

@@ -1,10 +1,8 @@
 //! Scenario 5: Cancel, lose the channel or restart an owner at every phase.
 
 use super::checks::Checks;
-use super::harness::{chunks, request, Lab, LabEngine, View, D, P};
-use handoff_core::{
-    Backend, DestinationEventKind as DE, Instant, RequestId, Role, SourceEventKind as SE,
-};
+use super::harness::{chunks, request, Flavour, Lab, LabEngine, View, D, P};
+use handoff_core::{DestinationEventKind as DE, Instant, RequestId, Role, SourceEventKind as SE};
 use handoff_engine::{Fault, FaultPlan};
 use serde_json::{json, Value};
 
@@ -38,7 +36,7 @@ fn fault_plan(fault: &str, at: Instant) -> FaultPlan {
 
 /// Cancel, lose the link, or restart an owner at each lifecycle point: run
 /// to the point, inject the fault plan there, run out, read the books.
-pub(super) fn failure_matrix(backend: Backend) -> Value {
+pub(super) fn failure_matrix(f: Flavour) -> Value {
     // A point holds while the handoff is in that phase, not merely after
     // it passed through it; the fault lands in the phase.
     type Point = (&'static str, u64, fn(&LabEngine) -> bool);
@@ -68,7 +66,7 @@ pub(super) fn failure_matrix(backend: Backend) -> Value {
     let mut rows = Vec::new();
     for (point, decode_kv, reached) in points {
         for fault in FAULTS {
-            let mut lab = Lab::new(backend, decode_kv);
+            let mut lab = Lab::new(f, decode_kv);
             if decode_kv < 1 << 16 {
                 // No room for the handoff until this long request finishes.
                 lab.submit_ordinary(D, request(100, 4096, 400, &chunks(2000, 8)));
@@ -100,7 +98,7 @@ pub(super) fn failure_matrix(backend: Backend) -> Value {
             }));
         }
     }
-    json!({ "scenario": "failure-matrix", "backend": backend.name(), "cases": rows })
+    json!({ "scenario": "failure-matrix", "backend": f.name(), "cases": rows })
 }
 
 /// The checks of scenario 5 on one backend's observations `o`.

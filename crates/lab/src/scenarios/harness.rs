@@ -5,9 +5,9 @@
 use handoff_core::host::{HostFinal, HostInput, WorkerHost};
 use handoff_core::{
     Backend, CoreBox, DestinationState, Duration, Generation, HandoffConfig, HandoffId, HandoffMsg,
-    Instant, KvCapacitySnapshot, KvEventData, LifecycleEvent, MsgBody, Request, RequestId,
-    ReservationSummary, RoleState, SourceEventKind as SE, SourceState as SS, Transition, Worker,
-    WorkerEvent, WorkerId, WorkerRequest,
+    HandoffPolicy, Instant, KvCapacitySnapshot, KvEventData, LifecycleEvent, MsgBody, Request,
+    RequestId, ReservationSummary, RoleState, SourceEventKind as SE, SourceState as SS, Transition,
+    Worker, WorkerEvent, WorkerId, WorkerRequest,
 };
 use handoff_deployment::{make_core, EngineSpec};
 use handoff_engine::fault::FaultCounts;
@@ -337,7 +337,44 @@ impl View for LabEngine {
     }
 }
 
-/// One prefill and one decode worker of `backend` in the engine.
+/// What a scenario runs on: an engine and its ordering. vLLM runs pull
+/// (its default, source-first) and push (`--kv-transfer-mode push`,
+/// [`HandoffPolicy::Push`]); SGLang its destination-first order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flavour {
+    /// The engine.
+    pub backend: Backend,
+    /// Its ordering.
+    pub policy: HandoffPolicy,
+}
+
+impl Flavour {
+    /// vLLM pull, SGLang, vLLM push: the order outcomes are listed in.
+    pub const ALL: [Flavour; 3] = [
+        Flavour {
+            backend: Backend::Vllm,
+            policy: HandoffPolicy::SourceFirst,
+        },
+        Flavour {
+            backend: Backend::Sglang,
+            policy: HandoffPolicy::DestinationFirst,
+        },
+        Flavour {
+            backend: Backend::Vllm,
+            policy: HandoffPolicy::Push,
+        },
+    ];
+
+    /// The backend's name, `vllm-push` for vLLM's push mode.
+    pub fn name(self) -> &'static str {
+        match (self.backend, self.policy) {
+            (Backend::Vllm, HandoffPolicy::Push) => "vllm-push",
+            (b, _) => b.name(),
+        }
+    }
+}
+
+/// One prefill and one decode worker of a [`Flavour`] in the engine.
 pub(super) struct Lab {
     pub(super) engine: LabEngine,
     /// The decode engine's KV event granularity (what watched hashes use).
@@ -368,26 +405,26 @@ pub(super) fn chunks(base: u64, n: u64) -> Vec<u64> {
 }
 
 impl Lab {
-    pub(super) fn new(backend: Backend, decode_kv_tokens: u64) -> Lab {
-        Lab::with_faults(backend, decode_kv_tokens, FaultPlan::none())
+    pub(super) fn new(f: Flavour, decode_kv_tokens: u64) -> Lab {
+        Lab::with_faults(f, decode_kv_tokens, FaultPlan::none())
     }
 
     /// A lab whose engine applies `faults` (its lossy-fact settings) to
     /// every fact.
-    pub(super) fn with_faults(backend: Backend, decode_kv_tokens: u64, faults: FaultPlan) -> Lab {
-        Lab::build(backend, decode_kv_tokens, faults, false)
+    pub(super) fn with_faults(f: Flavour, decode_kv_tokens: u64, faults: FaultPlan) -> Lab {
+        Lab::build(f, decode_kv_tokens, faults, false)
     }
 
     /// A lab whose SGLang decode worker runs the DEP's locked-prefix mode
     /// (`--disaggregation-decode-enable-radix-cache`) instead of SGLang's
     /// default chunk cache.
-    pub(super) fn locked_prefix(backend: Backend, decode_kv_tokens: u64) -> Lab {
-        Lab::build(backend, decode_kv_tokens, FaultPlan::none(), true)
+    pub(super) fn locked_prefix(f: Flavour, decode_kv_tokens: u64) -> Lab {
+        Lab::build(f, decode_kv_tokens, FaultPlan::none(), true)
     }
 
-    fn build(backend: Backend, decode_kv_tokens: u64, faults: FaultPlan, radix: bool) -> Lab {
+    fn build(f: Flavour, decode_kv_tokens: u64, faults: FaultPlan, radix: bool) -> Lab {
         let spec = |kv| EngineSpec {
-            backend,
+            backend: f.backend,
             kv_tokens: kv,
             block_size: 16,
             source_lease_ttl: Some(Duration::from_secs(30)),
@@ -402,7 +439,7 @@ impl Lab {
         ];
         let (block_size, decode_block_tokens) =
             (specs[0].event_block_tokens(), specs[1].event_block_tokens());
-        let policy = backend.native_policy();
+        let policy = f.policy;
         let handoff = HandoffConfig {
             reservation_ttl: Duration::from_secs(30),
             ..HandoffConfig::default()

@@ -2,6 +2,7 @@
 //! (the live adapter's threads and in-process wall-clock run).
 
 use super::checks::Checks;
+use super::harness::Flavour;
 use super::scenario::Scenario;
 use crate::error::LabError;
 use handoff_core::{Backend, Transcript};
@@ -43,7 +44,8 @@ fn transcript_settled(t: &Transcript) -> bool {
 /// and serve every request.
 pub(super) fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, LabError> {
     let mut outs = Vec::new();
-    for backend in [Backend::Vllm, Backend::Sglang] {
+    for f in Flavour::ALL {
+        let backend = f.backend;
         let block_size = if backend == Backend::Sglang { 1 } else { 16 };
         let spec = |kv_tokens| EngineSpec {
             backend,
@@ -54,7 +56,7 @@ pub(super) fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, LabError>
         let specs = vec![spec(1 << 18), spec(24 * 1024)];
         let cfg = DeploymentConfig {
             backend,
-            policy: backend.native_policy(),
+            policy: f.policy,
             prefill_workers: 1,
             decode_workers: 1,
             router: RouterMode::KvAware,
@@ -123,7 +125,7 @@ pub(super) fn live_replay_parity(sabotage: bool) -> Result<Vec<Value>, LabError>
         }
         outs.push(c.outcome(
             Scenario::LiveReplayParity,
-            backend.name(),
+            f.name(),
             json!({
                 "requests": replayed.num_requests,
                 "handoffs": replayed.lifecycle.handoffs_activated,

@@ -39,12 +39,11 @@ mod scenario;
 mod stranded_source;
 
 pub use checks::{Check, Checks};
-pub use harness::{LATENCY, TRANSFER};
+pub use harness::{Flavour, LATENCY, TRANSFER};
 pub use scenario::Scenario;
 
 use crate::error::LabError;
-use handoff_core::Backend;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Names accepted by [`run`] (the observations alone).
 pub const NAMES: [&str; 6] = [
@@ -56,14 +55,14 @@ pub const NAMES: [&str; 6] = [
     "duplicate-stale-late",
 ];
 
-/// A scenario's run on one backend: its observations.
-type Observe = fn(Backend) -> Value;
+/// A scenario's run on one flavour: its observations.
+type Observe = fn(Flavour) -> Value;
 
 /// A scenario's checks on one backend's observations.
 type Judge = fn(&Value) -> Checks;
 
-/// Runs `scenario` for vLLM and SGLang and judges it: one outcome per
-/// backend (see [`Checks::outcome`]). [`Scenario::LiveReplayParity`] fails
+/// Runs `scenario` for vLLM (pull), SGLang and vLLM push and judges it:
+/// one outcome per [`Flavour`] (see [`Checks::outcome`]). [`Scenario::LiveReplayParity`] fails
 /// when the live adapter cannot run it. With `sabotage`, the first check of
 /// each outcome is broken on purpose.
 pub fn judged(scenario: Scenario, sabotage: bool) -> Result<Vec<Value>, LabError> {
@@ -80,7 +79,7 @@ pub fn judged(scenario: Scenario, sabotage: bool) -> Result<Vec<Value>, LabError
         Scenario::RouterModes => (router_modes::router_modes, router_modes::judge),
         Scenario::LiveReplayParity => return live_replay_parity::live_replay_parity(sabotage),
     };
-    Ok([Backend::Vllm, Backend::Sglang]
+    Ok(Flavour::ALL
         .into_iter()
         .map(|b| {
             let o = f(b);
@@ -93,9 +92,9 @@ pub fn judged(scenario: Scenario, sabotage: bool) -> Result<Vec<Value>, LabError
         .collect())
 }
 
-/// Runs scenario `name` for vLLM and SGLang; `None` for an unknown name.
+/// Runs scenario `name` for every [`Flavour`]; `None` for an unknown name.
 pub fn run(name: &str) -> Option<Value> {
-    let f: fn(Backend) -> Value = match name {
+    let f: Observe = match name {
         "stranded-source" => stranded_source::stranded,
         "destination-gate" => destination_gate::gate,
         "router-parity" => router_parity::router_parity,
@@ -105,7 +104,7 @@ pub fn run(name: &str) -> Option<Value> {
         "router-modes" => router_modes::router_modes,
         _ => return None,
     };
-    Some(json!([f(Backend::Vllm), f(Backend::Sglang)]))
+    Some(Value::Array(Flavour::ALL.into_iter().map(f).collect()))
 }
 
 #[cfg(test)]

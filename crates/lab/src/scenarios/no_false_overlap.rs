@@ -1,15 +1,14 @@
 //! Scenario 4: A reservation publishes no KV-index visibility before activation.
 
 use super::checks::{end, Checks};
-use super::harness::{chunks, request, Lab, View, D};
-use handoff_core::Backend;
+use super::harness::{chunks, request, Flavour, Lab, View, D};
 use serde_json::{json, Value};
 
 /// Overlap a router sees on decode for a request's prefix, before and after
 /// activation. SGLang's decode keeps a radix cache here (the DEP's
 /// locked-prefix mode): its default chunk cache publishes nothing at all.
-pub(super) fn no_false_overlap(backend: Backend) -> Value {
-    let mut lab = Lab::locked_prefix(backend, 1 << 16);
+pub(super) fn no_false_overlap(f: Flavour) -> Value {
+    let mut lab = Lab::locked_prefix(f, 1 << 16);
     let r = request(1, 2048, 8, &chunks(800, 4));
     lab.watch(&r);
     lab.arrive(r.clone());
@@ -27,7 +26,7 @@ pub(super) fn no_false_overlap(backend: Backend) -> Value {
     lab.run_out();
     json!({
         "scenario": "no-false-overlap",
-        "backend": backend.name(),
+        "backend": f.name(),
         "decode_overlap_blocks_while_reserved": during,
         "decode_stored_blocks_before_activation": lab.d().stored_before_activation,
         "decode_overlap_blocks_after_activation": after,

@@ -1,6 +1,7 @@
 //! Scenario 8: Every supported disaggregated router mode.
 
 use super::checks::Checks;
+use super::harness::Flavour;
 use handoff_core::{Backend, WorkerId};
 use handoff_deployment::{make_core, EngineSpec};
 use handoff_router::RouterMode;
@@ -9,7 +10,8 @@ use serde_json::{json, Value};
 /// Every router mode of a disaggregated deployment (2 prefill + 2 decode
 /// workers), on a small synthetic workload: requests complete, bookings
 /// and KV come back, work spreads.
-pub(super) fn router_modes(backend: Backend) -> Value {
+pub(super) fn router_modes(f: Flavour) -> Value {
+    let backend = f.backend;
     let mut rows = Vec::new();
     for mode in RouterMode::ALL {
         let spec = |kv| EngineSpec {
@@ -21,7 +23,7 @@ pub(super) fn router_modes(backend: Backend) -> Value {
         let specs = [spec(1 << 18), spec(1 << 18), spec(1 << 16), spec(1 << 16)];
         let cfg = handoff_deployment::DeploymentConfig {
             backend,
-            policy: backend.native_policy(),
+            policy: f.policy,
             prefill_workers: 2,
             decode_workers: 2,
             router: mode,
@@ -56,7 +58,7 @@ pub(super) fn router_modes(backend: Backend) -> Value {
     }
     json!({
         "scenario": "router-modes",
-        "backend": backend.name(),
+        "backend": f.name(),
         "modes": rows,
         "device_aware_weighted": "not modelled: every worker of a pool runs the same engine spec and pass-time model, so device weights would all be equal and the mode would choose as least-loaded, which is covered",
     })

@@ -1,13 +1,12 @@
 //! Scenario 3: Router booking vs physical reservation along one handoff.
 
 use super::checks::{end, Checks};
-use super::harness::{chunks, request, Lab, View, D};
-use handoff_core::Backend;
+use super::harness::{chunks, request, Flavour, Lab, View, D};
 use serde_json::{json, Value};
 
 /// Router booking vs physical occupancy along one handoff.
-pub(super) fn router_parity(backend: Backend) -> Value {
-    let mut lab = Lab::new(backend, 1 << 16);
+pub(super) fn router_parity(f: Flavour) -> Value {
+    let mut lab = Lab::new(f, 1 << 16);
     let r = request(1, 2048, 8, &chunks(700, 4));
     lab.arrive(r);
     let mut points = Vec::new();
@@ -39,7 +38,7 @@ pub(super) fn router_parity(backend: Backend) -> Value {
     points.push(sample(&lab, "activated"));
     lab.run_out();
     points.push(sample(&lab, "completed"));
-    json!({ "scenario": "router-parity", "backend": backend.name(), "points": points, "end": lab.end() })
+    json!({ "scenario": "router-parity", "backend": f.name(), "points": points, "end": lab.end() })
 }
 
 /// The checks of scenario 3 on one backend's observations `o`.

@@ -44,6 +44,33 @@ fn stranded_source_differs_by_backend() {
     }
 }
 
+/// vLLM's push mode (`nixl/push_scheduler.py`, `NixlPushConnectorScheduler`):
+/// the prefill runs without waiting for the decode and its finished blocks
+/// stay pinned while the decode, full, cannot allocate the blocks it would
+/// register; once the write lands the prefill engine has already freed
+/// them (`push_worker.py`, `get_transfer_results`), unlike pull, where the
+/// source outlives the destination's activation.
+#[test]
+fn push_strands_the_source_until_the_registration_and_frees_it_at_the_write() {
+    let v = run("stranded-source").expect("known");
+    let (pull, push) = (&v[0], &v[2]);
+    assert_eq!(push["backend"], "vllm-push");
+    let w = &push["while_decode_full"];
+    assert!(w["prefill_pinned_blocks"].as_u64() > Some(0), "{push}");
+    assert_eq!(w["destination_reservation_unavailable"], true, "{push}");
+    assert_eq!(w["decode_reserved_blocks"], 0, "{push}");
+    assert_eq!(
+        push["at_activation"]["source_still_pinned_at_activation_blocks"], 0,
+        "{push}"
+    );
+    assert!(
+        pull["at_activation"]["source_still_pinned_at_activation_blocks"].as_u64() > Some(0),
+        "{pull}"
+    );
+    assert_eq!(push["end"]["prefill"]["drained"], true, "{push}");
+    assert_eq!(push["end"]["decode"]["drained"], true, "{push}");
+}
+
 #[test]
 fn destination_gate_hits() {
     let v = run("destination-gate").expect("known");

@@ -637,7 +637,11 @@ impl Frontend {
                 self.held.insert(request.id, request.clone());
                 vec![(p, WorkerRequest::HandoffSource { id, request })]
             }
-            HandoffPolicy::DestinationFirst => {
+            // vLLM's push mode dispatches both legs at once too: the decode
+            // needs only the prefill engine's identity to register its
+            // blocks (`docs/design/nixl_kv_push_connector.md`, the proxy
+            // sends both phases).
+            HandoffPolicy::DestinationFirst | HandoffPolicy::Push => {
                 let id = self.ids.next_id();
                 let Some(d) = self
                     .decode

@@ -10,8 +10,9 @@ use super::*;
 /// routers, picks both workers.
 impl Frontend {
     /// A proxy sent `request` to worker `w` itself. Aggregated, `w` serves
-    /// it whole (an ordinary request). Disaggregated source-first, the
-    /// request came with `do_remote_decode` (vLLM `NixlConnector`): `w`
+    /// it whole (an ordinary request). Disaggregated source-first or push,
+    /// the request came with `do_remote_decode` (vLLM `NixlConnector` or
+    /// `NixlPushConnector`): `w`
     /// is its prefill worker and its source role is returned. Its decode
     /// is not held here (the pin routes nothing): the proxy sends it later
     /// to a worker it picks, through [`Frontend::route_destination_to`].
@@ -28,7 +29,7 @@ impl Frontend {
             self.prefill.book(w, &request, now)?;
             return Some((w, WorkerRequest::Ordinary(request)));
         }
-        if self.policy != HandoffPolicy::SourceFirst {
+        if !self.policy.prefill_at_arrival() {
             return None;
         }
         self.prefill.book(w, &request, now)?;
@@ -55,7 +56,7 @@ impl Frontend {
         w: WorkerId,
         now: Instant,
     ) -> Option<(WorkerId, WorkerRequest)> {
-        if self.aggregated || self.policy != HandoffPolicy::SourceFirst {
+        if self.aggregated || !self.policy.prefill_at_arrival() {
             return None;
         }
         if self.prefill.workers().any(|x| x == w) {

@@ -30,7 +30,7 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use handoff_core::RequestId;
+use handoff_core::{KvTransferMode, RequestId};
 use serde_json::json;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -273,7 +273,7 @@ pub(crate) async fn whole(
     mut rx: UnboundedReceiver<StreamMsg>,
     mut guard: CancelGuard,
     seed: u64,
-    origin: Option<(&str, u16)>,
+    origin: Option<(&str, u16, KvTransferMode)>,
 ) -> Response {
     let mut usage = Usage {
         prompt: req.prompt.len() as u32,
@@ -303,8 +303,8 @@ pub(crate) async fn whole(
                 text.push_str(synthetic_piece(seed, usage.completion));
                 usage.completion += 1;
                 let mut body = meta.response(&text, "length", usage);
-                let (host, port) = origin.unwrap_or(("", 0));
-                body["kv_transfer_params"] = response_params(&p, host, port);
+                let (host, port, mode) = origin.unwrap_or(("", 0, KvTransferMode::Pull));
+                body["kv_transfer_params"] = response_params(&p, host, port, mode);
                 return Json(body).into_response();
             }
             StreamMsg::Refused(e) => {

@@ -48,7 +48,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use handoff_core::{Backend, DpLayout, DpRank, HandoffPolicy, RequestId};
+use handoff_core::{Backend, DpLayout, DpRank, KvTransferMode, RequestId};
 use handoff_router::Pool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -178,7 +178,7 @@ pub fn dp_rank_header(
 
 /// What the listener does with a vLLM-flow request, or why not.
 fn decide(s: &WorkerState, kv: KvTransfer, streamed: bool) -> Result<KvTransfer, ProxyError> {
-    if s.pool != Pool::Aggregated && s.policy != HandoffPolicy::SourceFirst {
+    if s.pool != Pool::Aggregated && !s.policy.prefill_at_arrival() {
         return Err(ProxyError::Ordering);
     }
     match (&kv, s.pool) {
@@ -328,6 +328,14 @@ async fn generate(
     if req.stream {
         stream(meta, req, rx, guard, id.0, first).into_response()
     } else {
-        whole(meta, req, rx, guard, id.0, Some((s.host.as_str(), s.port))).await
+        whole(
+            meta,
+            req,
+            rx,
+            guard,
+            id.0,
+            Some((s.host.as_str(), s.port, KvTransferMode::of(s.policy))),
+        )
+        .await
     }
 }

@@ -616,7 +616,7 @@ fn placement(
     // SGLang's destination-first PD pair (`bootstrap_room` sent to both a
     // prefill and a decode worker) is where a bootstrap flow plugs in; until
     // one is served it is the same 400 as the OpenAI routes give.
-    if req.bootstrap || (pool != Pool::Aggregated && info.policy != HandoffPolicy::SourceFirst) {
+    if req.bootstrap || (pool != Pool::Aggregated && !info.policy.prefill_at_arrival()) {
         return Err(ProxyError::Ordering);
     }
     match pool {

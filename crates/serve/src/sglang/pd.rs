@@ -292,7 +292,7 @@ pub(crate) async fn generate(
             return crate::metrics::info::generate_on(&s.app, s.worker, &body).await;
         }
         // vLLM's PD workers take `kv_transfer_params` on the OpenAI routes.
-        Ok(None) if s.policy == HandoffPolicy::SourceFirst => {
+        Ok(None) if matches!(s.policy, HandoffPolicy::SourceFirst | HandoffPolicy::Push) => {
             return error(
                 &crate::vllm::kv_transfer::ProxyError::NeedsParams { pool: s.pool }.api(),
             );

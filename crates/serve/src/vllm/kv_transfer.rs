@@ -40,7 +40,7 @@
 //! ordering answers a typed 400 ([`ProxyError::Ordering`]).
 
 use crate::openai::{ApiError, ErrorKind};
-use handoff_core::{DpRank, HandoffId, RequestId, WorkerId, WorkerWithDpRank};
+use handoff_core::{DpRank, HandoffId, KvTransferMode, RequestId, WorkerId, WorkerWithDpRank};
 use handoff_router::Pool;
 use serde_json::{json, Value};
 
@@ -434,10 +434,13 @@ fn side_channel(o: &serde_json::Map<String, Value>) -> Result<Option<(String, u1
 /// `do_remote_decode`, `remote_block_ids`, `remote_engine_id`,
 /// `remote_request_id`, `remote_host`, `remote_port`, `tp_size`,
 /// `remote_num_tokens`, the request's computed tokens), plus
-/// `transfer_mode: "pull"` (the decode engine reads, NIXL's pull mode) and
-/// the mock's own `handoff_id`. `tp_size` is 1: a mocked engine's KV moves
-/// as one tensor-parallel rank's. See the module docs for the rest.
-pub fn response_params(p: &Pinned, host: &str, port: u16) -> Value {
+/// `transfer_mode` (`"pull"`, the decode engine reads; `"push"` as
+/// `NixlPushConnectorScheduler.request_finished` returns it in
+/// `nixl/push_scheduler.py`, the decode engine registers its blocks and
+/// this engine writes) and the mock's own `handoff_id`. `tp_size` is 1: a
+/// mocked engine's KV moves as one tensor-parallel rank's. See the module
+/// docs for the rest.
+pub fn response_params(p: &Pinned, host: &str, port: u16, mode: KvTransferMode) -> Value {
     let ids: Vec<u64> = (0..p.blocks).collect();
     json!({
         "do_remote_prefill": true,
@@ -449,7 +452,7 @@ pub fn response_params(p: &Pinned, host: &str, port: u16) -> Value {
         "remote_request_id": p.request.0.to_string(),
         "tp_size": 1,
         "remote_num_tokens": p.tokens,
-        "transfer_mode": "pull",
+        "transfer_mode": mode.name(),
         "handoff_id": p.handoff.0.to_string(),
     })
 }
@@ -468,7 +471,7 @@ mod tests {
             tokens: 40,
             side_port: None,
         };
-        let params = response_params(&p, "127.0.0.1", 9001);
+        let params = response_params(&p, "127.0.0.1", 9001, KvTransferMode::Pull);
         for field in [
             "tp_size",
             "remote_num_tokens",
@@ -489,6 +492,7 @@ mod tests {
             },
             "h",
             9001,
+            KvTransferMode::Pull,
         );
         assert_eq!(ranked["remote_port"], 5601, "a rank's own side channel");
         let body = json!({"prompt": "x", "kv_transfer_params": params}).to_string();
@@ -536,7 +540,8 @@ mod tests {
             tokens: 1,
             side_port: None,
         };
-        let body = json!({"kv_transfer_params": response_params(&p, "h", 1)}).to_string();
+        let body = json!({"kv_transfer_params": response_params(&p, "h", 1, KvTransferMode::Pull)})
+            .to_string();
         match parse(body.as_bytes()) {
             Ok(KvTransfer::RemotePrefill(r)) => assert_eq!(r.engine, id),
             other => panic!("{other:?}"),

@@ -276,7 +276,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             // reason is the request's, not the `peer-aborted` its
             // destination later ends with. A lost peer or an abort from the
             // destination still leaves the decision to the usual paths.
-            let gave_up = self.frontend.policy() == handoff_core::HandoffPolicy::DestinationFirst
+            let gave_up = self.frontend.policy().source_writes()
                 && !migratable(reason)
                 && reason != CancelReason::PeerAborted;
             let destination_decides = role == handoff_core::Role::Source
