@@ -164,3 +164,23 @@ fn a_client_cancel_in_the_plan_reaches_the_workers() {
     assert_eq!(o.paths.client_cancels, 1, "{:?}", o.paths);
     assert_eq!((o.paths.finished, o.paths.failed), (0, 1), "{:?}", o.paths);
 }
+
+/// A client cancel ended a pinned source before its reader started: the
+/// read must fail, not complete as a stale read (only a lease expiry is
+/// silent, as vLLM's reader cannot tell it).
+#[test]
+fn dst_schedule_9533() {
+    let deployment = "seed=9533 backend=sglang policy=source-first prefill=1 decode=1 router=kv router_block=64 page=16 prefill_kv=16384 decode_kv=65536 max_running=64 max_batched=1024 lease_ns=521000000 reservation_ns=2001000000 renew_ns=174000000 early_ns=5000000 tombstones=65536 transfer=fixed:30000000 latency_ns=1132000 multi_step=false decode_radix=true kv_load_failure=fail stale_read=complete heartbeat=none";
+    let plan = "
+seed 9533
+cancel 1 at 64999010ns
+drop 0
+duplicate 0
+delay 0 max 8223us
+transfer-fail 0";
+    let trace = r#"
+{"timestamp": 0, "input_length": 1340, "output_length": 49, "hash_ids": [2000, 1000001, 1000002]}
+{"timestamp": 0, "input_length": 442, "output_length": 15, "hash_ids": [1000200]}
+{"timestamp": 0, "input_length": 669, "output_length": 241, "hash_ids": [0, 1]}"#;
+    handoff_tests::dst::assert_passes(deployment, plan, trace);
+}

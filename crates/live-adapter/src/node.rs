@@ -175,10 +175,14 @@ impl<T: Transport> WorkerNode<T> {
                 // A notice cannot have been sent after it arrived: a sender
                 // on another clock (an engine process of `serve --engine`
                 // keeps its own) is held to this one's present.
-                Frame::SourceReleased { id, at, reused_at } => {
-                    self.reads
-                        .on_notice(id, at.min(now), reused_at.map(|r| r.min(now)))
-                }
+                Frame::SourceReleased {
+                    id,
+                    at,
+                    reused_at,
+                    expired,
+                } => self
+                    .reads
+                    .on_notice(id, at.min(now), reused_at.map(|r| r.min(now)), expired),
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
                 // The frontend's cancel (its client went away) is the host
                 // input the one-process engine delivers for a client cancel.

@@ -4,11 +4,11 @@
 //!
 //! A source-first destination reads KV its source pinned (vLLM: the decode
 //! worker's NIXL read of the prefill worker's blocks, `nixl_connector.py`,
-//! `start_load_kv`). If the source freed those blocks early (lease expiry,
-//! cancel) before or while the read ran, the read is stale
-//! ([`TransferResult::SourceReleased`]), and reused if the source's worker
-//! had given one of those blocks to another request before the read ended;
-//! the destination's `StaleReadPolicy` decides what follows.
+//! `start_load_kv`). If the source's lease expired before or while the read
+//! ran, the read is stale ([`TransferResult::SourceReleased`]), and reused
+//! if the source's worker had given one of those blocks to another request
+//! before the read ended; the destination's `StaleReadPolicy` decides what
+//! follows. After any other early release (a cancel) the read fails.
 //!
 //! In replay one engine sees both sides. On the wall clock the source and
 //! the reader are different processes, so each node keeps its half, sans-IO:
@@ -57,6 +57,9 @@ pub struct Notice {
 struct Release {
     at: Instant,
     reused_at: Option<Instant>,
+    /// Released by its lease's expiry: a read may outlive only that (as
+    /// vLLM's reader does); after any other early end the read fails.
+    expired: bool,
 }
 
 /// Values remembered by attempt, oldest first, at most
@@ -109,8 +112,9 @@ pub struct NodeReads {
     pinned: FastMap<HandoffId, Option<WorkerId>>,
     /// Sources released early before their reader was known.
     unclaimed: Remembered<Release>,
-    /// Sources released early whose reader was told, for the reuse notice.
-    told: Remembered<WorkerId>,
+    /// Sources released early whose reader was told, for the reuse notice
+    /// (with whether the release was a lease expiry).
+    told: Remembered<(WorkerId, bool)>,
     /// Reads this worker runs of another worker's KV.
     reading: FastSet<HandoffId>,
     /// Notices received: sources released early, by attempt.
@@ -149,10 +153,11 @@ impl NodeReads {
                 let release = Release {
                     at: *at,
                     reused_at: None,
+                    expired: *reason == Some(CancelReason::LeaseExpired),
                 };
                 match reader {
                     Some(to) => {
-                        self.told.insert(*id, to);
+                        self.told.insert(*id, (to, release.expired));
                         Some(notice(to, *id, release))
                     }
                     None => {
@@ -166,10 +171,11 @@ impl NodeReads {
                     r.reused_at = Some(*at);
                     return None;
                 }
-                let to = self.told.remove(*id)?;
+                let (to, expired) = self.told.remove(*id)?;
                 let release = Release {
                     at: *at,
                     reused_at: Some(*at),
+                    expired,
                 };
                 Some(notice(to, *id, release))
             }
@@ -200,7 +206,7 @@ impl NodeReads {
         }
         let release = self.unclaimed.remove(msg.id)?;
         if release.reused_at.is_none() {
-            self.told.insert(msg.id, from);
+            self.told.insert(msg.id, (from, release.expired));
         }
         Some(notice(from, msg.id, release))
     }
@@ -212,13 +218,27 @@ impl NodeReads {
         }
     }
 
-    /// A source told this worker it released attempt `id`'s KV at `at`,
-    /// and, if `reused_at` is set, that a block of it went to another
-    /// request then (a later notice of the same release).
-    pub fn on_notice(&mut self, id: HandoffId, at: Instant, reused_at: Option<Instant>) {
+    /// A source told this worker it released attempt `id`'s KV at `at`
+    /// (by its lease's expiry when `expired`), and, if `reused_at` is set,
+    /// that a block of it went to another request then (a later notice of
+    /// the same release).
+    pub fn on_notice(
+        &mut self,
+        id: HandoffId,
+        at: Instant,
+        reused_at: Option<Instant>,
+        expired: bool,
+    ) {
         match self.released.at.get_mut(&id) {
             Some(r) => r.reused_at = r.reused_at.or(reused_at),
-            None => self.released.insert(id, Release { at, reused_at }),
+            None => self.released.insert(
+                id,
+                Release {
+                    at,
+                    reused_at,
+                    expired,
+                },
+            ),
         }
     }
 
@@ -230,6 +250,7 @@ impl NodeReads {
             return TransferResult::Completed;
         }
         match self.released.at.get(&id) {
+            Some(r) if r.at <= now && !r.expired => TransferResult::Failed,
             Some(r) if r.at <= now => TransferResult::SourceReleased {
                 reused: r.reused_at.is_some_and(|t| t <= now),
             },
@@ -273,6 +294,7 @@ fn notice(to: WorkerId, id: HandoffId, r: Release) -> Notice {
             id,
             at: r.at,
             reused_at: r.reused_at,
+            expired: r.expired,
         },
     }
 }
@@ -334,10 +356,16 @@ mod tests {
         match n {
             Some(Notice {
                 to,
-                frame: Frame::SourceReleased { id, at, reused_at },
+                frame:
+                    Frame::SourceReleased {
+                        id,
+                        at,
+                        reused_at,
+                        expired,
+                    },
             }) => {
                 assert_eq!(to, D);
-                reader.on_notice(id, at, reused_at);
+                reader.on_notice(id, at, reused_at, expired);
             }
             other => panic!("expected a notice, got {other:?}"),
         }
@@ -357,8 +385,15 @@ mod tests {
     }
 
     #[test]
-    fn a_release_during_the_read_makes_it_stale() {
-        for reason in [CancelReason::LeaseExpired, CancelReason::Client] {
+    fn a_release_during_the_read_makes_it_stale_or_fails_it() {
+        for (reason, result) in [
+            (
+                CancelReason::LeaseExpired,
+                TransferResult::SourceReleased { reused: false },
+            ),
+            // Only an expiry is silent: a cancel's release fails the read.
+            (CancelReason::Client, TransferResult::Failed),
+        ] {
             let (mut p, mut d) = (NodeReads::default(), NodeReads::default());
             p.on_event(P, &pinned(1));
             p.on_fact_in(D, &renewal(1));
@@ -367,10 +402,7 @@ mod tests {
                 &mut d,
                 p.on_event(P, &ended(1, Role::Source, Some(reason), 3)),
             );
-            assert_eq!(
-                d.judge(id(1), Instant(4)),
-                TransferResult::SourceReleased { reused: false }
-            );
+            assert_eq!(d.judge(id(1), Instant(4)), result);
             d.on_event(D, &ended(1, Role::Destination, None, 4));
             // The reader's completion reaches the released source.
             let done = HandoffMsg {
@@ -443,7 +475,10 @@ mod tests {
         d.on_event(D, &read(3, P));
         deliver(
             &mut d,
-            p.on_event(P, &ended(3, Role::Source, Some(CancelReason::Client), 2)),
+            p.on_event(
+                P,
+                &ended(3, Role::Source, Some(CancelReason::LeaseExpired), 2),
+            ),
         );
         let late = WorkerEvent::SourceKvReused {
             id: id(3),
@@ -486,7 +521,7 @@ mod tests {
         assert_eq!(p.remembered(), 0);
         // Destination-first: the source times its own write; not a read.
         p.on_event(P, &read(5, P));
-        p.on_notice(id(5), Instant(1), None);
+        p.on_notice(id(5), Instant(1), None, true);
         assert_eq!(p.judge(id(5), Instant(2)), TransferResult::Completed);
     }
 
@@ -498,7 +533,7 @@ mod tests {
             p.on_event(P, &pinned(i));
             let gone = ended(i, Role::Source, Some(CancelReason::LeaseExpired), i);
             p.on_event(P, &gone);
-            d.on_notice(id(i), Instant(i), None);
+            d.on_notice(id(i), Instant(i), None, true);
         }
         assert_eq!(p.remembered(), NodeReads::REMEMBERED);
         assert_eq!(d.remembered(), NodeReads::REMEMBERED);

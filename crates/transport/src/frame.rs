@@ -103,6 +103,9 @@ pub enum Frame {
         /// another request (a second notice of the same release), if it
         /// did.
         reused_at: Option<Instant>,
+        /// Freed by its lease's expiry (a read may outlive only that; after
+        /// any other early release the read fails).
+        expired: bool,
     },
     /// Frontend to worker: abandon attempt `id` here for `reason`, as the
     /// one-process engine delivers a client cancel to every role of the
@@ -272,6 +275,7 @@ pub(crate) mod samples {
                 id,
                 at: Instant(78),
                 reused_at: Some(Instant(80)),
+                expired: true,
             },
             Frame::Cancel {
                 id,

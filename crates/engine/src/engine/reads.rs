@@ -12,6 +12,9 @@
 //! (its core's [`WorkerEvent::SourceKvReused`]) before the read ended; the
 //! destination's [`handoff_core::StaleReadPolicy`] decides what follows.
 //!
+//! Only a lease expiry is such a silent release: a source ended early for
+//! any other reason (a cancel, a failed transfer) tells its reader, whose
+//! read fails ([`TransferResult::Failed`], then `kv_load_failure_policy`).
 //! A source whose worker died (teardown) is not released but gone: the
 //! read fails ([`TransferResult::SourceLost`]), a loss the serving layer
 //! migrates as it migrates the other roles of a dead worker.
@@ -27,6 +30,9 @@ use handoff_core::{HandoffId, TransferResult, WorkerEvent, WorkerId};
 #[derive(Clone, Copy, Default)]
 struct Released {
     died: bool,
+    /// Released by its lease's expiry (the one early end a read may
+    /// outlive, as vLLM's reader does; any other early end fails the read).
+    expired: bool,
     reused: bool,
 }
 
@@ -59,10 +65,12 @@ impl SourceReads {
                 handoff_core::Role::Source => {
                     if let (Some(_), Some(reason)) = (self.held.remove(id), reason) {
                         let died = *reason == handoff_core::CancelReason::Teardown;
+                        let expired = *reason == handoff_core::CancelReason::LeaseExpired;
                         self.released.insert(
                             *id,
                             Released {
                                 died,
+                                expired,
                                 reused: false,
                             },
                         );
@@ -89,6 +97,7 @@ impl SourceReads {
         match (moved, read.then(|| self.released.get(&id)).flatten()) {
             (false, _) => TransferResult::Failed,
             (true, Some(r)) if r.died => TransferResult::SourceLost,
+            (true, Some(r)) if !r.expired => TransferResult::Failed,
             (true, Some(r)) => TransferResult::SourceReleased { reused: r.reused },
             (true, None) => TransferResult::Completed,
         }
@@ -156,7 +165,8 @@ mod tests {
 
     #[test]
     fn a_read_after_or_during_an_early_release_is_stale() {
-        for reason in [CancelReason::LeaseExpired, CancelReason::Client] {
+        {
+            let reason = CancelReason::LeaseExpired;
             let mut r = SourceReads::default();
             r.observe(P, &pinned(1));
             r.observe(P, &ended(1, Role::Source, Some(reason)));
@@ -191,6 +201,16 @@ mod tests {
             );
             assert_eq!(r.remembered(), 0, "{reason:?}");
         }
+    }
+
+    #[test]
+    fn a_read_of_a_source_cancelled_early_fails() {
+        // Only a lease expiry is silent; a cancel's release fails the read.
+        let mut r = SourceReads::default();
+        r.observe(P, &pinned(1));
+        r.observe(D, &read(1));
+        r.observe(P, &ended(1, Role::Source, Some(CancelReason::Client)));
+        assert_eq!(r.judge(id(1), true), TransferResult::Failed);
     }
 
     #[test]
