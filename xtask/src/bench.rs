@@ -39,6 +39,11 @@
 //! shared cache, so paired times are each slower than a lone run's: quote
 //! their ratios, not their times.
 //!
+//! `--dynamo TRACE` runs none of that: it times Dynamo's mocker 1.6.1
+//! against this one on TRACE with matched settings, `--runs` alternating
+//! runs each, disaggregated 4P+4D and aggregated 8 (`checks/dynamo-mocker/
+//! run.sh`, which builds both; Dynamo's tree takes minutes the first time).
+//!
 //! The trace is the repository's `tests/data/conversation_trace.jsonl`
 //! (Mooncake's conversation trace, see `tests/data/NOTICE.md`), or
 //! `--trace FILE`. A trace that is not there is an error, and so is a run
@@ -91,6 +96,7 @@ struct Opts {
     cluster_requests: u64,
     micro: bool,
     paired: bool,
+    dynamo: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -103,6 +109,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         cluster_requests: 200_000,
         micro: true,
         paired: false,
+        dynamo: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -140,6 +147,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             }
             "--no-micro" => o.micro = false,
             "--paired" => o.paired = true,
+            "--dynamo" => o.dynamo = Some(PathBuf::from(val("--dynamo")?)),
             other => return Err(format!("bench: unknown option {other}")),
         }
     }
@@ -147,6 +155,21 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         return Err("--paired: needs --baseline REV or --baseline-bin FILE".into());
     }
     Ok(o)
+}
+
+/// `--dynamo TRACE`: `checks/dynamo-mocker/run.sh TRACE RUNS`, this
+/// workspace's release build against Dynamo's mocker.
+fn against_dynamo(trace: &Path, runs: usize) -> bool {
+    if !trace.is_file() {
+        eprintln!("--dynamo: no such trace {}", trace.display());
+        return false;
+    }
+    let script = root().join("checks/dynamo-mocker/run.sh");
+    run(Command::new("bash")
+        .arg(script)
+        .arg(trace)
+        .arg(runs.to_string())
+        .current_dir(root()))
 }
 
 /// One measured run.
@@ -364,6 +387,14 @@ fn workload_trace(o: &Opts) -> Result<Option<PathBuf>, String> {
 }
 
 pub fn bench(args: &[String]) -> bool {
+    if let Ok(Opts {
+        dynamo: Some(trace),
+        runs,
+        ..
+    }) = parse(args)
+    {
+        return against_dynamo(&trace, runs);
+    }
     let (o, trace) = match parse(args).and_then(|o| workload_trace(&o).map(|t| (o, t))) {
         Ok(x) => x,
         Err(e) => {
@@ -656,6 +687,10 @@ mod tests {
         );
         assert!(a(&["--paired"]).is_err_and(|e| e.contains("--baseline")));
         assert!(a(&["--paired", "--baseline-bin", "/bin/true"]).is_ok_and(|o| o.paired));
+        let o = a(&["--dynamo", "t.jsonl", "--runs", "2"]).unwrap();
+        assert_eq!((o.dynamo, o.runs), (Some(PathBuf::from("t.jsonl")), 2));
+        assert!(a(&["--dynamo"]).is_err());
+        assert!(!against_dynamo(Path::new("/nonexistent/t.jsonl"), 1));
     }
 
     #[test]

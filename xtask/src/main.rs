@@ -108,7 +108,7 @@ fn main() -> ExitCode {
         Some("docs") => docs::docs(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask bench [--runs N] [--trace FILE] [--baseline REV | --baseline-bin FILE] [--workloads cluster,conversation,x2,poly,overlay,workers] [--cluster-requests N] [--no-micro]\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang] [--bin FILE]\n       cargo xtask dst [--schedules N] [--seed S] [--no-shrink]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]\n       cargo xtask docs [--pictures] [PAGE ...]"
+                "usage: cargo xtask bench [--runs N] [--trace FILE] [--baseline REV | --baseline-bin FILE] [--workloads cluster,conversation,x2,poly,overlay,workers] [--cluster-requests N] [--no-micro] [--paired] [--dynamo TRACE]\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang] [--bin FILE]\n       cargo xtask dst [--schedules N] [--seed S] [--no-shrink]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]\n       cargo xtask docs [--pictures] [PAGE ...]"
             );
             false
         }

@@ -83,6 +83,17 @@ pub enum HostOutput {
     Refused(RequestError),
 }
 
+/// Which held outputs, besides a pass's shape and tokens that are no
+/// request's first, [`WorkerHost::quiet_until`] takes as quiet: those a
+/// driver lets another host's run of passes overtake.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuietKinds {
+    /// KV events (`WorkerEvent::Kv`).
+    pub kv: bool,
+    /// Tokens that include a request's first output token.
+    pub first_tokens: bool,
+}
+
 /// What a driver needs to know about a host after each operation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -276,23 +287,27 @@ impl<S: SchedulerCore> WorkerHost<S> {
     }
 
     /// With a step in progress whose held outputs are quiet (only `Step`
-    /// and `Tokens` events, and with `kv` also `Kv` ones): the instant
-    /// before which, unless an input reaches it, the host releases nothing
-    /// but such outputs. That is its step end plus the worker's
-    /// [`crate::SchedulerCore::quiet_floor`], or its next timer if that
-    /// comes first. It depends only on the state the last operation left,
-    /// so a driver may ask any time before the next one.
-    pub fn quiet_until(&mut self, kv: bool) -> Option<Instant> {
+    /// and `Tokens` events, with `quiet.first_tokens` also tokens that
+    /// include a request's first, and with `quiet.kv` also `Kv` events):
+    /// the instant before which, unless an input reaches it, the host
+    /// releases nothing but such outputs. That is its step end plus the
+    /// worker's [`crate::SchedulerCore::quiet_floor`] (whose passes emit no
+    /// first token), or its next timer if that comes first. It depends only
+    /// on the state the last operation left, so a driver may ask any time
+    /// before the next one.
+    pub fn quiet_until(&mut self, quiet: QuietKinds) -> Option<Instant> {
         let end = self.step_end?;
         for o in &self.held {
             match o {
-                HostOutput::Event(WorkerEvent::Step { .. } | WorkerEvent::Tokens { .. }) => {}
-                HostOutput::Event(WorkerEvent::Kv { .. }) if kv => {}
+                HostOutput::Event(WorkerEvent::Step { .. }) => {}
+                HostOutput::Event(WorkerEvent::Tokens { emissions })
+                    if quiet.first_tokens || !emissions.iter().any(|e| e.first) => {}
+                HostOutput::Event(WorkerEvent::Kv { .. }) if quiet.kv => {}
                 _ => return None,
             }
         }
         let floor = self.worker.quiet_floor();
-        let floor = if kv { floor.kv } else { floor.pass };
+        let floor = if quiet.kv { floor.kv } else { floor.pass };
         let timer = self.worker.poll_timeout().unwrap_or(Instant::MAX);
         Some((end + floor).min(timer))
     }

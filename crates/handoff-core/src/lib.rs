@@ -82,7 +82,7 @@ pub use destination::{
     DestinationState, SourceReady,
 };
 pub use dp::{DpLayout, DpRank, DpSizeError, WorkerWithDpRank, MAX_DP_SIZE};
-pub use host::{HostFinal, HostInput, HostOutput, HostStatus, WorkerHost};
+pub use host::{HostFinal, HostInput, HostOutput, HostStatus, QuietKinds, WorkerHost};
 pub use ids::{
     DestinationReservationId, Generation, HandoffId, HandoffIdGen, RequestId, SessionId,
     SourceLeaseId, WorkerId,

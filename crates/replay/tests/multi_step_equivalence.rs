@@ -41,7 +41,7 @@ fn case() -> impl Strategy<Value = Case> {
         20u64..90,
         prop_oneof![Just(4.0), Just(20.0), Just(80.0)],
         1u32..4,
-        1u32..4,
+        0u32..4,
         prop_oneof![Just(1u64 << 14), Just(1u64 << 16), Just(1u64 << 18)],
         prop_oneof![Just(16u32), Just(96), Just(400)],
         0u32..4,
@@ -55,7 +55,14 @@ fn case() -> impl Strategy<Value = Case> {
                     requests,
                     rate,
                     prefill,
-                    decode,
+                    // SGLang's multi-pass steps on an aggregated worker are
+                    // not yet one pass per event (`Serving`'s
+                    // `overtake_aggregated`).
+                    decode: if backend == Backend::Sglang {
+                        decode.max(1)
+                    } else {
+                        decode
+                    },
                     decode_kv_tokens: kv,
                     output_max,
                     prefix_groups: groups,
@@ -204,6 +211,48 @@ fn runs_overtake_quiet_step_ends() {
             };
             assert!(
                 fast.3 * 3 < slow.3 * thirds,
+                "{backend:?} sink {kv_sink}: {} step calls with multi-step, {} without",
+                fast.3,
+                slow.3
+            );
+        }
+    }
+}
+
+/// Aggregated vLLM workers (`decode: 0`) overtake each other's quiet step
+/// ends too: a pass's shape and its tokens but a request's first (which
+/// ends its prefill load in the kv router) commute with other workers'
+/// events.
+#[test]
+fn aggregated_runs_overtake_quiet_step_ends() {
+    for backend in [Backend::Vllm, Backend::Sglang] {
+        let c = Case {
+            backend,
+            seed: 11,
+            requests: 40,
+            rate: 8.0,
+            prefill: 4,
+            decode: 0,
+            decode_kv_tokens: 1 << 18,
+            output_max: 400,
+            prefix_groups: 2,
+            router: RouterMode::KvAware,
+        };
+        let slow = run(&c, false);
+        for kv_sink in [true, false] {
+            let fast = run_with(&c, true, kv_sink);
+            assert_eq!(
+                (&fast.0, &fast.1),
+                (&slow.0, &slow.1),
+                "{backend:?} sink {kv_sink}"
+            );
+            // Without overtaking, 2,817 of 2,882 (vLLM) and 2,732 of 2,825
+            // (SGLang, which does not overtake yet: `Serving`'s
+            // `overtake_aggregated`) one-pass calls.
+            let overtakes = backend == Backend::Vllm;
+            assert_eq!(
+                fast.3 * 3 < slow.3 * 2,
+                overtakes,
                 "{backend:?} sink {kv_sink}: {} step calls with multi-step, {} without",
                 fast.3,
                 slow.3

@@ -3,7 +3,7 @@
 
 use crate::fault::{FaultCounts, FaultPlan};
 use crate::transfer::TransferModel;
-use handoff_core::host::{HostFinal, HostInput, HostOutput, HostStatus};
+use handoff_core::host::{HostFinal, HostInput, HostOutput, HostStatus, QuietKinds};
 use handoff_core::ids::{Generation, HandoffId, RequestId, WorkerId};
 use handoff_core::msg::HandoffMsg;
 use handoff_core::time::{Duration, Instant};
@@ -62,13 +62,13 @@ pub trait HostPort {
         let _ = (w, event);
     }
 
-    /// [`handoff_core::WorkerHost::quiet_until`] of host `w` (with `kv`, KV events
-    /// count as quiet), as of its last operation. Asked only when a
+    /// [`handoff_core::WorkerHost::quiet_until`] of host `w` (`quiet`: which
+    /// held outputs count as quiet), as of its last operation. Asked only when a
     /// multi-pass horizon could use it, so it costs nothing at a step that
     /// cannot. A port whose hosts are remote answers `None` (the default):
     /// a round trip would cost more than the passes it saves.
-    fn quiet_until(&mut self, w: WorkerId, kv: bool) -> Option<Instant> {
-        let _ = (w, kv);
+    fn quiet_until(&mut self, w: WorkerId, quiet: QuietKinds) -> Option<Instant> {
+        let _ = (w, quiet);
         None
     }
 
@@ -183,6 +183,27 @@ pub enum QuietEvents {
     /// Those and KV events (`Kv`): nothing keeps the KV event stream's
     /// order across workers, and routing reads it only at events.
     PassAndKv,
+    /// A pass's shape and tokens but a request's first token (an
+    /// aggregated worker's: its first token ends the request's prefill
+    /// load in the router).
+    LaterTokens,
+    /// Those and KV events.
+    LaterTokensAndKv,
+}
+
+impl QuietEvents {
+    /// The held outputs [`HostPort::quiet_until`] may take as quiet, or
+    /// `None` when no run may overtake this worker.
+    pub fn kinds(self) -> Option<QuietKinds> {
+        let (kv, first_tokens) = match self {
+            QuietEvents::None => return None,
+            QuietEvents::Pass => (false, true),
+            QuietEvents::PassAndKv => (true, true),
+            QuietEvents::LaterTokens => (false, false),
+            QuietEvents::LaterTokensAndKv => (true, false),
+        };
+        Some(QuietKinds { kv, first_tokens })
+    }
 }
 
 /// The engine's own settings (the director and hosts carry the rest).

@@ -1,7 +1,7 @@
 //! The hosts: who steps at an instant and up to which horizon, calls
 //! through the port, and what their outputs become.
 
-use super::{Director, Engine, Ev, HostOp, HostPort, QuietEvents, Route};
+use super::{Director, Engine, Ev, HostOp, HostPort, Route};
 use crate::fault::FactFate;
 use handoff_core::host::{HostInput, HostOutput, HostStatus};
 use handoff_core::ids::{Generation, WorkerId};
@@ -88,14 +88,12 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             if !std::mem::take(&mut self.unasked[h]) {
                 return Instant(least);
             }
-            let kv = match self.director.quiet_events(WorkerId(h as u32)) {
-                QuietEvents::None => return Instant(least),
-                QuietEvents::Pass => false,
-                QuietEvents::PassAndKv => true,
+            let Some(quiet) = self.director.quiet_events(WorkerId(h as u32)).kinds() else {
+                return Instant(least);
             };
             // Up to, not including, the instant it could release anything
             // else; a bound that moves no later ends the search here.
-            match self.port.quiet_until(WorkerId(h as u32), kv) {
+            match self.port.quiet_until(WorkerId(h as u32), quiet) {
                 Some(q) if q.0.saturating_sub(1) > least => {
                     self.bounds.set(h, q.0.saturating_sub(1));
                 }

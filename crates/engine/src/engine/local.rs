@@ -1,7 +1,7 @@
 //! Hosts in this thread, and the one interpretation of a [`HostOp`].
 
 use super::{HostOp, HostPort};
-use handoff_core::host::{HostFinal, HostOutput, HostStatus};
+use handoff_core::host::{HostFinal, HostOutput, HostStatus, QuietKinds};
 use handoff_core::ids::WorkerId;
 use handoff_core::time::Instant;
 use handoff_core::worker::WorkerEvent;
@@ -50,8 +50,8 @@ impl<S: handoff_core::SchedulerCore> HostPort for LocalHosts<'_, S> {
         }
     }
 
-    fn quiet_until(&mut self, w: WorkerId, kv: bool) -> Option<Instant> {
-        self.hosts.get_mut(w.0 as usize)?.quiet_until(kv)
+    fn quiet_until(&mut self, w: WorkerId, quiet: QuietKinds) -> Option<Instant> {
+        self.hosts.get_mut(w.0 as usize)?.quiet_until(quiet)
     }
 
     fn finals(&mut self) -> Vec<HostFinal> {

@@ -26,7 +26,8 @@
 //! - a host whose step in progress holds only *quiet* outputs, the events
 //!   the director takes in any order among workers' events without
 //!   routing on them ([`Director::quiet_events`]: a pass's shape and
-//!   tokens, and KV events when no observer keeps their order), bounds the
+//!   tokens, but for an aggregated worker a request's first token, and KV
+//!   events when no observer keeps their order), bounds the
 //!   horizon just before its [`HostPort::quiet_until`]: its step end plus
 //!   the core's [`handoff_core::SchedulerCore::quiet_floor`], the time its next
 //!   passes are sure to stay quiet if nothing reaches it (asked only while

@@ -11,10 +11,15 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     /// only when routing, at events; but a KV sink sees their order.
     fn quiet_events(&self, w: WorkerId) -> handoff_engine::QuietEvents {
         use handoff_engine::QuietEvents;
-        match self.pool(w) {
-            Pool::Aggregated => QuietEvents::None,
-            _ if self.kv_sink.is_some() => QuietEvents::Pass,
-            _ => QuietEvents::PassAndKv,
+        // An aggregated worker's first tokens end a prefill load in the
+        // router (`Frontend::on_event`); its other tokens only the recorder
+        // reads, as a decode worker's.
+        match (self.pool(w), self.kv_sink.is_some()) {
+            (Pool::Aggregated, _) if !self.overtake_aggregated => QuietEvents::None,
+            (Pool::Aggregated, true) => QuietEvents::LaterTokens,
+            (Pool::Aggregated, false) => QuietEvents::LaterTokensAndKv,
+            (_, true) => QuietEvents::Pass,
+            (_, false) => QuietEvents::PassAndKv,
         }
     }
 
