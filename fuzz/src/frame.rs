@@ -530,9 +530,9 @@ fn big_request(rng: &mut Rng) -> Vec<u8> {
             &mut body,
         );
     }
-    // hash_block_tokens 512, no session, arrival 7.
+    // hash_block_tokens 512, no session, arrival 7, no LoRA adapter.
     varint(512, &mut body);
-    body.extend_from_slice(&[0, 7]);
+    body.extend_from_slice(&[0, 7, 0]);
     let len = if rng.one_in(4) {
         rng.range(body.len() / 2, body.len() * 2)
     } else {
@@ -745,7 +745,7 @@ mod tests {
         let mut body = vec![2, 0, 1, 1, 1, 3, 0, 1];
         varint(u64::MAX, &mut body);
         varint(512, &mut body);
-        body.extend_from_slice(&[0, 7]);
+        body.extend_from_slice(&[0, 7, 0]);
         assert_eq!(encode(&f)[HEADER_LEN..], body[..]);
     }
 

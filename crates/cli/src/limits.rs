@@ -326,6 +326,9 @@ impl DeployArgs {
         if let Some(n) = self.max_running {
             int("max-running", u64::from(n), 1, u64::from(MAX_RUNNING))?;
         }
+        if let Some(n) = self.max_loras {
+            int("max-loras", u64::from(n), 1, u64::from(MAX_RUNNING))?;
+        }
         int(
             "max-batched-tokens",
             u64::from(self.max_batched_tokens),

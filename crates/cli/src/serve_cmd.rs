@@ -190,7 +190,7 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     let (cfg, mut specs) = a.deploy.deployment(false)?;
     let lora_env = std::env::var(handoff_serve::RUNTIME_UPDATING_ENV).ok();
-    let lora = a.gateway.lora(lora_env.as_deref())?;
+    let lora = a.gateway.lora(a.deploy.max_loras, lora_env.as_deref())?;
     if let Some(l) = &lora {
         for s in &mut specs {
             s.max_loras = Some(l.max_loras);

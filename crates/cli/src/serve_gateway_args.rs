@@ -46,9 +46,6 @@ pub struct GatewayArgs {
     #[arg(long, num_args = 1.., value_name = "NAME=PATH",
           value_parser = handoff_serve::parse_lora_module)]
     lora_modules: Vec<handoff_serve::LoraModule>,
-    /// Distinct adapters in one scheduled batch (vLLM's default 1).
-    #[arg(long, default_value_t = handoff_serve::DEFAULT_MAX_LORAS, value_name = "N")]
-    max_loras: u32,
     /// The largest adapter rank (vLLM's default 16; recorded only: the
     /// mock loads no weights).
     #[arg(long, default_value_t = handoff_serve::DEFAULT_MAX_LORA_RANK, value_name = "RANK")]
@@ -69,10 +66,16 @@ enum Layout {
 const LORA_RANKS: [u32; 9] = [1, 8, 16, 32, 64, 128, 256, 320, 512];
 
 impl GatewayArgs {
-    /// The LoRA flags, with `runtime` the value of
-    /// VLLM_ALLOW_RUNTIME_LORA_UPDATING; `None` when LoRA is not served.
-    pub fn lora(&self, runtime: Option<&str>) -> Result<Option<handoff_serve::LoraConfig>, String> {
-        if self.max_loras < 1 {
+    /// The LoRA flags, with `max_loras` the deployment's `--max-loras` and
+    /// `runtime` the value of VLLM_ALLOW_RUNTIME_LORA_UPDATING; `None` when
+    /// LoRA is not served.
+    pub fn lora(
+        &self,
+        max_loras: Option<u32>,
+        runtime: Option<&str>,
+    ) -> Result<Option<handoff_serve::LoraConfig>, String> {
+        let max_loras = max_loras.unwrap_or(handoff_serve::DEFAULT_MAX_LORAS);
+        if max_loras < 1 {
             return Err("--max-loras: must be at least 1".into());
         }
         if !LORA_RANKS.contains(&self.max_lora_rank) {
@@ -83,7 +86,7 @@ impl GatewayArgs {
         }
         let c = handoff_serve::LoraConfig {
             modules: self.lora_modules.clone(),
-            max_loras: self.max_loras,
+            max_loras,
             max_lora_rank: self.max_lora_rank,
             runtime_updating: handoff_serve::lora_runtime_updating(runtime),
         };

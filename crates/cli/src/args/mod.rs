@@ -194,6 +194,11 @@ pub struct DeployArgs {
     /// Prefill tokens per pass (max_num_batched_tokens / chunked_prefill_size).
     #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
     pub max_batched_tokens: u32,
+    /// vLLM: distinct LoRA adapters one scheduled batch may hold
+    /// (`max_loras`, `Scheduler.schedule`) [default: replay no limit;
+    /// serve 1, vLLM's default, when it serves LoRA].
+    #[arg(long, value_name = "N")]
+    pub max_loras: Option<u32>,
     /// Divides every modelled forward-pass time (a faster GPU): 2 halves
     /// prefill and decode pass times. Not Dynamo's `--speedup-ratio`, which
     /// speeds up the wall clock (here: `--speed` on live commands).
@@ -555,7 +560,7 @@ impl DeployArgs {
                 decode_radix_cache: false,
                 early_send_cached_prefix: true,
                 sessions: Default::default(),
-                max_loras: None,
+                max_loras: self.max_loras,
             })
         };
         let (early_send, warning) = early_send_cached_prefix(
