@@ -156,26 +156,19 @@ impl HttpDirector {
         prefill: WorkerId,
         now: Instant,
     ) {
-        let request = crate::openai::prompt::request_for(
-            decode.id,
-            &decode.tokens,
-            decode.payload.output_tokens,
-            self.block_size,
-            now,
-        );
-        self.open(&request, &decode.tokens, decode.payload.tx);
+        let (request, worker, tokens) = self.open_decode(decode, now);
         self.pairs.early_room.insert(request.id, key.clone());
         self.pairs.early.insert(
             key,
             EarlyDecode {
                 request: request.id,
-                tokens: decode.tokens,
+                tokens,
             },
         );
         self.arriving.push_back(Pending::EarlyPair {
             request,
             prefill,
-            decode: decode.worker,
+            decode: worker,
         });
     }
 
@@ -271,14 +264,7 @@ impl HttpDirector {
     /// Queues the engine request of a pair: the decode leg's id, prompt
     /// and output length, arriving now.
     fn submit_pair(&mut self, prefill: Leg<LegOut>, decode: Leg<LegOut>, now: Instant) {
-        let request = crate::openai::prompt::request_for(
-            decode.id,
-            &decode.tokens,
-            decode.payload.output_tokens,
-            self.block_size,
-            now,
-        );
-        self.open(&request, &decode.tokens, decode.payload.tx);
+        let (request, worker, _) = self.open_decode(decode, now);
         self.pairs.request_of.insert(prefill.id, request.id);
         self.pairs.prefill.insert(
             request.id,
@@ -290,8 +276,27 @@ impl HttpDirector {
         self.arriving.push_back(Pending::Pair {
             request,
             prefill: prefill.worker,
-            decode: decode.worker,
+            decode: worker,
         });
+    }
+
+    /// The engine request of a pair (the decode leg's id, prompt and
+    /// output length, arriving `now`), its client's stream opened; with the
+    /// decode leg's worker and prompt tokens.
+    fn open_decode(
+        &mut self,
+        decode: Leg<LegOut>,
+        now: Instant,
+    ) -> (handoff_core::Request, WorkerId, Vec<u32>) {
+        let request = crate::openai::prompt::request_for(
+            decode.id,
+            &decode.tokens,
+            decode.payload.output_tokens,
+            self.block_size,
+            now,
+        );
+        self.open(&request, &decode.tokens, decode.payload.tx);
+        (request, decode.worker, decode.tokens)
     }
 
     /// Legs whose partner did not come by `now` fail with the bootstrap
