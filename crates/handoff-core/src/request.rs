@@ -61,6 +61,10 @@ pub struct LoraAdapter {
     /// vLLM's `lora_int_id`: positive and unique among a server's adapters.
     pub id: u32,
     /// vLLM's `lora_name`: what a client names as `model`.
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "crate::serde_vec::deserialize_string")
+    )]
     pub name: String,
 }
 

@@ -48,6 +48,58 @@ where
     d.deserialize_seq(Bounded(PhantomData))
 }
 
+/// `#[serde(deserialize_with = "handoff_core::serde_vec::deserialize_string")]`
+/// for a `String` field that crosses the wire: text formats read it as a
+/// string; binary ones (bincode writes a string as its length and bytes,
+/// as it writes a byte sequence) read it byte by byte, pre-sized for at
+/// most [`PREALLOC_BYTES`], so a claimed length costs no memory the bytes
+/// do not bring.
+pub fn deserialize_string<'de, D>(d: D) -> Result<String, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    struct Text;
+
+    impl<'de> Visitor<'de> for Text {
+        type Value = String;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a UTF-8 string")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_owned())
+        }
+
+        fn visit_string<E: serde::de::Error>(self, v: String) -> Result<String, E> {
+            Ok(v)
+        }
+
+        fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<String, E> {
+            core::str::from_utf8(v)
+                .map(str::to_owned)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Bytes(v), &self))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<String, A::Error> {
+            let mut v: Vec<u8> =
+                Vec::with_capacity(seq.size_hint().unwrap_or(0).min(PREALLOC_BYTES));
+            while let Some(b) = seq.next_element::<u8>()? {
+                v.push(b);
+            }
+            String::from_utf8(v).map_err(|e| {
+                serde::de::Error::invalid_value(serde::de::Unexpected::Bytes(e.as_bytes()), &self)
+            })
+        }
+    }
+
+    if d.is_human_readable() {
+        d.deserialize_string(Text)
+    } else {
+        d.deserialize_seq(Text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

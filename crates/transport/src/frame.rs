@@ -217,7 +217,11 @@ pub(crate) mod samples {
             hash_block_tokens: 512,
             session: Some(SessionId(4)),
             arrival: Instant(12_345),
-            lora: None,
+            // Odd ids run on an adapter, so frames carry both forms.
+            lora: (id % 2 == 1).then(|| handoff_core::LoraAdapter {
+                id: 3,
+                name: "sql-adapter".into(),
+            }),
         }
     }
 
