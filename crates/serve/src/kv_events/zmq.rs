@@ -486,6 +486,23 @@ mod tests {
             .collect()
     }
 
+    /// Publishers on two free loopback ports (`make` builds the endpoints
+    /// from them), trying fresh ports when another test took one between
+    /// its probe and the bind.
+    async fn start_on_free_ports(
+        make: impl Fn(Vec<String>) -> KvEndpoints,
+    ) -> (KvEndpoints, KvPublishers) {
+        let mut last = None;
+        for _ in 0..20 {
+            let ep = make(loopback(2));
+            match KvPublishers::start_keeping(&ep, 5).await {
+                Ok(p) => return (ep, p),
+                Err(e) => last = Some(e),
+            }
+        }
+        panic!("bind: {last:?}");
+    }
+
     /// A DEALER client (as Dynamo's listener connects) asks the replay
     /// socket for ranges over loopback: kept ones come back in order, each
     /// answer ends with vLLM's end marker, an evicted start is answered
@@ -493,15 +510,14 @@ mod tests {
     /// scheduler's own topic.
     #[tokio::test]
     async fn replay_socket_answers_ranges_over_loopback() {
-        let ports = loopback(2);
-        let ep = KvEndpoints {
+        let (ep, publishers) = start_on_free_ports(|ports| KvEndpoints {
             publish: vec![ports[0].clone()],
             replay: vec![ports[1].clone()],
             topics: vec!["kv@127.0.0.1:8000@m".to_string()],
             ..KvEndpoints::default()
-        };
+        })
+        .await;
         let topic = Some("kv@127.0.0.1:8000@m");
-        let publishers = KvPublishers::start_keeping(&ep, 5).await.expect("bind");
         for i in 0..8u32 {
             publishers.publish(0, f64::from(i), &[WireEvent::AllBlocksCleared]);
         }
@@ -527,15 +543,14 @@ mod tests {
     /// `--kv-replay-layout legacy`: vLLM before 0.26's three frames.
     #[tokio::test]
     async fn legacy_layout_has_no_topic_frame() {
-        let ports = loopback(2);
-        let ep = KvEndpoints {
+        let (ep, publishers) = start_on_free_ports(|ports| KvEndpoints {
             publish: vec![ports[0].clone()],
             replay: vec![ports[1].clone()],
             topic: "t".to_string(),
             replay_layout: ReplayLayout::Legacy,
             ..KvEndpoints::default()
-        };
-        let publishers = KvPublishers::start_keeping(&ep, 5).await.expect("bind");
+        })
+        .await;
         publishers.publish(0, 0.0, &[WireEvent::AllBlocksCleared]);
         let mut dealer = zeromq::DealerSocket::new();
         dealer.connect(&ep.replay[0]).await.expect("connect");
