@@ -38,6 +38,7 @@ from harness import MODEL, Checks, Server, free_port, get, read_stream
 
 PREFILL, DECODE = 2, 2
 TIMEOUT_S = 2.0
+WAITING_S = 2
 PROMPTS = [
     "You are a support assistant for a storage company. " * 8 + f"Question {i}: which cable?"
     for i in range(20)
@@ -48,7 +49,8 @@ class Deployment:
     """`serve --backend sglang` with per-worker listeners, and
     `sglang-router` in PD mode in front of them."""
 
-    def __init__(self, prefill: int = PREFILL, decode: int = DECODE, dp_size: int = 1) -> None:
+    def __init__(self, prefill: int = PREFILL, decode: int = DECODE, dp_size: int = 1,
+                 extra: tuple = ()) -> None:
         self.base = free_port(prefill + decode)
         self.serve = Server(
             "--backend", "sglang",
@@ -57,6 +59,7 @@ class Deployment:
             "--bootstrap-timeout-s", str(TIMEOUT_S),
             # A visible transfer, so the reservation gauges can be seen.
             "--transfer", "fixed", "--transfer-ms", "40",
+            *extra,
             prefill=prefill, decode=decode, kv=False,
         )
         self.port, self.url = self.serve.port, self.serve.url
@@ -242,21 +245,45 @@ def leg(url: str, room: int, stream: bool) -> requests.Response:
     return requests.post(url + "/v1/completions", json=body, timeout=30)
 
 
+def failed_total(d: Deployment) -> float:
+    return sum(v for (k, _), v in d.metrics().items() if k == "sglang:handoff_requests_failed_total")
+
+
 def test_a_leg_without_its_partner_times_out(d: Deployment) -> None:
-    before = d.metrics()
-    for w, partner in [(PREFILL, "prefill"), (0, "decode")]:
-        for stream in (False, True):
-            t0 = time.time()
-            r = leg(d.workers[w], 424242 + w, stream)
-            waited = time.time() - t0
-            assert r.status_code == 500, (r.status_code, r.text)
-            msg = r.json()["error"]["message"]
-            assert "bootstrap_room" in msg and f"its {partner} leg did not arrive" in msg, msg
-            assert waited >= TIMEOUT_S * 0.9, waited
-            d.wait_drained()
+    """A prefill leg alone waits for its decode leg up to the bootstrap
+    timeout and never reaches the engine."""
+    before = failed_total(d)
+    for stream in (False, True):
+        t0 = time.time()
+        r = leg(d.workers[0], 424242, stream)
+        waited = time.time() - t0
+        assert r.status_code == 500, (r.status_code, r.text)
+        msg = r.json()["error"]["message"]
+        assert "bootstrap_room" in msg and "its decode leg did not arrive" in msg, msg
+        assert waited >= TIMEOUT_S * 0.9, waited
+        d.wait_drained()
     # Nothing reached the engine: no request was counted as failed.
-    failed = sum(v for (k, _), v in d.metrics().items() if k == "sglang:handoff_requests_failed_total")
-    assert failed == sum(v for (k, _), v in before.items() if k == "sglang:handoff_requests_failed_total")
+    assert failed_total(d) == before
+
+
+def test_a_decode_leg_alone_reserves_until_the_waiting_timeout(d: Deployment) -> None:
+    """SGLang's decode preallocates on its own leg's arrival
+    (`disaggregation/decode.py`, `DecodePreallocQueue`) and fails the
+    request after SGLANG_DISAGGREGATION_WAITING_TIMEOUT
+    (`common/conn.py`, `CommonKVReceiver._check_waiting_timeout`) with a
+    500; here the waiting timeout is `--reservation-ttl-s`."""
+    before = failed_total(d)
+    for stream in (False, True):
+        t0 = time.time()
+        r = leg(d.workers[1], 434343, stream)
+        waited = time.time() - t0
+        assert r.status_code == 500, (r.status_code, r.text)
+        msg = r.json()["error"]["message"]
+        assert "in KVPoll.WaitingForInput" in msg, msg
+        assert waited >= WAITING_S * 0.9, waited
+        d.wait_drained()
+    # The reservation reached the engine and ended there, once each.
+    assert failed_total(d) == before + 2
 
 
 def test_a_client_that_leaves_mid_stream_frees_both_sides(d: Deployment) -> None:
@@ -334,6 +361,13 @@ def main() -> int:
             test_dp2_prefill_by_room_decode_round_robin, d2)
     finally:
         d2.stop()
+    # One prefill worker: a lone decode leg knows its prefill and reserves.
+    d3 = Deployment(prefill=1, decode=1, extra=("--reservation-ttl-s", str(WAITING_S)))
+    try:
+        run("a decode leg alone reserves until the waiting timeout",
+            test_a_decode_leg_alone_reserves_until_the_waiting_timeout, d3)
+    finally:
+        d3.stop()
     return checks.report()
 
 
