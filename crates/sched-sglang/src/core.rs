@@ -99,6 +99,8 @@ pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     pub(crate) batch_is_full: bool,
     /// The batch lost a request since the last pass began.
     pub(crate) running_shrank: bool,
+    /// The last pass was a prefill that part of the running batch sat out.
+    pub(crate) sat_out: bool,
     pub(crate) events: KvEventQueue,
     pub(crate) next_lease: u64,
     pub(crate) next_reservation: u64,
@@ -162,6 +164,7 @@ impl<P: PerfModel> SglangCore<P> {
             ),
             batch_is_full: false,
             running_shrank: false,
+            sat_out: false,
             events: KvEventQueue::default(),
             next_lease: 0,
             next_reservation: 0,
@@ -443,8 +446,12 @@ impl<P: PerfModel> SglangCore<P> {
         self.resume_retracted();
         self.merge_prebuilt(out);
         let total = self.total_tokens();
+        let running = self.running.len() as u64;
         if let Some(p) = self.prefill_pass(out) {
             out.prefill_tokens += p.tokens;
+            // Requests of the batch that did not decode in this pass (no
+            // mixed chunk) sit it out: their tokens start at the next pass.
+            self.sat_out = p.mixed_batch < running;
             // The mixed decodes read the running batch's context; the
             // chunks, their cached prefixes.
             let pass = Pass {
@@ -457,6 +464,7 @@ impl<P: PerfModel> SglangCore<P> {
             };
             return Some(self.perf.pass(&pass));
         }
+        self.sat_out = false;
         let (batch, kv) = self.decode_pass(out)?;
         Some(self.perf.pass(&Pass::decode(batch, kv, total)))
     }
@@ -582,9 +590,12 @@ impl<P: PerfModel> SchedulerCore for SglangCore<P> {
         out.first_step = first;
         out.last_step = first;
         // Finishes and pins are reported as of the end of the call, so a
-        // call that has any in its first pass ends there.
+        // call that has any in its first pass ends there. A request's
+        // tokens in a call are counted from its first pass, so a call whose
+        // first pass left part of the batch out ends there too.
         let next = now + first;
         if next < horizon
+            && !self.sat_out
             && out.finished.is_empty()
             && out.pinned.is_empty()
             && self.decode_is_stable()

@@ -299,3 +299,42 @@ fn multi_pass_stops_before_a_pass_that_would_need_eviction() {
     );
     assert!(!out.preempted.is_empty());
 }
+
+/// A request's tokens in a call are counted from the call's first pass
+/// (`StepOutput::tokens`), so a call whose first pass is a prefill that the
+/// running batch sat out (no mixed chunk: SGLang runs the prefill batch
+/// alone) ends after it; with a mixed chunk the batch decodes in that pass
+/// and the call goes on.
+#[test]
+fn a_prefill_pass_the_batch_sat_out_ends_its_call() {
+    for mixed in [false, true] {
+        let cfg = SglangConfig {
+            total_pages: 1 << 16,
+            enable_mixed_chunk: mixed,
+            ..SglangConfig::default()
+        };
+        let mut core = SglangCore::new(cfg, PolynomialPerf::default()).expect("config");
+        core.apply(
+            SchedulerCommand::Submit(req(0, 100, 200, &[0])),
+            Instant::ZERO,
+        );
+        let mut out = StepOutput::default();
+        core.step(Instant::ZERO, Instant::ZERO, &mut out);
+        assert_eq!(out.prefill_tokens, 100);
+        let now = Instant::ZERO + out.duration;
+        core.apply(SchedulerCommand::Submit(req(1, 100, 200, &[1])), now);
+        core.step(now, Instant::MAX, &mut out);
+        assert_eq!(out.prefill_tokens, 100, "mixed {mixed}");
+        let running = out.tokens.iter().find(|e| e.request == RequestId(0));
+        if mixed {
+            assert!(out.steps > 1, "the batch decoded in the prefill pass");
+            assert_eq!(running.map(|e| u64::from(e.tokens)), Some(out.steps));
+        } else {
+            assert_eq!(out.steps, 1, "the batch sat the prefill pass out");
+            assert!(running.is_none());
+            let now = now + out.duration;
+            core.step(now, Instant::MAX, &mut out);
+            assert!(out.steps > 1, "decode passes follow in the next call");
+        }
+    }
+}

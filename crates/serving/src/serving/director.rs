@@ -15,7 +15,6 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         // router (`Frontend::on_event`); its other tokens only the recorder
         // reads, as a decode worker's.
         match (self.pool(w), self.kv_sink.is_some()) {
-            (Pool::Aggregated, _) if !self.overtake_aggregated => QuietEvents::None,
             (Pool::Aggregated, true) => QuietEvents::LaterTokens,
             (Pool::Aggregated, false) => QuietEvents::LaterTokensAndKv,
             (_, true) => QuietEvents::Pass,

@@ -117,13 +117,6 @@ struct Flight {
 pub struct Serving<I> {
     frontend: Frontend,
     pools: Vec<Pool>,
-    /// Whether runs of passes may overtake an aggregated worker's quiet
-    /// step ends ([`Director::quiet_events`]): only on vLLM cores. An
-    /// SGLang core's step whose first pass is a prefill goes on with stable
-    /// decode passes and reports its decode requests' tokens as if they took
-    /// part from the first pass, so its multi-pass steps are not yet the
-    /// same as one pass per event on an aggregated worker.
-    overtake_aggregated: bool,
     workload: I,
     next: Option<TraceItem>,
     rec: Option<Recorder>,
@@ -331,7 +324,6 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         Serving {
             frontend,
             pools,
-            overtake_aggregated: false,
             workload,
             next: None,
             rec: Some(rec),
@@ -651,7 +643,5 @@ pub fn serving<I: Iterator<Item = TraceItem>>(cfg: &DeploymentConfig, workload: 
     let pools = workers.iter().map(|(_, p)| *p).collect();
     let mut s = Serving::new(frontend, pools, workload, rec, cfg.transcript);
     s.kv_load_failure = cfg.handoff.kv_load_failure;
-    let vllm = |b: handoff_core::Backend| b == handoff_core::Backend::Vllm;
-    s.overtake_aggregated = vllm(cfg.backend) && cfg.engines.iter().all(|e| vllm(e.backend));
     s
 }
