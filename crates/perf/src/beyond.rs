@@ -58,6 +58,10 @@ impl BeyondGridCounts {
         self.decode.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn count_decode_n(&self, n: u64) {
+        self.decode.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Passes counted so far: (prefill lookups, decode lookups) past the
     /// grid. A mixed pass past both counts once in each.
     pub fn get(&self) -> (u64, u64) {

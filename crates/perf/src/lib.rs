@@ -161,6 +161,39 @@ pub trait PerfModel {
         false
     }
 
+    /// Times the pure decode passes of a stable batch, uncounted: the
+    /// `i`th (from 0) is `pass_uncounted(&Pass::decode(batch, first_context
+    /// + i·batch, pool_tokens))`, handed to `take` in order until `take`
+    /// declines one (it is not taken) or `max` are taken. Returns how many
+    /// were taken. A profile times the run with its batch's axis segment
+    /// found once; every time equals the pass-by-pass one.
+    fn decode_run(
+        &self,
+        batch: u64,
+        first_context: u64,
+        pool_tokens: u64,
+        max: u64,
+        take: &mut dyn FnMut(Duration) -> bool,
+    ) -> u64 {
+        let mut k = 0;
+        while k < max {
+            let context = first_context + batch * k;
+            if !take(self.pass_uncounted(&Pass::decode(batch, context, pool_tokens))) {
+                break;
+            }
+            k += 1;
+        }
+        k
+    }
+
+    /// Counts as run the first `passes` passes of a [`PerfModel::decode_run`]:
+    /// what [`PerfModel::count_pass`] on each would count.
+    fn count_decode_run(&self, batch: u64, first_context: u64, pool_tokens: u64, passes: u64) {
+        for k in 0..passes {
+            self.count_pass(&Pass::decode(batch, first_context + batch * k, pool_tokens));
+        }
+    }
+
     /// At most the total time of `passes` pure decode passes of `batch`
     /// sequences on a pool of `pool_tokens`, the `i`th (from 0) attending
     /// over `first_context + i·batch` tokens: how long a stable batch's
@@ -191,7 +224,25 @@ pub trait PerfModel {
 /// integer times keep replays byte-identical across platforms.
 pub(crate) fn scaled_ms(ms: f64, ratio: f64) -> Duration {
     let r = if ratio > 0.0 { ratio } else { 1.0 };
-    Duration::from_nanos((ms / r * 1e6).round().max(0.0) as u64)
+    Duration::from_nanos(round_half_away(ms / r * 1e6).max(0.0) as u64)
+}
+
+/// `x.round()` (halves away from zero) without a call into the C library
+/// for the values a pass time takes: for `0 < x < 2^52` the truncation is
+/// exact, and so is `x - t` (Sterbenz: `t <= x < 2t`, or `t = 0`), so the
+/// comparison with one half decides exactly as `round` does.
+#[inline]
+pub(crate) fn round_half_away(x: f64) -> f64 {
+    if x > 0.0 && x < 4_503_599_627_370_496.0 {
+        let t = x as u64 as f64;
+        if x - t >= 0.5 {
+            t + 1.0
+        } else {
+            t
+        }
+    } else {
+        x.round()
+    }
 }
 
 /// The default model: the quadratic prefill / KV-utilisation decode fit that
@@ -368,6 +419,27 @@ impl PerfModel for StepModel {
             StepModel::Polynomial(m) => m.pass(pass),
             StepModel::Profile(m) => m.pass_uncounted(pass),
             StepModel::Grid(m) => m.pass(pass),
+        }
+    }
+
+    fn decode_run(
+        &self,
+        batch: u64,
+        first_context: u64,
+        pool_tokens: u64,
+        max: u64,
+        take: &mut dyn FnMut(Duration) -> bool,
+    ) -> u64 {
+        match self {
+            StepModel::Polynomial(m) => m.decode_run(batch, first_context, pool_tokens, max, take),
+            StepModel::Profile(m) => m.decode_run(batch, first_context, pool_tokens, max, take),
+            StepModel::Grid(m) => m.decode_run(batch, first_context, pool_tokens, max, take),
+        }
+    }
+
+    fn count_decode_run(&self, batch: u64, first_context: u64, pool_tokens: u64, passes: u64) {
+        if let StepModel::Profile(m) = self {
+            m.count_decode_run(batch, first_context, pool_tokens, passes);
         }
     }
 

@@ -392,15 +392,40 @@ impl PerfTable {
     }
 
     fn at_near(&self, x: f64, y: f64, near: &Near) -> f64 {
+        self.at_column(self.column(x, near), y, near)
+    }
+
+    /// Where `x` falls on the first axis: what every lookup at that `x`
+    /// shares.
+    fn column(&self, x: f64, near: &Near) -> Column {
         let (i, tx) = segment(&self.xs, x, &near.0[0]);
+        Column {
+            i,
+            i1: (i + 1).min(self.xs.len() - 1),
+            tx,
+        }
+    }
+
+    /// The time at `c`'s `x` and `y`: bilinear, as [`PerfTable::at`].
+    #[inline]
+    fn at_column(&self, c: Column, y: f64, near: &Near) -> f64 {
         let (j, ty) = segment(&self.ys, y, &near.0[1]);
         let ny = self.ys.len();
         let v = |a: usize, b: usize| self.ms[a * ny + b];
-        let (i1, j1) = ((i + 1).min(self.xs.len() - 1), (j + 1).min(ny - 1));
+        let (i, i1, tx) = (c.i, c.i1, c.tx);
+        let j1 = (j + 1).min(ny - 1);
         let lo = v(i, j) + tx * (v(i1, j) - v(i, j));
         let hi = v(i, j1) + tx * (v(i1, j1) - v(i, j1));
         lo + ty * (hi - lo)
     }
+}
+
+/// A first-axis segment and the position in it ([`PerfTable::column`]).
+#[derive(Clone, Copy, Debug)]
+struct Column {
+    i: usize,
+    i1: usize,
+    tx: f64,
 }
 
 /// The segments of a table's two axes its last lookup found, where the
@@ -720,6 +745,82 @@ impl PerfModel for ProfilePerf {
 
     fn beyond_grid_passes(&self) -> (u64, u64) {
         self.counts.get()
+    }
+
+    /// The decode table's column for the batch is found once; each pass
+    /// then looks up its context only. The same floating-point operations
+    /// in the same order as [`PerfModel::pass_uncounted`] on each pass
+    /// (`PerfProfile::pass_ms_near` with no prefill), so the same times.
+    fn decode_run(
+        &self,
+        batch: u64,
+        first_context: u64,
+        _pool_tokens: u64,
+        max: u64,
+        take: &mut dyn FnMut(Duration) -> bool,
+    ) -> u64 {
+        if batch == 0 {
+            let mut k = 0;
+            while k < max && take(Duration::ZERO) {
+                k += 1;
+            }
+            return k;
+        }
+        let p = &*self.profile;
+        let t = &p.decode;
+        let (x_last, y_last) = (t.xs[t.xs.len() - 1], t.ys[t.ys.len() - 1]);
+        let clamp = p.beyond == BeyondGrid::Clamp;
+        let x = batch as f64;
+        let column = t.column(if clamp { x.min(x_last) } else { x }, &self.near[1]);
+        let mut k = 0;
+        while k < max {
+            let context = (first_context + batch * k) as f64;
+            let y = match p.decode_axis {
+                DecodeAxis::TotalContext => context,
+                DecodeAxis::ContextPerSequence => context / x,
+            };
+            let d = t.at_column(column, if clamp { y.min(y_last) } else { y }, &self.near[1]);
+            // `pass_ms_near` adds a zero prefill time.
+            let ms = 0.0 + d;
+            let time = scaled_ms(ms, self.speedup_ratio).max(Duration::from_micros(1));
+            if !take(time) {
+                break;
+            }
+            k += 1;
+        }
+        k
+    }
+
+    /// Decode lookups past a clamping grid: every pass when the batch is
+    /// past it, else the passes from the first whose context is (contexts
+    /// grow with the pass), found by bisection.
+    fn count_decode_run(&self, batch: u64, first_context: u64, _pool_tokens: u64, passes: u64) {
+        let p = &*self.profile;
+        if p.beyond != BeyondGrid::Clamp || batch == 0 || passes == 0 {
+            return;
+        }
+        let t = &p.decode;
+        let (x_last, y_last) = (t.xs[t.xs.len() - 1], t.ys[t.ys.len() - 1]);
+        let x = batch as f64;
+        let past = |k: u64| {
+            let context = (first_context + batch * k) as f64;
+            let y = match p.decode_axis {
+                DecodeAxis::TotalContext => context,
+                DecodeAxis::ContextPerSequence => context / x,
+            };
+            x > x_last || y > y_last
+        };
+        // The first pass past the grid: `past` is monotone in `k`.
+        let (mut lo, mut hi) = (0u64, passes);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if past(mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        self.counts.count_decode_n(passes - lo);
     }
 
     /// `passes` times the least of the passes' decode lookups

@@ -293,3 +293,113 @@ fn a_counted_pass_counts_as_a_timed_one() {
     }
     assert_eq!(counted.beyond_grid_passes(), (2, 3));
 }
+
+/// A decode table with a dip, five batches and six contexts, for the run
+/// tests below.
+fn dipping_profile(axis: DecodeAxis, clamp: bool) -> PerfProfile {
+    let dec = PerfTable::with_shape(
+        TableKind::Decode,
+        ("batch", "context"),
+        vec![1.0, 4.0, 16.0, 64.0, 256.0],
+        vec![64.0, 512.0, 4096.0, 32768.0, 65536.0, 262144.0],
+        &[
+            vec![6.0, 6.1, 6.7, 7.3, 7.9, 9.1],
+            vec![6.2, 6.0, 6.9, 7.7, 8.3, 10.2],
+            vec![6.9, 7.2, 7.1, 8.8, 9.9, 13.4],
+            vec![8.1, 8.6, 9.7, 12.3, 15.9, 22.7],
+            vec![11.3, 12.9, 15.2, 21.8, 30.6, 44.4],
+        ],
+        if clamp {
+            TableShape::AsGiven
+        } else {
+            TableShape::NonDecreasing
+        },
+    );
+    let dec = match dec {
+        Ok(t) => t,
+        // A dip is refused as non-decreasing: keep the shape the
+        // extrapolating profile needs by flattening it.
+        Err(_) => PerfTable::with_shape(
+            TableKind::Decode,
+            ("batch", "context"),
+            vec![1.0, 4.0, 16.0, 64.0, 256.0],
+            vec![64.0, 512.0, 4096.0, 32768.0, 65536.0, 262144.0],
+            &[
+                vec![6.0, 6.1, 6.7, 7.3, 7.9, 9.1],
+                vec![6.2, 6.3, 6.9, 7.7, 8.3, 10.2],
+                vec![6.9, 7.2, 7.3, 8.8, 9.9, 13.4],
+                vec![8.1, 8.6, 9.7, 12.3, 15.9, 22.7],
+                vec![11.3, 12.9, 15.2, 21.8, 30.6, 44.4],
+            ],
+            TableShape::NonDecreasing,
+        )
+        .unwrap(),
+    };
+    let pre = table(&[1.0, 100.0], &[0.0, 50.0], &[&[5.0, 6.0], &[9.0, 12.0]]).unwrap();
+    let p = if clamp {
+        PerfProfile::clamped("r".into(), String::new(), pre, dec, 1.0)
+    } else {
+        PerfProfile::new("r".into(), String::new(), pre, dec, 1.0)
+    };
+    p.unwrap().with_decode_axis(axis)
+}
+
+proptest::proptest! {
+    /// A decode run times each pass as `pass_uncounted` does, bit for bit,
+    /// stops where `take` declines, and counts past the grid what
+    /// `count_pass` on each pass counts.
+    #[test]
+    fn a_decode_run_is_its_passes_one_by_one(
+        per_sequence in proptest::bool::ANY,
+        clamp in proptest::bool::ANY,
+        speedup in proptest::sample::select(vec![1.0, 1.7, 3.0]),
+        batch in 0u64..400,
+        first in 0u64..400_000,
+        max in 0u64..600,
+        stop_after in 0u64..700,
+    ) {
+        let axis = if per_sequence {
+            DecodeAxis::ContextPerSequence
+        } else {
+            DecodeAxis::TotalContext
+        };
+        let p = Arc::new(dipping_profile(axis, clamp));
+        let (run, one) = (ProfilePerf::new(p.clone(), speedup), ProfilePerf::new(p, speedup));
+        let mut got = Vec::new();
+        let n = run.decode_run(batch, first, 1 << 20, max, &mut |d| {
+            if got.len() as u64 == stop_after {
+                return false;
+            }
+            got.push(d);
+            true
+        });
+        proptest::prop_assert_eq!(n, got.len() as u64);
+        proptest::prop_assert_eq!(n, max.min(stop_after));
+        let want: Vec<Duration> = (0..n)
+            .map(|k| one.pass_uncounted(&Pass::decode(batch, first + batch * k, 1 << 20)))
+            .collect();
+        proptest::prop_assert_eq!(&got, &want);
+        run.count_decode_run(batch, first, 1 << 20, n);
+        for k in 0..n {
+            one.count_pass(&Pass::decode(batch, first + batch * k, 1 << 20));
+        }
+        proptest::prop_assert_eq!(run.beyond_grid_passes(), one.beyond_grid_passes());
+    }
+
+    /// Pass times round as `f64::round` does, halves included.
+    #[test]
+    fn pass_times_round_as_f64_round(
+        whole in 0u64..(1 << 54),
+        frac in proptest::sample::select(vec![0.0, 0.25, 0.5, 0.75, 0.49999999999999994]),
+        any in proptest::num::f64::ANY,
+    ) {
+        for x in [whole as f64 + frac, any, whole as f64 * 0.5, -(whole as f64) - frac] {
+            proptest::prop_assert_eq!(
+                crate::round_half_away(x).to_bits(),
+                x.round().to_bits(),
+                "{}",
+                x
+            );
+        }
+    }
+}

@@ -358,21 +358,20 @@ impl<P: PerfModel> SglangCore<P> {
         let mark = out.passes.len();
         out.passes.push(out.first_step);
         let mut more = MorePasses::default();
-        let (mut t, mut kv, mut d) = (start, self.running_kv_tokens, first_more);
-        while more.passes < cap {
-            if more.passes > 0 {
-                d = self.perf.pass_uncounted(&Pass::decode(bs, kv, total));
-            }
+        let mut t = start;
+        let passes = &mut out.passes;
+        let kv = self.running_kv_tokens;
+        self.perf.decode_run(bs, kv, total, cap, &mut |d| {
             if t + d > horizon {
-                break;
+                return false;
             }
             t = t + d;
-            kv += bs;
             more.passes += 1;
             more.duration += d;
             more.last = d;
-            out.passes.push(d);
-        }
+            passes.push(d);
+            true
+        });
         // Then memory: the largest k with pages_for_passes(k) <= free.
         let fits = if self.page == 1 {
             more.passes
@@ -393,10 +392,8 @@ impl<P: PerfModel> SglangCore<P> {
             out.passes.truncate(mark);
             return more;
         }
-        for i in 0..more.passes {
-            let kv = self.running_kv_tokens + i * bs;
-            self.perf.count_pass(&Pass::decode(bs, kv, total));
-        }
+        self.perf
+            .count_decode_run(bs, self.running_kv_tokens, total, more.passes);
         self.ratio.decay(more.passes);
         self.advance_running(more.passes, out);
         more

@@ -439,23 +439,24 @@ impl<P: PerfModel> VllmCore<P> {
         } = self.plan_stable();
 
         let total_tokens = self.pool.total() * bs;
-        let mut k = 0u64;
         let mut t = start;
         out.passes.push(out.first_step);
-        while k < k_max {
-            // Timed uncounted: a pass past the horizon is not run now.
-            let pass = Pass::decode(batch, context + batch * (k + 1), total_tokens);
-            let d = self.perf.pass_uncounted(&pass);
-            if t + d > horizon {
-                break;
-            }
-            self.perf.count_pass(&pass);
-            k += 1;
-            out.passes.push(d);
-            out.duration += d;
-            out.last_step = d;
-            t = t + d;
-        }
+        // Timed uncounted: a pass past the horizon is not run now.
+        let (passes, duration, last) = (&mut out.passes, &mut out.duration, &mut out.last_step);
+        let first = context + batch;
+        let k = self
+            .perf
+            .decode_run(batch, first, total_tokens, k_max, &mut |d| {
+                if t + d > horizon {
+                    return false;
+                }
+                passes.push(d);
+                *duration += d;
+                *last = d;
+                t = t + d;
+                true
+            });
+        self.perf.count_decode_run(batch, first, total_tokens, k);
         if k == 0 {
             out.passes.clear();
             return;
