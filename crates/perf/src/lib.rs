@@ -162,11 +162,12 @@ pub trait PerfModel {
     }
 
     /// Times the pure decode passes of a stable batch, uncounted: the
-    /// `i`th (from 0) is `pass_uncounted(&Pass::decode(batch, first_context
-    /// + i·batch, pool_tokens))`, handed to `take` in order until `take`
-    /// declines one (it is not taken) or `max` are taken. Returns how many
-    /// were taken. A profile times the run with its batch's axis segment
-    /// found once; every time equals the pass-by-pass one.
+    /// `i`th (from 0) is [`PerfModel::pass_uncounted`] of
+    /// `Pass::decode(batch, first_context + i·batch, pool_tokens)`, handed
+    /// to `take` in order until `take` declines one (it is not taken) or
+    /// `max` are taken. Returns how many were taken. A profile times the
+    /// run with its batch's axis segment found once; every time equals the
+    /// pass-by-pass one.
     fn decode_run(
         &self,
         batch: u64,
