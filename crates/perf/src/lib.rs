@@ -224,8 +224,13 @@ pub trait PerfModel {
 /// Whole nanoseconds of `ms / ratio` (a non-positive ratio counts as 1):
 /// integer times keep replays byte-identical across platforms.
 pub(crate) fn scaled_ms(ms: f64, ratio: f64) -> Duration {
-    let r = if ratio > 0.0 { ratio } else { 1.0 };
-    Duration::from_nanos(round_half_away(ms / r * 1e6).max(0.0) as u64)
+    // Dividing by one is exact: skipped, the same bits.
+    let scaled = if ratio > 0.0 && ratio != 1.0 {
+        ms / ratio
+    } else {
+        ms
+    };
+    Duration::from_nanos(round_half_away(scaled * 1e6).max(0.0) as u64)
 }
 
 /// `x.round()` (halves away from zero) without a call into the C library
@@ -235,7 +240,8 @@ pub(crate) fn scaled_ms(ms: f64, ratio: f64) -> Duration {
 #[inline]
 pub(crate) fn round_half_away(x: f64) -> f64 {
     if x > 0.0 && x < 4_503_599_627_370_496.0 {
-        let t = x as u64 as f64;
+        // Signed conversions are single instructions; `x < 2^52` fits.
+        let t = x as i64 as f64;
         if x - t >= 0.5 {
             t + 1.0
         } else {

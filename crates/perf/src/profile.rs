@@ -380,7 +380,12 @@ impl PerfTable {
     /// the axis between them: one lookup per such point, whatever the
     /// width of the range.
     pub fn min_along_y(&self, x: f64, (lo, hi): (f64, f64), beyond: BeyondGrid) -> f64 {
-        let at = |y: f64| self.lookup(x, y, beyond).0;
+        // `lookup` at each `y`, with the column found once.
+        let near = Near::default();
+        let clamp = beyond == BeyondGrid::Clamp;
+        let (x_last, y_last) = (self.xs[self.xs.len() - 1], self.ys[self.ys.len() - 1]);
+        let column = self.column(if clamp { x.min(x_last) } else { x }, &near);
+        let at = |y: f64| self.at_column(column, if clamp { y.min(y_last) } else { y }, &near);
         let inside = self.ys.iter().filter(|&&y| lo < y && y < hi);
         inside.fold(at(lo).min(at(hi)), |m, &y| m.min(at(y)))
     }

@@ -403,3 +403,22 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// The least along `y` is the least of `lookup`s at the range's ends and
+    /// the axis points inside, bit for bit.
+    #[test]
+    fn the_least_along_y_is_the_least_lookup(
+        clamp in proptest::bool::ANY,
+        x in 0.0f64..400.0,
+        lo in 0.0f64..300_000.0,
+        width in 0.0f64..300_000.0,
+    ) {
+        let p = dipping_profile(DecodeAxis::TotalContext, clamp);
+        let (t, beyond) = (p.decode_table(), p.beyond_grid());
+        let hi = lo + width;
+        let at = |y: f64| t.lookup(x, y, beyond).0;
+        let want = t.ys().iter().filter(|&&y| lo < y && y < hi).fold(at(lo).min(at(hi)), |m, &y| m.min(at(y)));
+        proptest::prop_assert_eq!(t.min_along_y(x, (lo, hi), beyond).to_bits(), want.to_bits());
+    }
+}
