@@ -221,6 +221,38 @@ pub trait PerfModel {
     }
 }
 
+/// The last pure decode pass a core timed, uncounted: a stable batch asks
+/// for the same pass several times between passes (whether one more pass
+/// fits, its quiet floor, then the pass itself), and a profile's lookup
+/// costs more than a comparison.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DecodeMemo {
+    last: Option<((u64, u64, u64), Duration)>,
+}
+
+impl DecodeMemo {
+    /// `perf.pass_uncounted(&Pass::decode(batch, context, pool_tokens))`,
+    /// remembered for the next call with the same arguments. A core holds
+    /// one memo per model, so the answer is the model's.
+    pub fn time<P: PerfModel + ?Sized>(
+        &mut self,
+        perf: &P,
+        batch: u64,
+        context: u64,
+        pool_tokens: u64,
+    ) -> Duration {
+        let key = (batch, context, pool_tokens);
+        match self.last {
+            Some((k, d)) if k == key => d,
+            _ => {
+                let d = perf.pass_uncounted(&Pass::decode(batch, context, pool_tokens));
+                self.last = Some((key, d));
+                d
+            }
+        }
+    }
+}
+
 /// Whole nanoseconds of `ms / ratio` (a non-positive ratio counts as 1):
 /// integer times keep replays byte-identical across platforms.
 pub(crate) fn scaled_ms(ms: f64, ratio: f64) -> Duration {

@@ -101,6 +101,8 @@ pub struct SglangCore<P: PerfModel = PolynomialPerf> {
     pub(crate) running_shrank: bool,
     /// The last pass was a prefill that part of the running batch sat out.
     pub(crate) sat_out: bool,
+    /// The last stable decode pass timed (`DecodeMemo`).
+    pub(crate) decode_memo: handoff_perf::DecodeMemo,
     pub(crate) events: KvEventQueue,
     pub(crate) next_lease: u64,
     pub(crate) next_reservation: u64,
@@ -165,6 +167,7 @@ impl<P: PerfModel> SglangCore<P> {
             batch_is_full: false,
             running_shrank: false,
             sat_out: false,
+            decode_memo: Default::default(),
             events: KvEventQueue::default(),
             next_lease: 0,
             next_reservation: 0,
@@ -466,7 +469,9 @@ impl<P: PerfModel> SglangCore<P> {
         }
         self.sat_out = false;
         let (batch, kv) = self.decode_pass(out)?;
-        Some(self.perf.pass(&Pass::decode(batch, kv, total)))
+        let time = self.decode_memo.time(&self.perf, batch, kv, total);
+        self.perf.count_pass(&Pass::decode(batch, kv, total));
+        Some(time)
     }
 
     /// `get_new_prebuilt_batch`: activated destinations join the batch as

@@ -27,7 +27,6 @@ use crate::core::SglangCore;
 use crate::ratio::ratio_after_retract;
 use crate::seq::{Kind, Phase};
 use handoff_core::{Duration, Instant, QuietFloor, StepOutput};
-use handoff_perf::Pass;
 use handoff_perf::PerfModel;
 
 /// Passes added after the first one of a `step` call.
@@ -281,7 +280,7 @@ impl<P: PerfModel> SglangCore<P> {
     /// and otherwise what [`PerfModel::stable_decode_floor`] bounds them by.
     /// Session bookkeeping is not vouched for: with sessions on, no
     /// promise.
-    pub(crate) fn quiet_floor(&self) -> QuietFloor {
+    pub(crate) fn quiet_floor(&mut self) -> QuietFloor {
         if self.sessions_on() || !self.decode_is_stable() {
             return QuietFloor::default();
         }
@@ -289,11 +288,12 @@ impl<P: PerfModel> SglangCore<P> {
             return QuietFloor::default();
         };
         let passes = self.passes_fitting(self.free_pages(), until_finish);
-        let next = self.perf.pass_uncounted(&Pass::decode(
+        let next = self.decode_memo.time(
+            &self.perf,
             self.running.len() as u64,
             self.running_kv_tokens,
             self.total_tokens(),
-        ));
+        );
         let floor = match passes {
             0 => Duration::ZERO,
             n if self.perf.grows_with_work() => {
@@ -335,8 +335,8 @@ impl<P: PerfModel> SglangCore<P> {
         // Passes are timed uncounted while planned, and counted once the
         // ones run are known (below).
         let first_more = self
-            .perf
-            .pass_uncounted(&Pass::decode(bs, self.running_kv_tokens, total));
+            .decode_memo
+            .time(&self.perf, bs, self.running_kv_tokens, total);
         if start + first_more > horizon {
             return MorePasses::default();
         }
