@@ -379,14 +379,31 @@ impl PerfTable {
     /// last segment's line), so the least is at `lo`, `hi` or a point of
     /// the axis between them: one lookup per such point, whatever the
     /// width of the range.
-    pub fn min_along_y(&self, x: f64, (lo, hi): (f64, f64), beyond: BeyondGrid) -> f64 {
+    pub fn min_along_y(&self, x: f64, range: (f64, f64), beyond: BeyondGrid) -> f64 {
+        self.min_along_y_near(x, range, beyond, &Near::default())
+    }
+
+    /// [`PerfTable::min_along_y`], its searches starting at the segments
+    /// `near` remembers (the same answer).
+    pub fn min_along_y_near(
+        &self,
+        x: f64,
+        (lo, hi): (f64, f64),
+        beyond: BeyondGrid,
+        near: &Near,
+    ) -> f64 {
         // `lookup` at each `y`, with the column found once.
-        let near = Near::default();
         let clamp = beyond == BeyondGrid::Clamp;
         let (x_last, y_last) = (self.xs[self.xs.len() - 1], self.ys[self.ys.len() - 1]);
-        let column = self.column(if clamp { x.min(x_last) } else { x }, &near);
-        let at = |y: f64| self.at_column(column, if clamp { y.min(y_last) } else { y }, &near);
-        let inside = self.ys.iter().filter(|&&y| lo < y && y < hi);
+        let column = self.column(if clamp { x.min(x_last) } else { x }, near);
+        let at = |y: f64| self.at_column(column, if clamp { y.min(y_last) } else { y }, near);
+        // The axis points strictly inside the range (the axis increases).
+        let from = if lo.is_nan() {
+            self.ys.len()
+        } else {
+            self.ys.partition_point(|&y| y <= lo)
+        };
+        let inside = self.ys[from..].iter().take_while(|&&y| y < hi);
         inside.fold(at(lo).min(at(hi)), |m, &y| m.min(at(y)))
     }
 
@@ -849,10 +866,11 @@ impl PerfModel for ProfilePerf {
             DecodeAxis::TotalContext => context as f64,
             DecodeAxis::ContextPerSequence => context as f64 / batch as f64,
         };
-        let ms = self.profile.decode.min_along_y(
+        let ms = self.profile.decode.min_along_y_near(
             batch as f64,
             (y(first_context), y(last_context)),
             self.profile.beyond,
+            &self.near[1],
         );
         let one = scaled_ms(ms, self.speedup_ratio)
             .saturating_sub(Duration::from_nanos(1))

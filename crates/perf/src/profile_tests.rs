@@ -420,5 +420,11 @@ proptest::proptest! {
         let at = |y: f64| t.lookup(x, y, beyond).0;
         let want = t.ys().iter().filter(|&&y| lo < y && y < hi).fold(at(lo).min(at(hi)), |m, &y| m.min(at(y)));
         proptest::prop_assert_eq!(t.min_along_y(x, (lo, hi), beyond).to_bits(), want.to_bits());
+        // Whatever segments the hints hold.
+        for (hx, hy) in [(0, 0), (3, 4), (1, 2), (4, 0)] {
+            let near = Near([AtomicUsize::new(hx), AtomicUsize::new(hy)]);
+            let got = t.min_along_y_near(x, (lo, hi), beyond, &near);
+            proptest::prop_assert_eq!(got.to_bits(), want.to_bits());
+        }
     }
 }

@@ -383,11 +383,13 @@ impl<P: PerfModel> VllmCore<P> {
             u64::MAX
         };
         let quiet = plan.until_finish.min(plan.k_max);
-        QuietFloor {
-            next,
-            pass: within(quiet.min(first_kv)).max(next),
-            kv: within(quiet).max(next),
-        }
+        let kv = within(quiet).max(next);
+        let pass = if first_kv >= quiet {
+            kv
+        } else {
+            within(first_kv).max(next)
+        };
+        QuietFloor { next, pass, kv }
     }
 
     /// The running requests' part of the next pass, timed, if the blocks it
