@@ -452,8 +452,10 @@ impl<P: PerfModel> SglangCore<P> {
         let running = self.running.len() as u64;
         if let Some(p) = self.prefill_pass(out) {
             out.prefill_tokens += p.tokens;
-            // Requests of the batch that did not decode in this pass (no
-            // mixed chunk) sit it out: their tokens start at the next pass.
+            // Without a mixed chunk the running batch sits a prefill pass
+            // out (`managers/scheduler.py` `get_next_batch_to_run`: a new
+            // prefill batch runs alone, the decode batch only when there is
+            // none): its tokens start at the next pass.
             self.sat_out = p.mixed_batch < running;
             // The mixed decodes read the running batch's context; the
             // chunks, their cached prefixes.
