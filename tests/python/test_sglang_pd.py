@@ -249,19 +249,27 @@ def failed_total(d: Deployment) -> float:
     return sum(v for (k, _), v in d.metrics().items() if k == "sglang:handoff_requests_failed_total")
 
 
+def lone_leg_fails(d: Deployment, worker: str, room: int, timeout_s: float, *says: str) -> None:
+    """A leg sent alone to `worker`, plain and streamed: a 500 saying each
+    of `says`, after at least `timeout_s`; the deployment drains after each."""
+    for stream in (False, True):
+        t0 = time.time()
+        r = leg(worker, room, stream)
+        waited = time.time() - t0
+        assert r.status_code == 500, (r.status_code, r.text)
+        msg = r.json()["error"]["message"]
+        assert all(s in msg for s in says), msg
+        assert waited >= timeout_s * 0.9, waited
+        d.wait_drained()
+
+
 def test_a_leg_without_its_partner_times_out(d: Deployment) -> None:
     """A prefill leg alone waits for its decode leg up to the bootstrap
     timeout and never reaches the engine."""
     before = failed_total(d)
-    for stream in (False, True):
-        t0 = time.time()
-        r = leg(d.workers[0], 424242, stream)
-        waited = time.time() - t0
-        assert r.status_code == 500, (r.status_code, r.text)
-        msg = r.json()["error"]["message"]
-        assert "bootstrap_room" in msg and "its decode leg did not arrive" in msg, msg
-        assert waited >= TIMEOUT_S * 0.9, waited
-        d.wait_drained()
+    lone_leg_fails(
+        d, d.workers[0], 424242, TIMEOUT_S, "bootstrap_room", "its decode leg did not arrive"
+    )
     # Nothing reached the engine: no request was counted as failed.
     assert failed_total(d) == before
 
@@ -273,15 +281,7 @@ def test_a_decode_leg_alone_reserves_until_the_waiting_timeout(d: Deployment) ->
     (`common/conn.py`, `CommonKVReceiver._check_waiting_timeout`) with a
     500; here the waiting timeout is `--reservation-ttl-s`."""
     before = failed_total(d)
-    for stream in (False, True):
-        t0 = time.time()
-        r = leg(d.workers[1], 434343, stream)
-        waited = time.time() - t0
-        assert r.status_code == 500, (r.status_code, r.text)
-        msg = r.json()["error"]["message"]
-        assert "in KVPoll.WaitingForInput" in msg, msg
-        assert waited >= WAITING_S * 0.9, waited
-        d.wait_drained()
+    lone_leg_fails(d, d.workers[1], 434343, WAITING_S, "in KVPoll.WaitingForInput")
     # The reservation reached the engine and ended there, once each.
     assert failed_total(d) == before + 2
 

@@ -89,19 +89,15 @@ enum Pending {
     /// Per-worker HTTP, no `kv_transfer_params` on a disaggregated
     /// worker: `worker` serves `request` whole.
     Local { request: Request, worker: WorkerId },
-    /// SGLang PD: both legs of `request` met; one destination-first
-    /// handoff from `prefill` to `decode`.
+    /// SGLang PD: one destination-first handoff of `request` from
+    /// `prefill` to `decode`, both legs met; or, `early`, a decode leg that
+    /// reserves before its prefill leg, whose source route to `prefill` is
+    /// held ([`HttpDirector::hold_source`]).
     Pair {
         request: Request,
         prefill: WorkerId,
         decode: WorkerId,
-    },
-    /// SGLang PD: a decode leg that reserves before its prefill leg; the
-    /// source route to `prefill` is held ([`HttpDirector::hold_source`]).
-    EarlyPair {
-        request: Request,
-        prefill: WorkerId,
-        decode: WorkerId,
+        early: bool,
     },
     /// SGLang PD: the prefill leg of early pair `request` came at `at`: its
     /// held source route goes out.
@@ -623,8 +619,7 @@ impl Director for HttpDirector {
             Some(
                 Pending::At { request, .. }
                 | Pending::Local { request, .. }
-                | Pending::Pair { request, .. }
-                | Pending::EarlyPair { request, .. },
+                | Pending::Pair { request, .. },
             ) => Some(request.arrival),
             Some(Pending::Decode { at, .. } | Pending::Release { at, .. }) => Some(*at),
             Some(Pending::Routed(_)) | None => self.inner.next_arrival(),
@@ -654,19 +649,13 @@ impl Director for HttpDirector {
                 request,
                 prefill,
                 decode,
+                early,
             }) => {
                 let rid = request.id;
                 self.inner.arrive_pair(request, prefill, decode, now, out);
-                rid
-            }
-            Some(Pending::EarlyPair {
-                request,
-                prefill,
-                decode,
-            }) => {
-                let rid = request.id;
-                self.inner.arrive_pair(request, prefill, decode, now, out);
-                self.hold_source(rid, prefill, out, before);
+                if early {
+                    self.hold_source(rid, prefill, out, before);
+                }
                 rid
             }
             Some(Pending::Release { request, .. }) => {

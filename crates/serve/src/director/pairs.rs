@@ -165,10 +165,11 @@ impl HttpDirector {
                 tokens,
             },
         );
-        self.arriving.push_back(Pending::EarlyPair {
+        self.arriving.push_back(Pending::Pair {
             request,
             prefill,
             decode: worker,
+            early: true,
         });
     }
 
@@ -277,6 +278,7 @@ impl HttpDirector {
             request,
             prefill: prefill.worker,
             decode: worker,
+            early: false,
         });
     }
 
