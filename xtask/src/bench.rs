@@ -18,7 +18,10 @@
 //! - `workers`: ten requests on 4096 prefill and 4096 decode workers (what
 //!   idle workers cost: time and peak memory);
 //!
-//! each on vLLM and SGLang. Every figure is the median of `--runs`
+//! each on vLLM and SGLang. The three ratios are taken round by round (a
+//! round runs every workload once) and their median and range printed, so
+//! that the machine's drift between rounds does not enter them. Every
+//! figure is the median of `--runs`
 //! interleaved runs (all workloads once, then again, ...), as CPU time
 //! (user + system, what the machine's other users disturb least), wall time
 //! and peak RSS (when `/usr/bin/time` is there). With `--baseline REV` the
@@ -426,21 +429,72 @@ pub fn bench(args: &[String]) -> bool {
         return false;
     }
     let bin = target_dir().join("release/handoff-mocker");
+    let mut temps = Vec::new();
+    let jobs = replay_jobs(&o, trace.as_deref(), &mut temps);
+    let measured = jobs.and_then(|jobs| {
+        if jobs.is_empty() {
+            return Err("bench: no replay workload to run".to_string());
+        }
+        let bins: Vec<(&str, PathBuf)> = match &baseline {
+            Some(b) => vec![("this", bin.clone()), ("baseline", b.clone())],
+            None => vec![("this", bin.clone())],
+        };
+        let paired = o.paired && bins.len() == 2;
+        let samples = measure(&jobs, &bins, o.runs, paired)?;
+        report(&jobs, &bins, &samples, o.runs, paired);
+        Ok(())
+    });
+    for p in temps {
+        let _ = std::fs::remove_file(p);
+    }
+    if let (Some(b), Some(_)) = (baseline, &o.baseline) {
+        // Only a binary this run built; never a --baseline-bin.
+        let _ = std::fs::remove_file(b);
+    }
+    match measured {
+        Ok(()) => ok,
+        Err(e) => {
+            eprintln!("{e}");
+            false
+        }
+    }
+}
+
+/// The replays `o` asks for, on both backends; the traces they write
+/// (the doubled and the overlaid copies) are added to `temps`.
+fn replay_jobs(
+    o: &Opts,
+    trace: Option<&Path>,
+    temps: &mut Vec<PathBuf>,
+) -> Result<Vec<Job>, String> {
     let wants = |w: &str| o.workloads.iter().any(|x| x == w);
     let mut jobs = Vec::new();
-    let mut x2 = None;
-    let mut overlay = None;
+    let mut written = |wanted: &str, write: &dyn Fn(&Path) -> Result<PathBuf, String>| match trace
+        .filter(|_| wants(wanted))
+    {
+        Some(t) => {
+            let p = write(t)?;
+            temps.push(p.clone());
+            Ok::<_, String>(Some(p.to_string_lossy().to_string()))
+        }
+        None => Ok(None),
+    };
+    let x2 = written("x2", &doubled_trace)?;
+    let overlay = written("overlay", &|t| crate::overlay::overlaid_trace(t, 4))?;
     for backend in ["vllm", "sglang"] {
-        let b = |v: &[&str]| {
-            let mut a: Vec<String> = vec!["--backend".into(), backend.into()];
-            a.extend(v.iter().map(|s| s.to_string()));
-            a
+        let mut job = |name: String, v: &[&str]| {
+            let mut args: Vec<String> = vec!["--backend".into(), backend.into()];
+            args.extend(v.iter().map(|s| s.to_string()));
+            jobs.push(Job {
+                name: format!("{name} {backend}"),
+                args,
+            });
         };
         if wants("cluster") {
             let n = o.cluster_requests.to_string();
-            jobs.push(Job {
-                name: format!("cluster {n} requests 64P+64D {backend}"),
-                args: b(&[
+            job(
+                format!("cluster {n} requests 64P+64D"),
+                &[
                     "--requests",
                     &n,
                     "--rate",
@@ -449,100 +503,57 @@ pub fn bench(args: &[String]) -> bool {
                     "64",
                     "--decode",
                     "64",
-                ]),
-            });
+                ],
+            );
         }
         if wants("workers") {
-            jobs.push(Job {
-                name: format!("workers 4096P+4096D 10 requests {backend}"),
-                args: b(&["--requests", "10", "--prefill", "4096", "--decode", "4096"]),
-            });
+            job(
+                "workers 4096P+4096D 10 requests".into(),
+                &["--requests", "10", "--prefill", "4096", "--decode", "4096"],
+            );
         }
-        let Some(t) = &trace else { continue };
-        let t = t.to_string_lossy().to_string();
+        let Some(t) = trace.map(|t| t.to_string_lossy().to_string()) else {
+            continue;
+        };
+        let pd = |n: &'static str| ["--prefill", n, "--decode", n];
         if wants("poly") {
-            jobs.push(Job {
-                name: format!("conversation polynomial 4P+4D {backend}"),
-                args: b(&[
-                    "--trace",
-                    &t,
-                    "--prefill",
-                    "4",
-                    "--decode",
-                    "4",
-                    "--perf",
-                    "dynamo-polynomial",
-                ]),
-            });
+            let mut a = vec!["--trace", &t];
+            a.extend(pd("4"));
+            a.extend(["--perf", "dynamo-polynomial"]);
+            job("conversation polynomial 4P+4D".into(), &a);
         }
-        if wants("overlay") {
-            if overlay.is_none() {
-                match crate::overlay::overlaid_trace(Path::new(&t), 4) {
-                    Ok(p) => overlay = Some(p),
-                    Err(e) => {
-                        eprintln!("{e}");
-                        return false;
-                    }
-                }
-            }
-            let p = overlay.as_ref().map(|p| p.to_string_lossy().to_string());
-            jobs.push(Job {
-                name: format!("conversation x4 overlaid 16P+16D {backend}"),
-                args: b(&[
-                    "--trace",
-                    &p.unwrap_or_default(),
-                    "--prefill",
-                    "16",
-                    "--decode",
-                    "16",
-                ]),
-            });
+        if let Some(p) = &overlay {
+            let mut a = vec!["--trace", p];
+            a.extend(pd("16"));
+            job("conversation x4 overlaid 16P+16D".into(), &a);
         }
         if ["conversation", "x2", "poly", "overlay"]
             .iter()
             .any(|w| wants(w))
         {
-            jobs.push(Job {
-                name: format!("conversation 4P+4D {backend}"),
-                args: b(&["--trace", &t, "--prefill", "4", "--decode", "4"]),
-            });
+            let mut a = vec!["--trace", &t];
+            a.extend(pd("4"));
+            job("conversation 4P+4D".into(), &a);
         }
-        if wants("x2") {
-            if x2.is_none() {
-                match doubled_trace(Path::new(&t)) {
-                    Ok(p) => x2 = Some(p),
-                    Err(e) => {
-                        eprintln!("{e}");
-                        return false;
-                    }
-                }
-            }
-            let p = x2.as_ref().map(|p| p.to_string_lossy().to_string());
-            jobs.push(Job {
-                name: format!("conversation x2 output 4P+4D {backend}"),
-                args: b(&[
-                    "--trace",
-                    &p.unwrap_or_default(),
-                    "--prefill",
-                    "4",
-                    "--decode",
-                    "4",
-                ]),
-            });
+        if let Some(p) = &x2 {
+            let mut a = vec!["--trace", p];
+            a.extend(pd("4"));
+            job("conversation x2 output 4P+4D".into(), &a);
         }
     }
-    if jobs.is_empty() {
-        eprintln!("bench: no replay workload to run");
-        return false;
-    }
-    let bins: Vec<(&str, PathBuf)> = match &baseline {
-        Some(b) => vec![("this", bin.clone()), ("baseline", b.clone())],
-        None => vec![("this", bin.clone())],
-    };
-    // samples[job][bin]
+    Ok(jobs)
+}
+
+/// `runs` rounds of every job on every binary (at once when `paired`):
+/// `samples[job][bin]`, a sample per round.
+fn measure(
+    jobs: &[Job],
+    bins: &[(&str, PathBuf)],
+    runs: usize,
+    paired: bool,
+) -> Result<Vec<Vec<Vec<Sample>>>, String> {
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![Vec::new(); bins.len()]; jobs.len()];
-    let paired = o.paired && bins.len() == 2;
-    for r in 0..o.runs {
+    for r in 0..runs {
         for (j, job) in jobs.iter().enumerate() {
             let measured: Vec<Result<Sample, String>> = if paired {
                 // Both started before either is waited for.
@@ -556,38 +567,42 @@ pub fn bench(args: &[String]) -> bool {
                 bins.iter().map(|(_, b)| time_once(b, &job.args)).collect()
             };
             for (k, ((label, _), m)) in bins.iter().zip(measured).enumerate() {
-                match m {
-                    Ok(s) => {
-                        eprintln!(
-                            "run {}/{}: {} ({label}): cpu {:.3} s, wall {:.3} s",
-                            r + 1,
-                            o.runs,
-                            job.name,
-                            s.cpu_s,
-                            s.wall_s
-                        );
-                        samples[j][k].push(s);
-                    }
-                    Err(e) => {
-                        eprintln!("{e}");
-                        return false;
-                    }
-                }
+                let s = m?;
+                eprintln!(
+                    "run {}/{runs}: {} ({label}): cpu {:.3} s, wall {:.3} s",
+                    r + 1,
+                    job.name,
+                    s.cpu_s,
+                    s.wall_s
+                );
+                samples[j][k].push(s);
             }
         }
     }
-    let med = |s: &[Sample]| {
-        (
-            median(s.iter().map(|x| x.cpu_s).collect()),
-            median(s.iter().map(|x| x.wall_s).collect()),
-            s.iter()
-                .filter_map(|x| x.rss_mib)
-                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x)))),
-        )
-    };
+    Ok(samples)
+}
+
+/// Medians of a job's samples: CPU, wall, the largest peak RSS.
+fn medians(s: &[Sample]) -> (f64, f64, Option<f64>) {
+    (
+        median(s.iter().map(|x| x.cpu_s).collect()),
+        median(s.iter().map(|x| x.wall_s).collect()),
+        s.iter()
+            .filter_map(|x| x.rss_mib)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x)))),
+    )
+}
+
+/// The table: each job's medians, against the baseline's when there is one.
+fn report(
+    jobs: &[Job],
+    bins: &[(&str, PathBuf)],
+    samples: &[Vec<Vec<Sample>>],
+    runs: usize,
+    paired: bool,
+) {
     println!(
-        "replay workloads: medians of {} {} runs (cpu = user + system)",
-        o.runs,
+        "replay workloads: medians of {runs} {} runs (cpu = user + system)",
         if paired {
             "paired (this and baseline at once)"
         } else {
@@ -595,14 +610,14 @@ pub fn bench(args: &[String]) -> bool {
         }
     );
     for (j, job) in jobs.iter().enumerate() {
-        let (cpu, wall, rss) = med(&samples[j][0]);
+        let (cpu, wall, rss) = medians(&samples[j][0]);
         let rss = rss.map_or("n/a".into(), |r| format!("{r:.0} MiB"));
         let mut line = format!(
             "{:<44} cpu {cpu:>8.3} s  wall {wall:>8.3} s  peak rss {rss}",
             job.name
         );
         if bins.len() > 1 {
-            let (bcpu, bwall, _) = med(&samples[j][1]);
+            let (bcpu, bwall, _) = medians(&samples[j][1]);
             line.push_str(&format!(
                 "  | baseline cpu {bcpu:.3} s wall {bwall:.3} s: this/baseline cpu {:.3} wall {:.3}",
                 cpu / bcpu,
@@ -617,7 +632,13 @@ pub fn bench(args: &[String]) -> bool {
         }
         println!("{line}");
     }
-    // Each ratio's pair, per backend and binary.
+    report_ratios(jobs, bins, samples);
+}
+
+/// Each of [`RATIOS`], per backend and binary: the median of the ratios
+/// taken round by round (the two runs of a round ran minutes apart at
+/// most, on the same machine state), with their range.
+fn report_ratios(jobs: &[Job], bins: &[(&str, PathBuf)], samples: &[Vec<Vec<Sample>>]) {
     for backend in ["vllm", "sglang"] {
         let find = |n: &str| {
             jobs.iter()
@@ -628,24 +649,19 @@ pub fn bench(args: &[String]) -> bool {
                 continue;
             };
             for (k, (label, _)) in bins.iter().enumerate() {
-                let (ca, wa, _) = med(&samples[a][k]);
-                let (cb, wb, _) = med(&samples[b][k]);
+                let (m, lo, hi) = pair_ratios(&samples[a][k], &samples[b][k]);
+                let wall: Vec<f64> = samples[a][k]
+                    .iter()
+                    .zip(&samples[b][k])
+                    .map(|(x, y)| x.wall_s / y.wall_s)
+                    .collect();
                 println!(
-                    "{what}, {backend} ({label}): cpu {:.3}x, wall {:.3}x",
-                    ca / cb,
-                    wa / wb
+                    "{what}, {backend} ({label}): cpu {m:.3}x (rounds {lo:.3}-{hi:.3}), wall {:.3}x",
+                    median(wall)
                 );
             }
         }
     }
-    for p in [x2, overlay].into_iter().flatten() {
-        let _ = std::fs::remove_file(p);
-    }
-    if let (Some(b), Some(_)) = (baseline, &o.baseline) {
-        // Only a binary this run built; never a --baseline-bin.
-        let _ = std::fs::remove_file(b);
-    }
-    ok
 }
 
 #[cfg(test)]
