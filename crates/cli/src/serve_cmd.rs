@@ -161,6 +161,47 @@ enum BlockHash {
     Vllm,
 }
 
+/// Where each of the `n` workers publishes and replays its KV events
+/// (`--kv-events`, `--kv-replay`, the gateway's topics), if anywhere.
+fn kv_endpoints(a: &ServeArgs, n: usize) -> Result<Option<KvEndpoints>, String> {
+    let kv = match &a.kv_events {
+        Some(base) => Some(KvEndpoints {
+            publish: per_worker(base, n, "--kv-events").map_err(|e| e.to_string())?,
+            replay: match &a.kv_replay {
+                Some(r) => per_worker(r, n, "--kv-replay").map_err(|e| e.to_string())?,
+                None => Vec::new(),
+            },
+            topic: a.kv_topic.clone(),
+            encoding: a.kv_event_encoding.into(),
+            ..KvEndpoints::default()
+        }),
+        None => None,
+    };
+    Ok(a.gateway.kv(kv, n)?.map(|mut ep| {
+        ep.encoding = a.kv_event_encoding.into();
+        ep
+    }))
+}
+
+/// The per-worker HTTP listeners: `--worker-http-base-port` gives the
+/// first `workers` ports on the server's host, `--worker-http` names
+/// (and overrides) single ones; sorted by worker.
+fn worker_listeners(a: &ServeArgs, workers: usize) -> Result<Vec<(u32, String)>, String> {
+    let mut listeners = match a.worker_http_base_port {
+        Some(base) => {
+            let host = a.http.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
+            worker_http_ports(host, base, workers).map_err(|e| e.to_string())?
+        }
+        None => Vec::new(),
+    };
+    for (w, addr) in &a.worker_http {
+        listeners.retain(|(x, _)| x != w);
+        listeners.push((*w, addr.clone()));
+    }
+    listeners.sort();
+    Ok(listeners)
+}
+
 /// Runs `serve` until SIGINT/SIGTERM.
 pub fn run(mut a: ServeArgs) -> Result<(), String> {
     use crate::limits::{bootstrap_timeout, int, MAX_KV_TOKENS};
@@ -197,23 +238,7 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         }
     }
     let n = specs.len();
-    let kv = match &a.kv_events {
-        Some(base) => Some(KvEndpoints {
-            publish: per_worker(base, n, "--kv-events").map_err(|e| e.to_string())?,
-            replay: match &a.kv_replay {
-                Some(r) => per_worker(r, n, "--kv-replay").map_err(|e| e.to_string())?,
-                None => Vec::new(),
-            },
-            topic: a.kv_topic.clone(),
-            encoding: a.kv_event_encoding.into(),
-            ..KvEndpoints::default()
-        }),
-        None => None,
-    };
-    let kv = a.gateway.kv(kv, n)?.map(|mut ep| {
-        ep.encoding = a.kv_event_encoding.into();
-        ep
-    });
+    let kv = kv_endpoints(&a, n)?;
     let kv_jsonl = match &a.kv_events_out {
         Some(p) => {
             let f = std::fs::File::create(p)
@@ -222,24 +247,8 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         }
         None => None,
     };
-    let mut worker_http = match a.worker_http_base_port {
-        Some(base) => {
-            let host = a
-                .http
-                .rsplit_once(':')
-                .map_or("127.0.0.1", |(h, _)| h)
-                .to_string();
-            // One listener per worker, shared by its ranks.
-            worker_http_ports(&host, base, n / usize::from(cfg.dp.dp_size()))
-                .map_err(|e| e.to_string())?
-        }
-        None => Vec::new(),
-    };
-    for (w, addr) in &a.worker_http {
-        worker_http.retain(|(x, _)| x != w);
-        worker_http.push((*w, addr.clone()));
-    }
-    worker_http.sort();
+    // One listener per worker, shared by its ranks.
+    let worker_http = worker_listeners(&a, n / usize::from(cfg.dp.dp_size()))?;
     let tokenizer = match &a.tokenizer {
         Some(p) => handoff_serve::Tokenizer::from_file(p).map_err(|e| e.to_string())?,
         None => handoff_serve::Tokenizer::Builtin,
