@@ -197,6 +197,58 @@ fn decide(s: &WorkerState, kv: KvTransfer, streamed: bool) -> Result<KvTransfer,
     }
 }
 
+/// The engine command for a request on this worker: the decode of a
+/// remote prefill, or a submission here (served whole by a worker of a
+/// disaggregated pool when the request carries no `kv_transfer_params`).
+fn engine_cmd(
+    s: &WorkerState,
+    kv: KvTransfer,
+    req: &crate::openai::GenRequest,
+    rank: Option<DpRank>,
+    id: RequestId,
+    tx: tokio::sync::mpsc::UnboundedSender<StreamMsg>,
+) -> Cmd {
+    match kv {
+        KvTransfer::RemotePrefill(remote) => Cmd::Decode {
+            worker: s.worker,
+            rank,
+            remote,
+            tokens: req.prompt.clone(),
+            output_tokens: req.output_tokens(),
+            tx,
+        },
+        KvTransfer::Plain | KvTransfer::RemoteDecode => {
+            let placement = match (&kv, s.pool) {
+                (KvTransfer::Plain, Pool::Prefill | Pool::Decode) => Placement::Local,
+                _ => Placement::Proxy,
+            };
+            Cmd::SubmitAt {
+                worker: s.worker,
+                placement,
+                rank,
+                id,
+                tokens: req.prompt.clone(),
+                output_tokens: req.output_tokens(),
+                lora: req.lora.clone(),
+                tx,
+            }
+        }
+    }
+}
+
+/// A streamed decode's first message, or the error response a refusal, a
+/// failure or a stopped engine answers with instead.
+async fn first_message(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<StreamMsg>,
+) -> Result<StreamMsg, Response> {
+    match rx.recv().await {
+        Some(StreamMsg::Refused(e)) => Err(error(&e.api())),
+        Some(StreamMsg::Failed(why)) => Err(error(&failure(why.name()))),
+        Some(m) => Ok(m),
+        None => Err(error(&failure("the engine stopped"))),
+    }
+}
+
 async fn generate(
     s: Arc<WorkerState>,
     endpoint: Endpoint,
@@ -244,45 +296,16 @@ async fn generate(
         Err(e) => return error(&e),
     };
     let (tx, rx) = unbounded_channel();
-    let id_of = |kv: &KvTransfer| match kv {
+    // A decode runs under its prefill's request id.
+    let id = match &kv {
         KvTransfer::RemotePrefill(remote) => remote.request,
         _ => RequestId(s.app.next_id.fetch_add(1, Ordering::Relaxed)),
     };
-    let id = id_of(&kv);
     let metrics = s.app.metrics.clone();
     let mut rx = fault.wrap(rx, id, s.app.tx.clone(), move || {
         metrics.request_failed_as(crate::http::client_faults::REASON)
     });
-    let (id, cmd) = match kv {
-        KvTransfer::RemotePrefill(remote) => (
-            remote.request,
-            Cmd::Decode {
-                worker: s.worker,
-                rank,
-                remote,
-                tokens: req.prompt.clone(),
-                output_tokens: req.output_tokens(),
-                tx,
-            },
-        ),
-        KvTransfer::Plain | KvTransfer::RemoteDecode => {
-            let placement = match (&kv, s.pool) {
-                (KvTransfer::Plain, Pool::Prefill | Pool::Decode) => Placement::Local,
-                _ => Placement::Proxy,
-            };
-            let cmd = Cmd::SubmitAt {
-                worker: s.worker,
-                placement,
-                rank,
-                id,
-                tokens: req.prompt.clone(),
-                output_tokens: req.output_tokens(),
-                lora: req.lora.clone(),
-                tx,
-            };
-            (id, cmd)
-        }
-    };
+    let cmd = engine_cmd(&s, kv, &req, rank, id, tx);
     let decode = matches!(cmd, Cmd::Decode { .. });
     if s.app.tx.send(cmd).is_err() {
         return error(&failure("the engine is not running"));
@@ -307,19 +330,11 @@ async fn generate(
     // a 4xx status, not an error inside a 200 stream, and must not cancel
     // the prefill it named.
     let first = if decode && req.stream {
-        match rx.recv().await {
-            Some(StreamMsg::Refused(e)) => {
+        match first_message(&mut rx).await {
+            Ok(m) => Some(m),
+            Err(e) => {
                 guard.disarm();
-                return error(&e.api());
-            }
-            Some(StreamMsg::Failed(why)) => {
-                guard.disarm();
-                return error(&failure(why.name()));
-            }
-            Some(m) => Some(m),
-            None => {
-                guard.disarm();
-                return error(&failure("the engine stopped"));
+                return e;
             }
         }
     } else {
