@@ -41,7 +41,9 @@ pub struct Case {
     pub items: Vec<TraceItem>,
 }
 
-fn item(id: u64, at_ms: u64, prompt: u32, output: u32, hashes: &[u64]) -> TraceItem {
+/// A trace item: request `id` arriving at `at_ms` with `prompt` tokens
+/// over 512-token blocks `hashes`, generating `output`.
+pub fn item(id: u64, at_ms: u64, prompt: u32, output: u32, hashes: &[u64]) -> TraceItem {
     TraceItem {
         request: Request {
             id: RequestId(id),

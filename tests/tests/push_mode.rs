@@ -10,30 +10,18 @@
 
 use handoff_core::{
     Backend, CancelReason, DestinationEventKind as DE, Duration, FailureReason, HandoffPolicy,
-    Instant, LifecycleEvent, Request, RequestId, RoleState, SourceEventKind as SE, SourceState,
-    Transcript,
+    LifecycleEvent, RequestId, RoleState, SourceEventKind as SE, SourceState, Transcript,
 };
 use handoff_deployment::EngineSpec;
 use handoff_replay::{DeploymentConfig, Replay, Report};
 use handoff_workload::TraceItem;
 
+/// Request `id` with its own 512-token blocks (`id * 100 + b`).
 fn item(id: u64, at_ms: u64, prompt: u32, output: u32) -> TraceItem {
-    TraceItem {
-        request: Request {
-            id: RequestId(id),
-            prompt_tokens: prompt,
-            max_output_tokens: output,
-            prefix_hashes: (0..u64::from(prompt.div_ceil(512)))
-                .map(|b| id * 100 + b)
-                .collect(),
-            hash_block_tokens: 512,
-            session: None,
-            arrival: Instant::from_millis(at_ms),
-            lora: None,
-        },
-        turn: None,
-        delay: None,
-    }
+    let hashes: Vec<u64> = (0..u64::from(prompt.div_ceil(512)))
+        .map(|b| id * 100 + b)
+        .collect();
+    handoff_tests::parity::item(id, at_ms, prompt, output, &hashes)
 }
 
 /// One prefill and one decode vLLM worker, the decode holding
