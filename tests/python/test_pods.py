@@ -165,6 +165,40 @@ class Pods:
             raise errors[0]
 
 
+def counters(engines: list[Engine], backend: str = "vllm") -> tuple[float, float]:
+    """Generated tokens and finished requests on `engines`, from /metrics
+    (vLLM's `request_success`, SGLang's `num_requests`)."""
+    ok = "num_requests_total" if backend == "sglang" else "request_success_total"
+    return (sum(e.metric(f"{backend}:generation_tokens_total") for e in engines),
+            sum(e.metric(f"{backend}:{ok}") for e in engines))
+
+
+class Gauges:
+    """Samples the running-batch gauge of `engines` on a thread while a
+    load runs; `peak` is the largest sum seen."""
+
+    def __init__(self, engines: list[Engine], backend: str = "vllm"):
+        name = "sglang:num_running_reqs" if backend == "sglang" else "vllm:num_requests_running"
+        self.peak = 0.0
+        self.stop = threading.Event()
+
+        def sample() -> None:
+            while not self.stop.is_set():
+                try:
+                    self.peak = max(self.peak, sum(e.metric(name) for e in engines))
+                except OSError:
+                    pass
+                time.sleep(0.01)
+
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+
+    def done(self) -> float:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        return self.peak
+
+
 def body(i: int) -> tuple[dict, int]:
     n = 4 + i % 5
     return {"model": MODEL, "prompt": f"A system prompt shared by all. Question {i % 7}: part {i}?",
@@ -223,8 +257,13 @@ def test_toy_proxy() -> None:
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         time.sleep(0.3)
         p, d = pods.urls("prefill"), pods.urls("decode")
+        decodes = [e for e in pods.engines if e.role == "decode"]
+        prefills = [e for e in pods.engines if e.role == "prefill"]
+        gauges = Gauges(decodes)
         statuses = run_load(lambda i: toy_proxy(p, d, i))
         assert statuses == {"ok": REQUESTS}, statuses
+        # The decode engines' gauges moved while they decoded.
+        assert gauges.done() > 0, "vllm:num_requests_running never left 0 under load"
         assert sub.poll(5000), "the prefill engine published no KV event"
         parts = sub.recv_multipart()
         assert len(parts) == 3, parts
@@ -232,6 +271,11 @@ def test_toy_proxy() -> None:
         ended = sum(e.metric("vllm:e2e_request_latency_seconds_count")
                     for e in pods.engines if e.role == "decode")
         assert ended == REQUESTS, ended
+        # The counters are what the clients got: every decode's tokens, and
+        # each prefill's one token with its params.
+        want = sum(body(i)[1] for i in range(REQUESTS))
+        assert counters(decodes) == (want, REQUESTS), (counters(decodes), want)
+        assert counters(prefills) == (REQUESTS, REQUESTS), counters(prefills)
     finally:
         sub.close(linger=0)
         ctx.term()
@@ -395,9 +439,21 @@ def behind(kind: str, pods: Pods, log_dir: str) -> None:
                     pass
                 assert time.time() < deadline, f"{kind} never answered"
                 time.sleep(0.3)
+            backend = "sglang" if "sglang" in kind else "vllm"
+            # The engines the clients' tokens come from (smg's passthrough
+            # serves each of its two calls whole: the decode call's reach
+            # the client).
+            streaming = [e for e in pods.engines if e.role != "prefill"]
+            before = counters(streaming, backend)
+            gauges = Gauges(streaming, backend)
             statuses = run_load(lambda i: through_router(url, i))
             assert statuses == {"ok": REQUESTS}, statuses
+            assert gauges.done() > 0, f"{kind}: the running gauge never left 0 under load"
             pods.drained()
+            after = counters(streaming, backend)
+            want = sum(body(i)[1] for i in range(REQUESTS))
+            got = (after[0] - before[0], after[1] - before[1])
+            assert got == (want, REQUESTS), (kind, got, want)
         finally:
             r.kill()
             r.wait(timeout=10)

@@ -225,18 +225,40 @@ def drive(s: Server, router_url: str, roles_ids: dict[str, list[int]], prefix: s
     else a prefill worker ends none (its prefill hands off)."""
     queries = f"{prefix}:prefix_cache_queries_total"
     e2e = f"{prefix}:e2e_request_latency_seconds_count"
+    generated = f"{prefix}:generation_tokens_total"
+    success = f"{prefix}:" + ("num_requests_total" if prefix == "sglang" else "request_success_total")
+    running = f"{prefix}:" + ("num_running_reqs" if prefix == "sglang" else "num_requests_running")
     ended_on_prefill = sums(s, e2e, roles_ids["prefill"])
     before = (sums(s, queries, roles_ids["prefill"]), sums(s, e2e, roles_ids["decode"]))
+    counted = (sums(s, generated, roles_ids["decode"]), sums(s, success, roles_ids["decode"]))
     c = openai.OpenAI(base_url=router_url + "/v1", api_key="unused", max_retries=0, timeout=60)
     t0 = time.time()
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample() -> None:
+        # The decode workers' running gauge, while the load runs.
+        while not done.is_set():
+            peak[0] = max(peak[0], sums(s, running, roles_ids["decode"]))
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as pool:
         tokens = list(pool.map(lambda i: one_request(c, i), range(REQUESTS)))
+    done.set()
+    sampler.join(timeout=10)
+    assert peak[0] > 0, f"{running} never left 0 under load"
     print(f"     {REQUESTS} requests, {sum(tokens)} output tokens, {CONCURRENCY} concurrent, "
           f"{time.time() - t0:.1f}s", flush=True)
     v = s.wait_drained()
     after = (sums(s, queries, roles_ids["prefill"]), sums(s, e2e, roles_ids["decode"]))
     assert after[0] > before[0], ("prefill workers saw no prompts", before, after)
     assert after[1] - before[1] >= REQUESTS, ("decode workers ended too few requests", before, after)
+    # The decode workers counted what the clients got from them.
+    got = (sums(s, generated, roles_ids["decode"]) - counted[0],
+           sums(s, success, roles_ids["decode"]) - counted[1])
+    assert got == (sum(tokens), REQUESTS), (got, sum(tokens), REQUESTS)
     ended_on_prefill = sums(s, e2e, roles_ids["prefill"]) - ended_on_prefill
     if prefill_whole:
         assert ended_on_prefill >= REQUESTS, ("prefill workers served too few whole", ended_on_prefill)

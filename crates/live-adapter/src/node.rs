@@ -75,6 +75,8 @@ pub struct WorkerNode<T: Transport> {
     completions: Vec<handoff_engine::Completion>,
     reads: NodeReads,
     last_final: Option<(bool, handoff_core::KvCapacitySnapshot)>,
+    /// Report every change of capacity, busy or not ([`WorkerNode::reporting_load`]).
+    report_load: bool,
     outs: Vec<HostOutput>,
     stats: NodeStats,
 }
@@ -92,9 +94,21 @@ impl<T: Transport> WorkerNode<T> {
             completions: Vec::new(),
             reads: NodeReads::default(),
             last_final: None,
+            report_load: false,
             outs: Vec::new(),
             stats: NodeStats::default(),
         }
+    }
+
+    /// Also tells the frontend this worker's state whenever its capacity
+    /// (running and waiting requests, KV blocks) changes while it is busy,
+    /// at most once per input or step, so a frontend that shows load (an
+    /// engine process's gauges and `/debug/workers`) follows it live. Off
+    /// by default: `live`'s frontends need only the drained states, and
+    /// their frame streams stay as they are.
+    pub fn reporting_load(mut self) -> Self {
+        self.report_load = true;
+        self
     }
 
     /// The host (for inspection).
@@ -333,16 +347,98 @@ impl<T: Transport> WorkerNode<T> {
 
     /// Tells the frontend whenever this worker's drained state or capacity
     /// changes while drained, so it holds every worker's final state without
-    /// a closing round trip.
+    /// a closing round trip; reporting load, whenever either changes.
     fn report_final(&mut self) {
         let drained = self.host.is_drained() && self.completions.is_empty();
         let capacity = self.host.worker().capacity();
         let key = (drained, capacity);
-        if self.last_final != Some(key) && (drained || self.last_final.is_none_or(|k| k.0)) {
+        let due = self.report_load || drained || self.last_final.is_none_or(|k| k.0);
+        if self.last_final != Some(key) && due {
             self.last_final = Some(key);
             let mut f = self.host.final_state();
             f.drained = drained;
             let _ = self.transport.send(self.cfg.frontend, Frame::Final(f));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use handoff_core::{Request, RequestId, WorkerRequest};
+    use handoff_deployment::{make_core, EngineSpec};
+    use handoff_transport::ChannelNet;
+
+    /// The busy states (not drained) a node told its frontend while it ran
+    /// one request of 40 output tokens to its end.
+    fn busy_reports(reporting_load: bool) -> Vec<handoff_core::KvCapacitySnapshot> {
+        let net = ChannelNet::new();
+        let fe = net.endpoint(WorkerId(99), Generation(0));
+        let ep = net.endpoint(WorkerId(0), Generation(0));
+        let cfg = NodeConfig {
+            id: WorkerId(0),
+            generation: Generation(0),
+            policy: HandoffPolicy::Disabled,
+            handoff: HandoffConfig::default(),
+            frontend: WorkerId(99),
+            transfer: TransferModel::default(),
+        };
+        let core = make_core(&EngineSpec::default()).expect("a core");
+        let mut node = WorkerNode::new(cfg, core, ep, WallClock::start(50.0));
+        if reporting_load {
+            node = node.reporting_load();
+        }
+        let t = std::thread::spawn(move || node.run());
+        let req = Request {
+            id: RequestId(1),
+            prompt_tokens: 64,
+            max_output_tokens: 40,
+            prefix_hashes: vec![1, 2, 3, 4],
+            hash_block_tokens: 16,
+            session: None,
+            arrival: Instant::ZERO,
+            lora: None,
+        };
+        let _ = fe.send(WorkerId(0), Frame::Request(WorkerRequest::Ordinary(req)));
+        let mut busy = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut finished = false;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match fe.incoming().recv_timeout(left) {
+                Ok(Incoming::Frame {
+                    frame: Frame::Final(f),
+                    ..
+                }) if !f.drained => busy.push(f.capacity),
+                Ok(Incoming::Frame {
+                    frame: Frame::Final(_),
+                    ..
+                }) if finished => break,
+                Ok(Incoming::Frame {
+                    frame: Frame::Event(WorkerEvent::RequestFinished { .. }),
+                    ..
+                }) => finished = true,
+                Ok(_) => {}
+                Err(e) => panic!("the node went quiet: {e}"),
+            }
+        }
+        drop(fe);
+        let _ = t.join();
+        busy
+    }
+
+    #[test]
+    fn a_node_reporting_load_tells_every_change_while_busy() {
+        let quiet = busy_reports(false);
+        assert!(quiet.len() <= 1, "{quiet:?}");
+        let live = busy_reports(true);
+        // Admitted, then its KV grows a block at a time as it decodes.
+        assert!(live.iter().any(|c| c.running_requests == 1), "{live:?}");
+        let blocks: Vec<u64> = live.iter().map(|c| c.active_blocks).collect();
+        assert!(blocks.windows(2).any(|w| w[1] > w[0]), "{live:?}");
+        assert!(
+            live.windows(2).all(|w| w[0] != w[1]),
+            "only changes: {live:?}"
+        );
     }
 }

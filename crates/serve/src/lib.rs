@@ -26,9 +26,13 @@
 //! - `pod/`: `serve --engine`, one engine per process: its ranks as
 //!   wall-clock worker nodes behind the side channel, the PD handoff with
 //!   engines in other processes over the transport ([`pod::serve_pod`]).
+//! - `edge/`: what lies between HTTP and the engine in both modes, once:
+//!   request streams, the prefix-cache lookup, KV-event publishing, the
+//!   worker-event to metric mapping, request-end accounting and the
+//!   `/debug/workers` view.
 //! - `director/`: the engine thread on the wall clock (`driver.rs`), the
-//!   shared `handoff_serving::Serving` director with the edge's taps, data
-//!   parallel rank choice.
+//!   shared `handoff_serving::Serving` director with the edge tapping it,
+//!   data parallel rank choice.
 //!
 //! Only this crate depends on tokio, axum, hyper, zmq (libzmq), rmpv,
 //! tokenizers and prometheus-client; `handoff-core` and the backend crates know
@@ -37,6 +41,7 @@
 #![warn(missing_docs)]
 
 mod director;
+mod edge;
 mod error;
 mod http;
 pub mod kv_events;

@@ -130,7 +130,8 @@ fn the_decode_engine_reads_from_the_prefill_engine_named_in_the_params() {
     bad["kv_transfer_params"]["remote_host"] = Value::Null;
     assert_eq!(d.post(&bad).0, 400);
     let (ps, ds) = (p.stop(), d.stop());
-    assert_eq!((ps.finished, ds.finished), (0, 1));
+    // The prefill's answer with its params finished it.
+    assert_eq!((ps.finished, ds.finished), (1, 1));
     assert!(
         ps.failed.is_empty() && ds.failed.is_empty(),
         "{ps:?} {ds:?}"
@@ -241,7 +242,8 @@ fn a_client_gone_from_a_decode(slow: bool) -> (PodSummary, PodSummary) {
     }
     let (ps, ds) = (p.stop(), d.stop());
     assert!(ps.ranks.iter().chain(&ds.ranks).all(|f| f.drained));
-    assert_eq!((ps.finished, ds.finished), (0, 0), "{ps:?} {ds:?}");
+    // The prefill was answered (pinned); the decode's client went away.
+    assert_eq!((ps.finished, ds.finished), (1, 0), "{ps:?} {ds:?}");
     assert!(ps.failed.is_empty(), "{ps:?}");
     assert_eq!(ds.failed.get("client"), Some(&1), "{ds:?}");
     assert_eq!(ds.failed.len(), 1, "{ds:?}");

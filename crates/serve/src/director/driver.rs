@@ -18,14 +18,15 @@
 
 use crate::director::dp_lb::{LoadBalanceMethod, RankPicker, RankRule};
 use crate::director::{Arrivals, HttpDirector, StreamMsg};
+use crate::edge::kv::KvOut;
+use crate::edge::view::{worker_row, Row};
+pub use crate::edge::view::{EngineView, WorkerView};
 use crate::error::ServeError;
 use crate::kv_events::zmq::KvPublishers;
 use crate::metrics::Metrics;
 use crate::openai::prompt::request_for;
 use crate::vllm::kv_transfer::RemotePrefill;
-use handoff_core::{
-    DpRank, Generation, KvCapacitySnapshot, RequestId, Worker, WorkerHost, WorkerId,
-};
+use handoff_core::{DpRank, Generation, RequestId, Worker, WorkerHost, WorkerId};
 use handoff_deployment::{
     deployment, engine_config, make_core, worker_policy, DeploymentConfig, EngineSpec,
 };
@@ -35,7 +36,6 @@ use handoff_kv_events::dynamo_events::RouterEventWriter;
 use handoff_live_adapter::WallClock;
 use handoff_router::Pool;
 use handoff_serving::{serving, Report};
-use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -132,44 +132,6 @@ pub enum Cmd {
     Shutdown,
 }
 
-/// One worker (one rank of it, with `--dp-size` above 1) as
-/// `/debug/workers` shows it.
-#[derive(Clone, Debug, Serialize)]
-pub struct WorkerView {
-    /// Worker id.
-    pub worker: u32,
-    /// The rank, with `--dp-size` above 1.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dp_rank: Option<u16>,
-    /// Requests the rank took from its worker's listener (by
-    /// [`crate::director::dp_lb::RankPicker`]), with `--dp-size` above 1.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub listener_requests: Option<u64>,
-    /// prefill, decode or aggregated.
-    pub role: &'static str,
-    /// No request, role, step or output held.
-    pub drained: bool,
-    /// Handoff roles alive.
-    pub live_handoffs: u64,
-    /// Its capacity snapshot.
-    pub capacity: KvCapacitySnapshot,
-}
-
-/// What the engine thread shares with HTTP handlers.
-#[derive(Debug, Default, Serialize)]
-pub struct EngineView {
-    /// Every worker, by id.
-    pub workers: Vec<WorkerView>,
-    /// Requests the serving director has in flight.
-    pub in_flight: usize,
-    /// HTTP requests not yet ended.
-    pub open_streams: usize,
-    /// Every per-request table's size: all zero when nothing is in flight.
-    pub held: crate::director::Held,
-    /// Model time reached, in seconds.
-    pub model_time_s: f64,
-}
-
 /// Everything the engine thread needs.
 pub struct DriverConfig {
     /// The deployment.
@@ -192,14 +154,6 @@ pub struct DriverConfig {
     pub hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
     /// SGLang's `--load-balance-method` for PD legs.
     pub load_balance: LoadBalanceMethod,
-}
-
-fn role(p: Pool) -> &'static str {
-    match p {
-        Pool::Prefill => "prefill",
-        Pool::Decode => "decode",
-        Pool::Aggregated => "aggregated",
-    }
 }
 
 fn unix_now() -> f64 {
@@ -235,17 +189,21 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
     if let Some(sink) = metrics.slo_sink() {
         inner.set_request_sink(sink);
     }
+    let kv_out = KvOut::new(pools.len(), cfg.block_size)
+        .with_block_hash(hash_mode)
+        .with_dp(cfg.dp)
+        .with_jsonl(jsonl)
+        .with_publishers(kv);
     let director = HttpDirector::new(
         inner,
         arrivals,
         pools.clone(),
-        cfg.block_size,
         metrics.clone(),
-        jsonl,
+        kv_out,
         bootstrap_timeout,
     );
     let mut state = Driver {
-        engine: build_engine(&cfg, &specs, director, hash_mode)?,
+        engine: build_engine(&cfg, &specs, director)?,
         ranks: RankPicker::new(cfg.dp, pools.len()),
         // The rule a request without a room picks a rank by: the engine's own.
         no_room: match (cfg.backend, load_balance) {
@@ -274,14 +232,7 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         let engine = &mut state.engine;
         engine.advance_to(now);
         engine.director_mut().expire_legs(now);
-        publish(
-            engine,
-            &pools,
-            &metrics,
-            kv.as_ref(),
-            &view,
-            &mut state.ranks,
-        );
+        publish(engine, &pools, &metrics, &view, &mut state.ranks);
         let wake = match (engine.next_event_at(), engine.director().leg_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -310,7 +261,6 @@ fn build_engine(
     cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     director: HttpDirector,
-    hash_mode: handoff_kv_events::vllm_hash::BlockHashMode,
 ) -> Result<ServeEngine, ServeError> {
     let policy = worker_policy(cfg);
     let mut handoff = cfg.handoff;
@@ -341,10 +291,7 @@ fn build_engine(
         let spec = restart_specs.get(w.0 as usize).cloned().unwrap_or_default();
         make_core(&spec).unwrap_or_else(|e| unreachable!("checked at start: {e}"))
     });
-    let director = director
-        .with_block_hash(hash_mode)
-        .with_dp(cfg.dp)
-        .with_waiting_timeout(cfg.handoff.reservation_ttl);
+    let director = director.with_waiting_timeout(cfg.handoff.reservation_ttl);
     let mut ecfg = engine_config(cfg);
     // One pass per step: a folded step would release many passes' tokens
     // at its end, and streaming would come in bursts.
@@ -466,22 +413,17 @@ impl Driver {
     }
 }
 
+/// After every engine instant: the KV events out, and each worker's
+/// gauges and `/debug/workers` row from its host's state.
 fn publish(
     engine: &mut ServeEngine,
     pools: &[Pool],
     metrics: &Metrics,
-    kv: Option<&KvPublishers>,
     view: &Mutex<EngineView>,
     ranks: &mut RankPicker,
 ) {
-    let ts = unix_now();
+    engine.director_mut().edge_mut().kv_mut().flush(unix_now());
     let dp = engine.director().dp();
-    for (w, events) in engine.director_mut().take_wire() {
-        if let Some(kv) = kv {
-            let rank = dp.address(WorkerId(w as u32)).dp_rank.0;
-            kv.publish_rank(w, rank, ts, &events);
-        }
-    }
     let workers: Vec<WorkerView> = engine
         .port()
         .hosts()
@@ -489,18 +431,15 @@ fn publish(
         .enumerate()
         .map(|(i, h)| {
             let f = h.final_state();
-            metrics.capacity(i, &f.capacity);
-            ranks.refresh(i, &f.capacity);
             let at = dp.address(f.worker);
-            WorkerView {
+            let row = Row {
+                s: i,
                 worker: at.worker.0,
-                dp_rank: dp.is_split().then_some(at.dp_rank.0),
-                listener_requests: dp.is_split().then(|| ranks.taken(i)),
-                role: role(pools.get(i).copied().unwrap_or(Pool::Decode)),
-                drained: f.drained,
-                live_handoffs: f.live_handoffs,
-                capacity: f.capacity,
-            }
+                dp_rank: at.dp_rank.0,
+                split: dp.is_split(),
+            };
+            let pool = pools.get(i).copied().unwrap_or(Pool::Decode);
+            worker_row(metrics, ranks, row, pool, &f)
         })
         .collect();
     let d = engine.director();

@@ -54,7 +54,7 @@ impl HttpDirector {
     ) {
         self.open(&request, tokens, tx);
         if self.pool(worker) == Pool::Prefill {
-            self.local.insert(request.id);
+            self.edge.serve_whole(request.id);
         }
         self.arriving.push_back(Pending::Local { request, worker });
     }
@@ -77,7 +77,7 @@ impl HttpDirector {
             Some(p) if p.request == remote.request => *p,
             _ => return Err(ProxyError::UnknownHandoff),
         };
-        if self.dp.scheduler(remote.engine.at) != Some(p.source) {
+        if self.dp().scheduler(remote.engine.at) != Some(p.source) {
             return Err(ProxyError::WrongEngine);
         }
         let got = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
@@ -93,7 +93,7 @@ impl HttpDirector {
                 got: remote.blocks,
             });
         }
-        if self.flows.contains_key(&p.request) {
+        if self.edge.is_open(p.request) {
             return Err(ProxyError::AlreadyAttached);
         }
         let request = crate::openai::prompt::request_for(
@@ -149,11 +149,12 @@ impl HttpDirector {
         let cached = u32::try_from(p.ready.tokens)
             .unwrap_or(u32::MAX)
             .min(p.prompt_tokens);
-        if let Some(f) = self.flows.get(&request) {
-            let _ = f.tx.send(StreamMsg::Started {
+        self.edge.tell(
+            request,
+            StreamMsg::Started {
                 cached_tokens: cached,
-            });
-        }
+            },
+        );
     }
 
     /// vLLM's `request_finished` on the prefill worker for a
@@ -167,7 +168,7 @@ impl HttpDirector {
         request: RequestId,
         ready: SourceReady,
     ) {
-        let prompt_tokens = self.flows.get(&request).map_or(0, |f| f.prompt_tokens);
+        let prompt_tokens = self.edge.prompt_tokens(request).unwrap_or(0);
         self.parked.insert(
             id,
             Parked {
@@ -177,19 +178,18 @@ impl HttpDirector {
                 prompt_tokens,
             },
         );
-        self.end(
+        let dp = self.dp();
+        let pinned = Pinned {
             request,
-            StreamMsg::Prefilled(Pinned {
-                request,
-                handoff: id,
-                engine: crate::vllm::kv_transfer::EngineId {
-                    at: self.dp.address(w),
-                    ranked: self.dp.is_split(),
-                },
-                blocks: ready.blocks,
-                tokens: ready.tokens,
-                side_port: None,
-            }),
-        );
+            handoff: id,
+            engine: crate::vllm::kv_transfer::EngineId {
+                at: dp.address(w),
+                ranked: dp.is_split(),
+            },
+            blocks: ready.blocks,
+            tokens: ready.tokens,
+            side_port: None,
+        };
+        self.end_pinned(w, pinned);
     }
 }

@@ -4,11 +4,14 @@
 //! `vllm:num_requests_running`, `vllm:num_requests_waiting`,
 //! `vllm:kv_cache_usage_perc` (a 0-1 fraction despite the name),
 //! `vllm:prefix_cache_queries_total` and `vllm:prefix_cache_hits_total`
-//! (tokens), `vllm:num_preemptions_total`, and the histograms
+//! (tokens), `vllm:num_preemptions_total`, `vllm:request_success_total`
+//! (without vLLM's `finished_reason` label: the engine does not know
+//! whether the client's `max_tokens` or its EOS ended a request), and the histograms
 //! `vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds`,
 //! `vllm:e2e_request_latency_seconds`, `vllm:request_queue_time_seconds`.
 //! SGLang (`sglang/srt/metrics/collector.py`): `sglang:num_running_reqs`,
 //! `sglang:num_queue_reqs`, `sglang:token_usage`, `sglang:cache_hit_rate`,
+//! `sglang:num_requests_total` (`TokenizerMetricsCollector`),
 //! `sglang:time_to_first_token_seconds`, `sglang:inter_token_latency_seconds`,
 //! `sglang:e2e_request_latency_seconds`, `sglang:queue_time_seconds`.
 //! Both: this project's handoff series in the same style
@@ -111,6 +114,7 @@ pub struct Metrics {
     queries: Count,
     hits: Count,
     preemptions: Count,
+    success: Count,
     reservation_waits: Count,
     lease_expiries: Count,
     stale_reads: Count,
@@ -184,6 +188,7 @@ impl Metrics {
             queries: Count::default(),
             hits: Count::default(),
             preemptions: Count::default(),
+            success: Count::default(),
             reservation_waits: Count::default(),
             lease_expiries: Count::default(),
             stale_reads: Count::default(),
@@ -259,6 +264,16 @@ impl Metrics {
             n("num_preemptions"),
             "Preempted (vLLM) or retracted (SGLang) requests",
             self.preemptions.clone(),
+        );
+        registry.register(
+            n(if sglang {
+                "num_requests"
+            } else {
+                "request_success"
+            }),
+            "Requests finished: their stream ended with its last token, or \
+             a pinned prefill answered with its kv_transfer_params",
+            self.success.clone(),
         );
     }
 
@@ -373,6 +388,14 @@ impl Metrics {
     pub fn preempted(&self, w: usize) {
         if let Some(l) = self.l(w) {
             self.preemptions.get_or_create(l).inc();
+        }
+    }
+
+    /// Worker `w` finished a request (its last token streamed, or a
+    /// pinned prefill answered).
+    pub fn request_succeeded(&self, w: usize) {
+        if let Some(l) = self.l(w) {
+            self.success.get_or_create(l).inc();
         }
     }
 
@@ -511,6 +534,7 @@ impl Metrics {
             let _ = self.queries.get_or_create(l);
             let _ = self.hits.get_or_create(l);
             let _ = self.preemptions.get_or_create(l);
+            let _ = self.success.get_or_create(l);
             let _ = self.reservation_waits.get_or_create(l);
             let _ = self.lease_expiries.get_or_create(l);
             let _ = self.stale_reads.get_or_create(l);

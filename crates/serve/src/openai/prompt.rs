@@ -33,11 +33,13 @@ pub fn block_content_hash(tokens: &[u32]) -> u64 {
 /// The chained hash of each full block of `tokens`, as the cores publish
 /// them (see the module docs); equal to [`Request::block_hashes`] of the
 /// request [`request_for`] builds.
+#[cfg(test)]
 pub fn chained_block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
     chained_block_hashes_salted(tokens, block_size, 0)
 }
 
-/// As [`chained_block_hashes`] for a request whose chain starts from
+/// The chained hash of each full block of `tokens` (see the module docs)
+/// for a request whose chain starts from
 /// `salt` ([`Request::lora_salt`]: its LoRA adapter's, 0 on the base
 /// model): `c_0 = mix64(h_0 ^ 0x5eed ^ salt)`.
 pub fn chained_block_hashes_salted(tokens: &[u32], block_size: u32, salt: u64) -> Vec<u64> {

@@ -27,12 +27,14 @@
 //! to its end, as in one process.
 
 use crate::director::dp_lb::{RankPicker, RankRule};
-use crate::director::driver::{Cmd, EngineView, Placement, WorkerView};
+use crate::director::driver::{Cmd, EngineView, Placement};
 use crate::director::{Held, StreamMsg};
+use crate::edge::kv::KvOut;
+use crate::edge::view::{worker_row, Row};
+use crate::edge::Edge;
 use crate::metrics::Metrics;
 use crate::openai::prompt::request_for;
 use crate::pod::ids::PodIds;
-use crate::pod::kv::PodKv;
 use crate::pod::ranks::Ranks;
 use crate::vllm::kv_transfer::{Pinned, ProxyError, RemotePrefill};
 
@@ -69,13 +71,14 @@ pub(crate) struct DriverSetup {
     /// This process's clock.
     pub clock: WallClock,
     /// KV events and the blocks each rank stores.
-    pub kv: PodKv,
+    pub kv: KvOut,
 }
 
 /// How an engine process's run ended.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct PodSummary {
-    /// Requests that ended with their response.
+    /// Requests that ended with their response: their last token, or (a
+    /// `do_remote_decode` prefill) their `kv_transfer_params` at the pin.
     pub finished: u64,
     /// Requests failed, by reason.
     pub failed: BTreeMap<&'static str, u64>,
@@ -100,21 +103,14 @@ enum Kind {
     Decode { source: WorkerId },
 }
 
-impl Kind {
-    /// Whether the client sees this flow's tokens.
-    fn streams(self) -> bool {
-        matches!(self, Kind::Whole | Kind::Decode { .. })
-    }
-}
-
+/// What the driver knows of a request in flight besides its stream (the
+/// edge's flow).
 struct Flow {
-    tx: UnboundedSender<StreamMsg>,
     rank: usize,
     kind: Kind,
     /// The attempt this flow's rank holds a role of, while it does.
     handoff: Option<HandoffId>,
     request: Request,
-    last_token: Option<Instant>,
 }
 
 /// A decode waiting for its rank to reach the prefill rank.
@@ -143,6 +139,8 @@ enum Waiting {
 /// See the module docs.
 pub(crate) struct PodDriver {
     s: DriverSetup,
+    /// Streams, KV events and metrics, as in one process.
+    edge: Edge,
     ranks: Ranks,
     issuers: Vec<HandoffIdGen>,
     picker: RankPicker,
@@ -159,18 +157,12 @@ pub(crate) struct PodDriver {
     summary: PodSummary,
 }
 
-fn role_name(p: Pool) -> &'static str {
-    match p {
-        Pool::Prefill => "prefill",
-        Pool::Decode => "decode",
-        Pool::Aggregated => "aggregated",
-    }
-}
-
 impl PodDriver {
     /// A driver over started `ranks`.
-    pub fn new(s: DriverSetup, ranks: Ranks) -> Self {
+    pub fn new(mut s: DriverSetup, ranks: Ranks) -> Self {
         let n = ranks.endpoints.len();
+        let kv = std::mem::replace(&mut s.kv, KvOut::new(0, s.block_size));
+        let edge = Edge::new(vec![s.role; n], s.metrics.clone(), kv);
         let dp = handoff_core::DpLayout::new(n as u64).unwrap_or(handoff_core::DpLayout::SINGLE);
         let issuers = (0..n)
             .map(|r| HandoffIdGen::new(s.ids.scheduler(r), ranks.frontend.generation()))
@@ -184,6 +176,7 @@ impl PodDriver {
             dials: crossbeam_channel::unbounded(),
             finals: vec![None; n],
             summary: PodSummary::default(),
+            edge,
             ranks,
             s,
         }
@@ -247,22 +240,25 @@ impl PodDriver {
         }
     }
 
-    /// A flow of `request` on `rank`, holding a role of `handoff` there if
-    /// it is one's.
+    /// A flow of `request` (prompt `tokens`) on `rank`, holding a role of
+    /// `handoff` there if it is one's, answered on `tx`.
     fn open(
         &mut self,
         (rank, kind, handoff): (usize, Kind, Option<HandoffId>),
         request: Request,
+        tokens: &[u32],
         tx: UnboundedSender<StreamMsg>,
     ) {
+        self.edge.open(&request, tokens, tx);
+        if kind == Kind::Whole && self.s.role == Pool::Prefill {
+            self.edge.serve_whole(request.id);
+        }
         let id = request.id;
         let flow = Flow {
-            tx,
             rank,
             kind,
             handoff,
             request,
-            last_token: None,
         };
         self.flows.insert(id, flow);
     }
@@ -276,18 +272,13 @@ impl PodDriver {
                 id,
                 tokens,
                 output_tokens,
+                lora,
                 tx,
                 ..
             } => {
                 let r = self.pick(rank);
-                let req = request_for(id, &tokens, output_tokens, self.s.block_size, now);
-                let cached = self.s.kv.cached_on(r, &tokens);
-                let prompt = u64::from(req.prompt_tokens);
-                self.s.metrics.prefix_query(r, prompt, u64::from(cached));
-                self.s.kv.hold(id, &tokens);
-                let _ = tx.send(StreamMsg::Started {
-                    cached_tokens: cached,
-                });
+                let mut req = request_for(id, &tokens, output_tokens, self.s.block_size, now);
+                req.lora = lora;
                 let (kind, handoff, wr) = match (placement, self.s.role) {
                     (Placement::Proxy, Pool::Prefill) => {
                         let handoff = self.issuers[r].next_id();
@@ -299,7 +290,8 @@ impl PodDriver {
                     }
                     _ => (Kind::Whole, None, WorkerRequest::Ordinary(req.clone())),
                 };
-                self.open((r, kind, handoff), req, tx);
+                self.open((r, kind, handoff), req, &tokens, tx);
+                self.edge.started(WorkerId(r as u32), id);
                 self.send(r, wr);
             }
             Cmd::Decode {
@@ -343,7 +335,8 @@ impl PodDriver {
         };
         let Some(handoff) = f.handoff else {
             self.flows.remove(&id);
-            self.s.kv.release(id);
+            let gone = StreamMsg::Failed(FailureReason::from(CancelReason::Client));
+            self.edge.close(id, gone);
             return;
         };
         let to = self.s.ids.scheduler(f.rank);
@@ -459,12 +452,12 @@ impl PodDriver {
     /// The peer a request waited for cannot be reached: its KV cannot
     /// load (`kv_load_failure_policy`; SGLang aborts).
     fn unreachable(&mut self, w: Waiting) {
-        let (rank, request, tx, source) = match w {
-            Waiting::Decode(p) => (p.rank, p.request, p.tx, p.source),
-            Waiting::Leg(p) => (p.rank, p.request, p.tx, WorkerId(u32::MAX)),
+        let (rank, request, tokens, tx, source) = match w {
+            Waiting::Decode(p) => (p.rank, p.request, p.tokens, p.tx, p.source),
+            Waiting::Leg(p) => (p.rank, p.request, p.tokens, p.tx, WorkerId(u32::MAX)),
         };
         let id = request.id;
-        self.open((rank, Kind::Decode { source }, None), request, tx);
+        self.open((rank, Kind::Decode { source }, None), request, &tokens, tx);
         self.load_failed(id, CancelReason::PeerLost);
     }
 
@@ -472,18 +465,19 @@ impl PodDriver {
     /// counts a connector's external hit as cached.
     fn attach(&mut self, p: PendingDecode) {
         let cached = p.ready.tokens.min(u64::from(p.request.prompt_tokens)) as u32;
-        let _ = p.tx.send(StreamMsg::Started {
-            cached_tokens: cached,
-        });
+        let id = p.request.id;
         let wr = WorkerRequest::HandoffDestination {
             id: p.handoff,
             request: p.request.clone(),
             source: p.source,
             ready: Some(p.ready),
         };
-        self.s.kv.hold(p.request.id, &p.tokens);
         let flow = (p.rank, Kind::Decode { source: p.source }, Some(p.handoff));
-        self.open(flow, p.request, p.tx);
+        self.open(flow, p.request, &p.tokens, p.tx);
+        let started = StreamMsg::Started {
+            cached_tokens: cached,
+        };
+        self.edge.tell(id, started);
         self.send(p.rank, wr);
     }
 
@@ -505,24 +499,22 @@ impl PodDriver {
         }
     }
 
+    /// Ends request `id`'s flow with `msg`: the edge counts a failure by
+    /// its reason and closes the stream; the summary counts the outcome (a
+    /// pinned prefill answered is a finished request).
     fn end(&mut self, id: RequestId, msg: StreamMsg) {
-        let Some(f) = self.flows.remove(&id) else {
+        if self.flows.remove(&id).is_none() {
             return;
-        };
-        // A pinned prefill's blocks may still be on their way out of the
-        // reorder buffer: held until its source role ends.
-        if !matches!(msg, StreamMsg::Prefilled(_)) {
-            self.s.kv.release(id);
         }
+        self.edge.account(&msg);
         match &msg {
             StreamMsg::Failed(why) => {
-                self.s.metrics.request_failed(*why);
                 *self.summary.failed.entry(why.name()).or_default() += 1;
             }
-            StreamMsg::Finished => self.summary.finished += 1,
+            StreamMsg::Finished | StreamMsg::Prefilled(_) => self.summary.finished += 1,
             _ => {}
         }
-        let _ = f.tx.send(msg);
+        self.edge.close(id, msg);
     }
 
     fn incoming(&mut self, i: Incoming) {
@@ -539,48 +531,16 @@ impl PodDriver {
         }
     }
 
-    fn stream(&mut self, r: usize, id: RequestId, tokens: u32, now: Instant) {
-        let Some(f) = self.flows.get_mut(&id) else {
-            return;
-        };
-        if !f.kind.streams() {
-            return;
-        }
-        match f.last_token {
-            None => self
-                .s
-                .metrics
-                .ttft(r, (now - f.request.arrival).as_secs_f64()),
-            Some(t) => {
-                let gap = (now - t).as_secs_f64() / f64::from(tokens);
-                for _ in 0..tokens {
-                    self.s.metrics.itl(r, gap);
-                }
-            }
-        }
-        f.last_token = Some(now);
-        let _ = f.tx.send(StreamMsg::Tokens(tokens));
-    }
-
+    /// Rank `r`'s event: through the edge first (streams, KV events,
+    /// metrics), then what only this driver knows of: a `do_remote_decode`
+    /// prefill's pin, a role's end.
     fn on_event(&mut self, r: usize, e: WorkerEvent) {
         let now = self.s.clock.now();
+        let s = WorkerId(r as u32);
+        if let Some(id) = self.edge.observe(s, &e, now) {
+            self.end(id, StreamMsg::Finished);
+        }
         match e {
-            WorkerEvent::Tokens { emissions } => {
-                for em in emissions.iter().filter(|e| e.tokens > 0) {
-                    self.stream(r, em.request, em.tokens, now);
-                }
-            }
-            WorkerEvent::FirstTokenFromPrefill { request, .. } => self.stream(r, request, 1, now),
-            WorkerEvent::RequestFinished { request, .. } => {
-                let Some(f) = self.flows.get(&request) else {
-                    return;
-                };
-                if f.kind.streams() {
-                    let e2e = (now - f.request.arrival).as_secs_f64();
-                    self.s.metrics.e2e(r, e2e);
-                    self.end(request, StreamMsg::Finished);
-                }
-            }
             WorkerEvent::PrefillPinned {
                 id,
                 request,
@@ -600,11 +560,9 @@ impl PodDriver {
                     tokens,
                     side_port: Some(self.ranks.port(r)),
                 };
+                self.edge.pinned(s, request);
                 self.end(request, StreamMsg::Prefilled(pinned));
             }
-            WorkerEvent::Preempted { .. } => self.s.metrics.preempted(r),
-            WorkerEvent::StaleRead { reused, .. } => self.s.metrics.stale_read(r, reused),
-            WorkerEvent::Kv { event, at } => self.s.kv.event(r, event, at),
             WorkerEvent::RoleEnded {
                 reason,
                 role,
@@ -618,14 +576,6 @@ impl PodDriver {
     fn role_ended(&mut self, r: usize, role: Role, id: RequestId, why: Option<CancelReason>) {
         let key = format!("{}/{}", role.name(), why.map_or("released", |w| w.name()));
         *self.summary.roles_ended.entry(key).or_default() += 1;
-        match why {
-            Some(CancelReason::LeaseExpired) => self.s.metrics.lease_expired(r),
-            Some(CancelReason::ReservationExpired) => self.s.metrics.reservation_expired(r),
-            _ => {}
-        }
-        if role == Role::Source && !self.flows.contains_key(&id) {
-            self.s.kv.release(id);
-        }
         if role == Role::Source
             && self
                 .flows
@@ -653,11 +603,14 @@ impl PodDriver {
         }
     }
 
+    /// After every command, frame or tick: the KV events out, and each
+    /// rank's gauges and `/debug/workers` row from its latest state.
     fn publish(&mut self) {
         let unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        self.s.kv.flush(unix);
+        self.edge.kv_mut().flush(unix);
+        let n = self.finals.len();
         let mut workers = Vec::new();
         for (r, f) in self.finals.iter().enumerate() {
             let Some(f) = f else {
@@ -665,27 +618,34 @@ impl PodDriver {
                 workers.clear();
                 break;
             };
-            self.s.metrics.capacity(r, &f.capacity);
-            self.picker.refresh(r, &f.capacity);
-            workers.push(WorkerView {
+            let row = Row {
+                s: r,
                 worker: self.s.ids.engine,
-                dp_rank: (self.finals.len() > 1).then_some(r as u16),
-                listener_requests: (self.finals.len() > 1).then(|| self.picker.taken(r)),
-                role: role_name(self.s.role),
-                drained: f.drained,
-                live_handoffs: f.live_handoffs,
-                capacity: f.capacity,
-            });
+                dp_rank: r as u16,
+                split: n > 1,
+            };
+            workers.push(worker_row(
+                &self.s.metrics,
+                &mut self.picker,
+                row,
+                self.s.role,
+                f,
+            ));
         }
+        let e = self.edge.held();
         let held = Held {
             flows: self.flows.len(),
+            local: e.local,
+            reserving: e.reserving,
+            prompt_blocks: e.prompt_blocks,
             legs: self.dialling.values().map(Vec::len).sum(),
+            lora: e.lora,
             ..Held::default()
         };
         let v = EngineView {
             workers,
             in_flight: self.flows.len(),
-            open_streams: self.flows.len(),
+            open_streams: e.flows,
             held,
             model_time_s: self.s.clock.now().as_nanos() as f64 / 1e9,
         };

@@ -23,13 +23,13 @@
 
 mod driver;
 pub mod ids;
-mod kv;
 mod ranks;
 
 pub use driver::PodSummary;
 
 use crate::director::dp_lb::RankRule;
 use crate::director::driver::{Cmd, EngineView};
+use crate::edge::kv::KvOut;
 use crate::error::ServeError;
 use crate::http::accept::{self, HttpTimeouts};
 use crate::http::worker::{worker_router, WorkerState};
@@ -298,7 +298,10 @@ impl Engine {
             metrics: metrics.clone(),
             view: view.clone(),
             clock,
-            kv: kv::PodKv::new(n, cfg.block_size, c.serve.hash_mode.clone(), publishers),
+            kv: KvOut::new(n, cfg.block_size)
+                .with_block_hash(c.serve.hash_mode.clone())
+                .with_dp(dp)
+                .with_publishers(publishers),
         };
         metrics.touch_all();
         let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();

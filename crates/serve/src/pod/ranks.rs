@@ -140,7 +140,8 @@ impl Ranks {
                 frontend: FRONTEND,
                 transfer: s.transfer,
             };
-            let node = WorkerNode::new(cfg, core, Shared(ep.clone()), s.clock);
+            // The driver's gauges and `/debug/workers` follow the load live.
+            let node = WorkerNode::new(cfg, core, Shared(ep.clone()), s.clock).reporting_load();
             let t = std::thread::Builder::new()
                 .name(format!("rank-{r}"))
                 .spawn(move || node.run().1)

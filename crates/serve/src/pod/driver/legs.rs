@@ -76,16 +76,12 @@ impl PodDriver {
                     .map_or(0, |w| w.0 as usize);
                 let me = self.s.ids.scheduler(r);
                 let handoff = room_handoff(me, self.ranks.frontend.generation(), key.room);
-                let cached = self.s.kv.cached_on(r, tokens);
-                self.s.kv.hold(id, tokens);
-                let _ = tx.send(StreamMsg::Started {
-                    cached_tokens: cached,
-                });
                 let wr = WorkerRequest::HandoffSource {
                     id: handoff,
                     request: request.clone(),
                 };
-                self.open((r, Kind::PrefillLeg, Some(handoff)), request, tx);
+                self.open((r, Kind::PrefillLeg, Some(handoff)), request, tokens, tx);
+                self.edge.started(WorkerId(r as u32), id);
                 self.send(r, wr);
             }
             Side::Decode => {
@@ -113,8 +109,7 @@ impl PodDriver {
     /// destination of the room's handoff.
     pub(super) fn leg_linked(&mut self, p: PendingLeg, hello: PeerHello) {
         let handoff = room_handoff(hello.worker, hello.generation, p.room);
-        let _ = p.tx.send(StreamMsg::Started { cached_tokens: 0 });
-        self.s.kv.hold(p.request.id, &p.tokens);
+        let id = p.request.id;
         let wr = WorkerRequest::HandoffDestination {
             id: handoff,
             request: p.request.clone(),
@@ -125,8 +120,10 @@ impl PodDriver {
         self.open(
             (p.rank, Kind::Decode { source }, Some(handoff)),
             p.request,
+            &p.tokens,
             p.tx,
         );
+        self.edge.tell(id, StreamMsg::Started { cached_tokens: 0 });
         self.send(p.rank, wr);
     }
 
@@ -135,9 +132,7 @@ impl PodDriver {
     pub(super) fn prefill_leg_ended(&mut self, id: RequestId, why: Option<CancelReason>) {
         match why {
             None => {
-                if let Some(f) = self.flows.get(&id) {
-                    let _ = f.tx.send(StreamMsg::Tokens(1));
-                }
+                self.edge.tell(id, StreamMsg::Tokens(1));
                 self.end(id, StreamMsg::Finished);
             }
             Some(why) => self.end(id, StreamMsg::Failed(FailureReason::from(why))),

@@ -1,0 +1,93 @@
+//! What `/debug/workers` shows and the capacity gauges, from one snapshot:
+//! each scheduler's [`HostFinal`] sets its Prometheus gauges
+//! ([`Metrics::capacity`]), the rank picker's counts and its row of the
+//! view at once, so a scrape of `/metrics` and of `/debug/workers` read the
+//! same instant's capacity in both serve modes.
+
+use crate::director::dp_lb::RankPicker;
+use crate::metrics::Metrics;
+use handoff_core::{HostFinal, KvCapacitySnapshot};
+use handoff_router::Pool;
+use serde::Serialize;
+
+/// One worker (one rank of it, with `--dp-size` above 1) as
+/// `/debug/workers` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkerView {
+    /// Worker id.
+    pub worker: u32,
+    /// The rank, with `--dp-size` above 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dp_rank: Option<u16>,
+    /// Requests the rank took from its worker's listener (by
+    /// [`crate::director::dp_lb::RankPicker`]), with `--dp-size` above 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listener_requests: Option<u64>,
+    /// prefill, decode or aggregated.
+    pub role: &'static str,
+    /// No request, role, step or output held.
+    pub drained: bool,
+    /// Handoff roles alive.
+    pub live_handoffs: u64,
+    /// Its capacity snapshot.
+    pub capacity: KvCapacitySnapshot,
+}
+
+/// What the engine thread shares with HTTP handlers.
+#[derive(Debug, Default, Serialize)]
+pub struct EngineView {
+    /// Every worker, by id.
+    pub workers: Vec<WorkerView>,
+    /// Requests the serving director has in flight.
+    pub in_flight: usize,
+    /// HTTP requests not yet ended.
+    pub open_streams: usize,
+    /// Every per-request table's size: all zero when nothing is in flight.
+    pub held: crate::director::Held,
+    /// Model time reached, in seconds.
+    pub model_time_s: f64,
+}
+
+/// A pool's name in the view and the metrics' `role` label.
+pub(crate) fn role_name(p: Pool) -> &'static str {
+    match p {
+        Pool::Prefill => "prefill",
+        Pool::Decode => "decode",
+        Pool::Aggregated => "aggregated",
+    }
+}
+
+/// Where a scheduler's row is: its index, the worker id it shows, its rank
+/// and whether the worker has several.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Row {
+    /// The scheduler's index (metrics and picker).
+    pub s: usize,
+    /// The worker id shown.
+    pub worker: u32,
+    /// Its rank within the worker.
+    pub dp_rank: u16,
+    /// The worker has several ranks.
+    pub split: bool,
+}
+
+/// Scheduler `row.s`'s gauges, picker counts and view row from `f`.
+pub(crate) fn worker_row(
+    metrics: &Metrics,
+    picker: &mut RankPicker,
+    row: Row,
+    pool: Pool,
+    f: &HostFinal,
+) -> WorkerView {
+    metrics.capacity(row.s, &f.capacity);
+    picker.refresh(row.s, &f.capacity);
+    WorkerView {
+        worker: row.worker,
+        dp_rank: row.split.then_some(row.dp_rank),
+        listener_requests: row.split.then(|| picker.taken(row.s)),
+        role: role_name(pool),
+        drained: f.drained,
+        live_handoffs: f.live_handoffs,
+        capacity: f.capacity,
+    }
+}
