@@ -1,4 +1,4 @@
-//! The OpenAI request body parser ([`handoff_serve::openai::parse`]) under
+//! The OpenAI request body parser ([`handoff_openai::parse`]) under
 //! attack: what `serve`'s `/v1/completions` and `/v1/chat/completions`
 //! handlers run on every body they read.
 //!
@@ -22,8 +22,7 @@ use crate::alloc::measure;
 use crate::engine::{Sig, Target};
 use crate::mutate::{mutate, TEXT_NUMBERS};
 use crate::rng::Rng;
-use handoff_serve::openai::{parse, ApiError, Endpoint, GenRequest, Limits};
-use handoff_serve::Tokenizer;
+use handoff_openai::{parse, ApiError, Endpoint, GenRequest, Limits, Tokenizer};
 use serde_json::{json, Map, Value};
 
 /// Peak live bytes per input byte: `serde_json::Value` spends 32 bytes on

@@ -12,7 +12,7 @@
 //! ([`handoff_transport::FrameReader`]) as the TCP transport drives it (the channel
 //! transport moves typed values and has no decoder; decoded frames are sent
 //! through it too), `body` the OpenAI request body parser
-//! ([`handoff_serve::openai::parse`]) that `serve`'s generation endpoints
+//! ([`handoff_openai::parse`]) that `serve`'s generation endpoints
 //! run (HTTP framing itself is hyper's; `serve`'s handling of slow,
 //! oversized and malformed requests is tested over TCP in
 //! `crates/serve/tests/http_abuse.rs`).

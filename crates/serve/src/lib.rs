@@ -12,7 +12,8 @@
 //!   `/metrics`, `/debug/workers`) and each worker's own listener.
 //! - `openai/`: OpenAI request and response bodies, sampling, prompts and
 //!   their token ids ([`Tokenizer`]: the built-in stand-in or a Hugging
-//!   Face `tokenizer.json`), vLLM's render endpoints.
+//!   Face `tokenizer.json`), all `handoff-openai`'s, re-exported; vLLM's
+//!   render endpoints.
 //! - `vllm/`: vLLM's PD (`kv_transfer_params`) and the wire layout of its
 //!   ZMQ KV events ([`KvEventEncoding`]).
 //! - `sglang/`: SGLang's PD legs, their bootstrap rooms and its native
@@ -34,9 +35,9 @@
 //!   shared `handoff_serving::Serving` director with the edge tapping it,
 //!   data parallel rank choice.
 //!
-//! Only this crate depends on tokio, axum, hyper, zmq (libzmq), rmpv,
-//! tokenizers and prometheus-client; `handoff-core` and the backend crates know
-//! nothing of it.
+//! Only this crate depends on tokio, axum, hyper, zmq (libzmq), rmpv and
+//! prometheus-client (tokenizers is `handoff-openai`'s); `handoff-core` and
+//! the backend crates know nothing of it.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -12,7 +12,7 @@
 //! block's token ids (vLLM's `BlockStored.token_ids`) can therefore
 //! recompute its hash; `tests/python/` does. (A generated block keeps the
 //! core's own hash and carries stand-in ids derived from it,
-//! [`handoff_kv_events::dynamo_hash`].) Only full blocks are hashed, as in vLLM.
+//! `handoff_kv_events::dynamo_hash`.) Only full blocks are hashed, as in vLLM.
 
 use handoff_core::request::mix64;
 use handoff_core::{Instant, Request, RequestId};

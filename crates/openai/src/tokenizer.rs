@@ -215,10 +215,10 @@ pub enum PromptKind {
 impl Tokenizer {
     /// Loads a Hugging Face `tokenizer.json` from `path`; the error names
     /// the file.
-    pub fn from_file(path: &std::path::Path) -> Result<Self, crate::ServeError> {
+    pub fn from_file(path: &std::path::Path) -> Result<Self, TokenizerFileError> {
         tokenizers::Tokenizer::from_file(path)
             .map(|t| Tokenizer::HuggingFace(std::sync::Arc::new(t)))
-            .map_err(|source| crate::ServeError::Tokenizer {
+            .map_err(|source| TokenizerFileError {
                 path: path.to_path_buf(),
                 source,
             })
@@ -265,6 +265,29 @@ impl Tokenizer {
                 Ok(ids)
             }
         }
+    }
+}
+
+/// A `tokenizer.json` ([`Tokenizer::from_file`]) that could not be loaded.
+/// `Display` names the flag and the file as the command line prints them:
+/// `--tokenizer PATH: why`.
+#[derive(Debug)]
+pub struct TokenizerFileError {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Why (unreadable, not JSON, not a tokenizer).
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl std::fmt::Display for TokenizerFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--tokenizer {}: {}", self.path.display(), self.source)
+    }
+}
+
+impl std::error::Error for TokenizerFileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
     }
 }
 
