@@ -33,7 +33,6 @@ pub fn block_content_hash(tokens: &[u32]) -> u64 {
 /// The chained hash of each full block of `tokens`, as the cores publish
 /// them (see the module docs); equal to [`Request::block_hashes`] of the
 /// request [`request_for`] builds.
-#[cfg(test)]
 pub fn chained_block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
     chained_block_hashes_salted(tokens, block_size, 0)
 }
