@@ -36,7 +36,7 @@ use crate::pod::kv::PodKv;
 use crate::pod::ranks::Ranks;
 use crate::vllm::kv_transfer::{Pinned, ProxyError, RemotePrefill};
 
-mod legs;
+pub(crate) mod legs;
 use handoff_core::fasthash::FastMap;
 use handoff_core::{
     CancelReason, DpRank, FailureReason, HandoffId, HandoffIdGen, HostFinal, Instant,
@@ -70,6 +70,8 @@ pub(crate) struct DriverSetup {
     pub clock: WallClock,
     /// KV events and the blocks each rank stores.
     pub kv: PodKv,
+    /// SGLang PD legs' rooms and bootstrap deadlines.
+    pub legs: legs::LegRooms,
 }
 
 /// How an engine process's run ended.
@@ -215,6 +217,7 @@ impl PodDriver {
                 recv(dials) -> d => if let Ok(d) = d { self.dialled(d) },
                 default(tick) => {}
             }
+            self.expire_legs();
             self.publish();
         }
         let open: Vec<RequestId> = self.flows.keys().copied().collect();
@@ -509,6 +512,7 @@ impl PodDriver {
         let Some(f) = self.flows.remove(&id) else {
             return;
         };
+        self.s.legs.ended(id);
         // A pinned prefill's blocks may still be on their way out of the
         // reorder buffer: held until its source role ends.
         if !matches!(msg, StreamMsg::Prefilled(_)) {
@@ -605,6 +609,7 @@ impl PodDriver {
             WorkerEvent::Preempted { .. } => self.s.metrics.preempted(r),
             WorkerEvent::StaleRead { reused, .. } => self.s.metrics.stale_read(r, reused),
             WorkerEvent::Kv { event, at } => self.s.kv.event(r, event, at),
+            WorkerEvent::Transition(t) => self.leg_moved(&t),
             WorkerEvent::RoleEnded {
                 reason,
                 role,
@@ -679,7 +684,7 @@ impl PodDriver {
         }
         let held = Held {
             flows: self.flows.len(),
-            legs: self.dialling.values().map(Vec::len).sum(),
+            legs: self.dialling.values().map(Vec::len).sum::<usize>() + self.s.legs.len(),
             ..Held::default()
         };
         let v = EngineView {
