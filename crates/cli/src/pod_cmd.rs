@@ -51,8 +51,10 @@ pub struct PodArgs {
     /// connect for the rooms sglang-router names (SGLang's flag).
     #[arg(long, default_value_t = 8998, value_name = "PORT")]
     pub disaggregation_bootstrap_port: u16,
-    /// After SIGTERM: how long responses in flight may take before what is
-    /// left fails with `shutdown`.
+    /// After SIGTERM: how long responses in flight may take; then, with
+    /// --engine, what is left fails with `shutdown` (a stream's error event
+    /// and [DONE], a 503); in one process, the engine finishes what is left
+    /// on model time at once and unpaired SGLang legs fail with `shutdown`.
     #[arg(long, default_value_t = DEFAULT_GRACE_S, value_name = "SECONDS")]
     pub grace_period_s: f64,
     /// How long a peer engine may stay silent (no frame, no ping) before

@@ -280,7 +280,12 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
     if a.pod.engine.is_some() {
         return crate::pod_cmd::run(c, &a.pod, a.output.as_deref());
     }
-    let report = handoff_serve::serve_workers(c, |l| {
+    let grace = a.pod.grace_period_s;
+    if !(grace.is_finite() && (0.0..=86_400.0).contains(&grace)) {
+        return Err("--grace-period-s: a number of seconds in 0..=86400".into());
+    }
+    let grace = std::time::Duration::from_secs_f64(grace);
+    let report = handoff_serve::serve_workers_graced(c, grace, |l| {
         eprintln!(
             "handoff-mocker serve: listening on http://{} (model {})",
             l.http, model

@@ -60,8 +60,9 @@ pub use http::MAX_BODY_BYTES;
 pub use kv_events::zmq::KvEndpoints;
 pub use openai::Tokenizer;
 pub use server::{
-    parse_worker_http, per_worker, serve, serve_until, serve_workers, serve_workers_until,
-    serve_workers_until_forced, worker_http_ports, Listening, ServeConfig,
+    parse_worker_http, per_worker, serve, serve_until, serve_workers, serve_workers_graced,
+    serve_workers_until, serve_workers_until_forced, serve_workers_until_graced, worker_http_ports,
+    Listening, ServeConfig,
 };
 pub use sglang::bootstrap::DEFAULT_TIMEOUT_S as DEFAULT_BOOTSTRAP_TIMEOUT_S;
 pub use vllm::lora::{

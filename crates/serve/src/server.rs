@@ -132,7 +132,12 @@ pub fn per_worker(base: &str, n: usize, flag: &str) -> Result<Vec<String>, Serve
 /// HTTP address first. Returns the run's report.
 pub fn serve(c: ServeConfig, on_listen: impl FnOnce(SocketAddr)) -> Result<Report, ServeError> {
     let (stop, force) = shutdown_signals();
-    runtime()?.block_on(run(c, |l: Listening| on_listen(l.http), stop, force))
+    runtime()?.block_on(run(
+        c,
+        |l: Listening| on_listen(l.http),
+        (stop, None),
+        force,
+    ))
 }
 
 /// [`serve`], telling `on_listen` every bound address (the per-worker
@@ -142,7 +147,7 @@ pub fn serve_workers(
     on_listen: impl FnOnce(Listening),
 ) -> Result<Report, ServeError> {
     let (stop, force) = shutdown_signals();
-    runtime()?.block_on(run(c, on_listen, stop, force))
+    runtime()?.block_on(run(c, on_listen, (stop, None), force))
 }
 
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ServeError> {
@@ -163,7 +168,12 @@ pub fn serve_until(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Report, ServeError> {
     let force = std::future::pending::<()>();
-    runtime()?.block_on(run(c, |l: Listening| on_listen(l.http), stop, force))
+    runtime()?.block_on(run(
+        c,
+        |l: Listening| on_listen(l.http),
+        (stop, None),
+        force,
+    ))
 }
 
 /// [`serve_until`], telling `on_listen` every bound address (the
@@ -176,6 +186,30 @@ pub fn serve_workers_until(
     serve_workers_until_forced(c, on_listen, stop, std::future::pending())
 }
 
+/// [`serve_workers`] with a grace period: after the first signal, open
+/// responses may take `grace`; then the engine stops and finishes what is
+/// still in flight on model time at once, so every open response ends
+/// with its status (see [`serve_listeners`]).
+pub fn serve_workers_graced(
+    c: ServeConfig,
+    grace: std::time::Duration,
+    on_listen: impl FnOnce(Listening),
+) -> Result<Report, ServeError> {
+    let (stop, force) = shutdown_signals();
+    runtime()?.block_on(run(c, on_listen, (stop, Some(grace)), force))
+}
+
+/// [`serve_workers_graced`] until `stop` completes instead of a signal.
+pub fn serve_workers_until_graced(
+    c: ServeConfig,
+    on_listen: impl FnOnce(Listening),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    grace: std::time::Duration,
+) -> Result<Report, ServeError> {
+    let force = std::future::pending::<()>();
+    runtime()?.block_on(run(c, on_listen, (stop, Some(grace)), force))
+}
+
 /// [`serve_workers_until`], with `force` ending the graceful shutdown
 /// `stop` began: connections still open are cut, and what was in flight
 /// is counted on stderr (the second signal of [`serve`]).
@@ -185,13 +219,16 @@ pub fn serve_workers_until_forced(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     force: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Report, ServeError> {
-    runtime()?.block_on(run(c, on_listen, stop, force))
+    runtime()?.block_on(run(c, on_listen, (stop, None), force))
 }
 
 async fn run(
     c: ServeConfig,
     on_listen: impl FnOnce(Listening),
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    (stop, grace): (
+        impl std::future::Future<Output = ()> + Send + 'static,
+        Option<std::time::Duration>,
+    ),
     force: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Report, ServeError> {
     let workers = deployment(&c.cfg);
@@ -290,10 +327,16 @@ async fn run(
     let front = router(state)
         .merge(info::routes(info, Scope::Front))
         .merge(render);
+    let end_engine = {
+        let tx = tx.clone();
+        move || {
+            let _ = tx.send(Cmd::Shutdown);
+        }
+    };
     serve_listeners(
         (listener, front, timeouts),
         others,
-        stop_rx,
+        (stop_rx, grace, end_engine),
         force_rx,
         &view,
     )
@@ -371,7 +414,7 @@ async fn bind_workers(
 }
 
 /// `--disaggregation-bootstrap-timeout` as model time.
-fn bootstrap_timeout(secs: f64) -> Result<handoff_core::Duration, ServeError> {
+pub(crate) fn bootstrap_timeout(secs: f64) -> Result<handoff_core::Duration, ServeError> {
     handoff_core::Duration::try_from_secs_f64(secs).map_err(|_| ServeError::Flag {
         flag: "--disaggregation-bootstrap-timeout".into(),
         value: secs.to_string(),
@@ -423,37 +466,64 @@ async fn serve_worker(
 }
 
 /// Serves the front until `stop`, then waits for every listener to finish
-/// its responses, or cuts them off when `force` comes first.
+/// its responses, or cuts them off when `force` comes first. With a
+/// `grace` period, when it ends `end_engine` stops the engine: what is
+/// still in flight finishes on model time at once (the driver's tail) and
+/// SGLang PD legs still without a pair fail with `shutdown`, so every
+/// response still open is answered; what has not been written within
+/// [`crate::pod::FLUSH`] is cut.
 async fn serve_listeners(
     (listener, front, timeouts): (tokio::net::TcpListener, axum::Router, HttpTimeouts),
     others: Vec<tokio::task::JoinHandle<()>>,
-    stop_rx: tokio::sync::watch::Receiver<bool>,
+    (stop_rx, grace, end_engine): (
+        tokio::sync::watch::Receiver<bool>,
+        Option<std::time::Duration>,
+        impl FnOnce(),
+    ),
     force_rx: tokio::sync::oneshot::Receiver<()>,
     view: &Mutex<EngineView>,
 ) {
     let aborts: Vec<_> = others.iter().map(|o| o.abort_handle()).collect();
+    let mut stopped = stop_rx.clone();
     let graceful = async {
         accept::serve(listener, front, timeouts, stop_rx).await;
         for o in others {
             let _ = o.await;
         }
     };
-    tokio::select! {
-        () = graceful => {}
-        Ok(()) = force_rx => {
-            // Dropping the front's accept loop drops its connections; the
-            // worker listeners' loops are aborted with theirs.
-            for a in aborts {
-                a.abort();
-            }
-            let (in_flight, open) = view
-                .lock()
-                .map_or((0, 0), |v| (v.in_flight, v.open_streams));
-            eprintln!(
-                "handoff-mocker serve: forced exit: {in_flight} requests in flight and \
-                 {open} open HTTP responses cut off"
-            );
+    tokio::pin!(graceful, force_rx);
+    let grace_over = async {
+        let _ = stopped.wait_for(|s| *s).await;
+        match grace {
+            Some(g) => tokio::time::sleep(g).await,
+            None => std::future::pending().await,
         }
+    };
+    let forced = tokio::select! {
+        () = &mut graceful => return,
+        () = grace_over => {
+            end_engine();
+            tokio::select! {
+                () = &mut graceful => return,
+                () = tokio::time::sleep(crate::pod::FLUSH) => false,
+                Ok(()) = &mut force_rx => true,
+            }
+        }
+        Ok(()) = &mut force_rx => true,
+    };
+    // Dropping the front's accept loop drops its connections; the worker
+    // listeners' loops are aborted with theirs.
+    for a in aborts {
+        a.abort();
+    }
+    if forced {
+        let (in_flight, open) = view
+            .lock()
+            .map_or((0, 0), |v| (v.in_flight, v.open_streams));
+        eprintln!(
+            "handoff-mocker serve: forced exit: {in_flight} requests in flight and \
+             {open} open HTTP responses cut off"
+        );
     }
 }
 

@@ -249,7 +249,9 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
             Ok(cmd) => state.handle(cmd),
         }
     }
-    // What is still in flight finishes on model time, as a replay's tail.
+    // Legs still without a pair end now; what is still in flight finishes
+    // on model time, as a replay's tail.
+    state.engine.director_mut().shutdown_legs();
     let (director, _) = state.engine.run();
     let (report, _) = director.into_serving().into_outcome();
     report.ok_or(ServeError::NoReport)

@@ -139,7 +139,8 @@ pub struct Held {
     pub reserving: usize,
     /// Prompt blocks held for flows in flight (their token ids).
     pub prompt_blocks: usize,
-    /// SGLang PD legs waiting in rooms plus open prefill legs.
+    /// SGLang PD legs waiting in rooms, open prefill legs and rooms whose
+    /// pair is in flight.
     pub legs: usize,
     /// Requests the recorder tracks (arrived, not ended).
     pub recorded: usize,
@@ -241,7 +242,7 @@ impl HttpDirector {
             local: e.local,
             reserving: e.reserving,
             prompt_blocks: e.prompt_blocks,
-            legs: self.pairs.open(),
+            legs: self.pairs.held(),
             recorded: self.inner.in_flight(),
             router_bookings: self.inner.router_bookings(),
             lora: e.lora,

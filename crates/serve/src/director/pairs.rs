@@ -20,6 +20,12 @@
 //! leaves the reservation to expire: the destination frees it (exactly
 //! once, by its role machine) and the decode leg fails with
 //! [`BootstrapError::WaitingTimeout`], SGLang's abort.
+//!
+//! A room serves one pair at a time ([`crate::sglang::bootstrap`]): from
+//! the moment its pair forms (or its decode leg reserves early) until the
+//! pair's request ends, a leg for it is refused at once
+//! ([`BootstrapError::RoomInUse`]; a second leg of the side an early decode
+//! already has is [`BootstrapError::DuplicateRoom`]).
 
 use super::{HttpDirector, Pending, StreamMsg};
 use crate::sglang::bootstrap::{Arrival, BootstrapError, BootstrapTable, Leg, RoomKey, Side};
@@ -90,6 +96,12 @@ impl Pairs {
         self.rooms.len() + self.early.len() + self.prefill.len()
     }
 
+    /// What [`Self::open`] counts plus rooms whose pair is in flight: every
+    /// per-leg table, for `/debug/workers`' `held`.
+    pub(super) fn held(&self) -> usize {
+        self.open() + self.rooms.in_use_len()
+    }
+
     /// Sets the waiting timeout the decode leg's error names.
     pub(super) fn set_waiting_timeout(&mut self, t: Duration) {
         self.waiting_timeout = t;
@@ -121,6 +133,14 @@ impl HttpDirector {
     ) -> bool {
         if self.pairs.early.contains_key(&key) {
             return self.joins_early(key, leg, now);
+        }
+        if self.pairs.rooms.in_use(&key) {
+            let error = BootstrapError::RoomInUse {
+                side: leg.side,
+                room: key.room,
+            };
+            let _ = leg.payload.tx.send(StreamMsg::Bootstrap(error));
+            return false;
         }
         if let (Side::Decode, Some(p), None) =
             (leg.side, prefill, self.pairs.rooms.waiting_side(&key))
@@ -157,6 +177,7 @@ impl HttpDirector {
         now: Instant,
     ) {
         let (request, worker, tokens) = self.open_decode(decode, now);
+        self.pairs.rooms.occupy(key.clone(), request.id);
         self.pairs.early_room.insert(request.id, key.clone());
         self.pairs.early.insert(
             key,
@@ -241,10 +262,12 @@ impl HttpDirector {
         self.pairs.held.remove(&r).unwrap_or_default()
     }
 
-    /// Request `r` ends with `msg`: if it was an early decode still without
-    /// its prefill leg, its held source is dropped and a reservation that
-    /// expired reads as SGLang's waiting-timeout abort.
+    /// Request `r` ends with `msg`: its room, if it is a pair's, is free
+    /// again; if it was an early decode still without its prefill leg, its
+    /// held source is dropped and a reservation that expired reads as
+    /// SGLang's waiting-timeout abort.
     pub(super) fn early_ended(&mut self, r: RequestId, msg: StreamMsg) -> StreamMsg {
+        self.pairs.rooms.vacate(r);
         self.pairs.held.remove(&r);
         let Some(key) = self.pairs.early_room.remove(&r) else {
             return msg;
@@ -306,6 +329,17 @@ impl HttpDirector {
     pub fn expire_legs(&mut self, now: Instant) {
         for (leg, error) in self.pairs.rooms.expire(now) {
             let _ = leg.payload.tx.send(StreamMsg::Bootstrap(error));
+        }
+    }
+
+    /// The engine stops: every leg still waiting for its partner fails
+    /// with `shutdown` (nothing was booked for it; it never was a request).
+    pub fn shutdown_legs(&mut self) {
+        for (leg, _) in self.pairs.rooms.expire(Instant::MAX) {
+            let _ = leg
+                .payload
+                .tx
+                .send(StreamMsg::Failed(FailureReason::Shutdown));
         }
     }
 

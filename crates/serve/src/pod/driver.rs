@@ -38,7 +38,7 @@ use crate::pod::ids::PodIds;
 use crate::pod::ranks::Ranks;
 use crate::vllm::kv_transfer::{Pinned, ProxyError, RemotePrefill};
 
-mod legs;
+pub(crate) mod legs;
 use handoff_core::fasthash::FastMap;
 use handoff_core::{
     CancelReason, DpRank, FailureReason, HandoffId, HandoffIdGen, HostFinal, Instant,
@@ -72,6 +72,8 @@ pub(crate) struct DriverSetup {
     pub clock: WallClock,
     /// KV events and the blocks each rank stores.
     pub kv: KvOut,
+    /// SGLang PD legs' rooms and bootstrap deadlines.
+    pub legs: legs::LegRooms,
 }
 
 /// How an engine process's run ended.
@@ -208,6 +210,7 @@ impl PodDriver {
                 recv(dials) -> d => if let Ok(d) = d { self.dialled(d) },
                 default(tick) => {}
             }
+            self.expire_legs();
             self.publish();
         }
         let open: Vec<RequestId> = self.flows.keys().copied().collect();
@@ -506,6 +509,7 @@ impl PodDriver {
         if self.flows.remove(&id).is_none() {
             return;
         }
+        self.s.legs.ended(id);
         self.edge.account(&msg);
         match &msg {
             StreamMsg::Failed(why) => {
@@ -563,6 +567,7 @@ impl PodDriver {
                 self.edge.pinned(s, request);
                 self.end(request, StreamMsg::Prefilled(pinned));
             }
+            WorkerEvent::Transition(t) => self.leg_moved(&t),
             WorkerEvent::RoleEnded {
                 reason,
                 role,
@@ -638,7 +643,7 @@ impl PodDriver {
             local: e.local,
             reserving: e.reserving,
             prompt_blocks: e.prompt_blocks,
-            legs: self.dialling.values().map(Vec::len).sum(),
+            legs: self.dialling.values().map(Vec::len).sum::<usize>() + self.s.legs.len(),
             lora: e.lora,
             ..Held::default()
         };

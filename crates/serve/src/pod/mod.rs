@@ -192,7 +192,11 @@ async fn run(
     let (timeouts, grace) = (c.serve.http_timeouts, c.grace);
     let routes = engine.routes(c, specs);
     on_listen(&engine.listening);
-    serve_http(listener, routes, timeouts, grace, stop, force).await;
+    let tx = engine.tx.clone();
+    let end_engine = move || {
+        let _ = tx.send(Cmd::Shutdown);
+    };
+    serve_http(listener, routes, timeouts, (grace, end_engine), stop, force).await;
     let _ = engine.tx.send(Cmd::Shutdown);
     engine.driver.join().map_err(|_| ServeError::EnginePanicked)
 }
@@ -302,6 +306,10 @@ impl Engine {
                 .with_block_hash(c.serve.hash_mode.clone())
                 .with_dp(dp)
                 .with_publishers(publishers),
+            legs: driver::legs::LegRooms::new(
+                crate::server::bootstrap_timeout(c.serve.bootstrap_timeout_s)?,
+                cfg.handoff.tombstones,
+            ),
         };
         metrics.touch_all();
         let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();
@@ -373,13 +381,21 @@ impl Engine {
     }
 }
 
-/// Serves until `stop`, then lets open responses finish for `grace` (or
-/// until `force`), then cuts what is left.
+/// How long the responses still open when the grace period ends may take
+/// to write their end (the error event and `[DONE]`, or the 503) before
+/// their connections are cut.
+pub const FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Serves until `stop`, then lets open responses finish for `grace`. When
+/// it ends, `end_engine` runs: the driver fails every request still open
+/// with `shutdown` (counted in its summary), which each response writes
+/// (a stream's error event and `[DONE]`, a whole response's 503); what
+/// has not been written within [`FLUSH`] is cut. `force` cuts at once.
 async fn serve_http(
     listener: tokio::net::TcpListener,
     routes: axum::Router,
     timeouts: HttpTimeouts,
-    grace: std::time::Duration,
+    (grace, end_engine): (std::time::Duration, impl FnOnce()),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     force: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
@@ -390,9 +406,16 @@ async fn serve_http(
         _ = &mut http => return,
     }
     let _ = stop_tx.send(true);
+    tokio::pin!(force);
+    tokio::select! {
+        _ = &mut http => return,
+        () = tokio::time::sleep(grace) => {}
+        () = &mut force => return http.abort(),
+    }
+    end_engine();
     tokio::select! {
         _ = &mut http => {}
-        () = tokio::time::sleep(grace) => http.abort(),
+        () = tokio::time::sleep(FLUSH) => http.abort(),
         () = force => http.abort(),
     }
 }

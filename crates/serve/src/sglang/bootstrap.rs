@@ -38,6 +38,19 @@
 //! known once its leg registered it, `query_prefill_dp_ranks`) waits in the
 //! table as a prefill leg does, booking nothing.
 //!
+//! A room serves one pair at a time. SGLang keys its per-room transfer
+//! state by `bootstrap_room` alone (`CommonKVManager.request_status`,
+//! `common/conn.py`; `MooncakeKVManager.transfer_infos`,
+//! `mooncake/conn.py`), and its queues create a sender or receiver per
+//! request without checking the room is free (`PrefillBootstrapQueue.add`,
+//! `prefill.py`; `DecodePreallocQueue.add`, `decode.py`): a second pair in a
+//! room that is still in use overwrites the first's state, and no error
+//! names it. Here such a leg is refused at once with a 409 instead
+//! ([`BootstrapError::DuplicateRoom`] while a leg of its side waits,
+//! [`BootstrapError::RoomInUse`] while the room's pair is in flight), so
+//! neither pair hangs; the room is free again when its pair's request ends
+//! ([`BootstrapTable::vacate`]).
+//!
 //! Sans-IO: the table takes `now` (model time, as every timer of the
 //! engine) and returns what happened; the caller answers the legs.
 
@@ -116,6 +129,24 @@ pub enum BootstrapError {
         /// The room.
         room: u64,
     },
+    /// The room's pair is still in flight: a room serves one pair at a
+    /// time (module docs).
+    RoomInUse {
+        /// The side of the refused leg.
+        side: Side,
+        /// The room.
+        room: u64,
+    },
+    /// An engine process of its own (`serve --engine`) names a pair's
+    /// handoff by its room ([`crate::pod`]), and its ranks remember ended
+    /// handoffs to classify late facts: a room used by an earlier pair is
+    /// refused while it is remembered.
+    RoomReused {
+        /// The side of the refused leg.
+        side: Side,
+        /// The room.
+        room: u64,
+    },
     /// The two legs of the room carry different prompts.
     PromptMismatch {
         /// The room.
@@ -170,6 +201,27 @@ impl BootstrapError {
                 status: 409,
                 message: format!(
                     "a {} leg of bootstrap_room {room} is already waiting for its partner",
+                    side.name()
+                ),
+                kind: ErrorKind::InvalidRequest,
+                param: Some("bootstrap_room"),
+            },
+            BootstrapError::RoomInUse { side, room } => ApiError {
+                status: 409,
+                message: format!(
+                    "bootstrap_room {room} is in use by a pair in flight: this {} leg is refused \
+                     (a room serves one pair at a time; send a fresh bootstrap_room)",
+                    side.name()
+                ),
+                kind: ErrorKind::InvalidRequest,
+                param: Some("bootstrap_room"),
+            },
+            BootstrapError::RoomReused { side, room } => ApiError {
+                status: 409,
+                message: format!(
+                    "bootstrap_room {room} was used by an earlier pair on this engine: this {} \
+                     leg is refused (its handoff is named by the room; send a fresh \
+                     bootstrap_room)",
                     side.name()
                 ),
                 kind: ErrorKind::InvalidRequest,
@@ -330,6 +382,10 @@ pub struct BootstrapTable<T> {
     legs: FastMap<RequestId, RoomKey>,
     /// (deadline, leg id) of every waiting leg.
     deadlines: BTreeSet<(Instant, RequestId)>,
+    /// Rooms whose pair is in flight, with the pair's request id.
+    paired: BTreeMap<RoomKey, RequestId>,
+    /// The room of each request in `paired`.
+    paired_room: FastMap<RequestId, RoomKey>,
 }
 
 impl<T> BootstrapTable<T> {
@@ -340,12 +396,24 @@ impl<T> BootstrapTable<T> {
             rooms: BTreeMap::new(),
             legs: FastMap::default(),
             deadlines: BTreeSet::new(),
+            paired: BTreeMap::new(),
+            paired_room: FastMap::default(),
         }
     }
 
-    /// `leg` arrives for room `key` at `now`.
+    /// `leg` arrives for room `key` at `now`. A leg for a room whose pair
+    /// is in flight is refused; a pair that forms holds its room (under the
+    /// decode leg's id, the pair's request) until [`Self::vacate`].
     pub fn arrive(&mut self, key: RoomKey, leg: Leg<T>, now: Instant) -> Arrival<T> {
         let room = key.room;
+        if self.in_use(&key) {
+            let side = leg.side;
+            return Arrival::Refused {
+                leg,
+                error: BootstrapError::RoomInUse { side, room },
+                partner: None,
+            };
+        }
         match self.rooms.get(&key).map(|w| w.leg.side) {
             Some(side) if side == leg.side => Arrival::Refused {
                 leg,
@@ -365,6 +433,7 @@ impl<T> BootstrapTable<T> {
                     Side::Prefill => (leg, partner),
                     Side::Decode => (partner, leg),
                 };
+                self.occupy(key, decode.id);
                 Arrival::Paired { prefill, decode }
             }
             None if self.rooms.len() >= MAX_WAITING => Arrival::Refused {
@@ -420,6 +489,35 @@ impl<T> BootstrapTable<T> {
             out.push((leg, error));
         }
         out
+    }
+
+    /// Room `key` is held by the pair of `request` (formed outside the
+    /// table: a decode leg that reserved before its prefill leg came).
+    pub fn occupy(&mut self, key: RoomKey, request: RequestId) {
+        if let Some(old) = self.paired.insert(key.clone(), request) {
+            self.paired_room.remove(&old);
+        }
+        self.paired_room.insert(request, key);
+    }
+
+    /// The pair of `request` ended: its room is free again. Whether it held
+    /// one.
+    pub fn vacate(&mut self, request: RequestId) -> bool {
+        let Some(key) = self.paired_room.remove(&request) else {
+            return false;
+        };
+        self.paired.remove(&key);
+        true
+    }
+
+    /// Whether room `key`'s pair is in flight.
+    pub fn in_use(&self, key: &RoomKey) -> bool {
+        self.paired.contains_key(key)
+    }
+
+    /// Rooms whose pair is in flight.
+    pub fn in_use_len(&self) -> usize {
+        self.paired.len()
     }
 
     /// The side of the leg waiting in `key`, if one does.
@@ -584,6 +682,116 @@ mod tests {
             t.arrive(key(7), leg(3, Side::Decode, 1), T0),
             Arrival::Paired { .. }
         ));
+    }
+
+    #[test]
+    fn a_room_in_flight_refuses_both_legs_of_a_second_pair_until_vacated() {
+        for first in [Side::Prefill, Side::Decode] {
+            let mut t = BootstrapTable::new(Duration::from_secs(2));
+            let (a, b) = match first {
+                Side::Prefill => (leg(1, Side::Prefill, 0), leg(2, Side::Decode, 1)),
+                Side::Decode => (leg(2, Side::Decode, 1), leg(1, Side::Prefill, 0)),
+            };
+            assert!(matches!(t.arrive(key(7), a, T0), Arrival::Waiting));
+            assert!(matches!(t.arrive(key(7), b, T0), Arrival::Paired { .. }));
+            assert!(t.in_use(&key(7)) && t.in_use_len() == 1);
+            // Both legs of a second pair in the same room: refused at once,
+            // nothing waits, no deadline is armed.
+            for (id, side) in [(3, Side::Prefill), (4, Side::Decode)] {
+                match t.arrive(key(7), leg(id, side, 0), secs(1)) {
+                    Arrival::Refused {
+                        leg,
+                        error,
+                        partner: None,
+                    } => {
+                        assert_eq!(leg.id, RequestId(id));
+                        assert_eq!(error, BootstrapError::RoomInUse { side, room: 7 });
+                        assert_eq!(error.api().status, 409);
+                        assert_eq!(error.api().param, Some("bootstrap_room"));
+                    }
+                    other => panic!("{first:?} first, {side:?}: {other:?}"),
+                }
+            }
+            assert!(t.is_empty() && t.next_deadline().is_none());
+            // Another room is not affected.
+            assert!(matches!(
+                t.arrive(key(8), leg(5, Side::Prefill, 0), secs(1)),
+                Arrival::Waiting
+            ));
+            // The pair (the decode leg's id) ends: the room is free again.
+            assert!(
+                !t.vacate(RequestId(1)),
+                "the prefill leg's id holds nothing"
+            );
+            assert!(t.vacate(RequestId(2)));
+            assert!(!t.vacate(RequestId(2)), "vacated once");
+            assert!(!t.in_use(&key(7)) && t.in_use_len() == 0);
+            assert!(matches!(
+                t.arrive(key(7), leg(6, Side::Decode, 1), secs(1)),
+                Arrival::Waiting
+            ));
+        }
+    }
+
+    #[test]
+    fn an_early_pair_holds_its_room_too() {
+        let mut t: BootstrapTable<&str> = BootstrapTable::new(Duration::from_secs(2));
+        t.occupy(key(7), RequestId(9));
+        assert!(matches!(
+            t.arrive(key(7), leg(1, Side::Prefill, 0), T0),
+            Arrival::Refused {
+                error: BootstrapError::RoomInUse {
+                    side: Side::Prefill,
+                    room: 7
+                },
+                ..
+            }
+        ));
+        assert!(t.vacate(RequestId(9)));
+        assert!(matches!(
+            t.arrive(key(7), leg(1, Side::Prefill, 0), T0),
+            Arrival::Waiting
+        ));
+    }
+
+    #[test]
+    fn abandoned_legs_all_expire_and_free_the_table() {
+        let mut t = BootstrapTable::new(Duration::from_secs(2));
+        for i in 0..200u64 {
+            let side = if i % 2 == 0 {
+                Side::Prefill
+            } else {
+                Side::Decode
+            };
+            assert!(matches!(
+                t.arrive(key(i), leg(i, side, 0), T0),
+                Arrival::Waiting
+            ));
+        }
+        assert_eq!(t.len(), 200);
+        assert!(t.expire(secs(1)).is_empty());
+        let gone = t.expire(secs(2));
+        assert_eq!(gone.len(), 200);
+        assert!(gone
+            .iter()
+            .all(|(_, e)| matches!(e, BootstrapError::Timeout { .. })));
+        assert!(t.is_empty() && t.next_deadline().is_none() && t.legs.is_empty());
+        assert!(t.deadlines.is_empty() && t.in_use_len() == 0);
+    }
+
+    #[test]
+    fn a_reused_room_reads_as_such() {
+        let e = BootstrapError::RoomReused {
+            side: Side::Decode,
+            room: 7,
+        };
+        let api = e.api();
+        assert_eq!((api.status, api.param), (409, Some("bootstrap_room")));
+        assert!(
+            api.message.contains("bootstrap_room 7 was used"),
+            "{}",
+            api.message
+        );
     }
 
     #[test]
