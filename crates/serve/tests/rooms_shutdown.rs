@@ -275,10 +275,9 @@ fn in_process_200_abandoned_legs_end_at_their_timeouts_and_free_everything() {
     let v = wait_held_empty(s.l.http);
     assert_eq!(v["in_flight"], 0, "{v}");
     // Decode legs reserve at once and end at the waiting timeout; their
-    // legs, flows and reservations are freed. (Their prefill's router
-    // booking, made when the pair was routed, is not: the held source
-    // route never reaches a worker, and the serving director releases a
-    // booking only when a role ends. Not asserted here; see the report.)
+    // legs, flows, reservations and both router bookings are freed (the
+    // prefill's, made when the pair was routed, with the held source route
+    // that never reached its worker).
     let conns: Vec<TcpStream> = (0..20u64)
         .map(|i| post(s.worker(1), &leg_body(5000 + i, 4, i % 2 == 0)))
         .collect();
@@ -291,9 +290,16 @@ fn in_process_200_abandoned_legs_end_at_their_timeouts_and_free_everything() {
     loop {
         let v = debug(s.l.http);
         let h = &v["held"];
-        let freed = ["legs", "flows", "reserving", "recorded", "prompt_blocks"]
-            .iter()
-            .all(|k| h[*k] == 0);
+        let freed = [
+            "legs",
+            "flows",
+            "reserving",
+            "recorded",
+            "prompt_blocks",
+            "router_bookings",
+        ]
+        .iter()
+        .all(|k| h[*k] == 0);
         if freed && v["in_flight"] == 0 {
             break;
         }

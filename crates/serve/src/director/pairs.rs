@@ -268,7 +268,11 @@ impl HttpDirector {
     /// SGLang's waiting-timeout abort.
     pub(super) fn early_ended(&mut self, r: RequestId, msg: StreamMsg) -> StreamMsg {
         self.pairs.rooms.vacate(r);
-        self.pairs.held.remove(&r);
+        // Held source routes never reach their worker: their bookings
+        // there come off now (no role will report them).
+        for route in self.pairs.held.remove(&r).unwrap_or_default() {
+            self.inner.route_dropped(r, route.to);
+        }
         let Some(key) = self.pairs.early_room.remove(&r) else {
             return msg;
         };

@@ -462,6 +462,14 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         (self.report, self.transcript)
     }
 
+    /// A route of `request` to `worker` that its director held back and
+    /// dropped (an SGLang decode leg's early pair whose prefill leg never
+    /// came): no role on `worker` will ever report it, so its booking there
+    /// is released now, as for a worker lost before delivery.
+    pub fn route_dropped(&mut self, request: RequestId, worker: WorkerId) {
+        self.frontend.request_lost(request, worker);
+    }
+
     /// Bookings the routers of both pools still hold.
     pub fn router_bookings(&self) -> usize {
         self.frontend.prefill_router().live_bookings()
