@@ -141,6 +141,9 @@ struct Writer {
     buf: Vec<u8>,
 }
 
+/// A registered connection and the reader of its frames.
+type Link = (Arc<Conn>, FrameReader<TcpStream>);
+
 /// An identified connection.
 struct Conn {
     id: u64,
@@ -347,7 +350,7 @@ impl Inner {
         direction: Direction,
         ip: IpAddr,
         deadline: Duration,
-    ) -> Result<(Option<(Arc<Conn>, FrameReader<TcpStream>)>, PeerHello), ConnectError> {
+    ) -> Result<(Option<Link>, PeerHello), ConnectError> {
         let id = {
             let mut st = self.state.lock();
             if self.is_closed() {
