@@ -5,6 +5,7 @@
 
 use crate::args::DeployArgs;
 use handoff_router::Pool;
+use handoff_serve::pod::peers::{PeerAllow, PeerPolicy};
 use handoff_serve::pod::{PodConfig, DEFAULT_GRACE_S, DEFAULT_SIDE_CHANNEL_PORT};
 use handoff_serve::ServeConfig;
 use std::path::Path;
@@ -63,6 +64,17 @@ pub struct PodArgs {
     /// --sglang-heartbeat-interval-s), else 5000].
     #[arg(long, value_name = "MS")]
     pub peer_silence_ms: Option<u64>,
+    /// Decode: where `remote_host` (vLLM) or `bootstrap_host` (SGLang) may
+    /// point, comma-separated: `any`, addresses, CIDRs (`10.0.0.0/8`) and
+    /// host names; a name not listed must resolve into a listed network
+    /// [default: loopback, localhost and the private-use networks
+    /// 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7].
+    #[arg(long, value_name = "LIST")]
+    pub kv_peer_allow: Option<String>,
+    /// Decode: how long dialling a prefill engine (and then its hello) may
+    /// take.
+    #[arg(long, default_value_t = 5_000, value_name = "MS")]
+    pub kv_connect_timeout_ms: u64,
 }
 
 impl PodArgs {
@@ -126,6 +138,21 @@ fn peer_silence(
     }
 }
 
+/// `--kv-peer-allow` and `--kv-connect-timeout-ms`.
+fn peer_policy(p: &PodArgs) -> Result<PeerPolicy, String> {
+    if !(100..=600_000).contains(&p.kv_connect_timeout_ms) {
+        return Err("--kv-connect-timeout-ms: 100..=600000".into());
+    }
+    let allow = match &p.kv_peer_allow {
+        Some(list) => PeerAllow::parse(list).map_err(|e| e.to_string())?,
+        None => PeerAllow::default(),
+    };
+    Ok(PeerPolicy {
+        allow,
+        connect_timeout: std::time::Duration::from_millis(p.kv_connect_timeout_ms),
+    })
+}
+
 /// `--peer-silence-ms` without the flag, other than SGLang.
 const DEFAULT_PEER_SILENCE_MS: u64 = 5_000;
 
@@ -142,6 +169,7 @@ pub fn run(serve: ServeConfig, p: &PodArgs, output: Option<&Path>) -> Result<(),
     }
     let silence = peer_silence(p.peer_silence_ms, serve.cfg.backend, serve.cfg.heartbeat)?;
     let (port, host) = side_channel(p, |k| std::env::var(k).ok())?;
+    let peers = peer_policy(p)?;
     let backend = serve.cfg.backend;
     let c = PodConfig {
         serve,
@@ -158,6 +186,7 @@ pub fn run(serve: ServeConfig, p: &PodArgs, output: Option<&Path>) -> Result<(),
             ping_every: silence / 10,
             silence_limit: silence,
         },
+        peers,
     };
     let summary = handoff_serve::pod::serve_pod(c, |l| {
         eprintln!(
@@ -199,6 +228,8 @@ mod tests {
             disaggregation_bootstrap_port: 8998,
             grace_period_s: DEFAULT_GRACE_S,
             peer_silence_ms: None,
+            kv_peer_allow: None,
+            kv_connect_timeout_ms: 5_000,
         }
     }
 
@@ -250,5 +281,22 @@ mod tests {
         assert!(side_channel(&args(None, None), bad)
             .unwrap_err()
             .contains("VLLM_NIXL_SIDE_CHANNEL_PORT=x"));
+    }
+
+    #[test]
+    fn the_peer_allow_list_and_connect_timeout_are_checked() {
+        let mut a = args(None, None);
+        assert_eq!(peer_policy(&a).unwrap(), PeerPolicy::default());
+        a.kv_peer_allow = Some("10.0.0.0/8,prefill.local".into());
+        let p = peer_policy(&a).unwrap();
+        assert_eq!(p.allow.host("127.0.0.1"), Some(false));
+        assert_eq!(p.allow.host("prefill.local"), Some(true));
+        a.kv_peer_allow = Some("10.0.0.0/40".into());
+        assert!(peer_policy(&a).unwrap_err().contains("--kv-peer-allow"));
+        a.kv_peer_allow = None;
+        a.kv_connect_timeout_ms = 5;
+        assert!(peer_policy(&a)
+            .unwrap_err()
+            .contains("--kv-connect-timeout-ms"));
     }
 }

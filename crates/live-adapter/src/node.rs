@@ -45,6 +45,9 @@ pub struct NodeStats {
     pub reads_of_released: u64,
     /// Early-release notices this worker sent its sources' readers.
     pub release_notices: u64,
+    /// Frontend frames (work, cancels, clocks) that came from a peer other
+    /// than the frontend, and were dropped.
+    pub foreign_frames: u64,
 }
 
 /// How a node runs.
@@ -175,11 +178,24 @@ impl<T: Transport> WorkerNode<T> {
         self.report_final();
     }
 
-    /// Handles one input; `false` ends the run.
+    /// Handles one input; `false` ends the run. Work, cancels and clocks
+    /// count only from the configured frontend (a peer engine's rank may
+    /// send facts, never requests); handoff facts from anyone, as the
+    /// worker drops a fact whose sender is not its attempt's peer
+    /// (`DropReason::WrongPeer`, `handoff_core::worker::messages`).
     fn handle(&mut self, inc: Incoming) -> bool {
         let now = self.clock.now();
         self.stats.frames += 1;
         match inc {
+            Incoming::Frame { from, frame }
+                if from != self.cfg.frontend
+                    && matches!(
+                        frame,
+                        Frame::Request(_) | Frame::Cancel { .. } | Frame::Clock { .. }
+                    ) =>
+            {
+                self.stats.foreign_frames += 1;
+            }
             Incoming::Frame { from, frame } => match frame {
                 Frame::Handoff(msg) => {
                     let told = self.reads.on_fact_in(from, &msg);
@@ -200,13 +216,11 @@ impl<T: Transport> WorkerNode<T> {
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
                 // The frontend's cancel (its client went away) is the host
                 // input the one-process engine delivers for a client cancel.
-                Frame::Cancel { id, reason } if from == self.cfg.frontend => {
-                    self.deliver(HostInput::Cancel { id, reason }, now)
-                }
+                Frame::Cancel { id, reason } => self.deliver(HostInput::Cancel { id, reason }, now),
                 Frame::Clock {
                     origin_unix_nanos,
                     speed_micros,
-                } if from == self.cfg.frontend => {
+                } => {
                     // A speed of zero falls back to real time (WallClock
                     // refuses non-positive speeds).
                     let speed = speed_micros as f64 / 1e6;

@@ -51,6 +51,7 @@ impl Pod {
                 ping_every: Duration::from_millis(100),
                 silence_limit: Duration::from_secs(1),
             },
+            peers: Default::default(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (ltx, lrx) = std::sync::mpsc::channel();

@@ -28,7 +28,10 @@ pub use codec::{
     encode_frame, DecodeError, DecodeErrorKind, EncodeError, FrameReader, ReadError, MAX_FRAME,
 };
 pub use frame::{Frame, HostReply, PeerRole};
-pub use tcp::{ConnectError, Liveness, PeerHello, TcpEndpoint};
+pub use tcp::{
+    AcceptPolicy, ConnectError, DuplicateRule, FrontendRule, Liveness, PeerHello, Refusal,
+    Refusals, TcpEndpoint,
+};
 
 use handoff_core::{Generation, WorkerId};
 use std::fmt;

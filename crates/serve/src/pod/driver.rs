@@ -35,6 +35,7 @@ use crate::edge::Edge;
 use crate::metrics::Metrics;
 use crate::openai::prompt::request_for;
 use crate::pod::ids::PodIds;
+use crate::pod::peers::{self, DialError, PeerPolicy};
 use crate::pod::ranks::Ranks;
 use crate::vllm::kv_transfer::{Pinned, ProxyError, RemotePrefill};
 
@@ -74,6 +75,8 @@ pub(crate) struct DriverSetup {
     pub kv: KvOut,
     /// SGLang PD legs' rooms and bootstrap deadlines.
     pub legs: legs::LegRooms,
+    /// Where a decode may dial, and how long a dial may take.
+    pub peers: PeerPolicy,
 }
 
 /// How an engine process's run ended.
@@ -130,7 +133,7 @@ struct PendingDecode {
 type DialKey = (usize, String, u16);
 
 /// A dial's outcome: who answered.
-type Dialled = (DialKey, Result<PeerHello, String>);
+type Dialled = (DialKey, Result<PeerHello, DialError>);
 
 /// What waits for a dial.
 enum Waiting {
@@ -361,10 +364,6 @@ impl PodDriver {
         now: Instant,
         tx: UnboundedSender<StreamMsg>,
     ) {
-        if self.flows.contains_key(&remote.request) {
-            let _ = tx.send(StreamMsg::Refused(ProxyError::AlreadyAttached));
-            return;
-        }
         let Some((host, port)) = remote.side_channel.clone() else {
             let _ = tx.send(StreamMsg::Refused(ProxyError::BadParam {
                 field: "remote_host",
@@ -372,6 +371,10 @@ impl PodDriver {
             }));
             return;
         };
+        if let Err(e) = self.admissible(&remote, &host, tokens.len()) {
+            let _ = tx.send(StreamMsg::Refused(e));
+            return;
+        }
         let r = self.pick(rank);
         let source = PodIds::scheduler_of(remote.engine.at.worker.0, remote.engine.at.dp_rank);
         let request = request_for(
@@ -397,11 +400,49 @@ impl PodDriver {
         self.dial((r, host, port), Waiting::Decode(p));
     }
 
+    /// Why a decode of `remote` from `host` with a prompt of `prompt`
+    /// tokens cannot be taken: a decode of its request attached or waiting
+    /// for its dial (409), a host outside `--kv-peer-allow` (403, before
+    /// any dial), more block ids than the prompt fills (400).
+    fn admissible(
+        &self,
+        remote: &RemotePrefill,
+        host: &str,
+        prompt: usize,
+    ) -> Result<(), ProxyError> {
+        let waiting = self.dialling.values().flatten().any(|w| match w {
+            Waiting::Decode(p) => p.request.id == remote.request,
+            Waiting::Leg(p) => p.request.id == remote.request,
+        });
+        if waiting || self.flows.contains_key(&remote.request) {
+            return Err(ProxyError::AlreadyAttached);
+        }
+        if self.s.peers.allow.host(host) == Some(false) {
+            return Err(ProxyError::PeerNotAllowed {
+                host: peers::sanitize(host),
+            });
+        }
+        let limit = (prompt as u64).div_ceil(u64::from(self.s.block_size.max(1)));
+        if remote.blocks > limit {
+            return Err(ProxyError::TooManyBlocks {
+                got: remote.blocks,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
     /// Runs `w` once rank `key.0` reaches `key`'s address (at once when
-    /// it has), dialling off this thread the first time.
+    /// it has, and that link is still up in the generation it answered
+    /// in: a peer restarted or lost since is dialled again), dialling off
+    /// this thread the first time.
     fn dial(&mut self, key: DialKey, w: Waiting) {
         if let Some(hello) = self.linked.get(&key).copied() {
-            return self.linked_to(hello, w);
+            let ep = &self.ranks.endpoints[key.0];
+            if ep.peer_generation(hello.worker) == Some(hello.generation) {
+                return self.linked_to(hello, w);
+            }
+            self.linked.remove(&key);
         }
         let waiting = self.dialling.entry(key.clone()).or_default();
         waiting.push(w);
@@ -411,16 +452,15 @@ impl PodDriver {
         let ep = self.ranks.endpoints[key.0].clone();
         let out = self.dials.0.clone();
         let k = key.clone();
+        let policy = self.s.peers.clone();
         let spawned = std::thread::Builder::new()
             .name("dial".into())
             .spawn(move || {
-                let who = ep
-                    .connect_peer((k.1.as_str(), k.2))
-                    .map_err(|e| format!("{}:{}: {e}", k.1, k.2));
+                let who = policy.dial(&ep, &k.1, k.2);
                 let _ = out.send((k, who));
             });
         if let Err(e) = spawned {
-            let _ = self.dials.0.send((key, Err(e.to_string())));
+            let _ = self.dials.0.send((key, Err(DialError::Spawn(e))));
         }
     }
 
@@ -433,8 +473,24 @@ impl PodDriver {
                     self.linked_to(hello, w);
                 }
             }
+            Err(DialError::NotAllowed) => {
+                let host = peers::sanitize(&key.1);
+                for w in waiting {
+                    let tx = match w {
+                        Waiting::Decode(p) => p.tx,
+                        Waiting::Leg(p) => p.tx,
+                    };
+                    let host = host.clone();
+                    let _ = tx.send(StreamMsg::Refused(ProxyError::PeerNotAllowed { host }));
+                }
+            }
             Err(e) => {
-                eprintln!("handoff-mocker serve: cannot reach a prefill engine: {e}");
+                eprintln!(
+                    "handoff-mocker serve: cannot reach a prefill engine at {}:{}: {}",
+                    peers::sanitize(&key.1),
+                    key.2,
+                    peers::sanitize(&e.to_string())
+                );
                 for w in waiting {
                     self.unreachable(w);
                 }

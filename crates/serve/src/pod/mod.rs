@@ -23,6 +23,7 @@
 
 mod driver;
 pub mod ids;
+pub mod peers;
 mod ranks;
 
 pub use driver::PodSummary;
@@ -80,6 +81,9 @@ pub struct PodConfig {
     pub grace: std::time::Duration,
     /// Pings and the silence after which a peer engine is taken for lost.
     pub liveness: Liveness,
+    /// Where a decode engine may dial (`--kv-peer-allow`) and how long a
+    /// dial may take (`--kv-connect-timeout-ms`).
+    pub peers: peers::PeerPolicy,
 }
 
 /// Where an engine process listens, once it does.
@@ -310,6 +314,7 @@ impl Engine {
                 crate::server::bootstrap_timeout(c.serve.bootstrap_timeout_s)?,
                 cfg.handoff.tombstones,
             ),
+            peers: c.peers.clone(),
         };
         metrics.touch_all();
         let (tx, rx) = crossbeam_channel::unbounded::<Cmd>();

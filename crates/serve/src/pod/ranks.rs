@@ -22,7 +22,7 @@ use handoff_engine::TransferModel;
 use handoff_live_adapter::{NodeConfig, WallClock, WorkerNode};
 use handoff_router::Pool;
 use handoff_transport::{
-    Frame, Incoming, Liveness, PeerRole, SendError, TcpEndpoint, Transport, FRONTEND,
+    AcceptPolicy, Frame, Incoming, Liveness, PeerRole, SendError, TcpEndpoint, Transport, FRONTEND,
 };
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -92,9 +92,23 @@ fn peer_role(p: Pool) -> PeerRole {
     }
 }
 
+/// Who may connect to a rank of a `role` engine whose ranks are `ranks`:
+/// its driver once over loopback, and a decode engine's ranks when it is a
+/// prefill engine (vLLM's decode dials the prefill's side channel, SGLang's
+/// the prefill's bootstrap server); never one of `ranks`, nor an id already
+/// connected.
+fn rank_policy(role: Pool, ranks: Vec<WorkerId>) -> AcceptPolicy {
+    let inbound = match role {
+        Pool::Prefill => vec![PeerRole::Decode],
+        Pool::Decode | Pool::Aggregated => Vec::new(),
+    };
+    AcceptPolicy::engine(ranks, inbound)
+}
+
 impl Ranks {
     /// Builds every rank's core, binds its endpoint, starts its node and
-    /// connects the driver to it.
+    /// connects the driver to it (first, so that no one else is taken for
+    /// the driver).
     pub fn start(s: RankSetup) -> Result<Ranks, ServeError> {
         let mut cores = Vec::new();
         for spec in &s.specs {
@@ -112,21 +126,25 @@ impl Ranks {
                 })?
             };
             let addr = format!("{}:{port}", s.bind_host);
-            let ep = TcpEndpoint::bind_with(
+            let siblings = (0..cores.len()).map(|x| s.ids.scheduler(x)).collect();
+            let ep = TcpEndpoint::bind_policy(
                 s.ids.scheduler(r),
                 s.generation,
                 peer_role(s.role),
                 s.liveness,
+                rank_policy(s.role, siblings),
                 addr.as_str(),
             )
             .map_err(|e| ServeError::socket("--side-channel-port", &addr, e))?;
             endpoints.push(Arc::new(ep));
         }
-        let frontend = TcpEndpoint::bind_with(
+        // The driver dials its ranks and takes no connection itself.
+        let frontend = TcpEndpoint::bind_policy(
             FRONTEND,
             s.generation,
             PeerRole::Frontend,
             s.liveness,
+            AcceptPolicy::engine(Vec::new(), Vec::new()),
             "127.0.0.1:0",
         )
         .map_err(|e| ServeError::socket("--side-channel-port", "127.0.0.1:0", e))?;

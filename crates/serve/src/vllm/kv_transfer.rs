@@ -203,6 +203,18 @@ pub enum ProxyError {
     },
     /// A decode of this handoff is already attached.
     AlreadyAttached,
+    /// `remote_host` is not in the decode engine's `--kv-peer-allow`.
+    PeerNotAllowed {
+        /// The host, sanitized.
+        host: String,
+    },
+    /// `remote_block_ids` names more blocks than the prompt fills.
+    TooManyBlocks {
+        /// Sent.
+        got: u64,
+        /// The prompt's blocks.
+        limit: u64,
+    },
 }
 
 impl ProxyError {
@@ -269,6 +281,22 @@ impl ProxyError {
                 kind: ErrorKind::InvalidRequest,
                 param: p,
             },
+            ProxyError::PeerNotAllowed { host } => ApiError {
+                status: 403,
+                message: format!(
+                    "kv_transfer_params.remote_host: {host} is not a peer this engine may \
+                     connect to (--kv-peer-allow)"
+                ),
+                kind: ErrorKind::InvalidRequest,
+                param: p,
+            },
+            ProxyError::TooManyBlocks { got, limit } => ApiError::invalid(
+                p,
+                format!(
+                    "kv_transfer_params.remote_block_ids has {got} ids; the prompt fills \
+                     {limit} blocks"
+                ),
+            ),
         }
     }
 }
@@ -408,12 +436,14 @@ fn count_field(
 /// `remote_host` and `remote_port`, when both are given (a port in range).
 fn side_channel(o: &serde_json::Map<String, Value>) -> Result<Option<(String, u16)>, ProxyError> {
     let host = match o.get("remote_host") {
-        Some(Value::String(h)) if !h.is_empty() && h.len() <= 255 => h.clone(),
+        Some(Value::String(h)) if crate::pod::peers::valid_host(h) => h.clone(),
         None | Some(Value::Null) => return Ok(None),
         Some(_) => {
             return Err(ProxyError::BadParam {
                 field: "remote_host",
-                why: "must be a host name or address (a string)".into(),
+                why: "must be a host name or address (letters, digits, '-', '.', '_'; an \
+                      IPv6 address in brackets or bare; at most 253 bytes)"
+                    .into(),
             })
         }
     };
@@ -578,6 +608,9 @@ mod tests {
                 "remote_host":5,"remote_port":1}}"#,
             r#"{"kv_transfer_params":{"do_remote_prefill":true,"remote_request_id":"1",
                 "handoff_id":"2","remote_engine_id":"0","remote_block_ids":[],
+                "remote_host":"a\nb","remote_port":1}}"#,
+            r#"{"kv_transfer_params":{"do_remote_prefill":true,"remote_request_id":"1",
+                "handoff_id":"2","remote_engine_id":"0","remote_block_ids":[],
                 "remote_num_tokens":-3}}"#,
         ] {
             let e = k(bad).unwrap_err();
@@ -585,6 +618,12 @@ mod tests {
         }
         assert_eq!(ProxyError::UnknownHandoff.api().status, 404);
         assert_eq!(ProxyError::AlreadyAttached.api().status, 409);
+        let host = "h".to_string();
+        assert_eq!(ProxyError::PeerNotAllowed { host }.api().status, 403);
+        assert_eq!(
+            ProxyError::TooManyBlocks { got: 9, limit: 2 }.api().status,
+            400
+        );
     }
 
     mod prop {

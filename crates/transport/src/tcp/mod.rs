@@ -40,7 +40,23 @@
 //! same incarnation is kept and read, and sends use the oldest, so nothing
 //! in flight is cut off. `PeerLost` comes when the peer's last connection
 //! closes. A connection from an *older* generation than the one known is
-//! refused as stale.
+//! refused as stale. Who may connect at all is the endpoint's
+//! [`AcceptPolicy`] ([`policy`]): an engine rank's refuses its own ids, a
+//! second frontend and any claim of an id already connected.
+//!
+//! Bounds: at most [`AcceptPolicy::max_handshakes`] connections in their
+//! handshake (one thread each, for at most the handshake deadline; more
+//! are closed at once) and [`AcceptPolicy::max_connections`] identified
+//! ones (two threads each). An accept that fails for want of descriptors
+//! or memory is logged once, retried with a backoff, and logged again when
+//! accepting works again: the listener never stops while the endpoint is
+//! open.
+
+pub mod policy;
+
+pub use policy::{
+    AcceptPolicy, Admit, Claim, Direction, DuplicateRule, FrontendRule, Held, Refusal,
+};
 
 use crate::codec::{encode_frame, DecodeError, DecodeErrorKind, FrameReader, ReadError};
 use crate::frame::{Frame, PeerRole};
@@ -51,8 +67,8 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -95,9 +111,10 @@ pub enum ConnectError {
     Io(io::Error),
     /// The peer's first bytes were not a `Hello`.
     Handshake(ReadError),
-    /// The peer identified itself but cannot be accepted (itself, or an
-    /// older incarnation than one already connected).
-    Rejected(String),
+    /// The peer identified itself but this endpoint's [`AcceptPolicy`]
+    /// refuses it (itself, an older incarnation than one already
+    /// connected, ...).
+    Rejected(Refusal),
 }
 
 impl fmt::Display for ConnectError {
@@ -124,6 +141,9 @@ struct Writer {
     buf: Vec<u8>,
 }
 
+/// A registered connection and the reader of its frames.
+type Link = (Arc<Conn>, FrameReader<TcpStream>);
+
 /// An identified connection.
 struct Conn {
     id: u64,
@@ -147,13 +167,62 @@ struct State {
     /// Every open socket, identified or not, so `close` can shut them all.
     sockets: HashMap<u64, TcpStream>,
     peers: BTreeMap<WorkerId, Peer>,
+    /// Accepted sockets whose handshake is under way.
+    handshaking: usize,
+    /// Whether a connection claiming the frontend's id was ever accepted.
+    frontend_seen: bool,
 }
+
+impl State {
+    fn connections(&self) -> usize {
+        self.peers.values().map(|p| p.conns.len()).sum()
+    }
+}
+
+/// What an endpoint turned away, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refusals {
+    /// Hellos its [`AcceptPolicy`] refused.
+    pub hellos: u64,
+    /// Sockets closed unread because [`AcceptPolicy::max_handshakes`]
+    /// were under way.
+    pub overflow: u64,
+    /// Accepts that failed for a persistent reason (no descriptors).
+    pub accept_failures: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    hellos: AtomicU64,
+    overflow: AtomicU64,
+    accept_failures: AtomicU64,
+}
+
+/// What the accept loop takes connections from: a listener, or in tests a
+/// listener that fails on demand.
+trait Accepting: Send + 'static {
+    fn accept(&self) -> io::Result<(TcpStream, SocketAddr)>;
+}
+
+impl Accepting for TcpListener {
+    fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        TcpListener::accept(self)
+    }
+}
+
+/// The first and the longest wait before retrying an accept that failed
+/// for a persistent reason.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
 
 struct Inner {
     me: WorkerId,
     generation: Generation,
     role: PeerRole,
     liveness: Liveness,
+    policy: AcceptPolicy,
+    counters: Counters,
+    /// The listening address, for log lines.
+    listening: SocketAddr,
     tx: Sender<Incoming>,
     /// Dropped by `close`, which wakes every pinging thread at once.
     stop: Mutex<Option<Sender<()>>>,
@@ -190,25 +259,45 @@ impl Inner {
         threads.push(handle);
     }
 
-    fn accept_loop(self: Arc<Self>, listener: TcpListener) {
+    /// Accepts until the endpoint closes. A persistent failure (out of
+    /// descriptors) is logged once per episode and retried after a backoff
+    /// that doubles up to [`ACCEPT_BACKOFF`]'s longest.
+    fn accept_loop(self: Arc<Self>, listener: impl Accepting) {
+        let mut backoff: Option<Duration> = None;
         loop {
-            let (stream, addr) = match listener.accept() {
+            let accepted = listener.accept();
+            if self.is_closed() {
+                return;
+            }
+            let (stream, addr) = match accepted {
                 Ok(x) => x,
                 Err(e) if transient_accept_error(e.kind()) => continue,
                 Err(e) => {
-                    // Retrying a persistent failure (out of descriptors)
-                    // would spin; stop listening and say so.
-                    self.report_bad(
-                        listener
-                            .local_addr()
-                            .map_or_else(|_| "listener".to_owned(), |a| a.to_string()),
-                        format!("accept failed, no longer listening: {e}"),
-                    );
-                    return;
+                    self.counters.accept_failures.fetch_add(1, Ordering::SeqCst);
+                    let wait = match backoff {
+                        None => {
+                            let line = format!(
+                                "accept failed ({e}); retrying with a backoff, still listening"
+                            );
+                            eprintln!("handoff-transport: {}: {line}", self.listening);
+                            self.report_bad(self.listening.to_string(), line);
+                            ACCEPT_BACKOFF.0
+                        }
+                        Some(w) => (w * 2).min(ACCEPT_BACKOFF.1),
+                    };
+                    backoff = Some(wait);
+                    // Woken early by `close`.
+                    let _ = self.stopped.recv_timeout(wait);
+                    continue;
                 }
             };
-            if self.is_closed() {
-                return;
+            if backoff.take().is_some() {
+                eprintln!("handoff-transport: {}: accepting again", self.listening);
+            }
+            if !self.begin_handshake() {
+                self.counters.overflow.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.shutdown(Shutdown::Both);
+                continue;
             }
             let inner = Arc::clone(&self);
             let spawned = thread::Builder::new()
@@ -216,24 +305,52 @@ impl Inner {
                 .spawn(move || inner.serve_accepted(stream, addr));
             match spawned {
                 Ok(h) => self.track(h),
-                Err(e) => self.report_bad(addr.to_string(), format!("no thread: {e}")),
+                Err(e) => {
+                    self.end_handshake();
+                    self.report_bad(addr.to_string(), format!("no thread: {e}"));
+                }
             }
         }
     }
 
+    /// Counts one more accepted socket in its handshake, if the policy
+    /// allows another.
+    fn begin_handshake(&self) -> bool {
+        let mut st = self.state.lock();
+        if st.handshaking >= self.policy.max_handshakes {
+            return false;
+        }
+        st.handshaking += 1;
+        true
+    }
+
+    fn end_handshake(&self) {
+        let mut st = self.state.lock();
+        st.handshaking = st.handshaking.saturating_sub(1);
+    }
+
     fn serve_accepted(self: Arc<Self>, stream: TcpStream, addr: SocketAddr) {
-        match self.establish(&stream) {
-            Ok((conn, reader, hello)) => self.serve(conn, reader, hello.worker, addr),
+        let established =
+            self.establish(&stream, Direction::Accepted, addr.ip(), HANDSHAKE_TIMEOUT);
+        self.end_handshake();
+        match established {
+            Ok((Some((conn, reader)), hello)) => self.serve(conn, reader, hello.worker, addr),
+            // Only a dialled connection is ever already linked.
+            Ok((None, _)) => {}
             Err(e) => self.report_bad(addr.to_string(), e.to_string()),
         }
     }
 
-    /// Registers the socket, exchanges `Hello`s and registers the peer. On
-    /// failure the socket is shut and forgotten.
+    /// Registers the socket, exchanges `Hello`s and registers the peer, as
+    /// the policy decides; `None` when a dialled peer was linked already
+    /// (the socket is closed). On failure the socket is shut and forgotten.
     fn establish(
         &self,
         stream: &TcpStream,
-    ) -> Result<(Arc<Conn>, FrameReader<TcpStream>, PeerHello), ConnectError> {
+        direction: Direction,
+        ip: IpAddr,
+        deadline: Duration,
+    ) -> Result<(Option<Link>, PeerHello), ConnectError> {
         let id = {
             let mut st = self.state.lock();
             if self.is_closed() {
@@ -244,12 +361,26 @@ impl Inner {
             st.sockets.insert(id, stream.try_clone()?);
             id
         };
-        let result = self.handshake(stream).and_then(|(reader, hello)| {
-            let conn = self.register(id, hello.worker, hello.generation, stream)?;
-            Ok((conn, reader, hello))
-        });
-        if result.is_err() {
-            self.forget(id, None);
+        let result = self
+            .handshake(stream, deadline)
+            .and_then(|(reader, hello)| {
+                let claim = Claim {
+                    worker: hello.worker,
+                    generation: hello.generation,
+                    role: hello.role,
+                    direction,
+                    ip,
+                };
+                let conn = self.register(id, &claim, stream)?;
+                Ok((conn.map(|c| (c, reader)), hello))
+            });
+        match &result {
+            Err(ConnectError::Rejected(_)) => {
+                self.counters.hellos.fetch_add(1, Ordering::SeqCst);
+                self.forget(id, None);
+            }
+            Err(_) | Ok((None, _)) => self.forget(id, None),
+            Ok(_) => {}
         }
         result
     }
@@ -257,6 +388,7 @@ impl Inner {
     fn handshake(
         &self,
         stream: &TcpStream,
+        deadline: Duration,
     ) -> Result<(FrameReader<TcpStream>, PeerHello), ConnectError> {
         stream.set_nodelay(true)?;
         let mut hello = Vec::with_capacity(16);
@@ -268,9 +400,11 @@ impl Inner {
             },
             &mut hello,
         )
-        .map_err(|e| ConnectError::Rejected(e.to_string()))?;
+        .map_err(|e| ConnectError::Io(io::Error::other(e.to_string())))?;
+        stream.set_write_timeout(Some(deadline))?;
         (&*stream).write_all(&hello)?;
-        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        stream.set_write_timeout(None)?;
+        stream.set_read_timeout(Some(deadline))?;
         let mut reader = FrameReader::new(stream.try_clone()?);
         let (worker, generation, role) = reader.read_hello().map_err(ConnectError::Handshake)?;
         // From here on a read that waits this long means a silent peer.
@@ -285,18 +419,13 @@ impl Inner {
         ))
     }
 
+    /// Registers the connection of `claim` as the policy decides.
     fn register(
         &self,
         id: u64,
-        peer: WorkerId,
-        generation: Generation,
+        claim: &Claim,
         stream: &TcpStream,
-    ) -> Result<Arc<Conn>, ConnectError> {
-        if peer == self.me {
-            return Err(ConnectError::Rejected(format!(
-                "peer says it is {peer}, which is this endpoint"
-            )));
-        }
+    ) -> Result<Option<Arc<Conn>>, ConnectError> {
         let conn = Arc::new(Conn {
             id,
             retired: AtomicBool::new(false),
@@ -311,19 +440,24 @@ impl Inner {
         if self.is_closed() {
             return Err(ConnectError::Closed);
         }
+        let (peer, generation) = (claim.worker, claim.generation);
+        let held = Held {
+            connected: st.peers.get(&peer).map(|p| p.generation),
+            frontend_seen: st.frontend_seen,
+            connections: st.connections(),
+        };
+        let admit = self
+            .policy
+            .decide(self.me, claim, &held)
+            .map_err(ConnectError::Rejected)?;
+        if peer == crate::FRONTEND && claim.direction == Direction::Accepted {
+            st.frontend_seen = true;
+        }
         let up = Incoming::PeerUp { peer, generation };
-        match st.peers.get_mut(&peer) {
-            None => {
-                st.peers.insert(
-                    peer,
-                    Peer {
-                        generation,
-                        conns: vec![Arc::clone(&conn)],
-                    },
-                );
-                let _ = self.tx.send(up);
-            }
-            Some(p) if generation > p.generation => {
+        match (admit, st.peers.get_mut(&peer)) {
+            (Admit::AlreadyLinked, _) => return Ok(None),
+            (Admit::Another, Some(p)) => p.conns.push(Arc::clone(&conn)),
+            (Admit::Replace, Some(p)) => {
                 for old in p.conns.drain(..) {
                     old.retired.store(true, Ordering::SeqCst);
                     if let Some(s) = st.sockets.get(&old.id) {
@@ -334,15 +468,19 @@ impl Inner {
                 p.conns.push(Arc::clone(&conn));
                 let _ = self.tx.send(up);
             }
-            Some(p) if generation == p.generation => p.conns.push(Arc::clone(&conn)),
-            Some(p) => {
-                return Err(ConnectError::Rejected(format!(
-                    "{peer} generation {} is older than the connected {}",
-                    generation.0, p.generation.0
-                )))
+            // `New` (the policy saw no connected peer).
+            _ => {
+                st.peers.insert(
+                    peer,
+                    Peer {
+                        generation,
+                        conns: vec![Arc::clone(&conn)],
+                    },
+                );
+                let _ = self.tx.send(up);
             }
         }
-        Ok(conn)
+        Ok(Some(conn))
     }
 
     /// Writes a [`Frame::Ping`] on `conn` every `ping_every` until the
@@ -460,12 +598,12 @@ impl Inner {
 }
 
 /// Connects to the first of `addr`'s addresses that answers within
-/// [`HANDSHAKE_TIMEOUT`], so an unreachable host fails in seconds rather than
-/// after the kernel's SYN retries.
-fn dial(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+/// `timeout`, so an unreachable host fails in seconds rather than after the
+/// kernel's SYN retries.
+fn dial(addr: impl ToSocketAddrs, timeout: Duration) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
     for a in addr.to_socket_addrs()? {
-        match TcpStream::connect_timeout(&a, HANDSHAKE_TIMEOUT) {
+        match TcpStream::connect_timeout(&a, timeout) {
             Ok(s) => return Ok(s),
             Err(e) => last = e,
         }
@@ -482,6 +620,15 @@ pub struct PeerHello {
     pub generation: Generation,
     /// What it serves as.
     pub role: PeerRole,
+}
+
+/// Who an endpoint is and how it treats its peers.
+struct Me {
+    me: WorkerId,
+    generation: Generation,
+    role: PeerRole,
+    liveness: Liveness,
+    policy: AcceptPolicy,
 }
 
 /// A worker's TCP endpoint: a listener plus its connections.
@@ -523,8 +670,47 @@ impl TcpEndpoint {
         liveness: Liveness,
         addr: impl ToSocketAddrs,
     ) -> io::Result<TcpEndpoint> {
+        TcpEndpoint::bind_policy(
+            me,
+            generation,
+            role,
+            liveness,
+            AcceptPolicy::default(),
+            addr,
+        )
+    }
+
+    /// [`TcpEndpoint::bind_with`] under `policy` (an engine rank's:
+    /// [`AcceptPolicy::engine`]).
+    pub fn bind_policy(
+        me: WorkerId,
+        generation: Generation,
+        role: PeerRole,
+        liveness: Liveness,
+        policy: AcceptPolicy,
+        addr: impl ToSocketAddrs,
+    ) -> io::Result<TcpEndpoint> {
         let listener = TcpListener::bind(addr)?;
         let local_addr = listener.local_addr()?;
+        let me = Me {
+            me,
+            generation,
+            role,
+            liveness,
+            policy,
+        };
+        TcpEndpoint::start(me, listener, local_addr)
+    }
+
+    /// Starts the endpoint's accept loop on `listener` (at `local_addr`).
+    fn start(m: Me, listener: impl Accepting, local_addr: SocketAddr) -> io::Result<TcpEndpoint> {
+        let Me {
+            me,
+            generation,
+            role,
+            liveness,
+            policy,
+        } = m;
         let (tx, rx) = crossbeam_channel::unbounded();
         let (stop, stopped) = crossbeam_channel::bounded(0);
         let inner = Arc::new(Inner {
@@ -532,6 +718,9 @@ impl TcpEndpoint {
             generation,
             role,
             liveness,
+            policy,
+            counters: Counters::default(),
+            listening: local_addr,
             tx,
             stop: Mutex::new(Some(stop)),
             stopped,
@@ -556,6 +745,31 @@ impl TcpEndpoint {
         self.local_addr
     }
 
+    /// The generation `peer` is connected in, if it is connected.
+    pub fn peer_generation(&self, peer: WorkerId) -> Option<Generation> {
+        self.inner
+            .state
+            .lock()
+            .peers
+            .get(&peer)
+            .map(|p| p.generation)
+    }
+
+    /// What this endpoint turned away so far.
+    pub fn refusals(&self) -> Refusals {
+        let c = &self.inner.counters;
+        Refusals {
+            hellos: c.hellos.load(Ordering::SeqCst),
+            overflow: c.overflow.load(Ordering::SeqCst),
+            accept_failures: c.accept_failures.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Identified connections held now.
+    pub fn connections(&self) -> usize {
+        self.inner.state.lock().connections()
+    }
+
     /// Connects to the endpoint at `addr` and waits for its `Hello`
     /// (at most [`HANDSHAKE_TIMEOUT`] for each). Returns who answered; an
     /// [`Incoming::PeerUp`] is queued too if that peer (in that generation)
@@ -572,12 +786,30 @@ impl TcpEndpoint {
     /// [`TcpEndpoint::connect`], returning the whole hello the peer sent
     /// (its role included).
     pub fn connect_peer(&self, addr: impl ToSocketAddrs) -> Result<PeerHello, ConnectError> {
+        self.connect_within(addr, HANDSHAKE_TIMEOUT)
+    }
+
+    /// [`TcpEndpoint::connect_peer`] giving up after `timeout` to connect
+    /// and as long again for the peer's hello. Dialling a peer this
+    /// endpoint is linked to already (in the same generation, under
+    /// [`DuplicateRule::Refuse`]) returns its hello and keeps the one
+    /// connection.
+    pub fn connect_within(
+        &self,
+        addr: impl ToSocketAddrs,
+        timeout: Duration,
+    ) -> Result<PeerHello, ConnectError> {
         if self.inner.is_closed() {
             return Err(ConnectError::Closed);
         }
-        let stream = dial(addr)?;
+        let stream = dial(addr, timeout)?;
         let remote = stream.peer_addr()?;
-        let (conn, reader, hello) = self.inner.establish(&stream)?;
+        let (conn, hello) =
+            self.inner
+                .establish(&stream, Direction::Dialled, remote.ip(), timeout)?;
+        let Some((conn, reader)) = conn else {
+            return Ok(hello);
+        };
         let peer = hello.worker;
         let inner = Arc::clone(&self.inner);
         let conn_id = conn.id;
@@ -704,5 +936,7 @@ impl Drop for TcpEndpoint {
     }
 }
 
+#[cfg(test)]
+mod policy_tests;
 #[cfg(test)]
 mod tests;
