@@ -51,6 +51,7 @@ pub mod openai;
 pub mod pod;
 mod server;
 mod sglang;
+mod shutdown;
 mod vllm;
 
 pub use director::dp_lb::LoadBalanceMethod;

@@ -10,6 +10,7 @@ use crate::kv_events::zmq::{KvEndpoints, KvPublishers};
 use crate::metrics::info::{self, InfoState, Scope};
 use crate::metrics::Metrics;
 use crate::openai::Limits;
+use crate::shutdown::{shutdown_signals, FLUSH};
 use handoff_deployment::{deployment, DeploymentConfig, EngineSpec};
 use handoff_kv_events::dynamo_events::RouterEventWriter;
 use handoff_serving::Report;
@@ -301,7 +302,7 @@ async fn run(
         },
         metrics,
         view: view.clone(),
-        created: crate::http::unix_secs(),
+        created: crate::http::state::unix_secs(),
         rids: Arc::default(),
         client_faults: c.client_faults,
     });
@@ -471,7 +472,7 @@ async fn serve_worker(
 /// still in flight finishes on model time at once (the driver's tail) and
 /// SGLang PD legs still without a pair fail with `shutdown`, so every
 /// response still open is answered; what has not been written within
-/// [`crate::pod::FLUSH`] is cut.
+/// [`FLUSH`] is cut.
 async fn serve_listeners(
     (listener, front, timeouts): (tokio::net::TcpListener, axum::Router, HttpTimeouts),
     others: Vec<tokio::task::JoinHandle<()>>,
@@ -505,7 +506,7 @@ async fn serve_listeners(
             end_engine();
             tokio::select! {
                 () = &mut graceful => return,
-                () = tokio::time::sleep(crate::pod::FLUSH) => false,
+                () = tokio::time::sleep(FLUSH) => false,
                 Ok(()) = &mut force_rx => true,
             }
         }
@@ -524,64 +525,6 @@ async fn serve_listeners(
             "handoff-mocker serve: forced exit: {in_flight} requests in flight and \
              {open} open HTTP responses cut off"
         );
-    }
-}
-
-/// The first SIGINT or SIGTERM (the first future) starts a graceful
-/// shutdown; the next one of either (the second) forces the exit. uvicorn,
-/// which serves vLLM's API, forces on a SIGINT during shutdown
-/// (`uvicorn/server.py`, `Server.handle_exit` sets `force_exit`); here a
-/// second SIGTERM does too, since a supervisor's second TERM means the same.
-/// Both futures read the same streams, registered once, so no signal
-/// between them is lost.
-pub(crate) fn shutdown_signals() -> (
-    impl std::future::Future<Output = ()> + Send + 'static,
-    impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let (tx, rx) = tokio::sync::watch::channel(0u32);
-    let mut second = rx.clone();
-    let first = async move {
-        // Polled on the runtime, which the signal streams need.
-        tokio::spawn(count_signals(tx));
-        let mut rx = rx;
-        if rx.wait_for(|n| *n >= 1).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    let second = async move {
-        if second.wait_for(|n| *n >= 2).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    (first, second)
-}
-
-/// Counts SIGINTs and SIGTERMs into `tx` for ever (holding `tx`, so a
-/// stream that cannot be registered never reads as a signal).
-async fn count_signals(tx: tokio::sync::watch::Sender<u32>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return std::future::pending().await;
-        };
-        loop {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-            tx.send_modify(|n| *n = n.saturating_add(1));
-        }
-    }
-    #[cfg(not(unix))]
-    loop {
-        if tokio::signal::ctrl_c().await.is_err() {
-            return std::future::pending().await;
-        }
-        tx.send_modify(|n| *n = n.saturating_add(1));
     }
 }
 

@@ -21,10 +21,12 @@ use proxy::Parked;
 
 pub use pairs::LegOut;
 
+pub use crate::edge::flows::StreamMsg;
 use crate::edge::kv::KvOut;
+pub use crate::edge::view::Held;
 use crate::edge::Edge;
 use crate::metrics::Metrics;
-use crate::vllm::kv_transfer::{Pinned, ProxyError};
+use crate::vllm::kv_transfer::Pinned;
 use handoff_core::fasthash::{FastMap, FastSet};
 use handoff_core::msg::HandoffMsg;
 use handoff_core::FailureReason;
@@ -42,31 +44,6 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
-
-/// What the engine tells one HTTP request, in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StreamMsg {
-    /// It was routed; this many prompt tokens were cached on the worker
-    /// that prefills it.
-    Started {
-        /// `usage.prompt_tokens_details.cached_tokens`.
-        cached_tokens: u32,
-    },
-    /// Output tokens were produced.
-    Tokens(u32),
-    /// It finished.
-    Finished,
-    /// It failed, for this reason.
-    Failed(FailureReason),
-    /// Per-worker HTTP, `do_remote_decode`: the prefill pinned (its one
-    /// token is implied); the response carries the `kv_transfer_params`.
-    Prefilled(Pinned),
-    /// Per-worker HTTP: the worker's listener refused it (a 4xx).
-    Refused(ProxyError),
-    /// SGLang PD leg: refused at its bootstrap room, its partner never
-    /// came, or (a decode leg that reserved early) its KV never came.
-    Bootstrap(crate::sglang::bootstrap::BootstrapError),
-}
 
 /// An arrival the director has queued, in submission order.
 enum Pending {
@@ -116,38 +93,6 @@ impl Iterator for Arrivals {
     fn next(&mut self) -> Option<TraceItem> {
         self.0.borrow_mut().pop_front()
     }
-}
-
-/// How many entries each per-request table of the director and the
-/// serving director under it holds (`/debug/workers`' `held`). Every one
-/// is keyed by a request, a leg or a handoff in flight and is emptied when
-/// it ends, so all are zero once nothing is in flight, however many
-/// requests came before: a long run's state does not grow with its count.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Held {
-    /// HTTP streams open (one per request in flight).
-    pub flows: usize,
-    /// Arrivals queued and not yet arrived.
-    pub arriving: usize,
-    /// Per-worker `do_remote_decode` prefills not yet pinned.
-    pub proxied: usize,
-    /// Pinned prefills waiting for their decode.
-    pub parked: usize,
-    /// Plain requests served whole on a prefill worker.
-    pub local: usize,
-    /// Destinations waiting for a reservation.
-    pub reserving: usize,
-    /// Prompt blocks held for flows in flight (their token ids).
-    pub prompt_blocks: usize,
-    /// SGLang PD legs waiting in rooms, open prefill legs and rooms whose
-    /// pair is in flight.
-    pub legs: usize,
-    /// Requests the recorder tracks (arrived, not ended).
-    pub recorded: usize,
-    /// Requests booked on the routers.
-    pub router_bookings: usize,
-    /// LoRA requests tracked for `vllm:lora_requests_info`.
-    pub lora: usize,
 }
 
 /// See the module docs.

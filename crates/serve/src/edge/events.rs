@@ -99,7 +99,7 @@ impl Edge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::director::StreamMsg;
+    use crate::edge::flows::StreamMsg;
     use crate::edge::kv::KvOut;
     use crate::metrics::Metrics;
     use handoff_core::{Backend, TokenEmission};

@@ -15,11 +15,38 @@
 //! request); failures by reason, once per request.
 
 use super::Edge;
-use crate::director::StreamMsg;
 use crate::openai::prompt::chained_block_hashes_salted;
+use crate::sglang::bootstrap::BootstrapError;
+use crate::vllm::kv_transfer::{Pinned, ProxyError};
+use handoff_core::FailureReason;
 use handoff_core::{Instant, Request, RequestId, WorkerId};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
+
+/// What the engine tells one HTTP request, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamMsg {
+    /// It was routed; this many prompt tokens were cached on the worker
+    /// that prefills it.
+    Started {
+        /// `usage.prompt_tokens_details.cached_tokens`.
+        cached_tokens: u32,
+    },
+    /// Output tokens were produced.
+    Tokens(u32),
+    /// It finished.
+    Finished,
+    /// It failed, for this reason.
+    Failed(FailureReason),
+    /// Per-worker HTTP, `do_remote_decode`: the prefill pinned (its one
+    /// token is implied); the response carries the `kv_transfer_params`.
+    Prefilled(Pinned),
+    /// Per-worker HTTP: the worker's listener refused it (a 4xx).
+    Refused(ProxyError),
+    /// SGLang PD leg: refused at its bootstrap room, its partner never
+    /// came, or (a decode leg that reserved early) its KV never came.
+    Bootstrap(BootstrapError),
+}
 
 /// One HTTP request while it is in flight.
 pub(crate) struct Flow {

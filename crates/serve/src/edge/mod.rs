@@ -1,7 +1,7 @@
 //! The engine edge: what lies between HTTP and the engine in both serve
 //! modes, once. `HttpDirector` (every worker in one process,
-//! [`crate::director`]) and `PodDriver` (one engine per process,
-//! [`crate::pod`]) decide where requests go; everything a client, a
+//! `director/`) and `PodDriver` (one engine per process,
+//! `pod/`) decide where requests go; everything a client, a
 //! scraper or a KV indexer sees of a request passes through an [`Edge`]:
 //!
 //! - flows, the per-request stream state ([`flows`]): a request's
@@ -22,7 +22,7 @@
 
 pub(crate) mod blocks;
 mod events;
-mod flows;
+pub(crate) mod flows;
 pub(crate) mod kv;
 mod lora;
 pub(crate) mod view;

@@ -20,7 +20,7 @@ pub struct WorkerView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dp_rank: Option<u16>,
     /// Requests the rank took from its worker's listener (by
-    /// [`crate::director::dp_lb::RankPicker`]), with `--dp-size` above 1.
+    /// [`RankPicker`]), with `--dp-size` above 1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listener_requests: Option<u64>,
     /// prefill, decode or aggregated.
@@ -33,6 +33,38 @@ pub struct WorkerView {
     pub capacity: KvCapacitySnapshot,
 }
 
+/// How many entries each per-request table of the director and the
+/// serving director under it holds (`/debug/workers`' `held`). Every one
+/// is keyed by a request, a leg or a handoff in flight and is emptied when
+/// it ends, so all are zero once nothing is in flight, however many
+/// requests came before: a long run's state does not grow with its count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Held {
+    /// HTTP streams open (one per request in flight).
+    pub flows: usize,
+    /// Arrivals queued and not yet arrived.
+    pub arriving: usize,
+    /// Per-worker `do_remote_decode` prefills not yet pinned.
+    pub proxied: usize,
+    /// Pinned prefills waiting for their decode.
+    pub parked: usize,
+    /// Plain requests served whole on a prefill worker.
+    pub local: usize,
+    /// Destinations waiting for a reservation.
+    pub reserving: usize,
+    /// Prompt blocks held for flows in flight (their token ids).
+    pub prompt_blocks: usize,
+    /// SGLang PD legs waiting in rooms, open prefill legs and rooms whose
+    /// pair is in flight.
+    pub legs: usize,
+    /// Requests the recorder tracks (arrived, not ended).
+    pub recorded: usize,
+    /// Requests booked on the routers.
+    pub router_bookings: usize,
+    /// LoRA requests tracked for `vllm:lora_requests_info`.
+    pub lora: usize,
+}
+
 /// What the engine thread shares with HTTP handlers.
 #[derive(Debug, Default, Serialize)]
 pub struct EngineView {
@@ -43,7 +75,7 @@ pub struct EngineView {
     /// HTTP requests not yet ended.
     pub open_streams: usize,
     /// Every per-request table's size: all zero when nothing is in flight.
-    pub held: crate::director::Held,
+    pub held: Held,
     /// Model time reached, in seconds.
     pub model_time_s: f64,
 }

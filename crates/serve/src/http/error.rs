@@ -1,13 +1,14 @@
-//! The errors of the HTTP edge that both the routes ([`crate::http`]) and
-//! the connection loop ([`crate::http::accept`]) answer with: OpenAI-style JSON
-//! bodies, and `Connection: close` when the rest of a body may still be on
-//! the wire.
+//! The errors of the HTTP edge, as every route and the connection loop
+//! (`http::accept`) answer them: an [`ApiError`] as its status and
+//! OpenAI-style JSON body, the engine's failures as 503s, and
+//! `Connection: close` when the rest of a body may still be on the wire.
+//! It imports nothing of this crate, so every layer may answer with it.
 
-use crate::openai::{ApiError, ErrorKind};
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use handoff_openai::{ApiError, ErrorKind};
 use std::time::Duration;
 
 /// Largest request body accepted.
@@ -35,6 +36,16 @@ pub(crate) fn error(e: &ApiError) -> Response {
     (status, Json(e.body())).into_response()
 }
 
+/// A request the engine failed (or that never reached it), as a 503.
+pub(crate) fn failure(reason: &str) -> ApiError {
+    ApiError {
+        status: 503,
+        message: format!("the request failed in the engine: {reason}"),
+        kind: ErrorKind::Unavailable,
+        param: None,
+    }
+}
+
 /// The answer to a body that could not be read (too large, cut short, or
 /// late: a 408 naming the body timeout):
 /// its error, and `Connection: close`, because the rest of the body may
@@ -56,7 +67,7 @@ fn timed_out(r: &BytesRejection) -> Option<BodyTimeout> {
 }
 
 /// The 413 for a request announcing a `len`-byte body, over
-/// [`MAX_BODY_BYTES`] ([`crate::http::accept`] sends it before reading any of
+/// [`MAX_BODY_BYTES`] (`http::accept` sends it before reading any of
 /// the body), with `Connection: close`: the body is left unread.
 pub(crate) fn announced_too_large(len: u64) -> Response {
     let e = ApiError {

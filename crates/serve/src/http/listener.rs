@@ -1,9 +1,8 @@
 //! [`WorkerState`]: what one worker's own listener knows, shared by the
 //! flows it serves (vLLM's `kv_transfer_params` proxy flow in
-//! [`crate::http::worker`], SGLang's bootstrap-room legs in
-//! [`crate::sglang::pd`]).
+//! `http::worker`, SGLang's bootstrap-room legs in `sglang::pd`).
 
-use crate::http::AppState;
+use crate::http::state::AppState;
 use handoff_core::{Backend, DpLayout, HandoffPolicy, WorkerId};
 use handoff_router::Pool;
 use std::sync::Arc;

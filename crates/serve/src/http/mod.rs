@@ -4,70 +4,41 @@
 //! Every error is an OpenAI-style JSON body with a 4xx status (5xx only
 //! when the engine itself failed a request or is gone). A client that goes
 //! away, mid-stream or while waiting for a whole response, drops its
-//! response future; its [`CancelGuard`] then cancels the request in the
-//! engine.
+//! response future; its [`state::CancelGuard`] then cancels the request in
+//! the engine. Every request goes to the engine through [`submit::submit`].
 
 pub(crate) mod accept;
 pub(crate) mod client_faults;
 pub(crate) mod error;
 pub(crate) mod listener;
 pub(crate) mod offload;
+pub(crate) mod respond;
+pub(crate) mod state;
+pub(crate) mod submit;
 pub(crate) mod worker;
 
-use crate::director::driver::{Cmd, EngineView};
-use crate::director::StreamMsg;
+use crate::director::driver::Cmd;
+use crate::http::client_faults::ClientFault;
 pub use crate::http::error::MAX_BODY_BYTES;
-pub(crate) use crate::http::error::{body_error_response, error};
-use crate::metrics::Metrics;
-use crate::openai::tokenizer::synthetic_piece;
-use crate::openai::{ApiError, Endpoint, ErrorKind, GenRequest, Limits, Meta, Usage};
-use crate::vllm::kv_transfer::response_params;
+use crate::http::error::{body_error_response, error};
+use crate::http::respond::{answer, meta, First};
+pub use crate::http::state::AppState;
+use crate::http::submit::{submit, Order};
+use crate::openai::{ApiError, Endpoint};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
-use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use handoff_core::{KvTransferMode, RequestId};
+use handoff_core::RequestId;
 use serde_json::json;
-use std::collections::VecDeque;
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-
-/// What every handler shares.
-pub struct AppState {
-    /// Commands to the engine thread.
-    pub tx: crossbeam_channel::Sender<Cmd>,
-    /// The next request id.
-    pub next_id: AtomicU64,
-    /// What requests are checked against.
-    pub limits: Limits,
-    /// Prometheus families.
-    pub metrics: Arc<Metrics>,
-    /// The engine thread's view of the workers.
-    pub view: Arc<Mutex<EngineView>>,
-    /// When the server started (Unix seconds), for `/v1/models`.
-    pub created: u64,
-    /// The rids of native requests in flight, for SGLang's
-    /// `/abort_request` ([`crate::sglang::abort`]).
-    pub rids: Arc<crate::sglang::abort::RidTable>,
-    /// Whether requests' fault headers are obeyed
-    /// ([`client_faults`], `serve --client-faults`).
-    pub client_faults: bool,
-}
-
-pub(crate) fn unix_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// The router over `state` (`/v1/models` and the other endpoints routers
-/// poll are [`crate::metrics::info`]'s, merged in by the server).
+/// poll are `metrics::info`'s, merged in by the server).
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
@@ -152,53 +123,6 @@ async fn debug_workers(State(s): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// Cancels its request in the engine when dropped before it ended.
-pub struct CancelGuard {
-    pub(crate) id: RequestId,
-    pub(crate) tx: crossbeam_channel::Sender<Cmd>,
-    pub(crate) armed: bool,
-    /// Its SGLang rid while it runs, if it named one.
-    pub(crate) rid: Option<crate::sglang::abort::RidEntry>,
-}
-
-impl CancelGuard {
-    /// `/abort_request` named it.
-    pub(crate) fn aborted(&self) -> bool {
-        self.rid.as_ref().is_some_and(|r| r.aborted())
-    }
-}
-
-impl CancelGuard {
-    pub(crate) fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for CancelGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = self.tx.send(Cmd::Cancel(self.id));
-        }
-    }
-}
-
-fn finish_reason(produced: u32, max_tokens: u32) -> &'static str {
-    if produced >= max_tokens {
-        "length"
-    } else {
-        "stop"
-    }
-}
-
-pub(crate) fn failure(reason: &str) -> ApiError {
-    ApiError {
-        status: 503,
-        message: format!("the request failed in the engine: {reason}"),
-        kind: ErrorKind::Unavailable,
-        param: None,
-    }
-}
-
 async fn generate(
     s: Arc<AppState>,
     endpoint: Endpoint,
@@ -210,12 +134,12 @@ async fn generate(
         Err(r) => return body_error_response(&r),
     };
     let fault = if s.client_faults {
-        match client_faults::ClientFault::from_headers(headers) {
+        match ClientFault::from_headers(headers) {
             Ok(f) => f,
             Err(e) => return error(&e),
         }
     } else {
-        client_faults::ClientFault::default()
+        ClientFault::default()
     };
     let req = match crate::http::offload::parse_off(endpoint, &body, &s.limits).await {
         Ok(r) => r,
@@ -229,203 +153,22 @@ async fn generate(
         tokio::time::sleep(d).await;
     }
     let id = RequestId(s.next_id.fetch_add(1, Ordering::Relaxed));
-    let (tx, rx) = unbounded_channel();
-    let metrics = s.metrics.clone();
-    let rx = fault.wrap(rx, id, s.tx.clone(), move || {
-        metrics.request_failed_as(client_faults::REASON)
-    });
-    let submit = Cmd::Submit {
+    let meta = meta(endpoint, id, s.limits.model.clone());
+    let (tokens, output_tokens, lora) = (req.prompt.clone(), req.output_tokens(), req.lora.clone());
+    let order = Order {
         id,
-        tokens: req.prompt.clone(),
-        output_tokens: req.output_tokens(),
-        lora: req.lora.clone(),
-        tx,
-    };
-    if s.tx.send(submit).is_err() {
-        return error(&failure("the engine is not running"));
-    }
-    let guard = CancelGuard {
-        id,
-        tx: s.tx.clone(),
-        armed: true,
+        cmd: |tx| Cmd::Submit {
+            id,
+            tokens,
+            output_tokens,
+            lora,
+            tx,
+        },
+        fault: Some(fault),
         rid: None,
     };
-    let prefix = match endpoint {
-        Endpoint::Completions => "cmpl",
-        Endpoint::Chat => "chatcmpl",
-    };
-    let meta = Meta {
-        id: format!("{prefix}-{}", id.0),
-        created: unix_secs(),
-        model: s.limits.model.clone(),
-        endpoint,
-    };
-    if req.stream {
-        stream(meta, req, rx, guard, id.0, None).into_response()
-    } else {
-        whole(meta, req, rx, guard, id.0, None).await
-    }
-}
-
-pub(crate) async fn whole(
-    meta: Meta,
-    req: GenRequest,
-    mut rx: UnboundedReceiver<StreamMsg>,
-    mut guard: CancelGuard,
-    seed: u64,
-    origin: Option<(&str, u16, KvTransferMode)>,
-) -> Response {
-    let mut usage = Usage {
-        prompt: req.prompt.len() as u32,
-        ..Usage::default()
-    };
-    let mut text = String::new();
-    while let Some(m) = rx.recv().await {
-        match m {
-            StreamMsg::Started { cached_tokens } => usage.cached = cached_tokens,
-            StreamMsg::Tokens(n) => {
-                for i in 0..n {
-                    text.push_str(synthetic_piece(seed, usage.completion + i));
-                }
-                usage.completion += n;
-            }
-            StreamMsg::Finished => {
-                guard.disarm();
-                let finish = finish_reason(usage.completion, req.max_tokens);
-                return Json(meta.response(&text, finish, usage)).into_response();
-            }
-            StreamMsg::Failed(reason) => {
-                guard.disarm();
-                return error(&failure(reason.name()));
-            }
-            StreamMsg::Prefilled(p) => {
-                guard.disarm();
-                text.push_str(synthetic_piece(seed, usage.completion));
-                usage.completion += 1;
-                let mut body = meta.response(&text, "length", usage);
-                let (host, port, mode) = origin.unwrap_or(("", 0, KvTransferMode::Pull));
-                body["kv_transfer_params"] = response_params(&p, host, port, mode);
-                return Json(body).into_response();
-            }
-            StreamMsg::Refused(e) => {
-                guard.disarm();
-                return error(&e.api());
-            }
-            StreamMsg::Bootstrap(e) => {
-                guard.disarm();
-                return error(&e.api());
-            }
-        }
-    }
-    guard.disarm();
-    error(&failure("the engine stopped"))
-}
-
-struct Streaming {
-    rx: UnboundedReceiver<StreamMsg>,
-    guard: CancelGuard,
-    meta: Meta,
-    usage: Usage,
-    max_tokens: u32,
-    include_usage: bool,
-    seed: u64,
-    first: bool,
-    pending: VecDeque<Event>,
-    done: bool,
-}
-
-fn data(v: &serde_json::Value) -> Event {
-    Event::default().data(v.to_string())
-}
-
-impl Streaming {
-    /// The events one message from the engine makes.
-    fn on(&mut self, m: StreamMsg) {
-        match m {
-            StreamMsg::Started { cached_tokens } => self.usage.cached = cached_tokens,
-            StreamMsg::Tokens(n) => {
-                let mut text = String::new();
-                for i in 0..n {
-                    text.push_str(synthetic_piece(self.seed, self.usage.completion + i));
-                }
-                self.usage.completion += n;
-                let c = self.meta.chunk(&text, self.first, None);
-                self.first = false;
-                self.pending.push_back(data(&c));
-            }
-            StreamMsg::Finished => {
-                self.guard.disarm();
-                let finish = finish_reason(self.usage.completion, self.max_tokens);
-                let c = self.meta.chunk("", self.first, Some(finish));
-                self.pending.push_back(data(&c));
-                if self.include_usage {
-                    self.pending
-                        .push_back(data(&self.meta.usage_chunk(self.usage)));
-                }
-                self.pending.push_back(Event::default().data("[DONE]"));
-                self.done = true;
-            }
-            StreamMsg::Failed(reason) => self.fail(failure(reason.name())),
-            StreamMsg::Refused(e) => self.fail(e.api()),
-            StreamMsg::Bootstrap(e) => self.fail(e.api()),
-            // A listener answers a prefill whole (`ProxyError::Streamed`).
-            StreamMsg::Prefilled(_) => self.fail(failure("a prefill cannot be streamed")),
-        }
-    }
-
-    fn fail(&mut self, e: ApiError) {
-        self.guard.disarm();
-        self.pending.push_back(data(&e.body()));
-        self.pending.push_back(Event::default().data("[DONE]"));
-        self.done = true;
-    }
-}
-
-pub(crate) fn stream(
-    meta: Meta,
-    req: GenRequest,
-    rx: UnboundedReceiver<StreamMsg>,
-    guard: CancelGuard,
-    seed: u64,
-    first: Option<StreamMsg>,
-) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
-    let mut st = Streaming {
-        rx,
-        guard,
-        meta,
-        usage: Usage {
-            prompt: req.prompt.len() as u32,
-            ..Usage::default()
-        },
-        max_tokens: req.max_tokens,
-        include_usage: req.include_usage,
-        seed,
-        first: true,
-        pending: VecDeque::new(),
-        done: false,
-    };
-    if let Some(m) = first {
-        st.on(m);
-    }
-    Sse::new(futures_util::stream::unfold(st, |mut st| async move {
-        loop {
-            if let Some(e) = st.pending.pop_front() {
-                return Some((Ok(e), st));
-            }
-            if st.done {
-                return None;
-            }
-            match st.rx.recv().await {
-                Some(m) => st.on(m),
-                None => {
-                    // The engine is gone without ending the request.
-                    st.guard.disarm();
-                    st.pending
-                        .push_back(data(&failure("the engine stopped").body()));
-                    st.pending.push_back(Event::default().data("[DONE]"));
-                    st.done = true;
-                }
-            }
-        }
-    }))
+    submit(&s, order, |sent| {
+        answer(meta, req, sent, id.0, None, First::No)
+    })
+    .await
 }

@@ -35,24 +35,25 @@
 
 use crate::director::driver::{Cmd, Placement};
 use crate::director::StreamMsg;
+use crate::http::client_faults::{ClientFault, Leg, REASON};
+use crate::http::error::{body_error_response, error, MAX_BODY_BYTES};
 pub use crate::http::listener::WorkerState;
-use crate::http::{body_error_response, error, failure, stream, unix_secs, whole};
-use crate::http::{CancelGuard, MAX_BODY_BYTES};
+use crate::http::respond::{answer, meta, First};
+use crate::http::submit::{submit, Order};
 use crate::openai::ApiError;
-use crate::openai::{parse, Endpoint, Meta};
+use crate::openai::{parse, Endpoint};
 use crate::vllm::kv_transfer::{self, KvTransfer, ProxyError};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use handoff_core::{Backend, DpLayout, DpRank, KvTransferMode, RequestId};
 use handoff_router::Pool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::sync::mpsc::unbounded_channel;
 
 /// The routes of one worker's listener.
 pub fn worker_router(state: Arc<WorkerState>) -> Router {
@@ -88,11 +89,7 @@ async fn chat(
 /// What `headers` ask of this leg ([`crate::http::client_faults`], with
 /// `--client-faults`): a failure at once is answered (and counted) here,
 /// a delay is waited out here, the rest is returned.
-async fn leg_fault(
-    s: &WorkerState,
-    headers: &HeaderMap,
-) -> Result<crate::http::client_faults::ClientFault, ApiError> {
-    use crate::http::client_faults::{ClientFault, Leg, REASON};
+async fn leg_fault(s: &WorkerState, headers: &HeaderMap) -> Result<ClientFault, ApiError> {
     if !s.app.client_faults {
         return Ok(ClientFault::default());
     }
@@ -197,55 +194,44 @@ fn decide(s: &WorkerState, kv: KvTransfer, streamed: bool) -> Result<KvTransfer,
     }
 }
 
-/// The engine command for a request on this worker: the decode of a
-/// remote prefill, or a submission here (served whole by a worker of a
-/// disaggregated pool when the request carries no `kv_transfer_params`).
+/// The engine command for a request on this worker, given the channel of
+/// its answers: the decode of a remote prefill, or a submission here
+/// (served whole by a worker of a disaggregated pool when the request
+/// carries no `kv_transfer_params`).
 fn engine_cmd(
     s: &WorkerState,
     kv: KvTransfer,
     req: &crate::openai::GenRequest,
     rank: Option<DpRank>,
     id: RequestId,
-    tx: tokio::sync::mpsc::UnboundedSender<StreamMsg>,
-) -> Cmd {
-    match kv {
+) -> impl FnOnce(tokio::sync::mpsc::UnboundedSender<StreamMsg>) -> Cmd {
+    let (worker, pool) = (s.worker, s.pool);
+    let (tokens, output_tokens, lora) = (req.prompt.clone(), req.output_tokens(), req.lora.clone());
+    move |tx| match kv {
         KvTransfer::RemotePrefill(remote) => Cmd::Decode {
-            worker: s.worker,
+            worker,
             rank,
             remote,
-            tokens: req.prompt.clone(),
-            output_tokens: req.output_tokens(),
+            tokens,
+            output_tokens,
             tx,
         },
         KvTransfer::Plain | KvTransfer::RemoteDecode => {
-            let placement = match (&kv, s.pool) {
+            let placement = match (&kv, pool) {
                 (KvTransfer::Plain, Pool::Prefill | Pool::Decode) => Placement::Local,
                 _ => Placement::Proxy,
             };
             Cmd::SubmitAt {
-                worker: s.worker,
+                worker,
                 placement,
                 rank,
                 id,
-                tokens: req.prompt.clone(),
-                output_tokens: req.output_tokens(),
-                lora: req.lora.clone(),
+                tokens,
+                output_tokens,
+                lora,
                 tx,
             }
         }
-    }
-}
-
-/// A streamed decode's first message, or the error response a refusal, a
-/// failure or a stopped engine answers with instead.
-async fn first_message(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<StreamMsg>,
-) -> Result<StreamMsg, Response> {
-    match rx.recv().await {
-        Some(StreamMsg::Refused(e)) => Err(error(&e.api())),
-        Some(StreamMsg::Failed(why)) => Err(error(&failure(why.name()))),
-        Some(m) => Ok(m),
-        None => Err(error(&failure("the engine stopped"))),
     }
 }
 
@@ -295,62 +281,24 @@ async fn generate(
         Ok(r) => r,
         Err(e) => return error(&e),
     };
-    let (tx, rx) = unbounded_channel();
     // A decode runs under its prefill's request id.
     let id = match &kv {
         KvTransfer::RemotePrefill(remote) => remote.request,
         _ => RequestId(s.app.next_id.fetch_add(1, Ordering::Relaxed)),
     };
-    let metrics = s.app.metrics.clone();
-    let mut rx = fault.wrap(rx, id, s.app.tx.clone(), move || {
-        metrics.request_failed_as(crate::http::client_faults::REASON)
-    });
-    let cmd = engine_cmd(&s, kv, &req, rank, id, tx);
-    let decode = matches!(cmd, Cmd::Decode { .. });
-    if s.app.tx.send(cmd).is_err() {
-        return error(&failure("the engine is not running"));
-    }
-    let mut guard = CancelGuard {
+    let first = match kv {
+        KvTransfer::RemotePrefill(_) => First::Decode,
+        KvTransfer::Plain | KvTransfer::RemoteDecode => First::No,
+    };
+    let cmd = engine_cmd(&s, kv, &req, rank, id);
+    let meta = meta(endpoint, id, s.app.limits.model.clone());
+    let origin = (s.host.as_str(), s.port, KvTransferMode::of(s.policy));
+    let order = Order {
         id,
-        tx: s.app.tx.clone(),
-        armed: true,
+        cmd,
+        fault: Some(fault),
         rid: None,
     };
-    let prefix = match endpoint {
-        Endpoint::Completions => "cmpl",
-        Endpoint::Chat => "chatcmpl",
-    };
-    let meta = Meta {
-        id: format!("{prefix}-{}", id.0),
-        created: unix_secs(),
-        model: s.app.limits.model.clone(),
-        endpoint,
-    };
-    // A decode is checked against the pinned prefills first: a refusal is
-    // a 4xx status, not an error inside a 200 stream, and must not cancel
-    // the prefill it named.
-    let first = if decode && req.stream {
-        match first_message(&mut rx).await {
-            Ok(m) => Some(m),
-            Err(e) => {
-                guard.disarm();
-                return e;
-            }
-        }
-    } else {
-        None
-    };
-    if req.stream {
-        stream(meta, req, rx, guard, id.0, first).into_response()
-    } else {
-        whole(
-            meta,
-            req,
-            rx,
-            guard,
-            id.0,
-            Some((s.host.as_str(), s.port, KvTransferMode::of(s.policy))),
-        )
-        .await
-    }
+    let respond = |sent| answer(meta, req, sent, id.0, Some(origin), first);
+    submit(&s.app, order, respond).await
 }

@@ -18,20 +18,10 @@
 //!   `_parse_kv_event_sources`, "vLLM's rank-keyed response"). No
 //!   publisher: `{}`.
 
+pub use crate::kv_events::zmq::LlmdTopic;
 use crate::kv_events::zmq::{KvEndpoints, PUB_HWM, REPLAY_BUFFER};
 use serde_json::{json, Map, Value};
 use std::net::SocketAddr;
-
-/// Where llm-d's topic names an engine: explicit `host` and `port`, or
-/// those of the engine's own listener.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LlmdTopic {
-    /// The host written in every topic (default: the worker's listener's).
-    pub host: Option<String>,
-    /// The port of worker 0 (worker `w`: this plus `w`; default: each
-    /// worker's listener's own port).
-    pub port: Option<u16>,
-}
 
 /// Each scheduler's llm-d topic, `kv@HOST:PORT@MODEL`, by id. A worker's
 /// ranks share its topic (one pod; the batch's `data_parallel_rank` tells

@@ -41,7 +41,7 @@
 //! `[identity, (b""), seq, payload]` (`--kv-replay-layout legacy`).
 //!
 //! Each scheduler's topic is [`KvEndpoints::topics`]' entry when given
-//! (llm-d's `kv@HOST:PORT@MODEL`, [`crate::kv_events::sources`]), else the
+//! (llm-d's `kv@HOST:PORT@MODEL`, `kv_events::sources`), else the
 //! one [`KvEndpoints::topic`]. With [`KvEndpoints::connect`] the PUB sockets
 //! connect to the `publish` endpoints instead of binding them, as vLLM's
 //! `KVEventsConfig.endpoint` allows a remote (llm-d's central subscriber
@@ -73,6 +73,17 @@ pub const REPLAY_SEND_TIMEOUT_MS: i32 = 5_000;
 
 /// vLLM's `hwm` default for the PUB socket (`ZmqEventPublisher.__init__`).
 pub const PUB_HWM: i32 = 100_000;
+
+/// Where llm-d's topic names an engine: explicit `host` and `port`, or
+/// those of the engine's own listener.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LlmdTopic {
+    /// The host written in every topic (default: the worker's listener's).
+    pub host: Option<String>,
+    /// The port of worker 0 (worker `w`: this plus `w`; default: each
+    /// worker's listener's own port).
+    pub port: Option<u16>,
+}
 
 /// How often a replay thread looks whether the publishers were dropped.
 const REPLAY_POLL_MS: i32 = 200;
@@ -135,8 +146,8 @@ pub struct KvEndpoints {
     pub topics: Vec<String>,
     /// Name each scheduler's topic as llm-d does: the server fills
     /// `topics` from it and the listeners once bound
-    /// ([`crate::kv_events::sources::llmd_topics`]).
-    pub llmd: Option<crate::kv_events::sources::LlmdTopic>,
+    /// (`kv_events::sources::llmd_topics`).
+    pub llmd: Option<LlmdTopic>,
     /// The PUB sockets connect to `publish` instead of binding it.
     pub connect: bool,
     /// The replay answer's layout.

@@ -1,5 +1,5 @@
 //! A bounded ZMTP filter in front of each libzmq socket of
-//! [`crate::kv_events::zmq`]. libzmq refuses a frame over `ZMQ_MAXMSGSIZE` before
+//! `kv_events::zmq`. libzmq refuses a frame over `ZMQ_MAXMSGSIZE` before
 //! allocating it, but it keeps every part of a multipart message until
 //! the last one comes (`src/ypipe.hpp`, `ypipe_t::write`: an incomplete
 //! message is never flushed, and `pipe_t::check_hwm` counts whole

@@ -35,9 +35,10 @@
 //! mock does not have (GPU memory, throughput, a bootstrap server) are
 //! left out or `null`, never invented.
 
-use crate::director::driver::{Cmd, EngineView, WorkerView};
-use crate::http::{body_error_response, error, failure, AppState, CancelGuard, MAX_BODY_BYTES};
-use crate::sglang::native::{parse_native, response_id, NativeRequest};
+use crate::director::driver::{EngineView, WorkerView};
+use crate::http::error::{error, MAX_BODY_BYTES};
+use crate::http::state::AppState;
+use crate::sglang::native::NativeRequest;
 use crate::vllm::kv_transfer::ProxyError;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -46,13 +47,11 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use handoff_core::{Backend, DpLayout, HandoffPolicy, RequestId, WorkerId};
+use handoff_core::{Backend, DpLayout, HandoffPolicy};
 use handoff_deployment::EngineSpec;
 use handoff_router::Pool;
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::sync::mpsc::unbounded_channel;
 
 /// The version `/version` and `/server_info` report: this mock's.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -118,7 +117,7 @@ pub fn routes(info: Arc<InfoState>, scope: Scope) -> Router {
         r
     };
     // A worker's own `/generate` is its listener's (SGLang PD legs first,
-    // `sglang_pd::generate`, then [`generate_on`]).
+    // `sglang::pd::generate`, then `sglang::native::generate_on`).
     let r = match scope {
         Scope::Worker(_) => r.route("/metrics", get(worker_metrics)),
         Scope::Front => r.route("/generate", post(generate)),
@@ -498,7 +497,7 @@ async fn get_load(State(s): State<Arc<Scoped>>) -> Response {
 
 async fn loads(State(s): State<Arc<Scoped>>) -> Response {
     match view_load(&s) {
-        Some(l) => Json(s.info.loads(s.scope, &l, crate::http::unix_secs())).into_response(),
+        Some(l) => Json(s.info.loads(s.scope, &l, crate::http::state::unix_secs())).into_response(),
         None => unavailable(),
     }
 }
@@ -514,7 +513,7 @@ async fn kv_event_sources(State(s): State<Arc<Scoped>>) -> Response {
     .into_response()
 }
 
-/// SGLang's `/abort_request` ([`crate::sglang::abort`]): on a worker's
+/// SGLang's `/abort_request` ([`crate::sglang::native::abort_request`]): on a worker's
 /// listener, the requests sent to that worker.
 async fn abort_request(
     State(s): State<Arc<Scoped>>,
@@ -524,7 +523,7 @@ async fn abort_request(
         Scope::Front => None,
         Scope::Worker(w) => Some(w as u32),
     };
-    crate::sglang::abort::abort_request(&s.info.app, scope, body).await
+    crate::sglang::native::abort_request(&s.info.app, scope, body).await
 }
 
 async fn version() -> Response {
@@ -625,84 +624,11 @@ fn placement(
     }
 }
 
+/// SGLang's native `/generate` on the front port
+/// ([`crate::sglang::native::generate`]).
 async fn generate(State(s): State<Arc<Scoped>>, body: Result<Bytes, BytesRejection>) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(r) => return body_error_response(&r),
-    };
-    let app = &s.info.app;
-    let limits = app.limits.clone();
-    let parsed = crate::http::offload::off_thread(move || parse_native(&body, &limits)).await;
-    let req = match parsed {
-        Ok(r) => r,
-        Err(e) => return error(&e),
-    };
-    let at = match placement(&s.info, s.scope, &req) {
-        Ok(at) => at,
-        Err(e) => return error(&e.api()),
-    };
-    run_native(app, at, req).await
-}
-
-/// `/generate` without a bootstrap room on aggregated worker `w`'s own
-/// listener (whose `/generate` route serves SGLang PD legs first): served
-/// whole on `w`.
-pub(crate) async fn generate_on(app: &AppState, w: WorkerId, body: &Bytes) -> Response {
-    let (body, limits) = (body.clone(), app.limits.clone());
-    match crate::http::offload::off_thread(move || parse_native(&body, &limits)).await {
-        Ok(req) => run_native(app, Some(w.0 as usize), req).await,
-        Err(e) => error(&e),
-    }
-}
-
-/// Runs a parsed `/generate` routed by the frontend (`at` = `None`) or on
-/// worker `at`, and answers it as SGLang does.
-async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Response {
-    let id = RequestId(app.next_id.fetch_add(1, Ordering::Relaxed));
-    let (tx, rx) = unbounded_channel();
-    let (tokens, output_tokens) = (req.gen.prompt.clone(), req.gen.output_tokens());
-    let lora = req.gen.lora.clone();
-    let cmd = match at {
-        None => Cmd::Submit {
-            id,
-            tokens,
-            output_tokens,
-            lora,
-            tx,
-        },
-        Some(w) => Cmd::SubmitAt {
-            worker: WorkerId(w as u32),
-            placement: crate::director::driver::Placement::Proxy,
-            rank: None,
-            id,
-            tokens,
-            output_tokens,
-            lora,
-            tx,
-        },
-    };
-    if app.tx.send(cmd).is_err() {
-        return error(&failure("the engine is not running"));
-    }
-    // SGLang's `/abort_request` finds it by the rid it named, on the
-    // listener it was sent to.
-    let scope = at.map(|w| w as u32);
-    let entry = req
-        .rid
-        .as_deref()
-        .and_then(|r| crate::sglang::abort::RidTable::register(&app.rids, r, id, scope));
-    let guard = CancelGuard {
-        id,
-        tx: app.tx.clone(),
-        armed: true,
-        rid: entry,
-    };
-    let rid = response_id(req.rid, id.0);
-    if req.gen.stream {
-        crate::sglang::native::stream(rid, req.gen, rx, guard, id.0).into_response()
-    } else {
-        crate::sglang::native::whole(rid, req.gen, rx, guard, id.0).await
-    }
+    let place = |req: &NativeRequest| placement(&s.info, s.scope, req);
+    crate::sglang::native::generate(&s.info.app, body, place).await
 }
 
 #[cfg(test)]

@@ -473,7 +473,7 @@ impl Metrics {
     }
 
     /// A request failed for a reason the edge names (a client-injected
-    /// fault, [`crate::http::client_faults`]).
+    /// fault, `http::client_faults`).
     pub fn request_failed_as(&self, reason: &str) {
         let labels = FailureLabels {
             model_name: self.model.clone(),

@@ -20,7 +20,8 @@
 //! (`--tokenizer` or the stand-in), the same chat template, token-id
 //! prompts as sent. Nothing is queued and no id is used up.
 
-use crate::http::{body_error_response, error, AppState, MAX_BODY_BYTES};
+use crate::http::error::{body_error_response, error, MAX_BODY_BYTES};
+use crate::http::state::AppState;
 use crate::openai::{parse, ApiError, Endpoint, GenRequest};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;

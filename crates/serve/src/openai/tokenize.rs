@@ -33,7 +33,8 @@
 //! (`add_special_tokens`, `add_generation_prompt` and `return_token_strs`
 //! always set) and reads these fields.
 
-use crate::http::{body_error_response, error, AppState};
+use crate::http::error::{body_error_response, error};
+use crate::http::state::AppState;
 use crate::openai::tokenizer::{
     pieces, synthetic_piece, PromptKind, Tokenizer, GENERATION_PROMPT, VOCAB,
 };

@@ -39,6 +39,7 @@ use crate::kv_events::zmq::{KvEndpoints, KvPublishers};
 use crate::metrics::info::{self, InfoState, Scope};
 use crate::metrics::Metrics;
 use crate::openai::Limits;
+pub use crate::shutdown::FLUSH;
 use crate::ServeConfig;
 use driver::{DriverSetup, PodDriver};
 use handoff_core::{Backend, DpLayout, Generation, WorkerId};
@@ -105,7 +106,7 @@ pub fn serve_pod(
     c: PodConfig,
     on_listen: impl FnOnce(&PodListening),
 ) -> Result<PodSummary, ServeError> {
-    let (stop, force) = crate::server::shutdown_signals();
+    let (stop, force) = crate::shutdown::shutdown_signals();
     crate::server::runtime()?.block_on(run(c, on_listen, stop, force))
 }
 
@@ -354,7 +355,7 @@ impl Engine {
             },
             metrics: self.metrics.clone(),
             view: self.view.clone(),
-            created: crate::http::unix_secs(),
+            created: crate::http::state::unix_secs(),
             rids: Arc::default(),
             client_faults: c.serve.client_faults,
         });
@@ -385,11 +386,6 @@ impl Engine {
             .merge(crate::http::pod_routes(state))
     }
 }
-
-/// How long the responses still open when the grace period ends may take
-/// to write their end (the error event and `[DONE]`, or the 503) before
-/// their connections are cut.
-pub const FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Serves until `stop`, then lets open responses finish for `grace`. When
 /// it ends, `end_engine` runs: the driver fails every request still open

@@ -5,7 +5,8 @@
 //! whether or not the rid is known (an unknown rid is ignored, as the
 //! tokenizer manager returns when `rid` is not in `rid_to_state`).
 //!
-//! Here a rid is the one a native `/generate` named (`rid` in its body).
+//! This module keeps the rid table and reads the body; the route is
+//! `sglang::native`'s. Here a rid is the one a native `/generate` named (`rid` in its body).
 //! Aborting cancels the request in the engine (the same path as a client
 //! that went away: every role ends, the core frees what it holds) and the
 //! aborted request answers as SGLang's does, 200 with `meta_info`'s
@@ -20,12 +21,6 @@
 //! an `n > 1` request); `/generate` here serves `n = 1` only, so a rid is
 //! matched exactly.
 
-use crate::director::driver::Cmd;
-use crate::http::AppState;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use handoff_core::RequestId;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -155,33 +150,6 @@ pub fn parse(body: &[u8]) -> Result<(String, bool), AbortBodyError> {
         Some(_) => return Err(AbortBodyError::AbortAll),
     };
     Ok((rid, all))
-}
-
-/// `POST /abort_request` on the listener of `scope`.
-pub async fn abort_request(
-    app: &AppState,
-    scope: Scope,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(r) => return crate::http::body_error_response(&r),
-    };
-    let (rid, all) = match parse(&body) {
-        Ok(x) => x,
-        Err(e) => {
-            let (field, what) = match e {
-                AbortBodyError::NotAnObject => (None, "the body must be a JSON object"),
-                AbortBodyError::Rid => (Some("rid"), "rid must be a string"),
-                AbortBodyError::AbortAll => (Some("abort_all"), "abort_all must be a boolean"),
-            };
-            return crate::http::error(&crate::openai::ApiError::invalid(field, what));
-        }
-    };
-    for id in app.rids.abort(&rid, all, scope) {
-        let _ = app.tx.send(Cmd::Cancel(id));
-    }
-    StatusCode::OK.into_response()
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@
 //! `pop_bootstrapped` with HTTP 500).
 //!
 //! A decode leg that comes first reserves at once when the prefill it names
-//! resolves ([`crate::director`]'s early reservation): SGLang's decode
+//! resolves (`director/`'s early reservation): SGLang's decode
 //! engine puts it in `DecodePreallocQueue` (`disaggregation/decode.py`),
 //! resolves the prefill's bootstrap info and DP rank without waiting for
 //! the prefill leg (`_resolve_prefill_dp_rank`: `room % dp_size` under
@@ -138,7 +138,7 @@ pub enum BootstrapError {
         room: u64,
     },
     /// An engine process of its own (`serve --engine`) names a pair's
-    /// handoff by its room ([`crate::pod`]), and its ranks remember ended
+    /// handoff by its room (`pod/`), and its ranks remember ended
     /// handoffs to classify late facts: a room used by an earlier pair is
     /// refused while it is remembered.
     RoomReused {

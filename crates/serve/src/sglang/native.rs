@@ -3,7 +3,9 @@
 //! `sglang/srt/managers/io_struct.py`), served through the same engine path
 //! as the OpenAI routes. The body is parsed by
 //! [`handoff_openai::sglang::parse_native`] (re-exported here); this module
-//! answers.
+//! serves it (routed by the frontend, or on an aggregated worker's own
+//! listener) and answers it, and serves SGLang's `POST /abort_request`
+//! (`abort_request`; the rid table is [`crate::sglang::abort`]'s).
 //!
 //! Answers: whole, one JSON object `{text, meta_info}`; streamed, SGLang's
 //! `data: {text, meta_info}` chunks, where `text` is the whole output so
@@ -15,19 +17,137 @@
 //! chunk with the same text and the finish reason (the engine reports the
 //! end after the last tokens).
 
+use crate::director::driver::{Cmd, Placement};
 use crate::director::StreamMsg;
-use crate::http::{error, failure, CancelGuard};
+use crate::http::error::{body_error_response, error, failure};
+use crate::http::offload::off_thread;
+use crate::http::state::{AppState, CancelGuard};
+use crate::http::submit::{submit, Order};
 use crate::openai::tokenizer::synthetic_piece;
 use crate::openai::{ApiError, GenRequest};
+use crate::sglang::abort::{AbortBodyError, Scope};
+use crate::vllm::kv_transfer::ProxyError;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use handoff_core::{RequestId, WorkerId};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::atomic::Ordering;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 pub use handoff_openai::sglang::{parse_native, NativeRequest};
+
+/// SGLang's native `/generate` routed by the frontend: the body parsed off
+/// the worker threads, placed by `place` (`None`: by the router; `Some(w)`:
+/// on worker `w`; or why not), then run.
+pub(crate) async fn generate(
+    app: &AppState,
+    body: Result<Bytes, BytesRejection>,
+    place: impl FnOnce(&NativeRequest) -> Result<Option<usize>, ProxyError>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => return body_error_response(&r),
+    };
+    let limits = app.limits.clone();
+    let parsed = off_thread(move || parse_native(&body, &limits)).await;
+    let req = match parsed {
+        Ok(r) => r,
+        Err(e) => return error(&e),
+    };
+    let at = match place(&req) {
+        Ok(at) => at,
+        Err(e) => return error(&e.api()),
+    };
+    run_native(app, at, req).await
+}
+
+/// `/generate` without a bootstrap room on aggregated worker `w`'s own
+/// listener (whose `/generate` route serves SGLang PD legs first): served
+/// whole on `w`.
+pub(crate) async fn generate_on(app: &AppState, w: WorkerId, body: &Bytes) -> Response {
+    let (body, limits) = (body.clone(), app.limits.clone());
+    match off_thread(move || parse_native(&body, &limits)).await {
+        Ok(req) => run_native(app, Some(w.0 as usize), req).await,
+        Err(e) => error(&e),
+    }
+}
+
+/// Runs a parsed `/generate` routed by the frontend (`at` = `None`) or on
+/// worker `at`, and answers it as SGLang does.
+async fn run_native(app: &AppState, at: Option<usize>, req: NativeRequest) -> Response {
+    let id = RequestId(app.next_id.fetch_add(1, Ordering::Relaxed));
+    let (tokens, output_tokens) = (req.gen.prompt.clone(), req.gen.output_tokens());
+    let lora = req.gen.lora.clone();
+    let cmd = |tx| match at {
+        None => Cmd::Submit {
+            id,
+            tokens,
+            output_tokens,
+            lora,
+            tx,
+        },
+        Some(w) => Cmd::SubmitAt {
+            worker: WorkerId(w as u32),
+            placement: Placement::Proxy,
+            rank: None,
+            id,
+            tokens,
+            output_tokens,
+            lora,
+            tx,
+        },
+    };
+    let name = req.rid.clone();
+    let order = Order {
+        id,
+        cmd,
+        fault: None,
+        rid: name.as_deref().map(|r| (r, at.map(|w| w as u32))),
+    };
+    let rid = response_id(req.rid, id.0);
+    let gen = req.gen;
+    submit(app, order, |(rx, guard)| async move {
+        if gen.stream {
+            stream(rid, gen, rx, guard, id.0).into_response()
+        } else {
+            whole(rid, gen, rx, guard, id.0).await
+        }
+    })
+    .await
+}
+
+/// `POST /abort_request` on the listener of `scope`.
+pub async fn abort_request(
+    app: &AppState,
+    scope: Scope,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(r) => return body_error_response(&r),
+    };
+    let (rid, all) = match crate::sglang::abort::parse(&body) {
+        Ok(x) => x,
+        Err(e) => {
+            let (field, what) = match e {
+                AbortBodyError::NotAnObject => (None, "the body must be a JSON object"),
+                AbortBodyError::Rid => (Some("rid"), "rid must be a string"),
+                AbortBodyError::AbortAll => (Some("abort_all"), "abort_all must be a boolean"),
+            };
+            return error(&ApiError::invalid(field, what));
+        }
+    };
+    for id in app.rids.abort(&rid, all, scope) {
+        let _ = app.tx.send(Cmd::Cancel(id));
+    }
+    StatusCode::OK.into_response()
+}
 
 /// What one native response knows while it is produced.
 struct Progress {

@@ -21,10 +21,13 @@
 
 use crate::director::driver::Cmd;
 use crate::director::StreamMsg;
+use crate::http::error::{body_error_response, error, failure};
 use crate::http::listener::WorkerState;
-use crate::http::{body_error_response, error, failure, stream, unix_secs, whole, CancelGuard};
+use crate::http::respond::{answer, first_message, meta, First};
+use crate::http::state::CancelGuard;
+use crate::http::submit::{submit, Order};
 use crate::openai::tokenizer::synthetic_piece;
-use crate::openai::{ApiError, Endpoint, GenRequest, Limits, Meta, Usage};
+use crate::openai::{ApiError, Endpoint, GenRequest, Limits, Usage};
 use crate::sglang::bootstrap::{BootstrapError, RoomKey, Side};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -39,7 +42,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// The side of a leg sent to `s`'s listener, or why it cannot take one.
 fn side(s: &WorkerState) -> Result<Side, BootstrapError> {
@@ -56,57 +59,36 @@ pub(crate) fn needs_room(s: &WorkerState) -> Option<BootstrapError> {
     side(s).ok().map(|side| BootstrapError::Missing { side })
 }
 
-/// A leg sent to the engine: its side, id, answers and cancel guard.
-struct Sent {
-    side: Side,
-    id: RequestId,
-    rx: UnboundedReceiver<StreamMsg>,
-    guard: CancelGuard,
-}
-
-/// Sends one leg of room `key`, parsed as `req`, to the engine.
-fn send(s: &WorkerState, req: &GenRequest, key: RoomKey) -> Result<Sent, ApiError> {
-    let side = side(s).map_err(|e| e.api())?;
-    let id = RequestId(s.app.next_id.fetch_add(1, Ordering::Relaxed));
-    let (tx, rx) = unbounded_channel();
-    let cmd = Cmd::Leg {
-        worker: s.worker,
-        side,
-        key,
-        id,
-        tokens: req.prompt.clone(),
-        output_tokens: req.output_tokens(),
-        tx,
+/// Sends one leg of room `key` (its prompt and output token counts) to
+/// the engine of `s` as
+/// [`submit`] does, and answers it by `respond` from its side, id and
+/// messages.
+async fn send<R, F>(s: &WorkerState, key: RoomKey, leg: (Vec<u32>, u32), respond: R) -> Response
+where
+    R: FnOnce(Side, RequestId, (UnboundedReceiver<StreamMsg>, CancelGuard)) -> F,
+    F: std::future::Future<Output = Response>,
+{
+    let side = match side(s) {
+        Ok(side) => side,
+        Err(e) => return error(&e.api()),
     };
-    if s.app.tx.send(cmd).is_err() {
-        return Err(failure("the engine is not running"));
-    }
-    let guard = CancelGuard {
+    let id = RequestId(s.app.next_id.fetch_add(1, Ordering::Relaxed));
+    let (worker, (tokens, output_tokens)) = (s.worker, leg);
+    let order = Order {
         id,
-        tx: s.app.tx.clone(),
-        armed: true,
+        cmd: |tx| Cmd::Leg {
+            worker,
+            side,
+            key,
+            id,
+            tokens,
+            output_tokens,
+            tx,
+        },
+        fault: None,
         rid: None,
     };
-    Ok(Sent {
-        side,
-        id,
-        rx,
-        guard,
-    })
-}
-
-/// A streamed leg's first answer: the pairing, or the refusal, timeout or
-/// failure that is then the response's status (not an error inside a 200
-/// stream).
-async fn first(sent: &mut Sent) -> Result<StreamMsg, ApiError> {
-    let e = match sent.rx.recv().await {
-        Some(StreamMsg::Bootstrap(e)) => e.api(),
-        Some(StreamMsg::Failed(why)) => failure(why.name()),
-        Some(m) => return Ok(m),
-        None => failure("the engine stopped"),
-    };
-    sent.guard.disarm();
-    Err(e)
+    submit(&s.app, order, |sent| respond(side, id, sent)).await
 }
 
 /// Serves one leg of room `key`, parsed as `req`, on `s`'s listener.
@@ -116,30 +98,15 @@ pub(crate) async fn leg(
     mut req: GenRequest,
     key: RoomKey,
 ) -> Response {
-    let mut sent = match send(s, &req, key) {
-        Ok(sent) => sent,
-        Err(e) => return error(&e),
+    let model = s.app.limits.model.clone();
+    let leg = (req.prompt.clone(), req.output_tokens());
+    let respond = move |side, id: RequestId, sent| {
+        if side == Side::Prefill {
+            req.max_tokens = 1;
+        }
+        answer(meta(endpoint, id, model), req, sent, id.0, None, First::Leg)
     };
-    if sent.side == Side::Prefill {
-        req.max_tokens = 1;
-    }
-    let prefix = match endpoint {
-        Endpoint::Completions => "cmpl",
-        Endpoint::Chat => "chatcmpl",
-    };
-    let meta = Meta {
-        id: format!("{prefix}-{}", sent.id.0),
-        created: unix_secs(),
-        model: s.app.limits.model.clone(),
-        endpoint,
-    };
-    if !req.stream {
-        return whole(meta, req, sent.rx, sent.guard, sent.id.0, None).await;
-    }
-    match first(&mut sent).await {
-        Ok(m) => stream(meta, req, sent.rx, sent.guard, sent.id.0, Some(m)).into_response(),
-        Err(e) => error(&e),
-    }
+    send(s, key, leg, respond).await
 }
 
 /// SGLang's `max_new_tokens` default (`SamplingParams`).
@@ -289,7 +256,7 @@ pub(crate) async fn generate(
         Err(e) => return error(&e.api()),
         Ok(Some(k)) => k,
         Ok(None) if s.pool == handoff_router::Pool::Aggregated => {
-            return crate::metrics::info::generate_on(&s.app, s.worker, &body).await;
+            return crate::sglang::native::generate_on(&s.app, s.worker, &body).await;
         }
         // vLLM's PD workers take `kv_transfer_params` on the OpenAI routes.
         Ok(None) if matches!(s.policy, HandoffPolicy::SourceFirst | HandoffPolicy::Push) => {
@@ -307,14 +274,27 @@ pub(crate) async fn generate(
             return error(&e);
         }
     };
-    let mut sent = match send(&s, &req, key) {
-        Ok(sent) => sent,
-        Err(e) => return error(&e),
-    };
+    let leg = (req.prompt.clone(), req.output_tokens());
+    send(&s, key, leg, |side, id, sent| {
+        native_leg(side, id, req, sent)
+    })
+    .await
+}
+
+/// Answers a native leg `id` on `side`, parsed as `req`, from its
+/// messages: whole, `{text, meta_info}`; streamed, one event per step with
+/// the text so far (SGLang's default, non-incremental streaming), then
+/// `[DONE]`.
+async fn native_leg(
+    side: Side,
+    id: RequestId,
+    req: GenRequest,
+    (mut rx, mut guard): (UnboundedReceiver<StreamMsg>, CancelGuard),
+) -> Response {
     let mut n = Native {
-        id: sent.id.0.to_string(),
-        seed: sent.id.0,
-        max: if sent.side == Side::Prefill {
+        id: id.0.to_string(),
+        seed: id.0,
+        max: if side == Side::Prefill {
             1
         } else {
             req.max_tokens
@@ -326,41 +306,42 @@ pub(crate) async fn generate(
         text: String::new(),
     };
     if !req.stream {
-        while let Some(m) = sent.rx.recv().await {
+        while let Some(m) = rx.recv().await {
             match n.on(m) {
                 Ok(false) => {}
                 Ok(true) => {
-                    sent.guard.disarm();
+                    guard.disarm();
                     return Json(n.body(true)).into_response();
                 }
                 Err(e) => {
-                    sent.guard.disarm();
+                    guard.disarm();
                     return error(&e);
                 }
             }
         }
-        sent.guard.disarm();
+        guard.disarm();
         return error(&failure("the engine stopped"));
     }
-    let m = match first(&mut sent).await {
+    let next = match first_message(First::Leg, &mut rx, &mut guard).await {
         Ok(m) => m,
         Err(e) => return error(&e),
     };
     let pending: VecDeque<Event> = VecDeque::new();
-    let st = (sent, n, pending, Some(m), false);
+    let st = ((rx, guard), n, pending, next, false);
     Sse::new(futures_util::stream::unfold(
         st,
-        |(mut sent, mut n, mut pending, mut next, mut done)| async move {
+        |((mut rx, mut guard), mut n, mut pending, mut next, mut done)| async move {
             loop {
                 if let Some(e) = pending.pop_front() {
-                    return Some((Ok::<_, Infallible>(e), (sent, n, pending, next, done)));
+                    let st = ((rx, guard), n, pending, next, done);
+                    return Some((Ok::<_, Infallible>(e), st));
                 }
                 if done {
                     return None;
                 }
                 let m = match next.take() {
                     Some(m) => m,
-                    None => match sent.rx.recv().await {
+                    None => match rx.recv().await {
                         Some(m) => m,
                         None => StreamMsg::Failed(handoff_core::FailureReason::Shutdown),
                     },
@@ -372,13 +353,13 @@ pub(crate) async fn generate(
                     }
                     Ok(false) => {}
                     Ok(true) => {
-                        sent.guard.disarm();
+                        guard.disarm();
                         pending.push_back(Event::default().data(n.body(true).to_string()));
                         pending.push_back(Event::default().data("[DONE]"));
                         done = true;
                     }
                     Err(e) => {
-                        sent.guard.disarm();
+                        guard.disarm();
                         pending.push_back(Event::default().data(e.body().to_string()));
                         pending.push_back(Event::default().data("[DONE]"));
                         done = true;

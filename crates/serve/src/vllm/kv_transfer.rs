@@ -27,7 +27,7 @@
 //! - `remote_host`, `remote_port`: where the prefill's KV is read from. In
 //!   one `serve` process, the prefill worker's HTTP listener (nothing
 //!   connects to it: the decode finds the pin in the same engine); for an
-//!   engine of its own (`serve --engine`, [`crate::pod`]), the pinning
+//!   engine of its own (`serve --engine`, `pod/`), the pinning
 //!   rank's side channel, which the decode engine dials (vLLM's
 //!   `VLLM_NIXL_SIDE_CHANNEL_HOST`/`_PORT`);
 //! - `remote_num_tokens`, `tp_size`, `transfer_mode`: as vLLM sends them
@@ -36,7 +36,7 @@
 //!   handoff, both decimal strings, which tie the decode to the pin.
 //!
 //! A worker of an SGLang deployment speaks SGLang's bootstrap-room flow
-//! instead ([`crate::sglang::pd`]); one of a deployment with neither
+//! instead (`sglang::pd`); one of a deployment with neither
 //! ordering answers a typed 400 ([`ProxyError::Ordering`]).
 
 use crate::openai::{ApiError, ErrorKind};

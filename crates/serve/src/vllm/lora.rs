@@ -22,8 +22,8 @@
 //!   `--max-lora-rank` is recorded but bounds nothing (vLLM checks an
 //!   adapter's rank against it when it loads the weights).
 
-use crate::openai::{ApiError, ErrorKind};
 use handoff_core::LoraAdapter;
+use handoff_openai::{ApiError, ErrorKind};
 use serde_json::{json, Value};
 use std::sync::Mutex;
 
@@ -195,7 +195,7 @@ impl LoraRegistry {
         let mut inner = self
             .inner
             .lock()
-            .map_err(|_| crate::http::failure("the adapter table is poisoned"))?;
+            .map_err(|_| crate::http::error::failure("the adapter table is poisoned"))?;
         if inner.loaded.iter().any(|l| l.adapter.name == name) {
             return Err(invalid(format!(
                 "The lora adapter '{name}' has already been loaded."
@@ -237,7 +237,7 @@ impl LoraRegistry {
         let mut inner = self
             .inner
             .lock()
-            .map_err(|_| crate::http::failure("the adapter table is poisoned"))?;
+            .map_err(|_| crate::http::error::failure("the adapter table is poisoned"))?;
         let before = inner.loaded.len();
         inner.loaded.retain(|l| l.adapter.name != name);
         if inner.loaded.len() == before {
