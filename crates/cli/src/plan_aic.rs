@@ -26,6 +26,7 @@ use crate::sweep_cmd::{in_order, run_one};
 use crate::sweep_grid::{Configuration, Parsed, ReplayOnly};
 use clap::Parser as _;
 use handoff_deployment::SloSpec;
+use handoff_workload::file::FileKind;
 use handoff_workload::{LengthDist, SyntheticConfig, SyntheticWorkload};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -360,7 +361,8 @@ pub fn check(
     jobs: Option<usize>,
 ) -> Result<(), String> {
     let name = file.display().to_string();
-    let text = std::fs::read_to_string(file).map_err(|e| format!("--check-aic {name}: {e}"))?;
+    let text = handoff_workload::file::read_to_string("--check-aic", file, FileKind::AicCsv)
+        .map_err(|e| e.to_string())?;
     let rows = parse(&text).map_err(|e| format!("--check-aic {name}: {e}"))?;
     std::fs::create_dir_all(out).map_err(|e| format!("--out {}: {e}", out.display()))?;
     let mut shared: Vec<String> = base.to_vec();

@@ -211,6 +211,23 @@ pub fn check_regular(flag: &str, path: &Path) -> Result<(), FileError> {
     }
 }
 
+/// Refuses `path` (named by `flag`) unless it names a regular file of at
+/// most `kind.max_bytes()` bytes now, without opening it; its length. For
+/// a reader that opens the file itself and cannot be handed the bytes
+/// ([`read_bytes`] is the bounded read; this leaves the window between the
+/// check and that reader's open).
+pub fn check_file(flag: &str, path: &Path, kind: FileKind) -> Result<u64, FileError> {
+    let meta = std::fs::metadata(path).map_err(|e| error(flag, path, FileProblem::Io(e)))?;
+    if let Some(what) = NotRegular::of(meta.file_type()) {
+        return Err(error(flag, path, FileProblem::NotRegular(what)));
+    }
+    if meta.len() > kind.max_bytes() {
+        let bytes = meta.len();
+        return Err(error(flag, path, FileProblem::TooLarge { kind, bytes }));
+    }
+    Ok(meta.len())
+}
+
 /// Opens `path` for reading without waiting on a FIFO's writer.
 fn open_nonblocking(path: &Path) -> std::io::Result<File> {
     let mut options = std::fs::OpenOptions::new();
@@ -316,6 +333,27 @@ mod tests {
             read_bytes("--grid", &p, FileKind::Grid).unwrap().len() as u64,
             limit
         );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn check_file_refuses_what_read_bytes_refuses_without_opening() {
+        let d = temp("check");
+        let p = d.join("tokenizer.json");
+        std::fs::write(&p, "{}").unwrap();
+        assert_eq!(
+            check_file("--tokenizer", &p, FileKind::Tokenizer).unwrap(),
+            2
+        );
+        let big = d.join("big.toml");
+        std::fs::write(&big, vec![b' '; FileKind::Grid.max_bytes() as usize + 1]).unwrap();
+        let e = check_file("--grid", &big, FileKind::Grid).unwrap_err();
+        assert!(matches!(e.problem, FileProblem::TooLarge { .. }));
+        let e = check_file("--tokenizer", &d, FileKind::Tokenizer).unwrap_err();
+        assert!(matches!(
+            e.problem,
+            FileProblem::NotRegular(NotRegular::Directory)
+        ));
         let _ = std::fs::remove_dir_all(&d);
     }
 

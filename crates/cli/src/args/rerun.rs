@@ -3,6 +3,7 @@
 
 use super::invocation::given_run_flags;
 use clap::ArgMatches;
+use handoff_workload::file::{read_to_string, FileError, FileKind};
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -17,13 +18,8 @@ pub enum RerunError {
         /// The flags given.
         flags: Vec<String>,
     },
-    /// The report could not be read.
-    Read {
-        /// The report.
-        report: PathBuf,
-        /// Why.
-        error: std::io::Error,
-    },
+    /// The report could not be read (not a regular file, too large, ...).
+    Read(FileError),
     /// The report is not a report with a run's flags.
     NotRerunnable {
         /// The report.
@@ -43,9 +39,7 @@ impl fmt::Display for RerunError {
                 report.display(),
                 flags.join(" ")
             ),
-            RerunError::Read { report, error } => {
-                write!(f, "--rerun {}: {error}", report.display())
-            }
+            RerunError::Read(error) => write!(f, "{error}"),
             RerunError::NotRerunnable { report, why } => {
                 write!(f, "--rerun {}: {why}", report.display())
             }
@@ -62,10 +56,7 @@ pub fn report_flags(report: &Path) -> Result<Vec<String>, RerunError> {
         report: report.to_path_buf(),
         why: why.to_string(),
     };
-    let text = std::fs::read_to_string(report).map_err(|error| RerunError::Read {
-        report: report.to_path_buf(),
-        error,
-    })?;
+    let text = read_to_string("--rerun", report, FileKind::Report).map_err(RerunError::Read)?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| not(&format!("not JSON: {e}")))?;
     let config = v.get("config").ok_or_else(|| not("no `config`"))?;
