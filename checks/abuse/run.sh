@@ -12,3 +12,4 @@ if [ -z "${HANDOFF_MOCKER:-}" ]; then
     HANDOFF_MOCKER="${CARGO_TARGET_DIR:-target}/release/handoff-mocker"
 fi
 timeout 600 python3 checks/abuse/abuse.py "$HANDOFF_MOCKER"
+timeout 600 python3 checks/abuse/files.py "$HANDOFF_MOCKER"

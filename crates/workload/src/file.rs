@@ -54,15 +54,15 @@ impl FileKind {
         }
     }
 
-    /// What a file of this kind is called in messages.
+    /// What a file of this kind is called in messages, with its article.
     pub const fn name(self) -> &'static str {
         match self {
-            FileKind::Report => "report",
-            FileKind::Summary => "summary",
-            FileKind::Grid => "grid file",
-            FileKind::FaultPlan => "fault plan",
-            FileKind::AicCsv => "AIConfigurator CSV",
-            FileKind::Tokenizer => "tokenizer.json",
+            FileKind::Report => "a report",
+            FileKind::Summary => "a summary",
+            FileKind::Grid => "a grid file",
+            FileKind::FaultPlan => "a fault plan",
+            FileKind::AicCsv => "an AIConfigurator CSV",
+            FileKind::Tokenizer => "a tokenizer.json",
         }
     }
 }
@@ -171,7 +171,7 @@ impl fmt::Display for FileError {
             }
             FileProblem::TooLarge { kind, bytes } => write!(
                 f,
-                "{bytes} bytes, more than the {} MiB limit of a {}",
+                "{bytes} bytes, more than the {} MiB limit of {}",
                 kind.max_bytes() / MIB,
                 kind.name()
             ),
