@@ -154,6 +154,12 @@ fn run_flag_table() -> BTreeMap<String, bool> {
     table
 }
 
+/// Whether clap takes `token`, after a flag that takes a value, as that
+/// value: not a flag, but a negative number is one.
+fn is_value(token: &str) -> bool {
+    !token.starts_with('-') || token.parse::<f64>().is_ok()
+}
+
 /// Whether `--name value` makes the run read a file.
 fn names_a_path(name: &str, value: Option<&str>) -> bool {
     match (name, value) {
@@ -194,7 +200,21 @@ pub fn filter(flags: &[String], beside: &[String]) -> (Vec<String>, Vec<Dropped>
         let mut these = vec![token.clone()];
         let value = match (takes, inline) {
             (_, Some(v)) => Some(v),
-            (true, None) => tokens.next().inspect(|v| these.push((*v).clone())).cloned(),
+            // A value clap would read as a flag (`--seed --output x`) is
+            // not one: the flag is dropped and the next token judged alone.
+            (true, None) => match tokens.next_if(|v| is_value(v)) {
+                Some(v) => {
+                    these.push(v.clone());
+                    Some(v.clone())
+                }
+                None => {
+                    dropped.push(Dropped {
+                        tokens: these,
+                        why: DropReason::NotARunFlag,
+                    });
+                    continue;
+                }
+            },
             (false, None) => None,
         };
         if names_a_path(name, value.as_deref()) || beside.iter().any(|b| b == name) {
@@ -346,6 +366,16 @@ mod tests {
             ])
         );
         assert!(dropped.iter().all(|d| d.why == DropReason::NotARunFlag));
+        // A flag whose value would be read as a flag is dropped, and what
+        // follows judged on its own.
+        let report = strings(&["--trace-format", "--output", "/tmp/x", "--prefill"]);
+        let (kept, dropped) = filter(&report, &[]);
+        assert!(kept.is_empty(), "{kept:?}");
+        let shown: Vec<String> = dropped.iter().map(|d| d.tokens.join(" ")).collect();
+        assert_eq!(
+            shown,
+            strings(&["--trace-format", "--output", "/tmp/x", "--prefill"])
+        );
     }
 
     #[test]
