@@ -14,3 +14,4 @@ fi
 timeout 600 python3 checks/abuse/abuse.py "$HANDOFF_MOCKER"
 timeout 600 python3 checks/abuse/rooms_shutdown.py "$HANDOFF_MOCKER"
 timeout 300 python3 checks/abuse/side_channel.py "$HANDOFF_MOCKER"
+timeout 600 python3 checks/abuse/files.py "$HANDOFF_MOCKER"

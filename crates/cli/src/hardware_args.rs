@@ -188,6 +188,8 @@ impl HardwareArgs {
         let (file, path) = match &self.profiles_dir {
             Some(dir) => {
                 let path = dir.join(&name);
+                handoff_workload::file::check_regular("--profiles-dir", &path)
+                    .map_err(|e| format!("--model: {e}"))?;
                 let file = profile_file::load_file(&path).map_err(|e| format!("--model: {e}"))?;
                 (file, path.display().to_string())
             }

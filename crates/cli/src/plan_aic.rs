@@ -26,6 +26,7 @@ use crate::sweep_cmd::{in_order, run_one};
 use crate::sweep_grid::{Configuration, Parsed, ReplayOnly};
 use clap::Parser as _;
 use handoff_deployment::SloSpec;
+use handoff_workload::file::FileKind;
 use handoff_workload::{LengthDist, SyntheticConfig, SyntheticWorkload};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -108,6 +109,16 @@ pub enum AicError {
     TooMany,
 }
 
+impl AicError {
+    /// The 1-based line the error is on (0: the file as a whole).
+    pub fn line(&self) -> usize {
+        match self {
+            AicError::Cell { line, .. } | AicError::Width { line, .. } => *line,
+            AicError::Empty | AicError::MissingColumn(_) | AicError::TooMany => 0,
+        }
+    }
+}
+
 impl std::fmt::Display for AicError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -182,6 +193,24 @@ impl AicRow {
         (self.prefix > 0).then(|| format!("a cached prefix of {} tokens", self.prefix))
     }
 
+    /// Why no engine could run this row at all, if so: a length or a
+    /// parallelism of zero (the row is refused, not simulated).
+    pub fn unsimulable(&self) -> Option<String> {
+        if self.isl == 0 || self.osl == 0 {
+            return Some(format!(
+                "isl {} and osl {}: a request needs at least one prompt and one output token",
+                self.isl, self.osl
+            ));
+        }
+        let zero = |p: [u32; 3]| p.contains(&0);
+        (zero(self.p_par) || zero(self.d_par)).then(|| {
+            format!(
+                "a parallelism of 0 (prefill TP/PP/DP {:?}, decode {:?})",
+                self.p_par, self.d_par
+            )
+        })
+    }
+
     /// `1P+2D tp1`, or `1x agg tp2`.
     pub fn layout(&self) -> String {
         let dp = if self.p_par[2] > 1 {
@@ -219,52 +248,77 @@ fn cells(line: &str) -> Vec<String> {
     out
 }
 
-/// Reads AIConfigurator's `best_config_topn.csv` or `pareto.csv` text.
-pub fn parse(text: &str) -> Result<Vec<AicRow>, AicError> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let (_, head) = lines.next().ok_or(AicError::Empty)?;
-    let head = cells(head.trim_end_matches('\r'));
-    let col = |name: &'static str| head.iter().position(|h| h == name);
-    let need = |name: &'static str| col(name).ok_or(AicError::MissingColumn(name));
-    let disagg = col("(p)workers").is_some();
-    let base = [
-        need("isl")?,
-        need("osl")?,
-        need("concurrency")?,
-        need("ttft")?,
-        need("tpot")?,
-        need("tokens/s/gpu")?,
-        need("tokens/s/user")?,
-        need("num_total_gpus")?,
-    ];
-    let par = |prefix: &str| -> Result<[Option<usize>; 3], AicError> {
-        let names: [&'static str; 3] = match prefix {
-            "(p)" => ["(p)tp", "(p)pp", "(p)dp"],
-            "(d)" => ["(d)tp", "(d)pp", "(d)dp"],
-            _ => ["tp", "pp", "dp"],
+/// An AIConfigurator file read: its rows, and the lines that are not rows
+/// (a cell that is not a number in range, another number of cells than
+/// the header), each with its line and why, in file order.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct AicFile {
+    /// The rows read.
+    pub rows: Vec<AicRow>,
+    /// The lines that could not be read as rows.
+    pub bad: Vec<AicError>,
+}
+
+/// Where the header puts the columns a row is read from.
+struct Columns {
+    head: Vec<String>,
+    /// isl, osl, concurrency, ttft, tpot, tokens/s/gpu, tokens/s/user,
+    /// num_total_gpus.
+    base: [usize; 8],
+    /// TP, PP, DP of prefill (or aggregated) and decode workers.
+    pp: [Option<usize>; 3],
+    dp: [Option<usize>; 3],
+    workers: Option<(usize, usize)>,
+    prefix: Option<usize>,
+}
+
+impl Columns {
+    fn of(head: Vec<String>) -> Result<Columns, AicError> {
+        let col = |name: &'static str| head.iter().position(|h| h == name);
+        let need = |name: &'static str| col(name).ok_or(AicError::MissingColumn(name));
+        let disagg = col("(p)workers").is_some();
+        let base = [
+            need("isl")?,
+            need("osl")?,
+            need("concurrency")?,
+            need("ttft")?,
+            need("tpot")?,
+            need("tokens/s/gpu")?,
+            need("tokens/s/user")?,
+            need("num_total_gpus")?,
+        ];
+        let par = |prefix: &str| -> Result<[Option<usize>; 3], AicError> {
+            let names: [&'static str; 3] = match prefix {
+                "(p)" => ["(p)tp", "(p)pp", "(p)dp"],
+                "(d)" => ["(d)tp", "(d)pp", "(d)dp"],
+                _ => ["tp", "pp", "dp"],
+            };
+            Ok([Some(need(names[0])?), col(names[1]), col(names[2])])
         };
-        Ok([Some(need(names[0])?), col(names[1]), col(names[2])])
-    };
-    let (pp, dp) = if disagg {
-        (par("(p)")?, par("(d)")?)
-    } else {
-        (par("")?, par("")?)
-    };
-    let workers = if disagg {
-        Some((need("(p)workers")?, need("(d)workers")?))
-    } else {
-        None
-    };
-    let prefix = col("prefix");
-    let mut rows = Vec::new();
-    for (i, line) in lines {
-        let line_no = i + 1;
-        if rows.len() == MAX_ROWS {
-            return Err(AicError::TooMany);
-        }
+        let (pp, dp) = if disagg {
+            (par("(p)")?, par("(d)")?)
+        } else {
+            (par("")?, par("")?)
+        };
+        let workers = if disagg {
+            Some((need("(p)workers")?, need("(d)workers")?))
+        } else {
+            None
+        };
+        let prefix = col("prefix");
+        Ok(Columns {
+            head,
+            base,
+            pp,
+            dp,
+            workers,
+            prefix,
+        })
+    }
+
+    /// The row on 1-based line `line_no`, whose text is `line`.
+    fn row(&self, line_no: usize, line: &str) -> Result<AicRow, AicError> {
+        let (head, base) = (&self.head, self.base);
         let c = cells(line.trim_end_matches('\r'));
         if c.len() != head.len() {
             return Err(AicError::Width {
@@ -280,7 +334,7 @@ pub fn parse(text: &str) -> Result<Vec<AicRow>, AicError> {
                 .filter(|x| x.is_finite() && *x >= 0.0 && *x <= max)
                 .ok_or_else(|| AicError::Cell {
                     line: line_no,
-                    column: column_name(&head, at),
+                    column: column_name(head, at),
                     value: v.to_string(),
                 })
         };
@@ -290,28 +344,50 @@ pub fn parse(text: &str) -> Result<Vec<AicRow>, AicError> {
         let tri = |p: [Option<usize>; 3]| -> Result<[u32; 3], AicError> {
             Ok([int(p[0], 1024.0)?, int(p[1], 1024.0)?, int(p[2], 1024.0)?])
         };
-        let (prefill, decode) = match workers {
+        let (prefill, decode) = match self.workers {
             Some((p, d)) => (int(Some(p), 4096.0)?, int(Some(d), 4096.0)?),
             None => (1, 0),
         };
-        rows.push(AicRow {
+        Ok(AicRow {
             line: line_no,
             isl: int(Some(base[0]), 1e6)?,
             osl: int(Some(base[1]), 1e6)?,
-            prefix: prefix.map_or(Ok(0), |p| int(Some(p), 1e6))?,
+            prefix: self.prefix.map_or(Ok(0), |p| int(Some(p), 1e6))?,
             concurrency: int(Some(base[2]), 1e6)?.max(1),
             prefill: prefill.max(1),
             decode,
-            p_par: tri(pp)?,
-            d_par: tri(dp)?,
+            p_par: tri(self.pp)?,
+            d_par: tri(self.dp)?,
             ttft_ms: num(base[3], 1e9)?,
             tpot_ms: num(base[4], 1e9)?,
             tok_s_gpu: num(base[5], 1e12)?,
             tok_s_user: num(base[6], 1e12)?,
             gpus: int(Some(base[7]), 1e6)?,
-        });
+        })
     }
-    Ok(rows)
+}
+
+/// Reads AIConfigurator's `best_config_topn.csv` or `pareto.csv` text: a
+/// header it cannot use, or more than [`MAX_ROWS`] lines of rows, refuses
+/// the file; a line it cannot read as a row is kept in [`AicFile::bad`].
+pub fn parse(text: &str) -> Result<AicFile, AicError> {
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    let (_, head) = lines.next().ok_or(AicError::Empty)?;
+    let columns = Columns::of(cells(head.trim_end_matches('\r')))?;
+    let mut file = AicFile::default();
+    for (i, line) in lines {
+        if file.rows.len() + file.bad.len() == MAX_ROWS {
+            return Err(AicError::TooMany);
+        }
+        match columns.row(i + 1, line) {
+            Ok(row) => file.rows.push(row),
+            Err(e) => file.bad.push(e),
+        }
+    }
+    Ok(file)
 }
 
 /// The header's name for column `at` (the known names the reader asks
@@ -348,9 +424,80 @@ fn column_name(head: &[String], at: usize) -> &'static str {
 /// Report paths each checked row carries beyond a sweep's.
 const AIC_METRICS: &[&str] = &["p90_ttft_ms", "median_tpot_ms", "p90_tpot_ms"];
 
+/// What becomes of one row.
+enum RowPlan {
+    /// It runs.
+    Run(Configuration),
+    /// It is valid but not modelled here (why).
+    Skipped(String),
+    /// It cannot be simulated (why): reported on its line, the run goes on.
+    Refused(String),
+}
+
+/// What the rows share: the flags of `--slo`, the price and `plan`'s own,
+/// the model's flags and the TPs it has profiles at.
+struct Shared {
+    flags: Vec<String>,
+    add: Vec<String>,
+    tps: Vec<u32>,
+}
+
+/// Row `i` of the file, `r`, as a configuration to run (its workload
+/// written under `out`), or why not.
+fn plan_row(i: usize, r: &AicRow, shared: &Shared, out: &Path) -> RowPlan {
+    if let Some(why) = r.unsimulable() {
+        return RowPlan::Refused(why);
+    }
+    let why = r.unsupported().or_else(|| {
+        (!shared.tps.contains(&r.p_par[0])).then(|| format!("no profile at TP{}", r.p_par[0]))
+    });
+    if let Some(why) = why {
+        return RowPlan::Skipped(why);
+    }
+    let requests = (u64::from(r.concurrency) * 8).clamp(200, 20_000);
+    let shape = WorkloadShape {
+        isl: r.isl,
+        osl: r.osl,
+        requests,
+        rate: 1.0,
+        prefix_groups: 0,
+    };
+    let trace = match write_workload(&out.join(format!("aic-row-{i}.jsonl")), shape) {
+        Ok(trace) => trace,
+        Err(e) => return RowPlan::Refused(e),
+    };
+    let mut args: Vec<String> = vec![
+        "--prefill".into(),
+        r.prefill.to_string(),
+        "--decode".into(),
+        r.decode.to_string(),
+        "--tp".into(),
+        r.p_par[0].to_string(),
+        "--dp-size".into(),
+        r.p_par[2].to_string(),
+        "--trace".into(),
+        trace,
+        "--concurrency".into(),
+        r.concurrency.to_string(),
+    ];
+    args.extend(shared.add.iter().cloned());
+    args.extend(shared.flags.iter().cloned());
+    match ReplayOnly::try_parse_from(&args) {
+        Ok(parsed) => RowPlan::Run(Configuration {
+            index: i,
+            labels: vec![i.to_string(), r.layout()],
+            args,
+            parsed: Parsed::Replay(Box::new(parsed.args)),
+        }),
+        Err(e) => RowPlan::Refused(e.to_string().trim().to_string()),
+    }
+}
+
 /// Simulates every row of `file` (closed loop at its concurrency, its
 /// lengths, `--slo`), prints each estimate beside the simulated mean, p50,
-/// p90 and p99, and writes `aic-check.json` and the reports to `out`.
+/// p90 and p99, and writes `aic-check.json` and the reports to `out`. A
+/// row that cannot be simulated (a line that is not a row, a length of 0)
+/// is reported on its line with why, counted on stderr, and the others run.
 pub fn check(
     file: &Path,
     slo: &SloSpec,
@@ -360,60 +507,24 @@ pub fn check(
     jobs: Option<usize>,
 ) -> Result<(), String> {
     let name = file.display().to_string();
-    let text = std::fs::read_to_string(file).map_err(|e| format!("--check-aic {name}: {e}"))?;
-    let rows = parse(&text).map_err(|e| format!("--check-aic {name}: {e}"))?;
+    let text = handoff_workload::file::read_to_string("--check-aic", file, FileKind::AicCsv)
+        .map_err(|e| e.to_string())?;
+    let AicFile { rows, bad } = parse(&text).map_err(|e| format!("--check-aic {name}: {e}"))?;
     std::fs::create_dir_all(out).map_err(|e| format!("--out {}: {e}", out.display()))?;
-    let mut shared: Vec<String> = base.to_vec();
-    shared.extend(["--slo".into(), slo.to_string()]);
+    let mut flags: Vec<String> = base.to_vec();
+    flags.extend(["--slo".into(), slo.to_string()]);
     if let Some(p) = price {
-        shared.extend(["--gpu-hour-usd".into(), p.to_string()]);
+        flags.extend(["--gpu-hour-usd".into(), p.to_string()]);
     }
-    let (add, tps) = crate::plan_cmd::model_and_tps(&[], &shared)?;
+    let (add, tps) = crate::plan_cmd::model_and_tps(&[], &flags)?;
+    let shared = Shared { flags, add, tps };
     let mut configs = Vec::new();
-    let mut skipped: Vec<(usize, String)> = Vec::new();
+    let mut not_run: Vec<(usize, RowPlan)> = Vec::new();
     for (i, r) in rows.iter().enumerate() {
-        let why = r.unsupported().or_else(|| {
-            (!tps.contains(&r.p_par[0])).then(|| format!("no profile at TP{}", r.p_par[0]))
-        });
-        if let Some(why) = why {
-            skipped.push((i, why));
-            continue;
+        match plan_row(i, r, &shared, out) {
+            RowPlan::Run(c) => configs.push(c),
+            other => not_run.push((i, other)),
         }
-        let requests = (u64::from(r.concurrency) * 8).clamp(200, 20_000);
-        let trace = write_workload(
-            &out.join(format!("aic-row-{i}.jsonl")),
-            WorkloadShape {
-                isl: r.isl,
-                osl: r.osl,
-                requests,
-                rate: 1.0,
-                prefix_groups: 0,
-            },
-        )?;
-        let mut args: Vec<String> = vec![
-            "--prefill".into(),
-            r.prefill.to_string(),
-            "--decode".into(),
-            r.decode.to_string(),
-            "--tp".into(),
-            r.p_par[0].to_string(),
-            "--dp-size".into(),
-            r.p_par[2].to_string(),
-            "--trace".into(),
-            trace,
-            "--concurrency".into(),
-            r.concurrency.to_string(),
-        ];
-        args.extend(add.iter().cloned());
-        args.extend(shared.iter().cloned());
-        let parsed = ReplayOnly::try_parse_from(&args)
-            .map_err(|e| format!("--check-aic line {}: {}", r.line, e.to_string().trim()))?;
-        configs.push(Configuration {
-            index: i,
-            labels: vec![i.to_string(), r.layout()],
-            args,
-            parsed: Parsed::Replay(Box::new(parsed.args)),
-        });
     }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(jobs.unwrap_or(0))
@@ -433,20 +544,37 @@ pub fn check(
             Some(s) if s["index"].as_u64() == Some(i as u64) => sims.next(),
             _ => None,
         };
-        let why = skipped
-            .iter()
-            .find(|(j, _)| *j == i)
-            .map(|(_, w)| w.clone());
-        report.push(compare(r, slo, sim.as_ref(), why));
+        let plan = not_run.iter().find(|(j, _)| *j == i).map(|(_, p)| p);
+        let skipped = match plan {
+            Some(RowPlan::Skipped(why)) => Some(why.clone()),
+            _ => None,
+        };
+        let mut row = compare(r, slo, sim.as_ref(), skipped);
+        if let Some(RowPlan::Refused(why)) = plan {
+            row["refused"] = json!(why);
+        }
+        report.push(row);
     }
+    report.extend(
+        bad.iter()
+            .map(|e| json!({"line": e.line(), "refused": e.to_string()})),
+    );
+    report.sort_by_key(|r| r["line"].as_u64());
     for line in table(&report) {
         out!("{line}");
     }
+    let refused = report.iter().filter(|r| r.get("refused").is_some()).count();
+    let mut summary = json!({"source": name, "slo": slo.to_string(), "rows": report});
+    if refused > 0 {
+        eprintln!(
+            "--check-aic {name}: {refused} of {} rows could not be simulated (each on its \
+             line above); the others ran",
+            rows.len() + bad.len()
+        );
+        summary["refused_rows"] = json!(refused);
+    }
     let path = out.join("aic-check.json");
-    let text = serde_json::to_string_pretty(
-        &json!({"source": name, "slo": slo.to_string(), "rows": report}),
-    )
-    .map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
     std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -536,6 +664,13 @@ fn table(rows: &[Value]) -> Vec<String> {
             Some(false) => "NO",
             None => "-",
         };
+        if let Some(why) = r["refused"].as_str() {
+            match r.get("layout") {
+                Some(_) => v.push(format!("{head} | refused: {why}")),
+                None => v.push(format!("{:>4} | refused: {why}", n("line"))),
+            }
+            continue;
+        }
         let Some(s) = r["simulated"].as_object() else {
             let why = r["skipped"]
                 .as_str()
@@ -568,100 +703,5 @@ fn table(rows: &[Value]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample(name: &str) -> String {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/aic")
-            .join(name);
-        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-    }
-
-    /// The samples are AIConfigurator's own output (`aiconfigurator cli
-    /// default --model-path Qwen/Qwen3-8B --total-gpus 8 --system h100_sxm
-    /// --backend vllm --isl 4000 --osl 500 --ttft 600 --tpot 20`, docs/sizing.md).
-    #[test]
-    fn reads_the_disaggregated_sample() {
-        let rows = parse(&sample("disagg/best_config_topn.csv")).unwrap();
-        assert_eq!(rows.len(), 3);
-        let r = &rows[0];
-        assert_eq!((r.isl, r.osl, r.prefix), (4000, 500, 0));
-        assert_eq!((r.prefill, r.decode, r.concurrency, r.gpus), (3, 5, 280, 8));
-        assert_eq!((r.p_par, r.d_par), ([1, 1, 1], [1, 1, 1]));
-        assert_eq!((r.ttft_ms, r.tpot_ms), (177.988, 19.604));
-        assert_eq!((r.tok_s_gpu, r.tok_s_user), (1645.938, 51.01));
-        assert_eq!(r.layout(), "3P+5D tp1");
-        assert_eq!(r.line, 2);
-        assert!(r.unsupported().is_none());
-        // 4P at TP1 with 1D at TP4: one --tp here.
-        assert_eq!(rows[1].d_par, [4, 1, 1]);
-        assert!(rows[1].unsupported().unwrap().contains("differ"));
-        let pareto = parse(&sample("disagg/pareto.csv")).unwrap();
-        assert_eq!(pareto.len(), 21);
-    }
-
-    #[test]
-    fn reads_the_aggregated_sample() {
-        let rows = parse(&sample("agg/best_config_topn.csv")).unwrap();
-        assert_eq!(rows.len(), 4);
-        // One replica per row: TP2 at 64 in flight on 2 GPUs.
-        assert_eq!((rows[0].prefill, rows[0].decode), (1, 0));
-        assert_eq!(
-            (rows[0].p_par, rows[0].concurrency, rows[0].gpus),
-            ([2, 1, 1], 64, 2)
-        );
-        assert_eq!(rows[1].layout(), "1x agg tp1");
-        assert_eq!(rows[1].p_par, rows[1].d_par);
-    }
-
-    #[test]
-    fn errors_name_line_and_column() {
-        assert_eq!(parse(""), Err(AicError::Empty));
-        assert_eq!(
-            parse("isl,osl\n1,2\n"),
-            Err(AicError::MissingColumn("concurrency"))
-        );
-        let head = "isl,osl,concurrency,ttft,tpot,tokens/s/gpu,tokens/s/user,num_total_gpus,tp";
-        let e = parse(&format!("{head}\n4000,500,x,1,1,1,1,1,1\n")).unwrap_err();
-        assert_eq!(
-            e,
-            AicError::Cell {
-                line: 2,
-                column: "concurrency",
-                value: "x".into()
-            }
-        );
-        let e = parse(&format!("{head}\n4000,500,1,1,1,1,1,1\n")).unwrap_err();
-        assert_eq!(
-            e,
-            AicError::Width {
-                line: 2,
-                cells: 8,
-                header: 9
-            }
-        );
-        let e = parse(&format!("{head}\n4000,500,1,1,1,1,1,1,-2\n")).unwrap_err();
-        assert!(e.to_string().contains("`tp`"), "{e}");
-    }
-
-    #[test]
-    fn quoted_cells_split_as_pandas_writes_them() {
-        assert_eq!(
-            cells(r#"a,"b,c","say ""x""",d"#),
-            ["a", "b,c", "say \"x\"", "d"]
-        );
-    }
-
-    #[test]
-    fn aic_meets_reads_its_single_estimate() {
-        let rows = parse(&sample("disagg/best_config_topn.csv")).unwrap();
-        let slo: SloSpec = "ttft:p90=600ms,tpot:p90=20ms".parse().unwrap();
-        // 177.988 ms TTFT and 19.604 ms TPOT, and E2E 9960 ms.
-        assert!(aic_meets(&rows[0], &"e2e:p90=9961ms".parse().unwrap()));
-        assert!(!aic_meets(&rows[0], &"e2e:p90=9959ms".parse().unwrap()));
-        assert!(aic_meets(&rows[0], &slo));
-        let tight: SloSpec = "tpot:p50=1ms".parse().unwrap();
-        assert!(!aic_meets(&rows[0], &tight));
-    }
-}
+#[path = "plan_aic_tests.rs"]
+mod tests;

@@ -388,7 +388,7 @@ pub fn run(a: PlanArgs) -> Result<(), String> {
     }
     std::fs::create_dir_all(&a.out).map_err(|e| format!("--out {}: {e}", a.out.display()))?;
     if !a.merge.is_empty() {
-        let summary = merge_summaries(&a.merge, &a.out, "plan merge")?;
+        let summary = merge_summaries(&a.merge, &a.out, "plan --merge")?;
         return finish(&summary, &a.out, a.top);
     }
     let max = a

@@ -19,6 +19,7 @@ use crate::replay_cmd::simulate;
 use crate::report_out::write_output_with;
 use crate::sweep_grid::{Configuration, Grid, Kind, Parsed};
 use clap::{Args, CommandFactory, Subcommand};
+use handoff_workload::file::{read_to_string, FileKind};
 use serde_json::{json, Map, Value};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -494,7 +495,7 @@ pub(crate) fn merge_summaries(paths: &[PathBuf], out: &Path, what: &str) -> Resu
     let mut rows: Vec<Value> = Vec::new();
     for p in paths {
         let name = p.display().to_string();
-        let text = std::fs::read_to_string(p).map_err(|e| format!("{name}: {e}"))?;
+        let text = read_to_string(what, p, FileKind::Summary).map_err(|e| e.to_string())?;
         let v: Value = serde_json::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
         let (Some(g), Some(r)) = (v.get("grid"), v.get("rows").and_then(Value::as_array)) else {
             return Err(format!(

@@ -31,6 +31,7 @@
 use crate::experiment_cmd::ExperimentArgs;
 use crate::replay_cmd::ReplayArgs;
 use clap::{CommandFactory, Parser};
+use handoff_workload::file::FileKind;
 use std::path::Path;
 
 /// The command a grid sweeps.
@@ -282,7 +283,8 @@ impl Grid {
     /// Reads a grid file: TOML, or JSON when the name ends in `.json`.
     pub fn read_file(&mut self, path: &Path) -> Result<(), String> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
+        let text = handoff_workload::file::read_to_string("--grid", path, FileKind::Grid)
+            .map_err(|e| e.to_string())?;
         self.parse_text(&name, &text, path.extension().is_some_and(|e| e == "json"))
     }
 

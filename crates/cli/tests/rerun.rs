@@ -34,22 +34,26 @@ fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-/// Runs `flags` with `--output`, reruns the report with `--output`, and
-/// compares both files and both `--json` prints; returns the report.
-fn reruns_identically(name: &str, flags: &[&str]) -> Value {
+/// Runs `flags` with `--output`, reruns the report with `--output` (and
+/// `beside`: the files the run reads, which a rerun never takes from a
+/// report), and compares both files and both `--json` prints; returns the
+/// report.
+fn reruns_identically(name: &str, flags: &[&str], beside: &[&str]) -> Value {
     let d = dir(name);
     let (first, again) = (d.join("first.json"), d.join("again.json"));
     let mut args = vec!["replay", "--output", path(&first), "--json"];
     args.extend(flags);
     let printed = ok(&args);
-    let reprinted = ok(&[
+    let mut rerun = vec![
         "replay",
         "--rerun",
         path(&first),
         "--output",
         path(&again),
         "--json",
-    ]);
+    ];
+    rerun.extend(beside);
+    let reprinted = ok(&rerun);
     let (a, b) = (
         std::fs::read(&first).expect("first"),
         std::fs::read(&again).expect("again"),
@@ -76,6 +80,7 @@ fn a_synthetic_closed_loop_report_reruns_from_its_own_config() {
             "--decode-kv-tokens",
             "300000",
         ],
+        &[],
     );
     let c = &r["config"];
     assert_eq!(c["workload"]["requests"], 300);
@@ -102,6 +107,7 @@ fn a_trace_report_reruns_from_its_own_config() {
             "2",
             "--no-multi-step",
         ],
+        &["--trace", TRACE],
     );
     assert_eq!(r["config"]["multi_step"], false);
     let w = &r["config"]["workload"];
@@ -114,7 +120,7 @@ fn a_trace_report_reruns_from_its_own_config() {
 
 #[test]
 fn a_run_with_one_flag_reruns_with_the_defaults_it_had() {
-    let r = reruns_identically("defaults", &["--requests", "40"]);
+    let r = reruns_identically("defaults", &["--requests", "40"], &[]);
     assert_eq!(
         r["config"]["flags"],
         serde_json::json!(["--requests", "40"])

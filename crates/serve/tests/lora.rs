@@ -180,3 +180,46 @@ fn without_the_environment_switch_the_endpoints_do_not_exist() {
     assert_eq!(status, 200, "{text}");
     let _ = server.stop();
 }
+
+#[test]
+fn oversized_names_and_paths_are_refused_and_leave_the_model_list_small() {
+    let cfg = DeploymentConfig {
+        prefill_workers: 1,
+        decode_workers: 0,
+        ..DeploymentConfig::default()
+    };
+    let (l, server) = common::start(ServeConfig {
+        lora: Some(LoraConfig {
+            runtime_updating: true,
+            ..LoraConfig::default()
+        }),
+        ..common::loopback(cfg, vec![EngineSpec::default()])
+    });
+    let load = |name: &str, path: &str| {
+        let body = serde_json::json!({"lora_name": name, "lora_path": path}).to_string();
+        common::call(l.http, "POST", "/v1/load_lora_adapter", &body)
+    };
+    let (_, before) = common::call(l.http, "GET", "/v1/models", "");
+    let huge = "x".repeat(64 << 10);
+    for i in 0..100 {
+        let (status, text) = load(&format!("{huge}{i}"), "/p");
+        assert_eq!(status, 400, "{text}");
+        assert!(text.contains("InvalidUserInput") && text.contains("'lora_name' is"));
+        assert!(text.len() < 1000, "the answer does not echo the name");
+        let (status, text) = load(&format!("n{i}"), &huge);
+        assert_eq!(status, 400, "{text}");
+        assert!(
+            text.contains("'lora_path' is 65536 bytes, more than 4096"),
+            "{text}"
+        );
+    }
+    let (status, text) = load("tab\tname", "/p");
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("control character"), "{text}");
+    let (_, after) = common::call(l.http, "GET", "/v1/models", "");
+    assert_eq!(after, before, "no refused adapter is listed");
+    // One within the bounds still loads.
+    let (status, text) = load(&"n".repeat(256), &"/p".repeat(2048));
+    assert_eq!(status, 200, "{text}");
+    let _ = server.stop();
+}

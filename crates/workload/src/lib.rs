@@ -11,8 +11,11 @@
 //! a whole file, bounds every line before allocating for it, and turns every
 //! malformed input into a [`TraceError`] that names file, line and field.
 //!
-//! Sans-IO in spirit: the crate reads from any `BufRead` and writes to any
-//! `Write` the caller hands it; it never opens files or reads a clock.
+//! Sans-IO in spirit: the trace reader reads from any `BufRead` and the
+//! writer writes to any `Write` the caller hands it; nothing reads a clock.
+//! The one exception is [`file`], the bounded whole-file reader every edge
+//! (the CLI, serve) reads user-named files with: it sits here because both
+//! already depend on this crate and this crate only on `handoff-core`.
 //!
 //! # Lifting it into a larger mocker
 //!
@@ -39,6 +42,7 @@
 pub mod azure;
 pub mod dist;
 pub mod error;
+pub mod file;
 pub mod item;
 mod line;
 pub mod lora;

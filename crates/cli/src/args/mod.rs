@@ -9,6 +9,7 @@ use handoff_deployment::{check_core, make_core, DeploymentConfig, EngineSpec, Pe
 use handoff_engine::fault::{Fault, FaultPlan};
 use handoff_engine::TransferModel;
 use handoff_router::{KvKnobs, Pool, RouterMode};
+use handoff_workload::file::{check_regular, FileKind};
 use std::sync::Arc;
 
 mod hardware;
@@ -518,11 +519,14 @@ impl DeployArgs {
             return Ok(PerfChoice::DynamoPolynomial);
         }
         if let Some(path) = other.strip_prefix("profile:").filter(|p| !p.is_empty()) {
+            // The profile reader bounds its size; a FIFO must not block it.
+            check_regular("--perf", path.as_ref()).map_err(|e| e.to_string())?;
             return handoff_profiles::profile_file::load(path.as_ref())
                 .map(|p| PerfChoice::Profile(Arc::new(p)))
                 .map_err(|e| format!("--perf: {e}"));
         }
         if let Some(path) = other.strip_prefix("npz:").filter(|p| !p.is_empty()) {
+            check_regular("--perf", path.as_ref()).map_err(|e| e.to_string())?;
             return handoff_profiles::npz_file::load(path.as_ref())
                 .map(|g| PerfChoice::Npz(Arc::new(g)))
                 .map_err(|e| format!("--perf: {e}"));
@@ -615,7 +619,8 @@ impl DeployArgs {
         let path = std::path::Path::new(spec);
         let (text, origin) = if path.is_file() {
             let text =
-                std::fs::read_to_string(path).map_err(|e| format!("--faults {spec}: {e}"))?;
+                handoff_workload::file::read_to_string("--faults", path, FileKind::FaultPlan)
+                    .map_err(|e| e.to_string())?;
             (text, spec.clone())
         } else {
             (spec.clone(), "--faults".to_string())

@@ -18,6 +18,14 @@
 //!   `_check_unload_lora_adapter_request`).
 //! - A card is `{id: name, root: path, parent: base_model_name or the
 //!   served model}`; cards follow the base model's, in load order.
+//! - Bounds vLLM does not have (each of its loads reads an adapter from
+//!   disk, which bounds them in practice; here a load costs only its
+//!   strings): a name is at most [`MAX_LORA_NAME_BYTES`] bytes, a path at
+//!   most [`MAX_LORA_PATH_BYTES`], neither holds a control character, and
+//!   at most [`MAX_LORA_ADAPTERS`] adapters are loaded at once
+//!   (`OpenAIServingModels.lora_requests` is an unbounded dict). A load
+//!   past them is a 400 `InvalidUserInput`, a `--lora-modules` entry past
+//!   them a flag error.
 //! - The mock reads no adapter file: a path is only a name, and
 //!   `--max-lora-rank` is recorded but bounds nothing (vLLM checks an
 //!   adapter's rank against it when it loads the weights).
@@ -33,8 +41,138 @@ pub const DEFAULT_MAX_LORAS: u32 = 1;
 /// vLLM's default `--max-lora-rank`.
 pub const DEFAULT_MAX_LORA_RANK: u32 = 16;
 
+/// The longest adapter name, in bytes (a Hugging Face repo id is at most
+/// 96 characters; a local name is shorter).
+pub const MAX_LORA_NAME_BYTES: usize = 256;
+
+/// The longest adapter path, in bytes (Linux's `PATH_MAX`).
+pub const MAX_LORA_PATH_BYTES: usize = 4096;
+
+/// The most adapters loaded at once, static and run-time together (vLLM's
+/// `--max-cpu-loras` caches far fewer; each one's weights take memory).
+pub const MAX_LORA_ADAPTERS: usize = 1024;
+
 /// The environment switch of the load and unload endpoints.
 pub const RUNTIME_UPDATING_ENV: &str = "VLLM_ALLOW_RUNTIME_LORA_UPDATING";
+
+/// Why an adapter's name or path, or one more adapter, is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoraRefusal {
+    /// The name or the path is empty or missing.
+    Missing,
+    /// A field is longer than its bound.
+    TooLong {
+        /// `lora_name` or `lora_path`.
+        field: &'static str,
+        /// Its bytes.
+        bytes: usize,
+        /// The bound.
+        limit: usize,
+    },
+    /// A field holds a control character.
+    NotPrintable {
+        /// `lora_name` or `lora_path`.
+        field: &'static str,
+        /// The byte offset of the first one.
+        offset: usize,
+    },
+    /// [`MAX_LORA_ADAPTERS`] adapters are loaded already.
+    TooMany,
+    /// An adapter of this name is loaded already.
+    AlreadyLoaded(String),
+}
+
+impl std::fmt::Display for LoraRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoraRefusal::Missing => {
+                f.write_str("Both 'lora_name' and 'lora_path' must be provided.")
+            }
+            LoraRefusal::TooLong {
+                field,
+                bytes,
+                limit,
+            } => write!(f, "'{field}' is {bytes} bytes, more than {limit}."),
+            LoraRefusal::NotPrintable { field, offset } => {
+                write!(f, "'{field}' holds a control character at byte {offset}.")
+            }
+            LoraRefusal::TooMany => write!(
+                f,
+                "{MAX_LORA_ADAPTERS} LoRA adapters are loaded, the most this server holds; \
+                 unload one first."
+            ),
+            LoraRefusal::AlreadyLoaded(name) => {
+                write!(f, "The lora adapter '{name}' has already been loaded.")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LoraRefusal {}
+
+/// Refuses `value` of `field` if it is empty, longer than `limit` bytes
+/// or holds a control character.
+fn check_field(field: &'static str, value: &str, limit: usize) -> Result<(), LoraRefusal> {
+    if value.is_empty() {
+        return Err(LoraRefusal::Missing);
+    }
+    if value.len() > limit {
+        return Err(LoraRefusal::TooLong {
+            field,
+            bytes: value.len(),
+            limit,
+        });
+    }
+    match value.char_indices().find(|(_, c)| c.is_control()) {
+        Some((offset, _)) => Err(LoraRefusal::NotPrintable { field, offset }),
+        None => Ok(()),
+    }
+}
+
+/// Refuses an adapter name or path past the bounds.
+fn check_adapter(name: &str, path: &str) -> Result<(), LoraRefusal> {
+    check_field("lora_name", name, MAX_LORA_NAME_BYTES)?;
+    check_field("lora_path", path, MAX_LORA_PATH_BYTES)
+}
+
+/// Why a `--lora-modules` value was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoraModuleError {
+    /// Neither `name=path` nor a JSON object with string `name` and `path`.
+    Form {
+        /// The value's first bytes (at most 64).
+        value: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Its name or path is past the bounds.
+    Refused(LoraRefusal),
+}
+
+impl std::fmt::Display for LoraModuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoraModuleError::Form { value, why } => write!(f, "{value:?}: {why}"),
+            LoraModuleError::Refused(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+impl std::error::Error for LoraModuleError {}
+
+/// The first bytes of `s` (at most 64, on a character boundary), for a
+/// message that must not echo a huge value.
+fn excerpt(s: &str) -> String {
+    let mut end = s.len().min(64);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    if end < s.len() {
+        format!("{}...", &s[..end])
+    } else {
+        s.to_string()
+    }
+}
 
 /// One `--lora-modules` entry (`LoRAModulePath`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,33 +187,35 @@ pub struct LoraModule {
 }
 
 /// Parses one `--lora-modules` value as vLLM's `LoRAParserAction` does:
-/// `name=path`, or a JSON object `{"name", "path", "base_model_name"?}`.
-pub fn parse_lora_module(s: &str) -> Result<LoraModule, String> {
+/// `name=path`, or a JSON object `{"name", "path", "base_model_name"?}`;
+/// its name and path within the bounds a load has.
+pub fn parse_lora_module(s: &str) -> Result<LoraModule, LoraModuleError> {
+    let form = |why: String| LoraModuleError::Form {
+        value: excerpt(s),
+        why,
+    };
     let t = s.trim();
-    if t.starts_with('{') {
-        let v: Value = serde_json::from_str(t).map_err(|e| format!("{s:?}: invalid JSON: {e}"))?;
+    let (name, path, base_model_name) = if t.starts_with('{') {
+        let v: Value = serde_json::from_str(t).map_err(|e| form(format!("invalid JSON: {e}")))?;
         let field = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
         let (Some(name), Some(path)) = (field("name"), field("path")) else {
-            return Err(format!(
-                "{s:?}: the JSON form needs string fields name and path"
+            return Err(form(
+                "the JSON form needs string fields name and path".into(),
             ));
         };
-        return module(name, path, field("base_model_name"), s);
-    }
-    match t.split_once('=') {
-        Some((name, path)) => module(name.to_string(), path.to_string(), None, s),
-        None => Err(format!("{s:?}: expected name=path or a JSON object")),
-    }
-}
-
-fn module(
-    name: String,
-    path: String,
-    base_model_name: Option<String>,
-    s: &str,
-) -> Result<LoraModule, String> {
+        (name, path, field("base_model_name"))
+    } else {
+        match t.split_once('=') {
+            Some((name, path)) => (name.to_string(), path.to_string(), None),
+            None => return Err(form("expected name=path or a JSON object".into())),
+        }
+    };
     if name.is_empty() || path.is_empty() {
-        return Err(format!("{s:?}: the name and the path must not be empty"));
+        return Err(form("the name and the path must not be empty".into()));
+    }
+    check_adapter(&name, &path).map_err(LoraModuleError::Refused)?;
+    if let Some(b) = base_model_name.as_ref().filter(|b| !b.is_empty()) {
+        check_field("base_model_name", b, MAX_LORA_NAME_BYTES).map_err(LoraModuleError::Refused)?;
     }
     Ok(LoraModule {
         name,
@@ -158,8 +298,15 @@ fn invalid(message: String) -> ApiError {
 
 impl LoraRegistry {
     /// The registry of a server serving `base`, with `config`'s modules
-    /// loaded (a duplicate name is refused, as `init_static_loras` raises).
+    /// loaded (a duplicate name is refused, as `init_static_loras` raises,
+    /// and so are modules past the bounds of a load).
     pub fn new(base: &str, config: LoraConfig) -> Result<Self, String> {
+        if config.modules.len() > MAX_LORA_ADAPTERS {
+            return Err(format!(
+                "{} adapters, more than the {MAX_LORA_ADAPTERS} a server holds",
+                config.modules.len()
+            ));
+        }
         let r = LoraRegistry {
             config: config.clone(),
             inner: Mutex::new(Inner::default()),
@@ -187,19 +334,17 @@ impl LoraRegistry {
     }
 
     fn insert(&self, name: &str, path: &str, parent: Option<String>) -> Result<String, ApiError> {
-        if name.is_empty() || path.is_empty() {
-            return Err(invalid(
-                "Both 'lora_name' and 'lora_path' must be provided.".into(),
-            ));
-        }
+        let refuse = |r: LoraRefusal| invalid(r.to_string());
+        check_adapter(name, path).map_err(refuse)?;
         let mut inner = self
             .inner
             .lock()
             .map_err(|_| crate::http::error::failure("the adapter table is poisoned"))?;
         if inner.loaded.iter().any(|l| l.adapter.name == name) {
-            return Err(invalid(format!(
-                "The lora adapter '{name}' has already been loaded."
-            )));
+            return Err(refuse(LoraRefusal::AlreadyLoaded(name.to_string())));
+        }
+        if inner.loaded.len() >= MAX_LORA_ADAPTERS {
+            return Err(refuse(LoraRefusal::TooMany));
         }
         inner.last_id = inner.last_id.saturating_add(1);
         let id = inner.last_id;
@@ -360,6 +505,77 @@ mod tests {
             }
         )
         .is_err());
+    }
+
+    #[test]
+    fn names_paths_and_the_adapter_count_are_bounded() {
+        let r = reg(&[]);
+        let load = |name: &str, path: &str| r.load(&json!({"lora_name": name, "lora_path": path}));
+        let long_name = "n".repeat(MAX_LORA_NAME_BYTES + 1);
+        let e = load(&long_name, "/p").unwrap_err();
+        assert_eq!((e.status, e.kind.name()), (400, "InvalidUserInput"));
+        assert_eq!(e.message, "'lora_name' is 257 bytes, more than 256.");
+        let e = load("n", &"p".repeat(MAX_LORA_PATH_BYTES + 1)).unwrap_err();
+        assert_eq!(e.message, "'lora_path' is 4097 bytes, more than 4096.");
+        let e = load("a\nb", "/p").unwrap_err();
+        assert_eq!(
+            e.message,
+            "'lora_name' holds a control character at byte 1."
+        );
+        // At the bounds is fine.
+        load(
+            &"n".repeat(MAX_LORA_NAME_BYTES),
+            &"p".repeat(MAX_LORA_PATH_BYTES),
+        )
+        .unwrap();
+        for i in 1..MAX_LORA_ADAPTERS {
+            load(&format!("a{i}"), "/p").unwrap();
+        }
+        let e = load("one-more", "/p").unwrap_err();
+        assert_eq!((e.status, e.kind.name()), (400, "InvalidUserInput"));
+        assert!(
+            e.message.contains("1024 LoRA adapters are loaded"),
+            "{}",
+            e.message
+        );
+        // Unloading one makes room again.
+        r.unload(&json!({"lora_name": "a1"})).unwrap();
+        load("one-more", "/p").unwrap();
+        assert_eq!(r.cards("base", 0, "vllm").len(), MAX_LORA_ADAPTERS);
+    }
+
+    #[test]
+    fn lora_modules_past_the_bounds_are_flag_errors() {
+        let long = format!("{}=/p", "n".repeat(MAX_LORA_NAME_BYTES + 1));
+        assert_eq!(
+            parse_lora_module(&long),
+            Err(LoraModuleError::Refused(LoraRefusal::TooLong {
+                field: "lora_name",
+                bytes: 257,
+                limit: 256
+            }))
+        );
+        let path = format!("n={}", "p".repeat(MAX_LORA_PATH_BYTES + 1));
+        assert!(matches!(
+            parse_lora_module(&path),
+            Err(LoraModuleError::Refused(LoraRefusal::TooLong {
+                field: "lora_path",
+                ..
+            }))
+        ));
+        // A malformed value is quoted by its first bytes only.
+        let e = parse_lora_module(&"x".repeat(10_000))
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 200 && e.contains("expected name=path"), "{e}");
+        let many = LoraConfig {
+            modules: (0..=MAX_LORA_ADAPTERS)
+                .map(|i| parse_lora_module(&format!("m{i}=/p")).unwrap())
+                .collect(),
+            ..LoraConfig::default()
+        };
+        let e = LoraRegistry::new("base", many).unwrap_err();
+        assert_eq!(e, "1025 adapters, more than the 1024 a server holds");
     }
 
     #[test]
