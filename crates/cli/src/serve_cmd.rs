@@ -250,13 +250,7 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
     // One listener per worker, shared by its ranks.
     let worker_http = worker_listeners(&a, n / usize::from(cfg.dp.dp_size()))?;
     let tokenizer = match &a.tokenizer {
-        Some(p) => {
-            // Refuses a FIFO, a device or an oversized file before the
-            // tokenizer crate opens it.
-            use handoff_workload::file::{check_file, FileKind::Tokenizer};
-            check_file("--tokenizer", p, Tokenizer).map_err(|e| e.to_string())?;
-            handoff_serve::Tokenizer::from_file(p).map_err(|e| e.to_string())?
-        }
+        Some(p) => handoff_serve::Tokenizer::from_file(p).map_err(|e| e.to_string())?,
         None => handoff_serve::Tokenizer::Builtin,
     };
     let hash_mode = match a.block_hash {

@@ -216,12 +216,18 @@ impl Tokenizer {
     /// Loads a Hugging Face `tokenizer.json` from `path`; the error names
     /// the file.
     pub fn from_file(path: &std::path::Path) -> Result<Self, TokenizerFileError> {
-        tokenizers::Tokenizer::from_file(path)
+        use handoff_workload::file::{read_bytes, FileKind};
+        let fail = |source| TokenizerFileError {
+            path: path.to_path_buf(),
+            source,
+        };
+        // A regular file of at most the tokenizer limit, opened without
+        // blocking: never a FIFO or a device read without end.
+        let bytes = read_bytes("--tokenizer", path, FileKind::Tokenizer)
+            .map_err(|e| fail(Box::new(e.problem)))?;
+        tokenizers::Tokenizer::from_bytes(&bytes)
             .map(|t| Tokenizer::HuggingFace(std::sync::Arc::new(t)))
-            .map_err(|source| TokenizerFileError {
-                path: path.to_path_buf(),
-                source,
-            })
+            .map_err(fail)
     }
 
     /// The ids of `text` as a prompt of `kind`; the error says why the
@@ -376,6 +382,14 @@ mod tests {
             .expect_err("not a tokenizer")
             .to_string();
         assert!(e.contains("bad.json"), "{e}");
+        // A device or a directory is refused before any read: never an
+        // endless read of /dev/zero.
+        for (path, what) in [("/dev/zero", "character device"), ("/", "directory")] {
+            let e = Tokenizer::from_file(std::path::Path::new(path))
+                .expect_err("not a regular file")
+                .to_string();
+            assert!(e.starts_with("--tokenizer ") && e.contains(what), "{e}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
         let b = Tokenizer::Builtin;
         assert_eq!(

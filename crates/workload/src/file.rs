@@ -164,8 +164,13 @@ impl fmt::Display for FileError {
         } else {
             format!("{} ", self.flag)
         };
-        write!(f, "{prefix}{}: ", self.path.display())?;
-        match &self.problem {
+        write!(f, "{prefix}{}: {}", self.path.display(), self.problem)
+    }
+}
+
+impl fmt::Display for FileProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             FileProblem::NotRegular(what) => {
                 write!(f, "{}, not a regular file; give a file", what.name())
             }
@@ -185,7 +190,13 @@ impl fmt::Display for FileError {
 
 impl std::error::Error for FileError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.problem {
+        self.problem.source()
+    }
+}
+
+impl std::error::Error for FileProblem {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
             FileProblem::Io(e) => Some(e),
             _ => None,
         }
