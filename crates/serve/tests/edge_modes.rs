@@ -17,12 +17,10 @@ mod common;
 
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_router::Pool;
-use handoff_serve::pod::{serve_pod_until, PodConfig, PodListening, PodSummary};
-use handoff_serve::{ServeConfig, ServeError};
-use handoff_transport::Liveness;
+use handoff_serve::ServeConfig;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Requests of the load.
 const LOAD: usize = 20;
@@ -30,11 +28,7 @@ const LOAD: usize = 20;
 const LONG: u32 = 160;
 
 /// One engine process on loopback (as `tests/pods.rs` starts them).
-struct Pod {
-    l: PodListening,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<PodSummary, ServeError>>>,
-}
+use common::pod::Pod;
 
 impl Pod {
     /// The `role` engine: aggregated alone, or one of a prefill/decode pair.
@@ -44,53 +38,7 @@ impl Pod {
         } else {
             common::loopback_pd(DeploymentConfig::default(), EngineSpec::default())
         };
-        let c = PodConfig {
-            serve,
-            role,
-            engine_id: None,
-            side_channel_port: 0,
-            side_channel_host: None,
-            grace: Duration::from_secs(2),
-            liveness: Liveness {
-                ping_every: Duration::from_millis(100),
-                silence_limit: Duration::from_secs(2),
-            },
-            peers: Default::default(),
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let (ltx, lrx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            serve_pod_until(
-                c,
-                move |l| {
-                    let _ = ltx.send(l.clone());
-                },
-                async move {
-                    let _ = rx.await;
-                },
-            )
-        });
-        let l = lrx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the engine listens");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while common::call(l.http, "GET", "/ready", "").0 != 200 {
-            assert!(Instant::now() < deadline, "never ready");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Pod {
-            l,
-            stop: Some(tx),
-            thread: Some(thread),
-        }
-    }
-
-    fn stop(mut self) -> PodSummary {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let t = self.thread.take().expect("running");
-        t.join().expect("no panic").expect("a clean stop")
+        Pod::run(common::pod::config(serve, role))
     }
 }
 

@@ -12,19 +12,13 @@ use handoff_core::Duration as ModelDuration;
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_engine::TransferModel;
 use handoff_router::Pool;
-use handoff_serve::pod::{serve_pod_until, PodConfig, PodListening, PodSummary};
-use handoff_serve::ServeError;
-use handoff_transport::Liveness;
+use handoff_serve::pod::{PodConfig, PodSummary};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 const PROMPT: &str = "one engine per process, and its decode engine in another process";
 
-struct Pod {
-    l: PodListening,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<PodSummary, ServeError>>>,
-}
+use common::pod::Pod;
 
 impl Pod {
     /// The `role` engine of a one-prefill, one-decode deployment (`base`'s
@@ -40,62 +34,10 @@ impl Pod {
         } else {
             common::loopback_pd(base, EngineSpec::default())
         };
-        let c = PodConfig {
-            serve,
-            role,
-            engine_id: None,
-            side_channel_port: 0,
-            side_channel_host: None,
-            grace: Duration::from_secs(2),
-            liveness: Liveness {
-                ping_every: Duration::from_millis(100),
-                silence_limit: Duration::from_secs(1),
-            },
-            peers: Default::default(),
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let (ltx, lrx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            serve_pod_until(
-                c,
-                move |l| {
-                    let _ = ltx.send(l.clone());
-                },
-                async move {
-                    let _ = rx.await;
-                },
-            )
-        });
-        let l = lrx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the engine listens");
-        let pod = Pod {
-            l,
-            stop: Some(tx),
-            thread: Some(thread),
-        };
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while common::call(pod.l.http, "GET", "/ready", "").0 != 200 {
-            assert!(std::time::Instant::now() < deadline, "never ready");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        pod
-    }
-
-    fn post(&self, body: &Value) -> (u16, Value) {
-        let (status, text) =
-            common::call(self.l.http, "POST", "/v1/completions", &body.to_string());
-        let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("json: {text}"));
-        (status, v)
-    }
-
-    /// SIGTERM's path: stop accepting, end, return the summary.
-    fn stop(mut self) -> PodSummary {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let t = self.thread.take().expect("running");
-        t.join().expect("no panic").expect("a clean stop")
+        Pod::run(PodConfig {
+            liveness: common::pod::liveness(Duration::from_secs(1)),
+            ..common::pod::config(serve, role)
+        })
     }
 }
 

@@ -17,10 +17,9 @@ mod common;
 use handoff_core::{Backend, Duration as ModelDuration, HandoffConfig, HandoffPolicy};
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_router::Pool;
-use handoff_serve::pod::{serve_pod_until, PodConfig, PodListening, PodSummary};
+use handoff_serve::pod::PodConfig;
 use handoff_serve::{serve_workers_until_graced, Listening, ServeConfig, ServeError};
 use handoff_serving::Report;
-use handoff_transport::Liveness;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
@@ -355,61 +354,14 @@ fn in_process_shutdown_answers_every_open_response() {
     assert_eq!(report.completed_requests, 4, "finished on model time");
 }
 
-struct Pod {
-    l: PodListening,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<PodSummary, ServeError>>>,
-}
+use common::pod::Pod;
 
 impl Pod {
     fn start(role: Pool, serve: ServeConfig, grace: Duration) -> Pod {
-        let c = PodConfig {
-            serve,
-            role,
-            engine_id: None,
-            side_channel_port: 0,
-            side_channel_host: None,
+        Pod::run(PodConfig {
             grace,
-            liveness: Liveness {
-                ping_every: Duration::from_millis(100),
-                silence_limit: Duration::from_secs(2),
-            },
-            peers: Default::default(),
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let (ltx, lrx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            serve_pod_until(
-                c,
-                move |l| {
-                    let _ = ltx.send(l.clone());
-                },
-                async move {
-                    let _ = rx.await;
-                },
-            )
-        });
-        let l = lrx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the engine listens");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while common::call(l.http, "GET", "/ready", "").0 != 200 {
-            assert!(Instant::now() < deadline, "never ready");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Pod {
-            l,
-            stop: Some(tx),
-            thread: Some(thread),
-        }
-    }
-
-    fn stop(mut self) -> PodSummary {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let t = self.thread.take().expect("running");
-        t.join().expect("no panic").expect("a clean stop")
+            ..common::pod::config(serve, role)
+        })
     }
 }
 

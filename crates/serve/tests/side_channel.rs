@@ -12,9 +12,8 @@ use handoff_core::{Generation, Instant, Request, RequestId, WorkerId, WorkerRequ
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_router::Pool;
 use handoff_serve::pod::peers::PeerPolicy;
-use handoff_serve::pod::{serve_pod_until, PodConfig, PodListening, PodSummary};
-use handoff_serve::ServeError;
-use handoff_transport::{encode_frame, Frame, FrameReader, Liveness, PeerRole, FRONTEND};
+use handoff_serve::pod::PodConfig;
+use handoff_transport::{encode_frame, Frame, FrameReader, PeerRole, FRONTEND};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
@@ -22,72 +21,20 @@ use std::time::Duration;
 
 const PROMPT: &str = "a side channel that only the engines it expects can use";
 
-struct Pod {
-    l: PodListening,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<PodSummary, ServeError>>>,
-}
+use common::pod::Pod;
 
 impl Pod {
     /// The `role` engine of a one-prefill, one-decode deployment, on free
     /// loopback ports unless `side_port` and `engine_id` are given.
     fn start(role: Pool, side_port: u16, engine_id: Option<&str>, peers: PeerPolicy) -> Pod {
         let serve = common::loopback_pd(DeploymentConfig::default(), EngineSpec::default());
-        let c = PodConfig {
-            serve,
-            role,
+        Pod::run(PodConfig {
             engine_id: engine_id.map(str::to_string),
             side_channel_port: side_port,
-            side_channel_host: None,
-            grace: Duration::from_secs(2),
-            liveness: Liveness {
-                ping_every: Duration::from_millis(100),
-                silence_limit: Duration::from_secs(1),
-            },
+            liveness: common::pod::liveness(Duration::from_secs(1)),
             peers,
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let (ltx, lrx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            serve_pod_until(
-                c,
-                move |l| {
-                    let _ = ltx.send(l.clone());
-                },
-                async move {
-                    let _ = rx.await;
-                },
-            )
-        });
-        let l = lrx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the engine listens");
-        let pod = Pod {
-            l,
-            stop: Some(tx),
-            thread: Some(thread),
-        };
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while common::call(pod.l.http, "GET", "/ready", "").0 != 200 {
-            assert!(std::time::Instant::now() < deadline, "never ready");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        pod
-    }
-
-    fn post(&self, body: &Value) -> (u16, Value) {
-        let (status, text) =
-            common::call(self.l.http, "POST", "/v1/completions", &body.to_string());
-        let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("json: {text}"));
-        (status, v)
-    }
-
-    fn stop(mut self) -> PodSummary {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let t = self.thread.take().expect("running");
-        t.join().expect("no panic").expect("a clean stop")
+            ..common::pod::config(serve, role)
+        })
     }
 
     /// The rank-0 side channel's address.

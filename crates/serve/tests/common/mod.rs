@@ -5,6 +5,8 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod pod;
+
 use bytes::Bytes;
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_serve::END_SEQ;
