@@ -34,11 +34,12 @@ import time
 BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release/handoff-mocker"
 REFUSE_LIMIT_S = 1.0
 ABANDONED = 200
+ROUNDS = 3
 TIMEOUT_S = 2
 GRACE_S = 1
 # A second round of abandoned legs may grow the resident set by at most
 # this (allocator noise); a per-leg leak of a few KiB grows it by more.
-LEAK_LIMIT_KB = 512
+LEAK_LIMIT_KB = 2048
 PROMPT = "a prompt both legs of an SGLang pair carry, or only one of them"
 results = []
 
@@ -151,7 +152,8 @@ class Proc:
 
     def __init__(self, args, port):
         self.port = port
-        self.p = subprocess.Popen([BIN, "serve", *args], stderr=subprocess.PIPE, text=True)
+        self.p = subprocess.Popen([BIN, "serve", "--model", "m", *args], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.p.poll() is None:
             if request(port, "GET", "/ready", timeout=1.0)[0] == 200:
@@ -209,22 +211,30 @@ def duplicates(mode, prefill, decode, bootstrap_port):
 
 
 def abandoned(mode, pid, debug_port, legs):
-    """Two rounds of abandoned legs: each ends after its timeout, held
-    tables empty again, and the second round does not grow the memory."""
+    """Three rounds of abandoned legs: each ends after its timeout, held
+    tables empty again, and the last two rounds do not grow the memory
+    (a leak of the size once measured, 2.9 MB per 200 legs, would show
+    several times over the allocator's noise)."""
     before = None
-    for rnd in (1, 2):
+    for rnd in range(1, ROUNDS + 1):
         t = time.monotonic()
         answers = many([(leg, args) for args in legs(rnd)])
         took = time.monotonic() - t
+        # A whole leg ends with a 500; a streamed one with the 500 or, once
+        # its stream began (an engine of its own answers a prefill leg's
+        # headers at once, as SGLang's streaming response does), with the
+        # timeout's error event and [DONE] inside it.
+        ended = [s == 500 or (s == 200 and '"error"' in b and b.rstrip().endswith("[DONE]"))
+                 for s, b in answers]
         codes = sorted({a[0] for a in answers})
-        check(f"{mode}: {len(answers)} abandoned legs (round {rnd}) end with a 500 after the timeout",
-              codes == [500] and TIMEOUT_S * 0.9 <= took < TIMEOUT_S + 10, f"{codes} in {took:.1f} s")
+        check(f"{mode}: {len(answers)} abandoned legs (round {rnd}) end with the timeout's error",
+              all(ended) and TIMEOUT_S * 0.9 <= took < TIMEOUT_S + 10, f"{codes} in {took:.1f} s")
         ok, h = wait_held_empty(debug_port)
         check(f"{mode}: held tables empty after round {rnd}", ok, json.dumps(h))
         if rnd == 1:
             before = rss_kb(pid)
     grew = rss_kb(pid) - before
-    check(f"{mode}: round 2 does not grow the resident set", grew < LEAK_LIMIT_KB, f"{grew:+d} KiB")
+    check(f"{mode}: rounds 2 and 3 do not grow the resident set", grew < LEAK_LIMIT_KB, f"{grew:+d} KiB")
 
 
 def shutdown(mode, proc, stream_port, leg_port, out):
@@ -256,7 +266,8 @@ def shutdown(mode, proc, stream_port, leg_port, out):
             # The first pair, the 4 plain requests; the abandoned decode
             # legs (engine requests: they reserved) failed.
             got = (report.get("completed_requests"), report.get("failed_requests"))
-            check(f"{mode}: --output counts every request", got == (5, ABANDONED),
+            # Half of each round's legs are decode legs.
+            check(f"{mode}: --output counts every request", got == (5, ABANDONED // 2 * ROUNDS),
                   f"completed, failed: {got}")
         except (OSError, ValueError) as e:
             check(f"{mode}: --output counts every request", False, repr(e))
