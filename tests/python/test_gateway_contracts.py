@@ -8,7 +8,9 @@ the same table in prose.
 - /metrics: every name and label set a consumer reads, parsed with
   prometheus_client's OpenMetrics parser, for both backends, on the front
   port and on a worker's own listener with `--dp-size 2` (one `engine`
-  label per rank, as vLLM labels its data-parallel engines).
+  label per rank, as vLLM labels its data-parallel engines), and on an
+  engine process of its own (`serve --engine`, its ranks by `dp_rank`)
+  with its counters.
 - KV events as llm-d subscribes (LLMD_KV): a topic `kv@<host>:<port>@<model>`
   per engine, split on `@` into three parts, on a SUB socket that binds one
   central endpoint every engine's PUB connects to; vLLM 0.26's replay
@@ -178,6 +180,36 @@ def test_worker_metrics_per_rank(backend: str) -> None:
         status, text = get(f"http://127.0.0.1:{base + 1}/metrics")
         assert status == 200
         check_names(backend, families(text), {"0", "1"})
+    finally:
+        s.stop()
+
+
+def test_engine_metrics(backend: str) -> None:
+    """One engine per process (`serve --engine aggregated --dp-size 2`,
+    what the image and the manifests run): every name a gateway reads,
+    each rank's series, and the token counters moved by what the clients
+    got."""
+    s = Server("--backend", backend, "--engine", "aggregated", "--dp-size", "2",
+               "--side-channel-port", "0", kv=False)
+    try:
+        for i in range(4):
+            one_request(s, i)
+        s.wait_drained()
+        status, text = s.get("/metrics")
+        assert status == 200
+        fams = families(text)
+        # The engine is one worker: its ranks share its `engine` label and
+        # each has its own `dp_rank`, as in one process.
+        check_names(backend, fams, {"0"})
+        running = "vllm:num_requests_running" if backend == "vllm" else "sglang:num_running_reqs"
+        ranks = {x.labels.get("dp_rank") for x in fams[running].samples}
+        assert ranks == {"0", "1"}, ranks
+        p = backend + ":"
+        gen = sum(x.value for x in fams[p + "generation_tokens"].samples
+                  if x.name.endswith("_total"))
+        prompt = sum(x.value for x in fams[p + "prompt_tokens"].samples
+                     if x.name.endswith("_total"))
+        assert gen == 4 * 8 and prompt > 0, (gen, prompt)
     finally:
         s.stop()
 
@@ -491,6 +523,8 @@ def main() -> int:
         checks.run(f"{backend} /metrics has every name a gateway reads", test_front_metrics,
                    backend)
         checks.run(f"{backend} worker /metrics per DP rank", test_worker_metrics_per_rank,
+                   backend)
+        checks.run(f"{backend} engine process /metrics (serve --engine)", test_engine_metrics,
                    backend)
     checks.run("llm-d central subscriber hears every engine by its topic",
                test_llmd_central_subscriber)
