@@ -28,7 +28,7 @@
 //! delivered or its destination role ends.
 
 use handoff_core::fasthash::FastMap;
-use handoff_core::{Duration, HandoffId, Instant, Role, TransferResult, WorkerEvent, WorkerId};
+use handoff_core::{HandoffId, Instant, Role, TransferResult, WorkerEvent, WorkerId};
 use handoff_transport::Frame;
 
 /// What the source said about one read.
@@ -63,21 +63,12 @@ pub struct Query {
 
 /// One node's reads awaiting (or holding) their source's answer; see the
 /// module docs.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct SourceChecks {
-    /// How long a read whose bytes moved waits for a missing answer.
-    wait: Duration,
     checks: FastMap<HandoffId, Check>,
 }
 
 impl SourceChecks {
-    /// Checks whose reads wait at most `wait` (model time) for an answer.
-    pub fn new(wait: Duration) -> Self {
-        SourceChecks {
-            wait,
-            checks: FastMap::default(),
-        }
-    }
 
     /// Follows an event worker `me` emitted: a read of another worker's KV
     /// starting is asked about; a destination role ending forgets its read.
@@ -141,22 +132,22 @@ impl SourceChecks {
         }
     }
 
-    /// The read of `id` moved its bytes at `now` and was judged `result`:
-    /// the result to deliver now, or `None` while it waits for its
-    /// source's answer ([`SourceChecks::next_deadline`]). A transfer not
-    /// asked about (this worker's own, or a node not confirming) passes.
+    /// The read of `id` moved its bytes and was judged `result`: the
+    /// result to deliver now, or `None` while it waits for its source's
+    /// answer until `until` ([`SourceChecks::next_deadline`]). A transfer
+    /// not asked about (this worker's own) passes.
     pub fn on_complete(
         &mut self,
         id: HandoffId,
         result: TransferResult,
-        now: Instant,
+        until: Instant,
     ) -> Option<TransferResult> {
         let Some(c) = self.checks.get_mut(&id) else {
             return Some(result);
         };
         match c.answer {
             Answer::Pending => {
-                c.waiting = Some((result, now + self.wait));
+                c.waiting = Some((result, until));
                 None
             }
             answer => {
@@ -215,7 +206,10 @@ mod tests {
 
     const P: WorkerId = WorkerId(0);
     const D: WorkerId = WorkerId(1);
-    const WAIT: Duration = Duration::from_nanos(100);
+    /// Reads here wait 100 ns past their end.
+    fn until(at: u64) -> Instant {
+        Instant(at + 100)
+    }
 
     fn id(n: u64) -> HandoffId {
         HandoffId(u128::from(n))
@@ -241,15 +235,15 @@ mod tests {
 
     #[test]
     fn an_answer_before_the_end_decides_at_the_end() {
-        let mut c = SourceChecks::new(WAIT);
+        let mut c = SourceChecks::default();
         asked(&mut c, 1);
         assert_eq!(c.on_answer(P, id(1), true), (None, true));
         let ok = TransferResult::Completed;
-        assert_eq!(c.on_complete(id(1), ok, Instant(5)), Some(ok));
+        assert_eq!(c.on_complete(id(1), ok, until(5)), Some(ok));
         asked(&mut c, 2);
         assert_eq!(c.on_answer(P, id(2), false), (None, true));
         assert_eq!(
-            c.on_complete(id(2), ok, Instant(5)),
+            c.on_complete(id(2), ok, until(5)),
             Some(TransferResult::Failed)
         );
         assert!(c.is_empty());
@@ -257,17 +251,17 @@ mod tests {
 
     #[test]
     fn a_read_ended_unanswered_waits_for_the_answer() {
-        let mut c = SourceChecks::new(WAIT);
+        let mut c = SourceChecks::default();
         asked(&mut c, 1);
         let stale = TransferResult::SourceReleased { reused: false };
-        assert_eq!(c.on_complete(id(1), stale, Instant(5)), None);
+        assert_eq!(c.on_complete(id(1), stale, until(5)), None);
         assert_eq!(c.next_deadline(), Some(Instant(105)));
         assert!(c.expire(Instant(104)).is_empty());
         // Its own judgment stands once confirmed.
         assert_eq!(c.on_answer(P, id(1), true), (Some(stale), true));
         assert_eq!(c.next_deadline(), None);
         asked(&mut c, 2);
-        c.on_complete(id(2), TransferResult::Completed, Instant(5));
+        c.on_complete(id(2), TransferResult::Completed, until(5));
         assert_eq!(
             c.on_answer(P, id(2), false),
             (Some(TransferResult::Failed), true)
@@ -277,11 +271,11 @@ mod tests {
 
     #[test]
     fn a_read_never_answered_fails_at_the_bound() {
-        let mut c = SourceChecks::new(WAIT);
+        let mut c = SourceChecks::default();
         asked(&mut c, 1);
         asked(&mut c, 2);
-        c.on_complete(id(2), TransferResult::Completed, Instant(7));
-        c.on_complete(id(1), TransferResult::Completed, Instant(9));
+        c.on_complete(id(2), TransferResult::Completed, until(7));
+        c.on_complete(id(1), TransferResult::Completed, until(9));
         assert_eq!(c.expire(Instant(107)), vec![id(2)]);
         assert_eq!(c.expire(Instant(500)), vec![id(1)]);
         // A late answer finds nothing.
@@ -291,33 +285,33 @@ mod tests {
 
     #[test]
     fn answers_count_only_from_the_source_and_once() {
-        let mut c = SourceChecks::new(WAIT);
+        let mut c = SourceChecks::default();
         asked(&mut c, 1);
         assert_eq!(c.on_answer(WorkerId(7), id(1), true), (None, false));
         assert_eq!(c.on_answer(P, id(9), true), (None, false));
         assert_eq!(c.on_answer(P, id(1), false), (None, true));
         assert_eq!(c.on_answer(P, id(1), true), (None, false));
         assert_eq!(
-            c.on_complete(id(1), TransferResult::Completed, Instant(1)),
+            c.on_complete(id(1), TransferResult::Completed, until(1)),
             Some(TransferResult::Failed)
         );
     }
 
     #[test]
     fn own_transfers_unsent_queries_and_ended_roles() {
-        let mut c = SourceChecks::new(WAIT);
+        let mut c = SourceChecks::default();
         // Destination-first: the source times its own write; not asked.
         assert_eq!(c.on_event(P, &read(1, P)), None);
         let ok = TransferResult::Completed;
-        assert_eq!(c.on_complete(id(1), ok, Instant(1)), Some(ok));
+        assert_eq!(c.on_complete(id(1), ok, until(1)), Some(ok));
         asked(&mut c, 2);
         c.unsent(id(2));
         assert_eq!(
-            c.on_complete(id(2), ok, Instant(1)),
+            c.on_complete(id(2), ok, until(1)),
             Some(TransferResult::Failed)
         );
         asked(&mut c, 3);
-        c.on_complete(id(3), ok, Instant(1));
+        c.on_complete(id(3), ok, until(1));
         let ended = WorkerEvent::RoleEnded {
             id: id(3),
             request: RequestId(3),

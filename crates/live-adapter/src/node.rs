@@ -14,11 +14,12 @@
 //! ([`crate::reads`]).
 
 use crate::clock::WallClock;
+use crate::confirm::SourceChecks;
 use crate::reads::{NodeReads, Notice};
 use crossbeam_channel::RecvTimeoutError;
 use handoff_core::{
-    CoreBox, Generation, HandoffConfig, HandoffPolicy, HostFinal, HostInput, HostOutput, Instant,
-    Worker, WorkerEvent, WorkerHost, WorkerId,
+    CoreBox, Generation, HandoffConfig, HandoffId, HandoffPolicy, HostFinal, HostInput,
+    HostOutput, Instant, TransferResult, Worker, WorkerEvent, WorkerHost, WorkerId,
 };
 use handoff_engine::TransferModel;
 use handoff_engine::TransferTimer;
@@ -48,6 +49,12 @@ pub struct NodeStats {
     /// Frontend frames (work, cancels, clocks) that came from a peer other
     /// than the frontend, and were dropped.
     pub foreign_frames: u64,
+    /// Reads failed because their source said it holds no such KV, or did
+    /// not say in time ([`WorkerNode::confirming_sources`]).
+    pub unconfirmed_reads: u64,
+    /// Source answers not taken: not from the read's source, about a read
+    /// not asked about, or a second answer.
+    pub stray_answers: u64,
 }
 
 /// How a node runs.
@@ -80,6 +87,9 @@ pub struct WorkerNode<T: Transport> {
     last_final: Option<(bool, handoff_core::KvCapacitySnapshot)>,
     /// Report every change of capacity, busy or not ([`WorkerNode::reporting_load`]).
     report_load: bool,
+    /// Reads asked of their sources, and how long (wall time) a read whose
+    /// bytes moved waits for the answer ([`WorkerNode::confirming_sources`]).
+    confirm: Option<(SourceChecks, std::time::Duration)>,
     outs: Vec<HostOutput>,
     stats: NodeStats,
 }
@@ -98,6 +108,7 @@ impl<T: Transport> WorkerNode<T> {
             reads: NodeReads::default(),
             last_final: None,
             report_load: false,
+            confirm: None,
             outs: Vec::new(),
             stats: NodeStats::default(),
         }
@@ -111,6 +122,21 @@ impl<T: Transport> WorkerNode<T> {
     /// their frame streams stay as they are.
     pub fn reporting_load(mut self) -> Self {
         self.report_load = true;
+        self
+    }
+
+    /// Also asks the source of every read of another worker's KV whether
+    /// its worker holds a live source role of that attempt
+    /// ([`Frame::SourceQuery`]), and completes the read only on a yes: a
+    /// no fails it at once, and a read whose bytes moved with no answer
+    /// waits up to `wait` (wall time; an engine process gives its
+    /// transport's silence limit) and then fails, as a read of a source
+    /// that is gone fails ([`handoff_core::TransferResult::Failed`]); see
+    /// [`crate::confirm`]. Off by default: `live`'s nodes send no query
+    /// and their frame streams stay as they are. Every node answers
+    /// queries, opted in or not.
+    pub fn confirming_sources(mut self, wait: std::time::Duration) -> Self {
+        self.confirm = Some((SourceChecks::default(), wait));
         self
     }
 
@@ -163,7 +189,8 @@ impl<T: Transport> WorkerNode<T> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let transfer = self.completions.iter().map(|c| c.at).min();
+        let waiting = self.confirm.as_ref().and_then(|c| c.0.next_deadline());
+        let transfer = self.completions.iter().map(|c| c.at).chain(waiting).min();
         match (self.host.next_deadline(), transfer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -213,6 +240,13 @@ impl<T: Transport> WorkerNode<T> {
                 } => self
                     .reads
                     .on_notice(id, at.min(now), reused_at.map(|r| r.min(now)), expired),
+                // Any connected peer may ask; the answer says only whether
+                // this worker holds a live source role of that id.
+                Frame::SourceQuery { id } => {
+                    let held = self.host.worker().holds_source(id);
+                    let _ = self.transport.send(from, Frame::SourceAnswer { id, held });
+                }
+                Frame::SourceAnswer { id, held } => self.on_answer(from, id, held, now),
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
                 // The frontend's cancel (its client went away) is the host
                 // input the one-process engine delivers for a client cancel.
@@ -269,14 +303,25 @@ impl<T: Transport> WorkerNode<T> {
             if result.stale().is_some() {
                 self.stats.reads_of_released += 1;
             }
-            let done = Frame::TransferDone {
-                id: c.id,
-                ok: result == handoff_core::TransferResult::Completed,
-                at: now,
+            let result = match &mut self.confirm {
+                Some((checks, wait)) => {
+                    let until = now + model_span(*wait, self.clock.speed());
+                    checks.on_complete(c.id, result, until)
+                }
+                None => Some(result),
             };
-            let _ = self.transport.send(self.cfg.frontend, done);
-            self.deliver(HostInput::TransferDone { id: c.id, result }, now);
+            if let Some(result) = result {
+                self.transfer_done(c.id, result, now);
+            }
             i = 0;
+        }
+        let expired = match &mut self.confirm {
+            Some((checks, _)) => checks.expire(now),
+            None => Vec::new(),
+        };
+        for id in expired {
+            self.stats.unconfirmed_reads += 1;
+            self.transfer_done(id, handoff_core::TransferResult::Failed, now);
         }
         if self.host.next_deadline().is_some_and(|t| t <= now) {
             let mut outs = std::mem::take(&mut self.outs);
@@ -284,6 +329,40 @@ impl<T: Transport> WorkerNode<T> {
             self.dispatch(&mut outs, now);
             self.outs = outs;
             self.report_final();
+        }
+    }
+
+    /// Tells the frontend, then the worker, that the read of `id` ended
+    /// with `result`.
+    fn transfer_done(&mut self, id: HandoffId, result: TransferResult, now: Instant) {
+        let done = Frame::TransferDone {
+            id,
+            ok: result == TransferResult::Completed,
+            at: now,
+        };
+        let _ = self.transport.send(self.cfg.frontend, done);
+        self.deliver(HostInput::TransferDone { id, result }, now);
+    }
+
+    /// A source's answer about the read of `id`.
+    fn on_answer(&mut self, from: WorkerId, id: HandoffId, held: bool, now: Instant) {
+        let Some((checks, _)) = &mut self.confirm else {
+            self.stats.stray_answers += 1;
+            return;
+        };
+        match checks.on_answer(from, id, held) {
+            (_, false) => self.stats.stray_answers += 1,
+            (Some(result), true) => {
+                if result == TransferResult::Failed && !held {
+                    self.stats.unconfirmed_reads += 1;
+                }
+                self.transfer_done(id, result, now);
+            }
+            (None, true) => {
+                if !held {
+                    self.stats.unconfirmed_reads += 1;
+                }
+            }
         }
     }
 
@@ -323,6 +402,7 @@ impl<T: Transport> WorkerNode<T> {
                 HostOutput::Event(e) => {
                     let told = self.reads.on_event(self.cfg.id, &e);
                     self.notify(told);
+                    self.ask_source(&e);
                     if let WorkerEvent::StartTransfer {
                         id,
                         source,
@@ -345,6 +425,24 @@ impl<T: Transport> WorkerNode<T> {
                 HostOutput::Refused(_) => {
                     // A refused request (duplicate id, disabled policy) is the
                     // frontend's bug; the worker already kept its state clean.
+                }
+            }
+        }
+    }
+
+    /// Confirming sources: asks a read's source about it as the read starts.
+    fn ask_source(&mut self, e: &WorkerEvent) {
+        let Some((checks, _)) = &mut self.confirm else {
+            return;
+        };
+        let Some(q) = checks.on_event(self.cfg.id, e) else {
+            return;
+        };
+        if let Frame::SourceQuery { id } = q.frame {
+            if self.transport.send(q.to, q.frame).is_err() {
+                self.stats.send_failures += 1;
+                if let Some((checks, _)) = &mut self.confirm {
+                    checks.unsent(id);
                 }
             }
         }
@@ -374,6 +472,12 @@ impl<T: Transport> WorkerNode<T> {
             let _ = self.transport.send(self.cfg.frontend, Frame::Final(f));
         }
     }
+}
+
+/// `wall` as model time on a clock running at `speed`.
+fn model_span(wall: std::time::Duration, speed: f64) -> handoff_core::Duration {
+    let nanos = (wall.as_nanos() as f64 * speed).min(u64::MAX as f64);
+    handoff_core::Duration::from_nanos(nanos as u64)
 }
 
 #[cfg(test)]
