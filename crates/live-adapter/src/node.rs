@@ -559,4 +559,145 @@ mod tests {
             "only changes: {live:?}"
         );
     }
+
+    fn request(id: u64) -> Request {
+        Request {
+            id: RequestId(id),
+            prompt_tokens: 64,
+            max_output_tokens: 4,
+            prefix_hashes: vec![1, 2, 3, 4],
+            hash_block_tokens: 16,
+            session: None,
+            arrival: Instant::ZERO,
+            lora: None,
+        }
+    }
+
+    /// A source-first node `id` on `net`, its frontend worker 99.
+    fn node_on(net: &ChannelNet, id: u32) -> WorkerNode<handoff_transport::ChannelEndpoint> {
+        let cfg = NodeConfig {
+            id: WorkerId(id),
+            generation: Generation(0),
+            policy: HandoffPolicy::SourceFirst,
+            handoff: HandoffConfig::default(),
+            frontend: WorkerId(99),
+            transfer: TransferModel::default(),
+        };
+        let core = make_core(&EngineSpec::default()).expect("a core");
+        let ep = net.endpoint(WorkerId(id), Generation(0));
+        WorkerNode::new(cfg, core, ep, WallClock::start(50.0))
+    }
+
+    /// The next frame `ep` receives that `pick` takes, within 10 s.
+    fn next<T>(
+        ep: &handoff_transport::ChannelEndpoint,
+        mut pick: impl FnMut(WorkerId, Frame) -> Option<T>,
+    ) -> T {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match ep.incoming().recv_timeout(left) {
+                Ok(Incoming::Frame { from, frame }) => {
+                    if let Some(t) = pick(from, frame) {
+                        return t;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => panic!("nothing came: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_answers_whether_it_holds_a_source_and_nothing_else() {
+        let net = ChannelNet::new();
+        let fe = net.endpoint(WorkerId(99), Generation(0));
+        let asker = net.endpoint(WorkerId(1), Generation(0));
+        // Not opted in: a node answers all the same.
+        let node = node_on(&net, 0);
+        let t = std::thread::spawn(move || node.run());
+        let held = HandoffId(7);
+        let src = WorkerRequest::HandoffSource {
+            id: held,
+            request: request(1),
+        };
+        let _ = fe.send(WorkerId(0), Frame::Request(src));
+        for (id, want) in [(held, true), (HandoffId(8), false)] {
+            let _ = asker.send(WorkerId(0), Frame::SourceQuery { id });
+            let got = next(&asker, |from, f| match f {
+                Frame::SourceAnswer { id: a, held } if from == WorkerId(0) => Some((a, held)),
+                _ => None,
+            });
+            assert_eq!(got, (id, want));
+        }
+        drop(fe);
+        let _ = t.join();
+    }
+
+    /// A destination node reading attempt 7 from worker 0, a bare endpoint
+    /// that answers each query with `answer` (or never): whether the read
+    /// completed, the queries the source got, and the node's counters.
+    fn read_from_bare_source(confirm: bool, answer: Option<bool>) -> (bool, usize, NodeStats) {
+        let net = ChannelNet::new();
+        let fe = net.endpoint(WorkerId(99), Generation(0));
+        let source = net.endpoint(WorkerId(0), Generation(0));
+        let mut node = node_on(&net, 1);
+        if confirm {
+            node = node.confirming_sources(std::time::Duration::from_millis(300));
+        }
+        let t = std::thread::spawn(move || node.run());
+        let dst = WorkerRequest::HandoffDestination {
+            id: HandoffId(7),
+            request: request(1),
+            source: WorkerId(0),
+            ready: Some(handoff_core::SourceReady {
+                blocks: 4,
+                tokens: 64,
+            }),
+        };
+        let _ = fe.send(WorkerId(1), Frame::Request(dst));
+        let mut queries = 0;
+        let ok = loop {
+            while let Ok(inc) = source.incoming().try_recv() {
+                if let Incoming::Frame {
+                    from,
+                    frame: Frame::SourceQuery { id },
+                } = inc
+                {
+                    queries += 1;
+                    if let Some(held) = answer {
+                        let _ = source.send(from, Frame::SourceAnswer { id, held });
+                    }
+                }
+            }
+            let wait = std::time::Duration::from_millis(5);
+            match fe.incoming().recv_timeout(wait) {
+                Ok(Incoming::Frame {
+                    frame: Frame::TransferDone { ok, .. },
+                    ..
+                }) => break ok,
+                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                Err(e) => panic!("the node went away: {e}"),
+            }
+        };
+        drop(fe);
+        let (stats, _) = t.join().expect("the node ran");
+        (ok, queries, stats)
+    }
+
+    #[test]
+    fn a_confirming_node_completes_a_read_only_on_its_sources_yes() {
+        // Not opted in: no query, and the read of a source holding nothing
+        // completes (the behaviour `live` keeps).
+        let (ok, queries, stats) = read_from_bare_source(false, None);
+        assert!(ok && queries == 0, "{stats:?}");
+        let (ok, queries, stats) = read_from_bare_source(true, Some(true));
+        assert!(ok && queries == 1, "{stats:?}");
+        let (ok, queries, stats) = read_from_bare_source(true, Some(false));
+        assert!(!ok && queries == 1 && stats.unconfirmed_reads == 1, "{stats:?}");
+        let started = std::time::Instant::now();
+        let (ok, queries, stats) = read_from_bare_source(true, None);
+        assert!(!ok && queries == 1 && stats.unconfirmed_reads == 1, "{stats:?}");
+        assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    }
 }
