@@ -69,7 +69,6 @@ pub struct SourceChecks {
 }
 
 impl SourceChecks {
-
     /// Follows an event worker `me` emitted: a read of another worker's KV
     /// starting is asked about; a destination role ending forgets its read.
     pub fn on_event(&mut self, me: WorkerId, e: &WorkerEvent) -> Option<Query> {

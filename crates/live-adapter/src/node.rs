@@ -18,8 +18,8 @@ use crate::confirm::SourceChecks;
 use crate::reads::{NodeReads, Notice};
 use crossbeam_channel::RecvTimeoutError;
 use handoff_core::{
-    CoreBox, Generation, HandoffConfig, HandoffId, HandoffPolicy, HostFinal, HostInput,
-    HostOutput, Instant, TransferResult, Worker, WorkerEvent, WorkerHost, WorkerId,
+    CoreBox, Generation, HandoffConfig, HandoffId, HandoffPolicy, HostFinal, HostInput, HostOutput,
+    Instant, TransferResult, Worker, WorkerEvent, WorkerHost, WorkerId,
 };
 use handoff_engine::TransferModel;
 use handoff_engine::TransferTimer;
@@ -694,10 +694,16 @@ mod tests {
         let (ok, queries, stats) = read_from_bare_source(true, Some(true));
         assert!(ok && queries == 1, "{stats:?}");
         let (ok, queries, stats) = read_from_bare_source(true, Some(false));
-        assert!(!ok && queries == 1 && stats.unconfirmed_reads == 1, "{stats:?}");
+        assert!(
+            !ok && queries == 1 && stats.unconfirmed_reads == 1,
+            "{stats:?}"
+        );
         let started = std::time::Instant::now();
         let (ok, queries, stats) = read_from_bare_source(true, None);
-        assert!(!ok && queries == 1 && stats.unconfirmed_reads == 1, "{stats:?}");
+        assert!(
+            !ok && queries == 1 && stats.unconfirmed_reads == 1,
+            "{stats:?}"
+        );
         assert!(started.elapsed() >= std::time::Duration::from_millis(300));
     }
 }
