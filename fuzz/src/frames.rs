@@ -404,6 +404,8 @@ pub fn every_frame() -> Vec<Frame> {
             ok: false,
             at: Instant(77),
         },
+        Frame::SourceQuery { id },
+        Frame::SourceAnswer { id, held: false },
         Frame::Final(HostFinal {
             worker: WorkerId(1),
             generation: Generation(2),
@@ -822,10 +824,10 @@ mod tests {
     fn samples_cover_every_variant() {
         let frames = every_frame();
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
-        assert_eq!(kinds.len(), 13, "{kinds:?}");
+        assert_eq!(kinds.len(), 15, "{kinds:?}");
         let detailed: BTreeSet<String> = frames.iter().map(detailed_name).collect();
         // 15 events, 10 host operations/inputs, 4 handoff bodies, 7
-        // requests, and the 7 other kinds.
+        // requests, and the 11 other kinds.
         assert_eq!(
             detailed.iter().filter(|n| n.starts_with("Event/")).count(),
             15

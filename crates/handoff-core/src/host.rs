@@ -484,6 +484,48 @@ mod tests {
         );
     }
 
+    /// `holds_source` names live source roles only: not a destination,
+    /// not an unknown id, not a source after it ended.
+    #[test]
+    fn holds_source_names_live_source_roles_only() {
+        use crate::request::Request;
+        use crate::worker::WorkerRequest;
+        use crate::{CancelReason, HandoffId, RequestId};
+        let mut h = host();
+        let request = |id| Request {
+            id: RequestId(id),
+            prompt_tokens: 32,
+            max_output_tokens: 1,
+            prefix_hashes: vec![],
+            hash_block_tokens: 16,
+            session: None,
+            arrival: Instant::ZERO,
+            lora: None,
+        };
+        let mut out = Vec::new();
+        let src = WorkerRequest::HandoffSource {
+            id: HandoffId(1),
+            request: request(1),
+        };
+        h.deliver(HostInput::Request(src), Instant::ZERO, &mut out);
+        let dst = WorkerRequest::HandoffDestination {
+            id: HandoffId(2),
+            request: request(2),
+            source: WorkerId(1),
+            ready: None,
+        };
+        h.deliver(HostInput::Request(dst), Instant::ZERO, &mut out);
+        assert!(h.worker().holds_source(HandoffId(1)));
+        assert!(!h.worker().holds_source(HandoffId(2)));
+        assert!(!h.worker().holds_source(HandoffId(3)));
+        let cancel = HostInput::Cancel {
+            id: HandoffId(1),
+            reason: CancelReason::Client,
+        };
+        h.deliver(cancel, Instant::ZERO, &mut out);
+        assert!(!h.worker().holds_source(HandoffId(1)));
+    }
+
     #[test]
     fn idle_host_neither_steps_nor_waits() {
         let h = host();

@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod confirm;
 pub mod frontend;
 pub mod inproc;
 pub mod node;

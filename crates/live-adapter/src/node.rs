@@ -14,11 +14,12 @@
 //! ([`crate::reads`]).
 
 use crate::clock::WallClock;
+use crate::confirm::SourceChecks;
 use crate::reads::{NodeReads, Notice};
 use crossbeam_channel::RecvTimeoutError;
 use handoff_core::{
-    CoreBox, Generation, HandoffConfig, HandoffPolicy, HostFinal, HostInput, HostOutput, Instant,
-    Worker, WorkerEvent, WorkerHost, WorkerId,
+    CoreBox, Generation, HandoffConfig, HandoffId, HandoffPolicy, HostFinal, HostInput, HostOutput,
+    Instant, TransferResult, Worker, WorkerEvent, WorkerHost, WorkerId,
 };
 use handoff_engine::TransferModel;
 use handoff_engine::TransferTimer;
@@ -48,6 +49,12 @@ pub struct NodeStats {
     /// Frontend frames (work, cancels, clocks) that came from a peer other
     /// than the frontend, and were dropped.
     pub foreign_frames: u64,
+    /// Reads failed because their source said it holds no such KV, or did
+    /// not say in time ([`WorkerNode::confirming_sources`]).
+    pub unconfirmed_reads: u64,
+    /// Source answers not taken: not from the read's source, about a read
+    /// not asked about, or a second answer.
+    pub stray_answers: u64,
 }
 
 /// How a node runs.
@@ -80,6 +87,9 @@ pub struct WorkerNode<T: Transport> {
     last_final: Option<(bool, handoff_core::KvCapacitySnapshot)>,
     /// Report every change of capacity, busy or not ([`WorkerNode::reporting_load`]).
     report_load: bool,
+    /// Reads asked of their sources, and how long (wall time) a read whose
+    /// bytes moved waits for the answer ([`WorkerNode::confirming_sources`]).
+    confirm: Option<(SourceChecks, std::time::Duration)>,
     outs: Vec<HostOutput>,
     stats: NodeStats,
 }
@@ -98,6 +108,7 @@ impl<T: Transport> WorkerNode<T> {
             reads: NodeReads::default(),
             last_final: None,
             report_load: false,
+            confirm: None,
             outs: Vec::new(),
             stats: NodeStats::default(),
         }
@@ -111,6 +122,21 @@ impl<T: Transport> WorkerNode<T> {
     /// their frame streams stay as they are.
     pub fn reporting_load(mut self) -> Self {
         self.report_load = true;
+        self
+    }
+
+    /// Also asks the source of every read of another worker's KV whether
+    /// its worker holds a live source role of that attempt
+    /// ([`Frame::SourceQuery`]), and completes the read only on a yes: a
+    /// no fails it at once, and a read whose bytes moved with no answer
+    /// waits up to `wait` (wall time; an engine process gives its
+    /// transport's silence limit) and then fails, as a read of a source
+    /// that is gone fails ([`handoff_core::TransferResult::Failed`]); see
+    /// [`crate::confirm`]. Off by default: `live`'s nodes send no query
+    /// and their frame streams stay as they are. Every node answers
+    /// queries, opted in or not.
+    pub fn confirming_sources(mut self, wait: std::time::Duration) -> Self {
+        self.confirm = Some((SourceChecks::default(), wait));
         self
     }
 
@@ -163,7 +189,8 @@ impl<T: Transport> WorkerNode<T> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let transfer = self.completions.iter().map(|c| c.at).min();
+        let waiting = self.confirm.as_ref().and_then(|c| c.0.next_deadline());
+        let transfer = self.completions.iter().map(|c| c.at).chain(waiting).min();
         match (self.host.next_deadline(), transfer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -213,6 +240,13 @@ impl<T: Transport> WorkerNode<T> {
                 } => self
                     .reads
                     .on_notice(id, at.min(now), reused_at.map(|r| r.min(now)), expired),
+                // Any connected peer may ask; the answer says only whether
+                // this worker holds a live source role of that id.
+                Frame::SourceQuery { id } => {
+                    let held = self.host.worker().holds_source(id);
+                    let _ = self.transport.send(from, Frame::SourceAnswer { id, held });
+                }
+                Frame::SourceAnswer { id, held } => self.on_answer(from, id, held, now),
                 Frame::Request(req) => self.deliver(HostInput::Request(req), now),
                 // The frontend's cancel (its client went away) is the host
                 // input the one-process engine delivers for a client cancel.
@@ -269,14 +303,25 @@ impl<T: Transport> WorkerNode<T> {
             if result.stale().is_some() {
                 self.stats.reads_of_released += 1;
             }
-            let done = Frame::TransferDone {
-                id: c.id,
-                ok: result == handoff_core::TransferResult::Completed,
-                at: now,
+            let result = match &mut self.confirm {
+                Some((checks, wait)) => {
+                    let until = now + model_span(*wait, self.clock.speed());
+                    checks.on_complete(c.id, result, until)
+                }
+                None => Some(result),
             };
-            let _ = self.transport.send(self.cfg.frontend, done);
-            self.deliver(HostInput::TransferDone { id: c.id, result }, now);
+            if let Some(result) = result {
+                self.transfer_done(c.id, result, now);
+            }
             i = 0;
+        }
+        let expired = match &mut self.confirm {
+            Some((checks, _)) => checks.expire(now),
+            None => Vec::new(),
+        };
+        for id in expired {
+            self.stats.unconfirmed_reads += 1;
+            self.transfer_done(id, handoff_core::TransferResult::Failed, now);
         }
         if self.host.next_deadline().is_some_and(|t| t <= now) {
             let mut outs = std::mem::take(&mut self.outs);
@@ -284,6 +329,40 @@ impl<T: Transport> WorkerNode<T> {
             self.dispatch(&mut outs, now);
             self.outs = outs;
             self.report_final();
+        }
+    }
+
+    /// Tells the frontend, then the worker, that the read of `id` ended
+    /// with `result`.
+    fn transfer_done(&mut self, id: HandoffId, result: TransferResult, now: Instant) {
+        let done = Frame::TransferDone {
+            id,
+            ok: result == TransferResult::Completed,
+            at: now,
+        };
+        let _ = self.transport.send(self.cfg.frontend, done);
+        self.deliver(HostInput::TransferDone { id, result }, now);
+    }
+
+    /// A source's answer about the read of `id`.
+    fn on_answer(&mut self, from: WorkerId, id: HandoffId, held: bool, now: Instant) {
+        let Some((checks, _)) = &mut self.confirm else {
+            self.stats.stray_answers += 1;
+            return;
+        };
+        match checks.on_answer(from, id, held) {
+            (_, false) => self.stats.stray_answers += 1,
+            (Some(result), true) => {
+                if result == TransferResult::Failed && !held {
+                    self.stats.unconfirmed_reads += 1;
+                }
+                self.transfer_done(id, result, now);
+            }
+            (None, true) => {
+                if !held {
+                    self.stats.unconfirmed_reads += 1;
+                }
+            }
         }
     }
 
@@ -323,6 +402,7 @@ impl<T: Transport> WorkerNode<T> {
                 HostOutput::Event(e) => {
                     let told = self.reads.on_event(self.cfg.id, &e);
                     self.notify(told);
+                    self.ask_source(&e);
                     if let WorkerEvent::StartTransfer {
                         id,
                         source,
@@ -345,6 +425,24 @@ impl<T: Transport> WorkerNode<T> {
                 HostOutput::Refused(_) => {
                     // A refused request (duplicate id, disabled policy) is the
                     // frontend's bug; the worker already kept its state clean.
+                }
+            }
+        }
+    }
+
+    /// Confirming sources: asks a read's source about it as the read starts.
+    fn ask_source(&mut self, e: &WorkerEvent) {
+        let Some((checks, _)) = &mut self.confirm else {
+            return;
+        };
+        let Some(q) = checks.on_event(self.cfg.id, e) else {
+            return;
+        };
+        if let Frame::SourceQuery { id } = q.frame {
+            if self.transport.send(q.to, q.frame).is_err() {
+                self.stats.send_failures += 1;
+                if let Some((checks, _)) = &mut self.confirm {
+                    checks.unsent(id);
                 }
             }
         }
@@ -374,6 +472,12 @@ impl<T: Transport> WorkerNode<T> {
             let _ = self.transport.send(self.cfg.frontend, Frame::Final(f));
         }
     }
+}
+
+/// `wall` as model time on a clock running at `speed`.
+fn model_span(wall: std::time::Duration, speed: f64) -> handoff_core::Duration {
+    let nanos = (wall.as_nanos() as f64 * speed).min(u64::MAX as f64);
+    handoff_core::Duration::from_nanos(nanos as u64)
 }
 
 #[cfg(test)]
@@ -454,5 +558,152 @@ mod tests {
             live.windows(2).all(|w| w[0] != w[1]),
             "only changes: {live:?}"
         );
+    }
+
+    fn request(id: u64) -> Request {
+        Request {
+            id: RequestId(id),
+            prompt_tokens: 64,
+            max_output_tokens: 4,
+            prefix_hashes: vec![1, 2, 3, 4],
+            hash_block_tokens: 16,
+            session: None,
+            arrival: Instant::ZERO,
+            lora: None,
+        }
+    }
+
+    /// A source-first node `id` on `net`, its frontend worker 99.
+    fn node_on(net: &ChannelNet, id: u32) -> WorkerNode<handoff_transport::ChannelEndpoint> {
+        let cfg = NodeConfig {
+            id: WorkerId(id),
+            generation: Generation(0),
+            policy: HandoffPolicy::SourceFirst,
+            handoff: HandoffConfig::default(),
+            frontend: WorkerId(99),
+            transfer: TransferModel::default(),
+        };
+        let core = make_core(&EngineSpec::default()).expect("a core");
+        let ep = net.endpoint(WorkerId(id), Generation(0));
+        WorkerNode::new(cfg, core, ep, WallClock::start(50.0))
+    }
+
+    /// The next frame `ep` receives that `pick` takes, within 10 s.
+    fn next<T>(
+        ep: &handoff_transport::ChannelEndpoint,
+        mut pick: impl FnMut(WorkerId, Frame) -> Option<T>,
+    ) -> T {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match ep.incoming().recv_timeout(left) {
+                Ok(Incoming::Frame { from, frame }) => {
+                    if let Some(t) = pick(from, frame) {
+                        return t;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => panic!("nothing came: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_answers_whether_it_holds_a_source_and_nothing_else() {
+        let net = ChannelNet::new();
+        let fe = net.endpoint(WorkerId(99), Generation(0));
+        let asker = net.endpoint(WorkerId(1), Generation(0));
+        // Not opted in: a node answers all the same.
+        let node = node_on(&net, 0);
+        let t = std::thread::spawn(move || node.run());
+        let held = HandoffId(7);
+        let src = WorkerRequest::HandoffSource {
+            id: held,
+            request: request(1),
+        };
+        let _ = fe.send(WorkerId(0), Frame::Request(src));
+        for (id, want) in [(held, true), (HandoffId(8), false)] {
+            let _ = asker.send(WorkerId(0), Frame::SourceQuery { id });
+            let got = next(&asker, |from, f| match f {
+                Frame::SourceAnswer { id: a, held } if from == WorkerId(0) => Some((a, held)),
+                _ => None,
+            });
+            assert_eq!(got, (id, want));
+        }
+        drop(fe);
+        let _ = t.join();
+    }
+
+    /// A destination node reading attempt 7 from worker 0, a bare endpoint
+    /// that answers each query with `answer` (or never): whether the read
+    /// completed, the queries the source got, and the node's counters.
+    fn read_from_bare_source(confirm: bool, answer: Option<bool>) -> (bool, usize, NodeStats) {
+        let net = ChannelNet::new();
+        let fe = net.endpoint(WorkerId(99), Generation(0));
+        let source = net.endpoint(WorkerId(0), Generation(0));
+        let mut node = node_on(&net, 1);
+        if confirm {
+            node = node.confirming_sources(std::time::Duration::from_millis(300));
+        }
+        let t = std::thread::spawn(move || node.run());
+        let dst = WorkerRequest::HandoffDestination {
+            id: HandoffId(7),
+            request: request(1),
+            source: WorkerId(0),
+            ready: Some(handoff_core::SourceReady {
+                blocks: 4,
+                tokens: 64,
+            }),
+        };
+        let _ = fe.send(WorkerId(1), Frame::Request(dst));
+        let mut queries = 0;
+        let ok = loop {
+            while let Ok(inc) = source.incoming().try_recv() {
+                if let Incoming::Frame {
+                    from,
+                    frame: Frame::SourceQuery { id },
+                } = inc
+                {
+                    queries += 1;
+                    if let Some(held) = answer {
+                        let _ = source.send(from, Frame::SourceAnswer { id, held });
+                    }
+                }
+            }
+            let wait = std::time::Duration::from_millis(5);
+            match fe.incoming().recv_timeout(wait) {
+                Ok(Incoming::Frame {
+                    frame: Frame::TransferDone { ok, .. },
+                    ..
+                }) => break ok,
+                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                Err(e) => panic!("the node went away: {e}"),
+            }
+        };
+        drop(fe);
+        let (stats, _) = t.join().expect("the node ran");
+        (ok, queries, stats)
+    }
+
+    #[test]
+    fn a_confirming_node_completes_a_read_only_on_its_sources_yes() {
+        // Not opted in: no query, and the read of a source holding nothing
+        // completes (the behaviour `live` keeps).
+        let (ok, queries, stats) = read_from_bare_source(false, None);
+        assert!(ok && queries == 0, "{stats:?}");
+        let (ok, queries, stats) = read_from_bare_source(true, Some(true));
+        assert!(ok && queries == 1, "{stats:?}");
+        let (ok, queries, stats) = read_from_bare_source(true, Some(false));
+        assert!(
+            !ok && queries == 1 && stats.unconfirmed_reads == 1,
+            "{stats:?}"
+        );
+        let started = std::time::Instant::now();
+        let (ok, queries, stats) = read_from_bare_source(true, None);
+        assert!(
+            !ok && queries == 1 && stats.unconfirmed_reads == 1,
+            "{stats:?}"
+        );
+        assert!(started.elapsed() >= std::time::Duration::from_millis(300));
     }
 }

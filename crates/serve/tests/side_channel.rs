@@ -4,7 +4,8 @@
 //! dials only where `--kv-peer-allow` lets it, refuses a second decode of
 //! one request while the first is connecting (409) and block ids beyond
 //! its prompt (400); after its prefill engine restarts, the next decode
-//! dials again and succeeds.
+//! dials again and succeeds; a decode whose named prefill holds no such
+//! KV (a fake that answers only the hello) fails the read (503).
 
 mod common;
 
@@ -218,4 +219,61 @@ fn after_its_prefill_engine_restarts_the_next_decode_succeeds() {
     let ds = d.stop();
     p.stop();
     assert!(ds.failed.is_empty(), "{ds:?}");
+}
+
+/// A fake prefill engine "3" on its own listener: it answers the decode's
+/// hello as engine 3's rank 0 and keeps the connection alive with pings,
+/// but holds no KV and says nothing else. Returns its port; the threads
+/// end when `stop` is dropped.
+fn fake_prefill() -> (u16, std::sync::mpsc::Sender<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else { return };
+        let mut r = FrameReader::new(s.try_clone().unwrap());
+        if r.read_hello().is_err() {
+            return;
+        }
+        let mut b = Vec::new();
+        let h = Frame::Hello {
+            worker: WorkerId(3 * 64),
+            generation: Generation(1),
+            role: PeerRole::Prefill,
+        };
+        encode_frame(&h, &mut b).unwrap();
+        if s.write_all(&b).is_err() {
+            return;
+        }
+        // Read (and drop) whatever the decode sends.
+        std::thread::spawn(move || while let Ok(Some(_)) = r.read_frame() {});
+        let mut ping = Vec::new();
+        encode_frame(&Frame::Ping, &mut ping).unwrap();
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            stopped.recv_timeout(Duration::from_millis(100))
+        {
+            if s.write_all(&ping).is_err() {
+                return;
+            }
+        }
+    });
+    (port, stop)
+}
+
+#[test]
+fn a_decode_does_not_read_from_a_prefill_that_holds_nothing() {
+    let d = pod(Pool::Decode);
+    let (port, stop) = fake_prefill();
+    let params = json!({"do_remote_prefill": true, "do_remote_decode": false,
+           "remote_engine_id": "3", "remote_block_ids": [0],
+           "remote_host": "127.0.0.1", "remote_port": port,
+           "remote_request_id": "42", "handoff_id": "9"});
+    let started = std::time::Instant::now();
+    let (status, v) = d.post(&decode_body(params));
+    let took = started.elapsed();
+    assert_eq!(status, 503, "a read of KV nobody holds: {v}");
+    assert!(v.to_string().contains("kv-load-failed"), "{v}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    drop(stop);
+    d.stop();
 }

@@ -121,6 +121,27 @@ pub enum Frame {
         /// Why, as the role records it.
         reason: CancelReason,
     },
+    /// Wall clock, a destination worker to the source of a read it started
+    /// (only from a node that confirms its sources, `WorkerNode::confirming_sources`
+    /// in `handoff-live-adapter`): does your worker hold a live source role
+    /// of attempt `id`? Real NIXL fails a read of blocks the remote agent
+    /// never registered (`nixl_connector.py`, `_read_blocks`); in vLLM's
+    /// source-first pull nothing else crosses from source to reader before
+    /// the read ends, so without this a peer that only answers the
+    /// transport's `Hello` would be "read" successfully.
+    SourceQuery {
+        /// The attempt whose KV is being read.
+        id: HandoffId,
+    },
+    /// Wall clock, the answer to a [`Frame::SourceQuery`], to the worker
+    /// that asked: whether this worker holds a live source role of `id`
+    /// (nothing else about it).
+    SourceAnswer {
+        /// The attempt asked about.
+        id: HandoffId,
+        /// A live source role of `id` is held here.
+        held: bool,
+    },
 }
 
 /// What an endpoint serves as, announced in its `Hello`.
@@ -186,6 +207,8 @@ impl Frame {
             Frame::Ping => "Ping",
             Frame::SourceReleased { .. } => "SourceReleased",
             Frame::Cancel { .. } => "Cancel",
+            Frame::SourceQuery { .. } => "SourceQuery",
+            Frame::SourceAnswer { .. } => "SourceAnswer",
         }
     }
 
@@ -285,6 +308,8 @@ pub(crate) mod samples {
                 id,
                 reason: CancelReason::Client,
             },
+            Frame::SourceQuery { id },
+            Frame::SourceAnswer { id, held: true },
             Frame::Request(WorkerRequest::Ordinary(request(1))),
             Frame::Request(WorkerRequest::HandoffSource {
                 id,
@@ -679,6 +704,11 @@ pub(crate) mod samples {
                 id: HandoffId(id),
                 reason,
             }),
+            any::<u128>().prop_map(|id| Frame::SourceQuery { id: HandoffId(id) }),
+            (any::<u128>(), any::<bool>()).prop_map(|(id, held)| Frame::SourceAnswer {
+                id: HandoffId(id),
+                held,
+            }),
         ]
     }
 }
@@ -715,7 +745,7 @@ mod tests {
     fn samples_cover_every_frame_and_event_variant() {
         let frames = every_frame();
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
-        assert_eq!(kinds.len(), 9, "{kinds:?}");
+        assert_eq!(kinds.len(), 11, "{kinds:?}");
         let events: BTreeSet<&str> = frames
             .iter()
             .filter_map(|f| match f {

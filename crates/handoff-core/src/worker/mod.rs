@@ -253,6 +253,13 @@ impl<S: SchedulerCore> Worker<S> {
         self.sources.len() + self.dests.len()
     }
 
+    /// Whether attempt `id` has a live source role here (from its request
+    /// until the role ends). Read-only: a driver may answer a peer asking
+    /// whether the KV it is about to read is held here.
+    pub fn holds_source(&self, id: HandoffId) -> bool {
+        self.sources.contains_key(&id)
+    }
+
     /// No runnable work in the core (retained ownership may remain).
     pub fn is_empty(&self) -> bool {
         self.core.is_empty()

@@ -159,7 +159,10 @@ impl Ranks {
                 transfer: s.transfer,
             };
             // The driver's gauges and `/debug/workers` follow the load live.
-            let node = WorkerNode::new(cfg, core, Shared(ep.clone()), s.clock).reporting_load();
+            // A read completes only if its source says it holds that KV.
+            let node = WorkerNode::new(cfg, core, Shared(ep.clone()), s.clock)
+                .reporting_load()
+                .confirming_sources(s.liveness.silence_limit);
             let t = std::thread::Builder::new()
                 .name(format!("rank-{r}"))
                 .spawn(move || node.run().1)
