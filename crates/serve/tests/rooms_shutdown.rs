@@ -64,19 +64,8 @@ fn leg_body(room: u64, max_tokens: u32, stream: bool) -> String {
 }
 
 /// Status and body of a response read to its end from `s`.
-fn answer(mut s: TcpStream) -> (u16, String) {
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status line");
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+fn answer(s: TcpStream) -> (u16, String) {
+    common::read_answer("", s)
 }
 
 /// Reads off `conn` until the first SSE event came; returns what was read
@@ -93,20 +82,8 @@ fn first_event(conn: &mut TcpStream) -> String {
 }
 
 /// [`answer`] for a response whose first part was read already.
-fn answer_after(head: &str, mut s: TcpStream) -> (u16, String) {
-    let mut rest = String::new();
-    s.read_to_string(&mut rest).expect("read");
-    let text = format!("{head}{rest}");
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status line");
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+fn answer_after(head: &str, s: TcpStream) -> (u16, String) {
+    common::read_answer(head, s)
 }
 
 fn post(to: SocketAddr, body: &str) -> TcpStream {

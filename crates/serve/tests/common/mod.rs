@@ -190,9 +190,15 @@ pub fn call_with(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
-    let mut s = send_with(to, method, path, headers, body);
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
+    read_answer("", send_with(to, method, path, headers, body))
+}
+
+/// Status and body of a response whose first part, `head`, was read
+/// already, read from `s` to its end.
+pub fn read_answer(head: &str, mut s: TcpStream) -> (u16, String) {
+    let mut rest = String::new();
+    s.read_to_string(&mut rest).expect("read");
+    let text = format!("{head}{rest}");
     let status = text
         .split(' ')
         .nth(1)
