@@ -286,15 +286,12 @@ fn plain_errors_name_line_and_field() {
     assert_eq!(fail("p.jsonl", &dup, plain).1, Problem::Duplicate);
     let both = LINE.replace("}", r#", "hash_ids": [1], "token_ids": [1]}"#);
     assert_eq!(fail("p.jsonl", &both, plain).1, Problem::BothPrefixes);
-    let mixed = two(&LINE.replace("}", r#", "token_ids": [1]}"#)).replace(
-        r#""output_tokens": 3}"#,
-        r#""output_tokens": 3, "hash_ids": [1]}"#,
-    );
-    let (_, p, _) = fail("p.jsonl", &mixed, plain);
-    assert!(matches!(
-        p,
-        Problem::MixedPrefixes { .. } | Problem::BothPrefixes
-    ));
+    let hashed = LINE.replace("}", r#", "hash_ids": [1]}"#);
+    let tokened = LINE.replace("}", r#", "token_ids": [1]}"#);
+    let (at, p, _) = fail("p.jsonl", &format!("{hashed}\n{tokened}\n"), plain);
+    let field = Some(PlainField::TokenIds);
+    assert_eq!(at, Location::Line { line: 2, field });
+    assert_eq!(p, Problem::MixedPrefixes { other_line: 1 });
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //! time belongs). With `--output-details`, `result_details` adds the
 //! per-request arrays `input_lens`, `output_lens` (0 for a failure),
 //! `ttfts` (s), `itls` (s lists), `generated_texts` and `errors`, in the
-//! same sense as vLLM's ([`super::bench`]); `e2e_ms = ttft + sum(itls)`.
+//! same sense as vLLM's ([`super::vllm_bench`]); `e2e_ms = ttft + sum(itls)`.
 //!
 //! SGLang's `RequestFuncOutput` keeps no send time, so its results carry no
 //! per-request arrival: a result without `start_times` is refused with
