@@ -46,6 +46,7 @@ pub mod file;
 pub mod item;
 mod line;
 pub mod lora;
+pub mod observed;
 pub mod reader;
 mod record;
 pub mod session;
