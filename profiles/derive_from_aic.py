@@ -324,7 +324,7 @@ def export(slug, hf_id, tp, gpu, system, backend):
         "derivation": "prefill: predict_prefill_latency(1, cached + new, prefix=cached); "
         "decode: predict_decode_latency(batch, context, osl=2) per step; "
         f"tables as AIC predicts them, not forced non-decreasing: AIC is below an earlier point in prefill {dips(pre)}, decode {dips(dec)}; "
-        f"pass_overhead_ms: median of prefill + decode - mixed_step_latency at small shapes",
+        f"pass_overhead_ms: median of prefill + decode - mixed_step_latency at small shapes{moe_note}",
         "deployment": {
             "backend": backend,
             "backend_version": version,
