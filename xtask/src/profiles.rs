@@ -114,6 +114,22 @@ pub fn selecting_flags(path: &Path) -> Option<String> {
     ))
 }
 
+/// What `build` prints after writing `path`: the flags that select it,
+/// with the folder as `--profiles-dir` and as `HANDOFF_PROFILES_DIR`.
+pub fn how_to_use(path: &Path) -> Vec<String> {
+    let (Some(flags), Some(dir)) = (selecting_flags(path), path.parent()) else {
+        return Vec::new();
+    };
+    let model_on = flags.find("--model").map_or("", |i| &flags[i..]);
+    vec![
+        format!("use it: handoff-mocker replay {flags}"),
+        format!(
+            "   or: HANDOFF_PROFILES_DIR={} handoff-mocker replay {model_on}",
+            dir.display()
+        ),
+    ]
+}
+
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
@@ -196,17 +212,8 @@ fn build(b: &Build) -> bool {
     let written = String::from_utf8_lossy(&done.stdout).trim().to_string();
     let path = PathBuf::from(&written);
     println!("wrote {written}");
-    if let Some(flags) = selecting_flags(&path) {
-        println!("use it: handoff-mocker replay {flags}");
-        println!(
-            "   or: {}={} handoff-mocker replay {}",
-            "HANDOFF_PROFILES_DIR",
-            out.display(),
-            flags
-                .split_once(" --model")
-                .map_or("", |(_, r)| r)
-                .trim_start()
-        );
+    for line in how_to_use(&path) {
+        println!("{line}");
     }
     true
 }
@@ -288,5 +295,13 @@ mod tests {
             Some("--profiles-dir /t/profiles --model llama-3.1-8b --gpu rtxpro6000 --tp 1 --backend vllm")
         );
         assert_eq!(selecting_flags(Path::new("/t/x.json")), None);
+        assert_eq!(
+            how_to_use(p),
+            [
+                "use it: handoff-mocker replay --profiles-dir /t/profiles --model llama-3.1-8b --gpu rtxpro6000 --tp 1 --backend vllm",
+                "   or: HANDOFF_PROFILES_DIR=/t/profiles handoff-mocker replay --model llama-3.1-8b --gpu rtxpro6000 --tp 1 --backend vllm",
+            ]
+        );
+        assert!(how_to_use(Path::new("/t/x.json")).is_empty());
     }
 }
