@@ -49,8 +49,9 @@ pub struct HardwareArgs {
     /// qwen3-30b-a3b): with --gpu, picks the AIConfigurator profile for
     /// --backend as the step-time model unless --perf is given, and sizes
     /// KV bytes per token and each worker's pool from the model unless
-    /// --bytes-per-token / --*-kv-tokens are given (`serve` without --gpu:
-    /// only the name served) [default: qwen3-8b on h100 unless --perf is
+    /// --bytes-per-token / --*-kv-tokens are given; with --perf
+    /// profile:FILE, checked against the file's deployment, which then
+    /// sizes KV (`serve` without --gpu: only the name served) [default: qwen3-8b on h100 unless --perf is
     /// given; the profiles are listed in profiles/README.md].
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
