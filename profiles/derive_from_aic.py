@@ -9,6 +9,28 @@ profiles it writes are committed data. Run it from the repository root:
     /tmp/venv-aic/bin/pip install aiconfigurator==0.12.0
     /tmp/venv-aic/bin/python profiles/derive_from_aic.py            # all
     /tmp/venv-aic/bin/python profiles/derive_from_aic.py qwen3-8b   # one model
+    /tmp/venv-aic/bin/python profiles/derive_from_aic.py --list     # AIC's systems
+    /tmp/venv-aic/bin/python profiles/derive_from_aic.py \
+        --model qwen3-32b --system h100_sxm --backend vllm --tp 4 [--out DIR]
+
+(`cargo xtask profiles build|list` does the same with a pinned venv.)
+
+With `--model --system --backend --tp` it exports exactly that profile into
+`--out` (default profiles/aic/) as `MODEL-GPU-tpN-BACKEND.json`, where:
+
+- MODEL is the slug of `--model`: a slug of MODELS as given, a Hugging Face
+  id of MODELS its slug, any other Hugging Face id AIC has a config for the
+  lowercased name after its `/` (`Qwen/Qwen3-0.6B` -> `qwen3-0.6b`); a slug
+  that is no MODELS entry is looked up the same way among AIC's configs;
+- GPU is `gpu_slug(system)`: GPUS's slug where it has one, else the system
+  name without a trailing `_sxm` or `_server` (SXM and the server edition are
+  the defaults) and with `_` removed: `rtx_pro_6000_server` -> `rtxpro6000`,
+  `h100_sxm` -> `h100`, `h100_pcie` -> `h100pcie`, `gb200` -> `gb200`.
+
+A model, system or backend AIC lacks, or a TP it refuses, is one line on
+stderr and exit status 2. A mixture of experts at TP above 1 shards its
+experts as vLLM and SGLang do by default (no expert parallelism): AIC's
+`moe_tp_size` = TP, `moe_ep_size` = 1, recorded in `derivation`.
 
 For every (model, GPU, TP, backend) in TARGETS it compiles AIC's engine
 (`EngineHandle.compile(model, system, backend, tp_size=tp)`) and tabulates:
@@ -31,6 +53,7 @@ a few more tokens may cost less); how often and how deep is recorded in
 its edge (`"beyond_grid": "clamp"`), counted in the run's report.
 """
 
+import argparse
 import importlib.metadata
 import json
 import logging
@@ -50,6 +73,79 @@ MODELS = [
 # (slug, AIC system name)
 GPUS = [("h100", "h100_sxm"), ("h200", "h200_sxm"), ("b200", "b200_sxm"), ("a100", "a100_sxm")]
 BACKENDS = ["vllm", "sglang"]
+# Every backend the command line accepts (the default export makes the two above).
+ALL_BACKENDS = ["vllm", "sglang", "trtllm"]
+# Files in AIC's systems folder that are not systems.
+NOT_SYSTEMS = {"attention_lane_defaults", "perf_data_reuse_manifest", "query_versions"}
+MAX_TP = 64
+
+
+class Refused(Exception):
+    """What AIC lacks or refuses: printed as one line, exit status 2."""
+
+
+def gpu_slug(system):
+    """The `--gpu` name of an AIC system (the module docstring's rule)."""
+    for slug, name in GPUS:
+        if name == system:
+            return slug
+    base = system
+    for suffix in ("_sxm", "_server"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return base.replace("_", "").replace("-", "").lower()
+
+
+def model_slug(hf_id):
+    """The `--model` name of a Hugging Face id (the module docstring's rule)."""
+    for slug, known, _ in MODELS:
+        if known == hf_id:
+            return slug
+    return hf_id.rsplit("/", 1)[-1].lower()
+
+
+def resolve_model(name, known_ids):
+    """(slug, Hugging Face id) of `--model NAME`, given the ids AIC has
+    configs for; Refused when AIC has none."""
+    for slug, hf_id, _ in MODELS:
+        if name in (slug, hf_id):
+            return slug, hf_id
+    if "/" in name:
+        if name in known_ids:
+            return model_slug(name), name
+    else:
+        matches = sorted(i for i in known_ids if model_slug(i) == name.lower())
+        if len(matches) == 1:
+            return model_slug(matches[0]), matches[0]
+    raise Refused(f"--model {name}: AIConfigurator {AIC_VERSION} has no config for it (`--list-models` lists them)")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="derive_from_aic.py",
+        description="Export AIConfigurator step-time profiles (see the module docstring).",
+    )
+    p.add_argument("models", nargs="*", help="without --model: export MODELS x GPUS, only these slugs if given")
+    p.add_argument("--list", action="store_true", help="print AIC's systems and the backends each has")
+    p.add_argument("--list-models", action="store_true", help="print the models AIC has configs for")
+    p.add_argument("--model", help="slug (qwen3-32b) or Hugging Face id (Qwen/Qwen3-32B)")
+    p.add_argument("--system", help="AIC system, e.g. h100_sxm, rtx_pro_6000_server, gb200")
+    p.add_argument("--backend", choices=ALL_BACKENDS)
+    p.add_argument("--tp", type=int, help=f"tensor-parallel size, 1..{MAX_TP}")
+    p.add_argument("--out", help="folder to write to [default: profiles/aic beside this script]")
+    a = p.parse_args(argv)
+    one = [a.model, a.system, a.backend, a.tp]
+    if any(v is not None for v in one):
+        missing = [f for f, v in zip(["--model", "--system", "--backend", "--tp"], one) if v is None]
+        if missing:
+            p.error("exporting one profile needs " + ", ".join(missing))
+        if a.models:
+            p.error(f"model slugs {a.models} and --model together")
+        if not 1 <= a.tp <= MAX_TP:
+            p.error(f"--tp {a.tp}: must be 1..{MAX_TP}")
+    if (a.list or a.list_models) and (a.model or a.models):
+        p.error("--list and --list-models take no model")
+    return a
 
 def log_axis(lo_exp, hi_exp, per_octave):
     """Distinct integers round(2^(k / per_octave)) from 2^lo_exp to 2^hi_exp."""
@@ -135,14 +231,45 @@ def model_facts(hf_id):
         "hidden_size": h,
         "active_intermediate_size": active_intermediate,
         "vocab_size": c["vocab_size"],
+        "moe": bool(c.get("num_experts")),
     }
 
 
-def gpu_memory(system):
+def aic_dir(*parts):
     import aiconfigurator_core
+
+    return os.path.join(os.path.dirname(aiconfigurator_core.__file__), *parts)
+
+
+def aic_model_ids():
+    """Hugging Face ids AIC ships a config for."""
+    suffix = "_config.json"
+    names = os.listdir(aic_dir("model_configs"))
+    return sorted(n[: -len(suffix)].replace("--", "/", 1) for n in names if n.endswith(suffix) and "--" in n)
+
+
+def aic_systems():
+    """{system: sorted backends with perf data} of AIC's systems folder."""
+    out = {}
+    for f in sorted(os.listdir(aic_dir("systems"))):
+        name, ext = os.path.splitext(f)
+        if ext != ".yaml" or name in NOT_SYSTEMS:
+            continue
+        data = aic_dir("systems", "data", name)
+        have = set()
+        if os.path.isdir(data):
+            for op in os.listdir(data):
+                sub = os.path.join(data, op)
+                if os.path.isdir(sub):
+                    have |= {b for b in os.listdir(sub) if b in ALL_BACKENDS}
+        out[name] = sorted(have)
+    return out
+
+
+def gpu_memory(system):
     import yaml
 
-    path = os.path.join(os.path.dirname(aiconfigurator_core.__file__), "systems", system + ".yaml")
+    path = aic_dir("systems", system + ".yaml")
     with open(path) as f:
         return int(yaml.safe_load(f)["gpu"]["mem_capacity"])
 
@@ -156,8 +283,16 @@ def backend_version(system, backend):
 def export(slug, hf_id, tp, gpu, system, backend):
     from aiconfigurator_core.sdk.engine import EngineHandle
 
-    e = EngineHandle.compile(hf_id, system, backend, tp_size=tp)
     facts = model_facts(hf_id)
+    moe = facts.pop("moe")
+    extra, moe_note = {}, ""
+    if moe and tp > 1:
+        # Experts sharded over the TP ranks, no expert parallelism: vLLM's
+        # default without --enable-expert-parallel (FusedMoE's tp_size), and
+        # SGLang's with ep_size 1.
+        extra = {"moe_tp_size": tp, "moe_ep_size": 1}
+        moe_note = f"; MoE experts: moe_tp_size={tp}, moe_ep_size=1 (tensor-parallel experts, no expert parallelism)"
+    e = EngineHandle.compile(hf_id, system, backend, tp_size=tp, **extra)
     ctx = facts["max_context"]
     new_axis = axis_upto(PREFILL_NEW, ctx)
     cached_axis = axis_upto(PREFILL_CACHED, ctx)
@@ -189,7 +324,7 @@ def export(slug, hf_id, tp, gpu, system, backend):
         "derivation": "prefill: predict_prefill_latency(1, cached + new, prefix=cached); "
         "decode: predict_decode_latency(batch, context, osl=2) per step; "
         f"tables as AIC predicts them, not forced non-decreasing: AIC is below an earlier point in prefill {dips(pre)}, decode {dips(dec)}; "
-        f"pass_overhead_ms: median of prefill + decode - mixed_step_latency at small shapes",
+        f"pass_overhead_ms: median of prefill + decode - mixed_step_latency at small shapes{moe_note}",
         "deployment": {
             "backend": backend,
             "backend_version": version,
@@ -240,16 +375,39 @@ def dump(value, indent=0):
     return json.dumps(value)
 
 
-def main(argv):
-    got = importlib.metadata.version("aiconfigurator")
-    if got != AIC_VERSION:
-        sys.exit(f"aiconfigurator {got} installed; this script is pinned to {AIC_VERSION}")
-    logging.disable(logging.WARNING)
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "aic")
-    os.makedirs(here, exist_ok=True)
+def write(out_dir, name, prof):
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, name + ".json")
+    with open(path, "w") as f:
+        f.write(dump(prof) + "\n")
+    return path
+
+
+def export_one(a):
+    """`--model --system --backend --tp`: that profile, or Refused."""
+    slug, hf_id = resolve_model(a.model, aic_model_ids())
+    systems = aic_systems()
+    if a.system not in systems:
+        raise Refused(f"--system {a.system}: AIConfigurator {AIC_VERSION} has no such system (`--list` lists them)")
+    if a.backend not in systems[a.system]:
+        have = ", ".join(systems[a.system]) or "none"
+        raise Refused(f"--system {a.system} --backend {a.backend}: AIConfigurator has no {a.backend} data for it (it has: {have})")
+    gpu = gpu_slug(a.system)
+    try:
+        name, prof = export(slug, hf_id, a.tp, gpu, a.system, a.backend)
+    except Exception as ex:  # AIC refuses the combination (a TP, a missing table)
+        first = (str(ex).strip().splitlines() or [type(ex).__name__])[0]
+        raise Refused(f"--model {slug} --system {a.system} --backend {a.backend} --tp {a.tp}: AIConfigurator refuses it: {first}")
+    out = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "aic")
+    path = write(out, name, prof)
+    print(path)
+    print(f"use: --profiles-dir {out} --model {slug} --gpu {gpu} --tp {a.tp} --backend {a.backend}", file=sys.stderr)
+
+
+def export_all(slugs, out):
     missing = []
     for slug, hf_id, tp in MODELS:
-        if argv and slug not in argv:
+        if slugs and slug not in slugs:
             continue
         for gpu, system in GPUS:
             for backend in BACKENDS:
@@ -259,12 +417,40 @@ def main(argv):
                     missing.append(f"{slug} {gpu} tp{tp} {backend}: {ex}")
                     print("missing:", missing[-1], file=sys.stderr)
                     continue
-                with open(os.path.join(here, name + ".json"), "w") as f:
-                    f.write(dump(prof) + "\n")
+                write(out, name, prof)
                 print(name, file=sys.stderr)
     for m in missing:
         print("AIC lacks", m)
 
 
+def main(argv):
+    a = parse_args(argv)
+    try:
+        got = importlib.metadata.version("aiconfigurator")
+    except importlib.metadata.PackageNotFoundError:
+        got = None
+    if got != AIC_VERSION:
+        print(f"aiconfigurator {got or 'is not'} installed; this script is pinned to {AIC_VERSION}", file=sys.stderr)
+        return 2
+    logging.disable(logging.WARNING)
+    try:
+        if a.list:
+            for system, backends in aic_systems().items():
+                print(f"{system}\t--gpu {gpu_slug(system)}\t{', '.join(backends) or 'no perf data'}")
+            return 0
+        if a.list_models:
+            for hf_id in aic_model_ids():
+                print(f"{model_slug(hf_id)}\t{hf_id}")
+            return 0
+        if a.model is not None:
+            export_one(a)
+            return 0
+    except Refused as r:
+        print(r, file=sys.stderr)
+        return 2
+    export_all(a.models, a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "aic"))
+    return 0
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -13,6 +13,9 @@
 //! channels, and TCP) byte for byte and checks the wall clock's invariants,
 //! through the driver libraries; see `parity.rs`.
 //!
+//! `profiles build|list` exports AIConfigurator profiles on demand through
+//! a pinned Python venv; see `profiles.rs`.
+//!
 //! `bench` runs the crates' micro-benchmarks and the replay workloads
 //! (cluster-scale 64P+64D, the conversation trace and its x2-output twin),
 //! optionally against a baseline revision; see `bench.rs`.
@@ -21,6 +24,7 @@ mod bench;
 mod docs;
 mod overlay;
 mod parity;
+mod profiles;
 mod soak;
 
 use std::path::{Path, PathBuf};
@@ -106,9 +110,10 @@ fn main() -> ExitCode {
         Some("soak") => soak_cmd(&args[1..]),
         Some("dst") => dst(&args[1..]),
         Some("docs") => docs::docs(&args[1..]),
+        Some("profiles") => profiles::profiles(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask bench [--runs N] [--trace FILE] [--baseline REV | --baseline-bin FILE] [--workloads cluster,conversation,x2,poly,overlay,workers] [--cluster-requests N] [--no-micro] [--paired] [--dynamo TRACE]\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang] [--bin FILE]\n       cargo xtask dst [--schedules N] [--seed S] [--no-shrink]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]\n       cargo xtask docs [--pictures] [PAGE ...]"
+                "usage: cargo xtask bench [--runs N] [--trace FILE] [--baseline REV | --baseline-bin FILE] [--workloads cluster,conversation,x2,poly,overlay,workers] [--cluster-requests N] [--no-micro] [--paired] [--dynamo TRACE]\n       cargo xtask soak [--requests N] [--rate R] [--speed X] [--kill-every-s S] [--backend vllm|sglang] [--bin FILE]\n       cargo xtask dst [--schedules N] [--seed S] [--no-shrink]\n       cargo xtask parity [--trace FILE [--backend vllm|sglang|both] [--prefill N] [--decode N] [--speed X] [--no-tcp] [--no-wall] [-- DEPLOY FLAGS]]\n       cargo xtask docs [--pictures] [PAGE ...]\n       cargo xtask profiles build --model M --system S --backend vllm|sglang|trtllm --tp N [--out DIR]\n       cargo xtask profiles list"
             );
             false
         }

@@ -1,21 +1,45 @@
 //! The deployment flags' hardware side: the profile and KV pool a run
-//! imitates (`--model`, `--gpu`, `--tp`; the default model otherwise).
+//! imitates (`--model`, `--gpu`, `--tp`; the default model otherwise), and
+//! with `--perf profile:FILE` the model beside the file that times it.
 
 use super::DeployArgs;
 use crate::hardware_args::{Selected, DEFAULT_GPU, DEFAULT_MODEL};
 use handoff_core::Backend;
 
 impl DeployArgs {
-    /// The profile and model a run imitates: `--model`/`--gpu`'s, else
-    /// (no `--perf` either) [`DEFAULT_MODEL`] on [`DEFAULT_GPU`], else none.
+    /// The profile and model a run imitates: with `--perf profile:FILE` and
+    /// `--model` or `--tp`, the file's deployment or `--model`'s
+    /// ([`crate::hardware_args::HardwareArgs::select_with_perf`]); else
+    /// `--model`/`--gpu`'s; else (no `--perf` either) [`DEFAULT_MODEL`] on
+    /// [`DEFAULT_GPU`]; else none.
     pub fn hardware(&self) -> Result<Option<Selected>, String> {
         let h = &self.hardware;
-        if h.model.is_none() && h.gpu.is_none() && self.perf.is_none() {
-            return h
-                .select_for(DEFAULT_MODEL, DEFAULT_GPU, self.backend())
-                .map(Some);
+        let backend = self.backend();
+        let profile = self
+            .perf
+            .as_deref()
+            .and_then(|p| p.strip_prefix("profile:"))
+            .filter(|p| !p.is_empty());
+        if let (Some(t), None, None) = (h.tp, &h.model, profile) {
+            return Err(format!(
+                "--tp {t}: needs --model, or --perf profile:FILE to check it against"
+            ));
         }
-        h.select(self.backend())
+        if h.model.is_none() && h.gpu.is_none() && self.perf.is_none() {
+            return h.select_for(DEFAULT_MODEL, DEFAULT_GPU, backend).map(Some);
+        }
+        match profile {
+            Some(path) if h.model.is_some() || h.tp.is_some() => {
+                // As `perf()` reads it: the reader bounds its size, a FIFO
+                // must not block it.
+                handoff_workload::file::check_regular("--perf", path.as_ref())
+                    .map_err(|e| e.to_string())?;
+                let file = handoff_profiles::profile_file::load_file(path.as_ref())
+                    .map_err(|e| format!("--perf: {e}"))?;
+                h.select_with_perf(backend, path, file).map(Some)
+            }
+            _ => h.select(backend),
+        }
     }
 
     /// The KV pool of `--prefill-kv-tokens` (`decode`: `--decode-kv-tokens`),
