@@ -164,33 +164,21 @@ fn sizes_of(g: CudaGraph) -> Vec<u32> {
 /// `cuda_graph_max_bs` as `ServerArgs._handle_gpu_memory_settings` sets it
 /// (thresholds in GiB, as SGLang's in MiB: 20, 35, 60, 90, 160).
 fn sglang_cuda_graph_max_bs(gpu_memory_gib: f64, tp: u32) -> u32 {
-    let small_tp = tp < 4;
-    match gpu_memory_gib {
-        g if !(g.is_finite() && g > 0.0) => 160,
-        g if g < 20.0 => 8,
-        g if g < 35.0 => {
-            if small_tp {
-                24
-            } else {
-                80
-            }
-        }
-        g if g < 60.0 => {
-            if small_tp {
-                32
-            } else {
-                160
-            }
-        }
-        g if g < 160.0 => {
-            if small_tp {
-                256
-            } else {
-                512
-            }
-        }
-        _ => 512,
+    // (below this many GiB, max at tp < 4, max at tp >= 4).
+    const TIERS: [(f64, u32, u32); 5] = [
+        (20.0, 8, 8),
+        (35.0, 24, 80),
+        (60.0, 32, 160),
+        (90.0, 256, 512),
+        (160.0, 256, 512),
+    ];
+    if !(gpu_memory_gib.is_finite() && gpu_memory_gib > 0.0) {
+        return 160;
     }
+    TIERS
+        .iter()
+        .find(|(below, _, _)| gpu_memory_gib < *below)
+        .map_or(512, |&(_, small, large)| if tp < 4 { small } else { large })
 }
 
 /// What the terms read of the deployment a profile's tables are for (its
