@@ -19,7 +19,9 @@ pub enum PerfChoice {
     #[default]
     DynamoPolynomial,
     /// Interpolation over a measured profile ([`ProfilePerf`]), loaded
-    /// with `handoff_profiles::profile_file::load`; shared by every worker.
+    /// with `handoff_profiles::profile_file::load`, with the step-time terms
+    /// it carries ([`PerfProfile::overheads`]: its file's section, or what
+    /// `--overheads`/`--overhead` put in its place); shared by every worker.
     Profile(Arc<PerfProfile>),
     /// Dynamo's profiled interpolation ([`GridPerf`]) over a profiler
     /// `.npz`, loaded with `handoff_profiles::npz_file::load`; shared by every worker.
@@ -27,7 +29,39 @@ pub enum PerfChoice {
 }
 
 impl PerfChoice {
-    /// The model at `speedup_ratio`.
+    /// The model of an engine of `max_running` sequences and
+    /// `max_batched_tokens` per pass at `speedup_ratio`: a profile's
+    /// CUDA-graph capture rules read the engine's limits
+    /// ([`ProfilePerf::for_engine`]); [`make_core`] builds every worker's
+    /// model so.
+    pub fn model_for(
+        &self,
+        speedup_ratio: f64,
+        max_running: u32,
+        max_batched_tokens: u32,
+    ) -> StepModel {
+        match self {
+            PerfChoice::Profile(p) => StepModel::Profile(ProfilePerf::for_engine(
+                p.clone(),
+                speedup_ratio,
+                max_running,
+                max_batched_tokens,
+            )),
+            other => other.model(speedup_ratio),
+        }
+    }
+
+    /// The step-time terms in force beyond the tables, when some term is
+    /// on (a profile's; the other models have none).
+    pub fn overheads(&self) -> Option<&handoff_perf::Overheads> {
+        match self {
+            PerfChoice::Profile(p) if !p.overheads().is_off() => Some(p.overheads()),
+            _ => None,
+        }
+    }
+
+    /// The model at `speedup_ratio`, a profile's capture rules resolved
+    /// without an engine's limits ([`ProfilePerf::new`]).
     pub fn model(&self, speedup_ratio: f64) -> StepModel {
         match self {
             PerfChoice::DynamoPolynomial => StepModel::Polynomial(PolynomialPerf { speedup_ratio }),
@@ -198,7 +232,11 @@ impl std::error::Error for EngineError {}
 
 /// A core for `spec`, timed by its [`EngineSpec::perf`] model.
 pub fn make_core(spec: &EngineSpec) -> Result<CoreBox, EngineError> {
-    let perf = spec.perf.model(spec.speedup_ratio);
+    let perf = spec.perf.model_for(
+        spec.speedup_ratio,
+        spec.max_running.max(1),
+        spec.max_batched_tokens.max(1),
+    );
     match spec.backend {
         Backend::Vllm | Backend::TrtLlm => Ok(Box::new(VllmCore::with_perf(spec.vllm(), perf))),
         Backend::Sglang => SglangCore::new(spec.sglang(), perf)

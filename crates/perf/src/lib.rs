@@ -12,7 +12,9 @@
 //! - [`ProfilePerf`] (`profile:FILE`): interpolation over measured or
 //!   exported tables, prefill by (new tokens, cached-prefix tokens) and
 //!   decode by (batch, context tokens summed or per sequence) — see
-//!   [`profile`]; past the grid it extrapolates or clamps ([`beyond`]);
+//!   [`profile`]; past the grid it extrapolates or clamps ([`beyond`]),
+//!   and the step-time terms the tables leave out are added as
+//!   [`overhead`] says (all off by default);
 //! - [`GridPerf`] (`npz:FILE`): Dynamo's profiled interpolation, prefill by
 //!   new tokens and decode by (summed, mean) context — see [`grid`];
 //! - [`FixedPerf`]: fixed costs, for tests;
@@ -24,9 +26,14 @@
 
 pub mod beyond;
 pub mod grid;
+pub mod overhead;
 pub mod profile;
 
 pub use beyond::{BeyondGrid, BeyondGridCounts};
+
+pub use overhead::{
+    CudaGraph, DeploymentShape, OverheadError, OverheadErrorKind, Overheads, Term, TermValue,
+};
 
 pub use grid::{DynamoGrid, GridArray, GridArrays, GridAt, GridError, GridErrorKind, GridPerf};
 
@@ -45,6 +52,9 @@ use handoff_core::Duration;
 pub struct Pass {
     /// Prompt tokens computed in the pass (after prefix-cache hits).
     pub prefill_tokens: u64,
+    /// Prefill chunks in the pass (one per sequence prefilling in it):
+    /// what per-sequence costs count besides the decodes.
+    pub prefill_seqs: u64,
     /// Σ over the pass's prefill chunks of new tokens × tokens already in
     /// KV before the chunk (prefix-cache hits plus earlier chunks): the
     /// attention work over cached prefix, which is not free.
@@ -65,6 +75,7 @@ impl Pass {
     pub const fn on_pool(pool_tokens: u64) -> Pass {
         Pass {
             prefill_tokens: 0,
+            prefill_seqs: 0,
             prefill_prefix_work: 0,
             decode_batch: 0,
             decode_context_tokens: 0,
@@ -78,6 +89,7 @@ impl Pass {
     pub const fn decode(batch: u64, context_tokens: u64, pool_tokens: u64) -> Pass {
         Pass {
             prefill_tokens: 0,
+            prefill_seqs: 0,
             prefill_prefix_work: 0,
             decode_batch: batch,
             decode_context_tokens: context_tokens,
@@ -94,9 +106,11 @@ impl Pass {
     }
 
     /// Adds a prefill chunk of `new_tokens` after `cached_tokens` already in
-    /// KV (they also occupy `new_tokens + cached_tokens` KV tokens).
+    /// KV (they also occupy `new_tokens + cached_tokens` KV tokens): one
+    /// more of [`Pass::prefill_seqs`].
     pub fn add_prefill(&mut self, new_tokens: u64, cached_tokens: u64) {
         self.prefill_tokens += new_tokens;
+        self.prefill_seqs += 1;
         self.prefill_prefix_work = self
             .prefill_prefix_work
             .saturating_add(new_tokens.saturating_mul(cached_tokens));
@@ -623,6 +637,7 @@ mod tests {
         p.add_prefill(300, 0);
         p.add_decode(40);
         assert_eq!(p.prefill_tokens, 400);
+        assert_eq!(p.prefill_seqs, 2);
         assert_eq!(p.prefill_prefix_work, 5000);
         assert_eq!(p.mean_cached_tokens(), 12.5);
         assert_eq!((p.decode_batch, p.decode_context_tokens), (1, 40));

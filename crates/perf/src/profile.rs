@@ -40,6 +40,7 @@
 //! only be used by a profile that clamps past its grid. The file format (JSON) and its parser live at the edge
 //! (`handoff-replay`'s `profile_file`); this module has no dependency.
 
+use super::overhead::{Applied, DeploymentShape, OverheadError, Overheads};
 use super::{scaled_ms, BeyondGrid, BeyondGridCounts, Pass, PerfModel};
 use handoff_core::Duration;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -489,6 +490,10 @@ pub struct PerfProfile {
     pass_overhead_ms: f64,
     decode_axis: DecodeAxis,
     beyond: BeyondGrid,
+    /// The step-time terms beyond the tables (all off unless set).
+    overheads: Overheads,
+    /// The deployment the tables are for, if recorded.
+    shape: Option<DeploymentShape>,
 }
 
 impl PerfProfile {
@@ -566,7 +571,34 @@ impl PerfProfile {
             pass_overhead_ms,
             decode_axis: DecodeAxis::TotalContext,
             beyond,
+            overheads: Overheads::default(),
+            shape: None,
         })
+    }
+
+    /// The profile recording the deployment its tables are for (what the
+    /// all-reduce and SGLang capture terms read).
+    pub fn with_shape(mut self, shape: DeploymentShape) -> PerfProfile {
+        self.shape = Some(shape);
+        self
+    }
+
+    /// The deployment the tables are for, if recorded.
+    pub fn shape(&self) -> Option<&DeploymentShape> {
+        self.shape.as_ref()
+    }
+
+    /// The profile with the step-time terms `overheads` (replacing any),
+    /// checked ([`Overheads::check`] against its deployment).
+    pub fn with_overheads(mut self, overheads: Overheads) -> Result<PerfProfile, OverheadError> {
+        overheads.check(self.shape.as_ref())?;
+        self.overheads = overheads;
+        Ok(self)
+    }
+
+    /// Its step-time terms beyond the tables.
+    pub fn overheads(&self) -> &Overheads {
+        &self.overheads
     }
 
     /// The profile with decode's second axis counting `axis`.
@@ -623,7 +655,7 @@ impl PerfProfile {
 
     /// Whether `pass`'s prefill and decode lookups lie past the grid, as
     /// [`PerfProfile::pass_ms_past`] says, without looking them up.
-    fn past_grid(&self, pass: &Pass) -> (bool, bool) {
+    pub(crate) fn past_grid(&self, pass: &Pass) -> (bool, bool) {
         let past =
             |t: &PerfTable, x: f64, y: f64| x > t.xs[t.xs.len() - 1] || y > t.ys[t.ys.len() - 1];
         let prefill = pass.prefill_tokens > 0
@@ -645,7 +677,7 @@ impl PerfProfile {
 
     /// [`PerfProfile::pass_ms_past`], each table's lookup starting at the
     /// segments `near` (prefill's, decode's) remembers.
-    fn pass_ms_near(&self, pass: &Pass, near: &[Near; 2]) -> (f64, (bool, bool)) {
+    pub(crate) fn pass_ms_near(&self, pass: &Pass, near: &[Near; 2]) -> (f64, (bool, bool)) {
         let (p, prefill_past) = if pass.prefill_tokens > 0 {
             self.prefill.lookup_near(
                 pass.prefill_tokens as f64,
@@ -677,10 +709,12 @@ impl PerfProfile {
 }
 
 /// [`PerfProfile`] as a [`PerfModel`], every time divided by
-/// `speedup_ratio`. Shared, so that every worker of a run reads one copy.
+/// `speedup_ratio`, with the profile's step-time terms
+/// ([`crate::overhead`]). Shared, so that every worker of a run reads one
+/// copy.
 #[derive(Debug)]
 pub struct ProfilePerf {
-    profile: Arc<PerfProfile>,
+    pub(crate) profile: Arc<PerfProfile>,
     /// Divides every predicted time; must be positive.
     pub speedup_ratio: f64,
     /// This model's own lookups past a clamping profile's grid: one model
@@ -688,32 +722,107 @@ pub struct ProfilePerf {
     /// the core runs (a thread, another process).
     counts: BeyondGridCounts,
     /// Where this model's last prefill and decode lookups fell.
-    near: [Near; 2],
+    pub(crate) near: [Near; 2],
+    /// The step-time terms as this engine applies them; `None` when none
+    /// changes a time, and then every pass takes the table path.
+    terms: Option<Box<Applied>>,
 }
 
 impl Clone for ProfilePerf {
-    /// The same profile and speed-up, with no passes counted yet.
+    /// The same profile, speed-up and terms, with no passes counted yet.
     fn clone(&self) -> Self {
-        ProfilePerf::new(self.profile.clone(), self.speedup_ratio)
+        ProfilePerf {
+            terms: self.terms.clone(),
+            ..ProfilePerf::bare(self.profile.clone(), self.speedup_ratio)
+        }
     }
 }
 
 impl PartialEq for ProfilePerf {
-    /// The same model: profile and speed-up (counts are a run's, not the
-    /// model's).
+    /// The same model: profile, speed-up and terms (counts are a run's,
+    /// not the model's).
     fn eq(&self, other: &Self) -> bool {
-        self.profile == other.profile && self.speedup_ratio == other.speedup_ratio
+        self.profile == other.profile
+            && self.speedup_ratio == other.speedup_ratio
+            && self.terms == other.terms
     }
 }
 
 impl ProfilePerf {
-    /// The model of `profile` at `speedup_ratio`.
+    /// The model of `profile` at `speedup_ratio`, with the profile's
+    /// terms; capture-list rules are resolved without an engine's limits
+    /// ([`crate::CudaGraph::resolve`]).
     pub fn new(profile: Arc<PerfProfile>, speedup_ratio: f64) -> ProfilePerf {
+        let terms = Applied::new(profile.overheads(), profile.shape(), None, None);
+        ProfilePerf {
+            terms,
+            ..ProfilePerf::bare(profile, speedup_ratio)
+        }
+    }
+
+    /// The model of `profile` for an engine of `max_running` sequences and
+    /// `max_batched_tokens` per pass (what the capture-list rules read).
+    pub fn for_engine(
+        profile: Arc<PerfProfile>,
+        speedup_ratio: f64,
+        max_running: u32,
+        max_batched_tokens: u32,
+    ) -> ProfilePerf {
+        let terms = Applied::new(
+            profile.overheads(),
+            profile.shape(),
+            Some(max_running),
+            Some(max_batched_tokens),
+        );
+        ProfilePerf {
+            terms,
+            ..ProfilePerf::bare(profile, speedup_ratio)
+        }
+    }
+
+    /// This model with `overheads` in place of the profile's (checked
+    /// against its deployment), for an engine of `max_running` sequences
+    /// if given: cheap, the tables are shared (a calibration trial).
+    pub fn with_overheads(
+        self,
+        overheads: &Overheads,
+        max_running: Option<u32>,
+        max_batched_tokens: Option<u32>,
+    ) -> Result<ProfilePerf, OverheadError> {
+        overheads.check(self.profile.shape())?;
+        let terms = Applied::new(
+            overheads,
+            self.profile.shape(),
+            max_running,
+            max_batched_tokens,
+        );
+        Ok(ProfilePerf { terms, ..self })
+    }
+
+    fn bare(profile: Arc<PerfProfile>, speedup_ratio: f64) -> ProfilePerf {
         ProfilePerf {
             profile,
             speedup_ratio,
             counts: BeyondGridCounts::default(),
             near: Default::default(),
+            terms: None,
+        }
+    }
+
+    /// Whether some step-time term changes this model's times.
+    pub fn has_terms(&self) -> bool {
+        self.terms.is_some()
+    }
+
+    /// Counts a pass's lookups past a clamping grid.
+    pub(crate) fn count_past(&self, past: (bool, bool)) {
+        if self.profile.beyond == BeyondGrid::Clamp {
+            if past.0 {
+                self.counts.count_prefill();
+            }
+            if past.1 {
+                self.counts.count_decode();
+            }
         }
     }
 
@@ -727,6 +836,9 @@ impl ProfilePerf {
     fn time(&self, pass: &Pass, count: bool) -> Duration {
         if pass.prefill_tokens == 0 && pass.decode_batch == 0 {
             return Duration::ZERO;
+        }
+        if let Some(t) = &self.terms {
+            return self.time_with(t, pass, count);
         }
         let (ms, past) = self.profile.pass_ms_near(pass, &self.near);
         if count && self.profile.beyond == BeyondGrid::Clamp {
@@ -755,7 +867,10 @@ impl PerfModel for ProfilePerf {
         if self.profile.beyond == BeyondGrid::Clamp
             && (pass.prefill_tokens > 0 || pass.decode_batch > 0)
         {
-            let past = self.profile.past_grid(pass);
+            let past = match &self.terms {
+                Some(t) => self.profile.past_grid(&t.table_pass(pass)),
+                None => self.profile.past_grid(pass),
+            };
             if past.0 {
                 self.counts.count_prefill();
             }
@@ -777,10 +892,13 @@ impl PerfModel for ProfilePerf {
         &self,
         batch: u64,
         first_context: u64,
-        _pool_tokens: u64,
+        pool_tokens: u64,
         max: u64,
         take: &mut dyn FnMut(Duration) -> bool,
     ) -> u64 {
+        if let Some(t) = &self.terms {
+            return self.decode_run_with(t, (batch, first_context, pool_tokens), max, take);
+        }
         if batch == 0 {
             let mut k = 0;
             while k < max && take(Duration::ZERO) {
@@ -816,7 +934,10 @@ impl PerfModel for ProfilePerf {
     /// Decode lookups past a clamping grid: every pass when the batch is
     /// past it, else the passes from the first whose context is (contexts
     /// grow with the pass), found by bisection.
-    fn count_decode_run(&self, batch: u64, first_context: u64, _pool_tokens: u64, passes: u64) {
+    fn count_decode_run(&self, batch: u64, first_context: u64, pool_tokens: u64, passes: u64) {
+        if self.terms.is_some() {
+            return self.count_run_with((batch, first_context, pool_tokens, passes));
+        }
         let p = &*self.profile;
         if p.beyond != BeyondGrid::Clamp || batch == 0 || passes == 0 {
             return;
@@ -856,8 +977,11 @@ impl PerfModel for ProfilePerf {
         batch: u64,
         first_context: u64,
         passes: u64,
-        _pool_tokens: u64,
+        pool_tokens: u64,
     ) -> Duration {
+        if let Some(t) = &self.terms {
+            return self.floor_with(t, (batch, first_context, passes), pool_tokens);
+        }
         if passes == 0 || batch == 0 {
             return Duration::ZERO;
         }

@@ -29,19 +29,32 @@
 //! at probe shapes (`[new, cached, ms]` prefills, `[batch, context per
 //! sequence, ms]` decodes) that tests compare the lookups against.
 //!
+//! Any profile may carry `overheads`, the step-time terms the tables leave
+//! out ([`handoff_perf::Overheads`], docs/step-time-terms.md): an object
+//! with any of `kernel_scale`, `step_ms`, `per_seq_ms`, `sched_ms`,
+//! `allreduce_us`, `allreduce_us_per_mib` (numbers, range-checked),
+//! `async_scheduling` (a boolean) and `cuda_graph` (`"off"`, `"vllm"`,
+//! `"sglang"` or an array of batch sizes). Absent, every term is off.
+//! [`overheads_json`] writes the section and [`with_overheads`] adds it to
+//! a profile's text (what `calibrate` writes).
+//!
 //! Unknown keys are refused. Syntax errors name the line and column;
 //! table errors name the table, field and cell ([`ProfileError`]).
 
 use crate::hardware::ModelOnGpu;
 use handoff_core::Backend;
-use handoff_perf::PerfProfile;
 use handoff_perf::PerfTable;
 use handoff_perf::ProfileError;
 use handoff_perf::TableKind;
 use handoff_perf::{DecodeAxis, TableShape};
+use handoff_perf::{Overheads, PerfProfile};
 use serde::Deserialize;
 use std::io::Read;
 use std::path::Path;
+
+mod overheads;
+use overheads::{e_term, overheads, term_key};
+pub use overheads::{overheads_json, shape_of, with_overheads, OVERHEADS_DECIMALS};
 
 /// Largest profile file read (checked before reading).
 pub const MAX_PROFILE_BYTES: u64 = 1 << 20;
@@ -71,6 +84,8 @@ struct File {
     decode: DecodeFile,
     #[serde(default)]
     checks: ChecksFile,
+    #[serde(default)]
+    overheads: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 fn yes() -> bool {
@@ -166,6 +181,9 @@ pub struct ProfileFile {
     pub prefill_checks: Vec<Check>,
     /// Decode probes (`x` sequences at `y` context tokens each).
     pub decode_checks: Vec<Check>,
+    /// The file's `overheads` section, if it has one (also in force in
+    /// [`ProfileFile::profile`]).
+    pub overheads: Option<Overheads>,
 }
 
 /// Why a profile file was refused.
@@ -325,7 +343,7 @@ pub fn parse_file(text: &str, origin: &str) -> Result<ProfileFile, ProfileFileEr
         BeyondGridFile::Extrapolate => PerfProfile::new,
         BeyondGridFile::Clamp => PerfProfile::clamped,
     };
-    let profile = build(f.name, f.source, prefill, decode, f.pass_overhead_ms)
+    let mut profile = build(f.name, f.source, prefill, decode, f.pass_overhead_ms)
         .map_err(invalid)?
         .with_decode_axis(axis);
     let deployment = f
@@ -333,6 +351,19 @@ pub fn parse_file(text: &str, origin: &str) -> Result<ProfileFile, ProfileFileEr
         .map(deployment)
         .transpose()
         .map_err(|(k, m)| field(k, m))?;
+    if let Some(d) = &deployment {
+        profile = profile.with_shape(shape_of(d));
+    }
+    let section = match &f.overheads {
+        Some(section) => {
+            let o = overheads(section).map_err(|(k, m)| field(k, m))?;
+            profile = profile
+                .with_overheads(o.clone())
+                .map_err(|e| field(term_key(e_term(&e)), e.to_string()))?;
+            Some(o)
+        }
+        None => None,
+    };
     let prefill_checks =
         checks(&f.checks.prefill, "checks.prefill").map_err(|(k, m)| field(k, m))?;
     let decode_checks = checks(&f.checks.decode, "checks.decode").map_err(|(k, m)| field(k, m))?;
@@ -341,6 +372,7 @@ pub fn parse_file(text: &str, origin: &str) -> Result<ProfileFile, ProfileFileEr
         deployment,
         prefill_checks,
         decode_checks,
+        overheads: section,
     })
 }
 
@@ -429,7 +461,7 @@ mod tests {
     use super::*;
     use handoff_perf::{BeyondGrid, ProfileErrorKind};
 
-    const OK: &str = r#"{
+    pub(super) const OK: &str = r#"{
   "name": "t", "source": "s", "pass_overhead_ms": 5,
   "prefill": {"new_tokens": [1, 100], "cached_tokens": [0], "ms": [[10], [20]]},
   "decode": {"batch": [1], "context_tokens": [0, 1000], "ms": [[6, 9]]}
@@ -477,7 +509,7 @@ mod tests {
         );
     }
 
-    const AIC: &str = r#"{
+    pub(super) const AIC: &str = r#"{
   "name": "a", "source": "s", "license": "Apache-2.0", "beyond_grid": "clamp",
   "non_decreasing": false, "pass_overhead_ms": 1,
   "deployment": {"backend": "vllm", "backend_version": "0.24.0", "gpu": "h100",

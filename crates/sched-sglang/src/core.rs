@@ -461,6 +461,7 @@ impl<P: PerfModel> SglangCore<P> {
             // chunks, their cached prefixes.
             let pass = Pass {
                 prefill_tokens: p.tokens,
+                prefill_seqs: p.chunks,
                 prefill_prefix_work: p.prefix_work,
                 decode_batch: p.mixed_batch,
                 decode_context_tokens: p.kv_tokens,

@@ -44,6 +44,9 @@ pub(crate) struct PrefillWork {
     /// Σ chunk tokens × tokens already cached before the chunk
     /// ([`handoff_perf::Pass::prefill_prefix_work`]).
     pub(crate) prefix_work: u64,
+    /// Chunks computed: one per request extended
+    /// ([`handoff_perf::Pass::prefill_seqs`]).
+    pub(crate) chunks: u64,
 }
 
 /// The admission outcome of one request (`AddReqResult`).
@@ -402,10 +405,11 @@ impl<P: PerfModel> SglangCore<P> {
 
     /// Computes the extends of `batch`: allocates their pages, caches their
     /// completed prompt blocks, and completes the prefills whose fill is
-    /// done. Returns the tokens computed and their prefix work.
-    fn run_extends(&mut self, batch: &[(u32, u64)], out: &mut StepOutput) -> (u64, u64) {
+    /// done. Returns the tokens computed, their prefix work and the chunks.
+    fn run_extends(&mut self, batch: &[(u32, u64)], out: &mut StepOutput) -> (u64, u64, u64) {
         let mut tokens = 0u64;
         let mut prefix_work = 0u64;
+        let mut chunks = 0u64;
         for &(idx, extend) in batch {
             let (c, fill) = match self.seqs.get(idx) {
                 Some(s) => (s.computed, s.fill_len()),
@@ -421,6 +425,7 @@ impl<P: PerfModel> SglangCore<P> {
                 s.computed += extend;
             }
             tokens += extend;
+            chunks += 1;
             prefix_work = prefix_work.saturating_add(extend.saturating_mul(c));
             self.cache_prompt_blocks(idx);
             if c + extend >= fill {
@@ -429,7 +434,7 @@ impl<P: PerfModel> SglangCore<P> {
                 self.kv_chunk_done(idx, c + extend, out);
             }
         }
-        (tokens, prefix_work)
+        (tokens, prefix_work, chunks)
     }
 
     /// Builds and runs a prefill pass; `None` when nothing is admitted.
@@ -460,7 +465,7 @@ impl<P: PerfModel> SglangCore<P> {
         } else {
             0
         };
-        let (tokens, prefix_work) = self.run_extends(&batch, out);
+        let (tokens, prefix_work, chunks) = self.run_extends(&batch, out);
         self.chunked = next_chunked;
         if let Some(s) = next_chunked.and_then(|c| self.seqs.get_mut(c)) {
             s.phase = Phase::Chunked;
@@ -471,6 +476,7 @@ impl<P: PerfModel> SglangCore<P> {
             mixed_batch,
             kv_tokens,
             prefix_work,
+            chunks,
         })
     }
 

@@ -21,6 +21,9 @@ mod workload;
 pub use sglang_env::{early_send_cached_prefix, heartbeat, EARLY_SEND_ENV, WAITING_TIMEOUT_ENV};
 pub use workload::{Workload, WorkloadArgs};
 
+/// Most `--overhead` flags one command takes (eight terms, each settable).
+const MAX_OVERHEAD_FLAGS: usize = 64;
+
 /// `--backend`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum BackendArg {
@@ -225,6 +228,21 @@ pub struct DeployArgs {
     /// profile:qwen3-8b-h100-tp1-vllm (or -sglang)].
     #[arg(long, value_name = "MODEL")]
     pub perf: Option<String>,
+    /// The step-time terms a profile adds to its tables' times
+    /// (docs/step-time-terms.md): `off` (every term off), `profile` (the
+    /// profile's own `overheads` section; none: all off) or FILE (the
+    /// `overheads` section of another profile file, e.g. a calibrated one,
+    /// applied to this profile's tables). Profiles only, not
+    /// dynamo-polynomial or npz: [default: profile].
+    #[arg(long, value_name = "off|profile|FILE")]
+    pub overheads: Option<String>,
+    /// Sets one step-time term after --overheads, TERM=VALUE: kernel_scale,
+    /// step_ms, per_seq_ms, sched_ms, allreduce_us, allreduce_us_per_mib (a
+    /// number), async_scheduling (true or false), cuda_graph (off, vllm,
+    /// sglang, or batch sizes such as 1,2,4,8); repeatable, e.g.
+    /// `--overhead step_ms=4 --overhead cuda_graph=vllm`.
+    #[arg(long, value_name = "TERM=VALUE")]
+    pub overhead: Vec<String>,
     /// SGLang decode workers keep a radix prefix cache (SGLang's flag of
     /// the same name): only the prompt's uncached delta is preallocated and
     /// transferred, and decode publishes KV events (the DEP's locked-prefix
@@ -507,8 +525,54 @@ impl DeployArgs {
 
     /// The step-time model of `--perf` (a profile is read and checked
     /// here), else the profile of `--model` on `--gpu` (by default
-    /// Qwen3-8B on an H100: [`crate::hardware_args::DEFAULT_MODEL`]).
+    /// Qwen3-8B on an H100: [`crate::hardware_args::DEFAULT_MODEL`]), with
+    /// the step-time terms of `--overheads` and `--overhead`.
     pub fn perf(&self) -> Result<PerfChoice, String> {
+        self.with_overheads(self.perf_model()?)
+    }
+
+    /// `choice` with the terms `--overheads` and `--overhead` say in place
+    /// of its profile's (untouched without them); an error for a model
+    /// that is not a profile.
+    fn with_overheads(&self, choice: PerfChoice) -> Result<PerfChoice, String> {
+        if self.overheads.is_none() && self.overhead.is_empty() {
+            return Ok(choice);
+        }
+        let PerfChoice::Profile(p) = choice else {
+            return Err(format!(
+                "--overheads/--overhead: the step-time terms apply to profiles only (--perf profile:FILE, or the profile of --model/--gpu), not to {}",
+                choice.label()
+            ));
+        };
+        if self.overhead.len() > MAX_OVERHEAD_FLAGS {
+            return Err(format!(
+                "--overhead: given {} times, at most {MAX_OVERHEAD_FLAGS}",
+                self.overhead.len()
+            ));
+        }
+        let mut o = match self.overheads.as_deref() {
+            None | Some("profile") => p.overheads().clone(),
+            Some("off") => Default::default(),
+            Some(path) => {
+                check_regular("--overheads", path.as_ref()).map_err(|e| e.to_string())?;
+                handoff_profiles::profile_file::load_file(path.as_ref())
+                    .map_err(|e| format!("--overheads: {e}"))?
+                    .overheads
+                    .ok_or_else(|| format!("--overheads: {path}: has no overheads section"))?
+            }
+        };
+        for a in &self.overhead {
+            o.assign(a).map_err(|e| format!("--overhead {a}: {e}"))?;
+        }
+        let profile = (*p)
+            .clone()
+            .with_overheads(o)
+            .map_err(|e| format!("--overheads/--overhead: {e}"))?;
+        Ok(PerfChoice::Profile(Arc::new(profile)))
+    }
+
+    /// The step-time model of `--perf`, else of `--model` on `--gpu`.
+    fn perf_model(&self) -> Result<PerfChoice, String> {
         let Some(other) = self.perf.as_deref() else {
             return Ok(match self.hardware()? {
                 Some(s) => PerfChoice::Profile(Arc::new(s.file.profile)),

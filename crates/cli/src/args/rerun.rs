@@ -23,7 +23,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The flags that name a file the run reads.
-const PATH_FLAGS: [&str; 4] = ["trace", "perf", "faults", "profiles-dir"];
+const PATH_FLAGS: [&str; 5] = ["trace", "perf", "faults", "profiles-dir", "overheads"];
 
 /// Why a report cannot be rerun.
 #[derive(Debug)]
@@ -165,6 +165,7 @@ fn names_a_path(name: &str, value: Option<&str>) -> bool {
     match (name, value) {
         ("trace" | "profiles-dir", _) => true,
         ("perf", Some(v)) => v.starts_with("profile:") || v.starts_with("npz:"),
+        ("overheads", Some(v)) => v != "off" && v != "profile",
         // `--faults` takes a file when one is there, else the plan itself.
         ("faults", Some(v)) => Path::new(v).exists(),
         _ => false,

@@ -19,8 +19,8 @@ pub use recorder::Recorder;
 pub use records::{HandoffTimes, RequestRecord, RequestSink};
 pub use run::{ModelReport, RunReport, WorkloadReport};
 pub use sections::{
-    BeyondGridReport, EngineReport, FlatLatencies, Lifecycle, Report, ReportConfig, TimersReport,
-    TransferReport, WorkerReport,
+    BeyondGridReport, CudaGraphReport, EngineReport, FlatLatencies, Lifecycle, OverheadsReport,
+    Report, ReportConfig, TimersReport, TransferReport, WorkerReport,
 };
 pub use slo::{SizingReport, SloReport, SloSample, SloTargetReport, SloVerdicts};
 pub use stale::{StaleKv, StaleReads};

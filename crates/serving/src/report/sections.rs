@@ -149,6 +149,11 @@ pub struct EngineReport {
     /// The step-time model (`--perf`): `dynamo-polynomial` or
     /// `profile:NAME`.
     pub perf: String,
+    /// The step-time terms a profile adds to its tables' times
+    /// (`handoff_perf::Overheads`, docs/step-time-terms.md); written only
+    /// when some term is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub perf_overheads: Option<OverheadsReport>,
     /// Source lease lifetime in seconds (the backend's default when not
     /// overridden).
     pub source_lease_ttl_s: f64,
@@ -165,6 +170,57 @@ pub struct EngineReport {
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+/// The step-time terms in force, as the profile file's `overheads`
+/// section spells them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OverheadsReport {
+    /// Multiplies the table time.
+    pub kernel_scale: f64,
+    /// Added per pass, ms.
+    pub step_ms: f64,
+    /// Added per sequence in a pass, ms.
+    pub per_seq_ms: f64,
+    /// CPU scheduling per pass, ms.
+    pub sched_ms: f64,
+    /// Whether scheduling overlaps the GPU (max, not sum).
+    pub async_scheduling: bool,
+    /// `off`, `vllm`, `sglang`, or the captured batch sizes.
+    pub cuda_graph: CudaGraphReport,
+    /// Extra µs per TP all-reduce.
+    pub allreduce_us: f64,
+    /// Extra µs per MiB all-reduced.
+    pub allreduce_us_per_mib: f64,
+}
+
+/// A CUDA-graph capture list as reported: a rule's name or the sizes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum CudaGraphReport {
+    /// `off`, `vllm` or `sglang`.
+    Rule(&'static str),
+    /// Explicit sizes.
+    Sizes(Vec<u32>),
+}
+
+impl From<&handoff_perf::Overheads> for OverheadsReport {
+    fn from(o: &handoff_perf::Overheads) -> Self {
+        OverheadsReport {
+            kernel_scale: o.kernel_scale,
+            step_ms: o.step_ms,
+            per_seq_ms: o.per_seq_ms,
+            sched_ms: o.sched_ms,
+            async_scheduling: o.async_scheduling,
+            cuda_graph: match (&o.cuda_graph, o.cuda_graph.rule_name()) {
+                (handoff_perf::CudaGraph::Sizes(s), _) => CudaGraphReport::Sizes(s.clone()),
+                (_, Some(rule)) => CudaGraphReport::Rule(rule),
+                (_, None) => CudaGraphReport::Rule("off"),
+            },
+            allreduce_us: o.allreduce_us,
+            allreduce_us_per_mib: o.allreduce_us_per_mib,
+        }
+    }
 }
 
 impl EngineReport {
@@ -314,6 +370,7 @@ fn engine_reports(cfg: &DeploymentConfig, workers: &[(WorkerId, Pool)]) -> Vec<E
             max_batched_tokens: spec.max_batched_tokens,
             pass_speedup_ratio: spec.speedup_ratio,
             perf: spec.perf.label(),
+            perf_overheads: spec.perf.overheads().map(OverheadsReport::from),
             source_lease_ttl_s: secs(spec.effective_source_lease_ttl()),
             decode_radix_cache: spec.decode_radix_cache
                 && spec.backend == handoff_core::Backend::Sglang,
