@@ -183,6 +183,15 @@ pub struct Selected {
     pub file: ProfileFile,
     /// Its deployment.
     pub model: ModelOnGpu,
+    /// Where it was read: a file's path, or `profiles/aic/NAME` for a
+    /// built-in one ([`built_in_text`]).
+    pub origin: String,
+}
+
+/// The text of the built-in profile `origin` names (`profiles/aic/NAME`).
+pub fn built_in_text(origin: &str) -> Option<&'static str> {
+    let name = origin.strip_prefix("profiles/aic/")?;
+    EMBEDDED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
 }
 
 impl HardwareArgs {
@@ -292,7 +301,11 @@ impl HardwareArgs {
                 m.backend.name()
             ));
         }
-        Ok(Selected { file, model: m })
+        Ok(Selected {
+            file,
+            model: m,
+            origin: path,
+        })
     }
 
     /// The model of a run timed by `--perf profile:PATH` (`file`, read) with
@@ -307,7 +320,11 @@ impl HardwareArgs {
     ) -> Result<Selected, String> {
         if let Some(d) = file.deployment.clone() {
             self.check_deployment(backend, path, &d)?;
-            return Ok(Selected { file, model: d });
+            return Ok(Selected {
+                file,
+                model: d,
+                origin: path.to_string(),
+            });
         }
         match (&self.model, &self.gpu) {
             (Some(m), Some(g)) => self.select_for(m, g, backend),

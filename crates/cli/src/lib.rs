@@ -45,6 +45,7 @@ mod sweep_cmd;
 mod sweep_experiment;
 mod sweep_grid;
 mod sweep_map;
+mod validate;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ffi::OsString;
@@ -91,6 +92,14 @@ enum Command {
     /// ranked by goodput per GPU, with the Pareto frontier and its page;
     /// `--check-aic FILE` simulates AIConfigurator's saved picks.
     Plan(Box<plan_cmd::PlanArgs>),
+    /// Replay a real engine run's requests (`vllm bench serve
+    /// --save-detailed` JSON, SGLang `bench_serving` output, or the plain
+    /// per-request JSONL/CSV) on a stated deployment and print how far
+    /// TTFT, TPOT and E2E are from the real ones, request by request.
+    Validate(Box<validate::ValidateArgs>),
+    /// Fit the step-time model's overhead terms to one real run (as
+    /// `validate` reads it) and write the calibrated profile.
+    Calibrate(Box<validate::calibrate::CalibrateArgs>),
 }
 
 /// The command line, parsed (a `replay --rerun REPORT` with the report's
@@ -134,6 +143,8 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve_cmd::run(*args),
         Command::Sweep(args) => sweep_cmd::run(*args),
         Command::Plan(args) => plan_cmd::run(*args),
+        Command::Validate(args) => validate::run(*args),
+        Command::Calibrate(args) => validate::calibrate::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -147,6 +147,21 @@ fn kv_events_writer(
     Ok((w, kv_sink))
 }
 
+/// How a replay runs, beside its deployment and workload.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions<'a> {
+    /// Step several passes per event (the default; same report).
+    pub multi_step: bool,
+    /// Closed loop with this many requests in flight.
+    pub concurrency: Option<usize>,
+    /// Keep the lifecycle transcript.
+    pub transcript: bool,
+    /// Keep capacity timelines (for `--html`).
+    pub details: bool,
+    /// `--kv-events-out`.
+    pub kv_events_out: Option<&'a Path>,
+}
+
 /// Runs the replay `a` describes and returns its report: the configuration
 /// construction `replay` and `sweep` share. `progress` counts requests on
 /// stderr; `sink` receives per-request records. A malformed trace is an
@@ -156,8 +171,39 @@ pub fn simulate(
     progress: bool,
     sink: Option<handoff_serving::report::RequestSink>,
 ) -> Result<Simulated, String> {
-    let (mut cfg, specs) = a.deploy.deployment(!a.no_multi_step)?;
-    cfg.transcript = a.out.transcript.is_some();
+    let opts = RunOptions {
+        multi_step: !a.no_multi_step,
+        concurrency: a.concurrency,
+        transcript: a.out.transcript.is_some(),
+        details: a.html.is_some(),
+        kv_events_out: a.kv_events_out.as_deref(),
+    };
+    let open = || a.workload.open(a.deploy.seed);
+    let sim = simulate_workload(&a.deploy, &opts, open, progress, sink)?;
+    if sim.report.num_requests == 0 {
+        if let Some(t) = &a.workload.trace {
+            let skipped = sim.workload.skipped.borrow().count;
+            return Err(format!(
+                "--trace {}: no request to replay ({skipped} bad lines skipped)",
+                t.display()
+            ));
+        }
+    }
+    Ok(sim)
+}
+
+/// Replays the workload `open` gives on the deployment `deploy`
+/// describes, as `opts` says; the workload opens once the deployment has
+/// built, so a bad deployment is the error reported first.
+pub fn simulate_workload(
+    deploy: &DeployArgs,
+    opts: &RunOptions<'_>,
+    open: impl FnOnce() -> Result<crate::args::Workload, String>,
+    progress: bool,
+    sink: Option<handoff_serving::report::RequestSink>,
+) -> Result<Simulated, String> {
+    let (mut cfg, specs) = deploy.deployment(opts.multi_step)?;
+    cfg.transcript = opts.transcript;
     // Build every core up front so a bad configuration fails before any
     // work; a worker a fault plan restarts gets a fresh core of its spec.
     let mut cores = Vec::new();
@@ -171,11 +217,11 @@ pub fn simulate(
         Some(c) => c,
         None => make_core(&specs[w.0 as usize]).unwrap_or_else(|_| unreachable!("spec checked")),
     };
-    if a.concurrency == Some(0) {
+    if opts.concurrency == Some(0) {
         return Err("--concurrency: must be at least 1".into());
     }
-    let mut wl = a.workload.open(a.deploy.seed)?;
-    if let Some(n) = a.concurrency {
+    let mut wl = open()?;
+    if let Some(n) = opts.concurrency {
         wl.closed_loop(n);
     }
     wl.check_fits(
@@ -184,7 +230,7 @@ pub fn simulate(
     )?;
     // `--kv-events-out`: each request's prompt blocks are indexed as the
     // replay pulls it, before any of its blocks can be stored.
-    let trace_blocks = a.kv_events_out.as_ref().map(|_| {
+    let trace_blocks = opts.kv_events_out.map(|_| {
         let sizes = specs.iter().map(|s| s.event_block_tokens()).collect();
         Rc::new(RefCell::new(handoff_kv_events::TraceBlocks::new(sizes)))
     });
@@ -196,7 +242,7 @@ pub fn simulate(
     });
     let started = std::time::Instant::now();
     let cfg_dp = cfg.dp;
-    let mut replay = match a.concurrency {
+    let mut replay = match opts.concurrency {
         Some(n) => Replay::closed_loop(cfg, items, n, make),
         None => Replay::new(cfg, items, make),
     }
@@ -204,7 +250,7 @@ pub fn simulate(
     if let Some(sink) = sink {
         replay = replay.with_request_sink(sink);
     }
-    let kv_out = match &a.kv_events_out {
+    let kv_out = match opts.kv_events_out {
         Some(p) => {
             let sizes = specs.iter().map(|s| s.event_block_tokens()).collect();
             let index = trace_blocks.clone().unwrap_or_default();
@@ -214,7 +260,7 @@ pub fn simulate(
         }
         None => None,
     };
-    if a.html.is_some() {
+    if opts.details {
         replay = replay.keep_details(handoff_serving::timeline::DEFAULT_POINTS);
     }
     let outcome = replay.run_all();
@@ -224,17 +270,8 @@ pub fn simulate(
     if let Some(e) = wl.error.borrow_mut().take() {
         return Err(e.to_string());
     }
-    if outcome.report.num_requests == 0 {
-        if let Some(t) = &a.workload.trace {
-            let skipped = wl.skipped.borrow().count;
-            return Err(format!(
-                "--trace {}: no request to replay ({skipped} bad lines skipped)",
-                t.display()
-            ));
-        }
-    }
     let wall = started.elapsed();
-    if let (Some(w), Some(p)) = (kv_out, &a.kv_events_out) {
+    if let (Some(w), Some(p)) = (kv_out, opts.kv_events_out) {
         if let Some(w) = w.borrow_mut().take() {
             w.finish()
                 .map_err(|e| format!("--kv-events-out {}: {e}", p.display()))?;

@@ -41,13 +41,20 @@ pub enum FileKind {
     /// A Hugging Face `tokenizer.json` (`serve --tokenizer`): those of
     /// large vocabularies are 10-20 MB.
     Tokenizer,
+    /// A step-time profile (`--perf profile:FILE`, `calibrate`): the same
+    /// bound as `handoff_profiles::profile_file`'s reader.
+    Profile,
+    /// A real engine run's per-request record (`validate --real`):
+    /// benchmark outputs with generated texts reach tens of MiB.
+    RealRun,
 }
 
 impl FileKind {
     /// The most bytes a file of this kind may have.
     pub const fn max_bytes(self) -> u64 {
         match self {
-            FileKind::Report | FileKind::Summary => 256 * MIB,
+            FileKind::Report | FileKind::Summary | FileKind::RealRun => 256 * MIB,
+            FileKind::Profile => MIB,
             FileKind::Grid | FileKind::FaultPlan => MIB,
             FileKind::AicCsv => 16 * MIB,
             FileKind::Tokenizer => 64 * MIB,
@@ -63,6 +70,8 @@ impl FileKind {
             FileKind::FaultPlan => "a fault plan",
             FileKind::AicCsv => "an AIConfigurator CSV",
             FileKind::Tokenizer => "a tokenizer.json",
+            FileKind::Profile => "a profile",
+            FileKind::RealRun => "a real run's record",
         }
     }
 }

@@ -111,6 +111,18 @@ impl<R: std::io::BufRead> Iterator for Checked<R> {
 }
 
 impl Workload {
+    /// The requests `items` (already read and checked elsewhere, as
+    /// `validate` reads a real run), described by `note`.
+    pub fn from_items(items: Vec<TraceItem>, note: String) -> Workload {
+        Workload {
+            items: Box::new(items.into_iter()),
+            error: Rc::default(),
+            note,
+            skipped: Rc::default(),
+            open_loop_rate: None,
+        }
+    }
+
     /// Refuses a deployment whose KV pools cannot hold the workload's first
     /// request (prompt plus output) at all, instead of failing every request
     /// on it: `specs` are the schedulers' engines (one per DP rank),

@@ -10,7 +10,7 @@
 //! - a plain per-request JSONL or CSV ([`plain`]).
 //!
 //! Every file is read through [`crate::file`] (a regular file of at most
-//! [`FileKind::Report`]'s bytes); a run has at most [`MAX_REQUESTS`]
+//! [`FileKind::RealRun`]'s bytes); a run has at most [`MAX_REQUESTS`]
 //! requests of at most [`MAX_TOKENS`] tokens each, every array is bounded
 //! while it is parsed, and every refusal is an [`ObservedError`] naming the
 //! file and where in it.
@@ -199,7 +199,7 @@ pub fn read_observed_with(
     path: &Path,
     options: &ObservedOptions,
 ) -> Result<ObservedRun, ObservedError> {
-    let text = file::read_to_string("", path, FileKind::Report)?;
+    let text = file::read_to_string("--real", path, FileKind::RealRun)?;
     parse_observed(path, &text, options)
 }
 
