@@ -137,15 +137,15 @@ impl Workload {
         let split = specs.len().saturating_sub(decode);
         for (i, spec) in specs.iter().enumerate() {
             let (role, flag, needs) = if i >= split {
-                ("decode", "--decode-kv-tokens", total)
+                ("a decode", "--decode-kv-tokens", total)
             } else if decode == 0 {
-                ("aggregated", "--prefill-kv-tokens", total)
+                ("an aggregated", "--prefill-kv-tokens", total)
             } else {
-                ("prefill", "--prefill-kv-tokens", need)
+                ("a prefill", "--prefill-kv-tokens", need)
             };
             if spec.kv_tokens < needs {
                 return Err(format!(
-                    "{flag} {}: a {role} worker cannot hold the workload's first request \
+                    "{flag} {}: {role} worker cannot hold the workload's first request \
                      ({needs} tokens of KV), so every request like it would fail; raise {flag}",
                     spec.kv_tokens
                 ));

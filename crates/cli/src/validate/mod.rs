@@ -64,6 +64,9 @@ pub struct RealArgs {
 impl RealArgs {
     /// Reads the run.
     pub fn read(&self) -> Result<ObservedRun, String> {
+        if self.real_block_size == 0 {
+            return Err("--real-block-size 0: must be at least 1".into());
+        }
         read_observed(
             &self.real,
             self.real_format.observed(),
@@ -219,6 +222,10 @@ pub fn run(a: ValidateArgs) -> Result<(), String> {
     let run = a.real.read()?;
     let title = title(&a.real, &run, &a.deploy)?;
     let c = compare(&a.deploy, &run)?;
+    if let Some(p) = &a.html {
+        let page = html::render(&title, &c.errors, &c.pairs)?;
+        std::fs::write(p, page).map_err(|e| format!("--html {}: {e}", p.display()))?;
+    }
     if a.json {
         let v = serde_json::json!({
             "real": a.real.real.display().to_string(),
@@ -235,10 +242,6 @@ pub fn run(a: ValidateArgs) -> Result<(), String> {
     } else {
         out!("validate: {title}");
         out!("{}", table(&c));
-    }
-    if let Some(p) = &a.html {
-        let page = html::render(&title, &c.errors, &c.pairs)?;
-        std::fs::write(p, page).map_err(|e| format!("--html {}: {e}", p.display()))?;
     }
     if c.failed > 0 {
         return Err(format!(
