@@ -22,7 +22,8 @@ impl DeployArgs {
             .filter(|p| !p.is_empty());
         if let (Some(t), None, None) = (h.tp, &h.model, profile) {
             return Err(format!(
-                "--tp {t}: needs --model, or --perf profile:FILE to check it against"
+                "--tp {t}: needs --model with --gpu (the profile of the model at that TP), \
+                 or --perf profile:FILE to check it against"
             ));
         }
         if h.model.is_none() && h.gpu.is_none() && self.perf.is_none() {
