@@ -302,13 +302,20 @@ pub fn render(report: &Report, details: &Details, title: &str) -> Result<String,
     phases(&mut body, report, details)?;
     timelines(&mut body, report, details)?;
     workers(&mut body, report);
-    Ok(format!(
+    Ok(page("handoff-mocker report", &body))
+}
+
+/// A self-contained page titled `title` around `body`: no network (a
+/// content security policy allowing inline style and script only), the
+/// shared style, and the script that checks the charts rendered.
+pub(crate) fn page(title: &str, body: &str) -> String {
+    format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
          style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\
-         <title>handoff-mocker report</title><style>{CSS}</style></head>\
+         <title>{title}</title><style>{CSS}</style></head>\
          <body>{body}<script>{CHECK}</script></body></html>\n"
-    ))
+    )
 }
 
 /// The run's configuration and totals.

@@ -3,7 +3,7 @@
 //! where they are equal), as one self-contained page.
 
 use super::accuracy::{Error, Latency, Pair};
-use crate::html::{err, escape, figure, svg, CHECK, COLOURS, CSS};
+use crate::html::{err, escape, figure, page, svg, COLOURS};
 use plotters::prelude::*;
 use std::fmt::Write as _;
 
@@ -49,13 +49,7 @@ pub fn render(
     for (latency, p) in pairs {
         figure(&mut body, "scatter", &scatter(latency.label(), p)?);
     }
-    Ok(format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
-         style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\
-         <title>handoff-mocker validate</title><style>{CSS}</style></head>\
-         <body>{body}<script>{CHECK}</script></body></html>\n"
-    ))
+    Ok(page("handoff-mocker validate", &body))
 }
 
 /// One scatter on log axes spanning both sets of values.
