@@ -71,10 +71,10 @@ pub struct HardwareArgs {
     #[arg(long, value_name = "FRACTION", requires = "model")]
     pub gpu_memory_utilization: Option<f64>,
     /// Folder of exported profiles (`cargo xtask profiles build` writes
-    /// them), added to the ones built in, with --model [default:
+    /// them), added to the ones built in [default:
     /// $HANDOFF_PROFILES_DIR, else only the profiles built in, from
     /// profiles/aic].
-    #[arg(long, value_name = "DIR", requires = "model")]
+    #[arg(long, value_name = "DIR")]
     pub profiles_dir: Option<PathBuf>,
 }
 

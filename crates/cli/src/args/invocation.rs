@@ -115,6 +115,18 @@ pub fn run_flags(m: &ArgMatches) -> Vec<String> {
             "false".to_string(),
         ]);
     }
+    // A profile folder named by the environment is part of the run: the
+    // report names it as the flag would, so a rerun without it is refused
+    // instead of falling back on a built-in profile of the same name.
+    if let Ok(d) = DeployArgs::from_arg_matches(m) {
+        if let Some(dir) = d
+            .hardware
+            .profile_dir()
+            .filter(|d| d.named_by != "--profiles-dir")
+        {
+            flags.extend(["--profiles-dir".to_string(), dir.path.display().to_string()]);
+        }
+    }
     flags.extend(workload_flags(m));
     flags
 }
