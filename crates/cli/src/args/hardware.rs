@@ -3,9 +3,10 @@
 //! pool at its own TP (`--prefill-tp`, `--decode-tp`), and with `--perf
 //! profile:FILE` the model beside the file that times it.
 
-use super::DeployArgs;
+use super::{early_send_cached_prefix, DeployArgs, EARLY_SEND_ENV};
 use crate::hardware_args::{PoolSide, Selected, DEFAULT_GPU, DEFAULT_MODEL};
 use handoff_core::Backend;
+use handoff_deployment::{EngineSpec, PerfChoice};
 
 impl DeployArgs {
     /// The prefill (or aggregated) pool's profile and model:
@@ -69,6 +70,104 @@ impl DeployArgs {
             }
             _ => h.select(backend),
         }
+    }
+
+    /// What the report judges and sizes the run by: `--slo`, each pool's TP
+    /// (`--model` with `--tp`, `--prefill-tp`, `--decode-tp`; 1 with
+    /// `--perf` alone) and `--gpu-hour-usd`;
+    /// `None` when neither flag was given, so the report is as before.
+    pub fn sizing(&self) -> Result<Option<handoff_deployment::ReportSizing>, String> {
+        if self.slo.is_none() && self.gpu_hour_usd.is_none() {
+            return Ok(None);
+        }
+        let price = match self.gpu_hour_usd {
+            Some(p) if !(p.is_finite() && p > 0.0 && p <= 1e6) => {
+                return Err(format!(
+                    "--gpu-hour-usd {p}: must be a positive price of at most 1000000"
+                ))
+            }
+            p => p,
+        };
+        let (p, d) = self.pool_hardware()?;
+        let tp = |s: Option<Selected>| s.map_or(1, |s| s.model.tp);
+        let (prefill_tp, decode_tp) = (tp(p), tp(d));
+        Ok(Some(handoff_deployment::ReportSizing {
+            slo: self.slo.clone(),
+            gpus_per_rank: prefill_tp,
+            decode_gpus_per_rank: (decode_tp != prefill_tp).then_some(decode_tp),
+            gpu_hour_usd: price,
+        }))
+    }
+
+    /// Engine specs for a prefill and a decode worker (the flags in their
+    /// ranges: [`DeployArgs::check_ranges`] first).
+    pub fn engines(&self) -> Result<(EngineSpec, EngineSpec), String> {
+        let pass_speedup = self.pass_speedup_ratio()?;
+        let (hw, decode_hw) = self.pool_hardware()?;
+        let perf = self.perf()?;
+        // One model for both pools unless their TPs select two profiles.
+        let decode_perf = if self.hardware.pools_alike() || self.perf.is_some() {
+            perf.clone()
+        } else {
+            self.perf_for(PoolSide::Decode)?
+        };
+        let backend = self.backend();
+        let block_size = self
+            .block_size
+            .unwrap_or(if backend == Backend::Sglang { 1 } else { 16 });
+        let spec = |kv_tokens: u64,
+                    flag: &str,
+                    perf: &PerfChoice,
+                    hw: Option<&Selected>|
+         -> Result<EngineSpec, String> {
+            if kv_tokens < u64::from(block_size) {
+                return Err(format!("--{flag}: must hold at least one block"));
+            }
+            Ok(EngineSpec {
+                backend,
+                kv_tokens,
+                block_size,
+                max_running: self
+                    .max_running
+                    .unwrap_or_else(|| EngineSpec::default_max_running(backend, kv_tokens)),
+                max_batched_tokens: self.max_batched_tokens,
+                speedup_ratio: pass_speedup,
+                perf: perf.clone(),
+                tp: hw.map_or(1, |s| s.model.tp),
+                source_lease_ttl: self.source_lease_ttl(),
+                decode_radix_cache: false,
+                early_send_cached_prefix: true,
+                sessions: Default::default(),
+                max_loras: self.max_loras,
+            })
+        };
+        let (early_send, warning) = early_send_cached_prefix(
+            self.disagg_prefill_early_send_cached_prefix.as_deref(),
+            std::env::var_os(EARLY_SEND_ENV).as_deref(),
+        )?;
+        if let Some(w) = warning {
+            eprintln!("{w}");
+        }
+        let decode = EngineSpec {
+            decode_radix_cache: self.disaggregation_decode_enable_radix_cache,
+            early_send_cached_prefix: early_send,
+            ..spec(
+                self.kv_tokens(true, decode_hw.as_ref())?,
+                "decode-kv-tokens",
+                &decode_perf,
+                decode_hw.as_ref(),
+            )?
+        };
+        let prefill = EngineSpec {
+            early_send_cached_prefix: early_send,
+            ..spec(
+                self.kv_tokens(false, hw.as_ref())?,
+                "prefill-kv-tokens",
+                &perf,
+                hw.as_ref(),
+            )?
+        };
+        Ok((prefill, decode))
     }
 
     /// The KV pool of `--prefill-kv-tokens` (`decode`: `--decode-kv-tokens`),
