@@ -16,6 +16,10 @@
 //! [`PROFILES_DIR_ENV`], names a folder whose profiles are added to them (a
 //! file there wins over a built-in one of the same name).
 //!
+//! `--prefill-tp` and `--decode-tp` give each pool its own TP (default:
+//! `--tp`): each pool then selects its own profile, which times its passes
+//! and sizes its pool ([`HardwareArgs::for_pool`]).
+//!
 //! With `--perf profile:FILE` and `--model` or `--tp`, FILE times the passes
 //! and the model sizes KV: the file's own `deployment` section when it has
 //! one (checked against `--model`, `--gpu`, `--tp` and `--backend`), else
@@ -65,6 +69,18 @@ pub struct HardwareArgs {
     /// smallest TP a profile of the model exists for].
     #[arg(long, value_name = "N")]
     pub tp: Option<u32>,
+    /// GPUs per prefill (or aggregated) worker, tensor-parallel: the prefill
+    /// pool's own profile and KV pool [default: --tp].
+    #[arg(long, value_name = "N")]
+    pub prefill_tp: Option<u32>,
+    /// GPUs per decode worker, tensor-parallel: the decode pool's own
+    /// profile and KV pool; the handoff then moves KV between different
+    /// TPs as the engines do (docs/profiles.md) [default: --tp].
+    #[arg(long, value_name = "N")]
+    pub decode_tp: Option<u32>,
+    /// The flag `tp` came from, for errors ([`HardwareArgs::for_pool`]).
+    #[arg(skip)]
+    pub tp_flag: TpFlag,
     /// Fraction of each GPU's memory the engine may take, with --model
     /// (vLLM's --gpu-memory-utilization, SGLang's --mem-fraction-static)
     /// [default: vllm 0.9; sglang its own reserve heuristic].
@@ -76,6 +92,38 @@ pub struct HardwareArgs {
     /// profiles/aic].
     #[arg(long, value_name = "DIR")]
     pub profiles_dir: Option<PathBuf>,
+}
+
+/// The flag a selection's TP came from, as its errors name it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TpFlag {
+    /// `--tp` (or no TP given).
+    #[default]
+    Tp,
+    /// `--prefill-tp`.
+    PrefillTp,
+    /// `--decode-tp`.
+    DecodeTp,
+}
+
+impl TpFlag {
+    /// The flag as typed.
+    pub fn name(self) -> &'static str {
+        match self {
+            TpFlag::Tp => "--tp",
+            TpFlag::PrefillTp => "--prefill-tp",
+            TpFlag::DecodeTp => "--decode-tp",
+        }
+    }
+}
+
+/// A pool of a deployment, for its own TP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolSide {
+    /// Prefill (or aggregated) workers.
+    Prefill,
+    /// Decode workers.
+    Decode,
 }
 
 /// A profile file's name, taken apart: `MODEL-GPU-tpN-BACKEND.json`.
@@ -211,6 +259,41 @@ impl HardwareArgs {
         }
     }
 
+    /// The arguments of `side`'s pool: its `--prefill-tp`/`--decode-tp` in
+    /// place of `--tp` when given (errors then name that flag).
+    pub fn for_pool(&self, side: PoolSide) -> HardwareArgs {
+        let (own, flag) = match side {
+            PoolSide::Prefill => (self.prefill_tp, TpFlag::PrefillTp),
+            PoolSide::Decode => (self.decode_tp, TpFlag::DecodeTp),
+        };
+        let (tp, tp_flag) = match own {
+            Some(t) => (Some(t), flag),
+            None => (self.tp, TpFlag::Tp),
+        };
+        HardwareArgs {
+            tp,
+            tp_flag,
+            ..self.clone()
+        }
+    }
+
+    /// Whether the two pools ask for the same TP (so they select the same
+    /// profile).
+    pub fn pools_alike(&self) -> bool {
+        self.for_pool(PoolSide::Prefill).tp == self.for_pool(PoolSide::Decode).tp
+    }
+
+    /// The first TP flag given, with its value (`--tp`, then the pools').
+    pub fn any_tp(&self) -> Option<(TpFlag, u32)> {
+        [
+            (TpFlag::Tp, self.tp),
+            (TpFlag::PrefillTp, self.prefill_tp),
+            (TpFlag::DecodeTp, self.decode_tp),
+        ]
+        .into_iter()
+        .find_map(|(f, t)| t.map(|t| (f, t)))
+    }
+
     /// [`HardwareArgs::profile_dir_with`] the process's environment.
     pub fn profile_dir(&self) -> Option<ProfileDir> {
         self.profile_dir_with(std::env::var_os(PROFILES_DIR_ENV))
@@ -260,7 +343,9 @@ impl HardwareArgs {
         let Some((key, origin)) = all.iter().find(|(k, _)| wanted(k)) else {
             return Err(format!(
                 "--model {model} --gpu {gpu}{} --backend {}: no profile in {place}; {}",
-                self.tp.map(|t| format!(" --tp {t}")).unwrap_or_default(),
+                self.tp
+                    .map(|t| format!(" {} {t}", self.tp_flag.name()))
+                    .unwrap_or_default(),
                 backend.name(),
                 what_exists(&all, model)
             ));
@@ -337,8 +422,9 @@ impl HardwareArgs {
                 ))
             }
             (None, _) => Err(format!(
-                "--tp {}: --perf profile:{path} has no deployment section to check it against; \
+                "{} {}: --perf profile:{path} has no deployment section to check it against; \
                  give --model and --gpu",
+                self.tp_flag.name(),
                 self.tp.unwrap_or(1)
             )),
         }
@@ -359,7 +445,11 @@ impl HardwareArgs {
             bad.push(format!("--gpu {g} but the file is for GPU {}", d.gpu));
         }
         if let Some(t) = self.tp.filter(|t| *t != d.tp) {
-            bad.push(format!("--tp {t} but the file is for TP {}", d.tp));
+            bad.push(format!(
+                "{} {t} but the file is for TP {}",
+                self.tp_flag.name(),
+                d.tp
+            ));
         }
         if backend != d.backend {
             bad.push(format!(

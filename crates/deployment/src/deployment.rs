@@ -6,7 +6,7 @@
 use crate::engines::EngineSpec;
 use handoff_core::{Backend, DpLayout, Duration, HandoffConfig, HandoffPolicy, WorkerId};
 use handoff_engine::fault::{FaultPlan, Heartbeat, PeerLossDetection};
-use handoff_engine::{EngineConfig, TransferModel};
+use handoff_engine::{EngineConfig, FanIssuer, RankFan, TransferModel};
 use handoff_router::{FrontendConfig, KvKnobs, Pool, RouterMode};
 
 /// The deployment every driver runs: its workers and pools, the handoff
@@ -195,11 +195,37 @@ pub fn frontend_config(cfg: &DeploymentConfig) -> FrontendConfig {
     }
 }
 
+/// How a handoff of `cfg` fans out over ranks: the TPs of its first
+/// prefill and first decode engine ([`DeploymentConfig::engines`]; uniform
+/// without them, aggregated, or with handoffs disabled), posted by the
+/// decode ranks under vLLM's pull (source-first) and by the prefill ranks
+/// when they write (destination-first, push). See
+/// [`handoff_engine::rank_fan`].
+pub fn rank_fan(cfg: &DeploymentConfig) -> RankFan {
+    let issuer = match worker_policy(cfg) {
+        HandoffPolicy::Disabled => return RankFan::UNIFORM,
+        HandoffPolicy::SourceFirst => FanIssuer::Decode,
+        HandoffPolicy::DestinationFirst | HandoffPolicy::Push => FanIssuer::Prefill,
+    };
+    let tp_of = |want: Pool| {
+        deployment(cfg)
+            .iter()
+            .zip(&cfg.engines)
+            .find(|((_, p), _)| *p == want)
+            .map(|(_, s)| s.tp)
+    };
+    match (tp_of(Pool::Prefill), tp_of(Pool::Decode)) {
+        (Some(p), Some(d)) if p != d => RankFan::new(p, d, issuer),
+        _ => RankFan::UNIFORM,
+    }
+}
+
 /// The engine's configuration for `cfg`.
 pub fn engine_config(cfg: &DeploymentConfig) -> EngineConfig {
     EngineConfig {
         message_latency: cfg.message_latency,
         transfer: cfg.transfer,
+        transfer_fan: rank_fan(cfg),
         multi_step: cfg.multi_step,
         faults: cfg.faults.clone(),
         peer_loss: peer_loss(cfg),

@@ -98,6 +98,11 @@ pub struct EngineSpec {
     pub speedup_ratio: f64,
     /// The step-time model.
     pub perf: PerfChoice,
+    /// Tensor-parallel ranks of one worker (GPUs per data-parallel rank):
+    /// its pool's TP, which the profile in [`EngineSpec::perf`] and the KV
+    /// pool were chosen for; the handoff between pools of different TPs
+    /// fans out by it ([`crate::rank_fan`]).
+    pub tp: u32,
     /// Overrides the backend's source lease lifetime (vLLM 480 s, SGLang 300 s).
     pub source_lease_ttl: Option<handoff_core::Duration>,
     /// SGLang decode servers keep a radix prefix cache
@@ -129,6 +134,7 @@ impl Default for EngineSpec {
             max_batched_tokens: 8192,
             speedup_ratio: 1.0,
             perf: PerfChoice::DynamoPolynomial,
+            tp: 1,
             source_lease_ttl: None,
             decode_radix_cache: false,
             early_send_cached_prefix: true,

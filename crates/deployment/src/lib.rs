@@ -21,8 +21,8 @@ mod error;
 mod slo;
 
 pub use deployment::{
-    deployment, engine_config, frontend_config, peer_loss, worker_policy, DeploymentConfig,
-    SessionOverheads, SessionServing,
+    deployment, engine_config, frontend_config, peer_loss, rank_fan, worker_policy,
+    DeploymentConfig, SessionOverheads, SessionServing,
 };
 pub use engines::{make_core, EngineError, EngineSpec, PerfChoice};
 pub use error::{check_core, DeploymentError};

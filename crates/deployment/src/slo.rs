@@ -268,8 +268,27 @@ pub struct ReportSizing {
     /// parallelism; AIConfigurator's `worker_gpus`, `sdk/picking.py`, is
     /// `tp × pp × dp × cp`, and the deployment's `dp_size` counts ranks).
     pub gpus_per_rank: u32,
+    /// GPUs one rank of a decode worker occupies when the decode pool runs
+    /// at its own TP (`--decode-tp`); `None`: [`ReportSizing::gpus_per_rank`]
+    /// as every other worker.
+    pub decode_gpus_per_rank: Option<u32>,
     /// `--gpu-hour-usd`: US dollars per GPU-hour (no default price).
     pub gpu_hour_usd: Option<f64>,
+}
+
+impl ReportSizing {
+    /// GPUs a deployment of `schedulers` rank schedulers occupies, of
+    /// which `decode` are decode ranks: prefill (or aggregated) ranks ×
+    /// their TP + decode ranks × theirs (AIConfigurator's
+    /// `num_total_gpus`, `sdk/picking.py`, sums the two pools' workers ×
+    /// `worker_gpus` so).
+    pub fn gpus(&self, schedulers: u64, decode: u64) -> u64 {
+        let decode = decode.min(schedulers);
+        let decode_tp = self.decode_gpus_per_rank.unwrap_or(self.gpus_per_rank);
+        (schedulers - decode)
+            .saturating_mul(u64::from(self.gpus_per_rank))
+            .saturating_add(decode.saturating_mul(u64::from(decode_tp)))
+    }
 }
 
 #[cfg(test)]
@@ -412,5 +431,26 @@ mod tests {
             let of = met + extra;
             prop_assert_eq!(t.holds(met, of), of > 0 && met * 100 >= u64::from(p) * of);
         }
+    }
+
+    #[test]
+    fn gpus_count_each_pool_at_its_tp() {
+        let z = ReportSizing {
+            slo: None,
+            gpus_per_rank: 2,
+            decode_gpus_per_rank: None,
+            gpu_hour_usd: None,
+        };
+        // 3 prefill + 2 decode ranks, all TP2.
+        assert_eq!(z.gpus(5, 2), 10);
+        // 6 prefill TP2 + 1 decode TP4 (the Qwen3-32B pick): 16.
+        let hetero = ReportSizing {
+            decode_gpus_per_rank: Some(4),
+            ..z.clone()
+        };
+        assert_eq!(hetero.gpus(7, 1), 16);
+        // More decode ranks than ranks is clamped, never underflows.
+        assert_eq!(hetero.gpus(1, 5), 4);
+        assert_eq!(hetero.gpus(u64::MAX, 0), u64::MAX);
     }
 }

@@ -18,6 +18,7 @@ mod closed_loop;
 mod engine;
 pub mod fault;
 mod min_tree;
+pub mod rank_fan;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod transfer;
@@ -28,4 +29,5 @@ pub use fault::{
     FactFate, FactFaults, Fault, FaultCounts, FaultInjector, FaultPlan, FaultPlanError,
     FaultPlanErrorKind, TimedFault,
 };
+pub use rank_fan::{FanIssuer, RankFan};
 pub use transfer::{Completion, TransferModel, TransferTimer};

@@ -3,6 +3,7 @@
 //! `StartTransfer` go out and `handle_transfer_done` come back; replay and
 //! live both time transfers with this, sans-IO.
 
+use crate::rank_fan::RankFan;
 use handoff_core::ids::{HandoffId, WorkerId};
 use handoff_core::time::{Duration, Instant};
 use std::collections::BTreeMap;
@@ -164,6 +165,12 @@ pub struct TransferTimer {
     version: u64,
     /// Bytes moved so far (finished transfers).
     pub bytes_moved: f64,
+    /// How each handoff fans out over the two sides' ranks: its setup on
+    /// the critical path ([`RankFan::setup`]) and its transfer count.
+    fan: RankFan,
+    /// Rank-to-rank transfers started ([`RankFan::transfers`] per
+    /// handoff; a handoff streamed in chunks counts once).
+    pub rank_transfers: u64,
 }
 
 impl TransferTimer {
@@ -173,6 +180,17 @@ impl TransferTimer {
             model: Some(model),
             ..Default::default()
         }
+    }
+
+    /// This timer with handoffs between pools of different TPs fanned out
+    /// as `fan` says (a uniform fan changes nothing).
+    pub fn with_fan(self, fan: RankFan) -> Self {
+        TransferTimer { fan, ..self }
+    }
+
+    /// The fan handoffs are timed with.
+    pub fn fan(&self) -> RankFan {
+        self.fan
     }
 
     fn bytes(&self, tokens: u64) -> f64 {
@@ -201,6 +219,10 @@ impl TransferTimer {
         now: Instant,
     ) -> Vec<Completion> {
         let model = self.model.unwrap_or_default();
+        if !matches!(model, TransferModel::Fixed(_)) {
+            self.rank_transfers += u64::from(self.fan.transfers());
+        }
+        let setup = self.fan.setup(model.base());
         match model {
             TransferModel::Fixed(d) => {
                 self.version += 1;
@@ -212,13 +234,11 @@ impl TransferTimer {
                     drain: false,
                 }]
             }
-            TransferModel::Bytes {
-                base, bandwidth, ..
-            } => {
+            TransferModel::Bytes { bandwidth, .. } => {
                 self.version += 1;
                 let (from, sent) = match self.serial.remove(&id) {
                     Some(s) => (now.max(s.busy_until), s.tokens),
-                    None => (now + base, 0),
+                    None => (now + setup, 0),
                 };
                 let b = self.bytes(tokens.saturating_sub(sent));
                 self.bytes_moved += b;
@@ -231,7 +251,7 @@ impl TransferTimer {
                     drain: false,
                 }]
             }
-            TransferModel::Contention { base, .. } => {
+            TransferModel::Contention { .. } => {
                 self.advance(now);
                 let bytes_per_token = self.bytes_per_token();
                 match self.flows.get_mut(&id) {
@@ -252,7 +272,7 @@ impl TransferTimer {
                                 dst,
                                 remaining,
                                 started: now,
-                                ready_at: now + base,
+                                ready_at: now + setup,
                                 tokens,
                                 open: false,
                             },
@@ -278,14 +298,14 @@ impl TransferTimer {
         tokens: u64,
         now: Instant,
     ) -> Vec<Completion> {
-        match self.model.unwrap_or_default() {
+        let model = self.model.unwrap_or_default();
+        let setup = self.fan.setup(model.base());
+        match model {
             TransferModel::Fixed(_) => Vec::new(),
-            TransferModel::Bytes {
-                base, bandwidth, ..
-            } => {
+            TransferModel::Bytes { bandwidth, .. } => {
                 let s = self.serial.entry(id).or_insert(Serial {
                     tokens: 0,
-                    busy_until: now + base,
+                    busy_until: now + setup,
                 });
                 let more = tokens.saturating_sub(s.tokens);
                 s.tokens = s.tokens.max(tokens);
@@ -296,7 +316,7 @@ impl TransferTimer {
                 self.bytes_moved += b;
                 Vec::new()
             }
-            TransferModel::Contention { base, .. } => {
+            TransferModel::Contention { .. } => {
                 // A chunk stamped before the links' clock (a cached prefix
                 // sent as its step began, released at the step's end)
                 // joins from that clock: shared links cannot be rewound.
@@ -310,7 +330,7 @@ impl TransferTimer {
                     dst,
                     remaining: 0.0,
                     started: now,
-                    ready_at: now + base,
+                    ready_at: now + setup,
                     tokens: 0,
                     open: true,
                 });
@@ -591,5 +611,50 @@ mod tests {
         assert!(!t.is_current(&a[0]));
         let after = t.finish(HandoffId(1), Instant::from_millis(2000));
         assert!(after.is_empty() || after.iter().all(|c| c.id == HandoffId(2)));
+    }
+
+    /// A handoff between TP1 prefill and TP2 decode (and 2 -> 1) moves the
+    /// same bytes in two transfers; the setup is paid once per transfer of
+    /// the busiest issuing rank: one each under vLLM's pull from TP1 into
+    /// TP2, two when a TP1 decode rank reads from two prefill ranks.
+    #[test]
+    fn a_fanned_handoff_moves_the_same_bytes_in_more_transfers() {
+        use crate::rank_fan::FanIssuer;
+        let model = TransferModel::Bytes {
+            base: Duration::from_millis(10),
+            bytes_per_token: 1000,
+            bandwidth: 1e6,
+        };
+        let (id, w0, w1) = (HandoffId(1), WorkerId(0), WorkerId(1));
+        let run = |fan: RankFan| {
+            let mut t = TransferTimer::new(model).with_fan(fan);
+            let c = t.start(id, w1, w0, w1, 500, Instant::ZERO);
+            (c[0].at, t.bytes_moved, t.rank_transfers)
+        };
+        let uniform = run(RankFan::UNIFORM);
+        assert_eq!(uniform, (Instant::from_millis(510), 500_000.0, 1));
+        let up = run(RankFan::new(1, 2, FanIssuer::Decode));
+        assert_eq!(up, (Instant::from_millis(510), 500_000.0, 2));
+        let down = run(RankFan::new(2, 1, FanIssuer::Decode));
+        assert_eq!(down, (Instant::from_millis(520), 500_000.0, 2));
+        // SGLang: the TP1 prefill rank writes both decode slices.
+        let sglang = run(RankFan::new(1, 2, FanIssuer::Prefill));
+        assert_eq!(sglang, (Instant::from_millis(520), 500_000.0, 2));
+        // Contention charges the same setup before its flow moves.
+        let shared = TransferModel::Contention {
+            base: Duration::from_millis(10),
+            bytes_per_token: 1000,
+            bandwidth: 1e6,
+        };
+        let mut t = TransferTimer::new(shared).with_fan(RankFan::new(2, 1, FanIssuer::Decode));
+        let c = t.start(id, w1, w0, w1, 500, Instant::ZERO);
+        assert_eq!(c[0].at, Instant::from_millis(520));
+        // A streamed handoff pays the fanned setup once, at its first chunk.
+        let mut t = TransferTimer::new(model).with_fan(RankFan::new(1, 2, FanIssuer::Prefill));
+        t.stream(id, w0, w0, w1, 300, Instant::ZERO);
+        // Busy until 2 × 10 + 300 ms; the last 200 tokens follow.
+        let c = t.start(id, w0, w0, w1, 500, Instant::from_millis(100));
+        assert_eq!(c[0].at, Instant::from_millis(520));
+        assert_eq!(t.rank_transfers, 2);
     }
 }

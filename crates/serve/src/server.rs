@@ -246,7 +246,11 @@ async fn run(
     let n_workers = pools.len() / usize::from(dp.dp_size());
     let worker_listeners = bind_workers(&c.worker_http, n_workers).await?;
     let gpus = c.cfg.sizing.as_ref().map_or(0, |z| {
-        (pools.len() as u64).saturating_mul(u64::from(z.gpus_per_rank))
+        let decode = pools
+            .iter()
+            .filter(|p| **p == handoff_router::Pool::Decode)
+            .count();
+        z.gpus(pools.len() as u64, decode as u64)
     });
     let metrics = Arc::new(
         Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp).with_slo(

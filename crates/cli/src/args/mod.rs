@@ -2,7 +2,7 @@
 //! translation into library configurations. Every flag is validated here so
 //! a bad value is an error naming the flag, never a panic.
 
-use crate::hardware_args::HardwareArgs;
+use crate::hardware_args::{HardwareArgs, PoolSide};
 use clap::{Args, ValueEnum};
 use handoff_core::{Backend, Duration, HandoffConfig, HandoffPolicy, WorkerId};
 use handoff_deployment::{check_core, make_core, DeploymentConfig, EngineSpec, PerfChoice};
@@ -354,29 +354,6 @@ pub fn positive(name: &str, x: f64) -> Result<f64, String> {
 }
 
 impl DeployArgs {
-    /// What the report judges and sizes the run by: `--slo`, the TP of
-    /// `--model`/`--tp` (1 with `--perf` alone) and `--gpu-hour-usd`;
-    /// `None` when neither flag was given, so the report is as before.
-    pub fn sizing(&self) -> Result<Option<handoff_deployment::ReportSizing>, String> {
-        if self.slo.is_none() && self.gpu_hour_usd.is_none() {
-            return Ok(None);
-        }
-        let price = match self.gpu_hour_usd {
-            Some(p) if !(p.is_finite() && p > 0.0 && p <= 1e6) => {
-                return Err(format!(
-                    "--gpu-hour-usd {p}: must be a positive price of at most 1000000"
-                ))
-            }
-            p => p,
-        };
-        let tp = self.hardware()?.map_or(1, |s| s.model.tp);
-        Ok(Some(handoff_deployment::ReportSizing {
-            slo: self.slo.clone(),
-            gpus_per_rank: tp,
-            gpu_hour_usd: price,
-        }))
-    }
-
     /// The engine.
     pub fn backend(&self) -> Backend {
         match self.backend {
@@ -503,6 +480,15 @@ impl DeployArgs {
             sizing: self.sizing()?,
             ..cfg
         };
+        let fan = handoff_deployment::rank_fan(&cfg);
+        if !fan.divides() && self.backend() != Backend::Sglang {
+            return Err(format!(
+                "prefill TP {} and decode TP {}: vLLM's NIXL connector needs one to divide \
+                 the other (TpKVTopology.tp_ratio); SGLang sends any M-to-N",
+                fan.prefill_tp(),
+                fan.decode_tp()
+            ));
+        }
         Ok((cfg, specs))
     }
 
@@ -528,7 +514,13 @@ impl DeployArgs {
     /// Qwen3-8B on an H100: [`crate::hardware_args::DEFAULT_MODEL`]), with
     /// the step-time terms of `--overheads` and `--overhead`.
     pub fn perf(&self) -> Result<PerfChoice, String> {
-        self.with_overheads(self.perf_model()?)
+        self.perf_for(PoolSide::Prefill)
+    }
+
+    /// [`DeployArgs::perf`] of `side`'s pool: its own profile at its TP
+    /// unless `--perf` names one model for both.
+    pub fn perf_for(&self, side: PoolSide) -> Result<PerfChoice, String> {
+        self.with_overheads(self.perf_model(side)?)
     }
 
     /// `choice` with the terms `--overheads` and `--overhead` say in place
@@ -571,10 +563,11 @@ impl DeployArgs {
         Ok(PerfChoice::Profile(Arc::new(profile)))
     }
 
-    /// The step-time model of `--perf`, else of `--model` on `--gpu`.
-    fn perf_model(&self) -> Result<PerfChoice, String> {
+    /// The step-time model of `--perf`, else of `--model` on `--gpu` at
+    /// `side`'s TP.
+    fn perf_model(&self, side: PoolSide) -> Result<PerfChoice, String> {
         let Some(other) = self.perf.as_deref() else {
-            return Ok(match self.hardware()? {
+            return Ok(match self.hardware_for(side)? {
                 Some(s) => PerfChoice::Profile(Arc::new(s.file.profile)),
                 None => PerfChoice::DynamoPolynomial,
             });
@@ -600,62 +593,14 @@ impl DeployArgs {
         ))
     }
 
-    /// Engine specs for a prefill and a decode worker (the flags in their
-    /// ranges: [`DeployArgs::check_ranges`] first).
-    pub fn engines(&self) -> Result<(EngineSpec, EngineSpec), String> {
-        let pass_speedup = self.pass_speedup_ratio()?;
-        let perf = self.perf()?;
-        let hw = self.hardware()?;
-        let backend = self.backend();
-        let block_size = self
-            .block_size
-            .unwrap_or(if backend == Backend::Sglang { 1 } else { 16 });
-        let spec = |kv_tokens: u64, flag: &str| -> Result<EngineSpec, String> {
-            if kv_tokens < u64::from(block_size) {
-                return Err(format!("--{flag}: must hold at least one block"));
-            }
-            Ok(EngineSpec {
-                backend,
-                kv_tokens,
-                block_size,
-                max_running: self
-                    .max_running
-                    .unwrap_or_else(|| EngineSpec::default_max_running(backend, kv_tokens)),
-                max_batched_tokens: self.max_batched_tokens,
-                speedup_ratio: pass_speedup,
-                perf: perf.clone(),
-                source_lease_ttl: self.source_lease_ttl(),
-                decode_radix_cache: false,
-                early_send_cached_prefix: true,
-                sessions: Default::default(),
-                max_loras: self.max_loras,
-            })
-        };
-        let (early_send, warning) = early_send_cached_prefix(
-            self.disagg_prefill_early_send_cached_prefix.as_deref(),
-            std::env::var_os(EARLY_SEND_ENV).as_deref(),
-        )?;
-        if let Some(w) = warning {
-            eprintln!("{w}");
-        }
-        let decode = EngineSpec {
-            decode_radix_cache: self.disaggregation_decode_enable_radix_cache,
-            early_send_cached_prefix: early_send,
-            ..spec(self.kv_tokens(true, hw.as_ref())?, "decode-kv-tokens")?
-        };
-        let prefill = EngineSpec {
-            early_send_cached_prefix: early_send,
-            ..spec(self.kv_tokens(false, hw.as_ref())?, "prefill-kv-tokens")?
-        };
-        Ok((prefill, decode))
-    }
-
     /// The transfer model (the flags in their ranges:
     /// [`DeployArgs::check_ranges`] first).
     pub fn transfer(&self) -> Result<TransferModel, String> {
         let bandwidth = self.bandwidth_gbps * 1e9;
         let base = Duration::from_secs_f64(self.transfer_ms / 1e3);
-        let bytes_per_token = match (self.bytes_per_token, self.hardware()?) {
+        // What a handoff moves is what the decode pool holds: its ranks'
+        // KV of a token together (the prefill's, when the TPs are equal).
+        let bytes_per_token = match (self.bytes_per_token, self.pool_hardware()?.1) {
             (Some(b), _) => b,
             (None, Some(s)) => s.model.kv_bytes_per_token(),
             (None, None) => 131_072,

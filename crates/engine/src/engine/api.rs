@@ -213,6 +213,9 @@ pub struct EngineConfig {
     pub message_latency: Duration,
     /// How long transfers take.
     pub transfer: TransferModel,
+    /// How a handoff fans out between pools of different TPs (uniform:
+    /// one TP everywhere, as before).
+    pub transfer_fan: crate::RankFan,
     /// Fold the passes that end by the next event into one step, for the
     /// last host stepping at an instant (off: one pass per step).
     pub multi_step: bool,
@@ -227,6 +230,7 @@ impl Default for EngineConfig {
         EngineConfig {
             message_latency: Duration::from_micros(500),
             transfer: TransferModel::default(),
+            transfer_fan: crate::RankFan::UNIFORM,
             multi_step: true,
             faults: FaultPlan::none(),
             peer_loss: crate::fault::PeerLossDetection::default(),

@@ -264,7 +264,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             })
             .collect();
         let mut e = Engine {
-            transfers: TransferTimer::new(cfg.transfer),
+            transfers: TransferTimer::new(cfg.transfer).with_fan(cfg.transfer_fan),
             reads: reads::SourceReads::default(),
             faults: FaultInjector::new(cfg.faults.clone()),
             notices: crate::fault::LossNotices::default(),

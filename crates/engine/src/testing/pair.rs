@@ -146,6 +146,7 @@ impl PairConfig {
         EngineConfig {
             message_latency: FACT_LATENCY,
             transfer: TransferModel::Fixed(self.transfer_time),
+            transfer_fan: Default::default(),
             multi_step: false,
             faults: FaultPlan {
                 seed: self.seed,

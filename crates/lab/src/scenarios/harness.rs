@@ -466,6 +466,7 @@ impl Lab {
         let cfg = EngineConfig {
             message_latency: LATENCY,
             transfer: TransferModel::Fixed(TRANSFER),
+            transfer_fan: Default::default(),
             multi_step: false,
             faults,
             peer_loss: Default::default(),

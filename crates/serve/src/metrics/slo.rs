@@ -218,6 +218,7 @@ mod tests {
         let sizing = ReportSizing {
             slo: Some("ttft:p90=600ms,tpot:p50=20ms".parse().unwrap()),
             gpus_per_rank: 2,
+            decode_gpus_per_rank: None,
             gpu_hour_usd: Some(2.5),
         };
         let m = Arc::new(

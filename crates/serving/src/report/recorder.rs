@@ -731,9 +731,14 @@ fn with_sizing(
     report.slo = slo.map(|t| t.report(report.num_requests, duration_s));
     report.sizing = sizing.map(|z| {
         let schedulers = report.workers.len() as u64;
+        let decode = report
+            .workers
+            .iter()
+            .filter(|w| w.pool == handoff_router::Pool::Decode.name())
+            .count() as u64;
         super::slo::sizing_report(
             &z,
-            schedulers,
+            (schedulers, decode),
             report.output_throughput_tok_s,
             report.flat.tpot.mean,
             report.slo.as_ref(),

@@ -16,7 +16,8 @@
 //!   `sdk/picking.py` `_build_disagg_summary_dict`: `tokens/s / num_total_gpus`,
 //!   and `1000 / tpot` with TPOT in ms), with the simulated output
 //!   throughput and mean TPOT in place of its estimates;
-//! - GPUs are `workers × dp_size × gpus_per_rank` (`worker_gpus` there).
+//! - GPUs are `workers × dp_size × gpus_per_rank` (`worker_gpus` there),
+//!   each pool at its own TP (`ReportSizing::gpus`).
 
 use super::units::round3;
 use handoff_deployment::{ReportSizing, SloMetric, SloSpec};
@@ -205,8 +206,13 @@ pub struct SloReport {
 pub struct SizingReport {
     /// GPUs the deployment occupies.
     pub gpus: u64,
-    /// GPUs per data-parallel rank of a worker (its TP).
+    /// GPUs per data-parallel rank of a worker (its TP; a prefill worker's
+    /// when the decode pool has its own).
     pub gpus_per_rank: u32,
+    /// GPUs per rank of a decode worker, when its TP is not
+    /// [`SizingReport::gpus_per_rank`] (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_gpus_per_rank: Option<u32>,
     /// Output tokens per second per GPU (AIConfigurator's `tokens/s/gpu`).
     pub output_tok_s_per_gpu: f64,
     /// `1000 / mean TPOT` (AIConfigurator's `tokens/s/user`); 0 without
@@ -228,17 +234,17 @@ pub struct SizingReport {
     pub usd_per_million_good_tokens: Option<f64>,
 }
 
-/// The sizing section of a run of `schedulers` rank schedulers that
-/// produced `output_tok_s` at mean TPOT `mean_tpot_ms`, given `slo`'s
-/// goodput if judged.
+/// The sizing section of a run of `schedulers` rank schedulers, `decode`
+/// of them decode ranks, that produced `output_tok_s` at mean TPOT
+/// `mean_tpot_ms`, given `slo`'s goodput if judged.
 pub(super) fn sizing_report(
     sizing: &ReportSizing,
-    schedulers: u64,
+    (schedulers, decode): (u64, u64),
     output_tok_s: f64,
     mean_tpot_ms: f64,
     slo: Option<&SloReport>,
 ) -> SizingReport {
-    let gpus = schedulers.saturating_mul(u64::from(sizing.gpus_per_rank));
+    let gpus = sizing.gpus(schedulers, decode);
     let per_gpu = |x: f64| {
         if gpus == 0 {
             0.0
@@ -256,6 +262,7 @@ pub(super) fn sizing_report(
     SizingReport {
         gpus,
         gpus_per_rank: sizing.gpus_per_rank,
+        decode_gpus_per_rank: sizing.decode_gpus_per_rank,
         output_tok_s_per_gpu: per_gpu(output_tok_s),
         output_tok_s_per_user: if mean_tpot_ms > 0.0 {
             round3(1000.0 / mean_tpot_ms)
@@ -324,13 +331,14 @@ mod tests {
         let sizing = ReportSizing {
             slo: Some(spec.clone()),
             gpus_per_rank: 2,
+            decode_gpus_per_rank: None,
             gpu_hour_usd: Some(3.6),
         };
         let mut t = SloTracker::new(&spec);
         t.judge(&sample(1.0, 1.0, 1.0), true, 500);
         let slo = t.report(2, 1.0);
         // 4 ranks of TP2: 8 GPUs; 1000 output tok/s; mean TPOT 20 ms.
-        let s = sizing_report(&sizing, 4, 1000.0, 20.0, Some(&slo));
+        let s = sizing_report(&sizing, (4, 0), 1000.0, 20.0, Some(&slo));
         assert_eq!(s.gpus, 8);
         assert_eq!(s.output_tok_s_per_gpu, 125.0);
         assert_eq!(s.output_tok_s_per_user, 50.0);
@@ -342,10 +350,35 @@ mod tests {
             gpu_hour_usd: None,
             ..sizing
         };
-        let s = sizing_report(&free, 4, 0.0, 0.0, None);
+        let s = sizing_report(&free, (4, 0), 0.0, 0.0, None);
         assert_eq!(
             (s.usd_per_million_output_tokens, s.output_tok_s_per_user),
             (None, 0.0)
         );
+    }
+
+    #[test]
+    fn a_decode_pool_at_its_own_tp_counts_its_gpus() {
+        let z = ReportSizing {
+            slo: None,
+            gpus_per_rank: 2,
+            decode_gpus_per_rank: Some(4),
+            gpu_hour_usd: None,
+        };
+        // 6 prefill ranks of TP2 and 1 decode rank of TP4: 16 GPUs.
+        let s = sizing_report(&z, (7, 1), 1600.0, 10.0, None);
+        assert_eq!((s.gpus, s.output_tok_s_per_gpu), (16, 100.0));
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(
+            json.contains(r#""gpus_per_rank":2,"decode_gpus_per_rank":4"#),
+            "{json}"
+        );
+        // Equal TPs: the field is absent, the section as before.
+        let same = ReportSizing {
+            decode_gpus_per_rank: None,
+            ..z
+        };
+        let json = serde_json::to_string(&sizing_report(&same, (7, 1), 1.0, 1.0, None)).unwrap();
+        assert!(!json.contains("decode_gpus_per_rank"), "{json}");
     }
 }
