@@ -21,7 +21,7 @@ use crate::sweep_cmd::{merge_summaries, parse_shard, write_summary};
 use clap::{Args, ValueEnum};
 use handoff_deployment::SloSpec;
 use handoff_plan::rate::RateSearch;
-use handoff_plan::workload::{write_workload, WorkloadShape};
+use handoff_plan::workload::{steady_requests, write_workload, WorkloadShape, DEFAULT_REQUESTS};
 use handoff_plan::{rank, run_plan, Budget, Kinds, Plan};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -76,9 +76,12 @@ pub struct PlanArgs {
     /// Fixed output length of the generated workload (with --isl).
     #[arg(long, value_name = "TOKENS", requires = "isl")]
     osl: Option<u32>,
-    /// Requests of the generated workload.
-    #[arg(long, default_value_t = 2000, value_name = "N", requires = "isl")]
-    requests: u64,
+    /// Requests of the generated workload [default: enough that its
+    /// arrivals span 3 request lifetimes of a layout holding the SLO
+    /// (TTFT bound + (osl - 1) x TPOT bound), so every such layout reaches
+    /// steady state: rate x 3 x that lifetime, within 2000..=100000].
+    #[arg(long, value_name = "N", requires = "isl")]
+    requests: Option<u64>,
     /// Poisson arrival rate of the generated workload, requests/s (give
     /// `--concurrency N` after `--` for a closed loop instead).
     #[arg(long, default_value_t = 16.0, value_name = "PER_S", requires = "isl")]
@@ -149,6 +152,21 @@ impl PlanArgs {
             .ok_or_else(|| "plan: give --slo (e.g. ttft:p90=600ms,tpot:p90=20ms)".to_string())
     }
 
+    /// The generated workload's requests when `--requests` is not given
+    /// ([`handoff_plan::workload::steady_requests`]), said on stderr when
+    /// above the default.
+    fn steady_requests(&self, osl: u32) -> Result<u64, String> {
+        let n = steady_requests(self.slo()?, osl, self.rate);
+        if n > DEFAULT_REQUESTS {
+            eprintln!(
+                "plan: generating {n} requests so arrivals span 3 request lifetimes of a \
+                 layout holding the SLO at {} req/s (steady state; --requests N to choose)",
+                self.rate
+            );
+        }
+        Ok(n)
+    }
+
     /// The flags every layout shares: the base, the generated workload,
     /// the SLO and the price.
     fn shared_flags(&self) -> Result<Vec<String>, String> {
@@ -164,12 +182,16 @@ impl PlanArgs {
             if gives(&self.base, "--trace") {
                 return Err("plan: --isl/--osl generate the workload; drop --trace".into());
             }
+            let requests = match self.requests {
+                Some(n) => n,
+                None => self.steady_requests(osl)?,
+            };
             let path = write_workload(
                 &self.out.join("workload.jsonl"),
                 WorkloadShape {
                     isl,
                     osl,
-                    requests: self.requests,
+                    requests,
                     rate: self.rate,
                     prefix_groups: self.prefix_groups,
                 },
@@ -285,6 +307,19 @@ fn finish(summary: &Value, out: &Path, top: usize) -> Result<(), String> {
     let ranked = rank(summary).map_err(|e| e.to_string())?;
     for line in ranked.table(top) {
         out!("{line}");
+    }
+    let unsteady = ranked.not_steady();
+    if !unsteady.is_empty() {
+        let ranks: Vec<String> = unsteady.iter().take(20).map(|r| r.to_string()).collect();
+        eprintln!(
+            "plan: warning: {} of {} layouts did not reach steady state (arrivals span under \
+             3 median request lifetimes: warm-up and drain dominate; each row's `warnings` in \
+             summary.json), ranks {}{}; give more --requests",
+            unsteady.len(),
+            ranked.order.len(),
+            ranks.join(", "),
+            if unsteady.len() > 20 { ", ..." } else { "" }
+        );
     }
     handoff_plan::outputs::write(&ranked, summary, out).map_err(|e| e.to_string())?;
     eprintln!(

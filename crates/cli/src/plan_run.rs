@@ -125,9 +125,17 @@ impl Runner<Layout> for ReplayRunner<'_> {
 
     fn run_all(&self, configs: &[Configuration]) -> Vec<Value> {
         let keys: Vec<String> = AXES.map(String::from).to_vec();
+        // The report's `warnings` (a run not in steady state), in the row
+        // only when there are some, so steady plans' summaries are as before.
+        let extra: Vec<&str> = PLAN_METRICS.iter().copied().chain(["warnings"]).collect();
         self.pool.install(|| {
             in_order(configs, |c| {
-                let mut row = run_one(c, &keys, self.out, self.total, PLAN_METRICS);
+                let mut row = run_one(c, &keys, self.out, self.total, &extra);
+                if let Some(r) = row.as_object_mut() {
+                    if r.get("warnings").is_some_and(Value::is_null) {
+                        r.remove("warnings");
+                    }
+                }
                 if let Some(s) = &self.search {
                     row["max_rate_rps"] = match s.search(|rate| probe(s, &c.args, rate)) {
                         Ok(r) => json!(r),

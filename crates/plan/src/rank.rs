@@ -48,6 +48,9 @@ pub struct Point {
     /// The highest rate the SLO held at (`--max-rate`; absent: not
     /// searched, or held at none).
     pub max_rate_rps: Option<f64>,
+    /// Whether its run reached steady state (its row carries no
+    /// `warnings`: `handoff_serving::report::RunWarning`).
+    pub steady: bool,
 }
 
 /// The figures both plan tables show after rank, layout and GPUs: the
@@ -128,6 +131,7 @@ impl Point {
             transfer_ms: f("lifecycle.transfer_ms.mean"),
             usd_per_million: row["sizing.usd_per_million_output_tokens"].as_f64(),
             max_rate_rps: row["max_rate_rps"].as_f64(),
+            steady: row.get("warnings").is_none_or(Value::is_null),
         })
     }
 }
@@ -186,6 +190,14 @@ pub fn rank(summary: &Value) -> Result<Ranked, PlanError> {
 }
 
 impl Ranked {
+    /// The ranks (1-based) of the layouts whose runs did not reach steady
+    /// state, best first.
+    pub fn not_steady(&self) -> Vec<usize> {
+        (1..=self.order.len())
+            .filter(|&r| !self.order[r - 1].steady)
+            .collect()
+    }
+
     /// The table of the best `top` layouts, as text lines.
     pub fn table(&self, top: usize) -> Vec<String> {
         let held = self.order.iter().filter(|p| p.holds).count();
@@ -275,5 +287,11 @@ mod tests {
         assert_eq!(t.len(), 4);
         assert!(t[0].starts_with("4 of 5 layouts hold"), "{}", t[0]);
         assert!(rank(&json!({"rows": []})).is_err());
+        assert!(r.not_steady().is_empty());
+        let mut rows = s["rows"].as_array().unwrap().clone();
+        rows[3]["warnings"] = json!([{"kind": "not_steady"}]);
+        let r = rank(&json!({ "rows": rows })).unwrap();
+        // Layout 3 ranks second.
+        assert_eq!(r.not_steady(), [2]);
     }
 }

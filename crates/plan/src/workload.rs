@@ -2,8 +2,52 @@
 //! Poisson arrivals ([`handoff_workload::SyntheticWorkload`]), written as
 //! Mooncake JSONL for every layout to replay.
 
+use handoff_deployment::{SloMetric, SloSpec};
+use handoff_serving::report::STEADY_LIFETIMES;
 use handoff_workload::{LengthDist, SyntheticConfig, SyntheticWorkload};
 use std::path::Path;
+
+/// Requests of a generated workload at least (and the most a plan
+/// generated before it sized itself).
+pub const DEFAULT_REQUESTS: u64 = 2000;
+/// The most requests [`steady_requests`] asks for.
+pub const MAX_STEADY_REQUESTS: u64 = 100_000;
+/// Time per output token assumed when the SLO bounds neither TPOT nor
+/// E2E, ms.
+pub const FALLBACK_TPOT_MS: f64 = 50.0;
+
+/// The longest median request lifetime (e2e, ms) of a layout that holds
+/// `slo` with outputs of `osl` tokens: its TTFT bound plus `osl − 1` times
+/// its TPOT bound ([`FALLBACK_TPOT_MS`] without one), or its E2E bound if
+/// lower. Only targets at p50 or above bound the median; without a TTFT
+/// target that term is 0.
+pub fn slo_lifetime_ms(slo: &SloSpec, osl: u32) -> f64 {
+    let bound = |m: SloMetric| {
+        slo.targets
+            .iter()
+            .filter(|t| t.metric == m && t.percentile >= 50.0)
+            .map(|t| t.bound_ms)
+            .reduce(f64::min)
+    };
+    let tokens = f64::from(osl.saturating_sub(1));
+    let per_token = bound(SloMetric::Ttft).unwrap_or(0.0)
+        + tokens * bound(SloMetric::Tpot).unwrap_or(FALLBACK_TPOT_MS);
+    bound(SloMetric::E2e).map_or(per_token, |e| e.min(per_token))
+}
+
+/// Requests a generated workload needs at `rate` per second for every
+/// layout that holds `slo` to reach steady state as the report judges it
+/// (`handoff_serving::report::RunWarning::NotSteady`): arrivals spanning
+/// [`STEADY_LIFETIMES`] × [`slo_lifetime_ms`], so `rate × 3 × lifetime`
+/// requests, within [`DEFAULT_REQUESTS`]..=[`MAX_STEADY_REQUESTS`]. A
+/// layout that misses the SLO may still warn; the report says so.
+pub fn steady_requests(slo: &SloSpec, osl: u32, rate: f64) -> u64 {
+    let need = rate * STEADY_LIFETIMES * slo_lifetime_ms(slo, osl) / 1e3;
+    if !need.is_finite() {
+        return MAX_STEADY_REQUESTS;
+    }
+    (need.ceil().max(0.0) as u64 + 1).clamp(DEFAULT_REQUESTS, MAX_STEADY_REQUESTS)
+}
 
 /// The longest prompt or output, and the most requests, generated.
 pub const MAX_TOKENS: u32 = 1_000_000;
@@ -130,6 +174,25 @@ mod tests {
         assert_eq!(bad(|s| s.rate = 0.0), WorkloadError::Rate);
         assert!(WorkloadError::Requests.to_string().contains("--requests"));
         assert_eq!(shape().check(), Ok(()));
+    }
+
+    #[test]
+    fn requests_cover_three_slo_lifetimes_of_arrivals() {
+        let slo: SloSpec = "ttft:p90=600ms,tpot:p90=20ms".parse().unwrap();
+        // 600 + 999 × 20 ms = 20.58 s; at 100/s, 3 × 20.58 s of arrivals.
+        assert_eq!(slo_lifetime_ms(&slo, 1000), 20_580.0);
+        assert_eq!(steady_requests(&slo, 1000, 100.0), 6175);
+        // A light load keeps the default.
+        assert_eq!(steady_requests(&slo, 1000, 16.0), DEFAULT_REQUESTS);
+        // A lower E2E bound wins; a p10 target bounds no median.
+        let e2e: SloSpec = "tpot:p90=20ms,e2e:p50=5s,ttft:p10=1ms".parse().unwrap();
+        assert_eq!(slo_lifetime_ms(&e2e, 1000), 5000.0);
+        let ttft_only: SloSpec = "ttft:p90=1s".parse().unwrap();
+        assert_eq!(
+            slo_lifetime_ms(&ttft_only, 11),
+            1000.0 + 10.0 * FALLBACK_TPOT_MS
+        );
+        assert_eq!(steady_requests(&slo, 1000, 1e9), MAX_STEADY_REQUESTS);
     }
 
     #[test]
