@@ -6,21 +6,11 @@
 
 use handoff_serving::timeline::Point;
 use handoff_serving::{Details, Report};
-use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::fmt::Write as _;
 
-/// Series colours, in order (colour-blind-safe Okabe–Ito).
-pub(crate) const COLOURS: [RGBColor; 8] = [
-    RGBColor(0, 114, 178),
-    RGBColor(213, 94, 0),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-    RGBColor(230, 159, 0),
-    RGBColor(86, 180, 233),
-    RGBColor(120, 120, 120),
-    RGBColor(0, 0, 0),
-];
+// The page kit every page shares (the plan's page is in handoff-plan).
+pub(crate) use handoff_plan::chart::{err, escape, figure, svg, CHECK, COLOURS, CSS};
 
 /// The KV categories, bottom to top of the stack, with their colours.
 const LAYERS: [(&str, RGBColor); 4] = [
@@ -29,34 +19,6 @@ const LAYERS: [(&str, RGBColor); 4] = [
     ("reserved (destination)", RGBColor(0, 158, 115)),
     ("cached (free)", RGBColor(190, 190, 190)),
 ];
-
-const W: u32 = 520;
-const H: u32 = 300;
-
-pub(crate) fn err<E: std::fmt::Debug>(e: E) -> String {
-    format!("drawing a chart: {e:?}")
-}
-
-pub(crate) fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// Draws into an SVG string of `W`×`H` with `draw`.
-pub(crate) fn svg(
-    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String>,
-) -> Result<String, String> {
-    let mut buf = String::new();
-    {
-        let root = SVGBackend::with_string(&mut buf, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        draw(&root)?;
-        root.present().map_err(err)?;
-    }
-    Ok(buf)
-}
 
 /// A CDF chart of `series` (value in ms, fraction at or below). The x axis
 /// ends a little past the largest 99.5th percentile, so one outlier does not
@@ -290,10 +252,6 @@ fn sizing_section(body: &mut String, report: &Report) {
     }
 }
 
-pub(crate) fn figure(out: &mut String, kind: &str, svg: &str) {
-    let _ = write!(out, "<figure data-chart=\"{kind}\">{svg}</figure>");
-}
-
 /// The page for `report` and its `details`.
 pub fn render(report: &Report, details: &Details, title: &str) -> Result<String, String> {
     let mut body = String::new();
@@ -498,18 +456,3 @@ fn workers(body: &mut String, report: &Report) {
     }
     body.push_str("</table>");
 }
-
-pub(crate) const CSS: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1700px}\
-h1{font-size:22px}h2{font-size:18px;margin-top:28px}.note{color:#555}\
-table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;\
-text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}\
-.grid{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}";
-
-/// Marks the page once it rendered: the number of charts, and whether
-/// every one has a size (the headless-browser test reads both).
-pub(crate) const CHECK: &str =
-    "(function(){var s=document.querySelectorAll('figure[data-chart] svg');\
-var ok=s.length>0;for(var i=0;i<s.length;i++){var b=s[i].getBoundingClientRect();\
-if(!(b.width>0&&b.height>0)){ok=false;}}\
-document.body.setAttribute('data-charts',String(s.length));\
-document.body.setAttribute('data-render-ok',ok?'true':'false');})();";

@@ -177,6 +177,9 @@ fn print_summary(r: &Report) {
         r.input_throughput_tok_s,
         r.prefix_cache_reused_ratio * 100.0
     );
+    for w in &r.warnings {
+        out!("warning: {w}");
+    }
     for line in sizing_lines(r) {
         out!("{line}");
     }

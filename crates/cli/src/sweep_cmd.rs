@@ -197,7 +197,7 @@ fn metrics_of(summary: &Value) -> Vec<&'static str> {
         Some("experiment") => crate::sweep_experiment::METRICS.to_vec(),
         Some("plan") => METRICS
             .iter()
-            .chain(crate::plan_cmd::PLAN_METRICS)
+            .chain(handoff_plan::PLAN_METRICS)
             .copied()
             .collect(),
         _ => METRICS.to_vec(),

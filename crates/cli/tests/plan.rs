@@ -329,3 +329,52 @@ fn dp_choices_multiply_the_gpus_within_the_budget() {
     assert_eq!(dps["key"], "dp");
     assert_eq!(dps["values"], serde_json::json!(["1", "2"]));
 }
+
+/// A run whose arrivals span less than 3 median request lifetimes is
+/// warned of (report JSON `warnings`, the text report, and plan's summary
+/// rows and stderr); a steady one carries nothing.
+#[test]
+fn runs_dominated_by_warm_up_and_drain_are_warned_of() {
+    let dir = tmp("plan_not_steady");
+    let short = run(&dir, &["replay", "--requests", "20", "--json"], "1").stdout;
+    let v: serde_json::Value = serde_json::from_slice(&short).unwrap();
+    let w = &v["warnings"][0];
+    assert_eq!(w["kind"], "not_steady", "{v}");
+    assert!(w["arrival_span_ms"].as_f64().unwrap() < 3.0 * w["median_e2e_ms"].as_f64().unwrap());
+    let text = String::from_utf8(run(&dir, &["replay", "--requests", "20"], "1").stdout).unwrap();
+    assert!(text.contains("warning: not in steady state"), "{text}");
+    let steady = run(&dir, &["replay", "--requests", "200", "--json"], "1").stdout;
+    let v: serde_json::Value = serde_json::from_slice(&steady).unwrap();
+    assert!(v.get("warnings").is_none(), "{v}");
+    let text = String::from_utf8(run(&dir, &["replay", "--requests", "200"], "1").stdout).unwrap();
+    assert!(!text.contains("warning"), "{text}");
+    let plan = run(
+        &dir,
+        &[
+            "plan",
+            "--gpus",
+            "1",
+            "--slo",
+            "ttft:p90=800ms",
+            "--isl",
+            "2000",
+            "--osl",
+            "60",
+            "--requests",
+            "10",
+            "--rate",
+            "100",
+            "--out",
+            "out",
+        ],
+        "1",
+    );
+    let err = String::from_utf8(plan.stderr).unwrap();
+    assert!(
+        err.contains("1 of 1 layouts did not reach steady state"),
+        "{err}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&read(&dir.join("out/summary.json"))).unwrap();
+    assert_eq!(summary["rows"][0]["warnings"][0]["kind"], "not_steady");
+}

@@ -10,6 +10,7 @@ mod samples;
 mod sections;
 mod slo;
 mod stale;
+mod steady;
 #[cfg(test)]
 mod tests;
 mod units;
@@ -24,3 +25,4 @@ pub use sections::{
 };
 pub use slo::{SizingReport, SloReport, SloSample, SloTargetReport, SloVerdicts};
 pub use stale::{StaleKv, StaleReads};
+pub use steady::{RunWarning, STEADY_LIFETIMES};

@@ -37,6 +37,7 @@ pub struct Recorder {
     pub(super) pools: BTreeMap<WorkerId, Pool>,
     pub(super) transfers: FastMap<HandoffId, (RequestId, Instant)>,
     pub(super) first_arrival: Option<Instant>,
+    pub(super) last_arrival: Instant,
     pub(super) last_finish: Instant,
     pub(super) num_requests: u64,
     pub(super) completed: u64,
@@ -89,6 +90,7 @@ impl Recorder {
             pools: workers.iter().copied().collect(),
             transfers: FastMap::default(),
             first_arrival: None,
+            last_arrival: Instant::ZERO,
             last_finish: Instant::ZERO,
             num_requests: 0,
             completed: 0,
@@ -161,6 +163,7 @@ impl Recorder {
         self.num_requests += 1;
         self.arrived_prompt_tokens += u64::from(r.prompt_tokens);
         self.first_arrival.get_or_insert(r.arrival);
+        self.last_arrival = self.last_arrival.max(r.arrival);
         self.reqs.insert(
             r.id,
             ReqRec {
@@ -685,6 +688,7 @@ impl Recorder {
         life.transfer_ms = transfer_ms;
         life.reservation_to_activation_ms = reservation_to_activation_ms;
         let (slo, sizing) = (self.slo.take(), self.sizing.take());
+        let span_ms = (self.last_arrival.max(start) - start).as_secs_f64() * 1e3;
         let report = Report {
             config: self.config,
             num_requests: self.num_requests,
@@ -716,6 +720,9 @@ impl Recorder {
             sessions: None,
             slo: None,
             sizing: None,
+            warnings: super::RunWarning::steady(span_ms, flat.e2e_latency.summary().p50)
+                .into_iter()
+                .collect(),
         };
         (with_sizing(report, slo, sizing, duration_s), details)
     }

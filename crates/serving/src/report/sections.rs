@@ -547,6 +547,10 @@ pub struct Report {
     /// `--gpu-hour-usd`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sizing: Option<super::slo::SizingReport>,
+    /// What the figures alone do not show (a run not in steady state,
+    /// [`super::steady`]); absent when there is nothing to say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<super::steady::RunWarning>,
 }
 
 /// The latency distributions under Dynamo's flat names: for each metric

@@ -2,11 +2,11 @@
 //! GPU first; the Pareto frontier of tokens/s/GPU against tokens/s/user
 //! (AIConfigurator's axes, `sdk/pareto_analysis.py` `get_pareto_front`:
 //! a point is on it when no other point is at least as good on both axes
-//! and better on one); and the files `plan` writes from them.
+//! and better on one). The files written from them are [`crate::outputs`].
 
-use serde_json::{json, Value};
+use crate::error::PlanError;
+use serde_json::Value;
 use std::fmt::Write as _;
-use std::path::Path;
 
 /// One layout's figures, read from its summary row.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +48,9 @@ pub struct Point {
     /// The highest rate the SLO held at (`--max-rate`; absent: not
     /// searched, or held at none).
     pub max_rate_rps: Option<f64>,
+    /// Whether its run reached steady state (its row carries no
+    /// `warnings`: `handoff_serving::report::RunWarning`).
+    pub steady: bool,
 }
 
 /// The figures both plan tables show after rank, layout and GPUs: the
@@ -128,6 +131,7 @@ impl Point {
             transfer_ms: f("lifecycle.transfer_ms.mean"),
             usd_per_million: row["sizing.usd_per_million_output_tokens"].as_f64(),
             max_rate_rps: row["max_rate_rps"].as_f64(),
+            steady: row.get("warnings").is_none_or(Value::is_null),
         })
     }
 }
@@ -152,13 +156,11 @@ fn dominates(a: &Point, b: &Point) -> bool {
 }
 
 /// Ranks the rows of `summary` (rows that failed to run are left out).
-pub fn rank(summary: &Value) -> Result<Ranked, String> {
-    let rows = summary["rows"]
-        .as_array()
-        .ok_or("plan: the summary has no rows")?;
+pub fn rank(summary: &Value) -> Result<Ranked, PlanError> {
+    let rows = summary["rows"].as_array().ok_or(PlanError::NoRows)?;
     let mut order: Vec<Point> = rows.iter().filter_map(Point::of).collect();
     if order.is_empty() {
-        return Err("plan: no layout ran (see the summary's `error` column)".into());
+        return Err(PlanError::NoneRan);
     }
     order.sort_by(|a, b| {
         b.holds
@@ -188,6 +190,14 @@ pub fn rank(summary: &Value) -> Result<Ranked, String> {
 }
 
 impl Ranked {
+    /// The ranks (1-based) of the layouts whose runs did not reach steady
+    /// state, best first.
+    pub fn not_steady(&self) -> Vec<usize> {
+        (1..=self.order.len())
+            .filter(|&r| !self.order[r - 1].steady)
+            .collect()
+    }
+
     /// The table of the best `top` layouts, as text lines.
     pub fn table(&self, top: usize) -> Vec<String> {
         let held = self.order.iter().filter(|p| p.holds).count();
@@ -226,87 +236,10 @@ impl Ranked {
     }
 }
 
-fn point_json(p: &Point, rank: usize) -> Value {
-    json!({
-        "rank": rank,
-        "index": p.index,
-        "layout": p.layout(),
-        "tp": p.tp,
-        "dp": p.dp,
-        "prefill": p.prefill,
-        "decode": p.decode,
-        "gpus": p.gpus,
-        "slo_holds": p.holds,
-        "slo_attainment": p.attainment,
-        "goodput_tok_s_per_gpu": p.goodput_per_gpu,
-        "tok_s_per_gpu": p.per_gpu,
-        "tok_s_per_user": p.per_user,
-        "p90_ttft_ms": p.p90_ttft_ms,
-        "p90_tpot_ms": p.p90_tpot_ms,
-        "stranded_block_seconds": p.stranded_block_s,
-        "mean_reservation_wait_ms": p.reservation_wait_ms,
-        "mean_transfer_ms": p.transfer_ms,
-        "usd_per_million_output_tokens": p.usd_per_million,
-        "max_rate_rps": p.max_rate_rps,
-    })
-}
-
-/// `points` as CSV, one line per point, the header from the first's keys.
-fn csv_of(points: &[Value]) -> String {
-    let Some(first) = points.first().and_then(Value::as_object) else {
-        return String::new();
-    };
-    let keys: Vec<&String> = first.keys().collect();
-    let mut s = keys
-        .iter()
-        .map(|k| k.as_str())
-        .collect::<Vec<_>>()
-        .join(",");
-    s.push('\n');
-    for p in points {
-        let cells: Vec<String> = keys
-            .iter()
-            .map(|k| match &p[k.as_str()] {
-                Value::Null => String::new(),
-                Value::String(t) => t.clone(),
-                v => v.to_string(),
-            })
-            .collect();
-        s.push_str(&cells.join(","));
-        s.push('\n');
-    }
-    s
-}
-
-/// Writes `best.csv`, `pareto.csv`, `pareto.json` and `plan.html`.
-pub fn write_outputs(r: &Ranked, summary: &Value, out: &Path) -> Result<(), String> {
-    let best: Vec<Value> = r
-        .order
-        .iter()
-        .enumerate()
-        .map(|(i, p)| point_json(p, i + 1))
-        .collect();
-    let frontier: Vec<Value> = r.frontier.iter().map(|&i| best[i].clone()).collect();
-    let write = |name: &str, body: String| {
-        let p = out.join(name);
-        std::fs::write(&p, body).map_err(|e| format!("{}: {e}", p.display()))
-    };
-    write("best.csv", csv_of(&best))?;
-    write("pareto.csv", csv_of(&frontier))?;
-    let text = serde_json::to_string_pretty(&json!({ "frontier": frontier }))
-        .map_err(|e| e.to_string())?;
-    write("pareto.json", text + "\n")?;
-    write("plan.html", crate::plan_html::page(r, summary)?)?;
-    eprintln!(
-        "plan: {} (best.csv, pareto.csv, pareto.json, plan.html)",
-        out.display()
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn row(
         index: usize,
@@ -354,5 +287,11 @@ mod tests {
         assert_eq!(t.len(), 4);
         assert!(t[0].starts_with("4 of 5 layouts hold"), "{}", t[0]);
         assert!(rank(&json!({"rows": []})).is_err());
+        assert!(r.not_steady().is_empty());
+        let mut rows = s["rows"].as_array().unwrap().clone();
+        rows[3]["warnings"] = json!([{"kind": "not_steady"}]);
+        let r = rank(&json!({ "rows": rows })).unwrap();
+        // Layout 3 ranks second.
+        assert_eq!(r.not_steady(), [2]);
     }
 }

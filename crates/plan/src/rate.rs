@@ -1,6 +1,6 @@
 //! `plan --max-rate R`: for each layout, the highest Poisson arrival rate
 //! at most `R` requests/s at which the SLO still holds, by bisection over
-//! `--arrival-speedup-ratio` of the generated workload (so every probe
+//! the arrival-time scale of the generated workload ([`RateSearch::speedup`]) (so every probe
 //! replays the same requests, only closer together or further apart).
 //!
 //! It assumes the SLO holds at every rate below one where it holds (more
@@ -9,9 +9,9 @@
 //! The search starts at `R` and goes no lower than `R / 64`
 //! ([`FLOOR_DIVISOR`]): below that a layout counts as holding at no rate.
 
-use crate::replay_cmd::simulate;
-use crate::sweep_grid::ReplayOnly;
-use clap::Parser as _;
+//!
+//! The probe (one replay at a rate) is the caller's: [`RateSearch::search`]
+//! takes it as a closure.
 
 /// The lowest rate probed is the ceiling divided by this.
 pub const FLOOR_DIVISOR: f64 = 64.0;
@@ -34,10 +34,10 @@ impl RateSearch {
     /// The highest rate at which `holds` is true, within the tolerance;
     /// `None` when it fails even at the floor. `holds` takes a rate in
     /// requests/s.
-    pub fn search(
+    pub fn search<E>(
         &self,
-        mut holds: impl FnMut(f64) -> Result<bool, String>,
-    ) -> Result<Option<f64>, String> {
+        mut holds: impl FnMut(f64) -> Result<bool, E>,
+    ) -> Result<Option<f64>, E> {
         let round = |x: f64| (x * 1e3).round() / 1e3;
         if holds(self.max_rps)? {
             return Ok(Some(round(self.max_rps)));
@@ -61,17 +61,10 @@ impl RateSearch {
         Ok(Some(round(lo)))
     }
 
-    /// Whether the SLO holds when the layout `args` (which carry `--slo`)
-    /// replays its workload at `rate` requests/s.
-    pub fn probe(&self, args: &[String], rate: f64) -> Result<bool, String> {
-        let mut a = args.to_vec();
-        a.extend([
-            "--arrival-speedup-ratio".to_string(),
-            (rate / self.base_rps).to_string(),
-        ]);
-        let parsed = ReplayOnly::try_parse_from(&a).map_err(|e| e.to_string())?;
-        let sim = simulate(&parsed.args, false, None)?;
-        Ok(sim.report.slo.as_ref().is_some_and(|s| s.holds))
+    /// How much faster than the generated workload's own rate the
+    /// requests arrive at `rate` requests/s (`--arrival-speedup-ratio`).
+    pub fn speedup(&self, rate: f64) -> f64 {
+        rate / self.base_rps
     }
 }
 
@@ -93,7 +86,7 @@ mod tests {
         let found = search(0.01)
             .search(|r| {
                 probes.push(r);
-                Ok(r <= 23.7)
+                Ok::<_, String>(r <= 23.7)
             })
             .unwrap()
             .unwrap();
@@ -104,10 +97,17 @@ mod tests {
 
     #[test]
     fn the_ends_of_the_range() {
-        assert_eq!(search(0.05).search(|_| Ok(true)).unwrap(), Some(64.0));
-        assert_eq!(search(0.05).search(|_| Ok(false)).unwrap(), None);
+        assert_eq!(
+            search(0.05).search(|_| Ok::<_, ()>(true)).unwrap(),
+            Some(64.0)
+        );
+        assert_eq!(search(0.05).search(|_| Ok::<_, ()>(false)).unwrap(), None);
         // Holding only at the floor gives the floor.
-        assert_eq!(search(0.05).search(|r| Ok(r <= 1.0)).unwrap(), Some(1.0));
-        assert!(search(0.05).search(|_| Err("boom".into())).is_err());
+        assert_eq!(
+            search(0.05).search(|r| Ok::<_, ()>(r <= 1.0)).unwrap(),
+            Some(1.0)
+        );
+        assert!(search(0.05).search(|_| Err("boom")).is_err());
+        assert_eq!(search(0.05).speedup(25.0), 2.5);
     }
 }

@@ -1,10 +1,17 @@
-//! Tests of `plan --check-aic`'s reading of AIConfigurator's CSV.
+//! Tests of the reading of AIConfigurator's CSV and of the check.
 
+use super::check::aic_meets;
+use super::read::cells;
 use super::*;
+use crate::runner::Runner;
+use handoff_deployment::SloSpec;
+use serde_json::{json, Value};
+use std::path::Path;
 
 fn sample(name: &str) -> String {
+    // The command line's test data: one copy of AIConfigurator's files.
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/aic")
+        .join("../cli/tests/data/aic")
         .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -29,7 +36,18 @@ fn reads_the_disaggregated_sample() {
     assert!(r.unsupported().is_none());
     // 4P at TP1 with 1D at TP4: one --tp here.
     assert_eq!(rows[1].d_par, [4, 1, 1]);
-    assert!(rows[1].unsupported().unwrap().contains("differ"));
+    assert_eq!(
+        rows[1].unsupported(),
+        Some(Skip::PoolsDiffer {
+            prefill: (1, 1),
+            decode: (4, 1)
+        })
+    );
+    assert!(rows[1]
+        .unsupported()
+        .unwrap()
+        .to_string()
+        .contains("differ"));
     let pareto = parse(&sample("disagg/pareto.csv")).unwrap();
     assert_eq!((pareto.rows.len(), pareto.bad.len()), (21, 0));
 }
@@ -100,7 +118,11 @@ fn a_row_of_zero_length_or_parallelism_is_unsimulable() {
         "{head}\n4000,0,8,1,1,1,1,1,1\n0,5,8,1,1,1,1,1,1\n9,5,8,1,1,1,1,1,0\n9,5,8,1,1,1,1,1,1\n"
     ))
     .unwrap();
-    let why: Vec<Option<String>> = f.rows.iter().map(AicRow::unsimulable).collect();
+    let why: Vec<Option<String>> = f
+        .rows
+        .iter()
+        .map(|r| r.unsimulable().map(|u| u.to_string()))
+        .collect();
     assert!(why[0].as_deref().unwrap().contains("osl 0"), "{why:?}");
     assert!(why[1].as_deref().unwrap().contains("isl 0"), "{why:?}");
     assert!(
@@ -120,4 +142,64 @@ fn aic_meets_reads_its_single_estimate() {
     assert!(aic_meets(&rows[0], &slo));
     let tight: SloSpec = "tpot:p50=1ms".parse().unwrap();
     assert!(!aic_meets(&rows[0], &tight));
+}
+
+/// A runner that answers each row with the figures `compare` reads, and
+/// refuses the row numbers it is told to.
+struct Fake {
+    refuse: usize,
+}
+
+impl Runner<AicRun> for Fake {
+    type Config = usize;
+    fn prepare(&self, index: usize, _: &AicRun) -> Result<usize, String> {
+        if index == self.refuse {
+            return Err("a flag the runner refused".into());
+        }
+        Ok(index)
+    }
+    fn run_all(&self, configs: &[usize]) -> Vec<Value> {
+        configs
+            .iter()
+            .map(|i| {
+                json!({"index": i, "error": null, "mean_ttft_ms": 100.0, "median_ttft_ms": 90.0,
+                       "p90_ttft_ms": 150.0, "p99_ttft_ms": 200.0, "mean_tpot_ms": 10.0,
+                       "median_tpot_ms": 10.0, "p90_tpot_ms": 11.0, "p99_tpot_ms": 12.0,
+                       "slo.holds": true})
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn each_line_is_run_skipped_or_refused_with_its_reason() {
+    let head = "isl,osl,concurrency,ttft,tpot,tokens/s/gpu,tokens/s/user,num_total_gpus,tp,pp";
+    let text = format!(
+        "{head}\n100,10,4,1,1,1,1,1,1,1\n100,0,4,1,1,1,1,1,1,1\n100,10,4,1,1,1,1,2,2,1\n\
+         100,10,4,1,1,1,1,2,1,2\n100,10,x,1,1,1,1,1,1,1\n100,10,4,1,1,1,1,1,1,1\n"
+    );
+    let file = parse(&text).unwrap();
+    let out = std::env::temp_dir().join(format!("handoff-plan-aic-{}", std::process::id()));
+    let slo: SloSpec = "ttft:p90=600ms".parse().unwrap();
+    // Row numbers count rows read: the last line (7) is row 4.
+    let c = check(&file, &slo, &[1], &out, &Fake { refuse: 4 });
+    let _ = std::fs::remove_dir_all(&out);
+    let lines: Vec<u64> = c.rows.iter().map(|r| r["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, [2, 3, 4, 5, 6, 7]);
+    assert_eq!(c.rows[0]["simulated"]["ttft_ms"]["p90"], 150.0);
+    assert!(c.rows[1]["refused"].as_str().unwrap().contains("osl 0"));
+    assert_eq!(c.rows[2]["skipped"], "no profile at TP2");
+    assert_eq!(c.rows[3]["skipped"], "pipeline parallelism is not modelled");
+    assert!(c.rows[4]["refused"]
+        .as_str()
+        .unwrap()
+        .contains("`concurrency`"));
+    assert_eq!(c.rows[5]["refused"], "a flag the runner refused");
+    assert_eq!((c.refused, c.lines), (3, 6));
+    let s = c.summary("f.csv", &slo);
+    assert_eq!(s["refused_rows"], 3);
+    let t = c.table();
+    assert_eq!(t.len(), 7);
+    assert!(t[3].contains("skipped: no profile at TP2"), "{}", t[3]);
+    assert!(t[5].contains("   6 | refused: line 6"), "{}", t[5]);
 }

@@ -1,11 +1,12 @@
 //! `plan.html`: one self-contained page (inline SVG drawn with `plotters`,
-//! as `replay --html` draws, [`crate::html`]): every layout as a point of
+//! [`crate::chart`]): every layout as a point of
 //! tokens/s/GPU against tokens/s/user, filled when it holds the SLO, the
 //! Pareto frontier as a line, and the ranked table with each layout's
 //! handoff costs.
 
-use crate::html::{err, escape, figure, svg, CHECK, COLOURS, CSS};
-use crate::plan_rank::{Point, Ranked, FIGURES};
+use crate::chart::{err, escape, figure, svg, CHECK, COLOURS, CSS};
+use crate::error::PlanError;
+use crate::rank::{Point, Ranked, FIGURES};
 use plotters::prelude::*;
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -95,7 +96,7 @@ fn row(body: &mut String, rank: usize, p: &Point, frontier: bool) {
 const WIDE: &str = "td:nth-child(2){text-align:left;white-space:nowrap}";
 
 /// The page of ranked layouts `r` of `summary`'s plan.
-pub fn page(r: &Ranked, summary: &Value) -> Result<String, String> {
+pub fn page(r: &Ranked, summary: &Value) -> Result<String, PlanError> {
     let mut body = String::new();
     let base: Vec<String> = summary["grid"]["base"]
         .as_array()
@@ -112,7 +113,7 @@ pub fn page(r: &Ranked, summary: &Value) -> Result<String, String> {
         summary["grid"]["gpus"]["max"],
         escape(&base.join(" "))
     );
-    figure(&mut body, "pareto", &chart(r)?);
+    figure(&mut body, "pareto", &chart(r).map_err(PlanError::Chart)?);
     body.push_str(
         "<h2>Layouts, best goodput per GPU first</h2><p class=\"note\">stranded: source \
          KV block·seconds pinned for readers, summed over workers; resv: mean wait of a \

@@ -1,0 +1,208 @@
+//! How `plan` and `plan --check-aic` run what [`handoff_plan`] hands them:
+//! each layout or AIConfigurator row as `replay` flags, checked, then run
+//! on a thread pool with the sweep's machinery ([`crate::sweep_cmd`]'s
+//! [`in_order`] and [`run_one`]); the model's profiled TPs; and
+//! `--max-rate`'s probe, one replay at a rate.
+
+use crate::replay_cmd::simulate;
+use crate::sweep_cmd::{in_order, run_one};
+use crate::sweep_grid::{Configuration, Parsed, ReplayOnly};
+use clap::Parser as _;
+use handoff_plan::aic::check::{AicRun, AIC_AXES, AIC_METRICS};
+use handoff_plan::layout::AXES;
+use handoff_plan::rate::RateSearch;
+use handoff_plan::{Layout, Runner, PLAN_METRICS};
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// The model, GPU and backend the base flags name, and the TP choices:
+/// `--tp`, else every TP a profile exists for.
+pub(crate) fn model_and_tps(
+    tp: &[u32],
+    shared: &[String],
+) -> Result<(Vec<String>, Vec<u32>), String> {
+    let parsed = ReplayOnly::try_parse_from(shared).map_err(|e| {
+        format!(
+            "plan: the flags after `--`: {}",
+            e.to_string().lines().next().unwrap_or("")
+        )
+    })?;
+    let deploy = parsed.args.deploy_args();
+    let hw = &deploy.hardware;
+    let (model, gpu) = match (&hw.model, &hw.gpu) {
+        (Some(m), Some(g)) => (m.clone(), g.clone()),
+        (None, None) if deploy.perf.is_none() => (
+            crate::hardware_args::DEFAULT_MODEL.to_string(),
+            crate::hardware_args::DEFAULT_GPU.to_string(),
+        ),
+        _ => return Err("plan: give both --model and --gpu after `--` (or neither)".into()),
+    };
+    let mut add = Vec::new();
+    if hw.model.is_none() {
+        add.extend(["--model".into(), model.clone(), "--gpu".into(), gpu.clone()]);
+    }
+    let backend = deploy.backend().name();
+    let keys = match &hw.profiles_dir {
+        Some(d) => crate::hardware_args::list_profiles(d)?,
+        None => crate::hardware_args::embedded_profiles(),
+    };
+    let have: Vec<u32> = keys
+        .iter()
+        .filter(|k| k.model == model && k.gpu == gpu && k.backend == backend)
+        .map(|k| k.tp)
+        .collect();
+    let tps = if tp.is_empty() {
+        have.clone()
+    } else {
+        tp.to_vec()
+    };
+    if let Some(t) = tps.iter().find(|t| !have.contains(t)) {
+        return Err(format!(
+            "plan --tp {t}: no profile of {model} on {gpu} for {backend} at that TP (there are: {have:?})"
+        ));
+    }
+    if tps.is_empty() {
+        return Err(format!(
+            "plan: no profile of {model} on {gpu} for {backend}"
+        ));
+    }
+    Ok((add, tps))
+}
+
+/// `args` parsed as `replay`'s flags, checked, as configuration `index`.
+fn configuration(
+    index: usize,
+    labels: Vec<String>,
+    args: Vec<String>,
+) -> Result<Configuration, String> {
+    let parsed = ReplayOnly::try_parse_from(&args).map_err(|e| e.to_string().trim().to_string())?;
+    Ok(Configuration {
+        index,
+        labels,
+        args,
+        parsed: Parsed::Replay(Box::new(parsed.args)),
+    })
+}
+
+/// Runs configurations as replays on `pool`, writing their reports to
+/// `out`; `total` numbers the report files.
+pub(crate) struct ReplayRunner<'a> {
+    /// The threads.
+    pub pool: &'a rayon::ThreadPool,
+    /// Where the reports go.
+    pub out: &'a Path,
+    /// Configurations in the whole plan or file (for the report names).
+    pub total: usize,
+    /// The flags added to every configuration's own: the model's, then
+    /// the shared ones.
+    pub flags: Vec<String>,
+    /// `--max-rate`'s search, if asked (plans only).
+    pub search: Option<RateSearch>,
+}
+
+impl Runner<Layout> for ReplayRunner<'_> {
+    type Config = Configuration;
+
+    fn prepare(&self, index: usize, l: &Layout) -> Result<Configuration, String> {
+        let mut args: Vec<String> = vec![
+            "--prefill".into(),
+            l.prefill.to_string(),
+            "--decode".into(),
+            l.decode.to_string(),
+            "--tp".into(),
+            l.tp.to_string(),
+        ];
+        if l.dp > 1 {
+            args.extend(["--dp-size".into(), l.dp.to_string()]);
+        }
+        args.extend(self.flags.iter().cloned());
+        let c = configuration(index, l.labels(), args)?;
+        if let Parsed::Replay(a) = &c.parsed {
+            a.check()?;
+        }
+        Ok(c)
+    }
+
+    fn run_all(&self, configs: &[Configuration]) -> Vec<Value> {
+        let keys: Vec<String> = AXES.map(String::from).to_vec();
+        // The report's `warnings` (a run not in steady state), in the row
+        // only when there are some, so steady plans' summaries are as before.
+        let extra: Vec<&str> = PLAN_METRICS.iter().copied().chain(["warnings"]).collect();
+        self.pool.install(|| {
+            in_order(configs, |c| {
+                let mut row = run_one(c, &keys, self.out, self.total, &extra);
+                if let Some(r) = row.as_object_mut() {
+                    if r.get("warnings").is_some_and(Value::is_null) {
+                        r.remove("warnings");
+                    }
+                }
+                if let Some(s) = &self.search {
+                    row["max_rate_rps"] = match s.search(|rate| probe(s, &c.args, rate)) {
+                        Ok(r) => json!(r),
+                        Err(e) => {
+                            row["error"] = json!(format!("--max-rate: {e}"));
+                            Value::Null
+                        }
+                    };
+                }
+                row
+            })
+        })
+    }
+}
+
+impl Runner<AicRun> for ReplayRunner<'_> {
+    type Config = Configuration;
+
+    fn prepare(&self, index: usize, run: &AicRun) -> Result<Configuration, String> {
+        let r = &run.row;
+        let mut args: Vec<String> = vec![
+            "--prefill".into(),
+            r.prefill.to_string(),
+            "--decode".into(),
+            r.decode.to_string(),
+            "--tp".into(),
+            r.p_par[0].to_string(),
+            "--dp-size".into(),
+            r.p_par[2].to_string(),
+            "--trace".into(),
+            run.trace.clone(),
+            "--concurrency".into(),
+            r.concurrency.to_string(),
+        ];
+        args.extend(self.flags.iter().cloned());
+        configuration(index, run.labels(index), args)
+    }
+
+    fn run_all(&self, configs: &[Configuration]) -> Vec<Value> {
+        let keys: Vec<String> = AIC_AXES.map(String::from).to_vec();
+        self.pool.install(|| {
+            in_order(configs, |c| {
+                run_one(c, &keys, self.out, self.total, AIC_METRICS)
+            })
+        })
+    }
+}
+
+/// Whether the SLO holds when the layout `args` (which carry `--slo`)
+/// replays its workload at `rate` requests/s.
+fn probe(s: &RateSearch, args: &[String], rate: f64) -> Result<bool, String> {
+    let mut a = args.to_vec();
+    a.extend([
+        "--arrival-speedup-ratio".to_string(),
+        s.speedup(rate).to_string(),
+    ]);
+    let parsed = ReplayOnly::try_parse_from(&a).map_err(|e| e.to_string())?;
+    let sim = simulate(&parsed.args, false, None)?;
+    Ok(sim.report.slo.as_ref().is_some_and(|s| s.holds))
+}
+
+/// A pool of `jobs` threads (0: every core) with the main thread's stack.
+pub(crate) fn pool(jobs: Option<usize>) -> Result<rayon::ThreadPool, String> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs.unwrap_or(0))
+        // A replay on a worker thread gets the main thread's stack size.
+        .stack_size(8 << 20)
+        .build()
+        .map_err(|e| format!("--jobs: {e}"))
+}
