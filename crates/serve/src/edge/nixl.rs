@@ -69,7 +69,8 @@ pub(crate) struct NixlLoad {
 
 impl NixlLoad {
     /// Entries held (transfers in flight, live source roles).
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.xfers.len() + self.sources.len()
     }
 
