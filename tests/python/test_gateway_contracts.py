@@ -49,6 +49,10 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 LLMD = "llm-d/llm-d-router pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go"
 AIBRIX = "vllm-project/aibrix pkg/metrics/metrics.go"
 VLLM = "vllm-project/vllm vllm/v1/metrics/loggers.py"
+VLLM_NIXL = ("vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py "
+             "(NixlPromMetrics)")
+DYNAMO_NIXL = ("ai-dynamo/dynamo components/src/dynamo/vllm/custom_connectors/"
+               "nixl_with_pending_metrics.py (NixlPromMetricsWithPending)")
 
 LLMD_KV = "llm-d/llm-d-router pkg/kvevents/engineadapter/common.go (parseTopic)"
 VLLM_KV = "vllm-project/vllm vllm/distributed/kv_events.py (ZmqEventPublisher._service_replay, PR #45177)"
@@ -82,6 +86,15 @@ METRICS = [
     ("vllm", "vllm:prefix_cache_queries", "counter", (), AIBRIX),
     ("vllm", "vllm:prefix_cache_hits", "counter", (), AIBRIX),
     ("vllm", "vllm:num_preemptions", "counter", (), AIBRIX),
+    ("vllm", "vllm:nixl_xfer_time_seconds", "histogram", (), VLLM_NIXL),
+    ("vllm", "vllm:nixl_post_time_seconds", "histogram", (), VLLM_NIXL),
+    ("vllm", "vllm:nixl_bytes_transferred", "histogram", (), VLLM_NIXL),
+    ("vllm", "vllm:nixl_num_descriptors", "histogram", (), VLLM_NIXL),
+    ("vllm", "vllm:nixl_num_failed_transfers", "counter", (), VLLM_NIXL),
+    ("vllm", "vllm:nixl_num_failed_notifications", "counter", (), VLLM_NIXL),
+    ("vllm", "vllm:nixl_num_kv_expired_reqs", "counter", (), VLLM_NIXL),
+    ("vllm", "vllm:nixl_num_pending_sends", "gauge", (), DYNAMO_NIXL),
+    ("vllm", "vllm:nixl_num_in_process_reqs", "gauge", (), DYNAMO_NIXL),
     ("sglang", "sglang:num_queue_reqs", "gauge", (), LLMD),
     ("sglang", "sglang:num_waiting_reqs", "gauge", (), AIBRIX),
     ("sglang", "sglang:num_running_reqs", "gauge", (), LLMD + "; " + AIBRIX),
@@ -104,6 +117,15 @@ BUCKETS = {
     "vllm:e2e_request_latency_seconds": [
         0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
         120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+    # VLLM_NIXL: the transfer time drops the first of the shared time buckets.
+    "vllm:nixl_xfer_time_seconds": [
+        0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0],
+    "vllm:nixl_post_time_seconds": [
+        0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0],
+    "vllm:nixl_bytes_transferred": [float(2 ** (10 + i)) for i in range(1, 25, 2)],
+    "vllm:nixl_num_descriptors": [
+        10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 400.0, 1000.0, 2000.0, 4000.0,
+        10000.0, 20000.0, 50000.0],
 }
 
 
@@ -164,6 +186,14 @@ def test_front_metrics(backend: str) -> None:
             usage = {x.labels["engine"]: x.value for x in fams["vllm:gpu_cache_usage_perc"].samples}
             kv = {x.labels["engine"]: x.value for x in fams["vllm:kv_cache_usage_perc"].samples}
             assert usage == kv
+            # The one handoff's read: timed on the decode (engine 1), none on
+            # the prefill; its pending send gone once drained.
+            xfer = {x.labels["engine"]: x.value for x in fams["vllm:nixl_xfer_time_seconds"].samples
+                    if x.name.endswith("_count")}
+            assert xfer == {"0": 0, "1": 1}, xfer
+            pending = {x.labels["engine"]: x.value
+                       for x in fams["vllm:nixl_num_pending_sends"].samples}
+            assert pending == {"0": 0, "1": 0}, pending
             lora = fams["vllm:lora_requests_info"].samples[0]
             assert lora.labels["max_lora"] == "0" and lora.value > 1.7e9, lora
     finally:

@@ -260,6 +260,12 @@ async fn run(
         ),
     );
     metrics.cache_config(&c.specs);
+    metrics.set_kv_bytes_per_token(
+        c.cfg
+            .transfer
+            .link()
+            .map_or(crate::metrics::nixl::DEFAULT_KV_BYTES_PER_TOKEN, |(b, _)| b),
+    );
     let loras = match c.lora.clone() {
         Some(l) => {
             metrics.set_max_lora(l.max_loras);

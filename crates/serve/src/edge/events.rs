@@ -13,7 +13,9 @@
 //! - a destination's `Reserving` to `Reserved`: the reservation wait
 //!   (vLLM's queue-time histogram, the wait counter);
 //! - `RoleEnded`: lease and reservation expiries; a source's end lets its
-//!   pinned prompt's blocks go.
+//!   pinned prompt's blocks go;
+//! - on a vLLM engine, every event also through [`super::nixl`] (transfer
+//!   starts and ends, source roles: the NIXL series).
 
 use super::Edge;
 use handoff_core::{
@@ -36,6 +38,7 @@ impl Edge {
         now: Instant,
     ) -> Option<RequestId> {
         let si = s.0 as usize;
+        self.nixl.observe(si, e, &self.metrics);
         match e {
             WorkerEvent::Kv { event, at } => self.kv.event(s, event.clone(), *at),
             WorkerEvent::Tokens { emissions } => {

@@ -10,7 +10,9 @@
 //!   failure and success counters and e2e latency, its LoRA adapter's
 //!   place in `vllm:lora_requests_info` ([`lora`]);
 //! - the worker-event to metric mapping ([`events`]): preemptions, stale
-//!   reads, reservation waits, lease and reservation expiries;
+//!   reads, reservation waits, lease and reservation expiries, and vLLM's
+//!   NIXL telemetry ([`nixl`]: transfer times, bytes, failures, expired
+//!   leases, the prefill's pending sends);
 //! - KV-event publishing ([`kv`]: the reorder buffer, each block's token
 //!   ids and identity ([`blocks`]), the wire events per scheduler, the
 //!   Dynamo JSONL, the ZMQ flush);
@@ -25,6 +27,7 @@ mod events;
 pub(crate) mod flows;
 pub(crate) mod kv;
 mod lora;
+mod nixl;
 pub(crate) mod view;
 
 use crate::metrics::Metrics;
@@ -55,6 +58,8 @@ pub(crate) struct Edge {
     lora: lora::LoraLoad,
     /// Destinations waiting for a reservation, since when.
     reserving: FastMap<HandoffId, Instant>,
+    /// Transfers in flight and live sources, for the NIXL series.
+    nixl: nixl::NixlLoad,
     kv: KvOut,
 }
 
@@ -84,6 +89,7 @@ impl Edge {
             pinned: FastMap::default(),
             lora: lora::LoraLoad::default(),
             reserving: FastMap::default(),
+            nixl: nixl::NixlLoad::default(),
             kv,
         }
     }

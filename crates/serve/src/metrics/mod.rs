@@ -38,6 +38,7 @@
 
 mod gateway;
 pub(crate) mod info;
+pub(crate) mod nixl;
 pub(crate) mod slo;
 
 use handoff_core::{Backend, DpLayout, FailureReason, KvCapacitySnapshot, WorkerId};
@@ -129,6 +130,8 @@ pub struct Metrics {
     gw: gateway::GatewaySeries,
     /// `--slo` / `--gpu-hour-usd` series ([`slo`]).
     slo: Option<slo::SloMetrics>,
+    /// vLLM's NIXL connector series ([`nixl`]); SGLang exports none.
+    nixl: Option<nixl::NixlSeries>,
 }
 
 fn role(p: Pool) -> &'static str {
@@ -207,11 +210,15 @@ impl Metrics {
             slo: None,
             registry: Registry::default(),
             gw: gateway::GatewaySeries::new(sglang),
+            nixl: (!sglang).then(nixl::NixlSeries::new),
         };
         m.register_engine(&mut registry, p, sglang);
         m.register_handoff(&mut registry, p);
         m.register_latency(&mut registry, p, sglang);
         m.gw.register(&mut registry, p);
+        if let Some(n) = &m.nixl {
+            n.register(&mut registry);
+        }
         Metrics { registry, ..m }
     }
 
@@ -432,6 +439,18 @@ impl Metrics {
         }
     }
 
+    /// KV bytes one token weighs in a transfer (the transfer model's).
+    pub fn set_kv_bytes_per_token(&self, b: u64) {
+        if let Some(n) = &self.nixl {
+            n.set_kv_bytes_per_token(b);
+        }
+    }
+
+    /// The NIXL series and scheduler `w`'s labels, on a vLLM engine.
+    pub(crate) fn nixl(&self, w: usize) -> Option<(&nixl::NixlSeries, &WorkerLabels)> {
+        Some((self.nixl.as_ref()?, self.l(w)?))
+    }
+
     /// Latency observations on `w`, in seconds.
     pub fn ttft(&self, w: usize, secs: f64) {
         if let Some(l) = self.l(w) {
@@ -545,6 +564,9 @@ impl Metrics {
             let _ = self.e2e.get_or_create(l);
             let _ = self.queue.get_or_create(l);
             self.gw.touch(l);
+            if let Some(n) = &self.nixl {
+                n.touch(l);
+            }
         }
     }
 }

@@ -278,6 +278,11 @@ impl Engine {
             host,
         };
         metrics.cache_config(specs);
+        metrics.set_kv_bytes_per_token(
+            cfg.transfer
+                .link()
+                .map_or(crate::metrics::nixl::DEFAULT_KV_BYTES_PER_TOKEN, |(b, _)| b),
+        );
         // The engine's own listener names its llm-d topics.
         let kv_ep = match &c.serve.kv {
             Some(ep) => Some(crate::kv_events::sources::resolve_topics(
