@@ -1,14 +1,16 @@
 //! How `plan` and `plan --check-aic` run what [`handoff_plan`] hands them:
 //! each layout or AIConfigurator row as `replay` flags, checked, then run
 //! on a thread pool with the sweep's machinery ([`crate::sweep_cmd`]'s
-//! [`in_order`] and [`run_one`]); the model's profiled TPs; and
-//! `--max-rate`'s probe, one replay at a rate.
+//! [`in_order`] and [`run_one`]); the model's profiled TPs; the profiles
+//! and flags AIConfigurator rows are resolved with; and `--max-rate`'s
+//! probe, one replay at a rate.
 
 use crate::replay_cmd::simulate;
 use crate::sweep_cmd::{in_order, run_one};
 use crate::sweep_grid::{Configuration, Parsed, ReplayOnly};
 use clap::Parser as _;
 use handoff_plan::aic::check::{AicRun, AIC_AXES, AIC_METRICS};
+use handoff_plan::aic::{AicBackend, Choice, Engine, ProfileEntry};
 use handoff_plan::layout::AXES;
 use handoff_plan::rate::RateSearch;
 use handoff_plan::{Layout, Runner, PLAN_METRICS};
@@ -151,37 +153,175 @@ impl Runner<Layout> for ReplayRunner<'_> {
     }
 }
 
-impl Runner<AicRun> for ReplayRunner<'_> {
+/// Runs AIConfigurator rows as replays: each as the deployment the
+/// library resolved (its workers, each pool's TP, its DP, its workload and
+/// concurrency, and the model, GPU and backend that no flag after `--`
+/// overrides), then `inner`'s flags; job numbers (and report names) are
+/// the rows' CSV lines.
+pub(crate) struct AicRunner<'a> {
+    /// The pool, the reports' folder and the shared flags.
+    pub inner: ReplayRunner<'a>,
+    /// Whether `--model`, `--gpu`, `--backend` were given after `--` (then
+    /// the shared flags carry them and the row's are not added).
+    pub given: [bool; 3],
+}
+
+impl Runner<AicRun> for AicRunner<'_> {
     type Config = Configuration;
 
     fn prepare(&self, index: usize, run: &AicRun) -> Result<Configuration, String> {
-        let r = &run.row;
+        let (r, d) = (&run.row, &run.deployment);
         let mut args: Vec<String> = vec![
             "--prefill".into(),
             r.prefill.to_string(),
             "--decode".into(),
             r.decode.to_string(),
-            "--tp".into(),
-            r.p_par[0].to_string(),
+        ];
+        if d.prefill_tp == d.decode_tp {
+            args.extend(["--tp".into(), d.prefill_tp.to_string()]);
+        } else {
+            args.extend([
+                "--prefill-tp".into(),
+                d.prefill_tp.to_string(),
+                "--decode-tp".into(),
+                d.decode_tp.to_string(),
+            ]);
+        }
+        args.extend([
             "--dp-size".into(),
-            r.p_par[2].to_string(),
+            d.dp.to_string(),
             "--trace".into(),
             run.trace.clone(),
             "--concurrency".into(),
             r.concurrency.to_string(),
-        ];
-        args.extend(self.flags.iter().cloned());
-        configuration(index, run.labels(index), args)
+        ]);
+        let e = &d.engine;
+        for (given, flag, value) in [
+            (self.given[0], "--model", e.model.as_str()),
+            (self.given[1], "--gpu", e.gpu.as_str()),
+            (self.given[2], "--backend", e.backend.name()),
+        ] {
+            if !given {
+                args.extend([flag.to_string(), value.to_string()]);
+            }
+        }
+        args.extend(self.inner.flags.iter().cloned());
+        configuration(index, run.labels(), args)
     }
 
     fn run_all(&self, configs: &[Configuration]) -> Vec<Value> {
         let keys: Vec<String> = AIC_AXES.map(String::from).to_vec();
-        self.pool.install(|| {
-            in_order(configs, |c| {
-                run_one(c, &keys, self.out, self.total, AIC_METRICS)
-            })
-        })
+        let (out, total) = (self.inner.out, self.inner.total);
+        self.inner
+            .pool
+            .install(|| in_order(configs, |c| run_one(c, &keys, out, total, AIC_METRICS)))
     }
+}
+
+/// Flags after `--` that each AIConfigurator row sets from its columns.
+const ROW_FLAGS: [&str; 8] = [
+    "--prefill",
+    "--decode",
+    "--tp",
+    "--prefill-tp",
+    "--decode-tp",
+    "--dp-size",
+    "--concurrency",
+    "--trace",
+];
+
+/// Whether `flag` is among `args` (as `--flag V` or `--flag=V`).
+fn has_flag(args: &[String], flag: &str) -> bool {
+    args.iter()
+        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')))
+}
+
+/// What `plan --check-aic` runs each row as: the flags after `--`
+/// (`shared`) that override the file's model, GPU and backend, the
+/// defaults a file without those columns takes, whether each of the three
+/// was given, and every selectable profile with its Hugging Face id.
+pub(crate) fn aic_choice(
+    shared: &[String],
+) -> Result<(Choice, [bool; 3], Vec<ProfileEntry>), String> {
+    if let Some(f) = ROW_FLAGS.iter().find(|f| has_flag(shared, f)) {
+        return Err(format!(
+            "plan --check-aic: {f} after `--`: each row sets its workers, TPs, DP, \
+             concurrency and workload from its columns"
+        ));
+    }
+    let parsed = ReplayOnly::try_parse_from(shared).map_err(|e| {
+        format!(
+            "plan: the flags after `--`: {}",
+            e.to_string().lines().next().unwrap_or("")
+        )
+    })?;
+    let deploy = parsed.args.deploy_args();
+    let hw = &deploy.hardware;
+    if deploy.perf.is_some() && hw.model.is_none() {
+        return Err("plan --check-aic: --perf after `--` needs --model and --gpu".into());
+    }
+    let backend_given = has_flag(shared, "--backend");
+    let backend = AicBackend::parse(deploy.backend().name())
+        .ok_or_else(|| format!("--backend {}: not an AIC backend", deploy.backend().name()))?;
+    let choice = Choice {
+        model: hw.model.clone(),
+        gpu: hw.gpu.clone(),
+        backend: backend_given.then_some(backend),
+        fallback: Engine {
+            model: crate::hardware_args::DEFAULT_MODEL.to_string(),
+            gpu: crate::hardware_args::DEFAULT_GPU.to_string(),
+            backend,
+        },
+    };
+    let given = [hw.model.is_some(), hw.gpu.is_some(), backend_given];
+    Ok((choice, given, catalogue(hw)?))
+}
+
+/// Every profile `hw` can select (its folder's, then the built-in ones),
+/// each with the Hugging Face id of its model (read from one profile of
+/// each model: a model's profiles share it).
+fn catalogue(hw: &crate::hardware_args::HardwareArgs) -> Result<Vec<ProfileEntry>, String> {
+    use crate::hardware_args::{built_in_text, embedded_profiles, list_profiles, ProfileKey};
+    use handoff_profiles::profile_file;
+    let mut keys: Vec<(ProfileKey, Option<std::path::PathBuf>)> = Vec::new();
+    if let Some(d) = hw.profile_dir() {
+        for k in list_profiles(&d.path).map_err(|e| e.replace("--profiles-dir", d.named_by))? {
+            keys.push((k, Some(d.path.clone())));
+        }
+    }
+    keys.extend(embedded_profiles().into_iter().map(|k| (k, None)));
+    let mut ids: Vec<(String, String)> = Vec::new();
+    let mut out = Vec::new();
+    for (k, dir) in keys {
+        let Some(backend) = AicBackend::parse(k.backend) else {
+            continue;
+        };
+        let hf_id = match ids.iter().find(|(m, _)| *m == k.model) {
+            Some((_, id)) => id.clone(),
+            None => {
+                let name = format!("{}-{}-tp{}-{}.json", k.model, k.gpu, k.tp, k.backend);
+                let file = match &dir {
+                    Some(d) => profile_file::load_file(&d.join(&name)),
+                    None => {
+                        let origin = format!("profiles/aic/{name}");
+                        profile_file::parse_file(built_in_text(&origin).unwrap_or(""), &origin)
+                    }
+                }
+                .map_err(|e| format!("plan --check-aic: {e}"))?;
+                let id = file.deployment.map(|d| d.hf_id).unwrap_or_default();
+                ids.push((k.model.clone(), id.clone()));
+                id
+            }
+        };
+        out.push(ProfileEntry {
+            model: k.model,
+            hf_id,
+            gpu: k.gpu,
+            tp: k.tp,
+            backend,
+        });
+    }
+    Ok(out)
 }
 
 /// Whether the SLO holds when the layout `args` (which carry `--slo`)

@@ -139,7 +139,18 @@ fn aiconfigurator_picks_are_simulated_beside_its_estimates() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("3P+5D tp1"), "{text}");
-    assert_eq!(text.matches("skipped: prefill TP1").count(), 2, "{text}");
+    // 4P TP1 + 1D TP4 and 2P TP1 + 1D TP2: each pool at its own TP, but
+    // Qwen3-8B has no built-in TP4 or TP2 profile.
+    assert_eq!(
+        text.matches("skipped: no profile of qwen3-8b on h100 at TP")
+            .count(),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("4P+1D tp1/4"), "{text}");
+    assert!(text.contains("skipped 2 of 3 rows: 2 no profile"), "{text}");
+    // Reports are named by CSV line.
+    assert!(dir.join("out/config-0002.json").exists());
     let v: serde_json::Value =
         serde_json::from_slice(&read(&dir.join("out/aic-check.json"))).unwrap();
     let row = &v["rows"][0];
@@ -151,7 +162,163 @@ fn aiconfigurator_picks_are_simulated_beside_its_estimates() {
         assert!(sim["tpot_ms"][m].as_f64().unwrap() > 0.0, "{sim}");
     }
     assert!(sim["slo_holds"].is_boolean());
+    assert_eq!(sim["report"], "config-0002.json");
     assert!(v["rows"][1]["simulated"].is_null());
+    assert_eq!(v["skipped_rows"], serde_json::json!({"no profile": 2}));
+}
+
+/// `layouts.csv`: AIConfigurator's disaggregated columns with the sample's
+/// estimates, laid out as five layouts (line 2: Qwen3-32B 1P TP2 + 1D TP4
+/// on H100 under vLLM; 3: Qwen3-30B-A3B decode DP4 EP4; 4: Qwen3-235B-A22B,
+/// no profile; 5: prefill CP2; 6: Qwen3-8B on B200 under SGLang).
+fn layouts_csv() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/aic/disagg/layouts.csv")
+}
+
+fn report(dir: &Path, name: &str) -> serde_json::Value {
+    serde_json::from_slice(&read(&dir.join("out").join(name))).unwrap()
+}
+
+#[test]
+fn aic_rows_run_as_their_columns_name_them_or_are_skipped_with_why() {
+    let dir = tmp("plan_check_aic_layouts");
+    let csv = layouts_csv();
+    let out = run(
+        &dir,
+        &[
+            "plan",
+            "--check-aic",
+            csv.to_str().unwrap(),
+            "--slo",
+            "ttft:p90=2s",
+            "--out",
+            "out",
+        ],
+        "2",
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = |n: &str| {
+        text.lines()
+            .find(|l| l.starts_with(n))
+            .unwrap_or_else(|| panic!("{n}: {text}"))
+            .to_string()
+    };
+    assert!(!line("   2 1P+1D tp2/4").contains("skipped"), "{text}");
+    assert!(
+        line("   3 ").ends_with("skipped: decode EP4: expert parallelism is not modelled"),
+        "{text}"
+    );
+    assert!(
+        line("   4 ").contains("skipped: no profile of Qwen/Qwen3-235B-A22B (on h200 at TP8 for vllm); `cargo xtask profiles build --model Qwen/Qwen3-235B-A22B --system h200_sxm"),
+        "{text}"
+    );
+    assert!(
+        line("   5 ").ends_with("skipped: prefill CP2: context parallelism is not modelled"),
+        "{text}"
+    );
+    assert!(!line("   6 ").contains("skipped"), "{text}");
+    assert!(
+        text.contains(
+            "skipped 3 of 5 rows: 1 expert parallelism, 1 no profile, 1 context parallelism"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("overrides"), "{text}");
+    // Line 2: the model from the file, each pool its own TP and profile,
+    // six GPUs as the row names; its report is numbered by its line.
+    let r = report(&dir, "config-0002.json");
+    let flags = r["config"]["flags"].to_string();
+    for f in [
+        "\"--prefill-tp\",\"2\",\"--decode-tp\",\"4\"",
+        "\"--model\",\"qwen3-32b\"",
+    ] {
+        assert!(flags.contains(f), "{f}: {flags}");
+    }
+    let perf: Vec<&str> = r["config"]["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["perf"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        perf,
+        [
+            "profile:qwen3-32b-h100-tp2-vllm",
+            "profile:qwen3-32b-h100-tp4-vllm"
+        ]
+    );
+    assert_eq!(r["sizing"]["gpus"], 6);
+    // Line 6: the system and backend from the file.
+    let r = report(&dir, "config-0006.json");
+    assert_eq!(
+        r["config"]["engines"][0]["perf"],
+        "profile:qwen3-8b-b200-tp1-sglang"
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&read(&dir.join("out/aic-check.json"))).unwrap();
+    let lines: Vec<u64> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [2, 3, 4, 5, 6]);
+    assert_eq!(v["rows"][4]["simulated"]["report"], "config-0006.json");
+    assert_eq!(
+        v["skipped_rows"],
+        serde_json::json!({"expert parallelism": 1, "no profile": 1, "context parallelism": 1})
+    );
+}
+
+#[test]
+fn a_flag_after_the_separator_overrides_the_file_and_says_so() {
+    let dir = tmp("plan_check_aic_override");
+    let csv = layouts_csv();
+    let out = run(
+        &dir,
+        &[
+            "plan",
+            "--check-aic",
+            csv.to_str().unwrap(),
+            "--slo",
+            "ttft:p90=2s",
+            "--out",
+            "out",
+            "--",
+            "--backend",
+            "vllm",
+        ],
+        "1",
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let note = "--backend vllm (after `--`) overrides the file's `backend` column";
+    assert_eq!(text.matches(note).count(), 1, "{text}");
+    assert!(text.starts_with(note), "{text}");
+    // Line 6 now runs Qwen3-8B on B200 under vLLM.
+    let r = report(&dir, "config-0006.json");
+    assert_eq!(
+        r["config"]["engines"][0]["perf"],
+        "profile:qwen3-8b-b200-tp1-vllm"
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&read(&dir.join("out/aic-check.json"))).unwrap();
+    assert_eq!(v["overrides"], serde_json::json!([note]));
+    // A flag each row sets from its columns is refused.
+    let bad = Command::new(BIN)
+        .current_dir(&dir)
+        .args([
+            "plan",
+            "--check-aic",
+            csv.to_str().unwrap(),
+            "--slo",
+            "ttft:p90=2s",
+        ])
+        .args(["--out", "out2", "--", "--tp", "2"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("--tp after `--`"), "{err}");
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! the rest closed loop at each row's concurrency, and the comparison as
 //! JSON and as a text table.
 
-use super::read::{AicFile, AicRow, Skip, Unsimulable};
+use super::read::{AicFile, AicRow, Unsimulable};
+use super::resolve::{Choice, ProfileEntry, Resolved, Skip};
 use crate::runner::Runner;
 use crate::workload::{write_workload, WorkloadError, WorkloadShape};
 use handoff_deployment::SloSpec;
@@ -14,22 +15,26 @@ use std::path::Path;
 /// Report paths each checked row carries beyond a sweep's.
 pub const AIC_METRICS: &[&str] = &["p90_ttft_ms", "median_tpot_ms", "p90_tpot_ms"];
 
-/// The summary's axes: the row's number among the rows read, its layout.
-pub const AIC_AXES: [&str; 2] = ["row", "layout"];
+/// The summary's axes: the row's CSV line, its layout.
+pub const AIC_AXES: [&str; 2] = ["line", "layout"];
 
-/// One row to run: the row and its generated workload's file.
+/// One row to run: the row, the deployment it is here, and its generated
+/// workload's file. Its job number (the runner's `index`, which numbers
+/// its report) is the row's CSV line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AicRun {
     /// The row.
     pub row: AicRow,
+    /// Its model, GPU, backend, TPs and DP here.
+    pub deployment: Resolved,
     /// The generated workload (Mooncake JSONL), as a path.
     pub trace: String,
 }
 
 impl AicRun {
-    /// The summary's labels of [`AIC_AXES`] for row number `index`.
-    pub fn labels(&self, index: usize) -> Vec<String> {
-        vec![index.to_string(), self.row.layout()]
+    /// The summary's labels of [`AIC_AXES`].
+    pub fn labels(&self) -> Vec<String> {
+        vec![self.row.line.to_string(), self.row.layout()]
     }
 }
 
@@ -60,23 +65,18 @@ pub fn row_requests(concurrency: u32) -> u64 {
     (u64::from(concurrency) * 8).clamp(200, 20_000)
 }
 
-/// Row `i`, `r`, as a run (its workload written under `out`) when the
-/// model has a profile at its TP (`tps`), or why not.
+/// Row `r` as a run (its workload written under `out`) when `choice`
+/// makes it a deployment with `catalogue`'s profiles, or why not.
 fn classify(
-    i: usize,
     r: &AicRow,
-    tps: &[u32],
+    choice: &Choice,
+    catalogue: &[ProfileEntry],
     out: &Path,
 ) -> Result<AicRun, Result<Skip, Refusal>> {
     if let Some(why) = r.unsimulable() {
         return Err(Err(Refusal::Unsimulable(why)));
     }
-    let skip = r
-        .unsupported()
-        .or_else(|| (!tps.contains(&r.p_par[0])).then_some(Skip::NoProfile(r.p_par[0])));
-    if let Some(skip) = skip {
-        return Err(Ok(skip));
-    }
+    let deployment = choice.resolve(r, catalogue).map_err(Ok)?;
     let shape = WorkloadShape {
         isl: r.isl,
         osl: r.osl,
@@ -84,9 +84,10 @@ fn classify(
         rate: 1.0,
         prefix_groups: 0,
     };
-    match write_workload(&out.join(format!("aic-row-{i}.jsonl")), shape) {
+    match write_workload(&out.join(format!("aic-line-{}.jsonl", r.line)), shape) {
         Ok(trace) => Ok(AicRun {
             row: r.clone(),
+            deployment,
             trace,
         }),
         Err(e) => Err(Err(Refusal::Workload(e))),
@@ -103,6 +104,8 @@ pub struct AicCheck {
     pub refused: usize,
     /// Lines read (rows and lines that were not rows).
     pub lines: usize,
+    /// Rows skipped, by [`Skip::kind`], in order of first appearance.
+    pub skipped: Vec<(&'static str, usize)>,
 }
 
 impl AicCheck {
@@ -112,26 +115,53 @@ impl AicCheck {
     }
 
     /// `aic-check.json`: the file's name, the SLO, the rows and, when
-    /// some were refused, how many.
-    pub fn summary(&self, source: &str, slo: &SloSpec) -> Value {
+    /// some were refused or skipped, how many (skipped: by reason); when
+    /// flags overrode the file's columns, the notes saying so.
+    pub fn summary(&self, source: &str, slo: &SloSpec, overrides: &[String]) -> Value {
         let mut summary = json!({"source": source, "slo": slo.to_string(), "rows": self.rows});
         if self.refused > 0 {
             summary["refused_rows"] = json!(self.refused);
         }
+        if !self.skipped.is_empty() {
+            let by: serde_json::Map<String, Value> = self
+                .skipped
+                .iter()
+                .map(|(k, n)| ((*k).to_string(), json!(n)))
+                .collect();
+            summary["skipped_rows"] = Value::Object(by);
+        }
+        if !overrides.is_empty() {
+            summary["overrides"] = json!(overrides);
+        }
         summary
+    }
+
+    /// `skipped N of M rows: 2 expert parallelism, 1 no profile`, if any
+    /// were.
+    pub fn skipped_line(&self) -> Option<String> {
+        let n: usize = self.skipped.iter().map(|(_, n)| n).sum();
+        let by: Vec<String> = self
+            .skipped
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        (n > 0).then(|| format!("skipped {n} of {} rows: {}", self.lines, by.join(", ")))
     }
 }
 
-/// Simulates every row of `file` the model has a profile for (`tps`) with
-/// `runner` (closed loop at its concurrency, its lengths, the runner's
-/// `--slo`), its workload written under `out`, and sets each estimate
-/// beside the simulated mean, p50, p90 and p99. A row that cannot be
-/// simulated (a line that is not a row, a length of 0) is refused on its
-/// line with why, and the others run.
+/// Simulates every row of `file` that `choice` makes a deployment with
+/// `catalogue`'s profiles, with `runner` (closed loop at its concurrency,
+/// its lengths, the runner's `--slo`; job number: its CSV line), its
+/// workload written under `out`, and sets each estimate beside the
+/// simulated mean, p50, p90 and p99. A row whose layout the mocker cannot
+/// model is skipped with why ([`Skip`]); one that cannot be simulated (a
+/// line that is not a row, a length of 0) is refused on its line with
+/// why; the others run.
 pub fn check<R: Runner<AicRun>>(
     file: &AicFile,
     slo: &SloSpec,
-    tps: &[u32],
+    choice: &Choice,
+    catalogue: &[ProfileEntry],
     out: &Path,
     runner: &R,
 ) -> AicCheck {
@@ -139,15 +169,26 @@ pub fn check<R: Runner<AicRun>>(
     let mut configs = Vec::new();
     let mut ran = Vec::new();
     let mut not_run: Vec<(usize, Result<Skip, Refusal>)> = Vec::new();
+    let mut skipped: Vec<(&'static str, usize)> = Vec::new();
     for (i, r) in rows.iter().enumerate() {
-        match classify(i, r, tps, out)
-            .and_then(|run| runner.prepare(i, &run).map_err(|e| Err(Refusal::Runner(e))))
-        {
+        match classify(r, choice, catalogue, out).and_then(|run| {
+            runner
+                .prepare(r.line, &run)
+                .map_err(|e| Err(Refusal::Runner(e)))
+        }) {
             Ok(c) => {
                 configs.push(c);
                 ran.push(i);
             }
-            Err(why) => not_run.push((i, why)),
+            Err(why) => {
+                if let Ok(skip) = &why {
+                    match skipped.iter_mut().find(|(k, _)| *k == skip.kind()) {
+                        Some((_, n)) => *n += 1,
+                        None => skipped.push((skip.kind(), 1)),
+                    }
+                }
+                not_run.push((i, why));
+            }
         }
     }
     let mut sims = ran.into_iter().zip(runner.run_all(&configs)).peekable();
@@ -179,6 +220,7 @@ pub fn check<R: Runner<AicRun>>(
         rows: report,
         refused,
         lines: rows.len() + file.bad.len(),
+        skipped,
     }
 }
 

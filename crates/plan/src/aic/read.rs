@@ -27,6 +27,17 @@ pub enum AicError {
         /// Cells of the header.
         header: usize,
     },
+    /// A cell that is not one of the words its column holds.
+    Word {
+        /// 1-based line.
+        line: usize,
+        /// Column name.
+        column: &'static str,
+        /// The cell.
+        value: String,
+        /// The words it may be.
+        expected: &'static str,
+    },
     /// More rows than [`MAX_ROWS`].
     TooMany,
 }
@@ -35,7 +46,9 @@ impl AicError {
     /// The 1-based line the error is on (0: the file as a whole).
     pub fn line(&self) -> usize {
         match self {
-            AicError::Cell { line, .. } | AicError::Width { line, .. } => *line,
+            AicError::Cell { line, .. }
+            | AicError::Width { line, .. }
+            | AicError::Word { line, .. } => *line,
             AicError::Empty | AicError::MissingColumn(_) | AicError::TooMany => 0,
         }
     }
@@ -59,6 +72,15 @@ impl std::fmt::Display for AicError {
                 cells,
                 header,
             } => write!(f, "line {line}: {cells} cells, the header has {header}"),
+            AicError::Word {
+                line,
+                column,
+                value,
+                expected,
+            } => write!(
+                f,
+                "line {line}, column `{column}`: `{value}` is not {expected}"
+            ),
             AicError::TooMany => write!(f, "more than {MAX_ROWS} rows"),
         }
     }
@@ -67,11 +89,89 @@ impl std::fmt::Display for AicError {
 /// Rows read at most.
 pub const MAX_ROWS: usize = 1000;
 
+/// A backend AIConfigurator names in its `backend` columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AicBackend {
+    /// `vllm`.
+    Vllm,
+    /// `sglang`.
+    Sglang,
+    /// `trtllm` (not modelled here).
+    TrtLlm,
+}
+
+impl AicBackend {
+    /// The backend AIConfigurator's (and `--backend`'s) `name` is.
+    pub fn parse(name: &str) -> Option<AicBackend> {
+        match name {
+            "vllm" => Some(AicBackend::Vllm),
+            "sglang" => Some(AicBackend::Sglang),
+            "trtllm" => Some(AicBackend::TrtLlm),
+            _ => None,
+        }
+    }
+
+    /// Its name, as AIConfigurator and `--backend` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AicBackend::Vllm => "vllm",
+            AicBackend::Sglang => "sglang",
+            AicBackend::TrtLlm => "trtllm",
+        }
+    }
+}
+
+/// One pool's parallelism as AIConfigurator writes it (`tp`, `pp`, `dp`,
+/// `moe_tp`, `moe_ep`, `cp`; a column the file lacks is 1). Its MoE layer
+/// spans `tp × dp` GPUs as `moe_tp × moe_ep` (`sdk/common.py`'s
+/// `parallel` column: `tp{tp}pp{pp}dp{dp}etp{moe_tp}ep{moe_ep}`); a dense
+/// model has `moe_tp = moe_ep = 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parallel {
+    /// Tensor parallelism (attention).
+    pub tp: u32,
+    /// Pipeline parallelism.
+    pub pp: u32,
+    /// Attention data parallelism.
+    pub dp: u32,
+    /// MoE tensor parallelism.
+    pub moe_tp: u32,
+    /// MoE expert parallelism.
+    pub moe_ep: u32,
+    /// Context parallelism.
+    pub cp: u32,
+}
+
+impl Parallel {
+    /// Whether a size is 0.
+    pub fn has_zero(&self) -> bool {
+        [self.tp, self.pp, self.dp, self.moe_tp, self.moe_ep, self.cp].contains(&0)
+    }
+}
+
+impl std::fmt::Display for Parallel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tp{}pp{}dp{}etp{}ep{}cp{}",
+            self.tp, self.pp, self.dp, self.moe_tp, self.moe_ep, self.cp
+        )
+    }
+}
+
 /// One row of AIConfigurator's picks.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AicRow {
     /// 1-based line in the file.
     pub line: usize,
+    /// The `model` column (a Hugging Face id), if the file has one.
+    pub model: Option<String>,
+    /// The AIC systems (`system`, or `(p)system` and `(d)system`) of the
+    /// prefill (or aggregated) and decode workers, if given.
+    pub system: [Option<String>; 2],
+    /// The backends (`backend`, or `(p)backend` and `(d)backend`) of the
+    /// prefill (or aggregated) and decode workers, if given.
+    pub backend: [Option<AicBackend>; 2],
     /// Prompt and output lengths, cached prefix.
     pub isl: u32,
     /// Output tokens.
@@ -84,10 +184,10 @@ pub struct AicRow {
     pub prefill: u32,
     /// Decode workers.
     pub decode: u32,
-    /// TP, PP and DP of prefill (or aggregated) workers.
-    pub p_par: [u32; 3],
-    /// TP, PP and DP of decode workers (aggregated: as prefill).
-    pub d_par: [u32; 3],
+    /// Parallelism of prefill (or aggregated) workers.
+    pub p_par: Parallel,
+    /// Parallelism of decode workers (aggregated: as prefill).
+    pub d_par: Parallel,
     /// Estimated TTFT and TPOT, ms.
     pub ttft_ms: f64,
     /// Estimated TPOT, ms.
@@ -100,39 +200,6 @@ pub struct AicRow {
     pub gpus: u32,
 }
 
-/// Why a valid row is not simulated here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Skip {
-    /// Prefill and decode pools at different TP or DP.
-    PoolsDiffer {
-        /// Prefill TP, DP.
-        prefill: (u32, u32),
-        /// Decode TP, DP.
-        decode: (u32, u32),
-    },
-    /// Pipeline parallelism.
-    Pipeline,
-    /// A cached prefix of this many tokens.
-    Prefix(u32),
-    /// No profile of the model at this TP.
-    NoProfile(u32),
-}
-
-impl std::fmt::Display for Skip {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Skip::PoolsDiffer { prefill, decode } => write!(
-                f,
-                "prefill TP{}/DP{} and decode TP{}/DP{} differ (one --tp, one --dp-size here)",
-                prefill.0, prefill.1, decode.0, decode.1
-            ),
-            Skip::Pipeline => f.write_str("pipeline parallelism is not modelled"),
-            Skip::Prefix(n) => write!(f, "a cached prefix of {n} tokens"),
-            Skip::NoProfile(tp) => write!(f, "no profile at TP{tp}"),
-        }
-    }
-}
-
 /// Why no engine could run a row at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unsimulable {
@@ -143,12 +210,12 @@ pub enum Unsimulable {
         /// Output tokens.
         osl: u32,
     },
-    /// A TP, PP or DP of 0.
+    /// A parallelism of 0.
     ZeroParallelism {
-        /// Prefill TP, PP, DP.
-        prefill: [u32; 3],
-        /// Decode TP, PP, DP.
-        decode: [u32; 3],
+        /// Prefill's.
+        prefill: Parallel,
+        /// Decode's.
+        decode: Parallel,
     },
 }
 
@@ -159,28 +226,17 @@ impl std::fmt::Display for Unsimulable {
                 f,
                 "isl {isl} and osl {osl}: a request needs at least one prompt and one output token"
             ),
-            Unsimulable::ZeroParallelism { prefill, decode } => write!(
-                f,
-                "a parallelism of 0 (prefill TP/PP/DP {prefill:?}, decode {decode:?})"
-            ),
+            Unsimulable::ZeroParallelism { prefill, decode } => {
+                write!(f, "a parallelism of 0 (prefill {prefill}, decode {decode})")
+            }
         }
     }
 }
 
 impl AicRow {
-    /// Why this row cannot run here, if it cannot (a profile aside:
-    /// [`Skip::NoProfile`] is the checker's).
-    pub fn unsupported(&self) -> Option<Skip> {
-        if self.p_par[0] != self.d_par[0] || self.p_par[2] != self.d_par[2] {
-            return Some(Skip::PoolsDiffer {
-                prefill: (self.p_par[0], self.p_par[2]),
-                decode: (self.d_par[0], self.d_par[2]),
-            });
-        }
-        if self.p_par[1] > 1 || self.d_par[1] > 1 {
-            return Some(Skip::Pipeline);
-        }
-        (self.prefix > 0).then_some(Skip::Prefix(self.prefix))
+    /// Whether the row is aggregated (no decode workers).
+    pub fn aggregated(&self) -> bool {
+        self.decode == 0
     }
 
     /// Why no engine could run this row at all, if so: a length or a
@@ -192,24 +248,29 @@ impl AicRow {
                 osl: self.osl,
             });
         }
-        let zero = |p: [u32; 3]| p.contains(&0);
-        (zero(self.p_par) || zero(self.d_par)).then_some(Unsimulable::ZeroParallelism {
+        (self.p_par.has_zero() || self.d_par.has_zero()).then_some(Unsimulable::ZeroParallelism {
             prefill: self.p_par,
             decode: self.d_par,
         })
     }
 
-    /// `1P+2D tp1`, or `1x agg tp2`.
+    /// `1P+2D tp1`, `4P+1D tp1/4` (prefill and decode TP differ), or
+    /// `1x agg tp2`; ` dpN` when the prefill DP is over 1.
     pub fn layout(&self) -> String {
-        let dp = if self.p_par[2] > 1 {
-            format!(" dp{}", self.p_par[2])
+        let dp = if self.p_par.dp > 1 {
+            format!(" dp{}", self.p_par.dp)
         } else {
             String::new()
         };
-        if self.decode == 0 {
-            format!("{}x agg tp{}{dp}", self.prefill, self.p_par[0])
+        let tp = if self.aggregated() || self.p_par.tp == self.d_par.tp {
+            format!("tp{}", self.p_par.tp)
         } else {
-            format!("{}P+{}D tp{}{dp}", self.prefill, self.decode, self.p_par[0])
+            format!("tp{}/{}", self.p_par.tp, self.d_par.tp)
+        };
+        if self.aggregated() {
+            format!("{}x agg {tp}{dp}", self.prefill)
+        } else {
+            format!("{}P+{}D {tp}{dp}", self.prefill, self.decode)
         }
     }
 }
@@ -247,22 +308,35 @@ pub struct AicFile {
     pub bad: Vec<AicError>,
 }
 
+/// A column the reader found: its name and place.
+type Col = Option<(&'static str, usize)>;
+
+/// A pool's columns: `tp`, `pp`, `dp`, `moe_tp`, `moe_ep`, `cp`.
+const PAR_NAMES: [[&str; 6]; 3] = [
+    ["tp", "pp", "dp", "moe_tp", "moe_ep", "cp"],
+    ["(p)tp", "(p)pp", "(p)dp", "(p)moe_tp", "(p)moe_ep", "(p)cp"],
+    ["(d)tp", "(d)pp", "(d)dp", "(d)moe_tp", "(d)moe_ep", "(d)cp"],
+];
+
 /// Where the header puts the columns a row is read from.
 struct Columns {
-    head: Vec<String>,
+    width: usize,
     /// isl, osl, concurrency, ttft, tpot, tokens/s/gpu, tokens/s/user,
     /// num_total_gpus.
-    base: [usize; 8],
-    /// TP, PP, DP of prefill (or aggregated) and decode workers.
-    pp: [Option<usize>; 3],
-    dp: [Option<usize>; 3],
-    workers: Option<(usize, usize)>,
-    prefix: Option<usize>,
+    base: [(&'static str, usize); 8],
+    /// Parallelism of prefill (or aggregated) and decode workers.
+    par: [[Col; 6]; 2],
+    workers: Option<[(&'static str, usize); 2]>,
+    prefix: Col,
+    model: Col,
+    /// System and backend of prefill (or aggregated) and decode workers.
+    system: [Col; 2],
+    backend: [Col; 2],
 }
 
 impl Columns {
     fn of(head: Vec<String>) -> Result<Columns, AicError> {
-        let col = |name: &'static str| head.iter().position(|h| h == name);
+        let col = |name: &'static str| head.iter().position(|h| h == name).map(|at| (name, at));
         let need = |name: &'static str| col(name).ok_or(AicError::MissingColumn(name));
         let disagg = col("(p)workers").is_some();
         let base = [
@@ -275,77 +349,110 @@ impl Columns {
             need("tokens/s/user")?,
             need("num_total_gpus")?,
         ];
-        let par = |prefix: &str| -> Result<[Option<usize>; 3], AicError> {
-            let names: [&'static str; 3] = match prefix {
-                "(p)" => ["(p)tp", "(p)pp", "(p)dp"],
-                "(d)" => ["(d)tp", "(d)pp", "(d)dp"],
-                _ => ["tp", "pp", "dp"],
-            };
-            Ok([Some(need(names[0])?), col(names[1]), col(names[2])])
+        let pool = |names: [&'static str; 6]| -> Result<[Col; 6], AicError> {
+            Ok([
+                Some(need(names[0])?),
+                col(names[1]),
+                col(names[2]),
+                col(names[3]),
+                col(names[4]),
+                col(names[5]),
+            ])
         };
-        let (pp, dp) = if disagg {
-            (par("(p)")?, par("(d)")?)
+        let (par, workers, system, backend) = if disagg {
+            (
+                [pool(PAR_NAMES[1])?, pool(PAR_NAMES[2])?],
+                Some([need("(p)workers")?, need("(d)workers")?]),
+                [col("(p)system"), col("(d)system")],
+                [col("(p)backend"), col("(d)backend")],
+            )
         } else {
-            (par("")?, par("")?)
+            let agg = pool(PAR_NAMES[0])?;
+            let (s, b) = (col("system"), col("backend"));
+            ([agg, agg], None, [s, s], [b, b])
         };
-        let workers = if disagg {
-            Some((need("(p)workers")?, need("(d)workers")?))
-        } else {
-            None
-        };
-        let prefix = col("prefix");
         Ok(Columns {
-            head,
+            width: head.len(),
             base,
-            pp,
-            dp,
+            par,
             workers,
-            prefix,
+            prefix: col("prefix"),
+            model: col("model"),
+            system,
+            backend,
         })
     }
 
     /// The row on 1-based line `line_no`, whose text is `line`.
     fn row(&self, line_no: usize, line: &str) -> Result<AicRow, AicError> {
-        let (head, base) = (&self.head, self.base);
+        let base = self.base;
         let c = cells(line.trim_end_matches('\r'));
-        if c.len() != head.len() {
+        if c.len() != self.width {
             return Err(AicError::Width {
                 line: line_no,
                 cells: c.len(),
-                header: head.len(),
+                header: self.width,
             });
         }
-        let num = |at: usize, max: f64| -> Result<f64, AicError> {
+        let num = |(column, at): (&'static str, usize), max: f64| -> Result<f64, AicError> {
             let v = c[at].trim();
             v.parse::<f64>()
                 .ok()
                 .filter(|x| x.is_finite() && *x >= 0.0 && *x <= max)
                 .ok_or_else(|| AicError::Cell {
                     line: line_no,
-                    column: column_name(head, at),
+                    column,
                     value: v.to_string(),
                 })
         };
-        let int = |at: Option<usize>, max: f64| -> Result<u32, AicError> {
+        let int = |at: Col, max: f64| -> Result<u32, AicError> {
             at.map_or(Ok(1), |at| num(at, max).map(|x| x.round() as u32))
         };
-        let tri = |p: [Option<usize>; 3]| -> Result<[u32; 3], AicError> {
-            Ok([int(p[0], 1024.0)?, int(p[1], 1024.0)?, int(p[2], 1024.0)?])
+        let pool = |p: [Col; 6]| -> Result<Parallel, AicError> {
+            Ok(Parallel {
+                tp: int(p[0], 1024.0)?,
+                pp: int(p[1], 1024.0)?,
+                dp: int(p[2], 1024.0)?,
+                moe_tp: int(p[3], 1024.0)?,
+                moe_ep: int(p[4], 1024.0)?,
+                cp: int(p[5], 1024.0)?,
+            })
+        };
+        let text = |at: Col| -> Option<String> {
+            at.map(|(_, at)| c[at].trim().to_string())
+                .filter(|t| !t.is_empty())
+        };
+        let backend = |at: Col| -> Result<Option<AicBackend>, AicError> {
+            match (at, text(at)) {
+                (Some((column, _)), Some(v)) => match AicBackend::parse(&v) {
+                    Some(b) => Ok(Some(b)),
+                    None => Err(AicError::Word {
+                        line: line_no,
+                        column,
+                        value: v,
+                        expected: "vllm, sglang or trtllm",
+                    }),
+                },
+                _ => Ok(None),
+            }
         };
         let (prefill, decode) = match self.workers {
-            Some((p, d)) => (int(Some(p), 4096.0)?, int(Some(d), 4096.0)?),
+            Some([p, d]) => (int(Some(p), 4096.0)?, int(Some(d), 4096.0)?),
             None => (1, 0),
         };
         Ok(AicRow {
             line: line_no,
+            model: text(self.model),
+            system: [text(self.system[0]), text(self.system[1])],
+            backend: [backend(self.backend[0])?, backend(self.backend[1])?],
             isl: int(Some(base[0]), 1e6)?,
             osl: int(Some(base[1]), 1e6)?,
             prefix: self.prefix.map_or(Ok(0), |p| int(Some(p), 1e6))?,
             concurrency: int(Some(base[2]), 1e6)?.max(1),
             prefill: prefill.max(1),
             decode,
-            p_par: tri(self.pp)?,
-            d_par: tri(self.dp)?,
+            p_par: pool(self.par[0])?,
+            d_par: pool(self.par[1])?,
             ttft_ms: num(base[3], 1e9)?,
             tpot_ms: num(base[4], 1e9)?,
             tok_s_gpu: num(base[5], 1e12)?,
@@ -376,35 +483,4 @@ pub fn parse(text: &str) -> Result<AicFile, AicError> {
         }
     }
     Ok(file)
-}
-
-/// The header's name for column `at` (the known names the reader asks
-/// for; anything else is `?`).
-fn column_name(head: &[String], at: usize) -> &'static str {
-    const KNOWN: [&str; 22] = [
-        "isl",
-        "osl",
-        "prefix",
-        "concurrency",
-        "ttft",
-        "tpot",
-        "tokens/s/gpu",
-        "tokens/s/user",
-        "num_total_gpus",
-        "tp",
-        "pp",
-        "dp",
-        "(p)workers",
-        "(d)workers",
-        "(p)tp",
-        "(p)pp",
-        "(p)dp",
-        "(d)tp",
-        "(d)pp",
-        "(d)dp",
-        "bs",
-        "global_bs",
-    ];
-    let name = head.get(at).map_or("", String::as_str);
-    KNOWN.iter().find(|k| **k == name).copied().unwrap_or("?")
 }

@@ -8,6 +8,57 @@ use handoff_deployment::SloSpec;
 use serde_json::{json, Value};
 use std::path::Path;
 
+const ONE: Parallel = Parallel {
+    tp: 1,
+    pp: 1,
+    dp: 1,
+    moe_tp: 1,
+    moe_ep: 1,
+    cp: 1,
+};
+
+/// Profiles of Qwen3-8B (TP1 and TP4 on H100 under vLLM, TP1 under SGLang)
+/// and Qwen3-32B (TP2, TP4 on H100 under vLLM).
+fn catalogue() -> Vec<ProfileEntry> {
+    let e = |model: &str, hf: &str, tp, backend| ProfileEntry {
+        model: model.into(),
+        hf_id: hf.into(),
+        gpu: "h100".into(),
+        tp,
+        backend,
+    };
+    vec![
+        e("qwen3-8b", "Qwen/Qwen3-8B", 1, AicBackend::Vllm),
+        e("qwen3-8b", "Qwen/Qwen3-8B", 4, AicBackend::Vllm),
+        e("qwen3-8b", "Qwen/Qwen3-8B", 1, AicBackend::Sglang),
+        e("qwen3-32b", "Qwen/Qwen3-32B", 2, AicBackend::Vllm),
+        e("qwen3-32b", "Qwen/Qwen3-32B", 4, AicBackend::Vllm),
+    ]
+}
+
+/// No flag overrides; the defaults are Qwen3-8B on H100 under vLLM.
+fn choice() -> Choice {
+    Choice {
+        model: None,
+        gpu: None,
+        backend: None,
+        fallback: Engine {
+            model: "qwen3-8b".into(),
+            gpu: "h100".into(),
+            backend: AicBackend::Vllm,
+        },
+    }
+}
+
+fn resolved(prefill_tp: u32, decode_tp: u32) -> Resolved {
+    Resolved {
+        engine: choice().fallback,
+        prefill_tp,
+        decode_tp,
+        dp: 1,
+    }
+}
+
 fn sample(name: &str) -> String {
     // The command line's test data: one copy of AIConfigurator's files.
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -28,26 +79,22 @@ fn reads_the_disaggregated_sample() {
     let r = &rows[0];
     assert_eq!((r.isl, r.osl, r.prefix), (4000, 500, 0));
     assert_eq!((r.prefill, r.decode, r.concurrency, r.gpus), (3, 5, 280, 8));
-    assert_eq!((r.p_par, r.d_par), ([1, 1, 1], [1, 1, 1]));
+    assert_eq!((r.p_par, r.d_par), (ONE, ONE));
+    assert_eq!(r.model.as_deref(), Some("Qwen/Qwen3-8B"));
+    assert_eq!(r.system, [Some("h100_sxm".into()), Some("h100_sxm".into())]);
+    assert_eq!(r.backend, [Some(AicBackend::Vllm); 2]);
     assert_eq!((r.ttft_ms, r.tpot_ms), (177.988, 19.604));
     assert_eq!((r.tok_s_gpu, r.tok_s_user), (1645.938, 51.01));
     assert_eq!(r.layout(), "3P+5D tp1");
     assert_eq!(r.line, 2);
-    assert!(r.unsupported().is_none());
-    // 4P at TP1 with 1D at TP4: one --tp here.
-    assert_eq!(rows[1].d_par, [4, 1, 1]);
+    assert_eq!(choice().resolve(r, &catalogue()).unwrap(), resolved(1, 1));
+    // 4P at TP1 with 1D at TP4: each pool at its own TP.
+    assert_eq!(rows[1].d_par, Parallel { tp: 4, ..ONE });
+    assert_eq!(rows[1].layout(), "4P+1D tp1/4");
     assert_eq!(
-        rows[1].unsupported(),
-        Some(Skip::PoolsDiffer {
-            prefill: (1, 1),
-            decode: (4, 1)
-        })
+        choice().resolve(&rows[1], &catalogue()).unwrap(),
+        resolved(1, 4)
     );
-    assert!(rows[1]
-        .unsupported()
-        .unwrap()
-        .to_string()
-        .contains("differ"));
     let pareto = parse(&sample("disagg/pareto.csv")).unwrap();
     assert_eq!((pareto.rows.len(), pareto.bad.len()), (21, 0));
 }
@@ -60,7 +107,11 @@ fn reads_the_aggregated_sample() {
     assert_eq!((rows[0].prefill, rows[0].decode), (1, 0));
     assert_eq!(
         (rows[0].p_par, rows[0].concurrency, rows[0].gpus),
-        ([2, 1, 1], 64, 2)
+        (Parallel { tp: 2, ..ONE }, 64, 2)
+    );
+    assert_eq!(
+        rows[0].system,
+        [Some("h100_sxm".into()), Some("h100_sxm".into())]
     );
     assert_eq!(rows[1].layout(), "1x agg tp1");
     assert_eq!(rows[1].p_par, rows[1].d_par);
@@ -152,7 +203,8 @@ struct Fake {
 
 impl Runner<AicRun> for Fake {
     type Config = usize;
-    fn prepare(&self, index: usize, _: &AicRun) -> Result<usize, String> {
+    fn prepare(&self, index: usize, run: &AicRun) -> Result<usize, String> {
+        assert_eq!(index, run.row.line);
         if index == self.refuse {
             return Err("a flag the runner refused".into());
         }
@@ -181,25 +233,272 @@ fn each_line_is_run_skipped_or_refused_with_its_reason() {
     let file = parse(&text).unwrap();
     let out = std::env::temp_dir().join(format!("handoff-plan-aic-{}", std::process::id()));
     let slo: SloSpec = "ttft:p90=600ms".parse().unwrap();
-    // Row numbers count rows read: the last line (7) is row 4.
-    let c = check(&file, &slo, &[1], &out, &Fake { refuse: 4 });
+    // Jobs are numbered by their CSV line: the runner refuses line 7.
+    let c = check(
+        &file,
+        &slo,
+        &choice(),
+        &catalogue(),
+        &out,
+        &Fake { refuse: 7 },
+    );
     let _ = std::fs::remove_dir_all(&out);
     let lines: Vec<u64> = c.rows.iter().map(|r| r["line"].as_u64().unwrap()).collect();
     assert_eq!(lines, [2, 3, 4, 5, 6, 7]);
     assert_eq!(c.rows[0]["simulated"]["ttft_ms"]["p90"], 150.0);
     assert!(c.rows[1]["refused"].as_str().unwrap().contains("osl 0"));
-    assert_eq!(c.rows[2]["skipped"], "no profile at TP2");
-    assert_eq!(c.rows[3]["skipped"], "pipeline parallelism is not modelled");
+    assert!(c.rows[2]["skipped"]
+        .as_str()
+        .unwrap()
+        .starts_with("no profile of qwen3-8b on h100 at TP2 for vllm"));
+    assert_eq!(
+        c.rows[3]["skipped"],
+        "aggregated PP2: pipeline parallelism is not modelled"
+    );
     assert!(c.rows[4]["refused"]
         .as_str()
         .unwrap()
         .contains("`concurrency`"));
     assert_eq!(c.rows[5]["refused"], "a flag the runner refused");
     assert_eq!((c.refused, c.lines), (3, 6));
-    let s = c.summary("f.csv", &slo);
+    let s = c.summary("f.csv", &slo, &[]);
     assert_eq!(s["refused_rows"], 3);
+    assert_eq!(
+        s["skipped_rows"],
+        json!({"no profile": 1, "pipeline parallelism": 1})
+    );
+    assert!(s.get("overrides").is_none());
+    assert_eq!(
+        c.skipped_line().unwrap(),
+        "skipped 2 of 6 rows: 1 no profile, 1 pipeline parallelism"
+    );
     let t = c.table();
     assert_eq!(t.len(), 7);
-    assert!(t[3].contains("skipped: no profile at TP2"), "{}", t[3]);
+    assert!(t[3].contains("skipped: no profile of qwen3-8b"), "{}", t[3]);
     assert!(t[5].contains("   6 | refused: line 6"), "{}", t[5]);
+}
+
+/// A disaggregated header with every column the reader reads, and a row
+/// of it: `set` replaces cells by column name.
+const DISAGG_HEAD: &str = "model,isl,osl,prefix,concurrency,(p)workers,(d)workers,ttft,tpot,\
+    tokens/s/gpu,tokens/s/user,num_total_gpus,(p)tp,(p)pp,(p)dp,(p)moe_tp,(p)moe_ep,(p)cp,\
+    (p)backend,(p)system,(d)tp,(d)pp,(d)dp,(d)moe_tp,(d)moe_ep,(d)backend,(d)system";
+
+fn disagg_row(set: &[(&str, &str)]) -> String {
+    let head: Vec<&str> = DISAGG_HEAD.split(',').collect();
+    let base = "Qwen/Qwen3-8B,4000,500,0,64,2,1,100,10,1000,100,6,1,1,1,1,1,1,vllm,h100_sxm,\
+                4,1,1,1,1,vllm,h100_sxm";
+    let mut cells: Vec<String> = base.split(',').map(String::from).collect();
+    for (k, v) in set {
+        let at = head.iter().position(|h| h == k).unwrap();
+        cells[at] = (*v).to_string();
+    }
+    cells.join(",")
+}
+
+fn one_row(set: &[(&str, &str)]) -> AicRow {
+    let f = parse(&format!("{DISAGG_HEAD}\n{}\n", disagg_row(set))).unwrap();
+    assert!(f.bad.is_empty(), "{:?}", f.bad);
+    f.rows[0].clone()
+}
+
+#[test]
+fn every_parallelism_column_is_read_and_a_bad_one_located() {
+    let r = one_row(&[
+        ("(p)tp", "2"),
+        ("(p)pp", "3"),
+        ("(p)dp", "4"),
+        ("(p)moe_tp", "5"),
+        ("(p)moe_ep", "6"),
+        ("(p)cp", "7"),
+        ("(d)tp", "8"),
+        ("(d)pp", "9"),
+        ("(d)dp", "10"),
+        ("(d)moe_tp", "11"),
+        ("(d)moe_ep", "12"),
+    ]);
+    let p = |tp, pp, dp, moe_tp, moe_ep, cp| Parallel {
+        tp,
+        pp,
+        dp,
+        moe_tp,
+        moe_ep,
+        cp,
+    };
+    assert_eq!(r.p_par, p(2, 3, 4, 5, 6, 7));
+    // No `(d)cp` column: 1.
+    assert_eq!(r.d_par, p(8, 9, 10, 11, 12, 1));
+    for col in DISAGG_HEAD.split(',').filter(|c| {
+        c.contains("tp")
+            || c.contains("pp")
+            || c.contains("dp")
+            || c.contains("moe")
+            || c.contains("cp")
+    }) {
+        let text = format!(
+            "{DISAGG_HEAD}\n{}\n{}\n",
+            disagg_row(&[]),
+            disagg_row(&[(col, "-1")])
+        );
+        let f = parse(&text).unwrap();
+        assert_eq!(f.rows.len(), 1, "{col}");
+        assert_eq!(
+            f.bad,
+            [AicError::Cell {
+                line: 3,
+                column: DISAGG_HEAD.split(',').find(|c| *c == col).unwrap(),
+                value: "-1".into()
+            }],
+            "{col}"
+        );
+    }
+    // The aggregated file's columns, unprefixed.
+    let head = "isl,osl,concurrency,ttft,tpot,tokens/s/gpu,tokens/s/user,num_total_gpus,\
+                tp,pp,dp,moe_tp,moe_ep,cp,backend,system,model";
+    let f = parse(&format!(
+        "{head}\n1,1,1,1,1,1,1,8,2,1,4,8,1,1,sglang,b200_sxm,Qwen/Qwen3-30B-A3B\n\
+         1,1,1,1,1,1,1,8,2,1,4,8,1,x,sglang,b200_sxm,m\n1,1,1,1,1,1,1,8,2,1,4,8,1,1,tgi,b200_sxm,m\n"
+    ))
+    .unwrap();
+    let r = &f.rows[0];
+    assert_eq!(
+        (r.p_par, r.d_par),
+        (p(2, 1, 4, 8, 1, 1), p(2, 1, 4, 8, 1, 1))
+    );
+    assert_eq!(r.backend, [Some(AicBackend::Sglang); 2]);
+    assert_eq!(r.system[0].as_deref(), Some("b200_sxm"));
+    assert_eq!(
+        f.bad[0].to_string(),
+        "line 3, column `cp`: `x` is not a number in range"
+    );
+    assert_eq!(
+        f.bad[1].to_string(),
+        "line 4, column `backend`: `tgi` is not vllm, sglang or trtllm"
+    );
+}
+
+#[test]
+fn each_layout_the_mocker_cannot_model_is_skipped_with_its_reason() {
+    let why = |set: &[(&str, &str)]| -> String {
+        let e = choice().resolve(&one_row(set), &catalogue()).unwrap_err();
+        format!("{}: {e}", e.kind())
+    };
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[("(d)moe_ep", "4")],
+            "expert parallelism: decode EP4: expert parallelism is not modelled",
+        ),
+        (
+            &[("(p)cp", "2")],
+            "context parallelism: prefill CP2: context parallelism is not modelled",
+        ),
+        (
+            &[("(p)pp", "2")],
+            "pipeline parallelism: prefill PP2: pipeline parallelism is not modelled",
+        ),
+        (
+            &[
+                ("(d)tp", "1"),
+                ("(d)dp", "4"),
+                ("(d)moe_tp", "4"),
+                ("(p)dp", "4"),
+            ],
+            "MoE TP across attention DP: decode tp1pp1dp4etp4ep1cp1: MoE TP4 across attention \
+             DP4 ranks is not modelled (a TP1 profile times MoE at TP1)",
+        ),
+        (
+            &[("(d)dp", "2")],
+            "prefill and decode DP differ: prefill DP1 and decode DP2 differ (one --dp-size here)",
+        ),
+        (
+            &[("(d)system", "h200_sxm")],
+            "prefill and decode systems differ: prefill on h100_sxm and decode on h200_sxm \
+             (one --gpu here)",
+        ),
+        (
+            &[("(d)backend", "sglang")],
+            "prefill and decode backends differ: prefill under vllm and decode under sglang \
+             (one --backend here)",
+        ),
+        (
+            &[("(p)backend", "trtllm"), ("(d)backend", "trtllm")],
+            "backend not modelled: backend trtllm is not modelled",
+        ),
+        (
+            &[("prefix", "500")],
+            "cached prefix: a cached prefix of 500 tokens",
+        ),
+        (
+            &[("(d)tp", "2"), ("num_total_gpus", "4")],
+            "no profile: no profile of qwen3-8b on h100 at TP2 for vllm; `cargo xtask profiles \
+             build --model qwen3-8b --system h100_sxm --backend vllm --tp 2` and --profiles-dir \
+             target/profiles would add it",
+        ),
+        (
+            &[("model", "Qwen/Qwen3-235B-A22B")],
+            "no profile: no profile of Qwen/Qwen3-235B-A22B (on h100 at TP1 for vllm); `cargo \
+             xtask profiles build --model Qwen/Qwen3-235B-A22B --system h100_sxm --backend vllm \
+             --tp 1` and --profiles-dir target/profiles would add it",
+        ),
+        (
+            &[("num_total_gpus", "5")],
+            "GPU count: the row names 5 GPUs, its layout here is 6 (workers × TP × DP)",
+        ),
+    ];
+    for (set, want) in cases {
+        assert_eq!(why(set), *want, "{set:?}");
+    }
+    // MoE TP equal to the attention TP is the profile's own TP: it runs.
+    let r = one_row(&[("(d)moe_tp", "4")]);
+    assert_eq!(choice().resolve(&r, &catalogue()).unwrap(), resolved(1, 4));
+}
+
+#[test]
+fn model_system_and_backend_come_from_the_file_unless_a_flag_overrides() {
+    // Qwen3-32B at TP2 prefill and TP4 decode, by its Hugging Face id.
+    let r = one_row(&[
+        ("model", "Qwen/Qwen3-32B"),
+        ("(p)tp", "2"),
+        ("num_total_gpus", "8"),
+    ]);
+    let got = choice().resolve(&r, &catalogue()).unwrap();
+    assert_eq!(got.engine.model, "qwen3-32b");
+    assert_eq!((got.prefill_tp, got.decode_tp, got.dp), (2, 4, 1));
+    // `--model qwen3-8b` after `--` wins over the column.
+    let over = Choice {
+        model: Some("qwen3-8b".into()),
+        ..choice()
+    };
+    let r = one_row(&[("model", "Qwen/Qwen3-32B")]);
+    assert_eq!(over.resolve(&r, &catalogue()).unwrap(), resolved(1, 4));
+    // SGLang from the file: Qwen3-8B has no SGLang profile at TP4.
+    let r = one_row(&[("(p)backend", "sglang"), ("(d)backend", "sglang")]);
+    let e = choice().resolve(&r, &catalogue()).unwrap_err();
+    assert!(e.to_string().contains("at TP4 for sglang"), "{e}");
+    // `--backend vllm` overrides it back.
+    let over = Choice {
+        backend: Some(AicBackend::Vllm),
+        ..choice()
+    };
+    assert_eq!(over.resolve(&r, &catalogue()).unwrap(), resolved(1, 4));
+    // A file without those columns takes the fallback.
+    let head = "isl,osl,concurrency,ttft,tpot,tokens/s/gpu,tokens/s/user,num_total_gpus,tp";
+    let f = parse(&format!("{head}\n9,5,8,1,1,1,1,1,1\n")).unwrap();
+    assert_eq!(
+        choice().resolve(&f.rows[0], &catalogue()).unwrap(),
+        resolved(1, 1)
+    );
+}
+
+#[test]
+fn aic_systems_become_gpu_slugs() {
+    for (system, slug) in [
+        ("h100_sxm", "h100"),
+        ("b200_sxm", "b200"),
+        ("rtx_pro_6000_server", "rtxpro6000"),
+        ("l40s", "l40s"),
+        ("gb200", "gb200"),
+    ] {
+        assert_eq!(gpu_slug(system), slug);
+    }
 }
