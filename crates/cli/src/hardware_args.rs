@@ -320,6 +320,13 @@ impl HardwareArgs {
         Ok((all, place))
     }
 
+    /// Every selectable profile's key, sorted: the built-in ones and those
+    /// of the folder `--profiles-dir` (or [`PROFILES_DIR_ENV`]) names, as
+    /// selection sees them.
+    pub fn profile_keys(&self) -> Result<Vec<ProfileKey>, String> {
+        Ok(self.available()?.0.into_iter().map(|(k, _)| k).collect())
+    }
+
     /// The selected profile for `backend`, or `None` without `--model`.
     pub fn select(&self, backend: Backend) -> Result<Option<Selected>, String> {
         let (model, gpu) = match (&self.model, &self.gpu) {

@@ -44,10 +44,9 @@ pub(crate) fn model_and_tps(
         add.extend(["--model".into(), model.clone(), "--gpu".into(), gpu.clone()]);
     }
     let backend = deploy.backend().name();
-    let keys = match &hw.profiles_dir {
-        Some(d) => crate::hardware_args::list_profiles(d)?,
-        None => crate::hardware_args::embedded_profiles(),
-    };
+    // The profiles selection sees: the built-in ones and a folder's
+    // (`--profiles-dir`, else `HANDOFF_PROFILES_DIR`).
+    let keys = hw.profile_keys()?;
     let have: Vec<u32> = keys
         .iter()
         .filter(|k| k.model == model && k.gpu == gpu && k.backend == backend)
