@@ -17,18 +17,24 @@ use handoff_plan::{Layout, Runner, PLAN_METRICS};
 use serde_json::{json, Value};
 use std::path::Path;
 
+/// The flags after `--`, parsed as `replay`'s; an error names the first
+/// problem clap found.
+fn parse_shared(shared: &[String]) -> Result<ReplayOnly, String> {
+    ReplayOnly::try_parse_from(shared).map_err(|e| {
+        format!(
+            "plan: the flags after `--`: {}",
+            e.to_string().lines().next().unwrap_or("")
+        )
+    })
+}
+
 /// The model, GPU and backend the base flags name, and the TP choices:
 /// `--tp`, else every TP a profile exists for.
 pub(crate) fn model_and_tps(
     tp: &[u32],
     shared: &[String],
 ) -> Result<(Vec<String>, Vec<u32>), String> {
-    let parsed = ReplayOnly::try_parse_from(shared).map_err(|e| {
-        format!(
-            "plan: the flags after `--`: {}",
-            e.to_string().lines().next().unwrap_or("")
-        )
-    })?;
+    let parsed = parse_shared(shared)?;
     let deploy = parsed.args.deploy_args();
     let hw = &deploy.hardware;
     let (model, gpu) = match (&hw.model, &hw.gpu) {
@@ -248,12 +254,7 @@ pub(crate) fn aic_choice(
              concurrency and workload from its columns"
         ));
     }
-    let parsed = ReplayOnly::try_parse_from(shared).map_err(|e| {
-        format!(
-            "plan: the flags after `--`: {}",
-            e.to_string().lines().next().unwrap_or("")
-        )
-    })?;
+    let parsed = parse_shared(shared)?;
     let deploy = parsed.args.deploy_args();
     let hw = &deploy.hardware;
     if deploy.perf.is_some() && hw.model.is_none() {
