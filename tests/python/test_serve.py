@@ -23,7 +23,10 @@ BLOCK = 16
 
 
 # vLLM's structs (vllm/distributed/kv_events.py), as its example subscriber
-# declares them.
+# declares them: array_like events, as vLLM wrote them before 0.28, with
+# the KV-group fields that follow `lora_name` (`extra_keys`, `group_idx`,
+# `kv_cache_spec_kind`, `kv_cache_spec_sliding_window`; `group_idx` after
+# `BlockRemoved.medium`).
 class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ts: float
     events: list[Any]
@@ -41,11 +44,17 @@ class BlockStored(KVCacheEvent):
     block_size: int
     lora_id: int | None
     medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
 
 
 class BlockRemoved(KVCacheEvent):
     block_hashes: list[int]
     medium: str | None
+    group_idx: int | None = None
 
 
 class AllBlocksCleared(KVCacheEvent):
@@ -56,7 +65,42 @@ class KVEventBatch(EventBatch):
     events: list[BlockStored | BlockRemoved | AllBlocksCleared]
 
 
+# The same events as vLLM 0.28 on declares them (tagged maps,
+# `--kv-event-encoding map`); the batch stays an array.
+class MapEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
+    """Base class of KV cache events, map form."""
+
+
+class MapBlockStored(MapEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+
+
+class MapBlockRemoved(MapEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: str | None
+    group_idx: int | None = None
+
+
+class MapAllBlocksCleared(MapEvent, tag="AllBlocksCleared"):
+    pass
+
+
+class MapKVEventBatch(EventBatch):
+    events: list[MapBlockStored | MapBlockRemoved | MapAllBlocksCleared]
+
+
 DECODER = Decoder(type=KVEventBatch)
+MAP_DECODER = Decoder(type=MapKVEventBatch)
 M64 = (1 << 64) - 1
 
 
@@ -84,7 +128,8 @@ def stand_in(x: int, i: int) -> int:
 class Subscriber:
     """SUB sockets on every worker's publisher, decoding as vLLM does."""
 
-    def __init__(self, server: Server, workers: int = 2):
+    def __init__(self, server: Server, workers: int = 2, decoder: Decoder = DECODER):
+        self.decoder = decoder
         self.ctx = zmq.Context()
         self.socks = []
         self.batches: dict[int, list[tuple[int, KVEventBatch]]] = {w: [] for w in range(workers)}
@@ -107,7 +152,7 @@ class Subscriber:
                 topic, seq, payload = s.recv_multipart()
                 assert topic == b""
                 w = self.socks.index(s)
-                self.batches[w].append((int.from_bytes(seq, "big"), DECODER.decode(payload)))
+                self.batches[w].append((int.from_bytes(seq, "big"), self.decoder.decode(payload)))
 
     def close(self) -> None:
         self.stop_flag = True
@@ -137,6 +182,14 @@ def replay(server: Server, worker: int, start: int) -> list[tuple[int, KVEventBa
     return out
 
 
+def check_group_fields(e: BlockStored | MapBlockStored) -> None:
+    """A stored event names vLLM's one full-attention KV group as a real
+    engine does (`KVCacheManager.take_events`): group 0, no window."""
+    assert e.group_idx == 0, e
+    assert e.kv_cache_spec_kind == "full_attention", e
+    assert e.kv_cache_spec_sliding_window is None, e
+
+
 def check_event_stream(batches: list[tuple[int, KVEventBatch]], chain: dict[int, int]) -> set[int]:
     """Monotone sequence numbers, a prompt block's hash recomputable from its
     token ids, a generated block's ids the stand-ins of its hash, a block
@@ -151,6 +204,9 @@ def check_event_stream(batches: list[tuple[int, KVEventBatch]], chain: dict[int,
         for e in b.events:
             if isinstance(e, BlockStored):
                 assert e.block_size == BLOCK and e.medium == "GPU" and e.lora_id is None
+                check_group_fields(e)
+                assert e.lora_name is None and e.extra_keys == [None] * len(e.block_hashes), \
+                    "a base-model block's extra keys are None, one per block"
                 assert len(e.token_ids) == BLOCK * len(e.block_hashes), "token ids per block"
                 prev = chain.get(e.parent_block_hash) if e.parent_block_hash is not None else None
                 if e.parent_block_hash is not None:
@@ -170,6 +226,7 @@ def check_event_stream(batches: list[tuple[int, KVEventBatch]], chain: dict[int,
                     live.add(h)
                     ever.add(h)
             elif isinstance(e, BlockRemoved):
+                assert e.group_idx == 0, e
                 for h in e.block_hashes:
                     assert h in live, "Removed before Stored"
                     live.discard(h)
@@ -455,6 +512,33 @@ def test_disaggregation_proxy() -> None:
         s.stop()
 
 
+def test_map_form_carries_the_group_fields() -> None:
+    """The tagged-map events (`--kv-event-encoding map`), decoded with vLLM
+    0.28's map structs: a stored event names group 0, "full_attention" and
+    one extra-keys entry per block (None on the base model; an adapter's
+    `(lora_name,)` is checked by the Rust tests); a removal names group 0."""
+    s = Server("--kv-event-encoding", "map", "--prefill-kv-tokens", "512",
+               prefill=1, decode=0)
+    sub = Subscriber(s, workers=1, decoder=MAP_DECODER)
+    try:
+        c = s.client()
+        for i in range(6):
+            c.completions.create(model=MODEL, prompt=f"text {i} " + "lorem ipsum " * 60, max_tokens=2)
+        s.wait_drained()
+        time.sleep(0.3)
+        events = [e for _, b in sub.batches[0] for e in b.events]
+        stored = [e for e in events if isinstance(e, MapBlockStored)]
+        removed = [e for e in events if isinstance(e, MapBlockRemoved)]
+        assert stored and removed, (len(stored), len(removed))
+        for e in stored:
+            check_group_fields(e)
+            assert e.lora_name is None and e.extra_keys == [None] * len(e.block_hashes), e
+        assert all(e.group_idx == 0 for e in removed), removed
+    finally:
+        sub.close()
+        s.stop()
+
+
 def main() -> int:
     checks = Checks()
     run = checks.run
@@ -472,6 +556,7 @@ def main() -> int:
         s.stop()
     run("reservation publishes nothing before activation", test_reservation_publishes_nothing_before_activation)
     run("disaggregation proxy", test_disaggregation_proxy)
+    run("map form carries the group fields", test_map_form_carries_the_group_fields)
     return checks.report()
 
 

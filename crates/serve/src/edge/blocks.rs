@@ -19,7 +19,9 @@
 //! request, a generated block from the block it was stored after. Its vLLM
 //! digest takes the adapter's name as extra keys
 //! ([`handoff_kv_events::vllm_hash::VllmHasher::block_lora`]), and its
-//! `BlockStored` names the adapter (`lora_id`, `lora_name`).
+//! `BlockStored` names the adapter (`lora_id`, `lora_name`) and gives each
+//! block its own extra keys, `(lora_name,)` or `None`, as vLLM's
+//! `BlockPool.cache_full_blocks` does (`vllm/v1/core/block_pool.py`).
 
 use crate::vllm::wire::WireEvent;
 use handoff_core::fasthash::FastMap;
@@ -144,6 +146,7 @@ impl BlockTokens {
                 let mut published = Vec::with_capacity(block_hashes.len());
                 let mut token_ids = Vec::with_capacity(block_hashes.len() * bs as usize);
                 let mut first_lora = None;
+                let mut extra_keys = Vec::with_capacity(block_hashes.len());
                 for (i, h) in block_hashes.iter().enumerate() {
                     let mut b = self.lookup(*h).unwrap_or_else(|| Block {
                         tokens: Arc::from(generated_tokens(*h, bs)),
@@ -161,6 +164,7 @@ impl BlockTokens {
                             .get_or_insert_with(|| v.block_lora(prev.as_ref(), &b.tokens, name));
                         prev = Some(d);
                     }
+                    extra_keys.push(b.lora.as_ref().map(|(_, n)| n.to_string()));
                     let p = b.published(*h);
                     tokens_hashes.insert(p, tokens_hash(&b.tokens));
                     published.push(p);
@@ -175,6 +179,7 @@ impl BlockTokens {
                     token_ids,
                     block_size: bs,
                     lora: first_lora.map(|(id, n)| (id, n.to_string())),
+                    extra_keys,
                 };
                 let data = KvEventData::Stored {
                     parent_hash: parent_pub,
@@ -283,6 +288,42 @@ mod tests {
             (block_hashes, parent_block_hash),
             (vec![g], Some(hashes[0]))
         );
+    }
+
+    /// Each stored block carries its own extra keys: its adapter's name
+    /// for a LoRA prompt's blocks and the generated block stored after
+    /// them, `None` for the base model's.
+    #[test]
+    fn stored_blocks_carry_their_adapter_as_extra_keys() {
+        let bs = 4u32;
+        let sql = LoraAdapter {
+            id: 3,
+            name: "sql".into(),
+        };
+        let lora_prompt: Vec<u32> = (100..108).collect();
+        let base_prompt: Vec<u32> = (200..208).collect();
+        let lh = chained_block_hashes(&lora_prompt, bs);
+        let bh = chained_block_hashes(&base_prompt, bs);
+        let mut b = tokens(1);
+        b.hold(&lh, &lora_prompt, bs, &BlockHashMode::Mocker, Some(&sql));
+        b.hold(&bh, &base_prompt, bs, &BlockHashMode::Mocker, None);
+        let extra = |p: Published| match p.wire {
+            WireEvent::BlockStored {
+                extra_keys, lora, ..
+            } => (extra_keys, lora),
+            other => panic!("a stored event publishes BlockStored, not {other:?}"),
+        };
+        let sql_keys = Some("sql".to_string());
+        let p = b.publish(0, &stored(None, &lh), bs, &BlockHashMode::Mocker);
+        assert_eq!(
+            extra(p),
+            (vec![sql_keys.clone(); 2], Some((3, "sql".to_string())))
+        );
+        let g = 0xabc_u64 << 5;
+        let p = b.publish(0, &stored(Some(lh[1]), &[g]), bs, &BlockHashMode::Mocker);
+        assert_eq!(extra(p).0, vec![sql_keys]);
+        let p = b.publish(0, &stored(None, &bh), bs, &BlockHashMode::Mocker);
+        assert_eq!(extra(p), (vec![None, None], None));
     }
 
     /// Under vLLM hashing every channel publishes vLLM's chain: prompt
