@@ -112,6 +112,9 @@ fn a_loaded_adapter_serves_lists_meters_and_hashes_apart() {
         assert_eq!(status, 200, "{text}");
         let v: serde_json::Value = serde_json::from_str(&text).expect("json");
         assert_eq!(v["usage"]["completion_tokens"], 2);
+        // vLLM answers with the adapter's name when the request ran on
+        // one (`OpenAIServing._get_model_name`).
+        assert_eq!(v["model"], model, "{text}");
     }
     let (status, text) = common::call(addr, "POST", "/v1/completions", &body("nope", 2));
     assert_eq!(status, 404, "{text}");

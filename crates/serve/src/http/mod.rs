@@ -21,7 +21,7 @@ use crate::director::driver::Cmd;
 use crate::http::client_faults::ClientFault;
 pub use crate::http::error::MAX_BODY_BYTES;
 use crate::http::error::{body_error_response, error};
-use crate::http::respond::{answer, meta, First};
+use crate::http::respond::{answer, answer_model, meta, First};
 pub use crate::http::state::AppState;
 use crate::http::submit::{submit, Order};
 use crate::openai::{ApiError, Endpoint};
@@ -153,7 +153,11 @@ async fn generate(
         tokio::time::sleep(d).await;
     }
     let id = RequestId(s.next_id.fetch_add(1, Ordering::Relaxed));
-    let meta = meta(endpoint, id, s.limits.model.clone());
+    let meta = meta(
+        endpoint,
+        id,
+        answer_model(&s.limits.model, req.lora.as_ref()),
+    );
     let (tokens, output_tokens, lora) = (req.prompt.clone(), req.output_tokens(), req.lora.clone());
     let order = Order {
         id,

@@ -23,6 +23,14 @@ use tokio::sync::mpsc::UnboundedReceiver;
 /// `do_remote_decode` answer.
 pub(crate) type Origin<'a> = (&'a str, u16, KvTransferMode);
 
+/// The model name an answer carries: the adapter's when the request ran on
+/// one, else the served model's, as vLLM's OpenAI server names it
+/// (`vllm/entrypoints/openai/serving_engine.py`,
+/// `OpenAIServing._get_model_name`: `lora_request.lora_name` if any).
+pub(crate) fn answer_model(served: &str, lora: Option<&handoff_core::LoraAdapter>) -> String {
+    lora.map_or_else(|| served.to_string(), |a| a.name.clone())
+}
+
 /// The metadata of request `id` on `endpoint` (`cmpl-ID`, `chatcmpl-ID`),
 /// created now.
 pub(crate) fn meta(endpoint: Endpoint, id: RequestId, model: String) -> Meta {

@@ -38,7 +38,7 @@ use crate::director::StreamMsg;
 use crate::http::client_faults::{ClientFault, Leg, REASON};
 use crate::http::error::{body_error_response, error, MAX_BODY_BYTES};
 pub use crate::http::listener::WorkerState;
-use crate::http::respond::{answer, meta, First};
+use crate::http::respond::{answer, answer_model, meta, First};
 use crate::http::submit::{submit, Order};
 use crate::openai::ApiError;
 use crate::openai::{parse, Endpoint};
@@ -291,7 +291,11 @@ async fn generate(
         KvTransfer::Plain | KvTransfer::RemoteDecode => First::No,
     };
     let cmd = engine_cmd(&s, kv, &req, rank, id);
-    let meta = meta(endpoint, id, s.app.limits.model.clone());
+    let meta = meta(
+        endpoint,
+        id,
+        answer_model(&s.app.limits.model, req.lora.as_ref()),
+    );
     let origin = (s.host.as_str(), s.port, KvTransferMode::of(s.policy));
     let order = Order {
         id,
