@@ -3,6 +3,10 @@
 use core::fmt;
 use std::sync::Arc;
 
+/// The longest LoRA adapter name a trace record may carry, in bytes
+/// (`crate::lora::MAX_NAME_BYTES`).
+pub const MAX_ADAPTER_NAME_BYTES: usize = 256;
+
 /// The part of a trace line an error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TraceField {
@@ -98,7 +102,7 @@ pub enum Problem {
     /// Expected an array.
     ExpectedArray,
     /// Expected an adapter name: a non-empty string of at most
-    /// [`crate::lora::MAX_NAME_BYTES`] bytes, or `null`.
+    /// [`MAX_ADAPTER_NAME_BYTES`] bytes, or `null`.
     ExpectedAdapterName,
     /// An array element is not a non-negative 64-bit integer.
     BadElement {
@@ -190,7 +194,7 @@ impl fmt::Display for Problem {
             Problem::ExpectedAdapterName => write!(
                 f,
                 "expected an adapter name (a non-empty string of at most {} bytes) or null",
-                crate::lora::MAX_NAME_BYTES
+                MAX_ADAPTER_NAME_BYTES
             ),
             Problem::BadElement { index } => {
                 write!(f, "element {index}: expected a non-negative 64-bit integer")

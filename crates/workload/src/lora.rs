@@ -14,7 +14,7 @@ use handoff_core::LoraAdapter;
 use std::collections::HashMap;
 
 /// The longest adapter name accepted, in bytes.
-pub const MAX_NAME_BYTES: usize = 256;
+pub use crate::error::MAX_ADAPTER_NAME_BYTES as MAX_NAME_BYTES;
 
 /// The adapter name a `lora_name` value gives: `None` for absent or `null`,
 /// the name for a non-empty string of at most [`MAX_NAME_BYTES`] bytes,
