@@ -100,7 +100,7 @@ impl Edge {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::edge::flows::StreamMsg;
     use crate::edge::kv::KvOut;
@@ -141,14 +141,18 @@ mod tests {
         }
     }
 
-    /// `name`'s sample of scheduler `engine`.
-    fn sample(m: &Metrics, name: &str, engine: u32) -> f64 {
+    /// `name`'s sample of scheduler `engine`, if it is exported.
+    pub(in crate::edge) fn sample_of(m: &Metrics, name: &str, engine: u32) -> Option<f64> {
         let tag = format!("engine=\"{engine}\"");
         m.render(None)
             .lines()
             .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&tag))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(0.0)
+    }
+
+    /// `name`'s sample of scheduler `engine` (0 when not exported).
+    fn sample(m: &Metrics, name: &str, engine: u32) -> f64 {
+        sample_of(m, name, engine).unwrap_or(0.0)
     }
 
     #[test]

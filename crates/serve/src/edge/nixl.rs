@@ -198,13 +198,9 @@ mod tests {
         Metrics::new(backend, "m", &[Pool::Prefill, Pool::Decode])
     }
 
+    /// `name`'s sample of scheduler `engine` (-1 when not exported).
     fn sample(m: &Metrics, name: &str, engine: u32) -> f64 {
-        let tag = format!("engine=\"{engine}\"");
-        m.render(None)
-            .lines()
-            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&tag))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(-1.0)
+        super::super::events::tests::sample_of(m, name, engine).unwrap_or(-1.0)
     }
 
     fn moved(id: u64, role: Role, event: LifecycleEvent, to: RoleState, at: u64) -> WorkerEvent {
