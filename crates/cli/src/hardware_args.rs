@@ -64,7 +64,8 @@ pub const PROFILES_DIR_ENV: &str = "HANDOFF_PROFILES_DIR";
 #[derive(Args, Debug, Clone, Default)]
 pub struct HardwareArgs {
     /// Model to imitate (e.g. qwen3-8b, llama-3.1-8b, qwen3-32b,
-    /// qwen3-30b-a3b): with --gpu, picks the AIConfigurator profile for
+    /// qwen3-30b-a3b; qwen3-235b-a22b and deepseek-v3 on h200 with
+    /// --dp-size 8 --enable-expert-parallel): with --gpu, picks the AIConfigurator profile for
     /// --backend as the step-time model unless --perf is given, and sizes
     /// KV bytes per token and each worker's pool from the model unless
     /// --bytes-per-token / --*-kv-tokens are given; with --perf
