@@ -496,7 +496,7 @@ mod tests {
             ..qwen3_30b(layout)
         };
         // SGLang's tp_size with DP attention is every GPU: 4/8 GiB more.
-        let mib = (193_273_528_320.0 / f64::from(1u32 << 20)) as f64;
+        let mib = 193_273_528_320.0 / f64::from(1u32 << 20);
         let want = |gpus: f64| {
             let reserved = (512.0 + 8192.0 * 1.5 + 512.0 + gpus / 8.0 * 1024.0).max(10240.0);
             ((mib - reserved) / mib * 1000.0).round() / 1000.0
