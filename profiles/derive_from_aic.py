@@ -32,6 +32,29 @@ stderr and exit status 2. A mixture of experts at TP above 1 shards its
 experts as vLLM and SGLang do by default (no expert parallelism): AIC's
 `moe_tp_size` = TP, `moe_ep_size` = 1, recorded in `derivation`.
 
+Mixture-of-experts layouts (`--attention-dp D`, `--moe-tp M`, `--moe-ep E`,
+or `--expert-parallel`): AIC's `ModelConfig` (`sdk/config.py`,
+`resolve_moe_parallelism`) runs attention at `tp_size` within each of
+`attention_dp_size` data-parallel ranks and the experts over all
+`tp x D` GPUs as `moe_tp x moe_ep` (the two widths must be equal; one of M
+and E given, the other follows). `--expert-parallel` is vLLM's
+`--enable-expert-parallel` (`FusedMoEParallelConfig.make`: EP over every
+TP x DP rank, no expert TP) and SGLang's `--ep-size` = TP x DP with DP
+attention: `moe_ep = tp x D`, `moe_tp = 1`. Without E or M the experts are
+tensor-parallel over all `tp x D` ranks (vLLM with DP and no EP). The tables
+are then one rank's passes at a per-rank batch: AIC's backend times a step
+assuming every DP rank carries the same batch (`base_backend.py`:
+`global_bs = bs x attention_dp_size`), so `predict_decode_latency(batch,
+...)` is a step in which each rank decodes `batch` sequences. Such a file
+is `MODEL-GPU-tpN[-dpD][-epE]-BACKEND.json` (`-dpD` when D > 1, `-epE` when
+E > 1; M follows from tp x D / E) and its `deployment` records `parallel`
+(`tp`, `attention_dp`, `moe_tp`, `moe_ep`), `kv_bytes_per_token_per_rank`
+(each attention DP rank holds the KV of its own sequences, heads split
+over its TP ranks) and `expert_weight_bytes` (the experts split over all
+`moe_tp x moe_ep` ranks, the rest over TP). A dense model has no layout to
+export (its DP ranks are independent engines: export `--tp` and run
+`--dp-size`), and a layout AIC cannot time is refused naming AIC's reason.
+
 For every (model, GPU, TP, backend) in TARGETS it compiles AIC's engine
 (`EngineHandle.compile(model, system, backend, tp_size=tp)`) and tabulates:
 
@@ -120,6 +143,54 @@ def resolve_model(name, known_ids):
     raise Refused(f"--model {name}: AIConfigurator {AIC_VERSION} has no config for it (`--list-models` lists them)")
 
 
+def layout_of(tp, dp, moe_tp, moe_ep, expert_parallel):
+    """The MoE layout `{"tp", "attention_dp", "moe_tp", "moe_ep"}` the flags
+    ask for, or None when none was given (TP only: the export as before).
+    ValueError names the flag: sizes 1..MAX_TP, tp x dp at most MAX_TP, and
+    AIC's width rule tp x dp == moe_tp x moe_ep (`ModelConfig.
+    resolve_moe_parallelism`), the missing one of moe_tp and moe_ep
+    inferred from it."""
+    if dp is None and moe_tp is None and moe_ep is None and not expert_parallel:
+        return None
+    tp = tp or 1
+    dp = 1 if dp is None else dp
+    for flag, v in (("--attention-dp", dp), ("--moe-tp", moe_tp), ("--moe-ep", moe_ep)):
+        if v is not None and not 1 <= v <= MAX_TP:
+            raise ValueError(f"{flag} {v}: must be 1..{MAX_TP}")
+    width = tp * dp
+    if width > MAX_TP:
+        raise ValueError(f"--tp {tp} x --attention-dp {dp} = {width} GPUs: at most {MAX_TP}")
+    if expert_parallel:
+        if moe_tp not in (None, 1) or moe_ep not in (None, width):
+            raise ValueError(f"--expert-parallel sets --moe-ep {width} --moe-tp 1 (tp x attention-dp); drop --moe-tp/--moe-ep")
+        moe_tp, moe_ep = 1, width
+    elif moe_tp is None and moe_ep is None:
+        moe_tp, moe_ep = width, 1
+    elif moe_ep is None:
+        if width % moe_tp:
+            raise ValueError(f"--moe-tp {moe_tp}: does not divide tp x attention-dp = {width}")
+        moe_ep = width // moe_tp
+    elif moe_tp is None:
+        if width % moe_ep:
+            raise ValueError(f"--moe-ep {moe_ep}: does not divide tp x attention-dp = {width}")
+        moe_tp = width // moe_ep
+    if moe_tp * moe_ep != width:
+        raise ValueError(
+            f"--moe-tp {moe_tp} x --moe-ep {moe_ep} = {moe_tp * moe_ep}, but the experts must span "
+            f"tp x attention-dp = {width} GPUs (AIC's ModelConfig width rule)"
+        )
+    return {"tp": tp, "attention_dp": dp, "moe_tp": moe_tp, "moe_ep": moe_ep}
+
+
+def layout_suffix(layout):
+    """The file-name part after `tpN`: `-dpD` when D > 1, `-epE` when E > 1."""
+    if layout is None:
+        return ""
+    dp = f"-dp{layout['attention_dp']}" if layout["attention_dp"] > 1 else ""
+    ep = f"-ep{layout['moe_ep']}" if layout["moe_ep"] > 1 else ""
+    return dp + ep
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="derive_from_aic.py",
@@ -132,6 +203,14 @@ def parse_args(argv):
     p.add_argument("--system", help="AIC system, e.g. h100_sxm, rtx_pro_6000_server, gb200")
     p.add_argument("--backend", choices=ALL_BACKENDS)
     p.add_argument("--tp", type=int, help=f"tensor-parallel size, 1..{MAX_TP}")
+    p.add_argument("--attention-dp", type=int, help=f"attention data-parallel ranks of a MoE engine, 1..{MAX_TP} [default: 1]")
+    p.add_argument("--moe-tp", type=int, help="MoE expert tensor-parallel size [default: tp x attention-dp / moe-ep]")
+    p.add_argument("--moe-ep", type=int, help="MoE expert-parallel size [default: tp x attention-dp / moe-tp, else 1]")
+    p.add_argument(
+        "--expert-parallel",
+        action="store_true",
+        help="vLLM's --enable-expert-parallel (SGLang's --ep-size = tp x dp): moe-ep = tp x attention-dp, moe-tp = 1",
+    )
     p.add_argument("--out", help="folder to write to [default: profiles/aic beside this script]")
     a = p.parse_args(argv)
     one = [a.model, a.system, a.backend, a.tp]
@@ -143,6 +222,12 @@ def parse_args(argv):
             p.error(f"model slugs {a.models} and --model together")
         if not 1 <= a.tp <= MAX_TP:
             p.error(f"--tp {a.tp}: must be 1..{MAX_TP}")
+    try:
+        a.layout = layout_of(a.tp, a.attention_dp, a.moe_tp, a.moe_ep, a.expert_parallel)
+    except ValueError as e:
+        p.error(str(e))
+    if a.layout is not None and a.model is None:
+        p.error("--attention-dp, --moe-tp, --moe-ep and --expert-parallel need --model (one profile)")
     if (a.list or a.list_models) and (a.model or a.models):
         p.error("--list and --list-models take no model")
     return a
@@ -202,37 +287,76 @@ def dips(rows):
 
 def model_facts(hf_id):
     """Layers, KV heads, head dim, context and weight bytes from AIC's copy
-    of the model's Hugging Face config (bf16 weights and KV)."""
+    of the model's Hugging Face config (bf16 weights and KV; an `fp8`
+    `quantization_config` stores the layers' weights and KV in one byte, as
+    AIC's `get_model` infers for DeepSeek-V3). A multi-head latent attention
+    model (DeepSeek's `kv_lora_rank`) caches one latent of `kv_lora_rank +
+    qk_rope_head_dim` per token and layer, whole on every rank (vLLM's
+    `MLAAttention`, SGLang's `MLATokenToKVPool`): `kv_latent` holds it."""
     import aiconfigurator_core
 
     base = os.path.join(os.path.dirname(aiconfigurator_core.__file__), "model_configs")
     with open(os.path.join(base, hf_id.replace("/", "--") + "_config.json")) as f:
         c = json.load(f)
+    return facts_of_config(hf_id, c)
+
+
+def facts_of_config(hf_id, c):
+    """[model_facts] of a parsed Hugging Face config `c`."""
     h, layers = c["hidden_size"], c["num_hidden_layers"]
     heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
-    d = c.get("head_dim") or h // heads
-    attn = h * heads * d + 2 * h * kv * d + heads * d * h
-    if c.get("num_experts"):
-        mlp = c["num_experts"] * 3 * h * c["moe_intermediate_size"] + h * c["num_experts"]
-        active_intermediate = c["num_experts_per_tok"] * c["moe_intermediate_size"]
+    fp8 = (c.get("quantization_config") or {}).get("quant_method") == "fp8"
+    wbytes = 1 if fp8 else 2
+    latent = c.get("kv_lora_rank")
+    if latent:
+        rope, nope, v = c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"]
+        q = h * c["q_lora_rank"] + c["q_lora_rank"] * heads * (nope + rope) if c.get("q_lora_rank") else h * heads * (nope + rope)
+        attn = q + h * (latent + rope) + latent * heads * (nope + v) + heads * v * h
+        d = nope + rope
     else:
-        mlp = 3 * h * c["intermediate_size"]
+        d = c.get("head_dim") or h // heads
+        attn = h * heads * d + 2 * h * kv * d + heads * d * h
+    experts = c.get("num_experts") or c.get("n_routed_experts") or 0
+    dense_layers = c.get("first_k_dense_replace", 0) if experts else layers
+    moe_layers = layers - dense_layers
+    expert_params = 0
+    if experts:
+        inter = c["moe_intermediate_size"]
+        shared = c.get("n_shared_experts") or 0
+        expert_params = moe_layers * experts * 3 * h * inter
+        mlp = moe_layers * (shared * 3 * h * inter + h * experts) + dense_layers * 3 * h * c["intermediate_size"]
+        active_intermediate = (c["num_experts_per_tok"] + shared) * inter
+    else:
+        mlp = layers * 3 * h * c["intermediate_size"]
         active_intermediate = c["intermediate_size"]
     embed = c["vocab_size"] * h * (1 if c.get("tie_word_embeddings") else 2)
-    params = embed + layers * (attn + mlp + 2 * h) + h
+    layer_params = layers * (attn + 2 * h) + mlp + expert_params
     return {
         "hf_id": hf_id,
         "layers": layers,
-        "kv_heads": kv,
-        "head_dim": d,
-        "kv_dtype_bytes": 2,
-        "weight_bytes": params * 2,
+        "kv_heads": 1 if latent else kv,
+        "head_dim": (latent + c["qk_rope_head_dim"]) if latent else d,
+        "kv_dtype_bytes": wbytes,
+        "weight_bytes": layer_params * wbytes + (embed + h) * 2,
+        "expert_weight_bytes": expert_params * wbytes,
         "max_context": c["max_position_embeddings"],
         "hidden_size": h,
         "active_intermediate_size": active_intermediate,
         "vocab_size": c["vocab_size"],
-        "moe": bool(c.get("num_experts")),
+        "moe": bool(experts),
+        "kv_latent": bool(latent),
     }
+
+
+def kv_bytes_per_token_per_rank(facts, tp):
+    """KV bytes of one token on one rank of an attention DP rank of `tp`
+    GPUs: K and V of every layer over the KV heads that rank holds (at
+    least one: vLLM's `get_num_kv_heads`), or the latent of an MLA model,
+    whole on every rank."""
+    if facts["kv_latent"]:
+        return facts["layers"] * facts["head_dim"] * facts["kv_dtype_bytes"]
+    heads = max(1, facts["kv_heads"] // tp)
+    return 2 * facts["layers"] * heads * facts["head_dim"] * facts["kv_dtype_bytes"]
 
 
 def aic_dir(*parts):
@@ -280,13 +404,29 @@ def backend_version(system, backend):
     return str(perf_database.resolve_query_version(system, backend, "current"))
 
 
-def export(slug, hf_id, tp, gpu, system, backend):
+def export(slug, hf_id, tp, gpu, system, backend, layout=None):
     from aiconfigurator_core.sdk.engine import EngineHandle
 
     facts = model_facts(hf_id)
     moe = facts.pop("moe")
     extra, moe_note = {}, ""
-    if moe and tp > 1:
+    if layout is not None:
+        if not moe:
+            raise Refused(
+                f"--model {slug}: a dense model has no MoE layout to export (its DP ranks are "
+                f"independent engines: export --tp {tp} and run --dp-size)"
+            )
+        extra = {
+            "attention_dp_size": layout["attention_dp"],
+            "moe_tp_size": layout["moe_tp"],
+            "moe_ep_size": layout["moe_ep"],
+        }
+        moe_note = (
+            f"; MoE layout: attention_dp_size={layout['attention_dp']}, moe_tp_size={layout['moe_tp']}, "
+            f"moe_ep_size={layout['moe_ep']}; tables are one rank's passes with every DP rank at the same batch "
+            f"(AIC's global_bs = bs x attention_dp_size)"
+        )
+    elif moe and tp > 1:
         # Experts sharded over the TP ranks, no expert parallelism: vLLM's
         # default without --enable-expert-parallel (FusedMoE's tp_size), and
         # SGLang's with ep_size 1.
@@ -312,13 +452,15 @@ def export(slug, hf_id, tp, gpu, system, backend):
     ]
     overhead = min(max(0.0, statistics.median(gaps)), min(map(min, pre)), min(map(min, dec)))
     version = backend_version(system, backend)
-    name = f"{slug}-{gpu}-tp{tp}-{backend}"
+    name = f"{slug}-{gpu}-tp{tp}{layout_suffix(layout)}-{backend}"
     r3 = lambda v: round(v, 4)
+    shown = "".join(f", {k}={v}" for k, v in extra.items()) if layout is not None else ""
+    what = f"TP {tp}" if layout is None else f"TP {tp} x attention DP {layout['attention_dp']}, MoE TP {layout['moe_tp']} x EP {layout['moe_ep']}"
     return name, {
         "name": name,
-        "description": f"{hf_id}, TP {tp}, on {system} under {backend} {version}, as AIConfigurator predicts it",
+        "description": f"{hf_id}, {what}, on {system} under {backend} {version}, as AIConfigurator predicts it",
         "source": f"AIConfigurator {AIC_VERSION} (PyPI aiconfigurator, Apache-2.0, NVIDIA), "
-        f"EngineHandle.compile({hf_id!r}, {system!r}, {backend!r}, tp_size={tp}), "
+        f"EngineHandle.compile({hf_id!r}, {system!r}, {backend!r}, tp_size={tp}{shown}), "
         f"perf database {system}/{backend}/{version}; exported by profiles/derive_from_aic.py",
         "license": "Apache-2.0 (derived from AIConfigurator's perf database)",
         "derivation": "prefill: predict_prefill_latency(1, cached + new, prefix=cached); "
@@ -342,6 +484,7 @@ def export(slug, hf_id, tp, gpu, system, backend):
             "hidden_size": facts["hidden_size"],
             "active_intermediate_size": facts["active_intermediate_size"],
             "vocab_size": facts["vocab_size"],
+            **layout_facts(facts, tp, layout),
         },
         "beyond_grid": "clamp",
         "non_decreasing": False,
@@ -361,6 +504,20 @@ def export(slug, hf_id, tp, gpu, system, backend):
             "decode": [[b, l, r3(decode(b, l))] for b, l in DECODE_PROBES],
         },
     }
+
+
+def layout_facts(facts, tp, layout):
+    """What a deployment adds for a MoE layout or an MLA model: `parallel`,
+    `kv_bytes_per_token_per_rank` and `expert_weight_bytes`; nothing for
+    any other export (its file stays as it was)."""
+    if layout is None and not facts["kv_latent"]:
+        return {}
+    out = {}
+    if layout is not None:
+        out["parallel"] = dict(layout)
+    out["kv_bytes_per_token_per_rank"] = kv_bytes_per_token_per_rank(facts, tp)
+    out["expert_weight_bytes"] = facts["expert_weight_bytes"]
+    return out
 
 
 def dump(value, indent=0):
@@ -394,14 +551,36 @@ def export_one(a):
         raise Refused(f"--system {a.system} --backend {a.backend}: AIConfigurator has no {a.backend} data for it (it has: {have})")
     gpu = gpu_slug(a.system)
     try:
-        name, prof = export(slug, hf_id, a.tp, gpu, a.system, a.backend)
+        name, prof = export(slug, hf_id, a.tp, gpu, a.system, a.backend, getattr(a, "layout", None))
+    except Refused:
+        raise
     except Exception as ex:  # AIC refuses the combination (a TP, a missing table)
         first = (str(ex).strip().splitlines() or [type(ex).__name__])[0]
-        raise Refused(f"--model {slug} --system {a.system} --backend {a.backend} --tp {a.tp}: AIConfigurator refuses it: {first}")
+        raise Refused(f"--model {slug} --system {a.system} --backend {a.backend} --tp {a.tp}{layout_flags(a)}: AIConfigurator refuses it: {first}")
     out = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "aic")
     path = write(out, name, prof)
     print(path)
-    print(f"use: --profiles-dir {out} --model {slug} --gpu {gpu} --tp {a.tp} --backend {a.backend}", file=sys.stderr)
+    print(f"use: --profiles-dir {out} --model {slug} --gpu {gpu} --tp {a.tp}{select_flags(a)} --backend {a.backend}", file=sys.stderr)
+
+
+def layout_flags(a):
+    """The layout flags of a refused export, as given back to the user."""
+    lay = getattr(a, "layout", None)
+    if lay is None:
+        return ""
+    return f" --attention-dp {lay['attention_dp']} --moe-tp {lay['moe_tp']} --moe-ep {lay['moe_ep']}"
+
+
+def select_flags(a):
+    """The mocker's flags that select an exported layout: `--dp-size D`, and
+    `--enable-expert-parallel` when the experts are spread over every rank."""
+    lay = getattr(a, "layout", None)
+    if lay is None:
+        return ""
+    dp = f" --dp-size {lay['attention_dp']}" if lay["attention_dp"] > 1 else ""
+    width = lay["tp"] * lay["attention_dp"]
+    ep = " --enable-expert-parallel" if lay["moe_ep"] == width and width > 1 else ""
+    return dp + ep
 
 
 def export_all(slugs, out):

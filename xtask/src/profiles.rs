@@ -1,5 +1,9 @@
-//! `cargo xtask profiles build --model M --system S --backend B --tp N [--out DIR]`
-//! and `cargo xtask profiles list`: AIConfigurator profiles on demand.
+//! `cargo xtask profiles build --model M --system S --backend B --tp N
+//! [--attention-dp D] [--moe-tp M] [--moe-ep E] [--expert-parallel] [--out DIR]`
+//! and `cargo xtask profiles list`: AIConfigurator profiles on demand (the
+//! layout options export a mixture of experts at attention DP and expert
+//! parallelism, `MODEL-GPU-tpN-dpD-epE-BACKEND.json`; the script checks
+//! them against AIC's width rule).
 //!
 //! Both run `profiles/derive_from_aic.py` with a Python that has the pinned
 //! `aiconfigurator==0.12.0`: `$HANDOFF_AIC_PYTHON` when set, else the venv
@@ -23,7 +27,10 @@ pub const AIC_VERSION: &str = "0.12.0";
 /// A Python with that release installed, instead of `target/venv-aic`.
 pub const PYTHON_ENV: &str = "HANDOFF_AIC_PYTHON";
 
-const USAGE: &str = "usage: cargo xtask profiles build --model M --system S --backend vllm|sglang|trtllm --tp N [--out DIR]\n       cargo xtask profiles list";
+const USAGE: &str = "usage: cargo xtask profiles build --model M --system S --backend vllm|sglang|trtllm --tp N [--attention-dp D] [--moe-tp M] [--moe-ep E] [--expert-parallel] [--out DIR]\n       cargo xtask profiles list";
+
+/// The layout options passed on to the script, each a size 1..=64.
+const LAYOUT_OPTIONS: [&str; 3] = ["--attention-dp", "--moe-tp", "--moe-ep"];
 
 /// `build`'s options, checked.
 #[derive(Debug, PartialEq)]
@@ -33,6 +40,9 @@ pub struct Build {
     backend: String,
     tp: u32,
     out: Option<PathBuf>,
+    /// `--attention-dp`, `--moe-tp`, `--moe-ep` as given, in that order.
+    layout: [Option<u32>; 3],
+    expert_parallel: bool,
 }
 
 impl Build {
@@ -40,8 +50,16 @@ impl Build {
     /// order); an error names the option.
     pub fn parse(args: &[String]) -> Result<Build, String> {
         let (mut model, mut system, mut backend, mut tp, mut out) = (None, None, None, None, None);
+        let mut layout: [Option<String>; 3] = Default::default();
+        let mut expert_parallel = false;
         let mut it = args.iter();
         while let Some(flag) = it.next() {
+            if flag == "--expert-parallel" {
+                if std::mem::replace(&mut expert_parallel, true) {
+                    return Err(format!("profiles build: {flag} given twice"));
+                }
+                continue;
+            }
             let value = it
                 .next()
                 .ok_or_else(|| format!("profiles build: {flag} needs a value"))?
@@ -52,6 +70,9 @@ impl Build {
                 "--backend" => &mut backend,
                 "--tp" => &mut tp,
                 "--out" => &mut out,
+                "--attention-dp" => &mut layout[0],
+                "--moe-tp" => &mut layout[1],
+                "--moe-ep" => &mut layout[2],
                 other => return Err(format!("profiles build: unknown option {other}")),
             };
             if slot.replace(value).is_some() {
@@ -74,18 +95,31 @@ impl Build {
             .ok()
             .filter(|t| (1..=64).contains(t))
             .ok_or_else(|| format!("profiles build: --tp {tp_text}: expected 1..=64"))?;
+        let mut sizes = [None; 3];
+        for ((slot, text), flag) in sizes.iter_mut().zip(layout).zip(LAYOUT_OPTIONS) {
+            if let Some(t) = text {
+                *slot = Some(
+                    t.parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=64).contains(n))
+                        .ok_or_else(|| format!("profiles build: {flag} {t}: expected 1..=64"))?,
+                );
+            }
+        }
         Ok(Build {
             model: need(model, "--model")?,
             system: need(system, "--system")?,
             backend,
             tp,
             out: out.map(PathBuf::from),
+            layout: sizes,
+            expert_parallel,
         })
     }
 
     /// The script's arguments, writing into `out`.
     fn script_args(&self, out: &Path) -> Vec<String> {
-        vec![
+        let mut args: Vec<String> = vec![
             "--model".into(),
             self.model.clone(),
             "--system".into(),
@@ -94,22 +128,49 @@ impl Build {
             self.backend.clone(),
             "--tp".into(),
             self.tp.to_string(),
-            "--out".into(),
-            out.display().to_string(),
-        ]
+        ];
+        for (flag, size) in LAYOUT_OPTIONS.iter().zip(self.layout) {
+            if let Some(n) = size {
+                args.extend([flag.to_string(), n.to_string()]);
+            }
+        }
+        if self.expert_parallel {
+            args.push("--expert-parallel".into());
+        }
+        args.extend(["--out".into(), out.display().to_string()]);
+        args
     }
 }
 
+/// A trailing `-{tag}N` of `rest`, split off, if N is a number.
+fn size_suffix<'a>(rest: &'a str, tag: &str) -> Option<(&'a str, u32)> {
+    let (head, n) = rest.rsplit_once(&format!("-{tag}"))?;
+    Some((head, n.parse().ok()?))
+}
+
 /// The flags that select the profile written at `path`
-/// (`DIR/MODEL-GPU-tpN-BACKEND.json`), or `None` for another name.
+/// (`DIR/MODEL-GPU-tpN[-dpD][-epE]-BACKEND.json`: `--dp-size D`, and
+/// `--enable-expert-parallel` when E = N × D, else `--ep-size E`), or
+/// `None` for another name.
 pub fn selecting_flags(path: &Path) -> Option<String> {
     let dir = path.parent()?;
     let stem = path.file_name()?.to_str()?.strip_suffix(".json")?;
     let (rest, backend) = stem.rsplit_once('-')?;
-    let (rest, tp) = rest.rsplit_once("-tp")?;
+    let (rest, ep) = size_suffix(rest, "ep").unwrap_or((rest, 1));
+    let (rest, dp) = size_suffix(rest, "dp").unwrap_or((rest, 1));
+    let (rest, tp) = size_suffix(rest, "tp")?;
     let (model, gpu) = rest.rsplit_once('-')?;
+    let mut layout = String::new();
+    if dp > 1 {
+        layout.push_str(&format!(" --dp-size {dp}"));
+    }
+    if ep > 1 && ep == tp * dp {
+        layout.push_str(" --enable-expert-parallel");
+    } else if ep > 1 {
+        layout.push_str(&format!(" --ep-size {ep}"));
+    }
     Some(format!(
-        "--profiles-dir {} --model {model} --gpu {gpu} --tp {tp} --backend {backend}",
+        "--profiles-dir {} --model {model} --gpu {gpu} --tp {tp}{layout} --backend {backend}",
         dir.display()
     ))
 }
@@ -247,6 +308,8 @@ mod tests {
                 backend: "sglang".into(),
                 tp: 2,
                 out: None,
+                layout: [None; 3],
+                expert_parallel: false,
             }
         );
         assert_eq!(
@@ -303,5 +366,59 @@ mod tests {
             ]
         );
         assert!(how_to_use(Path::new("/t/x.json")).is_empty());
+        let ep = Path::new("/t/p/qwen3-30b-a3b-b200-tp1-dp4-ep4-vllm.json");
+        assert_eq!(
+            selecting_flags(ep).as_deref(),
+            Some("--profiles-dir /t/p --model qwen3-30b-a3b --gpu b200 --tp 1 --dp-size 4 --enable-expert-parallel --backend vllm")
+        );
+        let dp = Path::new("/t/p/qwen3-30b-a3b-b200-tp1-dp2-vllm.json");
+        assert!(selecting_flags(dp)
+            .unwrap()
+            .ends_with("--tp 1 --dp-size 2 --backend vllm"));
+    }
+
+    #[test]
+    fn layout_options_pass_through_checked() {
+        let b = Build::parse(&strings(&[
+            "--model",
+            "qwen3-30b-a3b",
+            "--system",
+            "b200_sxm",
+            "--backend",
+            "vllm",
+            "--tp",
+            "1",
+            "--attention-dp",
+            "4",
+            "--expert-parallel",
+        ]))
+        .unwrap();
+        assert_eq!((b.layout, b.expert_parallel), ([Some(4), None, None], true));
+        assert_eq!(
+            b.script_args(Path::new("/o"))[8..],
+            strings(&["--attention-dp", "4", "--expert-parallel", "--out", "/o"])
+        );
+        let base = [
+            "--model",
+            "m",
+            "--system",
+            "s",
+            "--backend",
+            "vllm",
+            "--tp",
+            "1",
+        ];
+        for (more, want) in [
+            (&["--moe-ep", "0"][..], "--moe-ep 0: expected 1..=64"),
+            (&["--attention-dp", "x"][..], "--attention-dp x: expected"),
+            (
+                &["--expert-parallel", "--expert-parallel"][..],
+                "--expert-parallel given twice",
+            ),
+            (&["--moe-tp"][..], "--moe-tp needs a value"),
+        ] {
+            let e = Build::parse(&strings(&[&base[..], more].concat())).unwrap_err();
+            assert!(e.contains(want), "{more:?}: {e}");
+        }
     }
 }

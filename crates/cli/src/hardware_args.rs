@@ -20,6 +20,17 @@
 //! `--tp`): each pool then selects its own profile, which times its passes
 //! and sizes its pool ([`HardwareArgs::for_pool`]).
 //!
+//! A mixture of experts at attention DP (`--dp-size D`) or with expert
+//! parallelism (`--enable-expert-parallel`, vLLM's flag; `--ep-size N`,
+//! SGLang's, N = TP × D; per pool `--prefill-expert-parallel`,
+//! `--decode-expert-parallel`) selects the profile of that layout,
+//! `MODEL-GPU-tpN-dpD-epE-BACKEND.json` ([`ProfileKey`]): its tables are one
+//! rank's passes and its pool one rank's (each DP rank its own KV, the
+//! experts split by EP). `--dp-size D` without EP takes the `-dpD` profile
+//! (experts tensor-parallel over the DP ranks) when there is one, else the
+//! TP profile (a dense model's DP ranks are independent engines), unless
+//! the model has layout profiles on that GPU, which a miss then lists.
+//!
 //! With `--perf profile:FILE` and `--model` or `--tp`, FILE times the passes
 //! and the model sizes KV: the file's own `deployment` section when it has
 //! one (checked against `--model`, `--gpu`, `--tp` and `--backend`), else
@@ -33,6 +44,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/aic_profiles.rs"));
+
+mod key;
+pub use key::ProfileKey;
 
 /// The model a run imitates without `--model`, `--gpu` and `--perf`.
 pub const DEFAULT_MODEL: &str = "qwen3-8b";
@@ -50,7 +64,8 @@ pub const PROFILES_DIR_ENV: &str = "HANDOFF_PROFILES_DIR";
 #[derive(Args, Debug, Clone, Default)]
 pub struct HardwareArgs {
     /// Model to imitate (e.g. qwen3-8b, llama-3.1-8b, qwen3-32b,
-    /// qwen3-30b-a3b): with --gpu, picks the AIConfigurator profile for
+    /// qwen3-30b-a3b; qwen3-235b-a22b and deepseek-v3 on h200 with
+    /// --dp-size 8 --enable-expert-parallel): with --gpu, picks the AIConfigurator profile for
     /// --backend as the step-time model unless --perf is given, and sizes
     /// KV bytes per token and each worker's pool from the model unless
     /// --bytes-per-token / --*-kv-tokens are given; with --perf
@@ -81,6 +96,31 @@ pub struct HardwareArgs {
     /// The flag `tp` came from, for errors ([`HardwareArgs::for_pool`]).
     #[arg(skip)]
     pub tp_flag: TpFlag,
+    /// Expert parallelism in both pools, vLLM's --enable-expert-parallel:
+    /// a mixture of experts spreads its experts over every TP × --dp-size
+    /// GPU of a worker (no expert TP), selecting the profile of that
+    /// layout (`MODEL-GPU-tpN-dpD-epE-BACKEND.json`).
+    #[arg(long)]
+    pub enable_expert_parallel: bool,
+    /// Expert parallelism in the prefill (or aggregated) pool only.
+    #[arg(long)]
+    pub prefill_expert_parallel: bool,
+    /// Expert parallelism in the decode pool only.
+    #[arg(long)]
+    pub decode_expert_parallel: bool,
+    /// SGLang's --ep-size: expert parallelism over N GPUs; N must be TP ×
+    /// --dp-size (DP attention with EP over every GPU), the same layout as
+    /// --enable-expert-parallel.
+    #[arg(long, value_name = "N")]
+    pub ep_size: Option<u32>,
+    /// Attention DP ranks per worker (`--dp-size`, set by the deployment's
+    /// flags; 0 or 1: none).
+    #[arg(skip)]
+    pub dp: u32,
+    /// The flag that asked for expert parallelism, if one did, for errors
+    /// ([`HardwareArgs::for_pool`]).
+    #[arg(skip)]
+    pub ep_flag: Option<&'static str>,
     /// Fraction of each GPU's memory the engine may take, with --model
     /// (vLLM's --gpu-memory-utilization, SGLang's --mem-fraction-static)
     /// [default: vllm 0.9; sglang its own reserve heuristic].
@@ -124,58 +164,6 @@ pub enum PoolSide {
     Prefill,
     /// Decode workers.
     Decode,
-}
-
-/// A profile file's name, taken apart: `MODEL-GPU-tpN-BACKEND.json`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ProfileKey {
-    /// Model.
-    pub model: String,
-    /// GPU.
-    pub gpu: String,
-    /// Tensor-parallel size.
-    pub tp: u32,
-    /// Engine.
-    pub backend: &'static str,
-}
-
-impl ProfileKey {
-    /// The key of a file name, if it is a profile's.
-    pub fn parse(file: &str) -> Option<ProfileKey> {
-        let stem = file.strip_suffix(".json")?;
-        let (rest, backend) = stem.rsplit_once('-')?;
-        let backend = match backend {
-            "vllm" => "vllm",
-            "sglang" => "sglang",
-            _ => return None,
-        };
-        let (rest, tp) = rest.rsplit_once("-tp")?;
-        let tp: u32 = tp.parse().ok().filter(|t| (1..=64).contains(t))?;
-        let (model, gpu) = rest.rsplit_once('-')?;
-        (!model.is_empty() && !gpu.is_empty()).then(|| ProfileKey {
-            model: model.to_string(),
-            gpu: gpu.to_string(),
-            tp,
-            backend,
-        })
-    }
-
-    fn file_name(&self) -> String {
-        format!(
-            "{}-{}-tp{}-{}.json",
-            self.model, self.gpu, self.tp, self.backend
-        )
-    }
-}
-
-impl std::fmt::Display for ProfileKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "--model {} --gpu {} --tp {} --backend {}",
-            self.model, self.gpu, self.tp, self.backend
-        )
-    }
 }
 
 /// The profiles built in, sorted.
@@ -273,14 +261,86 @@ impl HardwareArgs {
         HardwareArgs {
             tp,
             tp_flag,
+            ep_flag: self.ep_flag_for(side),
             ..self.clone()
         }
     }
 
-    /// Whether the two pools ask for the same TP (so they select the same
-    /// profile).
+    /// The flag asking `side`'s pool for expert parallelism, if any:
+    /// `--ep-size`, `--enable-expert-parallel`, or the pool's own.
+    fn ep_flag_for(&self, side: PoolSide) -> Option<&'static str> {
+        let own = match side {
+            PoolSide::Prefill => self
+                .prefill_expert_parallel
+                .then_some("--prefill-expert-parallel"),
+            PoolSide::Decode => self
+                .decode_expert_parallel
+                .then_some("--decode-expert-parallel"),
+        };
+        if self.ep_size.is_some() {
+            Some("--ep-size")
+        } else if self.enable_expert_parallel {
+            Some("--enable-expert-parallel")
+        } else {
+            own
+        }
+    }
+
+    /// Whether any pool runs expert parallelism (an EP flag was given): the
+    /// MoE layer then couples a worker's DP ranks, which step together.
+    pub fn expert_parallel(&self) -> bool {
+        [PoolSide::Prefill, PoolSide::Decode]
+            .into_iter()
+            .any(|side| self.expert_parallel_for(side))
+    }
+
+    /// Whether `side`'s pool runs expert parallelism.
+    pub fn expert_parallel_for(&self, side: PoolSide) -> bool {
+        self.ep_flag_for(side).is_some()
+    }
+
+    /// Whether the two pools ask for the same TP and expert parallelism (so
+    /// they select the same profile).
     pub fn pools_alike(&self) -> bool {
-        self.for_pool(PoolSide::Prefill).tp == self.for_pool(PoolSide::Decode).tp
+        let (p, d) = (
+            self.for_pool(PoolSide::Prefill),
+            self.for_pool(PoolSide::Decode),
+        );
+        p.tp == d.tp && p.ep_flag.is_some() == d.ep_flag.is_some()
+    }
+
+    /// The DP ranks a worker has (at least 1).
+    fn dp_ranks(&self) -> u32 {
+        self.dp.max(1)
+    }
+
+    /// Whether `k` is the layout these flags ask for: its TP (`--tp` or the
+    /// smallest), its DP ranks `dp` and, with an EP flag, experts over all
+    /// `tp × dp` GPUs (one GPU: no EP); without one, no EP.
+    fn layout_matches(&self, k: &ProfileKey, dp: u32) -> bool {
+        let ep = match self.ep_flag {
+            Some(_) => (k.tp * dp).max(1),
+            None => 1,
+        };
+        self.tp.is_none_or(|t| t == k.tp)
+            && k.dp == dp
+            && k.ep == ep
+            && self.ep_size.is_none_or(|n| n == k.ep)
+    }
+
+    /// `--ep-size N` checked against TP × `--dp-size` when the TP is given.
+    fn check_ep_size(&self) -> Result<(), String> {
+        match (self.ep_size, self.tp) {
+            (Some(0), _) => Err("--ep-size 0: must be TP × --dp-size".into()),
+            (Some(n), Some(t)) if n != t.saturating_mul(self.dp_ranks()) => Err(format!(
+                "--ep-size {n}: must be {} {t} × --dp-size {} = {} (SGLang's EP with DP \
+                 attention spans every GPU of the worker)",
+                self.tp_flag.name(),
+                self.dp_ranks(),
+                t.saturating_mul(self.dp_ranks())
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The first TP flag given, with its value (`--tp`, then the pools').
@@ -340,16 +400,33 @@ impl HardwareArgs {
 
     /// The profile of `model` on `gpu` (and `--tp`) for `backend`.
     pub fn select_for(&self, model: &str, gpu: &str, backend: Backend) -> Result<Selected, String> {
+        self.check_ep_size()?;
         let (all, place) = self.available()?;
-        let wanted = |k: &ProfileKey| {
-            k.model == model
-                && k.gpu == gpu
-                && k.backend == backend.name()
-                && self.tp.is_none_or(|t| t == k.tp)
-        };
-        let Some((key, origin)) = all.iter().find(|(k, _)| wanted(k)) else {
+        let here = |k: &ProfileKey| k.model == model && k.gpu == gpu && k.backend == backend.name();
+        let dp = self.dp_ranks();
+        let found = all
+            .iter()
+            .find(|(k, _)| here(k) && self.layout_matches(k, dp))
+            .or_else(|| {
+                // A dense model's DP ranks are independent engines: its TP
+                // profile times each, unless the model has layouts here.
+                let moe = all.iter().any(|(k, _)| here(k) && k.is_moe_layout());
+                (dp > 1 && self.ep_flag.is_none() && !moe)
+                    .then(|| {
+                        all.iter()
+                            .find(|(k, _)| here(k) && self.layout_matches(k, 1))
+                    })
+                    .flatten()
+            });
+        let Some((key, origin)) = found else {
+            let layout = match (dp, self.ep_flag) {
+                (1, None) => String::new(),
+                (d, None) => format!(" --dp-size {d}"),
+                (1, Some(f)) => format!(" {f}"),
+                (d, Some(f)) => format!(" --dp-size {d} {f}"),
+            };
             return Err(format!(
-                "--model {model} --gpu {gpu}{} --backend {}: no profile in {place}; {}",
+                "--model {model} --gpu {gpu}{}{layout} --backend {}: no profile in {place}; {}",
                 self.tp
                     .map(|t| format!(" {} {t}", self.tp_flag.name()))
                     .unwrap_or_default(),
@@ -380,13 +457,16 @@ impl HardwareArgs {
         let Some(m) = file.deployment.clone() else {
             return Err(format!("--model: {path}: has no deployment section"));
         };
+        let (dp, ep) = m.parallel.map_or((1, 1), |p| (p.attention_dp, p.moe_ep));
         let same = m.model == key.model
             && m.gpu == key.gpu
             && m.tp == key.tp
+            && (dp, ep) == (key.dp, key.ep)
             && m.backend.name() == key.backend;
         if !same {
             return Err(format!(
-                "--model: {path}: its deployment ({} on {} TP {} under {}) is not its name's",
+                "--model: {path}: its deployment ({} on {} TP {} DP {dp} EP {ep} under {}) is not \
+                 its name's",
                 m.model,
                 m.gpu,
                 m.tp,
@@ -458,6 +538,26 @@ impl HardwareArgs {
                 d.tp
             ));
         }
+        let file_ep = d.parallel.is_some_and(|p| p.moe_ep > 1);
+        match self.ep_flag {
+            Some(f) if !d.parallel.is_some_and(|p| p.expert_parallel()) => bad.push(format!(
+                "{f} but the file times {}",
+                d.parallel
+                    .map_or_else(|| "no MoE layout".to_string(), |p| p.to_string())
+            )),
+            None if file_ep => bad.push(format!(
+                "no expert-parallel flag but the file times {}",
+                d.parallel.map(|p| p.to_string()).unwrap_or_default()
+            )),
+            _ => {}
+        }
+        if let Some(p) = d.parallel.filter(|p| p.attention_dp != self.dp_ranks()) {
+            bad.push(format!(
+                "--dp-size {} but the file is for {} DP ranks",
+                self.dp_ranks(),
+                p.attention_dp
+            ));
+        }
         if backend != d.backend {
             bad.push(format!(
                 "--backend {} but the file times {}",
@@ -498,218 +598,4 @@ fn what_exists(all: &[(ProfileKey, Origin)], model: &str) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// `--model MODEL --gpu GPU [--tp TP]` and nothing else.
-    pub(crate) fn args(model: &str, gpu: &str, tp: Option<u32>) -> HardwareArgs {
-        HardwareArgs {
-            model: Some(model.into()),
-            gpu: Some(gpu.into()),
-            tp,
-            ..HardwareArgs::default()
-        }
-    }
-
-    #[test]
-    fn file_names_parse_into_keys() {
-        let k = ProfileKey::parse("llama-3.1-8b-h100-tp1-vllm.json").unwrap();
-        assert_eq!(
-            (k.model.as_str(), k.gpu.as_str(), k.tp, k.backend),
-            ("llama-3.1-8b", "h100", 1, "vllm")
-        );
-        assert_eq!(k.file_name(), "llama-3.1-8b-h100-tp1-vllm.json");
-        for bad in [
-            "x.json",
-            "m-h100-tp1-tgi.json",
-            "m-h100-tp0-vllm.json",
-            "m-h100-tpx-vllm.json",
-            "h100-tp1-vllm.json",
-            "m-h100-tp1-vllm.txt",
-        ] {
-            assert_eq!(ProfileKey::parse(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn every_shipped_profile_is_built_in_selectable_and_consistent() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles/aic");
-        let all = list_profiles(Path::new(dir)).unwrap();
-        assert!(all.len() >= 32, "{all:?}");
-        assert_eq!(all, embedded_profiles(), "the binary holds every profile");
-        for k in &all {
-            let backend = if k.backend == "vllm" {
-                Backend::Vllm
-            } else {
-                Backend::Sglang
-            };
-            let s = args(&k.model, &k.gpu, Some(k.tp))
-                .select(backend)
-                .unwrap()
-                .unwrap();
-            assert_eq!(
-                s.file.profile.name(),
-                k.file_name().trim_end_matches(".json")
-            );
-            assert!(s.file.profile.source().contains("Apache-2.0"), "{k}");
-        }
-    }
-
-    #[test]
-    fn the_smallest_tp_is_the_default_and_misses_are_explained() {
-        let s = args("qwen3-32b", "h100", None)
-            .select(Backend::Sglang)
-            .unwrap()
-            .unwrap();
-        assert_eq!(s.model.tp, 2);
-        assert_eq!(s.file.profile.name(), "qwen3-32b-h100-tp2-sglang");
-        let e = args("qwen3-32b", "h100", Some(3))
-            .select(Backend::Vllm)
-            .unwrap_err();
-        assert!(
-            e.contains("--tp 3")
-                && e.contains("for qwen3-32b there are: ")
-                && e.contains("--model qwen3-32b --gpu h100 --tp 8 --backend vllm")
-                && !e.contains("qwen3-8b"),
-            "{e}"
-        );
-        let e = args("qwen9", "h100", None)
-            .select(Backend::Vllm)
-            .unwrap_err();
-        assert!(
-            e.contains("no profile is for qwen9; models with one: ") && e.contains("qwen3-32b"),
-            "{e}"
-        );
-        let e = args("qwen3-8b", "h100", None)
-            .select(Backend::TrtLlm)
-            .unwrap_err();
-        assert!(e.contains("no profile"), "{e}");
-        assert!(HardwareArgs::default()
-            .select(Backend::Vllm)
-            .unwrap()
-            .is_none());
-        let e = HardwareArgs {
-            profiles_dir: Some("/nonexistent/profiles".into()),
-            ..args("qwen3-8b", "h100", None)
-        }
-        .select(Backend::Vllm)
-        .unwrap_err();
-        assert!(e.starts_with("--profiles-dir /nonexistent/profiles"), "{e}");
-    }
-
-    #[test]
-    fn the_flag_names_the_folder_before_the_environment() {
-        let env = Some(OsString::from("/from/env"));
-        let flag = HardwareArgs {
-            profiles_dir: Some("/from/flag".into()),
-            ..HardwareArgs::default()
-        };
-        let d = flag.profile_dir_with(env.clone()).unwrap();
-        assert_eq!(
-            (d.path.to_str(), d.named_by),
-            (Some("/from/flag"), "--profiles-dir")
-        );
-        let d = HardwareArgs::default().profile_dir_with(env).unwrap();
-        assert_eq!(
-            (d.path.to_str(), d.named_by),
-            (Some("/from/env"), PROFILES_DIR_ENV)
-        );
-        let none = HardwareArgs::default();
-        assert_eq!(none.profile_dir_with(Some(OsString::new())), None);
-        assert_eq!(none.profile_dir_with(None), None);
-    }
-
-    /// The built-in file `name` as `--perf profile:` reads it.
-    fn built_in(name: &str) -> ProfileFile {
-        let text = EMBEDDED.iter().find(|(n, _)| *n == name).unwrap().1;
-        profile_file::parse_file(text, name).unwrap()
-    }
-
-    #[test]
-    fn a_perf_file_with_a_deployment_is_the_model_and_is_checked() {
-        let name = "qwen3-8b-h100-tp1-vllm.json";
-        let only_model = HardwareArgs {
-            model: Some("qwen3-8b".into()),
-            ..HardwareArgs::default()
-        };
-        let s = only_model
-            .select_with_perf(Backend::Vllm, name, built_in(name))
-            .unwrap();
-        assert_eq!(
-            (s.model.model.as_str(), s.model.gpu.as_str()),
-            ("qwen3-8b", "h100")
-        );
-        let hf = HardwareArgs {
-            model: Some("Qwen/Qwen3-8B".into()),
-            ..HardwareArgs::default()
-        };
-        assert!(hf
-            .select_with_perf(Backend::Vllm, name, built_in(name))
-            .is_ok());
-        let cases = [
-            (
-                args("llama-3.1-8b", "h100", None),
-                Backend::Vllm,
-                "--model llama-3.1-8b but the file is for model qwen3-8b",
-            ),
-            (
-                args("qwen3-8b", "a100", None),
-                Backend::Vllm,
-                "--gpu a100 but the file is for GPU h100",
-            ),
-            (
-                args("qwen3-8b", "h100", Some(2)),
-                Backend::Vllm,
-                "--tp 2 but the file is for TP 1",
-            ),
-            (
-                args("qwen3-8b", "h100", None),
-                Backend::Sglang,
-                "--backend sglang but the file times vllm",
-            ),
-        ];
-        for (a, backend, want) in cases {
-            let e = a
-                .select_with_perf(backend, name, built_in(name))
-                .unwrap_err();
-            assert!(
-                e.starts_with("--perf profile:qwen3-8b-h100-tp1-vllm.json: its deployment")
-                    && e.contains(want),
-                "{e}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_perf_file_without_a_deployment_needs_the_gpu() {
-        let text = EMBEDDED[0].1;
-        let mut file = profile_file::parse_file(text, "x").unwrap();
-        file.deployment = None;
-        let s = args("qwen3-8b", "h100", None)
-            .select_with_perf(Backend::Vllm, "x.json", file.clone())
-            .unwrap();
-        assert_eq!(s.model.gpu, "h100");
-        let no_gpu = HardwareArgs {
-            model: Some("qwen3-8b".into()),
-            ..HardwareArgs::default()
-        };
-        let e = no_gpu
-            .select_with_perf(Backend::Vllm, "x.json", file.clone())
-            .unwrap_err();
-        assert!(
-            e.contains("--gpu must name") && e.contains("--gpu h100"),
-            "{e}"
-        );
-        let tp_only = HardwareArgs {
-            tp: Some(2),
-            ..HardwareArgs::default()
-        };
-        let e = tp_only
-            .select_with_perf(Backend::Vllm, "x.json", file)
-            .unwrap_err();
-        assert!(
-            e.starts_with("--tp 2: --perf profile:x.json has no deployment"),
-            "{e}"
-        );
-    }
-}
+pub(crate) mod tests;

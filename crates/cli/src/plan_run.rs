@@ -293,13 +293,14 @@ fn catalogue(hw: &crate::hardware_args::HardwareArgs) -> Result<Vec<ProfileEntry
     let mut ids: Vec<(String, String)> = Vec::new();
     let mut out = Vec::new();
     for (k, dir) in keys {
-        let Some(backend) = AicBackend::parse(k.backend) else {
+        // A MoE layout's profile is no row's TP profile.
+        let Some(backend) = AicBackend::parse(k.backend).filter(|_| !k.is_moe_layout()) else {
             continue;
         };
         let hf_id = match ids.iter().find(|(m, _)| *m == k.model) {
             Some((_, id)) => id.clone(),
             None => {
-                let name = format!("{}-{}-tp{}-{}.json", k.model, k.gpu, k.tp, k.backend);
+                let name = k.file_name();
                 let file = match &dir {
                     Some(d) => profile_file::load_file(&d.join(&name)),
                     None => {

@@ -41,6 +41,90 @@ pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 /// 4; every further graph batch adds 2 MiB to the reserve).
 pub const SGLANG_CUDA_GRAPH_MAX_BS: u64 = 256;
 
+/// Most GPUs one engine's layout spans (`tp × attention_dp`).
+pub const MAX_LAYOUT_GPUS: u32 = 64;
+
+/// A mixture-of-experts engine's parallel layout as AIConfigurator models
+/// it (`sdk/config.py`, `ModelConfig`: `tp_size`, `attention_dp_size`,
+/// `moe_tp_size`, `moe_ep_size`): attention runs at `tp` within each of
+/// `attention_dp` data-parallel ranks, each rank with its own scheduler and
+/// KV pool; the experts span all `tp × attention_dp` GPUs as `moe_tp ×
+/// moe_ep` (`ModelConfig.resolve_moe_parallelism` requires the two widths
+/// equal). vLLM's `--enable-expert-parallel` (`FusedMoEParallelConfig.make`)
+/// and SGLang's `--ep-size` = TP × DP with DP attention are `moe_ep = tp ×
+/// attention_dp`, `moe_tp = 1`; vLLM's DP without EP shards each expert
+/// over all of them (`moe_tp = tp × attention_dp`). Either way the MoE
+/// layer couples the DP ranks' passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParallelLayout {
+    /// Attention tensor-parallel GPUs of one DP rank.
+    pub tp: u32,
+    /// Attention data-parallel ranks.
+    pub attention_dp: u32,
+    /// Expert tensor parallelism.
+    pub moe_tp: u32,
+    /// Expert parallelism.
+    pub moe_ep: u32,
+}
+
+impl ParallelLayout {
+    /// GPUs the layout spans: `tp × attention_dp`.
+    pub fn gpus(&self) -> u32 {
+        self.tp.saturating_mul(self.attention_dp)
+    }
+
+    /// Whether the experts are spread over every rank (vLLM's
+    /// `--enable-expert-parallel`, SGLang's `--ep-size` = TP × DP).
+    pub fn expert_parallel(&self) -> bool {
+        self.moe_ep > 1 && self.moe_ep == self.gpus() && self.moe_tp == 1
+    }
+
+    /// Why the layout is impossible, if it is: a size outside
+    /// 1..=[`MAX_LAYOUT_GPUS`], more GPUs than that, or experts that do
+    /// not span the attention width.
+    pub fn check(&self) -> Result<(), String> {
+        let sizes = [
+            ("tp", self.tp),
+            ("attention_dp", self.attention_dp),
+            ("moe_tp", self.moe_tp),
+            ("moe_ep", self.moe_ep),
+        ];
+        if let Some((k, v)) = sizes
+            .iter()
+            .find(|(_, v)| !(1..=MAX_LAYOUT_GPUS).contains(v))
+        {
+            return Err(format!("{k} {v}: must be 1..={MAX_LAYOUT_GPUS}"));
+        }
+        if self.gpus() > MAX_LAYOUT_GPUS {
+            return Err(format!(
+                "tp {} × attention_dp {} = {} GPUs: at most {MAX_LAYOUT_GPUS}",
+                self.tp,
+                self.attention_dp,
+                self.gpus()
+            ));
+        }
+        if self.moe_tp * self.moe_ep != self.gpus() {
+            return Err(format!(
+                "moe_tp {} × moe_ep {} must equal tp × attention_dp = {}",
+                self.moe_tp,
+                self.moe_ep,
+                self.gpus()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for ParallelLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TP {} × DP {}, MoE TP {} × EP {}",
+            self.tp, self.attention_dp, self.moe_tp, self.moe_ep
+        )
+    }
+}
+
 /// A model on a GPU, as a profile's `deployment` section records it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelOnGpu {
@@ -77,6 +161,16 @@ pub struct ModelOnGpu {
     pub active_intermediate_size: u64,
     /// Vocabulary size.
     pub vocab_size: u64,
+    /// The MoE layout the tables time, if the file records one (`None`:
+    /// TP only, the DP ranks, if any, independent engines).
+    pub parallel: Option<ParallelLayout>,
+    /// KV bytes of one token on one rank as the file records them (the
+    /// engine's cell size; a latent-attention model's latent, whole on
+    /// every rank), else `None`: computed from the heads.
+    pub recorded_kv_bytes_per_rank: Option<u64>,
+    /// Bytes of the routed experts, all ranks together, when recorded (0:
+    /// not recorded, every weight split over TP).
+    pub expert_weight_bytes: u64,
 }
 
 /// Why a pool could not be sized.
@@ -115,10 +209,15 @@ impl ModelOnGpu {
         (u64::from(self.kv_heads) / u64::from(self.tp.max(1))).max(1)
     }
 
-    /// KV bytes one token occupies on one rank: K and V of every layer
-    /// (SGLang's `cell_size`; vLLM's page size over the block size, times
-    /// the layers).
+    /// KV bytes one token occupies on one rank: the file's recorded value,
+    /// else K and V of every layer (SGLang's `cell_size`; vLLM's page size
+    /// over the block size, times the layers). An attention DP rank holds
+    /// the KV of its own sequences only, so this is per rank of one DP
+    /// rank's TP group whatever the DP size.
     pub fn kv_bytes_per_token_per_rank(&self) -> u64 {
+        if let Some(b) = self.recorded_kv_bytes_per_rank {
+            return b;
+        }
         (2 * u64::from(self.layers))
             .saturating_mul(self.kv_heads_per_rank())
             .saturating_mul(u64::from(self.head_dim))
@@ -132,8 +231,26 @@ impl ModelOnGpu {
             .saturating_mul(u64::from(self.tp.max(1)))
     }
 
-    fn weights_per_rank(&self) -> u64 {
-        self.weight_bytes / u64::from(self.tp.max(1))
+    /// Weight bytes one GPU holds: with a recorded layout and experts, the
+    /// rest split over TP (every DP rank holds its attention) and the
+    /// experts over all `moe_tp × moe_ep` GPUs (vLLM's and SGLang's EP
+    /// place `experts / ep` on a rank); else all of them split over TP.
+    pub fn weights_per_rank(&self) -> u64 {
+        let tp = u64::from(self.tp.max(1));
+        match self.parallel {
+            Some(p) if self.expert_weight_bytes > 0 => {
+                let experts = self.expert_weight_bytes.min(self.weight_bytes);
+                let spread = u64::from(p.moe_tp.max(1)).saturating_mul(u64::from(p.moe_ep.max(1)));
+                (self.weight_bytes - experts) / tp + experts / spread
+            }
+            _ => self.weight_bytes / tp,
+        }
+    }
+
+    /// GPUs of one engine: `tp × attention_dp` with a recorded layout, else
+    /// TP.
+    pub fn engine_gpus(&self) -> u32 {
+        self.parallel.map_or(self.tp, |p| p.gpus())
     }
 
     /// vLLM's estimated peak activation of its profiling pass: the gate and
@@ -151,14 +268,16 @@ impl ModelOnGpu {
     /// SGLang's default `mem_fraction_static` for a chunk of
     /// `chunked_prefill` tokens: the GPU's memory less a reserve (MiB) of
     /// 512, 1.5 per chunk token (at least 2048 tokens), 2 per CUDA-graph
-    /// batch and 1024 per 8 ranks, at least 10 GiB on GPUs over 60 GiB;
+    /// batch and 1024 per 8 ranks (SGLang's `tp_size`, which with DP
+    /// attention is every GPU of the engine), at least 10 GiB on GPUs over
+    /// 60 GiB;
     /// rounded to 3 decimals as SGLang does.
     pub fn sglang_mem_fraction_static(&self, chunked_prefill: u64) -> f64 {
         let gpu_mib = self.gpu_memory_bytes as f64 / f64::from(1u32 << 20);
         let mut reserved = 512.0
             + chunked_prefill.max(2048) as f64 * 1.5
             + SGLANG_CUDA_GRAPH_MAX_BS as f64 * 2.0
-            + f64::from(self.tp) / 8.0 * 1024.0;
+            + f64::from(self.engine_gpus()) / 8.0 * 1024.0;
         if gpu_mib > 60.0 * 1024.0 {
             reserved = reserved.max(10.0 * 1024.0);
         }
@@ -229,6 +348,9 @@ mod tests {
             hidden_size: 4096,
             active_intermediate_size: 12_288,
             vocab_size: 151_936,
+            parallel: None,
+            recorded_kv_bytes_per_rank: None,
+            expert_weight_bytes: 0,
         }
     }
 
@@ -297,6 +419,123 @@ mod tests {
             ..qwen3_8b(Backend::Sglang, 1)
         };
         assert!(small.pool_tokens(None, 1, 8192, 1024).is_err());
+    }
+
+    /// Qwen3-30B-A3B on a B200 as `qwen3-30b-a3b-b200-tp1*-vllm.json`
+    /// record it, at `layout`.
+    fn qwen3_30b(layout: Option<ParallelLayout>) -> ModelOnGpu {
+        ModelOnGpu {
+            model: "qwen3-30b-a3b".into(),
+            gpu: "b200".into(),
+            gpu_memory_bytes: 193_273_528_320,
+            layers: 48,
+            kv_heads: 4,
+            weight_bytes: 61_064_220_672,
+            hidden_size: 2048,
+            active_intermediate_size: 6144,
+            parallel: layout,
+            expert_weight_bytes: if layout.is_some() { 57_982_058_496 } else { 0 },
+            ..qwen3_8b(Backend::Vllm, 1)
+        }
+    }
+
+    const EP4: ParallelLayout = ParallelLayout {
+        tp: 1,
+        attention_dp: 4,
+        moe_tp: 1,
+        moe_ep: 4,
+    };
+
+    #[test]
+    fn expert_parallel_ranks_hold_a_share_of_the_experts_and_their_own_kv() {
+        let tp1 = qwen3_30b(None);
+        let ep4 = qwen3_30b(Some(EP4));
+        // Each DP rank holds the KV of its own sequences: the cell size is
+        // TP1's, 2 × 48 layers × 4 heads × 128 × 2 bytes.
+        assert_eq!(ep4.kv_bytes_per_token_per_rank(), 98_304);
+        assert_eq!(ep4.kv_bytes_per_token(), tp1.kv_bytes_per_token());
+        // Weights: the non-expert 3.08 GB whole, a quarter of the experts.
+        assert_eq!(
+            ep4.weights_per_rank(),
+            (61_064_220_672 - 57_982_058_496) + 57_982_058_496 / 4
+        );
+        assert_eq!(tp1.weights_per_rank(), 61_064_220_672);
+        // So each rank's pool is larger by the expert bytes it sheds.
+        let pool = |m: &ModelOnGpu| m.pool_tokens(None, 16, 8192, 1024).unwrap();
+        let gained = (pool(&ep4) - pool(&tp1)) as f64 * 98_304.0;
+        let shed = (57_982_058_496u64 - 57_982_058_496 / 4) as f64;
+        assert!(
+            (gained - shed).abs() < 16.0 * 98_304.0,
+            "{gained} vs {shed}"
+        );
+        assert_eq!(ep4.engine_gpus(), 4);
+        assert!(EP4.expert_parallel());
+        // MoE TP over the DP ranks (vLLM's DP without EP) sheds as much.
+        let etp = ParallelLayout {
+            moe_tp: 4,
+            moe_ep: 1,
+            ..EP4
+        };
+        assert!(!etp.expert_parallel());
+        assert_eq!(
+            qwen3_30b(Some(etp)).weights_per_rank(),
+            ep4.weights_per_rank()
+        );
+    }
+
+    #[test]
+    fn a_recorded_cell_size_wins_and_sglang_reserves_for_every_gpu() {
+        // DeepSeek-V3's latent: 61 layers × 576 × 1 byte on every rank.
+        let mla = ModelOnGpu {
+            recorded_kv_bytes_per_rank: Some(35_136),
+            ..qwen3_8b(Backend::Vllm, 1)
+        };
+        assert_eq!(mla.kv_bytes_per_token_per_rank(), 35_136);
+        let sg = |layout| ModelOnGpu {
+            backend: Backend::Sglang,
+            ..qwen3_30b(layout)
+        };
+        // SGLang's tp_size with DP attention is every GPU: 4/8 GiB more.
+        let mib = 193_273_528_320.0 / f64::from(1u32 << 20);
+        let want = |gpus: f64| {
+            let reserved = (512.0 + 8192.0 * 1.5 + 512.0 + gpus / 8.0 * 1024.0).max(10240.0);
+            ((mib - reserved) / mib * 1000.0).round() / 1000.0
+        };
+        assert_eq!(sg(None).sglang_mem_fraction_static(8192), want(1.0));
+        assert_eq!(sg(Some(EP4)).sglang_mem_fraction_static(8192), want(4.0));
+    }
+
+    #[test]
+    fn impossible_layouts_are_named() {
+        assert_eq!(EP4.check(), Ok(()));
+        let cases = [
+            (ParallelLayout { tp: 0, ..EP4 }, "tp 0: must be 1..=64"),
+            (
+                ParallelLayout {
+                    attention_dp: 65,
+                    ..EP4
+                },
+                "attention_dp 65",
+            ),
+            (
+                ParallelLayout {
+                    tp: 16,
+                    attention_dp: 8,
+                    moe_ep: 64,
+                    moe_tp: 2,
+                },
+                "= 128 GPUs: at most 64",
+            ),
+            (
+                ParallelLayout { moe_ep: 2, ..EP4 },
+                "moe_tp 1 × moe_ep 2 must equal tp × attention_dp = 4",
+            ),
+        ];
+        for (bad, want) in cases {
+            let e = bad.check().unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+        assert_eq!(EP4.to_string(), "TP 1 × DP 4, MoE TP 1 × EP 4");
     }
 
     proptest::proptest! {

@@ -25,7 +25,9 @@
 //! `non_decreasing` (default `true`; `false` keeps the tables as given,
 //! and needs `"clamp"`); decode's `context_per_sequence` axis instead of
 //! `context_tokens`; `deployment` (the model, GPU, TP and engine the tables
-//! are for: [`ModelOnGpu`]); and `checks`, the exporter's own predictions
+//! are for: [`ModelOnGpu`]; a mixture of experts at attention DP or expert
+//! parallelism adds its `parallel` layout, `kv_bytes_per_token_per_rank`
+//! and `expert_weight_bytes`: [`ParallelLayout`]); and `checks`, the exporter's own predictions
 //! at probe shapes (`[new, cached, ms]` prefills, `[batch, context per
 //! sequence, ms]` decodes) that tests compare the lookups against.
 //!
@@ -41,7 +43,7 @@
 //! Unknown keys are refused. Syntax errors name the line and column;
 //! table errors name the table, field and cell ([`ProfileError`]).
 
-use crate::hardware::ModelOnGpu;
+use crate::hardware::{ModelOnGpu, ParallelLayout};
 use handoff_core::Backend;
 use handoff_perf::PerfTable;
 use handoff_perf::ProfileError;
@@ -126,7 +128,25 @@ struct DeploymentFile {
     hidden_size: u64,
     active_intermediate_size: u64,
     vocab_size: u64,
+    #[serde(default)]
+    parallel: Option<ParallelFile>,
+    #[serde(default)]
+    kv_bytes_per_token_per_rank: Option<u64>,
+    #[serde(default)]
+    expert_weight_bytes: Option<u64>,
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ParallelFile {
+    tp: u32,
+    attention_dp: u32,
+    moe_tp: u32,
+    moe_ep: u32,
+}
+
+/// Largest KV cell (bytes of one token on one rank) a file may record.
+pub const MAX_KV_BYTES_PER_TOKEN_PER_RANK: u64 = 1 << 26;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -414,6 +434,37 @@ fn deployment(d: DeploymentFile) -> Result<ModelOnGpu, (&'static str, String)> {
     if d.model.is_empty() || d.gpu.is_empty() {
         return Err(("deployment", "model and gpu must be named".into()));
     }
+    let parallel = d.parallel.map(|p| ParallelLayout {
+        tp: p.tp,
+        attention_dp: p.attention_dp,
+        moe_tp: p.moe_tp,
+        moe_ep: p.moe_ep,
+    });
+    if let Some(p) = parallel {
+        p.check().map_err(|m| ("deployment.parallel", m))?;
+        if p.tp != d.tp {
+            return Err((
+                "deployment.parallel.tp",
+                format!("{} but deployment.tp is {}", p.tp, d.tp),
+            ));
+        }
+    }
+    if let Some(b) = d
+        .kv_bytes_per_token_per_rank
+        .filter(|b| !(1..=MAX_KV_BYTES_PER_TOKEN_PER_RANK).contains(b))
+    {
+        return Err((
+            "deployment.kv_bytes_per_token_per_rank",
+            format!("{b}: must be 1..={MAX_KV_BYTES_PER_TOKEN_PER_RANK}"),
+        ));
+    }
+    let experts = d.expert_weight_bytes.unwrap_or(0);
+    if experts > d.weight_bytes {
+        return Err((
+            "deployment.expert_weight_bytes",
+            format!("{experts}: more than weight_bytes {}", d.weight_bytes),
+        ));
+    }
     Ok(ModelOnGpu {
         backend: match d.backend {
             BackendFile::Vllm => Backend::Vllm,
@@ -434,6 +485,9 @@ fn deployment(d: DeploymentFile) -> Result<ModelOnGpu, (&'static str, String)> {
         hidden_size: d.hidden_size,
         active_intermediate_size: d.active_intermediate_size,
         vocab_size: d.vocab_size,
+        parallel,
+        recorded_kv_bytes_per_rank: d.kv_bytes_per_token_per_rank,
+        expert_weight_bytes: experts,
     })
 }
 
@@ -587,6 +641,79 @@ mod tests {
             let e = parse_file(&text, "a.json").unwrap_err().to_string();
             assert!(e.contains(want), "{to}: {e}");
         }
+    }
+
+    /// [`AIC`] at TP 1 × DP 4 with EP 4, its cell size and experts recorded.
+    fn ep4() -> String {
+        AIC.replace(
+            "\"vocab_size\": 151936}",
+            "\"vocab_size\": 151936, \"parallel\": {\"tp\": 1, \"attention_dp\": 4, \
+             \"moe_tp\": 1, \"moe_ep\": 4}, \"kv_bytes_per_token_per_rank\": 147456, \
+             \"expert_weight_bytes\": 8000000000}",
+        )
+    }
+
+    #[test]
+    fn a_moe_layout_is_read_and_checked_by_name() {
+        let d = parse_file(&ep4(), "a.json").unwrap().deployment.unwrap();
+        let p = d.parallel.unwrap();
+        assert_eq!((p.tp, p.attention_dp, p.moe_tp, p.moe_ep), (1, 4, 1, 4));
+        assert_eq!(d.recorded_kv_bytes_per_rank, Some(147_456));
+        assert_eq!(d.expert_weight_bytes, 8_000_000_000);
+        assert_eq!(d.engine_gpus(), 4);
+        // A file without them: TP only, nothing recorded.
+        let plain = parse_file(AIC, "a.json").unwrap().deployment.unwrap();
+        assert_eq!(
+            (
+                plain.parallel,
+                plain.recorded_kv_bytes_per_rank,
+                plain.expert_weight_bytes
+            ),
+            (None, None, 0)
+        );
+        let cases = [
+            (
+                "\"moe_ep\": 4",
+                "\"moe_ep\": 2",
+                "deployment.parallel: moe_tp 1 × moe_ep 2",
+            ),
+            (
+                "\"attention_dp\": 4",
+                "\"attention_dp\": 0",
+                "deployment.parallel: attention_dp 0",
+            ),
+            (
+                "\"parallel\": {\"tp\": 1",
+                "\"parallel\": {\"tp\": 2",
+                "deployment.parallel",
+            ),
+            (
+                "\"moe_ep\": 4}",
+                "\"moe_ep\": 4, \"cp\": 1}",
+                "unknown field `cp`",
+            ),
+            (
+                "\"kv_bytes_per_token_per_rank\": 147456",
+                "\"kv_bytes_per_token_per_rank\": 0",
+                "deployment.kv_bytes_per_token_per_rank: 0",
+            ),
+            (
+                "\"expert_weight_bytes\": 8000000000",
+                "\"expert_weight_bytes\": 99999999999",
+                "deployment.expert_weight_bytes: 99999999999: more than weight_bytes",
+            ),
+        ];
+        for (from, to, want) in cases {
+            let text = ep4().replace(from, to);
+            assert_ne!(text, ep4(), "{from}");
+            let e = parse_file(&text, "a.json").unwrap_err().to_string();
+            assert!(e.contains(want), "{to}: {e}");
+        }
+        // TP 2 in both places but DP 4 × TP 2 needs moe 8.
+        let e = parse_file(&ep4().replace("\"tp\": 1", "\"tp\": 2"), "a.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("must equal tp × attention_dp = 8"), "{e}");
     }
 
     proptest::proptest! {

@@ -4,7 +4,7 @@
 //! profile:FILE` the model beside the file that times it.
 
 use super::{early_send_cached_prefix, DeployArgs, EARLY_SEND_ENV};
-use crate::hardware_args::{PoolSide, Selected, DEFAULT_GPU, DEFAULT_MODEL};
+use crate::hardware_args::{HardwareArgs, PoolSide, Selected, DEFAULT_GPU, DEFAULT_MODEL};
 use handoff_core::Backend;
 use handoff_deployment::{EngineSpec, PerfChoice};
 
@@ -34,7 +34,10 @@ impl DeployArgs {
     /// else (no `--perf` either) [`DEFAULT_MODEL`] on [`DEFAULT_GPU`]; else
     /// none.
     pub fn hardware_for(&self, side: PoolSide) -> Result<Option<Selected>, String> {
-        let h = &self.hardware.for_pool(side);
+        let h = &HardwareArgs {
+            dp: u32::try_from(self.dp_size).unwrap_or(u32::MAX),
+            ..self.hardware.for_pool(side)
+        };
         let backend = self.backend();
         let profile = self
             .perf
@@ -47,6 +50,19 @@ impl DeployArgs {
                  or --perf profile:FILE to check it against",
                 flag.name()
             ));
+        }
+        if self.hardware.expert_parallel() && h.model.is_none() && profile.is_none() {
+            return Err("expert parallelism (--enable-expert-parallel, --ep-size, \
+                 --prefill-/--decode-expert-parallel) needs --model with --gpu: it selects \
+                 the profile of the model's MoE layout"
+                .into());
+        }
+        if self.decode == 0 && self.hardware.decode_expert_parallel {
+            return Err(
+                "--decode-expert-parallel: --decode 0 runs aggregated, with no decode \
+                 pool; give the workers' expert parallelism with --enable-expert-parallel"
+                    .into(),
+            );
         }
         if self.decode == 0 {
             if let Some(t) = self.hardware.decode_tp {
@@ -452,5 +468,127 @@ mod tests {
         let d = deploy(&[&base[..], &["--perf", &perf, "--tp", "2"]].concat()).unwrap();
         assert_eq!(d.engines().unwrap().1.tp, 2);
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn expert_parallel_flags_select_the_layout_and_size_each_rank_s_pool() {
+        let base = ["--model", "qwen3-30b-a3b", "--gpu", "b200", "--tp", "1"];
+        let with = |more: &[&str]| deploy(&[&base[..], more].concat()).unwrap();
+        let d = with(&["--dp-size", "4", "--enable-expert-parallel"]);
+        assert!(d.hardware.expert_parallel());
+        let (p, dec) = d.engines().unwrap();
+        // The report's config names the layout with the profile.
+        assert_eq!(
+            p.perf.label(),
+            "profile:qwen3-30b-a3b-b200-tp1-dp4-ep4-vllm"
+        );
+        assert_eq!(dec.perf.label(), p.perf.label());
+        let (hw, _) = d.pool_hardware().unwrap();
+        let m = hw.unwrap().model;
+        assert_eq!(m.parallel.map(|l| l.moe_ep), Some(4));
+        // Each DP rank's pool: one GPU less a quarter of the experts.
+        assert_eq!(p.kv_tokens, m.pool_tokens(None, 16, 8192, 1024).unwrap());
+        let tp1 = with(&[]).engines().unwrap().0;
+        assert!(
+            p.kv_tokens > tp1.kv_tokens + 400_000,
+            "{} vs {}",
+            p.kv_tokens,
+            tp1.kv_tokens
+        );
+        // A rank's KV bytes per token are TP1's: its own sequences, whole.
+        assert_eq!(bytes_per_token(&d), bytes_per_token(&with(&[])));
+        // Four rank schedulers per worker, one GPU each.
+        let (cfg, specs) = d.deployment(true).unwrap();
+        assert_eq!(cfg.dp.dp_size(), 4);
+        assert!(specs
+            .iter()
+            .all(|s| s.tp == 1 && s.kv_tokens == p.kv_tokens));
+        // SGLang's spelling of the same layout.
+        let sg = with(&["--dp-size", "4", "--ep-size", "4"]);
+        assert_eq!(sg.engines().unwrap().0.perf.label(), p.perf.label());
+        let e = with(&["--dp-size", "4", "--ep-size", "8"])
+            .engines()
+            .unwrap_err();
+        assert!(
+            e.starts_with("--ep-size 8: must be --tp 1 × --dp-size 4 = 4"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn each_pool_takes_its_own_expert_parallelism() {
+        let d = deploy(&[
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "b200",
+            "--dp-size",
+            "2",
+            "--decode-expert-parallel",
+        ])
+        .unwrap();
+        let (p, dec) = d.engines().unwrap();
+        assert_eq!(p.perf.label(), "profile:qwen3-30b-a3b-b200-tp1-dp2-vllm");
+        assert_eq!(
+            dec.perf.label(),
+            "profile:qwen3-30b-a3b-b200-tp1-dp2-ep2-vllm"
+        );
+        // Both shed half the experts (MoE TP 2 or EP 2): equal pools.
+        assert_eq!(p.kv_tokens, dec.kv_tokens);
+        // No layout profile for DP 4 without EP: refused, naming the EP one.
+        let e = deploy(&[
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "b200",
+            "--dp-size",
+            "4",
+        ])
+        .unwrap()
+        .engines()
+        .unwrap_err();
+        let refused = |flags: &[&str]| deploy(flags).unwrap().engines().unwrap_err();
+        let no_model = refused(&["--perf", "dynamo-polynomial", "--enable-expert-parallel"]);
+        assert!(no_model.contains("needs --model with --gpu"), "{no_model}");
+        let agg = refused(&[
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "b200",
+            "--decode",
+            "0",
+            "--decode-expert-parallel",
+        ]);
+        assert!(
+            agg.starts_with("--decode-expert-parallel: --decode 0 runs aggregated"),
+            "{agg}"
+        );
+        assert!(
+            e.contains("--dp-size 4 --backend vllm: no profile")
+                && e.contains("--tp 1 --dp-size 4 --enable-expert-parallel --backend vllm"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_latent_attention_model_sizes_by_its_recorded_cell() {
+        let d = deploy(&[
+            "--model",
+            "deepseek-v3",
+            "--gpu",
+            "h200",
+            "--dp-size",
+            "8",
+            "--enable-expert-parallel",
+        ])
+        .unwrap();
+        let (p, _) = d.engines().unwrap();
+        assert_eq!(p.perf.label(), "profile:deepseek-v3-h200-tp1-dp8-ep8-vllm");
+        // 61 layers × (512 + 64) latent × 1 byte (fp8), whole on the rank.
+        assert_eq!(bytes_per_token(&d), 35_136);
+        let (hw, _) = d.pool_hardware().unwrap();
+        let m = hw.unwrap().model;
+        assert_eq!(p.kv_tokens, m.pool_tokens(None, 16, 8192, 1024).unwrap());
+        assert!(p.kv_tokens > 100_000, "{}", p.kv_tokens);
     }
 }
