@@ -499,3 +499,52 @@ impl Schedule {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Some seeds draw data-parallel ranks, most of those in lockstep; a
+    /// lockstep schedule breaks no rule, and its deployment line carries
+    /// the layout back.
+    #[test]
+    fn lockstep_schedules_are_drawn_break_no_rule_and_read_back() {
+        let all: Vec<Schedule> = (1..=120).map(Schedule::new).collect();
+        let lockstep: Vec<&Schedule> = all.iter().filter(|s| s.cfg.dp.is_lockstep()).collect();
+        assert!(
+            lockstep.len() >= 10,
+            "{} lockstep schedules",
+            lockstep.len()
+        );
+        assert!(all
+            .iter()
+            .any(|s| s.cfg.dp.is_split() && !s.cfg.dp.is_lockstep()));
+        assert!(all.iter().filter(|s| !s.cfg.dp.is_split()).count() > 60);
+        for s in lockstep.iter().take(12) {
+            let ranks = usize::from(s.cfg.dp.dp_size());
+            let workers = (s.cfg.prefill_workers + s.cfg.decode_workers) as usize;
+            assert_eq!(s.specs.len(), workers * ranks);
+            let o = crate::dst::check(s);
+            assert!(
+                o.violations.is_empty(),
+                "seed {}: {:?}",
+                s.seed,
+                o.violations
+            );
+            let back = Schedule::from_text(&s.deployment(), "", &s.trace_jsonl()).unwrap();
+            assert_eq!(back.cfg.dp, s.cfg.dp);
+            assert_eq!(back.specs.len(), s.specs.len());
+        }
+        // A line written before ranks were drawn reads as one rank.
+        let plain = all.iter().find(|s| !s.cfg.dp.is_split()).unwrap();
+        let line: Vec<String> = plain
+            .deployment()
+            .split_whitespace()
+            .filter(|w| !w.starts_with("dp=") && !w.starts_with("dp_lockstep="))
+            .map(String::from)
+            .collect();
+        let line = line.join(" ");
+        let back = Schedule::from_text(&line, "", &plain.trace_jsonl()).unwrap();
+        assert_eq!(back.cfg.dp, DpLayout::SINGLE);
+    }
+}
