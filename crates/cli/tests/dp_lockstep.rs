@@ -46,6 +46,28 @@ fn lockstep_changes_a_run_with_ranks_and_not_one_without() {
     assert_eq!(replay(&[]), replay(&["--dp-lockstep"]), "one rank");
 }
 
+/// `serve --engine` runs each rank as a wall-clock node of its own: it
+/// refuses lockstep ranks before it listens.
+#[test]
+fn one_engine_per_process_refuses_lockstep_ranks() {
+    let out = mocker(&[
+        "serve",
+        "--engine",
+        "decode",
+        "--dp-size",
+        "2",
+        "--dp-lockstep",
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--engine decode") && err.contains("lockstep"),
+        "{err}"
+    );
+}
+
 #[test]
 fn wall_clock_live_refuses_lockstep_ranks() {
     let out = mocker(&[
