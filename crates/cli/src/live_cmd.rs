@@ -411,6 +411,10 @@ type Listed = Vec<(WorkerId, String)>;
 /// Drives worker processes with a workload over TCP.
 pub fn run_frontend(a: FrontendArgs) -> Result<(), String> {
     let (cfg, specs, listed) = frontend_deployment(&a)?;
+    if a.clock == ClockArg::Wall {
+        handoff_deployment::check_wall_driver(&cfg, handoff_deployment::WallDriver::LiveWallTcp)
+            .map_err(|e| e.to_string())?;
+    }
     let ep = TcpEndpoint::bind_as(
         FRONTEND_ID,
         Generation(0),

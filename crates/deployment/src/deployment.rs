@@ -93,6 +93,17 @@ impl Default for DeploymentConfig {
     }
 }
 
+impl DeploymentConfig {
+    /// Sets how each worker's data-parallel ranks step
+    /// ([`handoff_core::DpCoupling`]); `Lockstep` is what
+    /// `--enable-expert-parallel` implies for an MoE engine. It reaches
+    /// the engine through [`engine_config`]; with one rank it changes
+    /// nothing.
+    pub fn set_dp_coupling(&mut self, coupling: handoff_core::DpCoupling) {
+        self.dp = self.dp.with_coupling(coupling);
+    }
+}
+
 /// Session-affine serving with closed-loop session arrivals (seed 002), as
 /// replay and virtual-clock live both run it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,6 +240,7 @@ pub fn engine_config(cfg: &DeploymentConfig) -> EngineConfig {
         multi_step: cfg.multi_step,
         faults: cfg.faults.clone(),
         peer_loss: peer_loss(cfg),
+        dp: cfg.dp,
     }
 }
 

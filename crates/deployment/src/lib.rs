@@ -25,7 +25,7 @@ pub use deployment::{
     DeploymentConfig, SessionOverheads, SessionServing,
 };
 pub use engines::{make_core, EngineError, EngineSpec, PerfChoice};
-pub use error::{check_core, DeploymentError};
+pub use error::{check_core, check_wall_driver, DeploymentError, WallDriver};
 pub use slo::{
     ReportSizing, SloMetric, SloParseError, SloSpec, SloTarget, MAX_BOUND_MS, MAX_TARGETS,
 };

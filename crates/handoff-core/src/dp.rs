@@ -10,6 +10,10 @@
 //! per-rank load). The mapping is `scheduler = worker · dp_size + rank`, so
 //! with `dp_size` 1 (the default) a scheduler's id is its worker's and
 //! nothing anywhere changes.
+//!
+//! A layout also says how a worker's ranks step ([`DpCoupling`]): each on
+//! its own (attention DP of a dense model), or together, one forward pass
+//! at a time (attention DP under an MoE layer with expert parallelism).
 
 use crate::ids::WorkerId;
 use core::fmt;
@@ -41,11 +45,36 @@ impl fmt::Display for WorkerWithDpRank {
 /// enough that `workers × dp_size` scheduler ids stay dense.
 pub const MAX_DP_SIZE: u16 = 256;
 
-/// How many ranks every worker of a deployment has, and the mapping
-/// between rank schedulers and their addresses.
+/// How the ranks of one worker step relative to each other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DpCoupling {
+    /// Each rank steps whenever it has work, as its own engine (a dense
+    /// model under attention DP: nothing but the listener is shared).
+    #[default]
+    Independent,
+    /// The ranks run every forward pass together (an MoE model with expert
+    /// parallelism: the experts' all-to-all joins every rank in each
+    /// layer). While any rank has work, all step at once; a pass of the
+    /// group lasts as long as its slowest rank's, and a rank with nothing
+    /// to run executes a dummy batch for it. vLLM: `DPEngineCoreProc`
+    /// (`vllm/v1/engine/core.py`): `run_busy_loop` calls
+    /// `execute_dummy_batch` on an engine with no local requests while the
+    /// wave is running, and `_has_global_unfinished_reqs` all-reduces
+    /// whether any rank still has work; the GPU model runner pads every
+    /// rank's batch to the largest across DP (`coordinate_batch_across_dp`
+    /// in `vllm/v1/worker/dp_utils.py`, `get_dp_padding`). SGLang:
+    /// `prepare_mlp_sync_batch_raw` (`managers/scheduler_dp_attn_mixin.py`)
+    /// gathers every rank's batch and has a rank without one run
+    /// `get_idle_batch()` (`ForwardMode.IDLE`) while another runs.
+    Lockstep,
+}
+
+/// How many ranks every worker of a deployment has, the mapping between
+/// rank schedulers and their addresses, and how the ranks step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DpLayout {
     dp_size: u16,
+    coupling: DpCoupling,
 }
 
 /// A `dp_size` outside `1..=MAX_DP_SIZE`.
@@ -66,14 +95,48 @@ impl Default for DpLayout {
 
 impl DpLayout {
     /// One rank per worker: scheduler ids are worker ids.
-    pub const SINGLE: DpLayout = DpLayout { dp_size: 1 };
+    pub const SINGLE: DpLayout = DpLayout {
+        dp_size: 1,
+        coupling: DpCoupling::Independent,
+    };
 
-    /// `dp_size` ranks per worker, or why not.
+    /// `dp_size` independent ranks per worker, or why not.
     pub fn new(dp_size: u64) -> Result<DpLayout, DpSizeError> {
         match u16::try_from(dp_size) {
-            Ok(n) if (1..=MAX_DP_SIZE).contains(&n) => Ok(DpLayout { dp_size: n }),
+            Ok(n) if (1..=MAX_DP_SIZE).contains(&n) => Ok(DpLayout {
+                dp_size: n,
+                coupling: DpCoupling::Independent,
+            }),
             _ => Err(DpSizeError(dp_size)),
         }
+    }
+
+    /// This layout with its ranks stepping as `coupling` says.
+    pub fn with_coupling(self, coupling: DpCoupling) -> DpLayout {
+        DpLayout { coupling, ..self }
+    }
+
+    /// How the ranks step, as set.
+    pub fn coupling(self) -> DpCoupling {
+        self.coupling
+    }
+
+    /// Whether a worker's ranks step together: [`DpCoupling::Lockstep`]
+    /// with more than one rank (a lone rank has no one to wait for).
+    pub fn is_lockstep(self) -> bool {
+        self.coupling == DpCoupling::Lockstep && self.is_split()
+    }
+
+    /// The rank schedulers stepping together with scheduler `s`, rank 0
+    /// first: all of its worker's when [`DpLayout::is_lockstep`], else
+    /// `s` alone.
+    pub fn group(self, s: WorkerId) -> core::ops::RangeInclusive<u32> {
+        if !self.is_lockstep() {
+            return s.0..=s.0;
+        }
+        let n = u32::from(self.dp_size);
+        let first = s.0 - s.0 % n;
+        first..=first.saturating_add(n - 1)
     }
 
     /// Ranks per worker.
@@ -193,6 +256,27 @@ mod tests {
         assert_eq!(DpLayout::new(1 << 40), Err(DpSizeError(1 << 40)));
         assert_eq!(DpLayout::new(256).map(DpLayout::dp_size), Ok(256));
         assert_eq!(DpLayout::new(1), Ok(DpLayout::SINGLE));
+    }
+
+    #[test]
+    fn coupling_defaults_independent_and_groups_lockstep_ranks() {
+        let l = DpLayout::new(4).unwrap();
+        assert_eq!(l.coupling(), DpCoupling::Independent);
+        assert!(!l.is_lockstep());
+        assert_eq!(l.group(WorkerId(13)), 13..=13);
+        let c = l.with_coupling(DpCoupling::Lockstep);
+        assert!(c.is_lockstep());
+        assert_eq!(c.dp_size(), 4);
+        assert_eq!(c.group(WorkerId(13)), 12..=15);
+        assert_eq!(c.group(WorkerId(12)), 12..=15);
+        assert_ne!(c, l, "the coupling is part of the layout");
+        // One rank has nobody to wait for.
+        let one = DpLayout::SINGLE.with_coupling(DpCoupling::Lockstep);
+        assert!(!one.is_lockstep());
+        assert_eq!(one.group(WorkerId(3)), 3..=3);
+        // The last ids do not overflow.
+        assert_eq!(l.group(WorkerId(u32::MAX)), u32::MAX..=u32::MAX);
+        assert_eq!(c.group(WorkerId(u32::MAX)), u32::MAX - 3..=u32::MAX);
     }
 
     #[test]

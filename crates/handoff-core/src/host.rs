@@ -22,6 +22,15 @@
 //! - [`WorkerHost::next_deadline`] is when `advance` next has something to
 //!   do (step end or timer). Timers are lazily cancelled, so a deadline may
 //!   find nothing to do.
+//!
+//! The ranks of a lockstep worker ([`crate::DpCoupling::Lockstep`]) step in
+//! two phases instead, so that their driver can end every rank's pass with
+//! the slowest one's: [`WorkerHost::step_pass`] runs one pass and reports
+//! its own end in [`HostStatus::step_end`]; [`WorkerHost::end_pass`] then
+//! ends it at the group's end (holding its outputs until then), or keeps a
+//! rank that ran nothing busy until then with a dummy pass. Any other
+//! operation on a host whose pass waits for its end ends it first, at its
+//! own end.
 
 use crate::ids::{Generation, HandoffId, WorkerId};
 use crate::kv::KvCapacitySnapshot;
@@ -145,6 +154,8 @@ pub struct WorkerHost<S: SchedulerCore> {
     /// Outputs of the step in progress, released when it ends.
     held: Vec<HostOutput>,
     steps: u64,
+    /// Dummy passes: a lockstep group's passes this host ran nothing in.
+    dummy_passes: u64,
 }
 
 impl<S: SchedulerCore> WorkerHost<S> {
@@ -156,6 +167,7 @@ impl<S: SchedulerCore> WorkerHost<S> {
             stalled: false,
             held: Vec::new(),
             steps: 0,
+            dummy_passes: 0,
         }
     }
 
@@ -187,6 +199,7 @@ impl<S: SchedulerCore> WorkerHost<S> {
 
     /// Hands the worker `input` at `now` and releases its outputs into `out`.
     pub fn deliver(&mut self, input: HostInput, now: Instant, out: &mut Vec<HostOutput>) {
+        self.settle_pass();
         self.stalled = false;
         match input {
             HostInput::Request(req) => {
@@ -210,6 +223,7 @@ impl<S: SchedulerCore> WorkerHost<S> {
     /// Moves to `now`: a step that has ended releases its outputs, and due
     /// timers fire.
     pub fn advance(&mut self, now: Instant, out: &mut Vec<HostOutput>) {
+        self.settle_pass();
         if self.step_end.is_some_and(|end| end <= now) {
             self.step_end = None;
             self.stalled = false;
@@ -243,6 +257,7 @@ impl<S: SchedulerCore> WorkerHost<S> {
         horizon: Instant,
         out: &mut Vec<HostOutput>,
     ) -> Option<Instant> {
+        self.settle_pass();
         if !self.wants_step() {
             return None;
         }
@@ -261,6 +276,73 @@ impl<S: SchedulerCore> WorkerHost<S> {
                 None
             }
         }
+    }
+
+    /// The first phase of a lockstep rank's step: one pass from `now`,
+    /// whose end waits for [`WorkerHost::end_pass`]. Returns the pass's own
+    /// end (also [`HostStatus::step_end`] until then), or `None` when the
+    /// host did not want to step or found nothing to run (then it stalls
+    /// and releases what the attempt produced, as [`WorkerHost::step`]).
+    pub fn step_pass(&mut self, now: Instant, out: &mut Vec<HostOutput>) -> Option<Instant> {
+        self.settle_pass();
+        if !self.wants_step() {
+            return None;
+        }
+        match self.worker.step_pass(now, now) {
+            Some(duration) => {
+                let end = now + duration;
+                self.step_end = Some(end);
+                Some(end)
+            }
+            None => {
+                self.stalled = true;
+                self.drain(out);
+                None
+            }
+        }
+    }
+
+    /// The second phase: the lockstep group's pass started at `now` ends
+    /// at `end`. A pass of [`WorkerHost::step_pass`] ends then (or at its
+    /// own end, if later), its outputs held until it does; a host with no
+    /// step in progress ran a dummy batch and is busy until `end` (it
+    /// releases nothing and counts a dummy pass, not a step). A host
+    /// already in a step of its own, or an `end` not after `now`, is left
+    /// as it is. Returns when the host's step ends.
+    pub fn end_pass(&mut self, now: Instant, end: Instant) -> Option<Instant> {
+        if self.worker.pass_pending() {
+            return self.hold_pass(end);
+        }
+        if self.step_end.is_none() && end > now {
+            self.step_end = Some(end);
+            self.dummy_passes += 1;
+        }
+        self.step_end
+    }
+
+    /// Dummy passes run: a lockstep group's passes this host had nothing
+    /// in (not counted in [`HostFinal::steps`]).
+    pub fn dummy_passes(&self) -> u64 {
+        self.dummy_passes
+    }
+
+    /// Ends a pass that waits for [`WorkerHost::end_pass`] at its own end.
+    fn settle_pass(&mut self) {
+        if self.worker.pass_pending() {
+            self.hold_pass(self.step_end.unwrap_or(Instant::ZERO));
+        }
+    }
+
+    /// Ends the waiting pass at `end` (or its own end, if later) and holds
+    /// its outputs until then.
+    fn hold_pass(&mut self, end: Instant) -> Option<Instant> {
+        let end = self.worker.end_pass(end)?;
+        self.steps += 1;
+        self.step_end = Some(end);
+        let mut held = std::mem::take(&mut self.held);
+        self.drain(&mut held);
+        self.held = held;
+        Some(end)
     }
 
     /// When `advance` next has something to do.
@@ -316,6 +398,7 @@ impl<S: SchedulerCore> WorkerHost<S> {
     /// progress is abandoned and its held outputs are released first (they
     /// happened before the end).
     pub fn teardown(&mut self, now: Instant, out: &mut Vec<HostOutput>) {
+        self.settle_pass();
         self.step_end = None;
         self.stalled = false;
         out.append(&mut self.held);
@@ -327,6 +410,7 @@ impl<S: SchedulerCore> WorkerHost<S> {
     /// everything held is gone (roles end as torn down), nothing in flight
     /// survives.
     pub fn restart(&mut self, core: S, now: Instant, out: &mut Vec<HostOutput>) {
+        self.settle_pass();
         self.step_end = None;
         self.stalled = false;
         self.held.clear();
@@ -524,6 +608,140 @@ mod tests {
         };
         h.deliver(cancel, Instant::ZERO, &mut out);
         assert!(!h.worker().holds_source(HandoffId(1)));
+    }
+
+    fn ordinary(id: u64, now: Instant) -> HostInput {
+        use crate::request::Request;
+        HostInput::Request(WorkerRequest::Ordinary(Request {
+            id: crate::RequestId(id),
+            prompt_tokens: 32,
+            max_output_tokens: 3,
+            prefix_hashes: vec![],
+            hash_block_tokens: 16,
+            session: None,
+            arrival: now,
+            lora: None,
+        }))
+    }
+
+    /// The step of a host, as a driver sees it: each step's outputs and
+    /// when they come, driving with `step` or with the two phases ended at
+    /// the pass's own end.
+    fn drive(two_phase: bool) -> Vec<String> {
+        let mut h = host();
+        let (mut out, mut seen) = (Vec::new(), Vec::new());
+        let mut now = Instant::ZERO;
+        h.deliver(ordinary(1, now), now, &mut out);
+        for i in 0..6u64 {
+            if i == 1 {
+                h.deliver(ordinary(2, now), now, &mut out);
+            }
+            if two_phase {
+                if let Some(own) = h.step_pass(now, &mut out) {
+                    assert_eq!(h.status().step_end, Some(own));
+                    assert!(!h.wants_step());
+                    assert_eq!(h.end_pass(now, own), Some(own));
+                }
+            } else {
+                h.step(now, now, &mut out);
+            }
+            now = h.status().step_end.unwrap_or(now);
+            h.advance(now, &mut out);
+            seen.extend(out.drain(..).map(|o| format!("{now:?} {o:?}")));
+        }
+        seen.push(format!("{:?}", h.final_state()));
+        seen
+    }
+
+    /// Two phases ended at the pass's own end are the one-phase step.
+    #[test]
+    fn two_phases_at_the_own_end_are_one_step() {
+        let one = drive(false);
+        assert!(one.iter().any(|s| s.contains("Tokens")));
+        assert_eq!(drive(true), one);
+    }
+
+    /// A pass ended later than its own end is stretched: its `Step` event
+    /// lasts to the group's end, and its tokens and finishes are released
+    /// only then.
+    #[test]
+    fn a_group_end_stretches_the_pass_and_holds_its_outputs() {
+        let mut h = host();
+        let mut out = Vec::new();
+        let t0 = Instant::ZERO;
+        h.deliver(ordinary(1, t0), t0, &mut out);
+        let own = h.step_pass(t0, &mut out).expect("a pass runs");
+        assert!(out.is_empty(), "a pass's outputs wait for its end");
+        let group = own + crate::Duration::from_millis(7);
+        assert_eq!(h.end_pass(t0, group), Some(group));
+        assert_eq!(h.status().step_end, Some(group));
+        h.advance(own, &mut out);
+        assert!(out.is_empty(), "nothing is released at the own end");
+        h.advance(group, &mut out);
+        let step = out.iter().find_map(|o| match o {
+            HostOutput::Event(WorkerEvent::Step {
+                start,
+                duration,
+                first_step,
+                last_step,
+                passes,
+                ..
+            }) => Some((*start, *duration, *first_step, *last_step, passes.len())),
+            _ => None,
+        });
+        let d = group - t0;
+        assert_eq!(step, Some((t0, d, d, d, 0)));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, HostOutput::Event(WorkerEvent::Tokens { .. }))));
+        assert_eq!(h.final_state().steps, 1);
+        // An earlier group end never shortens a pass.
+        let own2 = h.step_pass(group, &mut out).expect("decode pass");
+        assert_eq!(h.end_pass(group, group), Some(own2));
+    }
+
+    /// A rank with nothing to run is busy for the group's pass (a dummy
+    /// batch): it cannot step before the group's end, releases nothing,
+    /// and counts a dummy pass, not a step.
+    #[test]
+    fn an_idle_rank_runs_a_dummy_pass_until_the_group_end() {
+        let mut h = host();
+        let mut out = Vec::new();
+        let t0 = Instant::ZERO;
+        assert_eq!(h.step_pass(t0, &mut out), None);
+        let end = Instant::from_millis(5);
+        assert_eq!(h.end_pass(t0, end), Some(end));
+        assert_eq!(h.dummy_passes(), 1);
+        assert_eq!(h.final_state().steps, 0);
+        // Work arriving mid-pass waits for the group's end.
+        h.deliver(ordinary(1, Instant(10)), Instant(10), &mut out);
+        assert!(!h.wants_step());
+        assert_eq!(h.step_pass(Instant(10), &mut out), None);
+        assert_eq!(h.next_deadline(), Some(end));
+        h.advance(end, &mut out);
+        assert!(out.is_empty());
+        assert!(h.wants_step());
+        // A group pass ending no later than it starts makes no dummy.
+        let mut idle = host();
+        assert_eq!(idle.end_pass(end, end), None);
+        assert_eq!(idle.dummy_passes(), 0);
+    }
+
+    /// Any other operation on a host whose pass waits for its end ends it
+    /// at its own end first: a driver that never ends it loses nothing.
+    #[test]
+    fn an_unended_pass_ends_at_its_own_end() {
+        let mut h = host();
+        let mut out = Vec::new();
+        let t0 = Instant::ZERO;
+        h.deliver(ordinary(1, t0), t0, &mut out);
+        let own = h.step_pass(t0, &mut out).expect("a pass runs");
+        h.advance(own, &mut out);
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, HostOutput::Event(WorkerEvent::Step { .. }))));
+        assert_eq!(h.final_state().steps, 1);
+        assert_eq!(h.status().step_end, None);
     }
 
     #[test]

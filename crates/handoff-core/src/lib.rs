@@ -81,7 +81,7 @@ pub use destination::{
     DestinationAction, DestinationEvent, DestinationEventKind, DestinationHandoff,
     DestinationState, SourceReady,
 };
-pub use dp::{DpLayout, DpRank, DpSizeError, WorkerWithDpRank, MAX_DP_SIZE};
+pub use dp::{DpCoupling, DpLayout, DpRank, DpSizeError, WorkerWithDpRank, MAX_DP_SIZE};
 pub use host::{HostFinal, HostInput, HostOutput, HostStatus, QuietKinds, WorkerHost};
 pub use ids::{
     DestinationReservationId, Generation, HandoffId, HandoffIdGen, RequestId, SessionId,

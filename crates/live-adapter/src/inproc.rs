@@ -7,7 +7,8 @@ use crate::node::{NodeConfig, NodeStats, WorkerNode};
 use crate::remote::RemoteError;
 use handoff_core::{Generation, WorkerId};
 use handoff_deployment::{
-    check_core, deployment, make_core, worker_policy, DeploymentConfig, EngineSpec,
+    check_core, check_wall_driver, deployment, make_core, worker_policy, DeploymentConfig,
+    EngineSpec, WallDriver,
 };
 use handoff_router::FRONTEND_ID;
 use handoff_serving::serving;
@@ -17,13 +18,15 @@ use handoff_workload::TraceItem;
 /// Runs `items` on `cfg`'s deployment, worker `i` built from `specs[i]`,
 /// with model time running `speed` times faster than wall time. Fails
 /// before starting when a spec cannot build a core or the deployment
-/// refuses it.
+/// refuses it (lockstep ranks among them: each node steps on its own,
+/// [`handoff_deployment::check_wall_driver`]).
 pub fn run_in_process(
     cfg: &DeploymentConfig,
     specs: &[EngineSpec],
     speed: f64,
     items: impl Iterator<Item = TraceItem>,
 ) -> Result<(LiveOutcome, Vec<NodeStats>), RemoteError> {
+    check_wall_driver(cfg, WallDriver::LiveWallThreads).map_err(RemoteError::Deployment)?;
     let mut cores = Vec::new();
     for (i, s) in specs.iter().enumerate() {
         let id = WorkerId(i as u32);

@@ -484,6 +484,10 @@ pub(crate) mod samples {
             },
         ];
         v.extend(events.into_iter().map(Frame::Event));
+        // Engine operations: the lockstep group's two phases.
+        let (now, end) = (Instant(7), Instant(u64::MAX));
+        let ops = [HostOp::StepPass { now }, HostOp::EndPass { now, end }];
+        v.extend(ops.into_iter().map(Frame::Host));
         v
     }
 
@@ -745,7 +749,7 @@ mod tests {
     fn samples_cover_every_frame_and_event_variant() {
         let frames = every_frame();
         let kinds: BTreeSet<&str> = frames.iter().map(Frame::name).collect();
-        assert_eq!(kinds.len(), 11, "{kinds:?}");
+        assert_eq!(kinds.len(), 12, "{kinds:?}");
         let events: BTreeSet<&str> = frames
             .iter()
             .filter_map(|f| match f {

@@ -1,8 +1,8 @@
 //! Schedules drawn from one seed.
 
 use handoff_core::{
-    Backend, Duration, HandoffConfig, HandoffPolicy, Heartbeat, Instant, KvLoadFailurePolicy,
-    Request, RequestId, Rng, StaleReadPolicy,
+    Backend, DpCoupling, DpLayout, Duration, HandoffConfig, HandoffPolicy, Heartbeat, Instant,
+    KvLoadFailurePolicy, Request, RequestId, Rng, StaleReadPolicy,
 };
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_engine::fault::{Fault, FaultPlan};
@@ -138,10 +138,25 @@ impl Schedule {
             });
         }
         let workers = prefill + decode;
+        // Attention-DP ranks a third of the time, two thirds of those in
+        // lockstep (an MoE engine's expert parallelism: the ranks step
+        // together); drawn apart from the stream above, so every other
+        // choice of a seed stays as it was.
+        let mut d = Rng::seeded(seed ^ 0x0d9_10c5);
+        let dp_size = [1, 1, 1, 1, 2, 3][d.below(6) as usize];
+        let coupling = if d.below(3) == 0 {
+            DpCoupling::Independent
+        } else {
+            DpCoupling::Lockstep
+        };
+        let dp = DpLayout::new(dp_size)
+            .unwrap_or_default()
+            .with_coupling(coupling);
+        let schedulers = workers * u32::from(dp.dp_size());
         // Faults over about the time the work takes.
         let span = Duration::from_millis(t + [50, 300, 2_000][r.below(3) as usize]);
         let intensity = if r.below(5) == 0 { 0.0 } else { r.next_f64() };
-        let mut faults = FaultPlan::generate(seed, workers, n, span, intensity);
+        let mut faults = FaultPlan::generate(seed, schedulers, n, span, intensity);
         // Client cancels of small traces round to none in `generate`.
         if intensity > 0.0 && r.below(2) == 0 {
             for _ in 0..1 + r.below(3) {
@@ -182,7 +197,7 @@ impl Schedule {
             policy,
             prefill_workers: prefill,
             decode_workers: decode,
-            dp: handoff_core::DpLayout::SINGLE,
+            dp,
             router,
             router_kv: handoff_router::KvKnobs::default(),
             block_size: spec(1).event_block_tokens(),
@@ -199,9 +214,10 @@ impl Schedule {
         // choice of a seed stays as it was).
         let decode_radix =
             backend == Backend::Sglang && Rng::seeded(seed ^ 0x7ad1_c5ac).below(2) == 0;
-        let specs = (0..workers)
-            .map(|w| {
-                if w < prefill {
+        let ranks = u32::from(dp.dp_size());
+        let specs = (0..schedulers)
+            .map(|s| {
+                if s / ranks < prefill {
                     spec(prefill_kv)
                 } else {
                     EngineSpec {
@@ -281,7 +297,7 @@ impl Schedule {
              page={} prefill_kv={} decode_kv={} max_running={} max_batched={} lease_ns={} \
              reservation_ns={} renew_ns={} early_ns={} tombstones={} transfer={transfer} \
              latency_ns={} multi_step={} decode_radix={} kv_load_failure={} stale_read={} \
-             heartbeat={}",
+             heartbeat={} dp={} dp_lockstep={}",
             c.seed,
             c.backend.name(),
             c.policy.name(),
@@ -308,7 +324,9 @@ impl Schedule {
                 "{}:{}",
                 ns(h.every),
                 ns(h.extend)
-            ))
+            )),
+            c.dp.dp_size(),
+            c.dp.coupling() == DpCoupling::Lockstep,
         )
     }
 
@@ -385,6 +403,20 @@ impl Schedule {
         };
         let prefill = num("prefill")? as u32;
         let decode = num("decode")? as u32;
+        // Both absent from lines written before ranks were drawn: one rank.
+        let dp = match kv.get("dp") {
+            None => DpLayout::SINGLE,
+            Some(_) => DpLayout::new(num("dp")?).map_err(|e| format!("deployment: {e}"))?,
+        };
+        let dp = dp.with_coupling(match kv.get("dp_lockstep") {
+            None | Some(&"false") => DpCoupling::Independent,
+            Some(&"true") => DpCoupling::Lockstep,
+            Some(other) => return Err(format!("deployment: bad dp_lockstep `{other}`")),
+        });
+        let ranks = u32::from(dp.dp_size());
+        let schedulers = (prefill + decode)
+            .checked_mul(ranks)
+            .ok_or("deployment: too many rank schedulers")?;
         let (pre, mut dec) = (spec(num("prefill_kv")?)?, spec(num("decode_kv")?)?);
         // Absent from lines written before the decode chunk cache existed,
         // which ran SGLang's decode with a radix cache.
@@ -400,7 +432,7 @@ impl Schedule {
             policy,
             prefill_workers: prefill,
             decode_workers: decode,
-            dp: handoff_core::DpLayout::SINGLE,
+            dp,
             router,
             router_kv: handoff_router::KvKnobs::default(),
             block_size: num("router_block")? as u32,
@@ -453,9 +485,9 @@ impl Schedule {
             .map_err(|e| format!("trace: {e}"))?;
         Ok(Schedule {
             seed: cfg.seed,
-            specs: (0..prefill + decode)
-                .map(|w| {
-                    if w < prefill {
+            specs: (0..schedulers)
+                .map(|s| {
+                    if s / ranks < prefill {
                         pre.clone()
                     } else {
                         dec.clone()
@@ -465,5 +497,54 @@ impl Schedule {
             cfg,
             items,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Some seeds draw data-parallel ranks, most of those in lockstep; a
+    /// lockstep schedule breaks no rule, and its deployment line carries
+    /// the layout back.
+    #[test]
+    fn lockstep_schedules_are_drawn_break_no_rule_and_read_back() {
+        let all: Vec<Schedule> = (1..=120).map(Schedule::new).collect();
+        let lockstep: Vec<&Schedule> = all.iter().filter(|s| s.cfg.dp.is_lockstep()).collect();
+        assert!(
+            lockstep.len() >= 10,
+            "{} lockstep schedules",
+            lockstep.len()
+        );
+        assert!(all
+            .iter()
+            .any(|s| s.cfg.dp.is_split() && !s.cfg.dp.is_lockstep()));
+        assert!(all.iter().filter(|s| !s.cfg.dp.is_split()).count() > 60);
+        for s in lockstep.iter().take(12) {
+            let ranks = usize::from(s.cfg.dp.dp_size());
+            let workers = (s.cfg.prefill_workers + s.cfg.decode_workers) as usize;
+            assert_eq!(s.specs.len(), workers * ranks);
+            let o = crate::dst::check(s);
+            assert!(
+                o.violations.is_empty(),
+                "seed {}: {:?}",
+                s.seed,
+                o.violations
+            );
+            let back = Schedule::from_text(&s.deployment(), "", &s.trace_jsonl()).unwrap();
+            assert_eq!(back.cfg.dp, s.cfg.dp);
+            assert_eq!(back.specs.len(), s.specs.len());
+        }
+        // A line written before ranks were drawn reads as one rank.
+        let plain = all.iter().find(|s| !s.cfg.dp.is_split()).unwrap();
+        let line: Vec<String> = plain
+            .deployment()
+            .split_whitespace()
+            .filter(|w| !w.starts_with("dp=") && !w.starts_with("dp_lockstep="))
+            .map(String::from)
+            .collect();
+        let line = line.join(" ");
+        let back = Schedule::from_text(&line, "", &plain.trace_jsonl()).unwrap();
+        assert_eq!(back.cfg.dp, DpLayout::SINGLE);
     }
 }

@@ -153,6 +153,11 @@ pub struct DeployArgs {
     /// sharing the worker's listener; routers address (worker, rank).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub dp_size: u64,
+    /// The --dp-size ranks of each worker step in lockstep, every forward
+    /// pass together at the slowest rank's pace, idle ranks running dummy
+    /// batches: what --enable-expert-parallel implies for an MoE engine.
+    #[arg(long, hide = true)]
+    pub dp_lockstep: bool,
     /// Router mode of both pools.
     #[arg(long, value_enum, default_value = "kv")]
     pub router: RouterArg,
@@ -429,7 +434,12 @@ impl DeployArgs {
         }
         let (prefill_spec, decode_spec) = self.engines()?;
         let dp = handoff_core::DpLayout::new(self.dp_size)
-            .map_err(|e| format!("--dp-size {}: {e}", self.dp_size))?;
+            .map_err(|e| format!("--dp-size {}: {e}", self.dp_size))?
+            .with_coupling(if self.dp_lockstep {
+                handoff_core::DpCoupling::Lockstep
+            } else {
+                handoff_core::DpCoupling::Independent
+            });
         let schedulers =
             (u64::from(self.prefill) + u64::from(self.decode)) * u64::from(dp.dp_size());
         if schedulers > u64::from(u32::MAX) {

@@ -42,6 +42,22 @@ pub enum HostOp {
         /// Model time.
         now: Instant,
     },
+    /// [`handoff_core::WorkerHost::step_pass`]: a lockstep rank's pass,
+    /// its end reported as the status's `step_end` and left to
+    /// [`HostOp::EndPass`]. (New variants go last: their index is on the
+    /// wire.)
+    StepPass {
+        /// Model time.
+        now: Instant,
+    },
+    /// [`handoff_core::WorkerHost::end_pass`]: the lockstep group's pass
+    /// started at `now` ends at `end`.
+    EndPass {
+        /// Model time: the group pass's start.
+        now: Instant,
+        /// The group pass's end: its slowest rank's.
+        end: Instant,
+    },
 }
 
 /// Where the hosts run: in this thread, on threads behind channels, or in
@@ -223,6 +239,10 @@ pub struct EngineConfig {
     pub faults: FaultPlan,
     /// How late peers hear of a killed worker (default: at once).
     pub peer_loss: crate::fault::PeerLossDetection,
+    /// The hosts' data-parallel layout: with
+    /// [`handoff_core::DpCoupling::Lockstep`] the ranks of a worker step
+    /// together (`hosts.rs`); otherwise only names depend on it.
+    pub dp: handoff_core::DpLayout,
 }
 
 impl Default for EngineConfig {
@@ -234,6 +254,7 @@ impl Default for EngineConfig {
             multi_step: true,
             faults: FaultPlan::none(),
             peer_loss: crate::fault::PeerLossDetection::default(),
+            dp: handoff_core::DpLayout::SINGLE,
         }
     }
 }

@@ -1,5 +1,21 @@
 //! The hosts: who steps at an instant and up to which horizon, calls
 //! through the port, and what their outputs become.
+//!
+//! With a lockstep layout ([`handoff_core::DpCoupling::Lockstep`]) the
+//! ranks of a worker step as one group: when any of them wants to step and
+//! none is in a pass, each rank that wants to runs one pass
+//! ([`HostOp::StepPass`]), and every rank up ends the group's pass at its
+//! slowest rank's end ([`HostOp::EndPass`]): a rank that ran nothing is
+//! busy until then with a dummy batch, and every rank's outputs come then.
+//! This is vLLM's `DPEngineCoreProc.run_busy_loop`
+//! (`vllm/v1/engine/core.py`: a rank with no local work runs
+//! `execute_dummy_batch` while any rank has unfinished requests) with the
+//! model runner's padding of every rank's batch to the largest
+//! (`coordinate_batch_across_dp`), and SGLang's `prepare_mlp_sync_batch`
+//! (an idle rank runs a `ForwardMode.IDLE` batch while another runs). A
+//! group whose ranks all found nothing to run does not step, as an idle
+//! vLLM wave stops. Coupled ranks never fold passes: a rank's next pass
+//! waits for its peers'.
 
 use super::{Director, Engine, Ev, HostOp, HostPort, Route};
 use crate::fault::FactFate;
@@ -22,11 +38,62 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         let mut any = false;
         let mut next = self.next_stepper(0);
         while let Some(w) = next {
+            if self.cfg.dp.is_lockstep() {
+                let group = self.cfg.dp.group(WorkerId(w));
+                next = match group.end().checked_add(1) {
+                    Some(after) => self.next_stepper(after),
+                    None => None,
+                };
+                any |= self.step_group(group);
+                continue;
+            }
             // Stepping a host changes only its own status (its effects on
             // others are scheduled events), so who steps after it is known
             // before it steps.
             next = self.next_stepper(w + 1);
             any |= self.step_host(w, next.is_none());
+        }
+        any
+    }
+
+    /// Steps the lockstep group `ranks` (module docs), one of which wants
+    /// to. Returns whether any rank stepped or stalled; `false` while the
+    /// group is in a pass (a restarted rank waits for its end).
+    fn step_group(&mut self, ranks: std::ops::RangeInclusive<u32>) -> bool {
+        let n = self.hosts.len() as u32;
+        let up: Vec<u32> = ranks
+            .filter(|&r| r < n && self.hosts[r as usize].up)
+            .collect();
+        if up
+            .iter()
+            .any(|&r| self.hosts[r as usize].status.step_end.is_some())
+        {
+            return false;
+        }
+        let now = self.now;
+        let mut end: Option<Instant> = None;
+        let mut any = false;
+        for &r in &up {
+            if !self.hosts[r as usize].status.wants_step {
+                continue;
+            }
+            any = true;
+            let mut outs = std::mem::take(&mut self.outs);
+            let status = self
+                .port
+                .call(WorkerId(r), HostOp::StepPass { now }, &mut outs);
+            self.absorb(r, &mut outs, true);
+            self.outs = outs;
+            match status.step_end {
+                // Its status waits for the group's end (`EndPass`).
+                Some(own) => end = end.max(Some(own)),
+                None => self.update(r, status),
+            }
+        }
+        if let Some(end) = end {
+            for &r in &up {
+                self.call(r, HostOp::EndPass { now, end });
+            }
         }
         any
     }

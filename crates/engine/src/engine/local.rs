@@ -79,5 +79,11 @@ pub fn apply_op<S: handoff_core::SchedulerCore>(
             let core = make_core(host.id());
             host.restart(core, now, out);
         }
+        HostOp::StepPass { now } => {
+            host.step_pass(now, out);
+        }
+        HostOp::EndPass { now, end } => {
+            host.end_pass(now, end);
+        }
     }
 }

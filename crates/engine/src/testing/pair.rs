@@ -147,6 +147,7 @@ impl PairConfig {
             message_latency: FACT_LATENCY,
             transfer: TransferModel::Fixed(self.transfer_time),
             transfer_fan: Default::default(),
+            dp: Default::default(),
             multi_step: false,
             faults: FaultPlan {
                 seed: self.seed,

@@ -84,6 +84,12 @@ impl FakeCore {
         self
     }
 
+    /// Sets how long each pass takes (1 ms unless set).
+    pub fn with_pass(mut self, pass: Duration) -> Self {
+        self.pass = pass;
+        self
+    }
+
     /// The exactly-once ledger of held sources and reservations.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger

@@ -159,6 +159,10 @@ pub struct Worker<S: SchedulerCore> {
     /// moves a pointer, not the whole struct twice (it was most of the
     /// memory copying in a replay).
     step_out: Option<Box<StepOutput>>,
+    /// The start of a pass the core has run whose outcome `step_out` holds
+    /// until [`Worker::end_pass`] says when it ends (a lockstep group's
+    /// pass, whose end depends on the other ranks'); `None` otherwise.
+    pass_start: Option<Instant>,
     /// Emptied event buffers handed back by the consumer of
     /// [`WorkerEvent::Step`] and [`WorkerEvent::Tokens`]
     /// ([`Worker::recycle`]): a step's event takes the core's filled buffer
@@ -203,6 +207,7 @@ impl<S: SchedulerCore> Worker<S> {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             step_out: Some(Box::default()),
+            pass_start: None,
             spare_passes: Vec::new(),
             spare_emissions: Vec::new(),
             kv_buf: Vec::new(),

@@ -470,6 +470,7 @@ impl Lab {
             multi_step: false,
             faults,
             peer_loss: Default::default(),
+            dp: Default::default(),
         };
         Lab {
             engine: Engine::new(

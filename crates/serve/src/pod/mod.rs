@@ -122,6 +122,19 @@ pub fn serve_pod_until(
 
 /// The schedulers of `role` in the deployment, or a flag error.
 fn engine_specs(c: &PodConfig) -> Result<Vec<handoff_deployment::EngineSpec>, ServeError> {
+    // Each rank is a wall-clock node of its own: lockstep ranks cannot be.
+    if handoff_deployment::check_wall_driver(
+        &c.serve.cfg,
+        handoff_deployment::WallDriver::ServeEngine,
+    )
+    .is_err()
+    {
+        return Err(ServeError::Flag {
+            flag: "--engine".into(),
+            value: c.role.name().into(),
+            expected: "independent ranks: serve --engine steps each rank on its own wall clock and cannot run lockstep (expert-parallel) ranks; serve the deployment in one process",
+        });
+    }
     let specs: Vec<_> = deployment(&c.serve.cfg)
         .iter()
         .zip(&c.serve.specs)
