@@ -85,3 +85,28 @@ fn wall_clock_live_refuses_lockstep_ranks() {
     assert!(err.contains("live --clock wall"), "{err}");
     assert!(err.contains("lockstep"), "{err}");
 }
+
+/// `--enable-expert-parallel` selects the EP profile and steps the ranks
+/// together: the report says so, and the hidden flag adds nothing to it.
+#[test]
+fn expert_parallelism_steps_the_ranks_together() {
+    let ep = [
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpu",
+        "b200",
+        "--tp",
+        "1",
+        "--dp-size",
+        "2",
+        "--enable-expert-parallel",
+    ];
+    let coupled = replay(&ep);
+    assert_eq!(coupled["completed_requests"], 40);
+    assert_eq!(coupled["config"]["dp_lockstep"], true);
+    let mut both = ep.to_vec();
+    both.push("--dp-lockstep");
+    assert_eq!(coupled, replay(&both));
+    let own = replay(&["--dp-size", "2"]);
+    assert!(own["config"].get("dp_lockstep").is_none());
+}

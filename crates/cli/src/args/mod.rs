@@ -155,7 +155,8 @@ pub struct DeployArgs {
     pub dp_size: u64,
     /// The --dp-size ranks of each worker step in lockstep, every forward
     /// pass together at the slowest rank's pace, idle ranks running dummy
-    /// batches: what --enable-expert-parallel implies for an MoE engine.
+    /// batches: what --enable-expert-parallel (or --ep-size, or either
+    /// pool's expert-parallel flag) sets for an MoE engine.
     #[arg(long, hide = true)]
     pub dp_lockstep: bool,
     /// Router mode of both pools.
@@ -435,7 +436,7 @@ impl DeployArgs {
         let (prefill_spec, decode_spec) = self.engines()?;
         let dp = handoff_core::DpLayout::new(self.dp_size)
             .map_err(|e| format!("--dp-size {}: {e}", self.dp_size))?
-            .with_coupling(if self.dp_lockstep {
+            .with_coupling(if self.dp_lockstep || self.hardware.expert_parallel() {
                 handoff_core::DpCoupling::Lockstep
             } else {
                 handoff_core::DpCoupling::Independent

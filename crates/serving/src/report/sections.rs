@@ -27,6 +27,10 @@ pub struct ReportConfig {
     /// Attention data-parallel ranks per worker; written only above 1.
     #[serde(skip_serializing_if = "is_one")]
     pub dp_size: u16,
+    /// `true` when the ranks step together (MoE with expert parallelism:
+    /// `handoff_core::DpCoupling::Lockstep`); written only then.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dp_lockstep: bool,
     /// Router mode.
     pub router: &'static str,
     /// The `kv` router's knobs (Dynamo's names); only with `router: kv`.
@@ -290,6 +294,7 @@ impl ReportConfig {
             prefill_workers: cfg.prefill_workers,
             decode_workers: cfg.decode_workers,
             dp_size: cfg.dp.dp_size(),
+            dp_lockstep: cfg.dp.is_lockstep(),
             router: cfg.router.name(),
             router_kv: (cfg.router == handoff_router::RouterMode::KvAware)
                 .then(|| KvKnobsReport::from(cfg.router_kv)),
