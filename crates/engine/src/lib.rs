@@ -19,6 +19,7 @@ mod engine;
 pub mod fault;
 mod min_tree;
 pub mod rank_fan;
+pub mod scale;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod transfer;
@@ -30,4 +31,5 @@ pub use fault::{
     FaultPlanErrorKind, TimedFault,
 };
 pub use rank_fan::{FanIssuer, RankFan};
+pub use scale::{Fleet, FleetState, FleetSummary, Phase, ScaleEvent, ScalePool};
 pub use transfer::{Completion, TransferModel, TransferTimer};

@@ -147,6 +147,10 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                     }
                 }
             }
+            Fault::ScaleUp { .. }
+            | Fault::Ready { .. }
+            | Fault::Drain { .. }
+            | Fault::Remove { .. } => self.apply_scale(f.fault),
             Fault::Partition { .. } => {
                 // Applied by the injector to each fact sent while it lasts.
             }
