@@ -90,7 +90,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             .filter(|w| {
                 self.hosts
                     .get(w.0 as usize)
-                    .is_some_and(|h| h.status.drained && h.status.deadline.is_none())
+                    .is_some_and(|h| h.status.drained)
                     && !self.inbound(w.0)
             })
             .collect();
