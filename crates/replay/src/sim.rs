@@ -20,7 +20,7 @@ use crate::elastic::{self, Counted, Traffic};
 use handoff_core::Duration;
 use handoff_engine::scale::FleetSummary;
 use handoff_planner::Planner;
-use handoff_serving::report::{RequestRecord, ScalingReport};
+use handoff_serving::report::RequestRecord;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -41,8 +41,6 @@ pub struct Replay<'a, I: Iterator<Item = TraceItem>> {
     traffic: Rc<RefCell<Traffic>>,
     /// The caller's per-request sink, installed when the run starts.
     sink: Option<RequestSink>,
-    /// GPUs per prefill and per decode worker, for the scaling section.
-    gpus: [u32; 2],
 }
 
 /// What a finished replay produced.
@@ -122,7 +120,6 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
             planner: None,
             traffic,
             sink: None,
-            gpus: [1, 1],
         })
     }
 
@@ -181,7 +178,7 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
     /// GPUs per prefill and per decode worker (the scaling section's
     /// GPU-hours); 1 each unless given.
     pub fn with_gpus_per_worker(mut self, prefill: u32, decode: u32) -> Self {
-        self.gpus = [prefill, decode];
+        self.engine.director_mut().set_fleet_gpus(prefill, decode);
         self
     }
 
@@ -265,10 +262,8 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
         let session_log = director.take_session_lines();
         let (report, transcript, details) = director.into_parts();
         let mut report = report.expect("the engine finishes its director");
-        if let Some(f) = &fleet {
-            let mut s = ScalingReport::new(f, self.gpus);
+        if let Some(s) = report.scaling.as_mut() {
             s.planner = planner_name;
-            report.scaling = Some(s);
         }
         ReplayOutcome {
             report,

@@ -236,6 +236,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             finals
         };
         let counts = self.faults.injected();
+        self.report_fleet();
         self.director.finish(now, &finals, torn_down, counts);
     }
 }

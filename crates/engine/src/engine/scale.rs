@@ -101,6 +101,14 @@ impl<P: HostPort, D: Director> Engine<P, D> {
         !done.is_empty()
     }
 
+    /// At the end of an elastic run: the director hears what scaling did.
+    pub(super) fn report_fleet(&mut self) {
+        if self.fleet.is_elastic() {
+            let summary = self.fleet.summary(self.now);
+            self.director.on_fleet(&summary);
+        }
+    }
+
     /// The fleet's phases and history.
     pub fn fleet(&self) -> &FleetState {
         &self.fleet
