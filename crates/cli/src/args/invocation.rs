@@ -148,6 +148,10 @@ pub fn given_run_flags(m: &ArgMatches) -> Vec<String> {
 /// report (`--concurrency`, `--no-multi-step`).
 fn workload_flags(m: &ArgMatches) -> Vec<String> {
     let mut flags = given(m, &WorkloadArgs::augment_args(Command::new("w")), |_| true);
+    // The elastic fleet's flags (`replay` only: asked only of matches that
+    // hold them).
+    let scale = super::ScaleArgs::augment_args(Command::new("s"));
+    flags.extend(given(m, &scale, |id| m.ids().any(|i| i.as_str() == id)));
     if let Some(n) = concurrency(m) {
         flags.extend([format!("--{CONCURRENCY}"), n.to_string()]);
     }

@@ -15,9 +15,11 @@ use std::sync::Arc;
 mod hardware;
 pub mod invocation;
 pub mod rerun;
+mod scale;
 mod sglang_env;
 mod workload;
 
+pub use scale::ScaleArgs;
 pub use sglang_env::{early_send_cached_prefix, heartbeat, EARLY_SEND_ENV, WAITING_TIMEOUT_ENV};
 pub use workload::{Workload, WorkloadArgs};
 

@@ -366,7 +366,7 @@ impl<'a> Cursor<'_, 'a> {
 }
 
 /// Parses `digits[.digits](ns|us|ms|s)` exactly into nanoseconds.
-pub(super) fn parse_time(text: &str) -> Result<u64, FaultPlanErrorKind> {
+pub(crate) fn parse_time(text: &str) -> Result<u64, FaultPlanErrorKind> {
     let expected = || FaultPlanErrorKind::Expected {
         expected: Expected::Time,
         found: Some(clip(text)),
