@@ -113,13 +113,10 @@ fn a_scaled_up_worker_gets_nothing_before_it_is_ready() {
         assert!(decoded.clone().all(|x| x.end_ms > 6000.0));
         let ev = events(&out);
         assert!(matches!(ev[0], (1.0, ScaleEvent::Provision { .. })));
-        assert!(ev.iter().any(|e| *e
-            == (
-                6.0,
-                ScaleEvent::Ready {
-                    worker: WorkerId(1)
-                }
-            )));
+        let ready = ScaleEvent::Ready {
+            worker: WorkerId(1),
+        };
+        assert!(ev.contains(&(6.0, ready)), "{ev:?}");
         let s = r.scaling.as_ref().expect("the scaling section");
         assert_eq!(s.provisioning_s, 10.0);
         let last = s.workers_over_time.last().expect("points");

@@ -40,6 +40,9 @@ pub struct ScaleArgs {
     pub planner_interval: Option<f64>,
 }
 
+/// A planner and the interval it is called at.
+pub type Timed = (Box<dyn Planner>, Duration);
+
 /// The default startup delay, seconds.
 const STARTUP_DELAY_S: f64 = 30.0;
 /// The default planner interval, seconds (Dynamo's `adjustment_interval`
@@ -61,6 +64,13 @@ impl ScaleArgs {
             return Err("--max-prefill/--max-decode/--scale-plan/--planner: \
                         an elastic fleet needs --dp-size 1"
                 .into());
+        }
+        if deploy.decode == 0 && self.max_decode.is_some_and(|m| m > 0) {
+            return Err(
+                "--max-decode: an aggregated deployment (--decode 0) has no decode \
+                        pool to grow"
+                    .into(),
+            );
         }
         let mut wide = deploy.clone();
         wide.prefill = self.ceiling("max-prefill", self.max_prefill, deploy.prefill)?;
@@ -117,7 +127,7 @@ impl ScaleArgs {
     }
 
     /// The built-in planner `--planner` names and its interval.
-    pub fn planner(&self) -> Result<Option<(Box<dyn Planner>, Duration)>, String> {
+    pub fn planner(&self) -> Result<Option<Timed>, String> {
         let Some(spec) = &self.planner else {
             return Ok(None);
         };

@@ -57,7 +57,11 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             }),
             FleetAction::Retire(w) => {
                 // Drained: no role to unwind and nothing on its way, so
-                // peers and the director have nothing to hear.
+                // peers and the director have nothing to hear. A worker a
+                // kill took down while it drained is down already.
+                if !self.hosts[w.0 as usize].up {
+                    return;
+                }
                 self.hosts[w.0 as usize].up = false;
                 let mut outs = std::mem::take(&mut self.outs);
                 let status = self.port.call(w, HostOp::Teardown { now }, &mut outs);
