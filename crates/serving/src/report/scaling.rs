@@ -157,6 +157,13 @@ mod tests {
         let kinds: Vec<&str> = r.events.iter().map(|e| e.event).collect();
         assert_eq!(kinds, ["provision", "ready", "removed"]);
         assert_eq!(r.events[2].from, Some("ready"));
-        assert_eq!(r.workers_over_time.len(), 4);
+        // A change at an instant replaces that instant's point: the
+        // provisioning at 0 s shows in the first.
+        let points: Vec<(f64, u32, u32)> = r
+            .workers_over_time
+            .iter()
+            .map(|p| (p.t_s, p.decode, p.provisioning))
+            .collect();
+        assert_eq!(points, [(0.0, 1, 1), (60.0, 2, 0), (1800.0, 1, 0)]);
     }
 }
