@@ -1,6 +1,6 @@
 //! `handoff-mocker replay`.
 
-use crate::args::{DeployArgs, WorkloadArgs};
+use crate::args::{DeployArgs, ScaleArgs, WorkloadArgs};
 use crate::report_out::OutputArgs;
 use clap::Args;
 use handoff_deployment::make_core;
@@ -18,6 +18,8 @@ pub struct ReplayArgs {
     deploy: DeployArgs,
     #[command(flatten)]
     workload: WorkloadArgs,
+    #[command(flatten)]
+    scale: ScaleArgs,
     /// Step one forward pass per event (slower; same report).
     #[arg(long)]
     no_multi_step: bool,
@@ -160,6 +162,8 @@ pub struct RunOptions<'a> {
     pub details: bool,
     /// `--kv-events-out`.
     pub kv_events_out: Option<&'a Path>,
+    /// An elastic fleet (`--max-prefill`, `--scale-plan`, `--planner`, ...).
+    pub scale: Option<&'a ScaleArgs>,
 }
 
 /// Runs the replay `a` describes and returns its report: the configuration
@@ -177,6 +181,7 @@ pub fn simulate(
         transcript: a.out.transcript.is_some(),
         details: a.html.is_some(),
         kv_events_out: a.kv_events_out.as_deref(),
+        scale: Some(&a.scale),
     };
     let open = || a.workload.open(a.deploy.seed);
     let sim = simulate_workload(&a.deploy, &opts, open, progress, sink)?;
@@ -202,8 +207,28 @@ pub fn simulate_workload(
     progress: bool,
     sink: Option<handoff_serving::report::RequestSink>,
 ) -> Result<Simulated, String> {
+    let initial = deploy;
+    let elastic = opts.scale.filter(|s| s.is_elastic());
+    let wide;
+    let deploy = match elastic {
+        Some(s) => {
+            wide = s.widen(deploy)?;
+            &wide
+        }
+        None => deploy,
+    };
     let (mut cfg, specs) = deploy.deployment(opts.multi_step)?;
     cfg.transcript = opts.transcript;
+    let planner = match elastic {
+        Some(s) => {
+            s.apply(&mut cfg, (initial.prefill, initial.decode))?;
+            s.planner()?
+        }
+        None => None,
+    };
+    if planner.is_some() && opts.concurrency.is_some() {
+        return Err("--planner: runs open loop only (not with --concurrency)".into());
+    }
     // Build every core up front so a bad configuration fails before any
     // work; a worker a fault plan restarts gets a fresh core of its spec.
     let mut cores = Vec::new();
@@ -249,6 +274,9 @@ pub fn simulate_workload(
     .map_err(|e| e.to_string())?;
     if let Some(sink) = sink {
         replay = replay.with_request_sink(sink);
+    }
+    if let Some((p, interval)) = planner {
+        replay = replay.with_planner(p, interval);
     }
     let kv_out = match opts.kv_events_out {
         Some(p) => {

@@ -19,6 +19,8 @@ mod engine;
 pub mod fault;
 mod min_tree;
 pub mod rank_fan;
+pub mod scale;
+pub mod scale_text;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod transfer;
@@ -30,4 +32,6 @@ pub use fault::{
     FaultPlanErrorKind, TimedFault,
 };
 pub use rank_fan::{FanIssuer, RankFan};
+pub use scale::{Fleet, FleetState, FleetSummary, Phase, ScaleEvent, ScalePool};
+pub use scale_text::{parse_scale_plan, ScalePlanError, ScalePlanProblem};
 pub use transfer::{Completion, TransferModel, TransferTimer};

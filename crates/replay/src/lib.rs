@@ -30,13 +30,16 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod elastic;
 pub mod sim;
 
 pub use handoff_core::CoreBox;
 pub use handoff_deployment::{
     make_core, DeploymentConfig, DeploymentError, EngineSpec, PerfChoice, SessionServing,
 };
+pub use handoff_engine::scale::{Fleet, FleetSummary, Phase, ScaleEvent, ScalePool};
 pub use handoff_engine::TransferModel;
+pub use handoff_planner as planner;
 pub use handoff_router::Pool;
 pub use handoff_serving::{Details, Report, RequestRecord};
 pub use sim::{Replay, ReplayOutcome};

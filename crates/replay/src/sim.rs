@@ -16,17 +16,31 @@ use handoff_serving::report::{Details, Report, RequestSink};
 use handoff_serving::{serving, Serving};
 use handoff_workload::TraceItem;
 
+use crate::elastic::{self, Counted, Traffic};
+use handoff_core::Duration;
+use handoff_engine::scale::FleetSummary;
+use handoff_planner::Planner;
+use handoff_serving::report::RequestRecord;
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use handoff_core::CoreBox;
 
 /// A replay run: the one [`Engine`] with every host in this thread and the
 /// [`Serving`] director.
 pub struct Replay<'a, I: Iterator<Item = TraceItem>> {
-    engine: Engine<LocalHosts<'a, CoreBox>, Serving<I>>,
+    engine: Engine<LocalHosts<'a, CoreBox>, Serving<Counted<I>>>,
     /// Hand the recorder every host's capacity after each instant.
     sample: bool,
     /// Closed loop: re-ask the director for arrivals after every unit of
     /// work (a completion frees a slot).
     closed_loop: bool,
+    /// The planner of an elastic run and its default interval.
+    planner: Option<(Box<dyn Planner + 'a>, Duration)>,
+    /// What the planner's window saw.
+    traffic: Rc<RefCell<Traffic>>,
+    /// The caller's per-request sink, installed when the run starts.
+    sink: Option<RequestSink>,
 }
 
 /// What a finished replay produced.
@@ -35,6 +49,9 @@ pub struct ReplayOutcome {
     pub report: Report,
     /// The lifecycle transcript, when `cfg.transcript` asked for one.
     pub transcript: Option<Transcript>,
+    /// The fleet's history, when the run was elastic (also in the
+    /// report's `scaling` section).
+    pub fleet: Option<FleetSummary>,
     /// What the HTML report draws, when [`Replay::keep_details`] asked.
     pub details: Option<Details>,
     /// Router bookings still held at the end, both pools (0 when every
@@ -87,6 +104,11 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
             let pool = pools.get(w.0 as usize).copied().unwrap_or(Pool::Decode);
             make_core(w, pool)
         });
+        let traffic = Rc::new(RefCell::new(Traffic::default()));
+        let workload = Counted {
+            inner: workload,
+            traffic: traffic.clone(),
+        };
         let mut director = serving(&cfg, workload);
         if let Some(n) = concurrency {
             director.set_concurrency(n);
@@ -95,6 +117,9 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
             engine: Engine::new(engine_config(&cfg), port, director),
             sample: false,
             closed_loop: concurrency.is_some(),
+            planner: None,
+            traffic,
+            sink: None,
         })
     }
 
@@ -137,7 +162,23 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
 
     /// Hands every finished request's record to `sink` (`--per-request-jsonl`).
     pub fn with_request_sink(mut self, sink: RequestSink) -> Self {
-        self.engine.director_mut().set_request_sink(sink);
+        self.sink = Some(sink);
+        self
+    }
+
+    /// Calls `planner` on the virtual clock (every `interval` unless it
+    /// asks otherwise) and applies its decisions as scale events to the
+    /// fleet of `cfg.faults` (see [`crate::elastic`]). Open loop only: a
+    /// closed-loop or session replay runs without it.
+    pub fn with_planner(mut self, planner: Box<dyn Planner + 'a>, interval: Duration) -> Self {
+        self.planner = Some((planner, interval));
+        self
+    }
+
+    /// GPUs per prefill and per decode worker (the scaling section's
+    /// GPU-hours); 1 each unless given.
+    pub fn with_gpus_per_worker(mut self, prefill: u32, decode: u32) -> Self {
+        self.engine.director_mut().set_fleet_gpus(prefill, decode);
         self
     }
 
@@ -166,7 +207,31 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
     /// Runs to completion and returns everything it produced.
     pub fn run_all(mut self) -> ReplayOutcome {
         let sample = self.sample;
-        if self.closed_loop {
+        let planner = if self.closed_loop {
+            None
+        } else {
+            self.planner.take()
+        };
+        self.traffic.borrow_mut().keep = planner.is_some();
+        let user = self.sink.take();
+        if planner.is_some() {
+            let traffic = self.traffic.clone();
+            let mut user = user;
+            self.engine
+                .director_mut()
+                .set_request_sink(Box::new(move |r: &RequestRecord| {
+                    traffic.borrow_mut().finish(r);
+                    if let Some(u) = user.as_mut() {
+                        u(r);
+                    }
+                }));
+        } else if let Some(u) = user {
+            self.engine.director_mut().set_request_sink(u);
+        }
+        let planner_name = planner.as_ref().map(|(p, _)| p.name().to_string());
+        if let Some((mut p, interval)) = planner {
+            elastic::run(&mut self.engine, p.as_mut(), interval, &self.traffic);
+        } else if self.closed_loop {
             run_closed_loop(&mut self.engine, |engine, at| {
                 if sample {
                     sample_hosts(engine, at);
@@ -182,6 +247,12 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
                 }
             }
         }
+        while self.engine.run_one() {}
+        let fleet = self
+            .engine
+            .fleet()
+            .is_elastic()
+            .then(|| self.engine.fleet_summary());
         let (mut director, mut port) = self.engine.run();
         let step_calls = handoff_engine::HostPort::finals(&mut port)
             .iter()
@@ -190,9 +261,14 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
         let live_bookings = director.router_bookings();
         let session_log = director.take_session_lines();
         let (report, transcript, details) = director.into_parts();
+        let mut report = report.expect("the engine finishes its director");
+        if let Some(s) = report.scaling.as_mut() {
+            s.planner = planner_name;
+        }
         ReplayOutcome {
-            report: report.expect("the engine finishes its director"),
+            report,
             transcript,
+            fleet,
             details,
             live_bookings,
             session_log,
@@ -203,7 +279,7 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
 
 /// Hands the recorder every host's capacity as of instant `at`.
 fn sample_hosts<I: Iterator<Item = TraceItem>>(
-    engine: &mut Engine<LocalHosts<'_, CoreBox>, Serving<I>>,
+    engine: &mut Engine<LocalHosts<'_, CoreBox>, Serving<Counted<I>>>,
     at: Instant,
 ) {
     let n = engine.port().hosts().len();

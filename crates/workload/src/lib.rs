@@ -2,8 +2,8 @@
 //!
 //! Where requests come from: a streaming reader for Mooncake JSONL traces and
 //! Azure LLM inference CSV traces ([`TraceReader`], [`TraceFormat`]), a writer for the same format ([`TraceWriter`]), a seeded
-//! synthetic generator with Poisson arrivals and shared-prefix groups
-//! ([`SyntheticWorkload`]) and a synthetic agentic-session generator
+//! synthetic generator with Poisson arrivals (at a constant rate or along a
+//! [`RateCurve`]) and shared-prefix groups ([`SyntheticWorkload`]) and a synthetic agentic-session generator
 //! ([`generate_sessions`]).
 //!
 //! Everything yields [`TraceItem`]s: a [`handoff_core::Request`] plus the
@@ -47,6 +47,7 @@ pub mod item;
 mod line;
 pub mod lora;
 pub mod observed;
+pub mod rate_curve;
 pub mod reader;
 mod record;
 pub mod session;
@@ -56,6 +57,7 @@ pub mod writer;
 pub use dist::LengthDist;
 pub use error::{Problem, TraceError, TraceField};
 pub use item::{session_id_from_str, TraceItem};
+pub use rate_curve::{RateCurve, RateCurveError, RateCurveProblem};
 pub use reader::{ReaderOptions, ReaderStats, TraceFormat, TraceReader};
 pub use session::{generate_sessions, SessionConfig};
 pub use synthetic::{SyntheticConfig, SyntheticWorkload};

@@ -19,6 +19,7 @@
 
 use crate::dist::LengthDist;
 use crate::item::TraceItem;
+use crate::rate_curve::RateCurve;
 use handoff_core::request::{mix64, TRACE_HASH_BLOCK_TOKENS};
 use handoff_core::{Instant, Request, RequestId, Rng};
 
@@ -30,7 +31,12 @@ pub struct SyntheticConfig {
     /// Requests to generate.
     pub requests: u64,
     /// Mean arrivals per second (Poisson); `<= 0` sends all at `start`.
+    /// Ignored when `rate_curve` is set.
     pub rate_per_sec: f64,
+    /// A time-varying rate (`--rate-curve`): arrivals by a non-homogeneous
+    /// Poisson process ([`crate::rate_curve`]); `None` keeps the constant
+    /// `rate_per_sec`, its arrivals unchanged.
+    pub rate_curve: Option<RateCurve>,
     /// Prompt tokens.
     pub input_tokens: LengthDist,
     /// Output tokens.
@@ -52,6 +58,7 @@ impl Default for SyntheticConfig {
             seed: 42,
             requests: 2000,
             rate_per_sec: 16.0,
+            rate_curve: None,
             // median 3800, mean ~4.1K tokens
             input_tokens: LengthDist::LogNormal {
                 median: 3800.0,
@@ -93,6 +100,8 @@ pub struct SyntheticWorkload {
     next_fresh_id: u64,
     emitted: u64,
     elapsed_secs: f64,
+    /// `Λ` of the last arrival under a rate curve (unit-rate time).
+    unit_time: f64,
 }
 
 impl SyntheticWorkload {
@@ -115,6 +124,7 @@ impl SyntheticWorkload {
             next_fresh_id: next_id,
             emitted: 0,
             elapsed_secs: 0.0,
+            unit_time: 0.0,
             config,
         }
     }
@@ -132,9 +142,15 @@ impl Iterator for SyntheticWorkload {
         if self.emitted >= self.config.requests {
             return None;
         }
-        let rate = self.config.rate_per_sec;
-        if rate > 0.0 && rate.is_finite() && self.emitted > 0 {
-            self.elapsed_secs += self.arrivals.exponential(1.0 / rate);
+        if let Some(curve) = &self.config.rate_curve {
+            // Time rescaling: unit-rate Poisson in Λ, mapped back by Λ⁻¹.
+            self.unit_time += self.arrivals.exponential(1.0);
+            self.elapsed_secs = curve.invert(self.elapsed_secs, self.unit_time);
+        } else {
+            let rate = self.config.rate_per_sec;
+            if rate > 0.0 && rate.is_finite() && self.emitted > 0 {
+                self.elapsed_secs += self.arrivals.exponential(1.0 / rate);
+            }
         }
         // Whole microseconds: exact through the JSONL writer and reader.
         let micros = (self.elapsed_secs * 1e6).round();
@@ -306,6 +322,74 @@ mod tests {
         assert!(items
             .iter()
             .all(|i| i.request.arrival == Instant::from_millis(5)));
+    }
+
+    /// Arrivals per `window` seconds over the first `horizon` seconds.
+    fn counts(items: &[TraceItem], window: f64, horizon: f64) -> Vec<u64> {
+        let mut c = vec![0u64; (horizon / window) as usize];
+        for it in items {
+            let t = it.request.arrival.as_nanos() as f64 / 1e9;
+            if let Some(slot) = c.get_mut((t / window) as usize) {
+                *slot += 1;
+            }
+        }
+        c
+    }
+
+    fn curved(spec: &str, requests: u64) -> Vec<TraceItem> {
+        all(SyntheticConfig {
+            rate_curve: Some(RateCurve::parse(spec).unwrap()),
+            requests,
+            ..SyntheticConfig::default()
+        })
+    }
+
+    #[test]
+    fn step_curve_arrivals_follow_each_step() {
+        // 10/s for 100 s, 40/s for 100 s, 5/s after.
+        let items = curved("step:0=10,100=40,200=5", 6000);
+        let c = counts(&items, 100.0, 300.0);
+        // Poisson counts: mean ± 4 standard deviations.
+        for (got, mean) in c.iter().zip([1000.0, 4000.0, 500.0]) {
+            let sd = f64::sqrt(mean);
+            assert!((*got as f64 - mean).abs() < 4.0 * sd, "{c:?}");
+        }
+        for w in items.windows(2) {
+            assert!(w[0].request.arrival <= w[1].request.arrival);
+        }
+    }
+
+    #[test]
+    fn ramp_sine_and_bursts_follow_their_curves() {
+        for spec in ["ramp:2..30/200", "sine:20,15,100", "bursts:5,50,20,5"] {
+            let curve = RateCurve::parse(spec).unwrap();
+            let items = curved(spec, 20_000);
+            let c = counts(&items, 5.0, 200.0);
+            for (i, got) in c.iter().enumerate() {
+                let a = i as f64 * 5.0;
+                let mean = curve.cumulative(a + 5.0) - curve.cumulative(a);
+                let sd = mean.sqrt().max(1.0);
+                assert!(
+                    (*got as f64 - mean).abs() < 5.0 * sd,
+                    "{spec}: window {i}: {got} vs {mean}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_curve_is_deterministic_and_leaves_lengths_alone() {
+        let a = curved("sine:16,8,60", 500);
+        let b = curved("sine:16,8,60", 500);
+        assert_eq!(a, b);
+        let flat = all(SyntheticConfig {
+            requests: 500,
+            ..SyntheticConfig::default()
+        });
+        for (x, y) in a.iter().zip(&flat) {
+            assert_eq!(x.request.prompt_tokens, y.request.prompt_tokens);
+            assert_eq!(x.request.prefix_hashes, y.request.prefix_hashes);
+        }
     }
 
     #[test]

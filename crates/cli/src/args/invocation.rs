@@ -69,6 +69,7 @@ fn workload_report(w: &WorkloadArgs, concurrency: Option<usize>) -> WorkloadRepo
             trace_format: Some(w.format(path).name()),
             requests: None,
             rate_per_s: None,
+            rate_curve: None,
             limit: w.limit,
             arrival_speedup_ratio: w.arrival_speedup_ratio,
             concurrency,
@@ -81,7 +82,11 @@ fn workload_report(w: &WorkloadArgs, concurrency: Option<usize>) -> WorkloadRepo
                     .unwrap_or(synthetic.requests)
                     .min(w.limit.unwrap_or(u64::MAX)),
             ),
-            rate_per_s: open_loop.then(|| w.rate.unwrap_or(synthetic.rate_per_sec)),
+            rate_per_s: (open_loop && w.rate_curve.is_none())
+                .then(|| w.rate.unwrap_or(synthetic.rate_per_sec)),
+            rate_curve: open_loop
+                .then(|| w.rate_curve.as_ref().map(|c| c.describe()))
+                .flatten(),
             limit: None,
             arrival_speedup_ratio: w.arrival_speedup_ratio,
             concurrency,
@@ -143,6 +148,10 @@ pub fn given_run_flags(m: &ArgMatches) -> Vec<String> {
 /// report (`--concurrency`, `--no-multi-step`).
 fn workload_flags(m: &ArgMatches) -> Vec<String> {
     let mut flags = given(m, &WorkloadArgs::augment_args(Command::new("w")), |_| true);
+    // The elastic fleet's flags (`replay` only: asked only of matches that
+    // hold them).
+    let scale = super::ScaleArgs::augment_args(Command::new("s"));
+    flags.extend(given(m, &scale, |id| m.ids().any(|i| i.as_str() == id)));
     if let Some(n) = concurrency(m) {
         flags.extend([format!("--{CONCURRENCY}"), n.to_string()]);
     }

@@ -15,9 +15,11 @@ use std::sync::Arc;
 mod hardware;
 pub mod invocation;
 pub mod rerun;
+mod scale;
 mod sglang_env;
 mod workload;
 
+pub use scale::ScaleArgs;
 pub use sglang_env::{early_send_cached_prefix, heartbeat, EARLY_SEND_ENV, WAITING_TIMEOUT_ENV};
 pub use workload::{Workload, WorkloadArgs};
 
@@ -649,9 +651,13 @@ impl DeployArgs {
         let workers = self.prefill.max(1) + self.decode;
         for f in &plan.timed {
             let w = match f.fault {
-                Fault::Kill { worker } | Fault::Restart { worker } => Some(worker),
+                Fault::Kill { worker }
+                | Fault::Restart { worker }
+                | Fault::Ready { worker }
+                | Fault::Drain { worker }
+                | Fault::Remove { worker } => Some(worker),
                 Fault::Partition { a, b, .. } => Some(if a.0 >= b.0 { a } else { b }),
-                Fault::Cancel { .. } => None,
+                Fault::Cancel { .. } | Fault::ScaleUp { .. } => None,
             };
             if let Some(w) = w.filter(|w| w.0 >= workers) {
                 return Err(format!(
@@ -659,6 +665,13 @@ impl DeployArgs {
                     workers - 1
                 ));
             }
+        }
+        if let Some(m) = plan.fleet.members.iter().find(|m| m.worker.0 >= workers) {
+            return Err(format!(
+                "{origin}: fleet worker {} does not exist (the deployment has workers 0..{})",
+                m.worker,
+                workers - 1
+            ));
         }
         Ok(plan)
     }

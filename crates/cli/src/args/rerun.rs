@@ -141,7 +141,12 @@ fn run_flag_table() -> BTreeMap<String, bool> {
     let mut table = BTreeMap::new();
     let deploy = DeployArgs::augment_args(Command::new("d"));
     let workload = WorkloadArgs::augment_args(Command::new("w"));
-    for arg in deploy.get_arguments().chain(workload.get_arguments()) {
+    let scale = super::ScaleArgs::augment_args(Command::new("s"));
+    for arg in deploy
+        .get_arguments()
+        .chain(workload.get_arguments())
+        .chain(scale.get_arguments())
+    {
         if let Some(long) = arg.get_long() {
             let takes = !matches!(arg.get_action(), ArgAction::SetTrue | ArgAction::SetFalse);
             table.insert(long.to_string(), takes);
@@ -166,8 +171,9 @@ fn names_a_path(name: &str, value: Option<&str>) -> bool {
         ("trace" | "profiles-dir", _) => true,
         ("perf", Some(v)) => v.starts_with("profile:") || v.starts_with("npz:"),
         ("overheads", Some(v)) => v != "off" && v != "profile",
-        // `--faults` takes a file when one is there, else the plan itself.
-        ("faults", Some(v)) => Path::new(v).exists(),
+        // `--faults` and `--scale-plan` take a file when one is there,
+        // else the plan itself.
+        ("faults" | "scale-plan", Some(v)) => Path::new(v).exists(),
         _ => false,
     }
 }

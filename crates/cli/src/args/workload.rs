@@ -6,8 +6,8 @@ use clap::{Args, ValueEnum};
 use handoff_core::{Duration, Instant};
 use handoff_deployment::EngineSpec;
 use handoff_workload::{
-    ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat, TraceItem,
-    TraceReader,
+    RateCurve, ReaderOptions, SyntheticConfig, SyntheticWorkload, TraceError, TraceFormat,
+    TraceItem, TraceReader,
 };
 use std::cell::RefCell;
 use std::fs::File;
@@ -53,6 +53,11 @@ pub struct WorkloadArgs {
     /// Synthetic workload: Poisson arrival rate, in requests/s [default: 16].
     #[arg(long, value_name = "PER_S")]
     pub rate: Option<f64>,
+    /// Synthetic workload: a time-varying Poisson rate instead of --rate:
+    /// `step:T=R,...`, `ramp:R0..R1/T`, `sine:MEAN,AMP,PERIOD` or
+    /// `bursts:BASE,PEAK,EVERY,LEN` (times in s, or with ms/s/m/h).
+    #[arg(long, value_name = "CURVE", conflicts_with = "rate", value_parser = parse_rate_curve)]
+    pub rate_curve: Option<RateCurve>,
     /// Stop after this many requests [default: all].
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
@@ -175,6 +180,11 @@ impl Workload {
     }
 }
 
+/// `--rate-curve`: the typed parser, its located error as clap's message.
+fn parse_rate_curve(s: &str) -> Result<RateCurve, String> {
+    RateCurve::parse(s).map_err(|e| e.to_string())
+}
+
 /// A workload stream plus a slot where a trace error lands.
 pub struct Workload {
     /// The items.
@@ -280,7 +290,13 @@ impl WorkloadArgs {
                 if let Some(l) = self.limit {
                     sc.requests = sc.requests.min(l);
                 }
-                let rate = format!(" at {}/s", sc.rate_per_sec);
+                let rate = match &self.rate_curve {
+                    Some(curve) => {
+                        sc.rate_curve = Some(curve.clone());
+                        format!(" at rate curve {}", curve.describe())
+                    }
+                    None => format!(" at {}/s", sc.rate_per_sec),
+                };
                 let note = format!(
                     "embedded synthetic workload: {} requests{rate}",
                     sc.requests

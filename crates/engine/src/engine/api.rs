@@ -179,6 +179,10 @@ pub trait Director {
     /// the engine tore down, and the faults injected.
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts);
 
+    /// Just before [`Director::finish`] of an elastic run: what the fleet's
+    /// scaling did (counts over time, time per phase, scale events).
+    fn on_fleet(&mut self, _summary: &crate::scale::FleetSummary) {}
+
     /// Which of worker `w`'s events this director takes in whatever order
     /// they come among other workers' events, without routing on them:
     /// those a run of passes on another host may overtake (module docs).

@@ -147,6 +147,10 @@ impl<P: HostPort, D: Director> Engine<P, D> {
                     }
                 }
             }
+            Fault::ScaleUp { .. }
+            | Fault::Ready { .. }
+            | Fault::Drain { .. }
+            | Fault::Remove { .. } => self.apply_scale(f.fault),
             Fault::Partition { .. } => {
                 // Applied by the injector to each fact sent while it lasts.
             }
@@ -232,6 +236,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             finals
         };
         let counts = self.faults.injected();
+        self.report_fleet();
         self.director.finish(now, &finals, torn_down, counts);
     }
 }

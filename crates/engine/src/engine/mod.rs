@@ -76,6 +76,7 @@ mod hosts;
 mod local;
 mod reads;
 mod run;
+mod scale;
 
 pub use api::{Director, EngineConfig, HostOp, HostPort, QuietEvents, Route, Undeliverable};
 pub use local::{apply_op, LocalHosts};
@@ -247,6 +248,8 @@ pub struct Engine<P: HostPort, D: Director> {
     may_step: Vec<u64>,
     /// Hosts whose last status was not drained.
     undrained: usize,
+    /// The elastic fleet's phases (empty without scaling).
+    fleet: crate::scale::FleetState,
 }
 
 impl<P: HostPort, D: Director> Engine<P, D> {
@@ -270,6 +273,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             notices: crate::fault::LossNotices::default(),
             may_step: vec![0; (port.hosts() as usize).div_ceil(64)],
             undrained: 0,
+            fleet: crate::scale::FleetState::new(cfg.faults.fleet.clone()),
             cfg,
             now: Instant::ZERO,
             seq: 0,
@@ -287,6 +291,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             routes: Vec::new(),
             arrival_pending: false,
         };
+        e.start_fleet();
         e.schedule_arrival();
         if let Some(t) = e.faults.next_timed() {
             e.at(t, Ev::Fault);

@@ -90,6 +90,8 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             Unit::Handled
         } else if self.step_hosts() {
             Unit::Stepped
+        } else if self.retire_drained() {
+            Unit::Handled
         } else {
             match self.next_event_at() {
                 Some(t) if t <= limit => {
@@ -177,6 +179,8 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             Unit::Handled
         } else if self.step_hosts() {
             Unit::Stepped
+        } else if self.retire_drained() {
+            Unit::Handled
         } else {
             Unit::Moved(self.next_instant())
         }

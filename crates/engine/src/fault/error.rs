@@ -31,6 +31,8 @@ pub enum Expected {
     Time,
     /// This keyword.
     Keyword(&'static str),
+    /// A pool: `prefill` or `decode`.
+    Pool,
 }
 
 impl fmt::Display for Expected {
@@ -42,6 +44,7 @@ impl fmt::Display for Expected {
             Expected::Probability => f.write_str("a probability"),
             Expected::Time => f.write_str("a time like 1.5s, 250ms, 20us or 100ns"),
             Expected::Keyword(k) => write!(f, "`{k}`"),
+            Expected::Pool => f.write_str("a pool (prefill or decode)"),
         }
     }
 }
@@ -107,6 +110,18 @@ pub enum FaultPlanErrorKind {
         /// The limit.
         max: usize,
     },
+    /// A `fleet` directive naming a worker a previous one named.
+    FleetMemberTwice {
+        /// The worker.
+        worker: WorkerId,
+        /// The line that named it first.
+        first_line: usize,
+    },
+    /// A `fleet` worker id above [`MAX_FLEET_WORKER`](crate::scale::MAX_FLEET_WORKER).
+    FleetWorkerTooLarge {
+        /// The worker.
+        worker: WorkerId,
+    },
     /// A token after a complete directive.
     Trailing {
         /// The token.
@@ -121,7 +136,19 @@ impl fmt::Display for FaultPlanErrorKind {
             K::UnknownDirective { found } => write!(
                 f,
                 "unknown directive {found:?} (expected seed, kill, restart, partition, \
-                 cancel, drop, duplicate, delay or transfer-fail)"
+                 cancel, drop, duplicate, delay, transfer-fail, fleet, startup-delay, \
+                 scale-up, ready, drain or remove)"
+            ),
+            K::FleetMemberTwice { worker, first_line } => write!(
+                f,
+                "worker {} is already in the fleet (line {first_line})",
+                worker.0
+            ),
+            K::FleetWorkerTooLarge { worker } => write!(
+                f,
+                "fleet worker {} is above {}",
+                worker.0,
+                crate::scale::MAX_FLEET_WORKER
             ),
             K::Expected {
                 expected,

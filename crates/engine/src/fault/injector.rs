@@ -113,8 +113,22 @@ impl FaultInjector {
             Fault::Restart { .. } => c.restarts += 1,
             Fault::Partition { .. } => c.partitions += 1,
             Fault::Cancel { .. } => c.cancels += 1,
+            // Scale events are counted by the fleet, not as faults.
+            Fault::ScaleUp { .. }
+            | Fault::Ready { .. }
+            | Fault::Drain { .. }
+            | Fault::Remove { .. } => {}
         }
         Some(t)
+    }
+
+    /// Adds a timed fault at `at` (not before the last one taken) among
+    /// those not yet taken, after any already at `at`: a `ScaleUp`
+    /// schedules its worker's `Ready` so.
+    pub fn schedule(&mut self, at: Instant, fault: Fault) {
+        let rest = &self.plan.timed[self.next..];
+        let i = self.next + rest.partition_point(|t| t.at <= at);
+        self.plan.timed.insert(i, TimedFault { at, fault });
     }
 
     /// Cuts the link between `a` and `b` over `[from, until)` now, outside

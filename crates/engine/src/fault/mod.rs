@@ -49,6 +49,7 @@ pub use error::{Expected, FaultPlanError, FaultPlanErrorKind};
 pub use injector::FaultInjector;
 pub use peer_loss::{Heartbeat, LossNotice, LossNotices, PeerLossDetection};
 pub use plan::{FactFate, FactFaults, Fault, FaultCounts, FaultPlan, TimedFault};
+pub(crate) use text::parse_time;
 
 /// Most timed faults a parsed plan may hold; more is a
 /// [`FaultPlanErrorKind::TooManyTimedFaults`] error.

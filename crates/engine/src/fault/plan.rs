@@ -3,6 +3,7 @@
 
 use super::error::FaultPlanError;
 use super::GENERATE_STREAM;
+use crate::scale::{Fleet, ScalePool};
 use handoff_core::ids::{RequestId, WorkerId};
 use handoff_core::rng::Rng;
 use handoff_core::time::{Duration, Instant};
@@ -43,6 +44,30 @@ pub enum Fault {
     Cancel {
         /// The request cancelled.
         request: RequestId,
+    },
+    /// An elastic pool grows by one worker: its lowest absent (or gone)
+    /// member starts provisioning and is ready after the fleet's startup
+    /// delay ([`crate::scale`]). At the pool's ceiling nothing happens.
+    ScaleUp {
+        /// The pool.
+        pool: ScalePool,
+    },
+    /// A provisioning worker becomes routable (scheduled by `ScaleUp`;
+    /// a no-op in any other phase).
+    Ready {
+        /// The worker.
+        worker: WorkerId,
+    },
+    /// A ready worker drains: routed nothing new, it finishes what it
+    /// holds and leaves once drained.
+    Drain {
+        /// The worker.
+        worker: WorkerId,
+    },
+    /// A worker leaves at once: what it held unwinds as on a kill.
+    Remove {
+        /// The worker.
+        worker: WorkerId,
     },
 }
 
@@ -113,6 +138,8 @@ pub struct FaultPlan {
     pub facts: FactFaults,
     /// Probability in `[0, 1]` that a KV transfer fails instead of completing.
     pub transfer_fail: f64,
+    /// The elastic fleet scale events act on; empty without scaling.
+    pub fleet: Fleet,
 }
 
 impl Default for FaultPlan {
@@ -137,13 +164,17 @@ impl FaultPlan {
             timed: Vec::new(),
             facts: FactFaults::NONE,
             transfer_fail: 0.0,
+            fleet: Fleet::default(),
         }
     }
 
     /// Whether the plan injects nothing: no timed faults, a perfect channel
     /// and transfers that never fail. The seed does not matter.
     pub fn is_empty(&self) -> bool {
-        self.timed.is_empty() && self.facts.is_none() && !active(self.transfer_fail)
+        self.timed.is_empty()
+            && self.facts.is_none()
+            && !active(self.transfer_fail)
+            && self.fleet.is_empty()
     }
 
     /// Adds a timed fault after every fault already at or before `at`,

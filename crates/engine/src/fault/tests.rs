@@ -548,6 +548,10 @@ fn generated_plans_are_seeded_and_well_formed() {
                 assert!(a != b && a.0 < 6 && b.0 < 6 && until > t.at);
             }
             Fault::Cancel { request } => assert!(request.0 < 5_000),
+            Fault::ScaleUp { .. }
+            | Fault::Ready { .. }
+            | Fault::Drain { .. }
+            | Fault::Remove { .. } => panic!("generate draws no scale events"),
         }
     }
     assert!((0.05..=0.1).contains(&plan.facts.drop));
@@ -584,4 +588,55 @@ fn counts_display() {
         "kills 1, restarts 0, partitions 0, cancels 0; facts 10: 0 cut by partition, \
          2 dropped, 0 duplicated, 0 delayed; transfers 0: 0 failed"
     );
+}
+
+#[test]
+fn scale_directives_parse_locate_errors_and_round_trip() {
+    use crate::scale::{FleetMember, ScalePool};
+    let w = WorkerId;
+    let text = "fleet 0 prefill; fleet 1 prefill absent; fleet 2 decode\n\
+                startup-delay 30s; scale-up prefill at 10s; drain 2 at 1m\n";
+    // `1m` is no unit of the plan text: the error names line and column.
+    let e = FaultPlan::parse(text).unwrap_err();
+    assert_eq!((e.line, e.column), (2, 56));
+    let text = text.replace("1m", "60s");
+    let plan = FaultPlan::parse(&text).unwrap();
+    assert_eq!(
+        plan.fleet.members[1],
+        FleetMember {
+            worker: w(1),
+            pool: ScalePool::Prefill,
+            absent: true
+        }
+    );
+    assert_eq!(plan.fleet.startup_delay, Duration::from_secs(30));
+    assert_eq!(
+        plan.timed[0].fault,
+        Fault::ScaleUp {
+            pool: ScalePool::Prefill
+        }
+    );
+    assert_eq!(plan.timed[1].fault, Fault::Drain { worker: w(2) });
+    assert!(!plan.is_empty());
+    assert_eq!(FaultPlan::parse(&plan.to_string()), Ok(plan.clone()));
+    let more = FaultPlan::parse("ready 1 at 1s; remove 1 at 2s").unwrap();
+    assert_eq!(FaultPlan::parse(&more.to_string()), Ok(more));
+
+    let e = FaultPlan::parse("fleet 0 prefill\nfleet 0 decode").unwrap_err();
+    assert_eq!(
+        e.kind,
+        FaultPlanErrorKind::FleetMemberTwice {
+            worker: w(0),
+            first_line: 1
+        }
+    );
+    let e = FaultPlan::parse("scale-up gpu at 1s").unwrap_err();
+    assert!(e.to_string().contains("a pool (prefill or decode)"), "{e}");
+    let e = FaultPlan::parse("fleet 99999999 decode").unwrap_err();
+    assert!(matches!(
+        e.kind,
+        FaultPlanErrorKind::FleetWorkerTooLarge { .. }
+    ));
+    // A plan without a fleet writes what it wrote before.
+    assert!(!FaultPlan::none().to_string().contains("fleet"));
 }

@@ -3,6 +3,7 @@
 use super::error::{Expected, FaultPlanError, FaultPlanErrorKind, TimeText};
 use super::plan::{nanos, Fault, FaultPlan, TimedFault};
 use super::MAX_TIMED_FAULTS;
+use crate::scale::{FleetMember, ScalePool, MAX_FLEET_WORKER};
 use handoff_core::ids::{RequestId, WorkerId};
 use handoff_core::time::{Duration, Instant};
 use std::fmt;
@@ -17,6 +18,17 @@ use std::str::FromStr;
 impl fmt::Display for FaultPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "seed {}", self.seed)?;
+        if !self.fleet.is_empty() {
+            for m in &self.fleet.members {
+                let absent = if m.absent { " absent" } else { "" };
+                writeln!(f, "fleet {} {}{absent}", m.worker.0, m.pool.name())?;
+            }
+            writeln!(
+                f,
+                "startup-delay {}",
+                TimeText(nanos(self.fleet.startup_delay))
+            )?;
+        }
         for t in &self.timed {
             let at = TimeText(t.at.0);
             match t.fault {
@@ -30,6 +42,10 @@ impl fmt::Display for FaultPlan {
                     TimeText(until.0)
                 )?,
                 Fault::Cancel { request } => writeln!(f, "cancel {} at {at}", request.0)?,
+                Fault::ScaleUp { pool } => writeln!(f, "scale-up {} at {at}", pool.name())?,
+                Fault::Ready { worker } => writeln!(f, "ready {} at {at}", worker.0)?,
+                Fault::Drain { worker } => writeln!(f, "drain {} at {at}", worker.0)?,
+                Fault::Remove { worker } => writeln!(f, "remove {} at {at}", worker.0)?,
             }
         }
         writeln!(f, "drop {}", self.facts.drop)?;
@@ -50,7 +66,8 @@ impl FromStr for FaultPlan {
     fn from_str(text: &str) -> Result<FaultPlan, FaultPlanError> {
         let mut p = Parser {
             plan: FaultPlan::none(),
-            seen: [None; 5],
+            seen: [None; 6],
+            fleet_lines: Vec::new(),
         };
         let mut toks: Vec<Tok<'_>> = Vec::with_capacity(MAX_DIRECTIVE_TOKENS);
         for (i, line) in text.split('\n').enumerate() {
@@ -112,12 +129,21 @@ fn clip(text: &str) -> String {
 }
 
 /// The once-only directives, indexing `Parser::seen`.
-const ONCE: [&str; 5] = ["seed", "drop", "duplicate", "delay", "transfer-fail"];
+const ONCE: [&str; 6] = [
+    "seed",
+    "drop",
+    "duplicate",
+    "delay",
+    "transfer-fail",
+    "startup-delay",
+];
 
 struct Parser {
     plan: FaultPlan,
     /// For each of [`ONCE`], the line that gave it.
-    seen: [Option<usize>; 5],
+    seen: [Option<usize>; 6],
+    /// The line that named each fleet member, in `plan.fleet` order.
+    fleet_lines: Vec<usize>,
 }
 
 struct Cursor<'t, 'a> {
@@ -277,6 +303,54 @@ impl<'a> Cursor<'_, 'a> {
         })
     }
 
+    /// `scale-up POOL at T`, after the directive's name.
+    fn scale_up(&mut self) -> Result<TimedFault, FaultPlanError> {
+        let t = self.next(Expected::Pool)?;
+        let pool = ScalePool::from_name(t.text).ok_or_else(|| self.expected(t, Expected::Pool))?;
+        self.keyword("at")?;
+        let (at, _) = self.time()?;
+        Ok(TimedFault {
+            at: Instant(at),
+            fault: Fault::ScaleUp { pool },
+        })
+    }
+
+    /// `ready|drain|remove W at T`, after the directive's name.
+    fn worker_at(&mut self, make: fn(WorkerId) -> Fault) -> Result<TimedFault, FaultPlanError> {
+        let (worker, _) = self.worker()?;
+        self.keyword("at")?;
+        let (at, _) = self.time()?;
+        Ok(TimedFault {
+            at: Instant(at),
+            fault: make(worker),
+        })
+    }
+
+    /// `fleet W POOL [absent]`, after the directive's name.
+    fn fleet_member(&mut self) -> Result<(FleetMember, usize), FaultPlanError> {
+        let (worker, col) = self.worker()?;
+        if worker.0 > MAX_FLEET_WORKER {
+            return Err(self.err(col, FaultPlanErrorKind::FleetWorkerTooLarge { worker }));
+        }
+        let t = self.next(Expected::Pool)?;
+        let pool = ScalePool::from_name(t.text).ok_or_else(|| self.expected(t, Expected::Pool))?;
+        let absent = match self.toks.get(self.pos) {
+            Some(t) if t.text == "absent" => {
+                self.pos += 1;
+                true
+            }
+            _ => false,
+        };
+        Ok((
+            FleetMember {
+                worker,
+                pool,
+                absent,
+            },
+            col,
+        ))
+    }
+
     /// `cancel R at T`, after the directive's name.
     fn cancel(&mut self) -> Result<TimedFault, FaultPlanError> {
         let (request, _) = self.integer(Expected::RequestId)?;
@@ -292,7 +366,7 @@ impl<'a> Cursor<'_, 'a> {
 }
 
 /// Parses `digits[.digits](ns|us|ms|s)` exactly into nanoseconds.
-pub(super) fn parse_time(text: &str) -> Result<u64, FaultPlanErrorKind> {
+pub(crate) fn parse_time(text: &str) -> Result<u64, FaultPlanErrorKind> {
     let expected = || FaultPlanErrorKind::Expected {
         expected: Expected::Time,
         found: Some(clip(text)),
@@ -396,6 +470,41 @@ impl Parser {
                 self.plan.transfer_fail = c.probability()?;
                 None
             }
+            "startup-delay" => {
+                self.plan.fleet.startup_delay = Duration::from_nanos(c.time()?.0);
+                None
+            }
+            "fleet" => {
+                let (m, col) = c.fleet_member()?;
+                let at = self
+                    .plan
+                    .fleet
+                    .members
+                    .iter()
+                    .position(|x| x.worker == m.worker);
+                if let Some(i) = at {
+                    return Err(c.err(
+                        col,
+                        FaultPlanErrorKind::FleetMemberTwice {
+                            worker: m.worker,
+                            first_line: self.fleet_lines[i],
+                        },
+                    ));
+                }
+                if self.plan.fleet.members.len() > MAX_FLEET_WORKER as usize {
+                    return Err(c.err(
+                        col,
+                        FaultPlanErrorKind::FleetWorkerTooLarge { worker: m.worker },
+                    ));
+                }
+                self.plan.fleet.members.push(m);
+                self.fleet_lines.push(line);
+                None
+            }
+            "scale-up" => Some(c.scale_up()?),
+            "ready" => Some(c.worker_at(|worker| Fault::Ready { worker })?),
+            "drain" => Some(c.worker_at(|worker| Fault::Drain { worker })?),
+            "remove" => Some(c.worker_at(|worker| Fault::Remove { worker })?),
             "kill" | "restart" => Some(c.kill_or_restart(head.text == "kill")?),
             "partition" => Some(c.partition()?),
             "cancel" => Some(c.cancel()?),

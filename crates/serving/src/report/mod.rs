@@ -7,6 +7,7 @@ mod recorder;
 mod records;
 mod run;
 mod samples;
+mod scaling;
 mod sections;
 mod slo;
 mod stale;
@@ -19,6 +20,7 @@ pub use details::Details;
 pub use recorder::Recorder;
 pub use records::{HandoffTimes, RequestRecord, RequestSink};
 pub use run::{ModelReport, RunReport, WorkloadReport};
+pub use scaling::{FleetCountPoint, ScaleEventRow, ScalingReport};
 pub use sections::{
     BeyondGridReport, CudaGraphReport, EngineReport, FlatLatencies, Lifecycle, OverheadsReport,
     Report, ReportConfig, TimersReport, TransferReport, WorkerReport,

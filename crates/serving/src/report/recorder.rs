@@ -720,6 +720,7 @@ impl Recorder {
             sessions: None,
             slo: None,
             sizing: None,
+            scaling: None,
             warnings: super::RunWarning::steady(span_ms, flat.e2e_latency.summary().p50)
                 .into_iter()
                 .collect(),

@@ -32,6 +32,10 @@ pub struct WorkloadReport {
     /// Synthetic workload: Poisson arrival rate, requests/s (open loop).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_per_s: Option<f64>,
+    /// Synthetic workload: the time-varying rate (`--rate-curve`) that
+    /// replaces `rate_per_s`, as its text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_curve: Option<String>,
     /// Trace: requests read at most.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,

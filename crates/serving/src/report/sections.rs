@@ -552,6 +552,9 @@ pub struct Report {
     /// `--gpu-hour-usd`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sizing: Option<super::slo::SizingReport>,
+    /// What scaling cost (only when the run's fleet scaled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<super::scaling::ScalingReport>,
     /// What the figures alone do not show (a run not in steady state,
     /// [`super::steady`]); absent when there is nothing to say.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -325,6 +325,10 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         }
     }
 
+    fn on_fleet(&mut self, summary: &handoff_engine::scale::FleetSummary) {
+        self.fleet = Some(summary.clone());
+    }
+
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {
         if let Some(sink) = self.kv_sink.as_mut() {
             sink.finish();
@@ -351,6 +355,10 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 }),
             );
             report.sessions = self.session_log.as_ref().map(|l| l.summary().clone());
+            report.scaling = self
+                .fleet
+                .as_ref()
+                .map(|f| crate::report::ScalingReport::new(f, self.fleet_gpus));
             self.report = Some(report);
             self.details = details;
         }

@@ -134,6 +134,10 @@ pub struct Serving<I> {
     /// `kv_load_failure_policy`).
     kv_load_failure: handoff_core::KvLoadFailurePolicy,
     lost: Vec<WorkerId>,
+    /// An elastic run's fleet history (the report's scaling section) and
+    /// GPUs per prefill and decode worker.
+    fleet: Option<handoff_engine::scale::FleetSummary>,
+    fleet_gpus: [u32; 2],
     /// Closed loop: requests allowed in flight (`None`: open loop, at the
     /// workload's timestamps).
     concurrency: Option<usize>,
@@ -335,6 +339,8 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             migration: true,
             kv_load_failure: handoff_core::KvLoadFailurePolicy::Fail,
             lost: Vec::new(),
+            fleet: None,
+            fleet_gpus: [1, 1],
             concurrency: None,
             sessions: None,
             session_log: None,
@@ -426,6 +432,12 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.set_request_sink(sink);
         }
+    }
+
+    /// GPUs per prefill and per decode worker, for the scaling section's
+    /// GPU-hours (1 each unless set).
+    pub fn set_fleet_gpus(&mut self, prefill: u32, decode: u32) {
+        self.fleet_gpus = [prefill, decode];
     }
 
     /// See [`Recorder::keep_details`].

@@ -1,0 +1,169 @@
+//! What an elastic run's scaling cost: worker counts over time, worker-
+//! and GPU-hours, time spent provisioning and draining, and every scale
+//! event. Present only when the run scaled (a fleet in its fault plan).
+
+use handoff_engine::scale::{FleetSummary, ScaleEvent};
+use serde::Serialize;
+
+/// One change of the fleet's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct FleetCountPoint {
+    /// Model seconds.
+    pub t_s: f64,
+    /// Routable prefill workers from then on.
+    pub prefill: u32,
+    /// Routable decode workers from then on.
+    pub decode: u32,
+    /// Workers provisioning, both pools.
+    pub provisioning: u32,
+    /// Workers draining, both pools.
+    pub draining: u32,
+}
+
+/// One scale event.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ScaleEventRow {
+    /// Model seconds.
+    pub t_s: f64,
+    /// `provision`, `at_ceiling`, `ready`, `drain`, `drained` or `removed`.
+    pub event: &'static str,
+    /// The worker, when one is named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<u32>,
+    /// The pool, for `provision` and `at_ceiling`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<&'static str>,
+    /// For `removed`: the phase the worker was in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<&'static str>,
+}
+
+/// See the module docs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ScalingReport {
+    /// The fleet's counts at each change (the first at time zero).
+    pub workers_over_time: Vec<FleetCountPoint>,
+    /// Hours prefill workers held a machine (provisioning, ready, draining).
+    pub prefill_worker_hours: f64,
+    /// The same for decode workers.
+    pub decode_worker_hours: f64,
+    /// Worker-hours times each pool's GPUs per worker.
+    pub gpu_hours: f64,
+    /// Seconds workers spent provisioning, all together.
+    pub provisioning_s: f64,
+    /// Seconds workers spent draining, all together.
+    pub draining_s: f64,
+    /// Workers removed at once (their handoffs unwound as on a kill).
+    pub removals: u64,
+    /// Every scale event, in order.
+    pub events: Vec<ScaleEventRow>,
+    /// The planner that drove the fleet, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planner: Option<String>,
+}
+
+fn secs(ns: u64) -> f64 {
+    (ns as f64 / 1e9 * 1e3).round() / 1e3
+}
+
+fn hours(ns: [u64; 3]) -> f64 {
+    let total: u64 = ns.iter().fold(0u64, |a, &b| a.saturating_add(b));
+    (total as f64 / 3.6e12 * 1e6).round() / 1e6
+}
+
+impl ScalingReport {
+    /// The section for `summary`, with `gpus` per prefill and per decode
+    /// worker.
+    pub fn new(summary: &FleetSummary, gpus: [u32; 2]) -> ScalingReport {
+        let events = summary
+            .events
+            .iter()
+            .map(|r| {
+                let t_s = secs(r.at.0);
+                let row = |event, worker: Option<u32>| ScaleEventRow {
+                    t_s,
+                    event,
+                    worker,
+                    pool: None,
+                    from: None,
+                };
+                match r.event {
+                    ScaleEvent::Provision { pool, worker } => ScaleEventRow {
+                        pool: Some(pool.name()),
+                        ..row("provision", Some(worker.0))
+                    },
+                    ScaleEvent::AtCeiling { pool } => ScaleEventRow {
+                        pool: Some(pool.name()),
+                        ..row("at_ceiling", None)
+                    },
+                    ScaleEvent::Ready { worker } => row("ready", Some(worker.0)),
+                    ScaleEvent::Drain { worker } => row("drain", Some(worker.0)),
+                    ScaleEvent::Drained { worker } => row("drained", Some(worker.0)),
+                    ScaleEvent::Removed { worker, from } => ScaleEventRow {
+                        from: Some(from.name()),
+                        ..row("removed", Some(worker.0))
+                    },
+                }
+            })
+            .collect();
+        let (p, d) = (hours(summary.prefill_ns), hours(summary.decode_ns));
+        ScalingReport {
+            workers_over_time: summary
+                .series
+                .iter()
+                .map(|pt| FleetCountPoint {
+                    t_s: secs(pt.at.0),
+                    prefill: pt.prefill,
+                    decode: pt.decode,
+                    provisioning: pt.provisioning,
+                    draining: pt.draining,
+                })
+                .collect(),
+            prefill_worker_hours: p,
+            decode_worker_hours: d,
+            gpu_hours: ((p * f64::from(gpus[0]) + d * f64::from(gpus[1])) * 1e6).round() / 1e6,
+            provisioning_s: secs(summary.prefill_ns[0].saturating_add(summary.decode_ns[0])),
+            draining_s: secs(summary.prefill_ns[2].saturating_add(summary.decode_ns[2])),
+            removals: summary
+                .events
+                .iter()
+                .filter(|r| matches!(r.event, ScaleEvent::Removed { .. }))
+                .count() as u64,
+            events,
+            planner: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use handoff_core::{Duration, Instant, WorkerId};
+    use handoff_engine::scale::{Fleet, FleetState, ScalePool};
+
+    #[test]
+    fn hours_and_events_add_up() {
+        let mut f = FleetState::new(Fleet::pools(1, 1, 2, 1, Duration::from_secs(60)));
+        let _ = f.scale_up(ScalePool::Decode, Instant::ZERO);
+        let _ = f.ready(WorkerId(2), Instant(60_000_000_000));
+        let _ = f.remove(WorkerId(2), Instant(1_800_000_000_000));
+        let r = ScalingReport::new(&f.summary(Instant(3_600_000_000_000)), [1, 2]);
+        assert_eq!(r.prefill_worker_hours, 1.0);
+        // Decode: worker 1 an hour, worker 2 half an hour.
+        assert_eq!(r.decode_worker_hours, 1.5);
+        assert_eq!(r.gpu_hours, 4.0);
+        assert_eq!(r.provisioning_s, 60.0);
+        assert_eq!(r.removals, 1);
+        let kinds: Vec<&str> = r.events.iter().map(|e| e.event).collect();
+        assert_eq!(kinds, ["provision", "ready", "removed"]);
+        assert_eq!(r.events[2].from, Some("ready"));
+        // A change at an instant replaces that instant's point: the
+        // provisioning at 0 s shows in the first.
+        let points: Vec<(f64, u32, u32)> = r
+            .workers_over_time
+            .iter()
+            .map(|p| (p.t_s, p.decode, p.provisioning))
+            .collect();
+        assert_eq!(points, [(0.0, 1, 1), (60.0, 2, 0), (1800.0, 1, 0)]);
+    }
+}
