@@ -40,71 +40,221 @@ pub enum Kinds {
     Disaggregated,
 }
 
-/// One layout: `prefill` workers (aggregated when `decode` is 0) and
-/// `decode` workers, each of `dp` attention data-parallel ranks of `tp`
-/// GPUs.
+/// Whether a layout's MoE layers run expert parallel (vLLM's
+/// `--enable-expert-parallel`, `vllm/config/parallel.py`
+/// `enable_expert_parallel`: the experts of every MoE layer are split over
+/// the engine's TP × DP ranks instead of each being tensor-sliced).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Experts {
+    /// Experts tensor-parallel (every rank holds a slice of each).
+    Off,
+    /// Experts spread over the ranks (`--enable-expert-parallel`).
+    Parallel,
+}
+
+impl Experts {
+    /// Its summary label, `off` or `on`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Experts::Off => "off",
+            Experts::Parallel => "on",
+        }
+    }
+}
+
+/// One layout: `prefill` workers (aggregated when `decode` is 0) at
+/// `prefill_tp` GPUs per rank and `decode` workers at `decode_tp`, each of
+/// `dp` attention data-parallel ranks; an aggregated layout has one TP
+/// (`decode_tp` equals `prefill_tp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// GPUs per data-parallel rank.
-    pub tp: u32,
+    /// GPUs per data-parallel rank of a prefill (or aggregated) worker.
+    pub prefill_tp: u32,
+    /// GPUs per data-parallel rank of a decode worker.
+    pub decode_tp: u32,
     /// Data-parallel ranks per worker (`--dp-size`).
     pub dp: u32,
     /// Prefill (or aggregated) workers.
     pub prefill: u32,
     /// Decode workers; 0: aggregated.
     pub decode: u32,
+    /// Expert parallelism.
+    pub experts: Experts,
 }
 
 impl Layout {
-    /// GPUs it occupies: workers × DP × TP, as the report counts them
-    /// (`handoff_serving::report` sizing: schedulers × GPUs per rank).
-    pub fn gpus(&self) -> u32 {
-        (self.prefill + self.decode) * self.tp * self.dp
+    /// A layout with both pools at `tp` and no expert parallelism.
+    pub fn uniform(tp: u32, dp: u32, prefill: u32, decode: u32) -> Layout {
+        Layout {
+            prefill_tp: tp,
+            decode_tp: tp,
+            dp,
+            prefill,
+            decode,
+            experts: Experts::Off,
+        }
     }
 
-    /// The summary's labels of its axes, in [`AXES`] order.
-    pub fn labels(&self) -> Vec<String> {
-        [self.tp, self.dp, self.prefill, self.decode]
-            .map(|x| x.to_string())
-            .to_vec()
+    /// GPUs it occupies: per pool workers × DP × TP, as the report counts
+    /// them (`handoff_serving::report` sizing: schedulers × GPUs per rank,
+    /// each pool at its own).
+    pub fn gpus(&self) -> u32 {
+        (self.prefill * self.prefill_tp + self.decode * self.decode_tp) * self.dp
+    }
+
+    /// Whether its two pools run at different TPs.
+    pub fn tps_differ(&self) -> bool {
+        self.decode > 0 && self.prefill_tp != self.decode_tp
+    }
+
+    /// The summary's labels of its axes, in `axes`' order.
+    pub fn labels(&self, axes: Axes) -> Vec<String> {
+        let mut v: Vec<String> = if axes.per_pool_tp {
+            vec![self.prefill_tp.to_string(), self.decode_tp.to_string()]
+        } else {
+            vec![self.prefill_tp.to_string()]
+        };
+        v.extend([self.dp, self.prefill, self.decode].map(|x| x.to_string()));
+        if axes.experts {
+            v.push(self.experts.label().to_string());
+        }
+        v
     }
 }
 
-/// A plan summary's axes, the keys of each row's `config`.
+/// A plan summary's axes without per-pool TP or expert parallelism, the
+/// keys of each row's `config` (a plan without those flags writes these
+/// and no others).
 pub const AXES: [&str; 4] = ["tp", "dp", "prefill", "decode"];
 
-/// Every layout of `tps` × `dps` within `min..=max` GPUs: per TP, then
-/// per DP (each in the order given), the aggregated ones by worker
-/// count, then the xPyD splits by total workers and prefill count.
-/// Sizes of 0 are ignored; `max` is at most [`MAX_GPUS`] so no product
+/// Which axes a plan's summary carries beyond [`AXES`]: with per-pool TP,
+/// `prefill_tp` and `decode_tp` in place of `tp`; with expert parallelism
+/// asked for, `ep` (`off`, `on`) last.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Axes {
+    /// `--prefill-tp`/`--decode-tp` given.
+    pub per_pool_tp: bool,
+    /// `--expert-parallel` names `on`.
+    pub experts: bool,
+}
+
+impl Axes {
+    /// The keys of each row's `config`, in order.
+    pub fn keys(self) -> Vec<&'static str> {
+        let mut v: Vec<&str> = if self.per_pool_tp {
+            vec!["prefill_tp", "decode_tp"]
+        } else {
+            vec!["tp"]
+        };
+        v.extend(&AXES[1..]);
+        if self.experts {
+            v.push("ep");
+        }
+        v
+    }
+}
+
+/// The TPs a plan tries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolTps {
+    /// Each layout has one TP, both pools at it (`--tp`).
+    Same(Vec<u32>),
+    /// Every (prefill TP, decode TP) pair of the lists, prefill's outer;
+    /// aggregated layouts at each TP in both lists.
+    PerPool {
+        /// Prefill TPs (`--prefill-tp`).
+        prefill: Vec<u32>,
+        /// Decode TPs (`--decode-tp`).
+        decode: Vec<u32>,
+    },
+}
+
+impl PoolTps {
+    /// The (prefill, decode) TP pairs in enumeration order, sizes outside
+    /// `1..=MAX_GPUS` dropped.
+    fn pairs(&self) -> Vec<(u32, u32)> {
+        let ok = |t: &&u32| (1..=MAX_GPUS).contains(*t);
+        match self {
+            PoolTps::Same(tps) => tps.iter().filter(ok).map(|&t| (t, t)).collect(),
+            PoolTps::PerPool { prefill, decode } => prefill
+                .iter()
+                .filter(ok)
+                .flat_map(|&p| decode.iter().filter(ok).map(move |&d| (p, d)))
+                .collect(),
+        }
+    }
+}
+
+/// What a plan enumerates: the TPs, attention-DP sizes and expert
+/// parallelism choices, the GPU range and the kinds of layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Space {
+    /// TPs.
+    pub tps: PoolTps,
+    /// Attention-DP sizes.
+    pub dps: Vec<u32>,
+    /// Expert parallelism, in the order to try.
+    pub experts: Vec<Experts>,
+    /// Least GPUs.
+    pub min: u32,
+    /// Most GPUs.
+    pub max: u32,
+    /// Aggregated, disaggregated or both.
+    pub which: Kinds,
+}
+
+/// Whether `l` can run expert parallel: its experts need more than one
+/// rank to spread over, so a pool of TP × DP above 1 (vLLM sizes the
+/// expert-parallel group as TP × DP, `vllm/distributed/parallel_state.py`
+/// `initialize_model_parallel`). Whether the model is a MoE one is the
+/// runner's to refuse: the profile list does not say.
+pub fn expert_parallel_fits(l: &Layout) -> bool {
+    let widest = if l.decode > 0 {
+        l.prefill_tp.max(l.decode_tp)
+    } else {
+        l.prefill_tp
+    };
+    widest * l.dp > 1
+}
+
+/// Every layout of `s`: per TP pair, then per DP (each in the order
+/// given), then per expert-parallel choice, the aggregated ones by worker
+/// count (only when the pair's TPs are equal), then the xPyD splits by
+/// total workers and prefill count; expert parallel only where
+/// [`expert_parallel_fits`]. `max` is at most [`MAX_GPUS`] so no product
 /// overflows.
-pub fn enumerate(tps: &[u32], dps: &[u32], min: u32, max: u32, which: Kinds) -> Vec<Layout> {
+pub fn enumerate_space(s: &Space) -> Vec<Layout> {
     let mut out = Vec::new();
-    let max = max.min(MAX_GPUS);
-    for &tp in tps.iter().filter(|t| (1..=MAX_GPUS).contains(*t)) {
-        for &dp in dps.iter().filter(|d| (1..=MAX_GPUS).contains(*d)) {
-            let workers = max / (tp * dp).max(1);
-            let fits = |l: &Layout| (min..=max).contains(&l.gpus());
-            let mut push = |prefill, decode| {
-                let l = Layout {
-                    tp,
-                    dp,
-                    prefill,
-                    decode,
+    let max = s.max.min(MAX_GPUS);
+    let fits = |l: &Layout| (s.min..=max).contains(&l.gpus());
+    for (ptp, dtp) in s.tps.pairs() {
+        for &dp in s.dps.iter().filter(|d| (1..=MAX_GPUS).contains(*d)) {
+            for &experts in &s.experts {
+                let mut push = |prefill, decode| {
+                    let l = Layout {
+                        prefill_tp: ptp,
+                        decode_tp: if decode == 0 { ptp } else { dtp },
+                        dp,
+                        prefill,
+                        decode,
+                        experts,
+                    };
+                    let ep_ok = experts == Experts::Off || expert_parallel_fits(&l);
+                    if fits(&l) && ep_ok {
+                        out.push(l);
+                    }
                 };
-                if fits(&l) {
-                    out.push(l);
+                if s.which != Kinds::Disaggregated && ptp == dtp {
+                    for n in 1..=max / (ptp * dp) {
+                        push(n, 0);
+                    }
                 }
-            };
-            if which != Kinds::Disaggregated {
-                for n in 1..=workers {
-                    push(n, 0);
-                }
-            }
-            if which != Kinds::Aggregated {
-                for total in 2..=workers {
-                    for prefill in 1..total {
-                        push(prefill, total - prefill);
+                if s.which != Kinds::Aggregated {
+                    let per = |tp: u32| tp * dp;
+                    for total in 2..=max / per(ptp.min(dtp)) {
+                        for prefill in 1..total {
+                            push(prefill, total - prefill);
+                        }
                     }
                 }
             }
@@ -113,7 +263,21 @@ pub fn enumerate(tps: &[u32], dps: &[u32], min: u32, max: u32, which: Kinds) -> 
     out
 }
 
-/// The GPU budget and the DP sizes of a plan, unchecked.
+/// Every layout of `tps` × `dps` within `min..=max` GPUs, both pools at
+/// one TP and no expert parallelism ([`enumerate_space`]).
+pub fn enumerate(tps: &[u32], dps: &[u32], min: u32, max: u32, which: Kinds) -> Vec<Layout> {
+    enumerate_space(&Space {
+        tps: PoolTps::Same(tps.to_vec()),
+        dps: dps.to_vec(),
+        experts: vec![Experts::Off],
+        min,
+        max,
+        which,
+    })
+}
+
+/// The GPU budget, the DP sizes and the expert-parallel choices of a
+/// plan, unchecked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Budget {
     /// Layouts use at most this many GPUs (`None`: not given).
@@ -122,6 +286,8 @@ pub struct Budget {
     pub min: u32,
     /// Attention-DP sizes.
     pub dps: Vec<u32>,
+    /// Expert parallelism choices.
+    pub experts: Vec<Experts>,
 }
 
 impl Budget {
@@ -142,8 +308,15 @@ impl Budget {
 
     /// Every layout of `tps` within the checked budget `max` (from
     /// [`Budget::check`]): at least one, at most [`MAX_LAYOUTS`].
-    pub fn layouts(&self, tps: &[u32], max: u32, which: Kinds) -> Result<Vec<Layout>, PlanError> {
-        let layouts = enumerate(tps, &self.dps, self.min, max, which);
+    pub fn layouts(&self, tps: &PoolTps, max: u32, which: Kinds) -> Result<Vec<Layout>, PlanError> {
+        let layouts = enumerate_space(&Space {
+            tps: tps.clone(),
+            dps: self.dps.clone(),
+            experts: self.experts.clone(),
+            min: self.min,
+            max,
+            which,
+        });
         if layouts.is_empty() {
             return Err(PlanError::NoLayout { min: self.min, max });
         }
@@ -170,6 +343,8 @@ pub struct Plan<'a> {
     pub gpus: (u32, u32),
     /// The shard to run.
     pub shard: Option<(usize, usize)>,
+    /// The summary's axes.
+    pub axes: Axes,
 }
 
 impl Plan<'_> {
@@ -179,17 +354,32 @@ impl Plan<'_> {
             let set: std::collections::BTreeSet<u32> = self.layouts.iter().map(f).collect();
             set.into_iter().map(|x| x.to_string()).collect::<Vec<_>>()
         };
+        let axes: Vec<Value> = self
+            .axes
+            .keys()
+            .into_iter()
+            .map(|key| {
+                let values = match key {
+                    "tp" | "prefill_tp" => values(|l| l.prefill_tp),
+                    "decode_tp" => values(|l| l.decode_tp),
+                    "dp" => values(|l| l.dp),
+                    "prefill" => values(|l| l.prefill),
+                    "decode" => values(|l| l.decode),
+                    _ => {
+                        let set: std::collections::BTreeSet<Experts> =
+                            self.layouts.iter().map(|l| l.experts).collect();
+                        set.into_iter().map(|e| e.label().to_string()).collect()
+                    }
+                };
+                json!({"key": key, "values": values})
+            })
+            .collect();
         json!({
             "kind": "plan",
             "configurations": self.layouts.len(),
             "base": self.shared,
             "gpus": {"min": self.gpus.0, "max": self.gpus.1},
-            "axes": [
-                {"key": "tp", "values": values(|l| l.tp)},
-                {"key": "dp", "values": values(|l| l.dp)},
-                {"key": "prefill", "values": values(|l| l.prefill)},
-                {"key": "decode", "values": values(|l| l.decode)},
-            ],
+            "axes": axes,
         })
     }
 

@@ -30,7 +30,8 @@ pub mod workload;
 
 pub use error::PlanError;
 pub use layout::{
-    enumerate, run_plan, Budget, Kinds, Layout, Plan, MAX_GPUS, MAX_LAYOUTS, PLAN_METRICS,
+    enumerate, enumerate_space, expert_parallel_fits, run_plan, Axes, Budget, Experts, Kinds,
+    Layout, Plan, PoolTps, Space, MAX_GPUS, MAX_LAYOUTS, PLAN_METRICS,
 };
 pub use rank::{rank, Point, Ranked};
 pub use runner::Runner;
