@@ -1,5 +1,6 @@
 //! The layouts a plan tries: every aggregated layout and every xPyD split
-//! within a GPU budget, for each TP and attention-DP size given, and the
+//! within a GPU budget, for each TP (or each pair of prefill and decode
+//! TPs), attention-DP size and expert-parallel choice given, and the
 //! plan's run over them (the caller's [`Runner`] runs each one).
 
 use crate::error::PlanError;

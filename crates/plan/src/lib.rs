@@ -1,7 +1,8 @@
 //! # handoff-plan
 //!
 //! The sizing question answered by simulation, as a library: every
-//! aggregated layout and xPyD split within a GPU budget ([`layout`]), run
+//! aggregated layout and xPyD split within a GPU budget, each pool at its
+//! own TP, with attention DP and expert parallelism ([`layout`]), run
 //! by the caller, ranked by goodput per GPU among those that hold the SLO
 //! with the Pareto frontier of tokens/s/GPU against tokens/s/user
 //! ([`rank`], [`outputs`], the page in [`html`]); the highest arrival
