@@ -110,16 +110,7 @@ impl Layout {
 
     /// The summary's labels of its axes, in `axes`' order.
     pub fn labels(&self, axes: Axes) -> Vec<String> {
-        let mut v: Vec<String> = if axes.per_pool_tp {
-            vec![self.prefill_tp.to_string(), self.decode_tp.to_string()]
-        } else {
-            vec![self.prefill_tp.to_string()]
-        };
-        v.extend([self.dp, self.prefill, self.decode].map(|x| x.to_string()));
-        if axes.experts {
-            v.push(self.experts.label().to_string());
-        }
-        v
+        axes.list().into_iter().map(|a| a.label(self)).collect()
     }
 }
 
@@ -127,6 +118,60 @@ impl Layout {
 /// keys of each row's `config` (a plan without those flags writes these
 /// and no others).
 pub const AXES: [&str; 4] = ["tp", "dp", "prefill", "decode"];
+
+/// One axis of a plan's summary: a key of each row's `config`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Axis {
+    /// Both pools' TP (`tp`).
+    Tp,
+    /// Prefill TP (`prefill_tp`).
+    PrefillTp,
+    /// Decode TP (`decode_tp`; aggregated: the one TP).
+    DecodeTp,
+    /// Attention DP (`dp`).
+    Dp,
+    /// Prefill (or aggregated) workers (`prefill`).
+    Prefill,
+    /// Decode workers (`decode`).
+    Decode,
+    /// Expert parallelism (`ep`: `off`, `on`).
+    Ep,
+}
+
+impl Axis {
+    /// Its key in a row's `config`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Axis::Tp => "tp",
+            Axis::PrefillTp => "prefill_tp",
+            Axis::DecodeTp => "decode_tp",
+            Axis::Dp => "dp",
+            Axis::Prefill => "prefill",
+            Axis::Decode => "decode",
+            Axis::Ep => "ep",
+        }
+    }
+
+    /// `l`'s value on it as a number, the grid's order.
+    fn value(self, l: &Layout) -> u32 {
+        match self {
+            Axis::Tp | Axis::PrefillTp => l.prefill_tp,
+            Axis::DecodeTp => l.decode_tp,
+            Axis::Dp => l.dp,
+            Axis::Prefill => l.prefill,
+            Axis::Decode => l.decode,
+            Axis::Ep => u32::from(l.experts == Experts::Parallel),
+        }
+    }
+
+    /// `l`'s value on it as the summary labels it.
+    pub fn label(self, l: &Layout) -> String {
+        match self {
+            Axis::Ep => l.experts.label().to_string(),
+            a => a.value(l).to_string(),
+        }
+    }
+}
 
 /// Which axes a plan's summary carries beyond [`AXES`]: with per-pool TP,
 /// `prefill_tp` and `decode_tp` in place of `tp`; with expert parallelism
@@ -140,18 +185,23 @@ pub struct Axes {
 }
 
 impl Axes {
-    /// The keys of each row's `config`, in order.
-    pub fn keys(self) -> Vec<&'static str> {
-        let mut v: Vec<&str> = if self.per_pool_tp {
-            vec!["prefill_tp", "decode_tp"]
+    /// The axes, in order.
+    pub fn list(self) -> Vec<Axis> {
+        let mut v = if self.per_pool_tp {
+            vec![Axis::PrefillTp, Axis::DecodeTp]
         } else {
-            vec!["tp"]
+            vec![Axis::Tp]
         };
-        v.extend(&AXES[1..]);
+        v.extend([Axis::Dp, Axis::Prefill, Axis::Decode]);
         if self.experts {
-            v.push("ep");
+            v.push(Axis::Ep);
         }
         v
+    }
+
+    /// The keys of each row's `config`, in order.
+    pub fn keys(self) -> Vec<&'static str> {
+        self.list().into_iter().map(Axis::key).collect()
     }
 }
 
@@ -351,28 +401,18 @@ pub struct Plan<'a> {
 impl Plan<'_> {
     /// What identifies a plan: shards of one plan must agree on it to merge.
     pub fn grid_json(&self) -> Value {
-        let values = |f: fn(&Layout) -> u32| {
-            let set: std::collections::BTreeSet<u32> = self.layouts.iter().map(f).collect();
-            set.into_iter().map(|x| x.to_string()).collect::<Vec<_>>()
-        };
         let axes: Vec<Value> = self
             .axes
-            .keys()
+            .list()
             .into_iter()
-            .map(|key| {
-                let values = match key {
-                    "tp" | "prefill_tp" => values(|l| l.prefill_tp),
-                    "decode_tp" => values(|l| l.decode_tp),
-                    "dp" => values(|l| l.dp),
-                    "prefill" => values(|l| l.prefill),
-                    "decode" => values(|l| l.decode),
-                    _ => {
-                        let set: std::collections::BTreeSet<Experts> =
-                            self.layouts.iter().map(|l| l.experts).collect();
-                        set.into_iter().map(|e| e.label().to_string()).collect()
-                    }
-                };
-                json!({"key": key, "values": values})
+            .map(|a| {
+                // Each value once, in numeric order.
+                let set: std::collections::BTreeMap<u32, String> = self
+                    .layouts
+                    .iter()
+                    .map(|l| (a.value(l), a.label(l)))
+                    .collect();
+                json!({"key": a.key(), "values": set.into_values().collect::<Vec<_>>()})
             })
             .collect();
         json!({

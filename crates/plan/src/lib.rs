@@ -31,7 +31,7 @@ pub mod workload;
 
 pub use error::PlanError;
 pub use layout::{
-    enumerate, enumerate_space, expert_parallel_fits, run_plan, Axes, Budget, Experts, Kinds,
+    enumerate, enumerate_space, expert_parallel_fits, run_plan, Axes, Axis, Budget, Experts, Kinds,
     Layout, Plan, PoolTps, Space, MAX_GPUS, MAX_LAYOUTS, PLAN_METRICS,
 };
 pub use rank::{rank, Point, Ranked};
