@@ -223,17 +223,26 @@ pub enum PoolTps {
 impl PoolTps {
     /// The (prefill, decode) TP pairs in enumeration order, sizes outside
     /// `1..=MAX_GPUS` dropped.
+    /// A size given twice counts once (a repeated list multiplies no
+    /// work).
     fn pairs(&self) -> Vec<(u32, u32)> {
         let ok = |t: &&u32| (1..=MAX_GPUS).contains(*t);
-        match self {
+        let all: Vec<(u32, u32)> = match self {
             PoolTps::Same(tps) => tps.iter().filter(ok).map(|&t| (t, t)).collect(),
             PoolTps::PerPool { prefill, decode } => prefill
                 .iter()
                 .filter(ok)
                 .flat_map(|&p| decode.iter().filter(ok).map(move |&d| (p, d)))
                 .collect(),
-        }
+        };
+        first_of_each(all)
     }
+}
+
+/// `v` with each value kept at its first place only.
+fn first_of_each<T: Ord + Copy>(v: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut seen = std::collections::BTreeSet::new();
+    v.into_iter().filter(|x| seen.insert(*x)).collect()
 }
 
 /// What a plan enumerates: the TPs, attention-DP sizes and expert
@@ -275,12 +284,22 @@ pub fn expert_parallel_fits(l: &Layout) -> bool {
 /// [`expert_parallel_fits`]. `max` is at most [`MAX_GPUS`] so no product
 /// overflows.
 pub fn enumerate_space(s: &Space) -> Vec<Layout> {
+    walk(s, usize::MAX).0
+}
+
+/// [`enumerate_space`]'s layouts, the first `keep` of them kept, and how
+/// many there are (counting the rest allocates nothing, so a budget with
+/// millions of layouts is refused without holding them).
+fn walk(s: &Space, keep: usize) -> (Vec<Layout>, usize) {
     let mut out = Vec::new();
+    let mut found = 0;
     let max = s.max.min(MAX_GPUS);
     let fits = |l: &Layout| (s.min..=max).contains(&l.gpus());
+    let dps = first_of_each(s.dps.iter().copied().filter(|d| (1..=MAX_GPUS).contains(d)));
+    let choices = first_of_each(s.experts.iter().copied());
     for (ptp, dtp) in s.tps.pairs() {
-        for &dp in s.dps.iter().filter(|d| (1..=MAX_GPUS).contains(*d)) {
-            for &experts in &s.experts {
+        for &dp in &dps {
+            for &experts in &choices {
                 let mut push = |prefill, decode| {
                     let l = Layout {
                         prefill_tp: ptp,
@@ -292,7 +311,10 @@ pub fn enumerate_space(s: &Space) -> Vec<Layout> {
                     };
                     let ep_ok = experts == Experts::Off || expert_parallel_fits(&l);
                     if fits(&l) && ep_ok {
-                        out.push(l);
+                        found += 1;
+                        if out.len() < keep {
+                            out.push(l);
+                        }
                     }
                 };
                 if s.which != Kinds::Disaggregated && ptp == dtp {
@@ -311,7 +333,7 @@ pub fn enumerate_space(s: &Space) -> Vec<Layout> {
             }
         }
     }
-    out
+    (out, found)
 }
 
 /// Every layout of `tps` × `dps` within `min..=max` GPUs, both pools at
@@ -360,20 +382,21 @@ impl Budget {
     /// Every layout of `tps` within the checked budget `max` (from
     /// [`Budget::check`]): at least one, at most [`MAX_LAYOUTS`].
     pub fn layouts(&self, tps: &PoolTps, max: u32, which: Kinds) -> Result<Vec<Layout>, PlanError> {
-        let layouts = enumerate_space(&Space {
+        let space = Space {
             tps: tps.clone(),
             dps: self.dps.clone(),
             experts: self.experts.clone(),
             min: self.min,
             max,
             which,
-        });
-        if layouts.is_empty() {
+        };
+        let (layouts, found) = walk(&space, MAX_LAYOUTS);
+        if found == 0 {
             return Err(PlanError::NoLayout { min: self.min, max });
         }
-        if layouts.len() > MAX_LAYOUTS {
+        if found > MAX_LAYOUTS {
             return Err(PlanError::TooManyLayouts {
-                found: layouts.len(),
+                found,
                 most: MAX_LAYOUTS,
             });
         }

@@ -412,3 +412,39 @@ fn labels_and_grid_follow_the_axes() {
         ])
     );
 }
+
+#[test]
+fn repeated_sizes_count_once_and_a_huge_budget_is_counted_not_held() {
+    let once = enumerate_space(&space(
+        per_pool(&[1, 2], &[2]),
+        &[1, 2],
+        &[Experts::Off],
+        8,
+        Kinds::Both,
+    ));
+    let twice = enumerate_space(&space(
+        per_pool(&[1, 2, 1, 2], &[2, 2]),
+        &[1, 2, 1],
+        &[Experts::Off, Experts::Off],
+        8,
+        Kinds::Both,
+    ));
+    assert_eq!(once, twice);
+    // 1024 GPUs at TP 1, 2, 4 per pool: far more layouts than a plan
+    // runs, refused with their count.
+    let b = Budget {
+        max: Some(MAX_GPUS),
+        min: 1,
+        dps: vec![1],
+        experts: vec![Experts::Off],
+    };
+    let tps = per_pool(&[1, 2, 4], &[1, 2, 4]);
+    match b.layouts(&tps, MAX_GPUS, Kinds::Both) {
+        Err(PlanError::TooManyLayouts { found, most }) => {
+            assert_eq!(most, MAX_LAYOUTS);
+            // (1,1) alone: 1024 aggregated + 1023·1024/2 splits.
+            assert!(found > 1024 + 1023 * 512, "{found}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
