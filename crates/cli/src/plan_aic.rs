@@ -59,6 +59,7 @@ pub fn check(
             total,
             flags,
             search: None,
+            axes: Default::default(),
         },
         given,
     };

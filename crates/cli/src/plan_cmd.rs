@@ -1,7 +1,8 @@
 //! `handoff-mocker plan`: the sizing question answered by simulation.
 //! Every aggregated layout and every xPyD split within a GPU budget, for
-//! each TP a profile exists for and each `--dp` size ([`handoff_plan`]'s
-//! enumeration), is replayed under the SLO on every core (the sweep's
+//! each TP a profile exists for (or each pair of `--prefill-tp` and
+//! `--decode-tp`), each `--dp` size and each `--expert-parallel` choice
+//! ([`handoff_plan`]'s enumeration), is replayed under the SLO on every core (the sweep's
 //! machinery through [`crate::plan_run`], `--shard` and merging), then
 //! ranked by goodput per GPU among the layouts that hold the SLO at its
 //! percentiles. This file parses the flags and prints.
@@ -16,13 +17,13 @@
 //! `--check-aic FILE` instead simulates AIConfigurator's own picks
 //! ([`crate::plan_aic`]).
 
-use crate::plan_run::{model_and_tps, pool, ReplayRunner};
+use crate::plan_run::{model_and_tps, pool, ReplayRunner, TpFlags};
 use crate::sweep_cmd::{merge_summaries, parse_shard, write_summary};
 use clap::{Args, ValueEnum};
 use handoff_deployment::SloSpec;
 use handoff_plan::rate::RateSearch;
 use handoff_plan::workload::{steady_requests, write_workload, WorkloadShape, DEFAULT_REQUESTS};
-use handoff_plan::{rank, run_plan, Budget, Kinds, Plan};
+use handoff_plan::{rank, run_plan, Axes, Budget, Experts, Kinds, Plan, PoolTps};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,24 @@ pub enum LayoutsArg {
     Aggregated,
     /// xPyD splits only.
     Disaggregated,
+}
+
+/// Whether to run a layout expert parallel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExpertsArg {
+    /// Experts tensor-parallel.
+    Off,
+    /// `--enable-expert-parallel`.
+    On,
+}
+
+impl From<ExpertsArg> for Experts {
+    fn from(a: ExpertsArg) -> Experts {
+        match a {
+            ExpertsArg::Off => Experts::Off,
+            ExpertsArg::On => Experts::Parallel,
+        }
+    }
 }
 
 /// Options of `plan`.
@@ -50,6 +69,27 @@ pub struct PlanArgs {
     /// profile of the model on the GPU exists for].
     #[arg(long, value_delimiter = ',', value_name = "TP,...")]
     tp: Vec<u32>,
+    /// Prefill workers' TPs to try, e.g. `1,2`: every layout pairs each
+    /// with each decode TP (`--decode-tp`), and a split of P prefill and D
+    /// decode workers takes P × prefill TP × DP + D × decode TP × DP GPUs;
+    /// aggregated layouts run at the TPs both lists hold [default: --tp's].
+    #[arg(long, value_delimiter = ',', value_name = "TP,...")]
+    prefill_tp: Vec<u32>,
+    /// Decode workers' TPs to try (with or without --prefill-tp)
+    /// [default: --tp's].
+    #[arg(long, value_delimiter = ',', value_name = "TP,...")]
+    decode_tp: Vec<u32>,
+    /// Expert parallelism to try, `off`, `on` or `off,on`: `on` runs a
+    /// layout with `--enable-expert-parallel` where a worker has more than
+    /// one rank (TP × DP > 1) for the experts to spread over.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "off",
+        value_name = "off,on"
+    )]
+    expert_parallel: Vec<ExpertsArg>,
     /// Attention data-parallel sizes to try (each layout runs with
     /// `--dp-size D`; a worker then occupies TP × D GPUs), e.g. `1,2`.
     #[arg(
@@ -134,7 +174,10 @@ const PER_LAYOUT: &[&str] = &[
     "--prefill",
     "--decode",
     "--tp",
+    "--prefill-tp",
+    "--decode-tp",
     "--dp-size",
+    "--enable-expert-parallel",
     "--slo",
     "--gpu-hour-usd",
 ];
@@ -231,10 +274,20 @@ pub fn run(a: PlanArgs) -> Result<(), String> {
         max: a.gpus,
         min: a.min_gpus,
         dps: a.dp.clone(),
+        experts: a.expert_parallel.iter().map(|&e| e.into()).collect(),
     };
     let max = budget.check().map_err(|e| e.to_string())?;
     let shared = a.shared_flags()?;
-    let (add, tps) = model_and_tps(&a.tp, &shared)?;
+    let flags = TpFlags {
+        tp: &a.tp,
+        prefill: &a.prefill_tp,
+        decode: &a.decode_tp,
+    };
+    let (add, tps) = model_and_tps(flags, &shared)?;
+    let axes = Axes {
+        per_pool_tp: matches!(tps, PoolTps::PerPool { .. }),
+        experts: budget.experts.contains(&Experts::Parallel),
+    };
     let layouts = budget
         .layouts(&tps, max, a.layouts.into())
         .map_err(|e| e.to_string())?;
@@ -248,6 +301,7 @@ pub fn run(a: PlanArgs) -> Result<(), String> {
         shared: &shared,
         gpus: (a.min_gpus, max),
         shard,
+        axes,
     };
     let pool = pool(a.jobs)?;
     let total = layouts.len();
@@ -257,6 +311,7 @@ pub fn run(a: PlanArgs) -> Result<(), String> {
         total,
         flags: add.into_iter().chain(shared.iter().cloned()).collect(),
         search,
+        axes,
     };
     let started = std::time::Instant::now();
     let summary = run_plan(&plan, &runner).map_err(|e| e.to_string())?;
@@ -373,5 +428,35 @@ mod tests {
         assert!(a.shared_flags().unwrap_err().contains("--dp-size"));
         let a = PlanOnly::try_parse_from(["--gpus", "4"]).unwrap().args;
         assert!(a.shared_flags().unwrap_err().contains("--slo"));
+        for f in ["--prefill-tp", "--decode-tp", "--enable-expert-parallel"] {
+            let a = PlanOnly::try_parse_from(["--gpus", "4", "--slo", "ttft:p90=1s", "--", f])
+                .unwrap()
+                .args;
+            let e = a.shared_flags().unwrap_err();
+            assert!(e.contains(&format!("plan: {f} is set per layout")), "{e}");
+        }
+    }
+
+    #[test]
+    fn pool_tps_and_expert_parallelism_parse_as_lists() {
+        let a = PlanOnly::try_parse_from(["--gpus", "16"]).unwrap().args;
+        assert!(a.prefill_tp.is_empty() && a.decode_tp.is_empty());
+        assert_eq!(a.expert_parallel, [ExpertsArg::Off]);
+        let a = PlanOnly::try_parse_from([
+            "--gpus",
+            "16",
+            "--prefill-tp",
+            "1,2,4",
+            "--decode-tp",
+            "4",
+            "--expert-parallel",
+            "off,on",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!((a.prefill_tp, a.decode_tp), (vec![1, 2, 4], vec![4]));
+        let e: Vec<Experts> = a.expert_parallel.iter().map(|&x| x.into()).collect();
+        assert_eq!(e, [Experts::Off, Experts::Parallel]);
+        assert!(PlanOnly::try_parse_from(["--expert-parallel", "both"]).is_err());
     }
 }

@@ -11,9 +11,8 @@ use crate::sweep_grid::{Configuration, Parsed, ReplayOnly};
 use clap::Parser as _;
 use handoff_plan::aic::check::{AicRun, AIC_AXES, AIC_METRICS};
 use handoff_plan::aic::{AicBackend, Choice, Engine, ProfileEntry};
-use handoff_plan::layout::AXES;
 use handoff_plan::rate::RateSearch;
-use handoff_plan::{Layout, Runner, PLAN_METRICS};
+use handoff_plan::{Axes, Experts, Layout, PoolTps, Runner, PLAN_METRICS};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -28,12 +27,25 @@ fn parse_shared(shared: &[String]) -> Result<ReplayOnly, String> {
     })
 }
 
+/// The TP flags of a plan: `--tp`, `--prefill-tp`, `--decode-tp`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TpFlags<'a> {
+    /// `--tp`.
+    pub tp: &'a [u32],
+    /// `--prefill-tp`.
+    pub prefill: &'a [u32],
+    /// `--decode-tp`.
+    pub decode: &'a [u32],
+}
+
 /// The model, GPU and backend the base flags name, and the TP choices:
-/// `--tp`, else every TP a profile exists for.
+/// `--tp`, else every TP a profile exists for; with `--prefill-tp` or
+/// `--decode-tp`, each pool's list (a pool not named takes that one) and
+/// every pair of them. Each TP must have a profile.
 pub(crate) fn model_and_tps(
-    tp: &[u32],
+    flags: TpFlags<'_>,
     shared: &[String],
-) -> Result<(Vec<String>, Vec<u32>), String> {
+) -> Result<(Vec<String>, PoolTps), String> {
     let parsed = parse_shared(shared)?;
     let deploy = parsed.args.deploy_args();
     let hw = &deploy.hardware;
@@ -58,22 +70,41 @@ pub(crate) fn model_and_tps(
         .filter(|k| k.model == model && k.gpu == gpu && k.backend == backend)
         .map(|k| k.tp)
         .collect();
-    let tps = if tp.is_empty() {
-        have.clone()
-    } else {
-        tp.to_vec()
+    let or_base = |given: &[u32], base: &[u32]| {
+        if given.is_empty() {
+            base.to_vec()
+        } else {
+            given.to_vec()
+        }
     };
-    if let Some(t) = tps.iter().find(|t| !have.contains(t)) {
-        return Err(format!(
-            "plan --tp {t}: no profile of {model} on {gpu} for {backend} at that TP (there are: {have:?})"
-        ));
+    let tps = or_base(flags.tp, &have);
+    for (flag, list) in [
+        ("--tp", flags.tp),
+        ("--prefill-tp", flags.prefill),
+        ("--decode-tp", flags.decode),
+    ] {
+        if let Some(t) = list.iter().find(|t| !have.contains(t)) {
+            return Err(format!(
+                "plan {flag} {t}: no profile of {model} on {gpu} for {backend} at that TP \
+                 (there are: {have:?})"
+            ));
+        }
     }
-    if tps.is_empty() {
+    if have.is_empty() {
         return Err(format!(
             "plan: no profile of {model} on {gpu} for {backend}"
         ));
     }
-    Ok((add, tps))
+    if flags.prefill.is_empty() && flags.decode.is_empty() {
+        return Ok((add, PoolTps::Same(tps)));
+    }
+    Ok((
+        add,
+        PoolTps::PerPool {
+            prefill: or_base(flags.prefill, &tps),
+            decode: or_base(flags.decode, &tps),
+        },
+    ))
 }
 
 /// `args` parsed as `replay`'s flags, checked, as configuration `index`.
@@ -105,25 +136,46 @@ pub(crate) struct ReplayRunner<'a> {
     pub flags: Vec<String>,
     /// `--max-rate`'s search, if asked (plans only).
     pub search: Option<RateSearch>,
+    /// The plan's summary axes (plans only).
+    pub axes: Axes,
+}
+
+/// The `replay` flags that make `l`: its workers, each pool's TP (`--tp`
+/// when they are one, else `--prefill-tp` and `--decode-tp`), `--dp-size`
+/// above 1, and `--enable-expert-parallel` when expert parallel.
+fn layout_args(l: &Layout) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--prefill".into(),
+        l.prefill.to_string(),
+        "--decode".into(),
+        l.decode.to_string(),
+    ];
+    if l.tps_differ() {
+        args.extend([
+            "--prefill-tp".into(),
+            l.prefill_tp.to_string(),
+            "--decode-tp".into(),
+            l.decode_tp.to_string(),
+        ]);
+    } else {
+        args.extend(["--tp".into(), l.prefill_tp.to_string()]);
+    }
+    if l.dp > 1 {
+        args.extend(["--dp-size".into(), l.dp.to_string()]);
+    }
+    if l.experts == Experts::Parallel {
+        args.push("--enable-expert-parallel".into());
+    }
+    args
 }
 
 impl Runner<Layout> for ReplayRunner<'_> {
     type Config = Configuration;
 
     fn prepare(&self, index: usize, l: &Layout) -> Result<Configuration, String> {
-        let mut args: Vec<String> = vec![
-            "--prefill".into(),
-            l.prefill.to_string(),
-            "--decode".into(),
-            l.decode.to_string(),
-            "--tp".into(),
-            l.tp.to_string(),
-        ];
-        if l.dp > 1 {
-            args.extend(["--dp-size".into(), l.dp.to_string()]);
-        }
+        let mut args = layout_args(l);
         args.extend(self.flags.iter().cloned());
-        let c = configuration(index, l.labels(), args)?;
+        let c = configuration(index, l.labels(self.axes), args)?;
         if let Parsed::Replay(a) = &c.parsed {
             a.check()?;
         }
@@ -131,7 +183,7 @@ impl Runner<Layout> for ReplayRunner<'_> {
     }
 
     fn run_all(&self, configs: &[Configuration]) -> Vec<Value> {
-        let keys: Vec<String> = AXES.map(String::from).to_vec();
+        let keys: Vec<String> = self.axes.keys().into_iter().map(String::from).collect();
         // The report's `warnings` (a run not in steady state), in the row
         // only when there are some, so steady plans' summaries are as before.
         let extra: Vec<&str> = PLAN_METRICS.iter().copied().chain(["warnings"]).collect();
@@ -346,4 +398,36 @@ pub(crate) fn pool(jobs: Option<usize>) -> Result<rayon::ThreadPool, String> {
         .stack_size(8 << 20)
         .build()
         .map_err(|e| format!("--jobs: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_layout_is_the_replay_flags_of_its_pools() {
+        let words = |l: &Layout| layout_args(l).join(" ");
+        // One TP: `--tp`, as plans always ran.
+        assert_eq!(
+            words(&Layout::uniform(2, 1, 3, 1)),
+            "--prefill 3 --decode 1 --tp 2"
+        );
+        let mixed = Layout {
+            decode_tp: 4,
+            ..Layout::uniform(2, 2, 6, 1)
+        };
+        assert_eq!(
+            words(&mixed),
+            "--prefill 6 --decode 1 --prefill-tp 2 --decode-tp 4 --dp-size 2"
+        );
+        // Aggregated at one TP; expert parallel adds its flag.
+        let ep = Layout {
+            experts: Experts::Parallel,
+            ..Layout::uniform(1, 4, 2, 0)
+        };
+        assert_eq!(
+            words(&ep),
+            "--prefill 2 --decode 0 --tp 1 --dp-size 4 --enable-expert-parallel"
+        );
+    }
 }

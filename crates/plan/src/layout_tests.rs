@@ -4,12 +4,7 @@ use super::*;
 use crate::runner::Runner;
 
 fn lay(tp: u32, dp: u32, prefill: u32, decode: u32) -> Layout {
-    Layout {
-        tp,
-        dp,
-        prefill,
-        decode,
-    }
+    Layout::uniform(tp, dp, prefill, decode)
 }
 
 #[test]
@@ -28,7 +23,7 @@ fn enumeration_counts_and_order() {
     let mut seen = std::collections::BTreeSet::new();
     assert!(l
         .iter()
-        .all(|x| seen.insert((x.tp, x.dp, x.prefill, x.decode))));
+        .all(|x| seen.insert((x.prefill_tp, x.dp, x.prefill, x.decode))));
 }
 
 #[test]
@@ -93,6 +88,7 @@ fn the_budget_is_checked_before_anything_is_enumerated() {
         max,
         min,
         dps: dps.to_vec(),
+        experts: vec![Experts::Off],
     };
     assert_eq!(
         b(None, 1, &[1]).check(),
@@ -113,10 +109,11 @@ fn the_budget_is_checked_before_anything_is_enumerated() {
     );
     assert_eq!(b(Some(4), 1, &[1]).check(), Ok(4));
     assert_eq!(
-        b(Some(3), 1, &[1]).layouts(&[4], 3, Kinds::Both),
+        b(Some(3), 1, &[1]).layouts(&PoolTps::Same(vec![4]), 3, Kinds::Both),
         Err(PlanError::NoLayout { min: 1, max: 3 })
     );
-    let big = b(Some(MAX_GPUS), 1, &[1]).layouts(&[1], MAX_GPUS, Kinds::Disaggregated);
+    let big =
+        b(Some(MAX_GPUS), 1, &[1]).layouts(&PoolTps::Same(vec![1]), MAX_GPUS, Kinds::Disaggregated);
     assert!(
         matches!(big, Err(PlanError::TooManyLayouts { found, most: MAX_LAYOUTS }) if found > MAX_LAYOUTS)
     );
@@ -156,6 +153,7 @@ fn a_plan_runs_its_shard_and_stops_at_a_refused_layout() {
         shared: &shared,
         gpus: (1, 3),
         shard: None,
+        axes: Axes::default(),
     };
     let all = run_plan(&plan, &Echo { refuse: None }).unwrap();
     assert_eq!(all["rows"].as_array().unwrap().len(), 6);
@@ -176,4 +174,277 @@ fn a_plan_runs_its_shard_and_stops_at_a_refused_layout() {
     // A refused layout outside the shard still stops the plan.
     let e = run_plan(&plan, &Echo { refuse: Some(2) }).unwrap_err();
     assert_eq!(e.to_string(), "layout 2: no such profile");
+}
+
+fn space(tps: PoolTps, dps: &[u32], experts: &[Experts], max: u32, which: Kinds) -> Space {
+    Space {
+        tps,
+        dps: dps.to_vec(),
+        experts: experts.to_vec(),
+        min: 1,
+        max,
+        which,
+    }
+}
+
+fn per_pool(prefill: &[u32], decode: &[u32]) -> PoolTps {
+    PoolTps::PerPool {
+        prefill: prefill.to_vec(),
+        decode: decode.to_vec(),
+    }
+}
+
+#[test]
+fn per_pool_tps_pair_every_prefill_tp_with_every_decode_tp() {
+    // 6 GPUs, prefill TP 1 or 2, decode TP 2: pairs (1,2) then (2,2).
+    let l = enumerate_space(&space(
+        per_pool(&[1, 2], &[2]),
+        &[1],
+        &[Experts::Off],
+        6,
+        Kinds::Both,
+    ));
+    let of = |p, d| -> Vec<(u32, u32)> {
+        l.iter()
+            .filter(|x| (x.prefill_tp, x.decode_tp) == (p, d) && x.decode > 0)
+            .map(|x| (x.prefill, x.decode))
+            .collect()
+    };
+    // (1,2): P×1 + D×2 ≤ 6, by total workers then prefill count (1P3D
+    // would take 7).
+    assert_eq!(of(1, 2), [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (4, 1)]);
+    // (2,2): as a uniform TP2 plan: 1P1D, 1P2D, 2P1D.
+    assert_eq!(of(2, 2), [(1, 1), (1, 2), (2, 1)]);
+    // Aggregated only at a TP both lists hold (2), at one TP.
+    let agg: Vec<Layout> = l.iter().filter(|x| x.decode == 0).copied().collect();
+    assert_eq!(agg, [lay(2, 1, 1, 0), lay(2, 1, 2, 0), lay(2, 1, 3, 0)]);
+    // The (1,2) layouts come first, then (2,2)'s aggregated and splits.
+    assert_eq!(l[0].prefill_tp, 1);
+    assert_eq!(l[6], lay(2, 1, 1, 0));
+    assert_eq!(l.len(), 6 + 3 + 3);
+    for x in &l {
+        assert!(x.gpus() <= 6, "{x:?}");
+        assert_eq!(
+            x.gpus(),
+            x.prefill * x.prefill_tp * x.dp + x.decode * x.decode_tp * x.dp
+        );
+    }
+    // 6 prefill TP2 + 1 decode TP4 (issue 53's Qwen3-32B pick) is 16 GPUs.
+    let pick = Layout {
+        prefill_tp: 2,
+        decode_tp: 4,
+        ..lay(2, 1, 6, 1)
+    };
+    assert_eq!(pick.gpus(), 16);
+    assert!(pick.tps_differ() && !lay(2, 1, 3, 0).tps_differ());
+    let l = enumerate_space(&space(
+        per_pool(&[2], &[4]),
+        &[1, 2],
+        &[Experts::Off],
+        16,
+        Kinds::Both,
+    ));
+    assert!(l.contains(&pick));
+    // DP multiplies each pool: 2P TP2 + 1D TP4 at DP2 is (4 + 4) × 2,
+    // 3P (6 + 4) × 2 is over the budget.
+    assert!(l.iter().all(|x| x.gpus() <= 16 && x.decode > 0));
+    assert!(l.contains(&Layout {
+        dp: 2,
+        prefill: 2,
+        ..pick
+    }));
+    assert!(!l.contains(&Layout {
+        dp: 2,
+        prefill: 3,
+        ..pick
+    }));
+}
+
+#[test]
+fn equal_pool_tps_enumerate_what_one_tp_does() {
+    // Per-pool lists of one TP each are the uniform plan, in its order.
+    for tp in [1, 2, 4] {
+        let one = enumerate(&[tp], &[1, 2], 1, 12, Kinds::Both);
+        let pools = enumerate_space(&space(
+            per_pool(&[tp], &[tp]),
+            &[1, 2],
+            &[Experts::Off],
+            12,
+            Kinds::Both,
+        ));
+        assert_eq!(one, pools);
+    }
+    // Square lists hold every uniform layout, plus the mixed pairs.
+    let uniform = enumerate(&[1, 2, 4], &[1], 1, 16, Kinds::Both);
+    let square = enumerate_space(&space(
+        per_pool(&[1, 2, 4], &[1, 2, 4]),
+        &[1],
+        &[Experts::Off],
+        16,
+        Kinds::Both,
+    ));
+    assert!(uniform.iter().all(|u| square.contains(u)));
+    let mixed = square.iter().filter(|x| x.tps_differ()).count();
+    assert_eq!(square.len(), uniform.len() + mixed);
+    assert!(square.len() > 100, "{}", square.len());
+    let mut seen = std::collections::BTreeSet::new();
+    assert!(square.iter().all(|x| seen.insert((
+        x.prefill_tp,
+        x.decode_tp,
+        x.dp,
+        x.prefill,
+        x.decode
+    ))));
+    // Sizes out of range are dropped, not multiplied.
+    let l = enumerate_space(&space(
+        per_pool(&[0, 1], &[2000, 1]),
+        &[1],
+        &[Experts::Off],
+        2,
+        Kinds::Both,
+    ));
+    assert_eq!(l, enumerate(&[1], &[1], 1, 2, Kinds::Both));
+}
+
+#[test]
+fn expert_parallel_layouts_need_more_than_one_rank() {
+    let both = [Experts::Off, Experts::Parallel];
+    let l = enumerate_space(&space(
+        PoolTps::Same(vec![1]),
+        &[1, 2],
+        &both,
+        4,
+        Kinds::Aggregated,
+    ));
+    let ep = |x: &Layout| x.experts == Experts::Parallel;
+    // TP1 DP1: one rank, no EP; TP1 DP2: each worker's two ranks may.
+    assert!(l.iter().filter(|x| x.dp == 1).all(|x| !ep(x)));
+    let dp2: Vec<(u32, bool)> = l
+        .iter()
+        .filter(|x| x.dp == 2)
+        .map(|x| (x.prefill, ep(x)))
+        .collect();
+    assert_eq!(dp2, [(1, false), (2, false), (1, true), (2, true)]);
+    // TP2 alone is two ranks; a split counts its widest pool.
+    assert!(expert_parallel_fits(&lay(2, 1, 1, 0)));
+    assert!(!expert_parallel_fits(&lay(1, 1, 3, 2)));
+    let mixed = Layout {
+        decode_tp: 2,
+        ..lay(1, 1, 2, 1)
+    };
+    assert!(expert_parallel_fits(&mixed));
+    // EP changes no GPU count.
+    let on = Layout {
+        experts: Experts::Parallel,
+        ..lay(1, 4, 1, 0)
+    };
+    assert_eq!(on.gpus(), 4);
+    // Off alone is the plan without expert parallelism.
+    let off = enumerate_space(&space(
+        PoolTps::Same(vec![1]),
+        &[1, 2],
+        &[Experts::Off],
+        4,
+        Kinds::Both,
+    ));
+    assert_eq!(off, enumerate(&[1], &[1, 2], 1, 4, Kinds::Both));
+    // On alone: only the layouts with ranks to spread over.
+    let only = enumerate_space(&space(
+        PoolTps::Same(vec![1]),
+        &[1, 2],
+        &[Experts::Parallel],
+        4,
+        Kinds::Both,
+    ));
+    assert!(only.iter().all(|x| ep(x) && x.dp == 2));
+    assert_eq!(only.len(), 3);
+}
+
+#[test]
+fn labels_and_grid_follow_the_axes() {
+    let mixed = Layout {
+        decode_tp: 4,
+        experts: Experts::Parallel,
+        ..lay(2, 2, 6, 1)
+    };
+    assert_eq!(Axes::default().keys(), AXES);
+    assert_eq!(mixed.labels(Axes::default()), ["2", "2", "6", "1"]);
+    let all = Axes {
+        per_pool_tp: true,
+        experts: true,
+    };
+    assert_eq!(
+        all.keys(),
+        ["prefill_tp", "decode_tp", "dp", "prefill", "decode", "ep"]
+    );
+    assert_eq!(mixed.labels(all), ["2", "4", "2", "6", "1", "on"]);
+    let layouts = [mixed, lay(1, 1, 2, 0)];
+    let plan = Plan {
+        layouts: &layouts,
+        shared: &[],
+        gpus: (1, 16),
+        shard: None,
+        axes: all,
+    };
+    let g = plan.grid_json();
+    let keys: Vec<&str> = g["axes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, all.keys());
+    assert_eq!(g["axes"][0]["values"], json!(["1", "2"]));
+    assert_eq!(g["axes"][1]["values"], json!(["1", "4"]));
+    assert_eq!(g["axes"][5]["values"], json!(["off", "on"]));
+    // Without the flags the grid is the one plans always wrote.
+    let plain = Plan {
+        axes: Axes::default(),
+        ..plan
+    };
+    assert_eq!(
+        plain.grid_json()["axes"],
+        json!([
+            {"key": "tp", "values": ["1", "2"]},
+            {"key": "dp", "values": ["1", "2"]},
+            {"key": "prefill", "values": ["2", "6"]},
+            {"key": "decode", "values": ["0", "1"]},
+        ])
+    );
+}
+
+#[test]
+fn repeated_sizes_count_once_and_a_huge_budget_is_counted_not_held() {
+    let once = enumerate_space(&space(
+        per_pool(&[1, 2], &[2]),
+        &[1, 2],
+        &[Experts::Off],
+        8,
+        Kinds::Both,
+    ));
+    let twice = enumerate_space(&space(
+        per_pool(&[1, 2, 1, 2], &[2, 2]),
+        &[1, 2, 1],
+        &[Experts::Off, Experts::Off],
+        8,
+        Kinds::Both,
+    ));
+    assert_eq!(once, twice);
+    // 1024 GPUs at TP 1, 2, 4 per pool: far more layouts than a plan
+    // runs, refused with their count.
+    let b = Budget {
+        max: Some(MAX_GPUS),
+        min: 1,
+        dps: vec![1],
+        experts: vec![Experts::Off],
+    };
+    let tps = per_pool(&[1, 2, 4], &[1, 2, 4]);
+    match b.layouts(&tps, MAX_GPUS, Kinds::Both) {
+        Err(PlanError::TooManyLayouts { found, most }) => {
+            assert_eq!(most, MAX_LAYOUTS);
+            // (1,1) alone: 1024 aggregated + 1023·1024/2 splits.
+            assert!(found > 1024 + 1023 * 512, "{found}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

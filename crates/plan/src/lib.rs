@@ -1,7 +1,8 @@
 //! # handoff-plan
 //!
 //! The sizing question answered by simulation, as a library: every
-//! aggregated layout and xPyD split within a GPU budget ([`layout`]), run
+//! aggregated layout and xPyD split within a GPU budget, each pool at its
+//! own TP, with attention DP and expert parallelism ([`layout`]), run
 //! by the caller, ranked by goodput per GPU among those that hold the SLO
 //! with the Pareto frontier of tokens/s/GPU against tokens/s/user
 //! ([`rank`], [`outputs`], the page in [`html`]); the highest arrival
@@ -30,7 +31,8 @@ pub mod workload;
 
 pub use error::PlanError;
 pub use layout::{
-    enumerate, run_plan, Budget, Kinds, Layout, Plan, MAX_GPUS, MAX_LAYOUTS, PLAN_METRICS,
+    enumerate, enumerate_space, expert_parallel_fits, run_plan, Axes, Axis, Budget, Experts, Kinds,
+    Layout, Plan, PoolTps, Space, MAX_GPUS, MAX_LAYOUTS, PLAN_METRICS,
 };
 pub use rank::{rank, Point, Ranked};
 pub use runner::Runner;

@@ -4,16 +4,19 @@
 
 use crate::error::write_file;
 use crate::error::PlanError;
+use crate::layout::{Axes, Experts};
 use crate::rank::{Point, Ranked};
 use serde_json::{json, Value};
 use std::path::Path;
 
-fn point_json(p: &Point, rank: usize) -> Value {
-    json!({
+/// One layout's line of `best.csv` and the frontier: `tp` (both pools'),
+/// or `prefill_tp` and `decode_tp` in a plan with per-pool TP; `ep`
+/// (`true` when expert parallel) only in a plan that tried it.
+fn point_json(p: &Point, rank: usize, axes: Axes) -> Value {
+    let mut v = json!({
         "rank": rank,
         "index": p.index,
         "layout": p.layout(),
-        "tp": p.tp,
         "dp": p.dp,
         "prefill": p.prefill,
         "decode": p.decode,
@@ -30,7 +33,17 @@ fn point_json(p: &Point, rank: usize) -> Value {
         "mean_transfer_ms": p.transfer_ms,
         "usd_per_million_output_tokens": p.usd_per_million,
         "max_rate_rps": p.max_rate_rps,
-    })
+    });
+    if axes.per_pool_tp {
+        v["prefill_tp"] = json!(p.prefill_tp);
+        v["decode_tp"] = json!(p.decode_tp);
+    } else {
+        v["tp"] = json!(p.prefill_tp);
+    }
+    if axes.experts {
+        v["ep"] = json!(p.experts == Experts::Parallel);
+    }
+    v
 }
 
 /// `points` as CSV, one line per point, the header from the first's keys.
@@ -66,7 +79,7 @@ pub fn files(r: &Ranked, summary: &Value) -> Result<Vec<(&'static str, String)>,
         .order
         .iter()
         .enumerate()
-        .map(|(i, p)| point_json(p, i + 1))
+        .map(|(i, p)| point_json(p, i + 1, r.axes))
         .collect();
     let frontier: Vec<Value> = r.frontier.iter().map(|&i| best[i].clone()).collect();
     let text = serde_json::to_string_pretty(&json!({ "frontier": frontier }))
@@ -109,5 +122,43 @@ mod tests {
         let first: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
         assert_eq!(first[at("usd")], "");
         assert_eq!(csv_of(&[]), "");
+    }
+
+    #[test]
+    fn best_csv_names_each_pools_tp_only_in_a_per_pool_plan() {
+        let row = |config: Value| {
+            json!({"index": 0, "error": null, "config": config, "sizing.gpus": 16,
+                   "slo.holds": true})
+        };
+        let plain = json!({"tp": "2", "dp": "1", "prefill": "3", "decode": "1"});
+        let r = crate::rank::rank(&json!({"rows": [row(plain)]})).unwrap();
+        let head = |r: &Ranked| -> Vec<String> {
+            let best = &files(r, &json!({})).unwrap()[0].1;
+            best.lines()
+                .next()
+                .unwrap()
+                .split(',')
+                .map(String::from)
+                .collect()
+        };
+        let h = head(&r);
+        assert!(h.contains(&"tp".to_string()), "{h:?}");
+        assert!(!h.iter().any(|k| k.ends_with("_tp") || k == "ep"), "{h:?}");
+        let pools = json!({"prefill_tp": "2", "decode_tp": "4", "dp": "1",
+                           "prefill": "6", "decode": "1", "ep": "on"});
+        let r = crate::rank::rank(&json!({"rows": [row(pools)]})).unwrap();
+        let h = head(&r);
+        for k in ["prefill_tp", "decode_tp", "ep"] {
+            assert!(h.contains(&k.to_string()), "{k} {h:?}");
+        }
+        assert!(!h.contains(&"tp".to_string()), "{h:?}");
+        let best = &files(&r, &json!({})).unwrap()[0].1;
+        let cells: Vec<&str> = best.lines().nth(1).unwrap().split(',').collect();
+        let at = |k: &str| cells[h.iter().position(|x| x == k).unwrap()];
+        assert_eq!(
+            (at("prefill_tp"), at("decode_tp"), at("ep")),
+            ("2", "4", "true")
+        );
+        assert_eq!(at("layout"), "6P+1D tp2/4 ep");
     }
 }

@@ -5,6 +5,7 @@
 //! and better on one). The files written from them are [`crate::outputs`].
 
 use crate::error::PlanError;
+use crate::layout::{Axes, Experts};
 use serde_json::Value;
 use std::fmt::Write as _;
 
@@ -13,14 +14,18 @@ use std::fmt::Write as _;
 pub struct Point {
     /// Configuration number.
     pub index: usize,
-    /// TP, prefill and decode workers (decode 0: aggregated).
-    pub tp: u32,
+    /// TP of a prefill (or aggregated) worker's rank.
+    pub prefill_tp: u32,
+    /// TP of a decode worker's rank (aggregated: as prefill).
+    pub decode_tp: u32,
     /// Data-parallel ranks per worker.
     pub dp: u32,
     /// Prefill (or aggregated) workers.
     pub prefill: u32,
     /// Decode workers.
     pub decode: u32,
+    /// Expert parallelism.
+    pub experts: Experts,
     /// GPUs used.
     pub gpus: u64,
     /// Whether every SLO target held.
@@ -87,17 +92,29 @@ impl Point {
         ]
     }
 
-    /// `2P+3D tp1` or `4x agg tp1`, with ` dp2` after the TP when DP > 1.
+    /// `2P+3D tp1` or `4x agg tp1`; `6P+1D tp2/4` when the pools' TPs
+    /// differ (prefill's first, as AIConfigurator's rows read here); then
+    /// ` dp2` when DP > 1 and ` ep` when expert parallel.
     pub fn layout(&self) -> String {
-        let dp = if self.dp > 1 {
-            format!(" dp{}", self.dp)
-        } else {
-            String::new()
-        };
+        let mut tail = String::new();
+        if self.dp > 1 {
+            let _ = write!(tail, " dp{}", self.dp);
+        }
+        if self.experts == Experts::Parallel {
+            tail.push_str(" ep");
+        }
         if self.decode == 0 {
-            format!("{}x agg tp{}{dp}", self.prefill, self.tp)
+            format!("{}x agg tp{}{tail}", self.prefill, self.prefill_tp)
+        } else if self.prefill_tp == self.decode_tp {
+            format!(
+                "{}P+{}D tp{}{tail}",
+                self.prefill, self.decode, self.prefill_tp
+            )
         } else {
-            format!("{}P+{}D tp{}{dp}", self.prefill, self.decode, self.tp)
+            format!(
+                "{}P+{}D tp{}/{}{tail}",
+                self.prefill, self.decode, self.prefill_tp, self.decode_tp
+            )
         }
     }
 
@@ -109,7 +126,10 @@ impl Point {
         let n = |k: &str| row["config"][k].as_str().and_then(|s| s.parse().ok());
         Some(Point {
             index: row["index"].as_u64()? as usize,
-            tp: n("tp")?,
+            // A per-pool plan's rows carry `prefill_tp` and `decode_tp`,
+            // the others one `tp`.
+            prefill_tp: n("prefill_tp").or_else(|| n("tp"))?,
+            decode_tp: n("decode_tp").or_else(|| n("tp"))?,
             // Summaries written before `--dp` existed carry no `dp`.
             dp: if row["config"]["dp"].is_null() {
                 1
@@ -118,6 +138,10 @@ impl Point {
             },
             prefill: n("prefill")?,
             decode: n("decode")?,
+            experts: match row["config"]["ep"].as_str() {
+                Some("on") => Experts::Parallel,
+                _ => Experts::Off,
+            },
             gpus: row["sizing.gpus"].as_u64()?,
             holds: row["slo.holds"].as_bool()?,
             attainment: f("slo.attainment_all"),
@@ -146,6 +170,9 @@ pub struct Ranked {
     pub frontier: Vec<usize>,
     /// Whether `--max-rate` searched each layout's highest rate.
     pub rate_searched: bool,
+    /// The plan's axes beyond TP, DP and workers (read from its rows'
+    /// `config`): what `best.csv` and the frontier add.
+    pub axes: Axes,
 }
 
 /// Whether `a` is at least `b` on both axes and above it on one.
@@ -182,10 +209,15 @@ pub fn rank(summary: &Value) -> Result<Ranked, PlanError> {
             .total_cmp(&order[b].per_user)
             .then(order[a].index.cmp(&order[b].index))
     });
+    let has = |k: &str| rows.iter().any(|r| r["config"].get(k).is_some());
     Ok(Ranked {
         order,
         frontier,
         rate_searched: rows.iter().any(|r| r.get("max_rate_rps").is_some()),
+        axes: Axes {
+            per_pool_tp: has("prefill_tp"),
+            experts: has("ep"),
+        },
     })
 }
 
@@ -293,5 +325,35 @@ mod tests {
         let r = rank(&json!({ "rows": rows })).unwrap();
         // Layout 3 ranks second.
         assert_eq!(r.not_steady(), [2]);
+    }
+
+    #[test]
+    fn per_pool_rows_read_both_tps_and_expert_parallelism() {
+        let mut a = row(0, 6, 1, true, 100.0, 110.0, 50.0);
+        a["config"] = json!({"prefill_tp": "2", "decode_tp": "4", "dp": "1",
+                             "prefill": "6", "decode": "1", "ep": "off"});
+        let mut b = row(1, 2, 0, true, 90.0, 100.0, 40.0);
+        b["config"] = json!({"prefill_tp": "1", "decode_tp": "1", "dp": "4",
+                             "prefill": "2", "decode": "0", "ep": "on"});
+        let r = rank(&json!({ "rows": [a, b] })).unwrap();
+        let p = &r.order[0];
+        assert_eq!((p.prefill_tp, p.decode_tp, p.experts), (2, 4, Experts::Off));
+        assert_eq!(p.layout(), "6P+1D tp2/4");
+        assert_eq!(r.order[1].experts, Experts::Parallel);
+        assert_eq!(r.order[1].layout(), "2x agg tp1 dp4 ep");
+        assert_eq!(
+            r.axes,
+            Axes {
+                per_pool_tp: true,
+                experts: true
+            }
+        );
+        // A one-TP row reads its `tp` for both pools, and its plan's
+        // axes are the plain ones.
+        let r = rank(&json!({"rows": [row(0, 1, 2, true, 1.0, 1.0, 1.0)]})).unwrap();
+        assert_eq!((r.order[0].prefill_tp, r.order[0].decode_tp), (1, 1));
+        assert_eq!(r.axes, Axes::default());
+        let t = r.table(1);
+        assert!(t[2].contains("1P+2D tp1 "), "{}", t[2]);
     }
 }

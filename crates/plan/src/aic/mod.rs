@@ -38,7 +38,9 @@ mod resolve;
 
 pub use check::{check, AicCheck, AicRun, Refusal};
 pub use read::{parse, AicBackend, AicError, AicFile, AicRow, Parallel, Unsimulable, MAX_ROWS};
-pub use resolve::{gpu_slug, Choice, Engine, ProfileEntry, Resolved, Side, Skip};
+pub use resolve::{
+    expert_parallel_skip, gpu_slug, Choice, Engine, ProfileEntry, Resolved, Side, Skip,
+};
 
 #[cfg(test)]
 mod tests;

@@ -241,10 +241,20 @@ pub fn gpu_slug(system: &str) -> String {
         .collect()
 }
 
-/// Why a pool's parallelism is not modelled, if it is not.
+/// Whether a pool's expert parallelism is modelled: the one place that
+/// decides it (today never: `moe_ep` > 1 is skipped; expert-parallel
+/// engines, `--enable-expert-parallel`, turn this into a run).
+pub fn expert_parallel_skip(side: Side, p: &Parallel) -> Option<Skip> {
+    (p.moe_ep > 1).then_some(Skip::ExpertParallel(side, p.moe_ep))
+}
+
+/// Why a pool's parallelism is not modelled, if it is not. Context and
+/// pipeline parallelism are refused before the GPU count is compared, so
+/// a CP or PP row never runs on the `tp × dp` GPUs it would have without
+/// them.
 fn pool_skip(side: Side, p: &Parallel) -> Option<Skip> {
-    if p.moe_ep > 1 {
-        return Some(Skip::ExpertParallel(side, p.moe_ep));
+    if let Some(s) = expert_parallel_skip(side, p) {
+        return Some(s);
     }
     if p.cp > 1 {
         return Some(Skip::ContextParallel(side, p.cp));

@@ -502,3 +502,148 @@ fn aic_systems_become_gpu_slugs() {
         assert_eq!(gpu_slug(system), slug);
     }
 }
+
+/// The check of one file with the fake runner, its output removed.
+fn check_text(text: &str) -> AicCheck {
+    let file = parse(text).unwrap();
+    assert!(file.bad.is_empty(), "{:?}", file.bad);
+    let out = std::env::temp_dir().join(format!(
+        "handoff-plan-aic-{}-{}",
+        std::process::id(),
+        text.len()
+    ));
+    let slo: SloSpec = "ttft:p90=600ms".parse().unwrap();
+    let c = check(
+        &file,
+        &slo,
+        &choice(),
+        &catalogue(),
+        &out,
+        &Fake { refuse: 0 },
+    );
+    let _ = std::fs::remove_dir_all(&out);
+    c
+}
+
+#[test]
+fn a_context_parallel_row_is_never_run_on_fewer_gpus() {
+    let skip = |r: &AicRow| choice().resolve(r, &catalogue()).unwrap_err();
+    // (p)cp 2 at the GPU count TP × DP alone gives (2 + 4): were CP
+    // ignored, this row would run and count its GPUs as matching.
+    let cp_short = one_row(&[("(p)cp", "2")]);
+    assert_eq!(skip(&cp_short), Skip::ContextParallel(Side::Prefill, 2));
+    // At the count with CP (2 × 2 + 4), also refused, not run on 6.
+    let cp_full = one_row(&[("(p)cp", "2"), ("num_total_gpus", "8")]);
+    assert_eq!(skip(&cp_full), Skip::ContextParallel(Side::Prefill, 2));
+    // CP is named before a missing profile: the reason is the layout.
+    let cp_unknown = one_row(&[("(p)cp", "4"), ("model", "org/none")]);
+    assert_eq!(skip(&cp_unknown), Skip::ContextParallel(Side::Prefill, 4));
+    // A file with a `(d)cp` column: the decode pool's.
+    let head = format!("{DISAGG_HEAD},(d)cp");
+    let f = parse(&format!("{head}\n{},2\n", disagg_row(&[]))).unwrap();
+    assert_eq!(skip(&f.rows[0]), Skip::ContextParallel(Side::Decode, 2));
+    // An aggregated replica's `cp`.
+    let agg = "isl,osl,concurrency,ttft,tpot,tokens/s/gpu,tokens/s/user,num_total_gpus,tp,cp";
+    let f = parse(&format!("{agg}\n100,10,4,1,1,1,1,1,1,2\n")).unwrap();
+    assert_eq!(skip(&f.rows[0]), Skip::ContextParallel(Side::Aggregated, 2));
+    // Through the check: the row says why, is not simulated, and the
+    // summary counts it by reason.
+    let c = check_text(&format!(
+        "{DISAGG_HEAD}\n{}\n{}\n",
+        disagg_row(&[("(p)cp", "2")]),
+        disagg_row(&[])
+    ));
+    assert_eq!(
+        c.rows[0]["skipped"],
+        "prefill CP2: context parallelism is not modelled"
+    );
+    assert!(c.rows[0]["simulated"].is_null());
+    assert!(c.rows[1]["simulated"].is_object());
+    let s = c.summary("f.csv", &"ttft:p90=600ms".parse().unwrap(), &[]);
+    assert_eq!(s["skipped_rows"], json!({"context parallelism": 1}));
+    assert_eq!(
+        c.skipped_line().unwrap(),
+        "skipped 1 of 2 rows: 1 context parallelism"
+    );
+    assert!(c.table()[1].ends_with("| skipped: prefill CP2: context parallelism is not modelled"));
+}
+
+#[test]
+fn each_parallelism_column_of_each_pool_names_its_own_reason() {
+    let kind = |set: &[(&str, &str)]| {
+        let e = choice().resolve(&one_row(set), &catalogue()).unwrap_err();
+        (e.kind(), e)
+    };
+    let cases: &[(&[(&str, &str)], Skip)] = &[
+        (
+            &[("(p)moe_ep", "2")],
+            Skip::ExpertParallel(Side::Prefill, 2),
+        ),
+        (&[("(d)moe_ep", "8")], Skip::ExpertParallel(Side::Decode, 8)),
+        (&[("(p)cp", "2")], Skip::ContextParallel(Side::Prefill, 2)),
+        (&[("(p)pp", "2")], Skip::Pipeline(Side::Prefill, 2)),
+        (&[("(d)pp", "4")], Skip::Pipeline(Side::Decode, 4)),
+        (
+            &[("(p)dp", "2"), ("(d)dp", "2"), ("(p)moe_tp", "2")],
+            Skip::MoeTpAcrossDp {
+                side: Side::Prefill,
+                par: Parallel {
+                    dp: 2,
+                    moe_tp: 2,
+                    ..ONE
+                },
+            },
+        ),
+        (
+            &[("(p)dp", "2")],
+            Skip::DpDiffers {
+                prefill: 2,
+                decode: 1,
+            },
+        ),
+        (
+            &[("(p)system", "b200_sxm")],
+            Skip::SystemsDiffer("b200_sxm".into(), "h100_sxm".into()),
+        ),
+        (
+            &[("(p)backend", "sglang")],
+            Skip::BackendsDiffer(AicBackend::Sglang, AicBackend::Vllm),
+        ),
+    ];
+    for (set, want) in cases {
+        let (k, got) = kind(set);
+        assert_eq!(&got, want, "{set:?}");
+        assert_eq!(k, want.kind());
+    }
+    assert!(matches!(
+        kind(&[("(p)tp", "8"), ("num_total_gpus", "20")]).1,
+        Skip::NoProfile { tp: 8, .. }
+    ));
+    // Expert parallelism is decided in one place.
+    assert_eq!(expert_parallel_skip(Side::Decode, &ONE), None);
+    let ep = Parallel { moe_ep: 4, ..ONE };
+    assert_eq!(
+        expert_parallel_skip(Side::Decode, &ep),
+        Some(Skip::ExpertParallel(Side::Decode, 4))
+    );
+}
+
+#[test]
+fn a_row_whose_pools_differ_in_tp_runs() {
+    // Qwen3-32B: 2 prefill workers at TP2 and one decode worker at TP4,
+    // 2 × 2 + 4 GPUs.
+    let set = [
+        ("model", "Qwen/Qwen3-32B"),
+        ("(p)tp", "2"),
+        ("(d)tp", "4"),
+        ("num_total_gpus", "8"),
+    ];
+    let r = one_row(&set);
+    assert_eq!(r.layout(), "2P+1D tp2/4");
+    let d = choice().resolve(&r, &catalogue()).unwrap();
+    assert_eq!((d.prefill_tp, d.decode_tp, d.dp), (2, 4, 1));
+    let c = check_text(&format!("{DISAGG_HEAD}\n{}\n", disagg_row(&set)));
+    assert!(c.rows[0]["skipped"].is_null(), "{}", c.rows[0]);
+    assert_eq!(c.rows[0]["simulated"]["tpot_ms"]["p50"], 10.0);
+    assert!(c.skipped_line().is_none());
+}
