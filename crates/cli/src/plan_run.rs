@@ -244,6 +244,12 @@ impl Runner<AicRun> for AicRunner<'_> {
                 d.decode_tp.to_string(),
             ]);
         }
+        match (d.prefill_ep, d.decode_ep) {
+            (true, true) => args.push("--enable-expert-parallel".into()),
+            (true, false) => args.push("--prefill-expert-parallel".into()),
+            (false, true) => args.push("--decode-expert-parallel".into()),
+            (false, false) => {}
+        }
         args.extend([
             "--dp-size".into(),
             d.dp.to_string(),
@@ -276,13 +282,17 @@ impl Runner<AicRun> for AicRunner<'_> {
 }
 
 /// Flags after `--` that each AIConfigurator row sets from its columns.
-const ROW_FLAGS: [&str; 8] = [
+const ROW_FLAGS: [&str; 12] = [
     "--prefill",
     "--decode",
     "--tp",
     "--prefill-tp",
     "--decode-tp",
     "--dp-size",
+    "--enable-expert-parallel",
+    "--ep-size",
+    "--prefill-expert-parallel",
+    "--decode-expert-parallel",
     "--concurrency",
     "--trace",
 ];
@@ -345,8 +355,7 @@ fn catalogue(hw: &crate::hardware_args::HardwareArgs) -> Result<Vec<ProfileEntry
     let mut ids: Vec<(String, String)> = Vec::new();
     let mut out = Vec::new();
     for (k, dir) in keys {
-        // A MoE layout's profile is no row's TP profile.
-        let Some(backend) = AicBackend::parse(k.backend).filter(|_| !k.is_moe_layout()) else {
+        let Some(backend) = AicBackend::parse(k.backend) else {
             continue;
         };
         let hf_id = match ids.iter().find(|(m, _)| *m == k.model) {
@@ -371,6 +380,8 @@ fn catalogue(hw: &crate::hardware_args::HardwareArgs) -> Result<Vec<ProfileEntry
             hf_id,
             gpu: k.gpu,
             tp: k.tp,
+            dp: k.dp,
+            ep: k.ep,
             backend,
         });
     }

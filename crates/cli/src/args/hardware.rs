@@ -26,6 +26,27 @@ impl DeployArgs {
         Ok((prefill, self.hardware_for(PoolSide::Decode)?))
     }
 
+    /// Whether the `--dp-size` ranks of a worker step together: an MoE
+    /// engine's do whenever its MoE layer spans them, with expert
+    /// parallelism (`--enable-expert-parallel`, `--ep-size`, a pool's EP
+    /// flag) or a profile whose layout has attention DP (its MoE TP across
+    /// the ranks). vLLM runs such ranks as `DPEngineCoreProc`s that step
+    /// together (`vllm/v1/engine/core.py`); a dense model's ranks are
+    /// independent engines.
+    pub fn moe_ranks_coupled(&self) -> Result<bool, String> {
+        if self.dp_size <= 1 {
+            return Ok(false);
+        }
+        if self.hardware.expert_parallel() {
+            return Ok(true);
+        }
+        let (p, d) = self.pool_hardware()?;
+        Ok([p, d]
+            .iter()
+            .flatten()
+            .any(|s| s.model.parallel.is_some_and(|l| l.attention_dp > 1)))
+    }
+
     /// The profile and model `side`'s pool imitates, its TP
     /// `--prefill-tp`/`--decode-tp`, else `--tp`: with `--perf
     /// profile:FILE` and `--model` or a TP flag, the file's deployment or

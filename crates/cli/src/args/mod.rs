@@ -438,7 +438,7 @@ impl DeployArgs {
         let (prefill_spec, decode_spec) = self.engines()?;
         let dp = handoff_core::DpLayout::new(self.dp_size)
             .map_err(|e| format!("--dp-size {}: {e}", self.dp_size))?
-            .with_coupling(if self.dp_lockstep || self.hardware.expert_parallel() {
+            .with_coupling(if self.dp_lockstep || self.moe_ranks_coupled()? {
                 handoff_core::DpCoupling::Lockstep
             } else {
                 handoff_core::DpCoupling::Independent

@@ -1,12 +1,13 @@
 //! A row made a deployment here: its model, GPU and backend (the file's,
-//! unless a flag overrides them), each pool's TP and the one DP, or why
-//! the mocker cannot run the layout it names ([`Skip`]).
+//! unless a flag overrides them), each pool's TP, expert parallelism and
+//! profile ([`PoolProfile`]) and the one DP, or why the mocker cannot run
+//! the layout it names ([`Skip`]).
 
 use super::read::{AicBackend, AicRow, Parallel};
 
 /// A profile the caller can select: its `--model` slug, the Hugging Face
-/// id AIConfigurator writes in its `model` column, its GPU slug, TP and
-/// backend.
+/// id AIConfigurator writes in its `model` column, its GPU slug, TP, MoE
+/// layout (attention DP and EP, 1 for a TP-only profile) and backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProfileEntry {
     /// `--model`.
@@ -17,8 +18,58 @@ pub struct ProfileEntry {
     pub gpu: String,
     /// `--tp`.
     pub tp: u32,
+    /// The attention DP ranks an MoE layout profile times together
+    /// (`-dpD` in its name); 1 for a TP profile.
+    pub dp: u32,
+    /// Its expert parallelism (`-epE`); 1 without.
+    pub ep: u32,
     /// `--backend`.
     pub backend: AicBackend,
+}
+
+/// The profile a pool needs: TP, the layout's attention DP (1 unless the
+/// MoE layer spans the ranks) and EP (1 without expert parallelism).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolProfile {
+    /// TP of one rank.
+    pub tp: u32,
+    /// Attention DP the profile times together.
+    pub dp: u32,
+    /// Expert parallelism.
+    pub ep: u32,
+}
+
+impl PoolProfile {
+    /// The profile `p` needs: an MoE layer spanning the DP ranks (EP =
+    /// TP × DP, or MoE TP = TP × DP) needs a layout profile of that DP;
+    /// a dense model's ranks are independent engines timed by the TP
+    /// profile.
+    pub fn of(p: &Parallel) -> PoolProfile {
+        let spans = p.dp > 1 && (p.moe_ep > 1 || p.moe_tp == p.tp.saturating_mul(p.dp));
+        PoolProfile {
+            tp: p.tp,
+            dp: if spans { p.dp } else { 1 },
+            ep: p.moe_ep.max(1),
+        }
+    }
+
+    /// Whether the pool runs expert parallelism (`--enable-expert-parallel`
+    /// or the pool's own flag).
+    pub fn expert_parallel(&self) -> bool {
+        self.ep > 1
+    }
+
+    /// `TP1 DP4 EP4`, each part after TP only when over 1.
+    fn label(&self) -> String {
+        let mut s = format!("TP{}", self.tp);
+        if self.dp > 1 {
+            s.push_str(&format!(" DP{}", self.dp));
+        }
+        if self.ep > 1 {
+            s.push_str(&format!(" EP{}", self.ep));
+        }
+        s
+    }
 }
 
 /// The model, GPU and backend of a run.
@@ -72,14 +123,16 @@ impl Side {
 /// model (it never runs a row on another layout or fewer GPUs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Skip {
-    /// MoE expert parallelism (`moe_ep` > 1).
-    ExpertParallel(Side, u32),
+    /// MoE expert parallelism other than vLLM's (`moe_ep` = `tp` × `dp`,
+    /// `moe_tp` 1): the pool's parallelism.
+    ExpertParallel(Side, Parallel),
     /// Context parallelism (`cp` > 1).
     ContextParallel(Side, u32),
     /// Pipeline parallelism (`pp` > 1).
     Pipeline(Side, u32),
-    /// The MoE layer's TP spans the attention DP ranks (`moe_tp` = `tp` ×
-    /// `dp` > `tp`): a profile at TP `tp` times it at `tp`.
+    /// The MoE layer's TP is neither the attention TP nor all the GPUs of
+    /// the attention DP ranks (`tp` × `dp`, which a layout profile times):
+    /// no engine flag here gives it.
     MoeTpAcrossDp {
         /// Pool.
         side: Side,
@@ -112,8 +165,8 @@ pub enum Skip {
         /// What `cargo xtask profiles build --system` takes: the row's
         /// AIC system, or the GPU slug.
         system: String,
-        /// TP.
-        tp: u32,
+        /// The pool's TP and MoE layout.
+        layout: PoolProfile,
         /// Backend.
         backend: AicBackend,
     },
@@ -148,9 +201,14 @@ impl Skip {
 impl std::fmt::Display for Skip {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Skip::ExpertParallel(s, ep) => {
-                write!(f, "{} EP{ep}: expert parallelism is not modelled", s.name())
-            }
+            Skip::ExpertParallel(s, par) => write!(
+                f,
+                "{} {par}: expert parallelism with MoE TP{} and EP{} is not modelled (only \
+                 EP = TP × DP, vLLM's --enable-expert-parallel)",
+                s.name(),
+                par.moe_tp,
+                par.moe_ep
+            ),
             Skip::ContextParallel(s, cp) => write!(
                 f,
                 "{} CP{cp}: context parallelism is not modelled",
@@ -163,13 +221,12 @@ impl std::fmt::Display for Skip {
             ),
             Skip::MoeTpAcrossDp { side, par } => write!(
                 f,
-                "{} {par}: MoE TP{} across attention DP{} ranks is not modelled (a TP{} \
-                 profile times MoE at TP{})",
+                "{} {par}: MoE TP{} is neither the attention TP{} nor TP × DP {} (no engine \
+                 flag gives it)",
                 side.name(),
                 par.moe_tp,
-                par.dp,
                 par.tp,
-                par.tp
+                par.tp.saturating_mul(par.dp)
             ),
             Skip::DpDiffers { prefill, decode } => write!(
                 f,
@@ -191,19 +248,28 @@ impl std::fmt::Display for Skip {
                 known,
                 gpu,
                 system,
-                tp,
+                layout,
                 backend,
             } => {
-                let b = backend.name();
+                let (b, at) = (backend.name(), layout.label());
                 if *known {
-                    write!(f, "no profile of {model} on {gpu} at TP{tp} for {b}")?;
+                    write!(f, "no profile of {model} on {gpu} at {at} for {b}")?;
                 } else {
-                    write!(f, "no profile of {model} (on {gpu} at TP{tp} for {b})")?;
+                    write!(f, "no profile of {model} (on {gpu} at {at} for {b})")?;
+                }
+                let mut more = String::new();
+                if layout.dp > 1 {
+                    more.push_str(&format!(" --attention-dp {}", layout.dp));
+                }
+                if layout.ep > 1 {
+                    more.push_str(" --expert-parallel");
                 }
                 write!(
                     f,
                     "; `cargo xtask profiles build --model {model} --system {system} \
-                     --backend {b} --tp {tp}` and --profiles-dir target/profiles would add it"
+                     --backend {b} --tp {}{more}` and --profiles-dir target/profiles would add \
+                     it",
+                    layout.tp
                 )
             }
             Skip::Gpus { row, layout } => write!(
@@ -225,6 +291,10 @@ pub struct Resolved {
     pub decode_tp: u32,
     /// Attention DP of every worker (`--dp-size`).
     pub dp: u32,
+    /// Whether the prefill (or aggregated) pool runs expert parallelism.
+    pub prefill_ep: bool,
+    /// Whether the decode pool does (aggregated: as prefill).
+    pub decode_ep: bool,
 }
 
 /// The `--gpu` slug of an AIC system: `_sxm` or `_server` dropped, then
@@ -242,10 +312,13 @@ pub fn gpu_slug(system: &str) -> String {
 }
 
 /// Whether a pool's expert parallelism is modelled: the one place that
-/// decides it (today never: `moe_ep` > 1 is skipped; expert-parallel
-/// engines, `--enable-expert-parallel`, turn this into a run).
+/// decides it. vLLM's `--enable-expert-parallel` makes EP the engine's
+/// every GPU (`moe_ep` = `tp` × `dp`, `moe_tp` 1): that runs, with an EP
+/// profile and the ranks stepping together; AIConfigurator's hybrid MoE
+/// TP × EP layouts have no engine flag here and are skipped.
 pub fn expert_parallel_skip(side: Side, p: &Parallel) -> Option<Skip> {
-    (p.moe_ep > 1).then_some(Skip::ExpertParallel(side, p.moe_ep))
+    (p.moe_ep > 1 && (p.moe_tp != 1 || p.moe_ep != p.tp.saturating_mul(p.dp)))
+        .then_some(Skip::ExpertParallel(side, *p))
 }
 
 /// Why a pool's parallelism is not modelled, if it is not. Context and
@@ -262,7 +335,8 @@ fn pool_skip(side: Side, p: &Parallel) -> Option<Skip> {
     if p.pp > 1 {
         return Some(Skip::Pipeline(side, p.pp));
     }
-    (p.moe_tp > 1 && p.moe_tp != p.tp).then_some(Skip::MoeTpAcrossDp { side, par: *p })
+    let odd = p.moe_tp > 1 && p.moe_tp != p.tp && p.moe_tp != p.tp.saturating_mul(p.dp);
+    (odd && p.moe_ep <= 1).then_some(Skip::MoeTpAcrossDp { side, par: *p })
 }
 
 /// The layout `r` names, checked: every pool's parallelism modelled, one
@@ -351,22 +425,26 @@ impl Choice {
                 || p.hf_id.eq_ignore_ascii_case(&engine.model)
         };
         let slug = catalogue.iter().find(|p| named(p)).map(|p| p.model.clone());
-        let decode_tp = if r.aggregated() {
-            r.p_par.tp
+        let prefill = PoolProfile::of(&r.p_par);
+        let decode = if r.aggregated() {
+            prefill
         } else {
-            r.d_par.tp
+            PoolProfile::of(&r.d_par)
         };
-        for tp in [r.p_par.tp, decode_tp] {
-            let found = catalogue.iter().any(|p| {
-                named(p) && p.gpu == engine.gpu && p.tp == tp && p.backend == engine.backend
-            });
+        for want in [prefill, decode] {
+            let here = |p: &ProfileEntry| {
+                named(p) && p.gpu == engine.gpu && p.backend == engine.backend && p.tp == want.tp
+            };
+            let found = catalogue
+                .iter()
+                .any(|p| here(p) && (p.dp, p.ep) == (want.dp, want.ep));
             if !found {
                 return Err(Skip::NoProfile {
                     model: slug.clone().unwrap_or_else(|| engine.model.clone()),
                     known: slug.is_some(),
                     gpu: engine.gpu.clone(),
                     system,
-                    tp,
+                    layout: want,
                     backend: engine.backend,
                 });
             }
@@ -376,9 +454,11 @@ impl Choice {
         }
         Ok(Resolved {
             engine,
-            prefill_tp: r.p_par.tp,
-            decode_tp,
+            prefill_tp: prefill.tp,
+            decode_tp: decode.tp,
             dp: r.p_par.dp,
+            prefill_ep: prefill.expert_parallel(),
+            decode_ep: decode.expert_parallel(),
         })
     }
 }

@@ -17,17 +17,29 @@ const ONE: Parallel = Parallel {
     cp: 1,
 };
 
-/// Profiles of Qwen3-8B (TP1 and TP4 on H100 under vLLM, TP1 under SGLang)
-/// and Qwen3-32B (TP2, TP4 on H100 under vLLM).
+/// Profiles of Qwen3-8B (TP1 and TP4 on H100 under vLLM, TP1 under SGLang),
+/// Qwen3-32B (TP2, TP4 on H100 under vLLM) and Qwen3-30B-A3B (H100 vLLM:
+/// TP1, TP1 DP2 with MoE TP2, TP1 DP2 EP2, TP2 EP2).
 fn catalogue() -> Vec<ProfileEntry> {
     let e = |model: &str, hf: &str, tp, backend| ProfileEntry {
         model: model.into(),
         hf_id: hf.into(),
         gpu: "h100".into(),
         tp,
+        dp: 1,
+        ep: 1,
         backend,
     };
+    let moe = |tp, dp, ep| ProfileEntry {
+        dp,
+        ep,
+        ..e("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", tp, AicBackend::Vllm)
+    };
     vec![
+        moe(1, 1, 1),
+        moe(1, 2, 1),
+        moe(1, 2, 2),
+        moe(2, 1, 2),
         e("qwen3-8b", "Qwen/Qwen3-8B", 1, AicBackend::Vllm),
         e("qwen3-8b", "Qwen/Qwen3-8B", 4, AicBackend::Vllm),
         e("qwen3-8b", "Qwen/Qwen3-8B", 1, AicBackend::Sglang),
@@ -56,6 +68,8 @@ fn resolved(prefill_tp: u32, decode_tp: u32) -> Resolved {
         prefill_tp,
         decode_tp,
         dp: 1,
+        prefill_ep: false,
+        decode_ep: false,
     }
 }
 
@@ -385,8 +399,16 @@ fn each_layout_the_mocker_cannot_model_is_skipped_with_its_reason() {
     };
     let cases: &[(&[(&str, &str)], &str)] = &[
         (
+            &[("(d)moe_ep", "2"), ("(d)moe_tp", "2")],
+            "expert parallelism: decode tp4pp1dp1etp2ep2cp1: expert parallelism with \
+             MoE TP2 and EP2 is not modelled (only EP = TP × DP, vLLM's \
+             --enable-expert-parallel)",
+        ),
+        (
             &[("(d)moe_ep", "4")],
-            "expert parallelism: decode EP4: expert parallelism is not modelled",
+            "no profile: no profile of qwen3-8b on h100 at TP4 EP4 for vllm; `cargo xtask \
+             profiles build --model qwen3-8b --system h100_sxm --backend vllm --tp 4 \
+             --expert-parallel` and --profiles-dir target/profiles would add it",
         ),
         (
             &[("(p)cp", "2")],
@@ -400,11 +422,11 @@ fn each_layout_the_mocker_cannot_model_is_skipped_with_its_reason() {
             &[
                 ("(d)tp", "1"),
                 ("(d)dp", "4"),
-                ("(d)moe_tp", "4"),
+                ("(d)moe_tp", "2"),
                 ("(p)dp", "4"),
             ],
-            "MoE TP across attention DP: decode tp1pp1dp4etp4ep1cp1: MoE TP4 across attention \
-             DP4 ranks is not modelled (a TP1 profile times MoE at TP1)",
+            "MoE TP across attention DP: decode tp1pp1dp4etp2ep1cp1: MoE TP2 is neither the \
+             attention TP1 nor TP × DP 4 (no engine flag gives it)",
         ),
         (
             &[("(d)dp", "2")],
@@ -577,19 +599,29 @@ fn each_parallelism_column_of_each_pool_names_its_own_reason() {
     let cases: &[(&[(&str, &str)], Skip)] = &[
         (
             &[("(p)moe_ep", "2")],
-            Skip::ExpertParallel(Side::Prefill, 2),
+            Skip::ExpertParallel(Side::Prefill, Parallel { moe_ep: 2, ..ONE }),
         ),
-        (&[("(d)moe_ep", "8")], Skip::ExpertParallel(Side::Decode, 8)),
+        (
+            &[("(d)moe_ep", "8")],
+            Skip::ExpertParallel(
+                Side::Decode,
+                Parallel {
+                    tp: 4,
+                    moe_ep: 8,
+                    ..ONE
+                },
+            ),
+        ),
         (&[("(p)cp", "2")], Skip::ContextParallel(Side::Prefill, 2)),
         (&[("(p)pp", "2")], Skip::Pipeline(Side::Prefill, 2)),
         (&[("(d)pp", "4")], Skip::Pipeline(Side::Decode, 4)),
         (
-            &[("(p)dp", "2"), ("(d)dp", "2"), ("(p)moe_tp", "2")],
+            &[("(p)dp", "2"), ("(d)dp", "2"), ("(p)moe_tp", "4")],
             Skip::MoeTpAcrossDp {
                 side: Side::Prefill,
                 par: Parallel {
                     dp: 2,
-                    moe_tp: 2,
+                    moe_tp: 4,
                     ..ONE
                 },
             },
@@ -617,15 +649,78 @@ fn each_parallelism_column_of_each_pool_names_its_own_reason() {
     }
     assert!(matches!(
         kind(&[("(p)tp", "8"), ("num_total_gpus", "20")]).1,
-        Skip::NoProfile { tp: 8, .. }
+        Skip::NoProfile {
+            layout: PoolProfile { tp: 8, .. },
+            ..
+        }
     ));
     // Expert parallelism is decided in one place.
     assert_eq!(expert_parallel_skip(Side::Decode, &ONE), None);
     let ep = Parallel { moe_ep: 4, ..ONE };
     assert_eq!(
         expert_parallel_skip(Side::Decode, &ep),
-        Some(Skip::ExpertParallel(Side::Decode, 4))
+        Some(Skip::ExpertParallel(Side::Decode, ep))
     );
+    // vLLM's --enable-expert-parallel: EP over every GPU of the ranks.
+    let vllm = Parallel {
+        dp: 4,
+        moe_ep: 4,
+        ..ONE
+    };
+    assert_eq!(expert_parallel_skip(Side::Decode, &vllm), None);
+    let hybrid = Parallel {
+        tp: 2,
+        dp: 2,
+        moe_tp: 2,
+        moe_ep: 2,
+        ..ONE
+    };
+    assert!(expert_parallel_skip(Side::Decode, &hybrid).is_some());
+}
+
+#[test]
+fn expert_parallel_rows_run_with_their_layout_profiles() {
+    let moe = |set: &[(&str, &str)]| {
+        let mut all = vec![("model", "Qwen/Qwen3-30B-A3B")];
+        all.extend_from_slice(set);
+        choice().resolve(&one_row(&all), &catalogue())
+    };
+    // Both pools TP1 DP2: prefill's MoE TP spans the ranks, decode EP2.
+    let r = moe(&[
+        ("(d)tp", "1"),
+        ("(p)dp", "2"),
+        ("(d)dp", "2"),
+        ("(p)moe_tp", "2"),
+        ("(d)moe_ep", "2"),
+        ("num_total_gpus", "6"),
+    ])
+    .unwrap();
+    assert_eq!((r.prefill_tp, r.decode_tp, r.dp), (1, 1, 2));
+    assert_eq!((r.prefill_ep, r.decode_ep), (false, true));
+    assert_eq!(r.engine.model, "qwen3-30b-a3b");
+    // TP2 EP2 on one rank.
+    let r = moe(&[
+        ("(p)tp", "2"),
+        ("(d)tp", "2"),
+        ("(p)moe_ep", "2"),
+        ("(d)moe_ep", "2"),
+        ("num_total_gpus", "6"),
+    ])
+    .unwrap();
+    assert_eq!((r.prefill_ep, r.decode_ep, r.dp), (true, true, 1));
+    // No DP4 EP4 profile: skipped naming the layout and how to build it.
+    let e = moe(&[
+        ("(d)tp", "1"),
+        ("(p)dp", "4"),
+        ("(d)dp", "4"),
+        ("(p)moe_ep", "4"),
+        ("(d)moe_ep", "4"),
+        ("num_total_gpus", "12"),
+    ])
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("at TP1 DP4 EP4"), "{text}");
+    assert!(text.contains("--attention-dp 4 --expert-parallel"), "{text}");
 }
 
 #[test]
