@@ -73,3 +73,21 @@ fn max_loras_zero_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--max-loras"), "{err}");
 }
+
+/// SGLang's limit under SGLang's flag name (`--max-loras-per-batch`,
+/// `srt/managers/scheduler.py` `get_new_batch_prefill`, the
+/// `can_run_lora_batch` check): one adapter per batch serialises them too.
+#[test]
+fn sglang_max_loras_per_batch_serialises_adapters_in_the_batch() {
+    let free = replay(&["--backend", "sglang"]);
+    let one = replay(&["--backend", "sglang", "--max-loras-per-batch", "1"]);
+    assert_eq!(free["completed_requests"], 8);
+    assert_eq!(one["completed_requests"], 8);
+    let dur = |r: &Value| r["duration_s"].as_f64().expect("duration");
+    assert!(
+        dur(&one) > 1.5 * dur(&free),
+        "--max-loras-per-batch 1 took {} s, no limit {} s",
+        dur(&one),
+        dur(&free)
+    );
+}
