@@ -10,7 +10,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_handoff-mocker");
 
 /// Eight requests at once on four adapters, aggregated on one worker.
 fn trace() -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("hm-lora-{}.jsonl", std::process::id()));
+    // One file per call: the tests run in parallel in one process.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = std::env::temp_dir().join(format!("hm-lora-{}-{n}.jsonl", std::process::id()));
     let mut s = String::new();
     for i in 0..8 {
         s.push_str(&format!(
@@ -38,6 +41,7 @@ fn replay(extra: &[&str]) -> Value {
     ];
     args.extend_from_slice(extra);
     let out = Command::new(BIN).args(&args).output().expect("run");
+    let _ = std::fs::remove_file(&t);
     assert!(
         out.status.success(),
         "{args:?}: {}",
