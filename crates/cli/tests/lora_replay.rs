@@ -10,7 +10,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_handoff-mocker");
 
 /// Eight requests at once on four adapters, aggregated on one worker.
 fn trace() -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("hm-lora-{}.jsonl", std::process::id()));
+    // One file per call: the tests run in parallel in one process.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = std::env::temp_dir().join(format!("hm-lora-{}-{n}.jsonl", std::process::id()));
     let mut s = String::new();
     for i in 0..8 {
         s.push_str(&format!(
@@ -38,6 +41,7 @@ fn replay(extra: &[&str]) -> Value {
     ];
     args.extend_from_slice(extra);
     let out = Command::new(BIN).args(&args).output().expect("run");
+    let _ = std::fs::remove_file(&t);
     assert!(
         out.status.success(),
         "{args:?}: {}",
@@ -72,4 +76,22 @@ fn max_loras_zero_is_refused() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--max-loras"), "{err}");
+}
+
+/// SGLang's limit under SGLang's flag name (`--max-loras-per-batch`,
+/// `srt/managers/scheduler.py` `get_new_batch_prefill`, the
+/// `can_run_lora_batch` check): one adapter per batch serialises them too.
+#[test]
+fn sglang_max_loras_per_batch_serialises_adapters_in_the_batch() {
+    let free = replay(&["--backend", "sglang"]);
+    let one = replay(&["--backend", "sglang", "--max-loras-per-batch", "1"]);
+    assert_eq!(free["completed_requests"], 8);
+    assert_eq!(one["completed_requests"], 8);
+    let dur = |r: &Value| r["duration_s"].as_f64().expect("duration");
+    assert!(
+        dur(&one) > 1.5 * dur(&free),
+        "--max-loras-per-batch 1 took {} s, no limit {} s",
+        dur(&one),
+        dur(&free)
+    );
 }

@@ -118,9 +118,11 @@ pub struct EngineSpec {
     /// SGLang session slots, snapshot store and bypass (seed 002); off by
     /// default and ignored by vLLM.
     pub sessions: handoff_sched_sglang::SessionConfig,
-    /// vLLM's `--max-loras`: distinct LoRA adapters per scheduled batch
-    /// (`handoff_sched_vllm::VllmConfig::max_loras`); `None`, no limit (no
-    /// LoRA served). Ignored by SGLang.
+    /// Distinct LoRA adapters per scheduled batch: vLLM's `--max-loras`
+    /// (`handoff_sched_vllm::VllmConfig::max_loras`), SGLang's
+    /// `--max-loras-per-batch` (`handoff_sched_sglang::SglangConfig::max_loras_per_batch`,
+    /// where the base model counts as one); `None`, no limit (no LoRA
+    /// served).
     pub max_loras: Option<u32>,
 }
 
@@ -194,6 +196,7 @@ impl EngineSpec {
             c.source_lease_ttl = ttl;
         }
         c.sessions = self.sessions;
+        c.max_loras_per_batch = self.max_loras;
         c
     }
 

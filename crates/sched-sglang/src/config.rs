@@ -117,6 +117,10 @@ pub struct SglangConfig {
     /// (seed 002); off by default, which keeps the core's behaviour exactly
     /// as without sessions.
     pub sessions: SessionConfig,
+    /// SGLang's `--max-loras-per-batch`: distinct adapters one batch may
+    /// hold, the base model counting as one (module `lora`); `None`, LoRA
+    /// off (no limit). 0 is taken as 1.
+    pub max_loras_per_batch: Option<u32>,
 }
 
 /// Session-affine serving knobs (seed 002, `shared/seeds/002_853f16a73bae9cfb.txt`).
@@ -201,6 +205,7 @@ impl Default for SglangConfig {
             disagg_prefill_early_send_cached_prefix: true,
             event_block_tokens: DEFAULT_EVENT_BLOCK_TOKENS,
             sessions: SessionConfig::default(),
+            max_loras_per_batch: None,
         }
     }
 }

@@ -424,7 +424,7 @@ impl<P: PerfModel> SglangCore<P> {
         }
         let mut hashes = Vec::new();
         request.block_hashes(self.cfg.event_block_tokens, &mut hashes);
-        let seq = Seq::new(
+        let mut seq = Seq::new(
             request.id,
             Kind::Ordinary,
             Phase::Waiting,
@@ -432,6 +432,7 @@ impl<P: PerfModel> SglangCore<P> {
             max_out,
             hashes,
         );
+        seq.lora = request.lora.as_ref().map_or(0, |l| l.id);
         let idx = self.seqs.insert(seq);
         self.waiting.push_back(idx);
         CommandOutcome::Submitted

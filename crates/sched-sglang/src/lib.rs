@@ -117,6 +117,7 @@ mod config;
 mod core;
 mod decode;
 mod events;
+mod lora;
 mod prealloc;
 mod prefill;
 mod radix;

@@ -17,7 +17,9 @@
 //! - a request whose extend exceeds the remaining chunk budget is truncated
 //!   to whole pages and becomes the next chunked request;
 //! - NO_TOKEN sets `batch_is_full`, which skips admission until the decode
-//!   batch shrinks.
+//!   batch shrinks;
+//! - with `max_loras_per_batch`, a request whose adapter would overflow
+//!   the batch's adapter set is passed over, keeping its place (`lora`).
 //!
 //! The pass then allocates pages (evicting LRU cache when short), computes
 //! the extends, caches completed prompt blocks (`cache_unfinished_req`,
@@ -63,6 +65,13 @@ struct Budget {
     rem_chunk: Option<i64>,
     /// `rem_total_token_offset`, in tokens.
     offset: f64,
+}
+
+/// Which waiting entries a pass admitted: the first `n`, or (with requests
+/// passed over for the LoRA limit) these ascending positions.
+enum Taken {
+    Prefix(usize),
+    At(Vec<usize>),
 }
 
 /// One waiting request's admission as [`SglangCore::plan_admission`] found
@@ -202,24 +211,40 @@ impl<P: PerfModel> SglangCore<P> {
         }
     }
 
-    /// `add_one_req` over the waiting queue, FCFS; returns how many were
-    /// admitted. Admitted requests are always a prefix of the queue: the
-    /// loop stops at the first refusal.
+    /// `add_one_req` over the waiting queue, FCFS; returns which entries
+    /// were admitted. The loop stops at the first refusal; only a request
+    /// over the LoRA adapter limit is passed over instead (module `lora`),
+    /// so without one the admitted entries are a prefix of the queue.
     fn admit_waiting(
         &mut self,
         room: u64,
         b: &mut Budget,
         batch: &mut Vec<(u32, u64)>,
         next_chunked: &mut Option<u32>,
-    ) -> usize {
-        let mut admitted = 0usize;
-        while admitted < self.waiting.len() {
-            let idx = self.waiting[admitted];
+    ) -> Taken {
+        let mut loras = self.batch_loras(batch);
+        let mut taken = Taken::Prefix(0);
+        let mut pos = 0usize;
+        while pos < self.waiting.len() {
+            let idx = self.waiting[pos];
+            let lora = self.seqs.get(idx).map_or(0, |s| s.lora);
+            if !loras.admits(lora) {
+                if let Taken::Prefix(n) = taken {
+                    taken = Taken::At((0..n).collect());
+                }
+                pos += 1;
+                continue;
+            }
             let Some(a) = self.plan_admission(idx, room, b, batch) else {
                 break;
             };
             self.admit(idx, a, b, batch, next_chunked);
-            admitted += 1;
+            loras.add(lora);
+            match &mut taken {
+                Taken::Prefix(n) => *n += 1,
+                Taken::At(v) => v.push(pos),
+            }
+            pos += 1;
             match self.budget_state(b) {
                 Add::Continue => {}
                 Add::NoToken => {
@@ -229,7 +254,7 @@ impl<P: PerfModel> SglangCore<P> {
                 Add::Other => break,
             }
         }
-        admitted
+        taken
     }
 
     /// Whether waiting request `idx` fits this pass, and how; `None` stops
@@ -372,7 +397,7 @@ impl<P: PerfModel> SglangCore<P> {
     /// once unlocked cache is evicted. Then the `admitted` requests leave
     /// the waiting queue. Returns the pages needed; `None`, with the
     /// admissions undone, when the pool could not give them.
-    fn alloc_batch(&mut self, batch: &[(u32, u64)], admitted: usize) -> Option<u64> {
+    fn alloc_batch(&mut self, batch: &[(u32, u64)], admitted: Taken) -> Option<u64> {
         let need: u64 = batch
             .iter()
             .filter_map(|&(i, e)| self.seqs.get(i).map(|s| (s.computed, e)))
@@ -391,16 +416,33 @@ impl<P: PerfModel> SglangCore<P> {
             self.batch_is_full = true;
             return None;
         }
-        for _ in 0..admitted {
-            if let Some(idx) = self.waiting.pop_front() {
-                if let Some(s) = self.seqs.get_mut(idx) {
-                    s.phase = Phase::Chunked;
-                    self.retracted_fill = self.retracted_fill.saturating_sub(s.retracted_fill);
-                    s.retracted_fill = 0;
+        match admitted {
+            Taken::Prefix(n) => {
+                for _ in 0..n {
+                    if let Some(idx) = self.waiting.pop_front() {
+                        self.leave_waiting(idx);
+                    }
+                }
+            }
+            Taken::At(positions) => {
+                // Ascending positions: remove from the back first.
+                for &pos in positions.iter().rev() {
+                    if let Some(idx) = self.waiting.remove(pos) {
+                        self.leave_waiting(idx);
+                    }
                 }
             }
         }
         Some(need)
+    }
+
+    /// Waiting request `idx` was taken into the batch.
+    fn leave_waiting(&mut self, idx: u32) {
+        if let Some(s) = self.seqs.get_mut(idx) {
+            s.phase = Phase::Chunked;
+            self.retracted_fill = self.retracted_fill.saturating_sub(s.retracted_fill);
+            s.retracted_fill = 0;
+        }
     }
 
     /// Computes the extends of `batch`: allocates their pages, caches their

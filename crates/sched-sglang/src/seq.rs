@@ -97,6 +97,9 @@ pub(crate) struct Seq {
     /// ends, the KV goes back to the snapshot store instead of being freed.
     /// Holds the entry's ingest time.
     pub(crate) lent_snapshot: Option<Instant>,
+    /// Its LoRA adapter's `lora_int_id`, 0 for the base model (SGLang's
+    /// `lora_id` `None`).
+    pub(crate) lora: u32,
 }
 
 impl Seq {
@@ -128,6 +131,7 @@ impl Seq {
             emit_call: 0,
             emit_idx: 0,
             session: None,
+            lora: 0,
             bypass_checked: false,
             lent_snapshot: None,
         }

@@ -123,6 +123,7 @@ impl<P: PerfModel> SglangCore<P> {
             Vec::new(),
         );
         seq.session = Some(session);
+        seq.lora = request.lora.as_ref().map_or(0, |l| l.id);
         let idx = self.seqs.insert(seq);
         self.waiting.push_back(idx);
         Some(CommandOutcome::Submitted)

@@ -44,6 +44,7 @@ impl<P: PerfModel> SglangCore<P> {
         );
         // A reseed may bypass its prefill with the session's snapshot.
         seq.session = request.session.filter(|_| self.sessions_on());
+        seq.lora = request.lora.as_ref().map_or(0, |l| l.id);
         let idx = self.seqs.insert(seq);
         self.waiting.push_back(idx);
         self.sources.insert(id, idx);

@@ -21,12 +21,21 @@
 //! the requests one pass schedules. As `Scheduler.schedule` builds
 //! `scheduled_loras` from the running requests it scheduled (ids above 0)
 //! and then, in the waiting loop, pops a request whose adapter is new while
-//! the set is full into `skipped_waiting_requests` and `continue`s ("Scheduling
-//! would exceed max_loras, skip"), such a request is passed over here,
-//! keeping its place, and the loop goes on to the requests behind it; an
-//! admitted request adds its adapter. The check comes before the prefix
-//! lookup and before a destination's grant, as upstream checks it before
-//! `get_computed_blocks` and `load_kv_async`.
+//! the set is full from the queue it scans into `step_skipped_waiting`
+//! and `continue`s ("Scheduling would exceed max_loras, skip"), such a
+//! request is passed over and the loop goes on to the requests behind it;
+//! an admitted request adds its adapter. Passed over in `waiting`, it moves
+//! to the back of `skipped`, as the step's skipped requests are put back
+//! ahead of the older ones in scan order (`skipped_waiting.prepend_requests
+//! (step_skipped_waiting)`, `FCFSRequestQueue.prepend_requests` in
+//! `vllm/v1/core/sched/request_queue.py`, undoing `prepend_request`'s
+//! reversal) and every older one was scanned before `waiting` was: so the
+//! next pass tries it before anything in `waiting`, preempted requests
+//! included. Passed over in `skipped`, it keeps its place there. The check
+//! comes before the prefix lookup and before a destination's grant, as
+//! upstream checks it before `get_computed_blocks` and `load_kv_async`, so
+//! a destination can reach `skipped` ungranted: the scan of `skipped`
+//! grants it there.
 //!
 //! A grant (an async KV load) must fit the free blocks less what the
 //! in-flight prefills still need (`Scheduler._inflight_prefill_reserved_blocks`
@@ -75,9 +84,20 @@ impl<P: PerfModel> VllmCore<P> {
             let Some(&s) = self.skipped.get(idx) else {
                 break;
             };
-            if self.seqs.get(s).phase == Phase::Reserved || !loras.admits(self.seqs.get(s).lora) {
+            let phase = self.seqs.get(s).phase;
+            if phase == Phase::Reserved || !loras.admits(self.seqs.get(s).lora) {
                 idx += 1;
                 continue;
+            }
+            if phase == Phase::Queued {
+                // A destination passed over for max_loras before its grant.
+                let reserved = self.inflight_reserved_blocks(earlier);
+                if self.grant(s, reserved, &mut hits, out) || self.running.is_empty() {
+                    idx += 1;
+                    continue;
+                }
+                stopped = true;
+                break;
             }
             match self.plan_admission(s, budget, &mut hits) {
                 Some(new) => {
@@ -98,7 +118,8 @@ impl<P: PerfModel> VllmCore<P> {
                 break;
             };
             if !loras.admits(self.seqs.get(s).lora) {
-                idx += 1;
+                self.waiting.remove(idx);
+                self.skipped.push_back(s);
                 continue;
             }
             if self.seqs.get(s).phase == Phase::Queued {

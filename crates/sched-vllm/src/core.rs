@@ -40,8 +40,9 @@ pub struct VllmCore<P: PerfModel = PolynomialPerf> {
     /// their blocks at the back, preempted requests at the front.
     pub(crate) waiting: VecDeque<u32>,
     /// vLLM `self.skipped_waiting`: granted destinations, waiting for their
-    /// KV ([`Phase::Reserved`]) or activated and not yet admitted, in grant
-    /// order; scanned before `waiting` (module `admit`).
+    /// KV ([`Phase::Reserved`]) or activated and not yet admitted, and
+    /// requests passed over for `max_loras`, in the order the waiting loop
+    /// passed them; scanned before `waiting` (module `admit`).
     pub(crate) skipped: VecDeque<u32>,
     /// Entries of `skipped` in [`Phase::Reserved`] (waiting for their KV,
     /// not runnable).

@@ -150,7 +150,9 @@ impl<P: PerfModel> VllmCore<P> {
         if self.unreported == 0 {
             return;
         }
-        for &s in &self.waiting {
+        // A destination passed over for max_loras waits ungranted in
+        // `skipped` (module `admit`).
+        for &s in self.skipped.iter().chain(&self.waiting) {
             let seq = self.seqs.get_mut(s);
             if seq.phase == Phase::Queued && !seq.reported_unavailable {
                 seq.reported_unavailable = true;

@@ -266,13 +266,7 @@ async fn run(
             .link()
             .map_or(crate::metrics::nixl::DEFAULT_KV_BYTES_PER_TOKEN, |(b, _)| b),
     );
-    let loras = match c.lora.clone() {
-        Some(l) => {
-            metrics.set_max_lora(l.max_loras);
-            crate::vllm::lora::LoraRegistry::new(&c.model, l).map_err(ServeError::Lora)?
-        }
-        None => crate::vllm::lora::LoraRegistry::default(),
-    };
+    let loras = crate::vllm::lora::registry(&c.model, c.lora.clone(), &metrics)?;
     let kv_ep = c.kv.clone().map(|ep| {
         let addrs: Vec<_> = worker_listeners.iter().map(|(w, _, a)| (*w, *a)).collect();
         crate::kv_events::sources::resolve_topics(ep, &c.model, dp, &addrs, &c.http)

@@ -123,7 +123,8 @@ fn proxy_prefill_then_decode() {
     assert_eq!(p["remote_engine_id"], "0");
     assert_eq!(p["remote_host"], "127.0.0.1");
     assert_eq!(p["remote_port"], s.workers[0].port());
-    let blocks = p["remote_block_ids"].as_array().expect("ids").len() as u64;
+    // One list of ids per KV cache group (one group).
+    let blocks = p["remote_block_ids"][0].as_array().expect("ids").len() as u64;
     assert_eq!(blocks, prompt_tokens.div_ceil(16), "{p}");
     // The prefill is pinned on worker 0, waiting for its decode.
     let d = s.debug();

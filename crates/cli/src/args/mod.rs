@@ -206,10 +206,12 @@ pub struct DeployArgs {
     /// Prefill tokens per pass (max_num_batched_tokens / chunked_prefill_size).
     #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
     pub max_batched_tokens: u32,
-    /// vLLM: distinct LoRA adapters one scheduled batch may hold
-    /// (`max_loras`, `Scheduler.schedule`) [default: replay no limit;
-    /// serve 1, vLLM's default, when it serves LoRA].
-    #[arg(long, value_name = "N")]
+    /// Distinct LoRA adapters one scheduled batch may hold: vLLM's
+    /// `max_loras` (`Scheduler.schedule`), SGLang's `--max-loras-per-batch`
+    /// (also accepted by that name; the base model counts as one)
+    /// [default: replay no limit; serve 1, vLLM's default, when it serves
+    /// LoRA].
+    #[arg(long, alias = "max-loras-per-batch", value_name = "N")]
     pub max_loras: Option<u32>,
     /// Divides every modelled forward-pass time (a faster GPU): 2 halves
     /// prefill and decode pass times. Not Dynamo's `--speedup-ratio`, which

@@ -5,6 +5,7 @@
 mod consistency;
 mod handoff;
 mod harness;
+mod lora;
 mod ordinary;
 mod pd_decode;
 mod props;

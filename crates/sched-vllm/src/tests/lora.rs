@@ -1,8 +1,8 @@
 //! LoRA in the waiting loop and the prefix cache: at most `max_loras`
 //! adapters per pass (vLLM `vllm/v1/core/sched/scheduler.py`,
 //! `Scheduler.schedule`, `scheduled_loras`), a request on a new adapter
-//! passed over, not blocking the queue, and an adapter's blocks hashed
-//! apart (`vllm/v1/core/kv_cache_utils.py`, `_gen_lora_extra_hash_keys`).
+//! passed over, not blocking the queue, into `skipped_waiting`, which the
+//! next pass scans first, and an adapter's blocks hashed apart (`vllm/v1/core/kv_cache_utils.py`, `_gen_lora_extra_hash_keys`).
 
 use super::*;
 use handoff_core::{LoraAdapter, SchedulerCommand as C};
@@ -122,4 +122,82 @@ fn the_same_prompt_on_two_adapters_shares_no_block() {
         !stored[8..].iter().any(|h| ha.contains(h)),
         "a second request on the adapter hits its blocks"
     );
+}
+
+/// vLLM moves a request passed over for `max_loras` from `waiting` into
+/// `skipped_waiting` (`step_skipped_waiting`, put back ahead of the older
+/// skipped entries in scan order: `vllm/v1/core/sched/scheduler.py`,
+/// `Scheduler.schedule`; `request_queue.py`, `prepend_requests`), so the
+/// next pass tries it before anything in `waiting`.
+#[test]
+fn a_request_passed_over_for_max_loras_moves_to_skipped_waiting_in_scan_order() {
+    let mut c = cfg(256);
+    c.max_loras = Some(1);
+    let mut h = Harness::fixed(c);
+    h.apply(C::Submit(on(req(1, 16, 20, &[]), 1)));
+    h.apply(C::Submit(on(req(2, 16, 2, &[]), 2)));
+    h.apply(C::Submit(req(3, 16, 2, &[])));
+    h.apply(C::Submit(on(req(4, 16, 2, &[]), 3)));
+    h.step();
+    assert_eq!(skipped_ids(&h), vec![RequestId(2), RequestId(4)]);
+    assert!(h.core.waiting.is_empty(), "{:?}", h.core.waiting);
+    assert_eq!(h.cap().waiting_requests, 2, "still counted as waiting");
+    // A request arriving now queues in `waiting`, behind the skipped ones.
+    h.apply(C::Submit(on(req(5, 16, 2, &[]), 1)));
+    h.step();
+    assert!(
+        h.firsts.contains_key(&RequestId(5)),
+        "adapter 1 runs: it may join"
+    );
+    assert_eq!(skipped_ids(&h), vec![RequestId(2), RequestId(4)]);
+    h.run_idle();
+    let first = |r| {
+        h.first_at
+            .iter()
+            .find(|(x, _)| *x == RequestId(r))
+            .map(|x| x.1)
+    };
+    assert!(first(2) < first(4), "scan order kept");
+    assert!(h.core.is_drained());
+    h.ledger.check_drained().unwrap();
+}
+
+/// A destination passed over for `max_loras` before its grant (upstream
+/// checks the adapter before `load_kv_async`) waits ungranted in
+/// `skipped_waiting`, is reported not granted, and is granted there once
+/// its adapter fits.
+#[test]
+fn a_destination_passed_over_for_max_loras_is_granted_from_skipped_waiting() {
+    let mut c = cfg(256);
+    c.max_loras = Some(1);
+    let mut h = Harness::fixed(c);
+    h.apply(C::Submit(on(req(1, 16, 6, &[]), 1)));
+    h.step();
+    let id = HandoffId(9);
+    assert_eq!(
+        h.reserve(id, on(req(2, 32, 2, &[]), 2)),
+        CommandOutcome::Unavailable(None),
+        "adapter 1 runs: not granted this pass"
+    );
+    assert_eq!(h.core.skipped.len(), 1);
+    assert!(h.core.waiting.is_empty());
+    h.run_idle();
+    assert_eq!(h.granted.len(), 1, "granted once adapter 1 finished");
+    assert_eq!(h.granted[0].0, id);
+    assert_eq!(
+        h.apply(C::ActivateDestination { id }),
+        CommandOutcome::Applied
+    );
+    h.run_idle();
+    assert_eq!(h.tokens[&RequestId(2)], 2);
+    assert!(h.core.is_drained());
+    h.ledger.check_drained().unwrap();
+}
+
+fn skipped_ids(h: &Harness<FixedPerf>) -> Vec<RequestId> {
+    h.core
+        .skipped
+        .iter()
+        .map(|&s| h.core.seqs.get(s).id)
+        .collect()
 }

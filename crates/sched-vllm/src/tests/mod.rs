@@ -93,11 +93,14 @@ impl<P: PerfModel> VllmCore<P> {
             let seq = self.seqs.get(s);
             match (seq.phase, skipped) {
                 (Phase::Waiting, false) => {}
-                // Only granted destinations are in the skipped queue:
-                // waiting for their KV, or activated.
-                (Phase::Waiting, true) if seq.prebuilt => {}
+                // In the skipped queue: granted destinations (waiting for
+                // their KV, or activated) and requests passed over for
+                // max_loras, destinations among them ungranted.
+                (Phase::Waiting, true) if seq.prebuilt || seq.lora != 0 => {}
                 (Phase::Reserved, true) => awaiting_kv += 1,
-                (Phase::Queued, false) => unreported += usize::from(!seq.reported_unavailable),
+                (Phase::Queued, skipped) if !skipped || seq.lora != 0 => {
+                    unreported += usize::from(!seq.reported_unavailable)
+                }
                 (other, _) => {
                     return Err(format!(
                         "queued slot {s} (skipped {skipped}) has phase {other:?}"

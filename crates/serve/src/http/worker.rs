@@ -186,7 +186,10 @@ fn decide(s: &WorkerState, kv: KvTransfer, streamed: bool) -> Result<KvTransfer,
             pool,
             asked: "do_remote_decode (a prefill for a remote decode)",
         }),
-        (KvTransfer::RemotePrefill(_), Pool::Decode) => Ok(kv),
+        (KvTransfer::RemotePrefill(r), Pool::Decode) => {
+            crate::vllm::kv_fields::check_mode(&r.layout, KvTransferMode::of(s.policy))?;
+            Ok(kv)
+        }
         (KvTransfer::RemotePrefill(_), pool) => Err(ProxyError::WrongPool {
             pool,
             asked: "do_remote_prefill (a decode of a remote prefill)",

@@ -15,12 +15,13 @@
 //!   Unix time of its last update (`set_to_current_time` in
 //!   `PrometheusStatLogger.record`); llm-d and AIBrix
 //!   (`vllm-project/aibrix`, `pkg/metrics/metrics.go`, `MaxLora`,
-//!   `RunningLoraAdapters`, `WaitingLoraAdapters`) read its labels. This
-//!   deployment serves no adapters, so `max_lora` is 0 and both lists are
-//!   empty. Unlike vLLM's it also carries the worker's labels (`engine`,
+//!   `RunningLoraAdapters`, `WaitingLoraAdapters`) read its labels. It
+//!   exists only with LoRA served (`serve --enable-lora`, `--lora-modules`),
+//!   as `PrometheusStatLogger` creates `gauge_lora_info` only when the
+//!   engine has a `lora_config`: without it `/metrics` has no such family.
+//!   Unlike vLLM's it also carries the worker's labels (`engine`,
 //!   `role`, ...), so a worker's own `/metrics` keeps it.
-//!   With LoRA served (`serve --enable-lora`, `--lora-modules`) `max_lora`
-//!   is `--max-loras` and the lists name the adapters with requests waiting
+//!   `max_lora` is `--max-loras` and the lists name the adapters with requests waiting
 //!   for, and running on, that worker (vLLM `vllm/v1/metrics/stats.py`,
 //!   `LoRARequestStates`; `loggers.py` joins the names with `,` in the
 //!   order its dicts first saw them: here, the order of each adapter's
@@ -49,7 +50,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// One worker's `lora_requests_info` lists and last label set.
 #[derive(Clone, Debug, Default)]
@@ -93,6 +94,9 @@ pub(crate) struct GatewaySeries {
     lora_info: Family<InfoLabels, Gauge<f64, AtomicU64>>,
     /// `--max-loras`, 0 without LoRA.
     max_lora: AtomicU32,
+    /// The registry holding `lora_info` alone (vLLM only), rendered only
+    /// with LoRA served ([`GatewaySeries::splice_lora`]).
+    lora_registry: OnceLock<Registry>,
     /// Each worker's adapter lists (running, waiting) and the label set it
     /// last wrote, by scheduler id.
     lora_state: Mutex<Vec<LoraLists>>,
@@ -131,6 +135,7 @@ impl GatewaySeries {
             cache_info: Family::default(),
             lora_info: Family::default(),
             max_lora: AtomicU32::new(0),
+            lora_registry: OnceLock::new(),
             lora_state: Mutex::new(Vec::new()),
             gpu_cache_usage: (!sglang).then(FGauge::default),
             waiting_alias: sglang.then(IGauge::default),
@@ -153,11 +158,13 @@ impl GatewaySeries {
                 "KV cache usage, 0-1 (vLLM's deprecated name for kv_cache_usage_perc)",
                 g.clone(),
             );
-            registry.register(
+            let mut lora = Registry::default();
+            lora.register(
                 n("lora_requests_info"),
                 "Running stats on LoRA requests",
                 self.lora_info.clone(),
             );
+            let _ = self.lora_registry.set(lora);
         }
         if let Some(g) = &self.waiting_alias {
             registry.register(
@@ -204,10 +211,30 @@ impl GatewaySeries {
         }
     }
 
+    /// Whether LoRA is served (a `--max-loras` was set).
+    fn lora_served(&self) -> bool {
+        !self.sglang && self.max_lora.load(Ordering::Relaxed) > 0
+    }
+
+    /// Puts `lora_requests_info`'s OpenMetrics text into `text` (the main
+    /// registry's, ending `# EOF`) before its end, with LoRA served; leaves
+    /// `text` as it is without.
+    pub(crate) fn splice_lora(&self, text: &mut String) {
+        let Some(r) = self.lora_registry.get().filter(|_| self.lora_served()) else {
+            return;
+        };
+        let mut lora = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut lora, r);
+        let body = lora.strip_suffix("# EOF\n").unwrap_or(&lora);
+        let at = text.rfind("# EOF\n").unwrap_or(text.len());
+        text.insert_str(at, body);
+    }
+
     /// Sets every worker's `lora_requests_info` to `unix` seconds (vLLM
-    /// sets it to the current time whenever it records).
+    /// sets it to the current time whenever it records), with LoRA served.
     pub(crate) fn lora_now(&self, labels: &[WorkerLabels], unix: f64) {
-        if self.sglang {
+        if !self.lora_served() {
             return;
         }
         let max = self.max_lora.load(Ordering::Relaxed).to_string();

@@ -521,6 +521,7 @@ impl Metrics {
         let mut s = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        self.gw.splice_lora(&mut s);
         match only {
             None => s,
             Some(w) => {
@@ -605,6 +606,35 @@ mod tests {
         let one = m.render(Some(0));
         assert!(!one.contains("engine=\"1\""));
         assert!(one.contains("engine=\"0\""));
+    }
+
+    /// `vllm:lora_requests_info` exists only with LoRA served, as vLLM's
+    /// `PrometheusStatLogger` makes `gauge_lora_info` only with a
+    /// `lora_config` (`vllm/v1/metrics/loggers.py`).
+    #[test]
+    fn the_lora_gauge_exists_only_with_lora_served() {
+        let m = Metrics::new(Backend::Vllm, "mock", &[Pool::Aggregated]);
+        m.touch_all();
+        let text = m.render(None);
+        assert!(!text.contains("lora_requests_info"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+        m.set_max_lora(2);
+        m.lora_adapters(0, "sql".into(), String::new());
+        let text = m.render(None);
+        assert!(
+            text.contains("# TYPE vllm:lora_requests_info gauge"),
+            "{text}"
+        );
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("vllm:lora_requests_info{"))
+            .expect("a sample");
+        assert!(line.contains("max_lora=\"2\"") && line.contains("running_lora_adapters=\"sql\""));
+        assert_eq!(text.matches("# EOF").count(), 1);
+        assert!(text.ends_with("# EOF\n"));
+        let sglang = Metrics::new(Backend::Sglang, "mock", &[Pool::Aggregated]);
+        sglang.set_max_lora(2);
+        assert!(!sglang.render(None).contains("lora_requests_info"));
     }
 
     #[test]

@@ -244,6 +244,9 @@ struct Engine {
     view: Arc<Mutex<EngineView>>,
     /// The KV event sockets as started (topics resolved), if any.
     kv_ep: Option<KvEndpoints>,
+    /// `--lora-modules` and the LoRA flags, as the one-process mode serves
+    /// them (listed at `/v1/models`, answered as the `model`).
+    loras: Arc<crate::vllm::lora::LoraRegistry>,
 }
 
 impl Engine {
@@ -264,6 +267,8 @@ impl Engine {
             &vec![c.role; n],
             dp,
         ));
+        // Before any rank starts: a bad module fails the start alone.
+        let loras = crate::vllm::lora::registry(&c.serve.model, c.serve.lora.clone(), &metrics)?;
         let clock = WallClock::start(c.serve.speed);
         // A restarted engine is a newer incarnation to the peers that knew it.
         let generation = Generation(
@@ -352,6 +357,7 @@ impl Engine {
             metrics,
             view,
             kv_ep,
+            loras: Arc::new(loras),
         })
     }
 
@@ -369,7 +375,7 @@ impl Engine {
                 model: c.serve.model.clone(),
                 max_model_len: c.serve.max_model_len,
                 tokenizer: c.serve.tokenizer,
-                loras: Default::default(),
+                loras: self.loras.clone(),
             },
             metrics: self.metrics.clone(),
             view: self.view.clone(),

@@ -22,16 +22,20 @@
 //!   `_dp{rank}` after it when the worker runs several data-parallel
 //!   ranks ([`EngineId`]);
 //! - `remote_block_ids`: **stand-ins**, `0..blocks` for the pinned blocks
-//!   (the worker cores do not expose physical block ids); only their
-//!   count is checked on the decode call;
+//!   (the worker cores do not expose physical block ids), written as one
+//!   list per KV cache group (one group) and read flat or nested
+//!   ([`super::kv_fields::block_ids`]); only their count is checked on the
+//!   decode call;
 //! - `remote_host`, `remote_port`: where the prefill's KV is read from. In
 //!   one `serve` process, the prefill worker's HTTP listener (nothing
 //!   connects to it: the decode finds the pin in the same engine); for an
 //!   engine of its own (`serve --engine`, `pod/`), the pinning
 //!   rank's side channel, which the decode engine dials (vLLM's
 //!   `VLLM_NIXL_SIDE_CHANNEL_HOST`/`_PORT`);
-//! - `remote_num_tokens`, `tp_size`, `transfer_mode`: as vLLM sends them
-//!   ([`response_params`]);
+//! - `remote_num_tokens`, `tp_size`, `dcp_size`, `pp_size`,
+//!   `remote_blocks_expiry_time`, `transfer_mode`: as vLLM sends them
+//!   ([`response_params`]), read and bounded ([`super::kv_fields`]); a
+//!   decode refuses a `transfer_mode` not its engine's;
 //! - `remote_request_id`: the prefill's request id, and `handoff_id`: the
 //!   handoff, both decimal strings, which tie the decode to the pin.
 //!
@@ -39,6 +43,7 @@
 //! instead (`sglang::pd`); one of a deployment with neither
 //! ordering answers a typed 400 ([`ProxyError::Ordering`]).
 
+use super::kv_fields::{self, RemoteLayout};
 use crate::openai::{ApiError, ErrorKind};
 use handoff_core::{DpRank, HandoffId, KvTransferMode, RequestId, WorkerId, WorkerWithDpRank};
 use handoff_router::Pool;
@@ -73,6 +78,8 @@ pub struct RemotePrefill {
     pub side_channel: Option<(String, u16)>,
     /// `remote_num_tokens`: the tokens the prefill computed and holds.
     pub tokens: Option<u64>,
+    /// `dcp_size`, `pp_size`, `remote_blocks_expiry_time`, `transfer_mode`.
+    pub layout: RemoteLayout,
 }
 
 /// What the prefill answers for the decode to use.
@@ -215,6 +222,14 @@ pub enum ProxyError {
         /// The prompt's blocks.
         limit: u64,
     },
+    /// `transfer_mode` is not the decode engine's: push and pull
+    /// connectors never complete a handshake ([`kv_fields::check_mode`]).
+    TransferModeMismatch {
+        /// The params' mode.
+        sent: KvTransferMode,
+        /// This engine's.
+        own: KvTransferMode,
+    },
 }
 
 impl ProxyError {
@@ -295,6 +310,15 @@ impl ProxyError {
                 format!(
                     "kv_transfer_params.remote_block_ids has {got} ids; the prompt fills \
                      {limit} blocks"
+                ),
+            ),
+            ProxyError::TransferModeMismatch { sent, own } => ApiError::invalid(
+                p,
+                format!(
+                    "kv_transfer_params.transfer_mode is {:?}; this engine's NIXL connector \
+                     runs {:?}, and a push and a pull connector never complete a handshake",
+                    sent.name(),
+                    own.name()
                 ),
             ),
         }
@@ -384,29 +408,7 @@ pub fn parse(body: &[u8]) -> Result<KvTransfer, ProxyError> {
             })?;
             let handoff = HandoffId(id_field(o, "handoff_id")?);
             let engine = engine_field(o)?;
-            let blocks = match o.get("remote_block_ids") {
-                Some(Value::Array(a)) if a.len() <= MAX_BLOCK_IDS => {
-                    if a.iter().any(|x| x.as_u64().is_none()) {
-                        return Err(ProxyError::BadParam {
-                            field: "remote_block_ids",
-                            why: "must be a list of non-negative integers".into(),
-                        });
-                    }
-                    a.len() as u64
-                }
-                Some(Value::Array(_)) => {
-                    return Err(ProxyError::BadParam {
-                        field: "remote_block_ids",
-                        why: format!("has more than {MAX_BLOCK_IDS} ids"),
-                    })
-                }
-                _ => {
-                    return Err(ProxyError::BadParam {
-                        field: "remote_block_ids",
-                        why: "is required with do_remote_prefill (a list)".into(),
-                    })
-                }
-            };
+            let blocks = kv_fields::block_ids(o)?;
             Ok(KvTransfer::RemotePrefill(RemotePrefill {
                 request: RequestId(request),
                 handoff,
@@ -414,6 +416,7 @@ pub fn parse(body: &[u8]) -> Result<KvTransfer, ProxyError> {
                 blocks,
                 side_channel: side_channel(o)?,
                 tokens: count_field(o, "remote_num_tokens")?,
+                layout: kv_fields::layout(o)?,
             }))
         }
     }
@@ -459,24 +462,26 @@ fn side_channel(o: &serde_json::Map<String, Value>) -> Result<Option<(String, u1
 
 /// The `kv_transfer_params` a prefill answers with: every field vLLM's
 /// NIXL connector returns from `request_finished`
-/// (`vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`,
-/// `NixlConnectorScheduler.request_finished`: `do_remote_prefill`,
-/// `do_remote_decode`, `remote_block_ids`, `remote_engine_id`,
-/// `remote_request_id`, `remote_host`, `remote_port`, `tp_size`,
-/// `remote_num_tokens`, the request's computed tokens), plus
-/// `transfer_mode` (`"pull"`, the decode engine reads; `"push"` as
-/// `NixlPushConnectorScheduler.request_finished` returns it in
-/// `nixl/push_scheduler.py`, the decode engine registers its blocks and
-/// this engine writes) and the mock's own `handoff_id`. `tp_size` is 1: a
-/// mocked engine's KV moves as one tensor-parallel rank's. See the module
-/// docs for the rest.
+/// (`vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py`,
+/// `NixlPullConnectorScheduler.request_finished`: `do_remote_prefill`,
+/// `do_remote_decode`, `remote_block_ids` one list per KV cache group,
+/// `remote_engine_id`, `remote_request_id`, `remote_host`, `remote_port`,
+/// `tp_size`, `dcp_size`, `pp_size`, `remote_num_tokens` the request's
+/// computed tokens, `remote_blocks_expiry_time` (`null` on a prefill),
+/// `transfer_mode` `"pull"`, the decode engine reads; in push mode those of
+/// `NixlPushConnectorScheduler.request_finished` in `nixl/push_scheduler.py`:
+/// no `dcp_size` or expiry, `transfer_mode` `"push"`, the decode engine
+/// registers its blocks and this engine writes) and the mock's own
+/// `handoff_id`. The sizes are 1: a mocked engine's KV moves as one
+/// tensor-parallel rank's of one pipeline stage. See the module docs for
+/// the rest.
 pub fn response_params(p: &Pinned, host: &str, port: u16, mode: KvTransferMode) -> Value {
     let ids: Vec<u64> = (0..p.blocks).collect();
-    json!({
+    let mut v = json!({
         "do_remote_prefill": true,
         "do_remote_decode": false,
         "remote_engine_id": p.engine.to_string(),
-        "remote_block_ids": ids,
+        "remote_block_ids": [ids],
         "remote_host": host,
         "remote_port": p.side_port.unwrap_or(port),
         "remote_request_id": p.request.0.to_string(),
@@ -484,7 +489,11 @@ pub fn response_params(p: &Pinned, host: &str, port: u16, mode: KvTransferMode) 
         "remote_num_tokens": p.tokens,
         "transfer_mode": mode.name(),
         "handoff_id": p.handoff.0.to_string(),
-    })
+    });
+    if let Value::Object(o) = &mut v {
+        kv_fields::write_layout(o, mode);
+    }
+    v
 }
 
 #[cfg(test)]
@@ -514,6 +523,21 @@ mod tests {
             );
         }
         assert_eq!(params["remote_num_tokens"], 40);
+        assert_eq!(
+            params["remote_block_ids"],
+            json!([[0, 1, 2]]),
+            "one list per KV group"
+        );
+        assert_eq!(params["dcp_size"], 1);
+        assert_eq!(params["pp_size"], 1);
+        assert_eq!(params["remote_blocks_expiry_time"], Value::Null);
+        assert!(params.get("remote_blocks_expiry_time").is_some());
+        let push = response_params(&p, "h", 1, KvTransferMode::Push);
+        assert_eq!(push["transfer_mode"], "push");
+        assert_eq!(push["pp_size"], 1);
+        for absent in ["dcp_size", "remote_blocks_expiry_time"] {
+            assert!(push.get(absent).is_none(), "push writes no {absent}");
+        }
         assert_eq!(params["remote_port"], 9001);
         let ranked = response_params(
             &Pinned {
@@ -535,6 +559,10 @@ mod tests {
                 blocks: 3,
                 side_channel: Some(("127.0.0.1".into(), 9001)),
                 tokens: Some(40),
+                layout: RemoteLayout {
+                    transfer_mode: Some(KvTransferMode::Pull),
+                    ..RemoteLayout::default()
+                },
             })
         );
     }
@@ -638,6 +666,10 @@ mod tests {
                 any::<u64>().prop_map(|n| json!(n.to_string())),
                 "[a-z0-9]{0,6}".prop_map(Value::String),
                 proptest::collection::vec(any::<i32>(), 0..4).prop_map(|v| json!(v)),
+                proptest::collection::vec(proptest::collection::vec(any::<i32>(), 0..3), 0..3)
+                    .prop_map(|v| json!(v)),
+                any::<f64>().prop_map(|n| json!(n)),
+                prop_oneof![Just("pull"), Just("push")].prop_map(|s| json!(s)),
             ]
         }
 
@@ -646,12 +678,13 @@ mod tests {
             /// 400, never a panic; a decode reference always names its ids.
             #[test]
             fn params_never_panic(
-                fields in proptest::collection::vec((0usize..8, leaf()), 0..8)
+                fields in proptest::collection::vec((0usize..13, leaf()), 0..13)
             ) {
-                const NAMES: [&str; 8] = [
+                const NAMES: [&str; 13] = [
                     "do_remote_decode", "do_remote_prefill", "remote_engine_id",
                     "remote_block_ids", "remote_host", "remote_port",
-                    "remote_request_id", "handoff_id",
+                    "remote_request_id", "handoff_id", "dcp_size", "pp_size",
+                    "remote_blocks_expiry_time", "transfer_mode", "remote_num_tokens",
                 ];
                 let mut o = serde_json::Map::new();
                 for (i, v) in fields {

@@ -280,6 +280,24 @@ struct Inner {
     last_id: u32,
 }
 
+/// The adapters of a server of `base` with LoRA configured as `lora`
+/// (none: LoRA off), the gauges told its `max_loras`. Both serve modes
+/// build theirs here: one `serve` process and an engine process
+/// (`serve --engine`) serve the same adapters from the same flags.
+pub(crate) fn registry(
+    base: &str,
+    lora: Option<LoraConfig>,
+    metrics: &crate::metrics::Metrics,
+) -> Result<LoraRegistry, crate::error::ServeError> {
+    match lora {
+        Some(l) => {
+            metrics.set_max_lora(l.max_loras);
+            LoraRegistry::new(base, l).map_err(crate::error::ServeError::Lora)
+        }
+        None => Ok(LoraRegistry::default()),
+    }
+}
+
 /// The adapters a server knows, shared by every handler.
 #[derive(Debug, Default)]
 pub struct LoraRegistry {

@@ -3,6 +3,7 @@
 //! ([`kv_transfer`]), and the wire layout of vLLM's ZMQ KV events
 //! ([`wire`]).
 
+pub(crate) mod kv_fields;
 pub(crate) mod kv_transfer;
 pub mod lora;
 pub(crate) mod wire;
