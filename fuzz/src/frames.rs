@@ -48,6 +48,8 @@ pub fn detailed_name(f: &Frame) -> String {
                 },
                 HostOp::Advance { .. } => "Advance",
                 HostOp::Step { .. } => "Step",
+                HostOp::StepPass { .. } => "StepPass",
+                HostOp::EndPass { .. } => "EndPass",
                 HostOp::Teardown { .. } => "Teardown",
                 HostOp::Restart { .. } => "Restart",
             }
