@@ -291,6 +291,17 @@ pub fn run(a: PlanArgs) -> Result<(), String> {
     let layouts = budget
         .layouts(&tps, max, a.layouts.into())
         .map_err(|e| e.to_string())?;
+    let every: Vec<String> = add.iter().chain(shared.iter()).cloned().collect();
+    let (layouts, unprofiled) = crate::plan_run::profiled(layouts, &every);
+    if unprofiled > 0 {
+        eprintln!(
+            "plan: {unprofiled} DP/EP layouts left out: the model has no profile of their \
+             layout (docs/profiles.md says how to derive one)"
+        );
+    }
+    if layouts.is_empty() {
+        return Err("plan: no layout within the budget has a profile".into());
+    }
     let search = rate_search(&a)?;
     let shard = a.shard.as_deref().map(parse_shard).transpose()?;
     if let Some(n) = a.jobs {

@@ -169,6 +169,31 @@ fn layout_args(l: &Layout) -> Vec<String> {
     args
 }
 
+/// The layouts of `layouts` whose every pool has a profile (a MoE model's
+/// DP and EP layouts each need their own), and how many were left out.
+/// `flags` are what every layout adds (the model's, then the shared ones).
+/// A TP without a profile is refused before (`model_and_tps`); a DP or EP
+/// layout only AIConfigurator's derivation could add is left out here and
+/// counted, so asking for `--dp 1,2 --expert-parallel off,on` plans what
+/// the profiles allow.
+pub(crate) fn profiled(layouts: Vec<Layout>, flags: &[String]) -> (Vec<Layout>, usize) {
+    let total = layouts.len();
+    let kept: Vec<Layout> = layouts
+        .into_iter()
+        .filter(|l| {
+            if l.dp <= 1 && l.experts == Experts::Off {
+                return true;
+            }
+            let mut args = layout_args(l);
+            args.extend(flags.iter().cloned());
+            ReplayOnly::try_parse_from(&args)
+                .is_ok_and(|p| p.args.deploy.pool_hardware().is_ok())
+        })
+        .collect();
+    let left = total - kept.len();
+    (kept, left)
+}
+
 impl Runner<Layout> for ReplayRunner<'_> {
     type Config = Configuration;
 

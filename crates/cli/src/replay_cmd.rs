@@ -15,7 +15,7 @@ use std::rc::Rc;
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
     #[command(flatten)]
-    deploy: DeployArgs,
+    pub(crate) deploy: DeployArgs,
     #[command(flatten)]
     workload: WorkloadArgs,
     #[command(flatten)]

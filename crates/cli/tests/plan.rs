@@ -205,11 +205,11 @@ fn aic_rows_run_as_their_columns_name_them_or_are_skipped_with_why() {
     };
     assert!(!line("   2 1P+1D tp2/4").contains("skipped"), "{text}");
     assert!(
-        line("   3 ").ends_with("skipped: decode EP4: expert parallelism is not modelled"),
+        line("   3 ").ends_with("skipped: prefill DP1 and decode DP4 differ (one --dp-size here)"),
         "{text}"
     );
     assert!(
-        line("   4 ").contains("skipped: no profile of Qwen/Qwen3-235B-A22B (on h200 at TP8 for vllm); `cargo xtask profiles build --model Qwen/Qwen3-235B-A22B --system h200_sxm"),
+        line("   4 ").contains("skipped: no profile of qwen3-235b-a22b on h200 at TP8 for vllm; `cargo xtask profiles build --model qwen3-235b-a22b --system h200_sxm"),
         "{text}"
     );
     assert!(
@@ -219,7 +219,8 @@ fn aic_rows_run_as_their_columns_name_them_or_are_skipped_with_why() {
     assert!(!line("   6 ").contains("skipped"), "{text}");
     assert!(
         text.contains(
-            "skipped 3 of 5 rows: 1 expert parallelism, 1 no profile, 1 context parallelism"
+            "skipped 3 of 5 rows: 1 prefill and decode DP differ, 1 no profile, 1 context \
+             parallelism"
         ),
         "{text}"
     );
@@ -266,7 +267,11 @@ fn aic_rows_run_as_their_columns_name_them_or_are_skipped_with_why() {
     assert_eq!(v["rows"][4]["simulated"]["report"], "config-0006.json");
     assert_eq!(
         v["skipped_rows"],
-        serde_json::json!({"expert parallelism": 1, "no profile": 1, "context parallelism": 1})
+        serde_json::json!({
+            "prefill and decode DP differ": 1,
+            "no profile": 1,
+            "context parallelism": 1
+        })
     );
 }
 
