@@ -91,7 +91,7 @@ pub use kv::{KvCapacitySnapshot, KvEvent, KvEventData, KvEventQueue};
 pub use msg::{FactKind, HandoffMsg, MsgBody, Role};
 pub use outcome::FailureReason;
 pub use policy::{
-    Backend, Capabilities, HandoffConfig, HandoffPolicy, Heartbeat, KvLoadFailurePolicy,
+    Backend, CancelFrees, Capabilities, HandoffConfig, HandoffPolicy, Heartbeat, KvLoadFailurePolicy,
     KvTransferMode, StaleReadPolicy,
 };
 pub use request::{LoraAdapter, Request};

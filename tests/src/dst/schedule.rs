@@ -2,7 +2,7 @@
 
 use handoff_core::{
     Backend, Duration, HandoffConfig, HandoffPolicy, Heartbeat, Instant, KvLoadFailurePolicy,
-    Request, RequestId, Rng, StaleReadPolicy,
+    CancelFrees, Request, RequestId, Rng, StaleReadPolicy,
 };
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_engine::fault::{Fault, FaultPlan};
@@ -173,6 +173,13 @@ impl Schedule {
             // which vLLM's integer seconds cannot hold.
             heartbeat: (backend == Backend::Vllm && r.below(2) == 0)
                 .then(|| Heartbeat::scaled(lease)),
+            // The earlier free-at-cancel rule now and then, drawn from the
+            // seed so that the generator's other draws stay as they were.
+            cancel_frees: if (seed >> 5).is_multiple_of(4) {
+                CancelFrees::Immediately
+            } else {
+                CancelFrees::Upstream
+            },
         };
         let cfg = DeploymentConfig {
             engines: Vec::new(),
@@ -281,7 +288,7 @@ impl Schedule {
              page={} prefill_kv={} decode_kv={} max_running={} max_batched={} lease_ns={} \
              reservation_ns={} renew_ns={} early_ns={} tombstones={} transfer={transfer} \
              latency_ns={} multi_step={} decode_radix={} kv_load_failure={} stale_read={} \
-             heartbeat={}",
+             heartbeat={} cancel_frees={}",
             c.seed,
             c.backend.name(),
             c.policy.name(),
@@ -308,7 +315,8 @@ impl Schedule {
                 "{}:{}",
                 ns(h.every),
                 ns(h.extend)
-            ))
+            )),
+            c.handoff.cancel_frees.name()
         )
     }
 
@@ -424,6 +432,12 @@ impl Schedule {
                     Err(_) | Ok("complete") => StaleReadPolicy::Complete,
                     Ok("fail") => StaleReadPolicy::Fail,
                     Ok(other) => return Err(format!("deployment: unknown stale_read `{other}`")),
+                },
+                // Absent in schedules recorded before the choice existed.
+                cancel_frees: match get("cancel_frees") {
+                    Err(_) | Ok("upstream") => CancelFrees::Upstream,
+                    Ok("immediately") => CancelFrees::Immediately,
+                    Ok(other) => return Err(format!("deployment: unknown cancel_frees `{other}`")),
                 },
                 heartbeat: match get("heartbeat") {
                     Err(_) | Ok("none") => None,

@@ -7,7 +7,7 @@
 //! type would.
 
 use super::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
-use crate::policy::HandoffPolicy;
+use crate::policy::{CancelFrees, HandoffPolicy};
 use crate::scheduler::ReservationSummary;
 use crate::time::Instant;
 use crate::transition::{CancelReason, Effects, LifecycleEvent, Next, RoleState, TransitionError};
@@ -122,6 +122,13 @@ impl SourceHandoff {
             },
             SourceEvent::LeaseRenewed { deadline } => self.renew(deadline, &event, fx),
             SourceEvent::LeaseExpired => self.expire_lease(&event, now, fx),
+            SourceEvent::Cancelled { reason } if self.keeps_on_cancel(reason) => {
+                if self.abandoned {
+                    return Ok(Next::Duplicate);
+                }
+                self.abandoned = true;
+                Ok(Next::To(self.state))
+            }
             SourceEvent::Cancelled { reason } => Ok(self.cancel(reason, fx)),
         }
     }
@@ -232,6 +239,20 @@ impl SourceHandoff {
             fx.actions.push(SourceAction::SendAbort { reason });
         }
         Next::To(SourceState::Released)
+    }
+
+    /// Whether a cancel for `reason` leaves the KV held: a client's, of a
+    /// vLLM prefill that already finished (a lease is held), under
+    /// [`CancelFrees::Upstream`]. vLLM `v1/core/sched/scheduler.py`
+    /// `finish_requests` no longer finds the request (it left
+    /// `self.requests` when it finished and the NIXL connector's
+    /// `request_finished` kept its blocks, `delay_free_blocks`), so the
+    /// abort changes nothing for them (vllm-project/vllm PR #25067).
+    fn keeps_on_cancel(&self, reason: CancelReason) -> bool {
+        reason == CancelReason::Client
+            && self.cancel_frees == CancelFrees::Upstream
+            && self.lease.is_some()
+            && matches!(self.policy, HandoffPolicy::SourceFirst | HandoffPolicy::Push)
     }
 
     fn source_first(&self) -> bool {

@@ -300,14 +300,24 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     }
 
     /// The client cancelled `request`: every role of its current attempt
-    /// that was routed and has not ended, where it was routed. Each worker
-    /// ends its role with `CancelReason::Client`, and those ends fail the
-    /// request as any early end does.
-    fn cancel(&mut self, request: RequestId, _now: Instant) -> Vec<(WorkerId, HandoffId)> {
-        self.flights
+    /// that was routed and has not ended, where it was routed. The request
+    /// fails (`client`) now, as the client sees it; each worker then
+    /// applies `CancelReason::Client` to its role by the deployment's
+    /// `CancelFrees` rule, so a role may keep its KV past the request (a
+    /// finished vLLM prefill until its read or lease, a decode until its
+    /// load ends) and its bookings come off when it ends. A request with
+    /// no role (served whole) is not cancelled: it runs to its end.
+    fn cancel(&mut self, request: RequestId, now: Instant) -> Vec<(WorkerId, HandoffId)> {
+        let roles = self
+            .flights
             .get(&request)
             .map(|f| f.roles.clone())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if !roles.is_empty() {
+            self.now = now;
+            self.fail(request, CancelReason::Client.into(), None);
+        }
+        roles
     }
 
     fn on_worker_back(
