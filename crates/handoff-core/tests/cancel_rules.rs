@@ -219,3 +219,27 @@ fn the_immediate_rule_frees_both_sides_at_the_cancel() {
         ]
     );
 }
+
+#[test]
+fn a_decode_routed_after_the_cancel_is_told_and_never_decodes() {
+    let mut t = Pair::new(CancelFrees::Upstream);
+    t.pin();
+    // The client goes before the decode's route reaches D (it raced the
+    // cancel): only the source hears of it, and keeps its KV.
+    t.p.cancel(t.id, CancelReason::Client, t.now);
+    t.route();
+    // D reserved and started reading; the abandoned source told it of the
+    // cancel, so it keeps its blocks only until its load ends.
+    assert!(t.pinned() > 0 && t.reserved() > 0);
+    t.d.handle_transfer_done(t.id, TransferResult::Completed, t.now);
+    t.drain();
+    assert_eq!((t.pinned(), t.reserved()), (0, 0));
+    assert_eq!(t.d.capacity().active_blocks, 0, "the cancelled request never runs");
+    assert_eq!(
+        t.ended,
+        [
+            (Role::Source, None),
+            (Role::Destination, Some(CancelReason::Client))
+        ]
+    );
+}

@@ -185,6 +185,11 @@ impl DestinationHandoff {
         self
     }
 
+    /// The rule a client's cancel follows here.
+    pub fn cancel_frees(&self) -> CancelFrees {
+        self.cancel_frees
+    }
+
     /// Whether a client cancelled the request while its KV load was in
     /// flight: the role ends (freeing its reservation) when the load does.
     pub fn abandoned(&self) -> bool {

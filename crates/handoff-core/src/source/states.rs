@@ -75,6 +75,11 @@ impl SourceHandoff {
     pub(super) fn pinned(&mut self, event: SourceEvent, now: Instant, fx: &mut Fx) -> Judged {
         match event {
             SourceEvent::DestinationReserved { summary }
+                if self.reservation.is_none() && self.abandoned =>
+            {
+                Ok(self.reserved_after_cancel(summary, fx))
+            }
+            SourceEvent::DestinationReserved { summary }
                 if self.reservation.is_none() && self.policy.prefill_at_arrival() =>
             {
                 self.reservation = Some(summary);
@@ -239,6 +244,27 @@ impl SourceHandoff {
             fx.actions.push(SourceAction::SendAbort { reason });
         }
         Next::To(SourceState::Released)
+    }
+
+    /// A destination reserved for a request its client had already
+    /// cancelled: its route raced the cancel (a proxy would not have sent
+    /// it). It is told of the cancel, and ends as a client's cancel ends
+    /// it. Pull, it is already reading, so the KV stays until that read's
+    /// notice or the destination's release; push, nothing is written and
+    /// the KV waits for the destination's release.
+    fn reserved_after_cancel(
+        &mut self,
+        summary: ReservationSummary,
+        fx: &mut Fx,
+    ) -> Next<SourceState> {
+        fx.actions.push(SourceAction::SendAbort {
+            reason: CancelReason::Client,
+        });
+        self.reservation = Some(summary);
+        if self.policy == HandoffPolicy::Push {
+            return Next::To(SourceState::Pinned);
+        }
+        Next::To(SourceState::AwaitingReaderCompletion)
     }
 
     /// Whether a cancel for `reason` leaves the KV held: a client's, of a
