@@ -31,9 +31,9 @@ fn run(rule: CancelFrees) -> Report {
     Replay::new(cfg, items, move |_, _| {
         handoff_deployment::make_core(&spec).expect("valid spec")
     })
-        .expect("the cores publish at the deployment's block size")
-        .run_all()
-        .report
+    .expect("the cores publish at the deployment's block size")
+    .run_all()
+    .report
 }
 
 fn pool_blocks_seconds(r: &Report, pool: &str) -> (f64, f64) {
@@ -53,7 +53,10 @@ fn a_cancel_during_the_read_keeps_the_kv_until_the_read_ends_as_upstream() {
                 .get(&FailureReason::Handoff(CancelReason::Client)),
             Some(&1)
         );
-        assert!(r.workers.iter().all(|w| w.drained && w.final_kv_used_blocks == 0));
+        assert!(r
+            .workers
+            .iter()
+            .all(|w| w.drained && w.final_kv_used_blocks == 0));
     }
     let (pinned_up, _) = pool_blocks_seconds(&upstream, "prefill");
     let (pinned_now, _) = pool_blocks_seconds(&immediate, "prefill");
@@ -62,7 +65,10 @@ fn a_cancel_during_the_read_keeps_the_kv_until_the_read_ends_as_upstream() {
     assert!(pinned_now > 0.0 && reserved_now > 0.0);
     // The read started well before the cancel and ends about 1 s after it.
     assert!(pinned_up > 1.5 * pinned_now, "{pinned_up} vs {pinned_now}");
-    assert!(reserved_up > 1.5 * reserved_now, "{reserved_up} vs {reserved_now}");
+    assert!(
+        reserved_up > 1.5 * reserved_now,
+        "{reserved_up} vs {reserved_now}"
+    );
     // Upstream, only the decode ends for the client (when its load ends);
     // its read notice ends the source well. Immediately, both end at once.
     assert_eq!(upstream.lifecycle.early_ends.get("client"), Some(&1));

@@ -75,7 +75,10 @@ impl Pair {
                 break;
             }
         }
-        assert!(self.p.capacity().pinned_source_blocks > 0, "the prefill pins");
+        assert!(
+            self.p.capacity().pinned_source_blocks > 0,
+            "the prefill pins"
+        );
         self.drain();
     }
 
@@ -92,7 +95,10 @@ impl Pair {
         };
         self.d.handle_request(dst, self.now).unwrap();
         self.drain();
-        assert!(self.d.capacity().reserved_destination_blocks > 0, "D reserves");
+        assert!(
+            self.d.capacity().reserved_destination_blocks > 0,
+            "D reserves"
+        );
     }
 
     /// Carries every fact between the two and collects the role ends.
@@ -143,14 +149,21 @@ fn a_cancel_after_the_pin_leaves_the_source_pinned_until_the_read_notice() {
     // The read is in flight when the client goes: both sides keep their KV.
     t.cancel_both();
     assert!(t.pinned() > 0, "the source holds its KV past the cancel");
-    assert!(t.reserved() > 0, "the decode holds its blocks while it loads");
+    assert!(
+        t.reserved() > 0,
+        "the decode holds its blocks while it loads"
+    );
     assert!(t.ended.is_empty(), "{:?}", t.ended);
     // The load ends: the decode frees its blocks and its notice frees the
     // source; nothing decodes.
     t.d.handle_transfer_done(t.id, TransferResult::Completed, t.now);
     t.drain();
     assert_eq!((t.pinned(), t.reserved()), (0, 0));
-    assert_eq!(t.d.capacity().active_blocks, 0, "the cancelled request never runs");
+    assert_eq!(
+        t.d.capacity().active_blocks,
+        0,
+        "the cancelled request never runs"
+    );
     assert_eq!(
         t.ended,
         [
@@ -234,7 +247,11 @@ fn a_decode_routed_after_the_cancel_is_told_and_never_decodes() {
     t.d.handle_transfer_done(t.id, TransferResult::Completed, t.now);
     t.drain();
     assert_eq!((t.pinned(), t.reserved()), (0, 0));
-    assert_eq!(t.d.capacity().active_blocks, 0, "the cancelled request never runs");
+    assert_eq!(
+        t.d.capacity().active_blocks,
+        0,
+        "the cancelled request never runs"
+    );
     assert_eq!(
         t.ended,
         [

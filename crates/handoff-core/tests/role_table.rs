@@ -8,9 +8,10 @@
 //! applied to a role built with `CancelFrees::Immediately`.
 
 use handoff_core::{
-    CancelFrees, CancelReason, DestinationEvent, DestinationHandoff, DestinationReservationId, DestinationState,
-    Duration, HandoffId, HandoffPolicy, Instant, ReservationSummary, SourceEvent, SourceHandoff,
-    SourceLease, SourceLeaseId, SourceReady, SourceState, TransitionError, Verdict, WorkerId,
+    CancelFrees, CancelReason, DestinationEvent, DestinationHandoff, DestinationReservationId,
+    DestinationState, Duration, HandoffId, HandoffPolicy, Instant, ReservationSummary, SourceEvent,
+    SourceHandoff, SourceLease, SourceLeaseId, SourceReady, SourceState, TransitionError, Verdict,
+    WorkerId,
 };
 use std::fmt::Write as _;
 
@@ -245,7 +246,10 @@ fn dest_paths(policy: HandoffPolicy) -> Vec<(DestinationState, Vec<DestinationEv
             // SGLang frees at once on a cancel; vLLM's push waits for its
             // write.
             if policy == HandoffPolicy::Push {
-                paths.push((DestinationState::Receiving, vec![routed, reserved, sr, client]));
+                paths.push((
+                    DestinationState::Receiving,
+                    vec![routed, reserved, sr, client],
+                ));
             }
             paths
         }
@@ -360,7 +364,8 @@ fn build_table() -> String {
         let _ = writeln!(out, "## source, {}", policy.name());
         for (state, path) in source_paths(policy) {
             for (ename, ev, at) in source_events() {
-                let mut m = SourceHandoff::new(HandoffId(9), policy, TTL).with_cancel_frees(rule(ename));
+                let mut m =
+                    SourceHandoff::new(HandoffId(9), policy, TTL).with_cancel_frees(rule(ename));
                 for p in &path {
                     m.handle(*p, T0).expect("path to state must be legal");
                 }
@@ -380,8 +385,8 @@ fn build_table() -> String {
         let _ = writeln!(out, "## destination, {}", policy.name());
         for (state, path) in dest_paths(policy) {
             for (ename, ev, at) in dest_events() {
-                let mut m =
-                    DestinationHandoff::new(HandoffId(9), policy, TTL).with_cancel_frees(rule(ename));
+                let mut m = DestinationHandoff::new(HandoffId(9), policy, TTL)
+                    .with_cancel_frees(rule(ename));
                 for p in &path {
                     m.handle(*p, T0).expect("path to state must be legal");
                 }

@@ -26,7 +26,13 @@ fn worker(id: WorkerId, rule: CancelFrees) -> Worker<VllmCore> {
         cancel_frees: rule,
         ..HandoffConfig::for_backend(handoff_core::Backend::Vllm)
     };
-    Worker::new(id, Generation::FIRST, HandoffPolicy::SourceFirst, config, core)
+    Worker::new(
+        id,
+        Generation::FIRST,
+        HandoffPolicy::SourceFirst,
+        config,
+        core,
+    )
 }
 
 fn carry(p: &mut Worker<VllmCore>, d: &mut Worker<VllmCore>, now: Instant) {

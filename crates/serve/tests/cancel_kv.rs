@@ -17,7 +17,10 @@ const PROMPT: &str = "A client that goes away while the decode worker reads the 
 
 fn sum(text: &str, name: &str) -> f64 {
     text.lines()
-        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{')))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{'))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -29,7 +32,11 @@ fn sample(http: std::net::SocketAddr) -> (u64, u64, f64) {
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("json");
     let ws = v["workers"].as_array().cloned().unwrap_or_default();
-    let f = |k: &str| -> u64 { ws.iter().map(|w| w["capacity"][k].as_u64().unwrap_or(0)).sum() };
+    let f = |k: &str| -> u64 {
+        ws.iter()
+            .map(|w| w["capacity"][k].as_u64().unwrap_or(0))
+            .sum()
+    };
     let (_, metrics) = common::call(http, "GET", "/metrics", "");
     (
         f("pinned_source_blocks"),

@@ -182,7 +182,9 @@ fn a_client_gone_from_a_decode(slow: bool) -> (PodSummary, PodSummary) {
             let (_, body) = common::call(http, "GET", "/debug/workers", "");
             let v: serde_json::Value = serde_json::from_str(&body).expect("json");
             let ws = v["workers"].as_array().cloned().unwrap_or_default();
-            ws.iter().map(|w| w["capacity"][k].as_u64().unwrap_or(0)).sum()
+            ws.iter()
+                .map(|w| w["capacity"][k].as_u64().unwrap_or(0))
+                .sum()
         };
         assert!(held(p.l.http, "pinned_source_blocks") > 0);
         assert!(held(d.l.http, "reserved_destination_blocks") > 0);

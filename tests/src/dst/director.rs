@@ -159,8 +159,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Dst<I> {
         let roles = self.inner.cancel(request, now);
         // The request fails at the cancel; its roles may keep their KV
         // until a read or a lease ends (`CancelFrees::Upstream`).
-        self.check
-            .after(&self.inner, Call::Cancel(request), &[request]);
+        self.check.after(&self.inner, Call::Cancel, &[request]);
         roles
     }
 

@@ -1,8 +1,8 @@
 //! Schedules drawn from one seed.
 
 use handoff_core::{
-    Backend, Duration, HandoffConfig, HandoffPolicy, Heartbeat, Instant, KvLoadFailurePolicy,
-    CancelFrees, Request, RequestId, Rng, StaleReadPolicy,
+    Backend, CancelFrees, Duration, HandoffConfig, HandoffPolicy, Heartbeat, Instant,
+    KvLoadFailurePolicy, Request, RequestId, Rng, StaleReadPolicy,
 };
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_engine::fault::{Fault, FaultPlan};

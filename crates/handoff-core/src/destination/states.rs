@@ -140,7 +140,10 @@ impl DestinationHandoff {
     fn keeps_on_cancel(&self, reason: CancelReason) -> bool {
         reason == CancelReason::Client
             && self.cancel_frees == CancelFrees::Upstream
-            && matches!(self.policy, HandoffPolicy::SourceFirst | HandoffPolicy::Push)
+            && matches!(
+                self.policy,
+                HandoffPolicy::SourceFirst | HandoffPolicy::Push
+            )
     }
 
     /// `Active`: the KV is valid and the request decodes from it.

@@ -278,7 +278,10 @@ impl SourceHandoff {
         reason == CancelReason::Client
             && self.cancel_frees == CancelFrees::Upstream
             && self.lease.is_some()
-            && matches!(self.policy, HandoffPolicy::SourceFirst | HandoffPolicy::Push)
+            && matches!(
+                self.policy,
+                HandoffPolicy::SourceFirst | HandoffPolicy::Push
+            )
     }
 
     fn source_first(&self) -> bool {

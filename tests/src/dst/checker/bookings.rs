@@ -126,7 +126,7 @@ impl Checker {
                 }
                 _ => {
                     rec.failed = true;
-                    rec.cancelled = matches!(call, Call::Cancel(_));
+                    rec.cancelled = matches!(call, Call::Cancel);
                     self.paths.failed += 1;
                 }
             }

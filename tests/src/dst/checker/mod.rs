@@ -168,7 +168,7 @@ pub(crate) enum Call {
     WorkerLost(WorkerId),
     Undeliverable(WorkerId),
     /// The client cancelled the request (it fails at once).
-    Cancel(RequestId),
+    Cancel,
 }
 
 /// What a worker event means for the booking and terminal checks; see
