@@ -184,3 +184,45 @@ transfer-fail 0";
 {"timestamp": 0, "input_length": 669, "output_length": 241, "hash_ids": [0, 1]}"#;
     handoff_tests::dst::assert_passes(deployment, plan, trace);
 }
+
+/// A cancel of a request recomputing on its decode worker after a failed
+/// load (its attempt gone) must not fail it there: the decode it runs
+/// keeps its booking until the worker is lost.
+#[test]
+fn dst_schedule_7002() {
+    let deployment = "seed=7002 backend=vllm policy=source-first prefill=1 decode=2 router=least-loaded router_block=16 page=16 prefill_kv=8192 decode_kv=1024 max_running=4 max_batched=4096 lease_ns=2013000000 reservation_ns=61000000 renew_ns=0 early_ns=5000000 tombstones=65536 transfer=bytes:3000000:131072:5000000000.0 latency_ns=1030000 multi_step=true decode_radix=false kv_load_failure=recompute stale_read=complete heartbeat=335500000:1342000000 cancel_frees=upstream";
+    let plan = "
+seed 7002
+partition 0 2 from 25219468ns to 97762524ns
+cancel 1 at 156204527ns
+kill 2 at 275760592ns
+drop 0
+duplicate 0
+delay 0 max 9803us
+transfer-fail 0.023392058685109695";
+    let trace = r#"
+{"timestamp": 0, "input_length": 16, "output_length": 258, "hash_ids": [0]}
+{"timestamp": 0, "input_length": 231, "output_length": 208, "hash_ids": [0]}"#;
+    handoff_tests::dst::assert_passes(deployment, plan, trace);
+}
+
+/// A prefill that pinned while its decode worker was down, cancelled
+/// before that worker came back: no decode is routed to it then (its
+/// booking would outlive the request).
+#[test]
+fn dst_schedule_9440() {
+    let deployment = "seed=9440 backend=vllm policy=source-first prefill=2 decode=1 router=round-robin router_block=16 page=16 prefill_kv=8192 decode_kv=16384 max_running=2 max_batched=1024 lease_ns=10018000000 reservation_ns=10007000000 renew_ns=0 early_ns=100000000 tombstones=65536 transfer=fixed:29000000 latency_ns=1729000 multi_step=true decode_radix=false kv_load_failure=recompute stale_read=fail heartbeat=1669666666:6678666666 cancel_frees=upstream";
+    let plan = "
+seed 9440
+kill 2 at 25537792ns
+cancel 0 at 26499581ns
+restart 2 at 49786564ns
+restart 2 at 51155712ns
+drop 0
+duplicate 0
+delay 0 max 5441us
+transfer-fail 0";
+    let trace = r#"
+{"timestamp": 3, "input_length": 164, "output_length": 6, "hash_ids": [1000]}"#;
+    handoff_tests::dst::assert_passes(deployment, plan, trace);
+}

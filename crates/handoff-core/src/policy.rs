@@ -184,6 +184,49 @@ pub enum StaleReadPolicy {
     Fail,
 }
 
+/// What a client's cancel does to KV a handoff still holds
+/// (`--cancel-frees`). Upstream's rules are the default; they apply to vLLM's
+/// orders (source-first pull and NIXL push) and only to a client's cancel
+/// (a lost or restarted peer, a teardown, a peer's abort free at once as
+/// before). SGLang frees at once either way: its `Scheduler.abort_request`
+/// (`python/sglang/srt/managers/scheduler.py`) aborts the request's
+/// `KVSender`/`KVReceiver` in the prefill bootstrap and inflight queues and
+/// the decode prealloc and transfer queues, and the next poll of that queue
+/// sees `KVPoll.Failed` and releases the KV (`disaggregation/prefill.py`
+/// `process_disagg_prefill_inflight_queue`, `disaggregation/decode.py`
+/// `pop_transferred`); holding a decode's pages until an in-flight write
+/// drains is an opt-in there (`SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE`,
+/// sgl-project/sglang PRs #35049, #35360).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CancelFrees {
+    /// As vLLM: a prefill that already finished ignores the abort for its
+    /// blocks, which stay until the decode's read notice or the lease
+    /// (vllm-project/vllm PR #25067: `v1/core/sched/scheduler.py`
+    /// `finish_requests` skips a request no longer in `self.requests`; the
+    /// NIXL connector's `request_finished` had already answered
+    /// `delay_free_blocks`); a decode whose KV load is in flight keeps its
+    /// blocks until the load ends, then frees and lets the read's notice
+    /// free the prefill (PR #32255); a decode cancelled before its load,
+    /// or refusing the request, sends the prefill a notification-only
+    /// release that frees it at once (PRs #41269, #57570).
+    #[default]
+    Upstream,
+    /// The mock's earlier rule: a cancel frees the prefill's pinned KV and
+    /// the decode's reservation at the cancel, and a read of that source
+    /// fails.
+    Immediately,
+}
+
+impl CancelFrees {
+    /// The name the command line and the report use.
+    pub fn name(self) -> &'static str {
+        match self {
+            CancelFrees::Upstream => "upstream",
+            CancelFrees::Immediately => "immediately",
+        }
+    }
+}
+
 impl StaleReadPolicy {
     /// The name the command line and the report use.
     pub fn name(self) -> &'static str {
@@ -283,6 +326,8 @@ pub struct HandoffConfig {
     /// heartbeats (vLLM's NIXL lease); `None`: no heartbeats (SGLang, and
     /// vLLM before the lease, whose sources held a fixed abort timeout).
     pub heartbeat: Option<Heartbeat>,
+    /// What a client's cancel frees, and when ([`CancelFrees`]).
+    pub cancel_frees: CancelFrees,
 }
 
 impl HandoffConfig {
@@ -323,6 +368,7 @@ impl Default for HandoffConfig {
             kv_load_failure: KvLoadFailurePolicy::Fail,
             stale_read: StaleReadPolicy::Complete,
             heartbeat: None,
+            cancel_frees: CancelFrees::Upstream,
         }
     }
 }

@@ -2,11 +2,16 @@
 //! verdict class, the next state and the actions. The expected table lives in
 //! `tests/role_table.txt`; a change to the machines must change that file in
 //! the same commit, where a reviewer reads it line by line.
+//!
+//! A state marked `+abandoned` is a role a client cancelled while it kept
+//! its KV (`CancelFrees::Upstream`); an event marked `[immediately]` is
+//! applied to a role built with `CancelFrees::Immediately`.
 
 use handoff_core::{
-    CancelReason, DestinationEvent, DestinationHandoff, DestinationReservationId, DestinationState,
-    Duration, HandoffId, HandoffPolicy, Instant, ReservationSummary, SourceEvent, SourceHandoff,
-    SourceLease, SourceLeaseId, SourceReady, SourceState, TransitionError, Verdict, WorkerId,
+    CancelFrees, CancelReason, DestinationEvent, DestinationHandoff, DestinationReservationId,
+    DestinationState, Duration, HandoffId, HandoffPolicy, Instant, ReservationSummary, SourceEvent,
+    SourceHandoff, SourceLease, SourceLeaseId, SourceReady, SourceState, TransitionError, Verdict,
+    WorkerId,
 };
 use std::fmt::Write as _;
 
@@ -57,6 +62,9 @@ fn source_paths(policy: HandoffPolicy) -> Vec<(SourceState, Vec<SourceEvent>)> {
     };
     let pinned = SourceEvent::PrefillPinned { lease: lease(1) };
     let done = SourceEvent::ReaderCompleted;
+    let client = SourceEvent::Cancelled {
+        reason: CancelReason::Client,
+    };
     match policy {
         HandoffPolicy::SourceFirst => vec![
             (SourceState::NotStarted, vec![]),
@@ -67,6 +75,11 @@ fn source_paths(policy: HandoffPolicy) -> Vec<(SourceState, Vec<SourceEvent>)> {
                 vec![start, pinned, reserved],
             ),
             (SourceState::Released, vec![start, pinned, reserved, done]),
+            (SourceState::Pinned, vec![start, pinned, client]),
+            (
+                SourceState::AwaitingReaderCompletion,
+                vec![start, pinned, reserved, client],
+            ),
         ],
         // vLLM push: the prefill starts at once; the registration may
         // come before or after its pin (`nixl/push_worker.py`,
@@ -85,6 +98,11 @@ fn source_paths(policy: HandoffPolicy) -> Vec<(SourceState, Vec<SourceEvent>)> {
                 vec![start, reserved, pinned],
             ),
             (SourceState::Released, vec![start, pinned, reserved, done]),
+            (SourceState::Pinned, vec![start, pinned, client]),
+            (
+                SourceState::AwaitingReaderCompletion,
+                vec![start, pinned, reserved, client],
+            ),
         ],
         _ => vec![
             (SourceState::NotStarted, vec![start]),
@@ -157,6 +175,13 @@ fn source_events() -> Vec<(&'static str, SourceEvent, Instant)> {
             },
             T0,
         ),
+        (
+            "Cancelled(client)[immediately]",
+            SourceEvent::Cancelled {
+                reason: CancelReason::Client,
+            },
+            T0,
+        ),
     ]
 }
 
@@ -170,6 +195,9 @@ fn dest_paths(policy: HandoffPolicy) -> Vec<(DestinationState, Vec<DestinationEv
     };
     let recv = DestinationEvent::ReceiveCompleted;
     let fin = DestinationEvent::Finished;
+    let client = DestinationEvent::Cancelled {
+        reason: CancelReason::Client,
+    };
     match policy {
         HandoffPolicy::SourceFirst => {
             let routed_ready = DestinationEvent::Routed {
@@ -192,6 +220,10 @@ fn dest_paths(policy: HandoffPolicy) -> Vec<(DestinationState, Vec<DestinationEv
                     DestinationState::Released,
                     vec![routed_ready, reserved, recv, fin],
                 ),
+                (
+                    DestinationState::Receiving,
+                    vec![routed_ready, reserved, client],
+                ),
             ]
         }
         _ => {
@@ -200,7 +232,7 @@ fn dest_paths(policy: HandoffPolicy) -> Vec<(DestinationState, Vec<DestinationEv
                 ready: None,
             };
             let sr = DestinationEvent::SourceReady(ready);
-            vec![
+            let mut paths = vec![
                 (DestinationState::NotRouted, vec![]),
                 (DestinationState::Reserving, vec![routed]),
                 (DestinationState::Reserved, vec![routed, reserved]),
@@ -210,7 +242,16 @@ fn dest_paths(policy: HandoffPolicy) -> Vec<(DestinationState, Vec<DestinationEv
                     DestinationState::Released,
                     vec![routed, reserved, sr, recv, fin],
                 ),
-            ]
+            ];
+            // SGLang frees at once on a cancel; vLLM's push waits for its
+            // write.
+            if policy == HandoffPolicy::Push {
+                paths.push((
+                    DestinationState::Receiving,
+                    vec![routed, reserved, sr, client],
+                ));
+            }
+            paths
         }
     }
 }
@@ -284,7 +325,33 @@ fn dest_events() -> Vec<(&'static str, DestinationEvent, Instant)> {
             T0,
         ),
         ("Finished", DestinationEvent::Finished, T0),
+        (
+            "Cancelled(client)[immediately]",
+            DestinationEvent::Cancelled {
+                reason: CancelReason::Client,
+            },
+            T0,
+        ),
     ]
+}
+
+/// The cancel rule an event's row is built with.
+fn rule(event: &str) -> CancelFrees {
+    if event.ends_with("[immediately]") {
+        CancelFrees::Immediately
+    } else {
+        CancelFrees::Upstream
+    }
+}
+
+/// A state's row label: `+abandoned` when a client cancelled the role
+/// while it kept its KV.
+fn label(state: impl std::fmt::Display, abandoned: bool) -> String {
+    if abandoned {
+        format!("{state}+abandoned")
+    } else {
+        state.to_string()
+    }
 }
 
 fn build_table() -> String {
@@ -297,14 +364,20 @@ fn build_table() -> String {
         let _ = writeln!(out, "## source, {}", policy.name());
         for (state, path) in source_paths(policy) {
             for (ename, ev, at) in source_events() {
-                let mut m = SourceHandoff::new(HandoffId(9), policy, TTL);
+                let mut m =
+                    SourceHandoff::new(HandoffId(9), policy, TTL).with_cancel_frees(rule(ename));
                 for p in &path {
                     m.handle(*p, T0).expect("path to state must be legal");
                 }
+                // A role under the immediate rule is never abandoned.
+                if rule(ename) == CancelFrees::Immediately && m.state() != state {
+                    continue;
+                }
                 assert_eq!(m.state(), state);
+                let label = label(state, m.abandoned());
                 let _ = writeln!(
                     out,
-                    "{state:<25} {ename:<27} {}",
+                    "{label:<25} {ename:<27} {}",
                     classify(m.handle(ev, at))
                 );
             }
@@ -312,14 +385,20 @@ fn build_table() -> String {
         let _ = writeln!(out, "## destination, {}", policy.name());
         for (state, path) in dest_paths(policy) {
             for (ename, ev, at) in dest_events() {
-                let mut m = DestinationHandoff::new(HandoffId(9), policy, TTL);
+                let mut m = DestinationHandoff::new(HandoffId(9), policy, TTL)
+                    .with_cancel_frees(rule(ename));
                 for p in &path {
                     m.handle(*p, T0).expect("path to state must be legal");
                 }
+                // A role under the immediate rule is never abandoned.
+                if rule(ename) == CancelFrees::Immediately && m.state() != state {
+                    continue;
+                }
                 assert_eq!(m.state(), state);
+                let label = label(state, m.abandoned());
                 let _ = writeln!(
                     out,
-                    "{state:<25} {ename:<27} {}",
+                    "{label:<25} {ename:<27} {}",
                     classify(m.handle(ev, at))
                 );
             }

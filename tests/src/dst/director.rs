@@ -155,7 +155,12 @@ impl<I: Iterator<Item = TraceItem>> Director for Dst<I> {
     }
 
     fn cancel(&mut self, request: RequestId, now: Instant) -> Vec<(WorkerId, HandoffId)> {
-        self.inner.cancel(request, now)
+        self.check.now = now;
+        let roles = self.inner.cancel(request, now);
+        // The request fails at the cancel; its roles may keep their KV
+        // until a read or a lease ends (`CancelFrees::Upstream`).
+        self.check.after(&self.inner, Call::Cancel, &[request]);
+        roles
     }
 
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {

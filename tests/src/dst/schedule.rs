@@ -1,7 +1,8 @@
 //! Schedules drawn from one seed.
 
 use handoff_core::{
-    Backend, DpCoupling, DpLayout, Duration, HandoffConfig, HandoffPolicy, Heartbeat, Instant,
+    Backend, CancelFrees, DpCoupling, DpLayout, Duration, HandoffConfig, HandoffPolicy, Heartbeat,
+    Instant,
     KvLoadFailurePolicy, Request, RequestId, Rng, StaleReadPolicy,
 };
 use handoff_deployment::{DeploymentConfig, EngineSpec};
@@ -188,6 +189,13 @@ impl Schedule {
             // which vLLM's integer seconds cannot hold.
             heartbeat: (backend == Backend::Vllm && r.below(2) == 0)
                 .then(|| Heartbeat::scaled(lease)),
+            // The earlier free-at-cancel rule now and then, drawn from the
+            // seed so that the generator's other draws stay as they were.
+            cancel_frees: if (seed >> 5).is_multiple_of(4) {
+                CancelFrees::Immediately
+            } else {
+                CancelFrees::Upstream
+            },
         };
         let cfg = DeploymentConfig {
             engines: Vec::new(),
@@ -297,7 +305,7 @@ impl Schedule {
              page={} prefill_kv={} decode_kv={} max_running={} max_batched={} lease_ns={} \
              reservation_ns={} renew_ns={} early_ns={} tombstones={} transfer={transfer} \
              latency_ns={} multi_step={} decode_radix={} kv_load_failure={} stale_read={} \
-             heartbeat={} dp={} dp_lockstep={}",
+             heartbeat={} dp={} dp_lockstep={} cancel_frees={}",
             c.seed,
             c.backend.name(),
             c.policy.name(),
@@ -327,6 +335,7 @@ impl Schedule {
             )),
             c.dp.dp_size(),
             c.dp.coupling() == DpCoupling::Lockstep,
+            c.handoff.cancel_frees.name()
         )
     }
 
@@ -456,6 +465,12 @@ impl Schedule {
                     Err(_) | Ok("complete") => StaleReadPolicy::Complete,
                     Ok("fail") => StaleReadPolicy::Fail,
                     Ok(other) => return Err(format!("deployment: unknown stale_read `{other}`")),
+                },
+                // Absent in schedules recorded before the choice existed.
+                cancel_frees: match get("cancel_frees") {
+                    Err(_) | Ok("upstream") => CancelFrees::Upstream,
+                    Ok("immediately") => CancelFrees::Immediately,
+                    Ok(other) => return Err(format!("deployment: unknown cancel_frees `{other}`")),
                 },
                 heartbeat: match get("heartbeat") {
                     Err(_) | Ok("none") => None,

@@ -98,6 +98,19 @@ pub enum StaleReadArg {
     Fail,
 }
 
+/// `--cancel-frees`.
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+pub enum CancelFreesArg {
+    /// As vLLM: a finished prefill keeps its KV until its decode reads it
+    /// or its lease ends; a decode whose load is in flight keeps its blocks
+    /// until the load ends; a decode cancelled before its load releases
+    /// the prefill's KV at once.
+    #[default]
+    Upstream,
+    /// The cancel frees both sides' KV at once (a read of it fails).
+    Immediately,
+}
+
 /// `--router`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum RouterArg {
@@ -327,6 +340,10 @@ pub struct DeployArgs {
     /// stale read), or `fail` (a KV load failure).
     #[arg(long, value_enum, default_value_t = StaleReadArg::Complete, value_name = "CHOICE")]
     pub stale_kv_read: StaleReadArg,
+    /// What a client's cancel frees (vLLM's orders; SGLang frees at once):
+    /// `upstream` as vLLM, or `immediately` both sides' KV at the cancel.
+    #[arg(long, value_enum, default_value_t = CancelFreesArg::Upstream, value_name = "RULE")]
+    pub cancel_frees: CancelFreesArg,
     /// Seed for routers and the synthetic workload.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
@@ -777,6 +794,10 @@ impl DeployArgs {
         h.stale_read = match self.stale_kv_read {
             StaleReadArg::Complete => handoff_core::StaleReadPolicy::Complete,
             StaleReadArg::Fail => handoff_core::StaleReadPolicy::Fail,
+        };
+        h.cancel_frees = match self.cancel_frees {
+            CancelFreesArg::Upstream => handoff_core::CancelFrees::Upstream,
+            CancelFreesArg::Immediately => handoff_core::CancelFrees::Immediately,
         };
         h
     }

@@ -17,9 +17,17 @@
 //! `DecodePreallocQueue`, reserves before the prefill is dispatched, sends its
 //! metadata, and activates when the transfer polls successful (SGLang
 //! `disaggregation/decode.py`, `pop_preallocated`, `DecodeTransferQueue`).
+//!
+//! A client's cancel in `Receiving` (vLLM's orders, under
+//! [`CancelFrees::Upstream`]) leaves the role receiving, marked abandoned:
+//! the load in flight keeps its blocks until it ends (vllm-project/vllm
+//! PR #32255), then the reservation is freed and, source-first, the read's
+//! notice frees the source. A cancel before the load (`Routed`,
+//! `Reserving`, `Reserved`) ends the role at once and sends the source the
+//! notification-only release (`SendAbort`; PRs #41269, #57570).
 
 use crate::ids::{HandoffId, WorkerId};
-use crate::policy::HandoffPolicy;
+use crate::policy::{CancelFrees, HandoffPolicy};
 use crate::scheduler::ReservationSummary;
 use crate::time::Instant;
 use crate::transition::{CancelReason, Effects, LifecycleEvent, Next, TransitionError, Verdict};
@@ -144,6 +152,8 @@ pub struct DestinationHandoff {
     deadline: Instant,
     reservation_ttl: crate::time::Duration,
     unavailable_seen: bool,
+    cancel_frees: CancelFrees,
+    abandoned: bool,
 }
 
 impl DestinationHandoff {
@@ -163,7 +173,27 @@ impl DestinationHandoff {
             deadline: Instant::MAX,
             reservation_ttl,
             unavailable_seen: false,
+            cancel_frees: CancelFrees::Upstream,
+            abandoned: false,
         }
+    }
+
+    /// The same role with `rule` for a client's cancel (upstream's by
+    /// default).
+    pub fn with_cancel_frees(mut self, rule: CancelFrees) -> Self {
+        self.cancel_frees = rule;
+        self
+    }
+
+    /// The rule a client's cancel follows here.
+    pub fn cancel_frees(&self) -> CancelFrees {
+        self.cancel_frees
+    }
+
+    /// Whether a client cancelled the request while its KV load was in
+    /// flight: the role ends (freeing its reservation) when the load does.
+    pub fn abandoned(&self) -> bool {
+        self.abandoned
     }
 
     /// The attempt.

@@ -9,7 +9,7 @@
 use super::DestinationState as S;
 use super::{DestinationAction as A, DestinationEvent, DestinationHandoff, SourceReady};
 use crate::ids::WorkerId;
-use crate::policy::HandoffPolicy;
+use crate::policy::{CancelFrees, HandoffPolicy};
 use crate::scheduler::ReservationSummary;
 use crate::time::Instant;
 use crate::transition::{CancelReason, Effects, LifecycleEvent, Next, RoleState, TransitionError};
@@ -106,10 +106,44 @@ impl DestinationHandoff {
             DestinationEvent::SourceReady(info) if self.ready.is_none() => {
                 Ok(self.note_ready(info))
             }
+            DestinationEvent::ReceiveCompleted if self.abandoned => Ok(self.load_ended(fx)),
             DestinationEvent::ReceiveCompleted => Ok(self.activate(fx)),
             DestinationEvent::ReservationExpired => self.expire(&event, now, fx),
+            DestinationEvent::Cancelled { reason } if self.keeps_on_cancel(reason) => {
+                if self.abandoned {
+                    return Ok(Next::Duplicate);
+                }
+                self.abandoned = true;
+                Ok(Next::To(S::Receiving))
+            }
             _ => self.any_state(event, fx),
         }
+    }
+
+    /// The load of an abandoned role ended: its blocks are freed now, and
+    /// (source-first) the read's notice goes to the source as after any
+    /// read, which frees the source's KV (vLLM: the NIXL read's completion
+    /// notification; the decode scheduler frees the aborted request's
+    /// blocks when `finished_recving` reports the load, PR #32255).
+    fn load_ended(&mut self, fx: &mut Fx) -> Next<S> {
+        fx.delta.reserved = -self.physical();
+        fx.actions.push(A::CancelDestination);
+        if self.source_first() {
+            fx.actions.push(A::SendReaderCompleted);
+        }
+        self.deadline = Instant::MAX;
+        Next::To(S::Released)
+    }
+
+    /// Whether a cancel for `reason` waits for the load in flight: a
+    /// client's, of vLLM's orders, under [`CancelFrees::Upstream`].
+    fn keeps_on_cancel(&self, reason: CancelReason) -> bool {
+        reason == CancelReason::Client
+            && self.cancel_frees == CancelFrees::Upstream
+            && matches!(
+                self.policy,
+                HandoffPolicy::SourceFirst | HandoffPolicy::Push
+            )
     }
 
     /// `Active`: the KV is valid and the request decodes from it.

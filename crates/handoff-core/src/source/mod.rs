@@ -17,9 +17,16 @@
 //! dispatched only once the decode side's metadata has arrived (SGLang
 //! `disaggregation/prefill.py`, bootstrap queue), and the KV is released when
 //! the sender's transfer succeeds (inflight queue, `release_kv_cache`).
+//!
+//! A client's cancel of a source holding a lease (source-first or push)
+//! under [`CancelFrees::Upstream`] leaves the role where it is, marked
+//! abandoned: vLLM ignores the abort of a prefill that already finished
+//! (PR #25067), so the KV stays until the reader's notice
+//! (`ReaderCompleted`), the destination's release (`Cancelled` by
+//! `PeerAborted`) or the lease. Every other cancel ends the role at once.
 
 use crate::ids::{HandoffId, SourceLeaseId};
-use crate::policy::HandoffPolicy;
+use crate::policy::{CancelFrees, HandoffPolicy};
 use crate::scheduler::ReservationSummary;
 use crate::time::{Duration, Instant};
 use crate::transition::{CancelReason, Effects, LifecycleEvent, Next, TransitionError, Verdict};
@@ -139,6 +146,8 @@ pub struct SourceHandoff {
     wait_ttl: Duration,
     wait_deadline: Instant,
     pinned_at: Instant,
+    cancel_frees: CancelFrees,
+    abandoned: bool,
 }
 
 impl SourceHandoff {
@@ -156,7 +165,23 @@ impl SourceHandoff {
             wait_ttl,
             wait_deadline: Instant::MAX,
             pinned_at: Instant::ZERO,
+            cancel_frees: CancelFrees::Upstream,
+            abandoned: false,
         }
+    }
+
+    /// The same role with `rule` for a client's cancel (upstream's by
+    /// default).
+    pub fn with_cancel_frees(mut self, rule: CancelFrees) -> Self {
+        self.cancel_frees = rule;
+        self
+    }
+
+    /// Whether a client cancelled the request while this role kept its KV
+    /// (it ends when the KV is read, released by its destination, or its
+    /// lease runs out).
+    pub fn abandoned(&self) -> bool {
+        self.abandoned
     }
 
     /// When the lease (or, before one exists, the wait for a destination)

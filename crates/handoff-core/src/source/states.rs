@@ -7,7 +7,7 @@
 //! type would.
 
 use super::{SourceAction, SourceEvent, SourceHandoff, SourceLease, SourceState};
-use crate::policy::HandoffPolicy;
+use crate::policy::{CancelFrees, HandoffPolicy};
 use crate::scheduler::ReservationSummary;
 use crate::time::Instant;
 use crate::transition::{CancelReason, Effects, LifecycleEvent, Next, RoleState, TransitionError};
@@ -75,6 +75,11 @@ impl SourceHandoff {
     pub(super) fn pinned(&mut self, event: SourceEvent, now: Instant, fx: &mut Fx) -> Judged {
         match event {
             SourceEvent::DestinationReserved { summary }
+                if self.reservation.is_none() && self.abandoned =>
+            {
+                Ok(self.reserved_after_cancel(summary, fx))
+            }
+            SourceEvent::DestinationReserved { summary }
                 if self.reservation.is_none() && self.policy.prefill_at_arrival() =>
             {
                 self.reservation = Some(summary);
@@ -122,6 +127,13 @@ impl SourceHandoff {
             },
             SourceEvent::LeaseRenewed { deadline } => self.renew(deadline, &event, fx),
             SourceEvent::LeaseExpired => self.expire_lease(&event, now, fx),
+            SourceEvent::Cancelled { reason } if self.keeps_on_cancel(reason) => {
+                if self.abandoned {
+                    return Ok(Next::Duplicate);
+                }
+                self.abandoned = true;
+                Ok(Next::To(self.state))
+            }
             SourceEvent::Cancelled { reason } => Ok(self.cancel(reason, fx)),
         }
     }
@@ -232,6 +244,44 @@ impl SourceHandoff {
             fx.actions.push(SourceAction::SendAbort { reason });
         }
         Next::To(SourceState::Released)
+    }
+
+    /// A destination reserved for a request its client had already
+    /// cancelled: its route raced the cancel (a proxy would not have sent
+    /// it). It is told of the cancel, and ends as a client's cancel ends
+    /// it. Pull, it is already reading, so the KV stays until that read's
+    /// notice or the destination's release; push, nothing is written and
+    /// the KV waits for the destination's release.
+    fn reserved_after_cancel(
+        &mut self,
+        summary: ReservationSummary,
+        fx: &mut Fx,
+    ) -> Next<SourceState> {
+        fx.actions.push(SourceAction::SendAbort {
+            reason: CancelReason::Client,
+        });
+        self.reservation = Some(summary);
+        if self.policy == HandoffPolicy::Push {
+            return Next::To(SourceState::Pinned);
+        }
+        Next::To(SourceState::AwaitingReaderCompletion)
+    }
+
+    /// Whether a cancel for `reason` leaves the KV held: a client's, of a
+    /// vLLM prefill that already finished (a lease is held), under
+    /// [`CancelFrees::Upstream`]. vLLM `v1/core/sched/scheduler.py`
+    /// `finish_requests` no longer finds the request (it left
+    /// `self.requests` when it finished and the NIXL connector's
+    /// `request_finished` kept its blocks, `delay_free_blocks`), so the
+    /// abort changes nothing for them (vllm-project/vllm PR #25067).
+    fn keeps_on_cancel(&self, reason: CancelReason) -> bool {
+        reason == CancelReason::Client
+            && self.cancel_frees == CancelFrees::Upstream
+            && self.lease.is_some()
+            && matches!(
+                self.policy,
+                HandoffPolicy::SourceFirst | HandoffPolicy::Push
+            )
     }
 
     fn source_first(&self) -> bool {

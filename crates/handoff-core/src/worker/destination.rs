@@ -50,7 +50,7 @@ impl<S: SchedulerCore> Worker<S> {
             return;
         }
         if to == DestinationState::Released {
-            self.dests.remove(&id);
+            let abandoned = self.dests.remove(&id).is_some_and(|e| e.role.abandoned());
             self.active_dest.remove(&request_id);
             self.tombstone(id, Ended::Announced);
             // An active destination ignores its source's fate (the role
@@ -62,6 +62,9 @@ impl<S: SchedulerCore> Worker<S> {
                 DestinationEvent::Cancelled { reason } => Some(reason),
                 DestinationEvent::ReservationExpired => Some(CancelReason::ReservationExpired),
                 DestinationEvent::Unsupported => Some(CancelReason::Unsupported),
+                // A client cancelled it while its load was in flight: it
+                // ended for that cancel when the load did.
+                DestinationEvent::ReceiveCompleted if abandoned => Some(CancelReason::Client),
                 _ => None,
             };
             self.events.push_back(WorkerEvent::RoleEnded {

@@ -5,7 +5,7 @@ use super::{DropReason, EarlyFact, Ended, TimerKind, Worker, WorkerEvent};
 use crate::destination::{DestinationEvent, SourceReady};
 use crate::ids::{HandoffId, WorkerId};
 use crate::msg::{FactKind, HandoffMsg, MsgBody, Role};
-use crate::policy::HandoffPolicy;
+use crate::policy::{CancelFrees, HandoffPolicy};
 use crate::scheduler::SchedulerCore;
 use crate::source::SourceEvent;
 use crate::time::{Duration, Instant};
@@ -131,11 +131,22 @@ impl<S: SchedulerCore> Worker<S> {
                     self.drop_fact(from, &msg, DropReason::WrongPeer, now);
                     return;
                 }
+                let upstream = entry.role.cancel_frees() == CancelFrees::Upstream;
                 let ev = match msg.body {
                     MsgBody::SourceReady { blocks, tokens } => {
                         DestinationEvent::SourceReady(SourceReady { blocks, tokens })
                     }
                     MsgBody::ReceiveCompleted => DestinationEvent::ReceiveCompleted,
+                    // An abandoned source's word that the client cancelled:
+                    // this destination was routed after the cancel (the
+                    // frontend's route raced it), so it ends as the client's
+                    // cancel would have ended it.
+                    MsgBody::Abort {
+                        reason: CancelReason::Client,
+                        ..
+                    } if upstream => DestinationEvent::Cancelled {
+                        reason: CancelReason::Client,
+                    },
                     MsgBody::Abort { .. } => DestinationEvent::Cancelled {
                         reason: CancelReason::PeerAborted,
                     },

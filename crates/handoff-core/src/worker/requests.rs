@@ -6,7 +6,7 @@ use super::{
 };
 use crate::destination::{DestinationEvent, DestinationHandoff};
 use crate::ids::{HandoffId, RequestId};
-use crate::policy::HandoffPolicy;
+use crate::policy::{CancelFrees, HandoffPolicy};
 use crate::request::Request;
 use crate::scheduler::{CommandOutcome, SchedulerCommand, SchedulerCore};
 use crate::source::{SourceEvent, SourceHandoff};
@@ -166,10 +166,17 @@ impl<S: SchedulerCore> Worker<S> {
         push: Option<PushRole>,
         now: Instant,
     ) {
+        // A seed-002 push's source is a locked session slot, not a vLLM
+        // prefill: a cancel (the session closing) frees it at once.
+        let rule = match push {
+            Some(_) => CancelFrees::Immediately,
+            None => self.config.cancel_frees,
+        };
         self.sources.insert(
             id,
             SourceEntry {
-                role: SourceHandoff::new(id, self.policy, self.caps.source_lease_ttl),
+                role: SourceHandoff::new(id, self.policy, self.caps.source_lease_ttl)
+                    .with_cancel_frees(rule),
                 request_id,
                 request,
                 peer: None,
@@ -195,10 +202,15 @@ impl<S: SchedulerCore> Worker<S> {
             .config
             .heartbeat
             .filter(|_| self.policy.prefill_at_arrival() && push.is_none());
+        let rule = match push {
+            Some(_) => CancelFrees::Immediately,
+            None => self.config.cancel_frees,
+        };
         self.dests.insert(
             id,
             DestEntry {
-                role: DestinationHandoff::new(id, self.policy, self.config.reservation_ttl),
+                role: DestinationHandoff::new(id, self.policy, self.config.reservation_ttl)
+                    .with_cancel_frees(rule),
                 request_id,
                 request,
                 in_core: false,

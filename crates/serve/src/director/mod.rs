@@ -434,8 +434,16 @@ impl Director for HttpDirector {
         self.inner.on_worker_back(w, generation, now, out);
     }
 
+    /// The request fails at the cancel (`Serving::cancel`), so its stream
+    /// ends now, though its roles may hold their KV until a read or a
+    /// lease ends (`handoff_core::CancelFrees`).
     fn cancel(&mut self, request: RequestId, now: Instant) -> Vec<(WorkerId, HandoffId)> {
-        self.inner.cancel(request, now)
+        let roles = self.inner.cancel(request, now);
+        self.check(
+            request,
+            FailureReason::from(handoff_core::CancelReason::Client),
+        );
+        roles
     }
 
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {

@@ -275,6 +275,10 @@ pub struct TimersReport {
     /// `complete` (vLLM's behaviour).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale_kv_read: Option<&'static str>,
+    /// What a client's cancel frees, when not the default `upstream`
+    /// (`handoff_core::CancelFrees`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_frees: Option<&'static str>,
     /// Released ids remembered to classify late facts as stale.
     pub tombstones: usize,
 }
@@ -352,6 +356,8 @@ impl TimersReport {
                 .then(|| cfg.handoff.kv_load_failure.name()),
             stale_kv_read: (cfg.handoff.stale_read != handoff_core::StaleReadPolicy::Complete)
                 .then(|| cfg.handoff.stale_read.name()),
+            cancel_frees: (cfg.handoff.cancel_frees != handoff_core::CancelFrees::Upstream)
+                .then(|| cfg.handoff.cancel_frees.name()),
             tombstones: cfg.handoff.tombstones,
         }
     }

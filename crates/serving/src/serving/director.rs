@@ -205,6 +205,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         let routed = self.frontend.on_event(w, pool, e, now);
         // Most events route nothing (a pass's tokens, a KV event).
         for (to, request, delay) in routed {
+            if self.drop_cancelled(to, &request) {
+                continue;
+            }
             self.track(to, &request);
             out.push(Route { to, request, delay });
         }
@@ -300,14 +303,25 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
     }
 
     /// The client cancelled `request`: every role of its current attempt
-    /// that was routed and has not ended, where it was routed. Each worker
-    /// ends its role with `CancelReason::Client`, and those ends fail the
-    /// request as any early end does.
-    fn cancel(&mut self, request: RequestId, _now: Instant) -> Vec<(WorkerId, HandoffId)> {
-        self.flights
-            .get(&request)
-            .map(|f| f.roles.clone())
-            .unwrap_or_default()
+    /// that was routed and has not ended, where it was routed. The request
+    /// fails (`client`) now, as the client sees it; each worker then
+    /// applies `CancelReason::Client` to its role by the deployment's
+    /// `CancelFrees` rule, so a role may keep its KV past the request (a
+    /// finished vLLM prefill until its read or lease, a decode until its
+    /// load ends) and its bookings come off when it ends. A request with
+    /// no handoff attempt (served whole, or recomputing on its decode
+    /// worker after a failed load) is not cancelled: it runs to its end.
+    fn cancel(&mut self, request: RequestId, now: Instant) -> Vec<(WorkerId, HandoffId)> {
+        let Some(f) = self.flights.get(&request) else {
+            return Vec::new();
+        };
+        let roles = f.roles.clone();
+        if !roles.is_empty() && f.attempt.is_some() {
+            self.now = now;
+            self.cancelled.insert(request);
+            self.fail(request, CancelReason::Client.into(), None);
+        }
+        roles
     }
 
     fn on_worker_back(
@@ -320,6 +334,9 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         self.lost.retain(|x| *x != w);
         let pool = self.pool(w);
         for (to, request, delay) in self.frontend.worker_back(w, pool, now) {
+            if self.drop_cancelled(to, &request) {
+                continue;
+            }
             self.track(to, &request);
             out.push(Route { to, request, delay });
         }

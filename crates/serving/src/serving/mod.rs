@@ -126,6 +126,10 @@ pub struct Serving<I> {
     /// Attempts a migration replaced: their events still feed the figures
     /// but no longer move the router or the request's outcome.
     voided: FastSet<HandoffId>,
+    /// Requests their clients cancelled whose source role has not ended:
+    /// a decode the frontend routes for one afterwards (its source pinned
+    /// after the cancel) is not sent, and its booking comes off at once.
+    cancelled: FastSet<RequestId>,
     /// Requests ever migrated (the DST checker allows their second booking).
     rerouted: FastSet<RequestId>,
     /// Migrate requests whose worker was lost (on by default).
@@ -271,6 +275,9 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
         if let Some(f) = self.flights.get_mut(&request) {
             f.roles.retain(|x| *x != (w, id));
         }
+        if role == handoff_core::Role::Source {
+            self.cancelled.remove(&request);
+        }
         if let Some(reason) = reason {
             // Source-first, a destination reading a source that ended reports
             // the failed load itself (and may recompute). Destination-first,
@@ -335,6 +342,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             report: None,
             flights: FastMap::default(),
             voided: FastSet::default(),
+            cancelled: FastSet::default(),
             rerouted: FastSet::default(),
             migration: true,
             kv_load_failure: handoff_core::KvLoadFailurePolicy::Fail,
@@ -534,6 +542,20 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
                 f.has_destination = true;
             }
         }
+    }
+
+    /// Whether `request`, routed to `to` by the frontend, is of a request
+    /// its client cancelled: then it is not sent (a proxy sends no decode
+    /// for a request its client left) and its booking on `to` comes off.
+    fn drop_cancelled(&mut self, to: WorkerId, request: &WorkerRequest) -> bool {
+        let Some((rid, _)) = parts(request) else {
+            return false;
+        };
+        if !self.cancelled.contains(&rid) {
+            return false;
+        }
+        self.frontend.request_lost(rid, to);
+        true
     }
 
     /// Fails `r`. Its bookings come off as its roles end (each where it

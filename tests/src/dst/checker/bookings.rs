@@ -126,11 +126,12 @@ impl Checker {
                 }
                 _ => {
                     rec.failed = true;
+                    rec.cancelled = matches!(call, Call::Cancel);
                     self.paths.failed += 1;
                 }
             }
         } else if let Call::Event { finished: true, .. } = call {
-            if !rec.live {
+            if !rec.live && !rec.cancelled {
                 let was = if rec.finished { "finished" } else { "failed" };
                 self.flag(Kind::Terminal, || {
                     format!("{r} finished decoding after it had already {was}")

@@ -138,6 +138,11 @@ pub(crate) struct ReqRec {
     pub(crate) live: bool,
     pub(crate) finished: bool,
     pub(crate) failed: bool,
+    /// Failed by its client's cancel: a decode that the cancel did not
+    /// reach (its route raced the cancel, or the abandoned source's word
+    /// of it was lost) may still decode it, as a decode request already at
+    /// its engine runs upstream unless an abort reaches it.
+    pub(crate) cancelled: bool,
     pub(crate) pre: Bk,
     pub(crate) dec: Bk,
 }
@@ -162,6 +167,8 @@ pub(crate) enum Call {
     },
     WorkerLost(WorkerId),
     Undeliverable(WorkerId),
+    /// The client cancelled the request (it fails at once).
+    Cancel,
 }
 
 /// What a worker event means for the booking and terminal checks; see
