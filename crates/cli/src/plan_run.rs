@@ -186,8 +186,7 @@ pub(crate) fn profiled(layouts: Vec<Layout>, flags: &[String]) -> (Vec<Layout>, 
             }
             let mut args = layout_args(l);
             args.extend(flags.iter().cloned());
-            ReplayOnly::try_parse_from(&args)
-                .is_ok_and(|p| p.args.deploy.pool_hardware().is_ok())
+            ReplayOnly::try_parse_from(&args).is_ok_and(|p| p.args.deploy.pool_hardware().is_ok())
         })
         .collect();
     let left = total - kept.len();

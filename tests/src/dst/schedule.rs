@@ -2,8 +2,7 @@
 
 use handoff_core::{
     Backend, CancelFrees, DpCoupling, DpLayout, Duration, HandoffConfig, HandoffPolicy, Heartbeat,
-    Instant,
-    KvLoadFailurePolicy, Request, RequestId, Rng, StaleReadPolicy,
+    Instant, KvLoadFailurePolicy, Request, RequestId, Rng, StaleReadPolicy,
 };
 use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_engine::fault::{Fault, FaultPlan};

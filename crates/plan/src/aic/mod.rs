@@ -39,8 +39,7 @@ mod resolve;
 pub use check::{check, AicCheck, AicRun, Refusal};
 pub use read::{parse, AicBackend, AicError, AicFile, AicRow, Parallel, Unsimulable, MAX_ROWS};
 pub use resolve::{
-    expert_parallel_skip, gpu_slug, Choice, Engine, PoolProfile, ProfileEntry, Resolved, Side,
-    Skip,
+    expert_parallel_skip, gpu_slug, Choice, Engine, PoolProfile, ProfileEntry, Resolved, Side, Skip,
 };
 
 #[cfg(test)]

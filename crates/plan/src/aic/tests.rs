@@ -720,7 +720,10 @@ fn expert_parallel_rows_run_with_their_layout_profiles() {
     .unwrap_err();
     let text = e.to_string();
     assert!(text.contains("at TP1 DP4 EP4"), "{text}");
-    assert!(text.contains("--attention-dp 4 --expert-parallel"), "{text}");
+    assert!(
+        text.contains("--attention-dp 4 --expert-parallel"),
+        "{text}"
+    );
 }
 
 #[test]

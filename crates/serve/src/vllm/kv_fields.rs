@@ -29,7 +29,7 @@
 //!   is not its own at once ([`check_mode`]), where vLLM's would fail the
 //!   handshake and with it the load.
 
-use super::kv_transfer::{ProxyError, MAX_BLOCK_IDS};
+use super::proxy_error::{ProxyError, MAX_BLOCK_IDS};
 use handoff_core::KvTransferMode;
 use serde_json::{Map, Value};
 use std::time::Duration;

@@ -6,4 +6,5 @@
 pub(crate) mod kv_fields;
 pub(crate) mod kv_transfer;
 pub mod lora;
+pub(crate) mod proxy_error;
 pub(crate) mod wire;
