@@ -255,13 +255,22 @@ impl AicRow {
     }
 
     /// `1P+2D tp1`, `4P+1D tp1/4` (prefill and decode TP differ), or
-    /// `1x agg tp2`; ` dpN` when the prefill DP is over 1.
+    /// `1x agg tp2`; ` dpN` when the prefill DP is over 1; ` epN` (or
+    /// ` epP/D`) with expert parallelism.
     pub fn layout(&self) -> String {
-        let dp = if self.p_par.dp > 1 {
+        let mut dp = if self.p_par.dp > 1 {
             format!(" dp{}", self.p_par.dp)
         } else {
             String::new()
         };
+        let (pe, de) = (self.p_par.moe_ep, self.d_par.moe_ep);
+        if self.aggregated() || pe == de {
+            if pe > 1 {
+                dp.push_str(&format!(" ep{pe}"));
+            }
+        } else {
+            dp.push_str(&format!(" ep{pe}/{de}"));
+        }
         let tp = if self.aggregated() || self.p_par.tp == self.d_par.tp {
             format!("tp{}", self.p_par.tp)
         } else {

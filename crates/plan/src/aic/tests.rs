@@ -128,6 +128,8 @@ fn reads_the_aggregated_sample() {
         [Some("h100_sxm".into()), Some("h100_sxm".into())]
     );
     assert_eq!(rows[1].layout(), "1x agg tp1");
+    let ep = one_row(&[("(d)moe_ep", "4")]);
+    assert!(ep.layout().ends_with(" ep1/4"), "{}", ep.layout());
     assert_eq!(rows[1].p_par, rows[1].d_par);
 }
 
