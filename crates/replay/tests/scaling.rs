@@ -229,10 +229,10 @@ fn a_fixed_fleet_report_has_no_scaling_section() {
     assert!(!json.contains("scaling"));
 }
 
-#[test]
-fn the_throughput_planner_follows_a_step_curve_up_and_down() {
-    // 2/s for 40 s, 16/s for 40 s, 2/s after: ~2.5K-token prompts, so
-    // ~5K then ~40K prompt tokens/s against 10K per prefill worker.
+/// The step-curve run: 2/s for 40 s, 16/s for 40 s, 2/s after, ~2.5K-token
+/// prompts (~5K then ~40K prompt tokens/s against 10K per prefill worker),
+/// sized by the throughput planner within 5P+3D.
+fn step_curve_run() -> ReplayOutcome {
     let items = SyntheticWorkload::new(SyntheticConfig {
         seed: 3,
         requests: 900,
@@ -254,7 +254,12 @@ fn the_throughput_planner_follows_a_step_curve_up_and_down() {
         interval: Duration::from_secs(10),
         ..ThroughputConfig::default()
     });
-    let (out, _) = run(config(Backend::Vllm, 5, 3, fleet), items, Some(planner));
+    run(config(Backend::Vllm, 5, 3, fleet), items, Some(planner)).0
+}
+
+#[test]
+fn the_throughput_planner_follows_a_step_curve_up_and_down() {
+    let out = step_curve_run();
     assert_eq!(out.report.completed_requests, 900);
     let s = out.report.scaling.as_ref().expect("scaling");
     assert_eq!(s.planner.as_deref(), Some("throughput"));
@@ -278,26 +283,7 @@ fn the_throughput_planner_follows_a_step_curve_up_and_down() {
     );
     assert!(s.events.iter().any(|e| e.event == "drained"));
     // The same run twice is the same report.
-    let again = {
-        let items = SyntheticWorkload::new(SyntheticConfig {
-            seed: 3,
-            requests: 900,
-            rate_curve: Some(RateCurve::parse("step:0=2,40=16,80=2").unwrap()),
-            input_tokens: LengthDist::Uniform {
-                min: 1024,
-                max: 4096,
-            },
-            output_tokens: LengthDist::Uniform { min: 32, max: 128 },
-            ..SyntheticConfig::default()
-        });
-        let planner = ThroughputPlanner::new(ThroughputConfig {
-            prefill_tokens_per_s: 10_000.0,
-            decode_tokens_per_s: 600.0,
-            interval: Duration::from_secs(10),
-            ..ThroughputConfig::default()
-        });
-        run(config(Backend::Vllm, 5, 3, fleet), items, Some(planner)).0
-    };
+    let again = step_curve_run();
     assert_eq!(
         serde_json::to_string(&out.report).unwrap(),
         serde_json::to_string(&again.report).unwrap()
