@@ -427,6 +427,9 @@ impl Engine {
     }
 }
 
+/// What the drain watches: the open responses and the driver's view.
+type Draining = (Arc<crate::http::drain::Drain>, Arc<Mutex<EngineView>>);
+
 /// Serves until `stop`, then drains: readiness fails and new requests
 /// are refused while the open responses finish and the ranks let go of
 /// what they hold, for at most `grace`. Then the listener stops; if the
@@ -439,11 +442,7 @@ async fn serve_http(
     listener: tokio::net::TcpListener,
     routes: axum::Router,
     timeouts: HttpTimeouts,
-    (grace, end_engine, (drain, view)): (
-        std::time::Duration,
-        impl FnOnce(),
-        (Arc<crate::http::drain::Drain>, Arc<Mutex<EngineView>>),
-    ),
+    (grace, end_engine, (drain, view)): (std::time::Duration, impl FnOnce(), Draining),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     force: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
