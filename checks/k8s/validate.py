@@ -37,6 +37,20 @@ HERE = pathlib.Path(__file__).resolve().parent
 K8S_VERSIONS = ["1.29.0", "1.37.0"]
 NAMESPACE = "handoff-mocker"
 POOL_SCHEMA = json.loads((HERE / "inferencepool-v1.schema.json").read_text())
+SCALED_OBJECT_SCHEMA = json.loads((HERE / "scaledobject-v1alpha1.schema.json").read_text())
+# The engine's series an autoscaler may read (crates/serve/src/metrics/mod.rs):
+# the gauges and counters under vLLM's and SGLang's own names.
+ENGINE_METRICS = {
+    "vllm": {"num_requests_running", "num_requests_waiting", "kv_cache_usage_perc",
+             "prefix_cache_queries_total", "prefix_cache_hits_total", "num_preemptions_total",
+             "request_success_total"},
+    "sglang": {"num_running_reqs", "num_queue_reqs", "token_usage", "cache_hit_rate",
+               "num_requests_total"},
+}
+# `serve --grace-period-s` when not given (crates/serve/src/pod/mod.rs, DEFAULT_GRACE_S),
+# and a pod's terminationGracePeriodSeconds when not given (Kubernetes' default).
+DEFAULT_ENGINE_GRACE_S = 30
+DEFAULT_POD_GRACE_S = 30
 
 
 def crd_schema(path):
@@ -80,6 +94,9 @@ def where(doc):
 
 
 def check_schema(doc):
+    if doc.get("kind") == "ScaledObject":
+        return [f"{'.'.join(map(str, e.path))}: {e.message}"
+                for e in jsonschema.Draft202012Validator(SCALED_OBJECT_SCHEMA).iter_errors(doc)]
     if doc.get("kind") == "InferencePool":
         errs = [f"{'.'.join(map(str, e.path))}: {e.message}"
                 for schema in (POOL_SCHEMA, CRD_SCHEMA) if schema
@@ -328,6 +345,79 @@ def check_sweep(docs):
     return errs
 
 
+AUTOSCALERS = ("HorizontalPodAutoscaler", "ScaledObject")
+
+
+def scale_target(doc, docs):
+    """The Deployment an HPA or ScaledObject scales, or an error."""
+    ref = doc["spec"]["scaleTargetRef"]
+    kind = ref.get("kind", "Deployment")
+    if kind != "Deployment" or ref.get("apiVersion", "apps/v1") != "apps/v1":
+        return None, f"scaleTargetRef must be an apps/v1 Deployment, not {ref.get('apiVersion')} {kind}"
+    found = [d for _, d in docs if d.get("kind") == "Deployment" and d["metadata"]["name"] == ref["name"]]
+    if not found:
+        return None, f"scaleTargetRef names no Deployment here: {ref['name']}"
+    return found[0], None
+
+
+def metric_errors(names):
+    """Each engine metric name (`vllm:x`, or an adapter's `vllm_x`) the engine does not export."""
+    errs = []
+    for name in names:
+        m = re.fullmatch(r"(vllm|sglang)[:_](.+)", name)
+        if not m or m.group(2) not in ENGINE_METRICS[m.group(1)]:
+            errs.append(f"metric {name} is not one the engine exports")
+    return errs
+
+
+def check_autoscaler(doc, docs):
+    """An HPA's or ScaledObject's target, replica bounds, metrics and the target's grace period."""
+    target, err = scale_target(doc, docs)
+    if err:
+        return [err]
+    spec = doc["spec"]
+    errs = []
+    if doc["kind"] == "HorizontalPodAutoscaler":
+        lo, hi = spec.get("minReplicas", 1), spec["maxReplicas"]
+        names = [m[m["type"][0].lower() + m["type"][1:]]["metric"]["name"]
+                 for m in spec.get("metrics") or [] if m["type"] in ("Pods", "Object", "External")]
+    else:
+        lo, hi = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+        names = []
+        for t in spec["triggers"]:
+            if t["type"] != "prometheus":
+                continue
+            query = t["metadata"].get("query", "")
+            found = re.findall(r"\b((?:vllm|sglang):[a-z_]+)", query)
+            if not found:
+                errs.append(f"trigger {t.get('name', t['type'])}: the query reads no engine metric")
+            names += found
+            role = re.search(r'role="([a-z]+)"', query)
+            engine = flags_of(target["spec"]["template"]["spec"]["containers"][0].get("args") or []).get("--engine")
+            if role and engine and role.group(1) != engine:
+                errs.append(f"the query reads role=\"{role.group(1)}\" but {target['metadata']['name']} is a {engine} engine")
+    if lo > hi:
+        errs.append(f"{lo} minimum replicas over {hi} maximum")
+    errs += metric_errors(names)
+    pod = target["spec"]["template"]["spec"]
+    grace = pod.get("terminationGracePeriodSeconds", DEFAULT_POD_GRACE_S)
+    args = flags_of(pod["containers"][0].get("args") or [])
+    engine_grace = float(args.get("--grace-period-s") or DEFAULT_ENGINE_GRACE_S)
+    if grace < engine_grace:
+        errs.append(f"{target['metadata']['name']}'s terminationGracePeriodSeconds {grace} is under its "
+                    f"--grace-period-s {engine_grace:g}: a scale-down's SIGKILL would cut the drain")
+    return errs
+
+
+def check_one_autoscaler(docs):
+    """No Deployment is scaled by two autoscalers (they would fight)."""
+    seen = {}
+    for _, d in docs:
+        if d.get("kind") in AUTOSCALERS:
+            seen.setdefault(d["spec"]["scaleTargetRef"]["name"], []).append(where(d))
+    return [f"Deployment {n} has {len(w)} autoscalers: {', '.join(w)}" for n, w in seen.items() if len(w) > 1]
+
+
 def validate(docs, known_flags):
     """Every error, as `file: Kind/name: message`."""
     errs = []
@@ -343,8 +433,11 @@ def validate(docs, known_flags):
                 found += check_router(d, docs)
         if kind in ("Service", "InferencePool") and not found:
             found += check_reach(d, docs)
+        if kind in AUTOSCALERS and not found:
+            found += check_autoscaler(d, docs)
         errs += [f"{path}: {where(d)}: {e}" for e in found]
     errs += [f"sweep: {e}" for e in check_sweep(docs)]
+    errs += [f"autoscaling: {e}" for e in check_one_autoscaler(docs)]
     return errs
 
 
@@ -394,6 +487,18 @@ BREAKS = [
     ("a router selector reaching no engine", lambda d: set_arg(
         router_args(d, "vllm-router"), "--decode-selector", "app.kubernetes.io/instance=vllm-pdx"),
      "--decode-selector"),
+    ("an HPA on a Deployment that is not here", lambda d: find(d, "HorizontalPodAutoscaler", "vllm-decode")
+     ["spec"]["scaleTargetRef"].update(name="vllm-decoder"), "scaleTargetRef names no Deployment here"),
+    ("an HPA on a metric the engine does not export", lambda d: find(d, "HorizontalPodAutoscaler", "vllm-decode")
+     ["spec"]["metrics"][0]["pods"]["metric"].update(name="vllm_gpu_cache_usage_perc"), "is not one the engine"),
+    ("a KEDA threshold as a number", lambda d: find(d, "ScaledObject", "vllm-prefill")["spec"]["triggers"][0]
+     ["metadata"].update(threshold=4), "4 is not of type 'string'"),
+    ("a KEDA query on the other role", lambda d: find(d, "ScaledObject", "vllm-prefill")["spec"]["triggers"][0]
+     ["metadata"].update(query='sum(vllm:num_requests_waiting{role="decode"})'), "is a prefill engine"),
+    ("two autoscalers on one Deployment", lambda d: find(d, "ScaledObject", "vllm-prefill")["spec"]
+     ["scaleTargetRef"].update(name="vllm-decode"), "Deployment vllm-decode has 2 autoscalers"),
+    ("a grace period under the engine's", lambda d: find(d, "Deployment", "vllm-decode")["spec"]["template"]
+     ["spec"].update(terminationGracePeriodSeconds=10), "a scale-down's SIGKILL would cut the drain"),
     ("a router's prefill selector reaching decode engines", lambda d: set_arg(
         router_args(d, "sglang-router"), "--prefill-selector", "llm-d.ai/role=decode", word=2),
      "not a prefill engine"),

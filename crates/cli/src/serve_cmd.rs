@@ -105,6 +105,51 @@ pub struct ServeArgs {
     /// round-robins decode legs.
     #[arg(long, value_enum, default_value_t = LbMethod::Auto, value_name = "METHOD")]
     load_balance_method: LbMethod,
+    /// Serve `POST /admin/scale` on the --http address: add a worker to a
+    /// pool or drain or remove one while serving (docs/elastic.md). Off by
+    /// default: without it the route does not exist.
+    #[arg(long, conflicts_with = "engine")]
+    admin: bool,
+    /// With --admin: most prefill workers; those above --prefill start
+    /// absent until a scale-up [default: --prefill].
+    #[arg(long, value_name = "N", requires = "admin")]
+    max_prefill: Option<u32>,
+    /// With --admin: most decode workers; those above --decode start
+    /// absent [default: --decode].
+    #[arg(long, value_name = "N", requires = "admin")]
+    max_decode: Option<u32>,
+    /// With --admin: seconds (model time) from a scale-up to the worker
+    /// being routable (model load and warm-up) [default: 30].
+    #[arg(long, value_name = "SECS", requires = "admin")]
+    startup_delay: Option<f64>,
+}
+
+impl ServeArgs {
+    /// The deployment and its engines; with --admin, widened to the
+    /// fleet's ceilings with the workers above --prefill/--decode absent.
+    fn deployment(
+        &self,
+    ) -> Result<
+        (
+            handoff_deployment::DeploymentConfig,
+            Vec<handoff_deployment::EngineSpec>,
+        ),
+        String,
+    > {
+        if !self.admin {
+            return self.deploy.deployment(false);
+        }
+        let scale = crate::args::ScaleArgs {
+            max_prefill: self.max_prefill,
+            max_decode: self.max_decode,
+            startup_delay: self.startup_delay,
+            ..Default::default()
+        };
+        let wide = scale.widen(&self.deploy)?;
+        let (mut cfg, specs) = wide.deployment(false)?;
+        scale.apply(&mut cfg, (self.deploy.prefill, self.deploy.decode))?;
+        Ok((cfg, specs))
+    }
 }
 
 /// `--load-balance-method`, under SGLang's names.
@@ -229,7 +274,7 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
     let http_timeouts =
         handoff_serve::HttpTimeouts::from_secs(a.http_header_timeout_s, a.http_body_timeout_s)
             .map_err(|e| e.to_string())?;
-    let (cfg, mut specs) = a.deploy.deployment(false)?;
+    let (cfg, mut specs) = a.deployment()?;
     let lora_env = std::env::var(handoff_serve::RUNTIME_UPDATING_ENV).ok();
     let lora = a.gateway.lora(a.deploy.max_loras, lora_env.as_deref())?;
     if let Some(l) = &lora {
@@ -276,6 +321,7 @@ pub fn run(mut a: ServeArgs) -> Result<(), String> {
         client_faults: a.gateway.client_faults(),
         load_balance_method: a.load_balance_method.into(),
         lora,
+        admin: a.admin,
     };
     if a.pod.engine.is_some() {
         return crate::pod_cmd::run(c, &a.pod, a.output.as_deref());

@@ -58,6 +58,10 @@ pub struct ServeConfig {
     /// LoRA (`--enable-lora`, `--lora-modules`, `--max-loras`; vLLM only);
     /// `None`: no adapters ([`crate::vllm::lora`]).
     pub lora: Option<crate::vllm::lora::LoraConfig>,
+    /// `--admin`: serve `POST /admin/scale` ([`crate::http::admin`]) over
+    /// the elastic fleet in `cfg.faults.fleet` (every worker ready from
+    /// the start when it is empty).
+    pub admin: bool,
 }
 
 /// Where a server listens, once it does.
@@ -224,7 +228,7 @@ pub fn serve_workers_until_forced(
 }
 
 async fn run(
-    c: ServeConfig,
+    mut c: ServeConfig,
     on_listen: impl FnOnce(Listening),
     (stop, grace): (
         impl std::future::Future<Output = ()> + Send + 'static,
@@ -240,6 +244,9 @@ async fn run(
         });
     }
     let pools: Vec<_> = workers.iter().map(|(_, p)| *p).collect();
+    if c.admin {
+        admin_fleet(&mut c.cfg)?;
+    }
     let policy = handoff_deployment::worker_policy(&c.cfg);
     let dp = c.cfg.dp;
     // A listener is a worker's, shared by its ranks.
@@ -252,13 +259,13 @@ async fn run(
             .count();
         z.gpus(pools.len() as u64, decode as u64)
     });
-    let metrics = Arc::new(
-        Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp).with_slo(
-            c.cfg.sizing.as_ref(),
-            gpus,
-            c.cfg.backend == handoff_core::Backend::Sglang,
-        ),
+    let sglang = c.cfg.backend == handoff_core::Backend::Sglang;
+    let m = Metrics::with_ranks(c.cfg.backend, &c.model, &pools, dp).with_slo(
+        c.cfg.sizing.as_ref(),
+        gpus,
+        sglang,
     );
+    let metrics = Arc::new(if c.admin { m.with_fleet(sglang) } else { m });
     metrics.cache_config(&c.specs);
     metrics.set_kv_bytes_per_token(
         c.cfg
@@ -281,6 +288,7 @@ async fn run(
     let backend = c.cfg.backend;
     let load_balance = c.load_balance_method;
     let timeouts = c.http_timeouts;
+    let admin = c.admin;
     let info_specs = c.specs.clone();
     let d = DriverConfig {
         cfg: c.cfg,
@@ -309,6 +317,7 @@ async fn run(
         created: crate::http::state::unix_secs(),
         rids: Arc::default(),
         client_faults: c.client_faults,
+        drain: Arc::default(),
     });
     let info = Arc::new(InfoState {
         app: state.clone(),
@@ -329,9 +338,12 @@ async fn run(
     let (stop_rx, force_rx) = relay(stop, force);
     let others = spawn_workers(worker_listeners, &info, timeouts, &stop_rx);
     let render = crate::openai::render::routes(state.clone());
-    let front = router(state)
+    let mut front = router(state.clone())
         .merge(info::routes(info, Scope::Front))
         .merge(render);
+    if admin {
+        front = front.merge(crate::http::admin::routes(state));
+    }
     let end_engine = {
         let tx = tx.clone();
         move || {
@@ -349,6 +361,34 @@ async fn run(
     let _ = tx.send(Cmd::Shutdown);
     engine.join().map_err(|_| ServeError::EnginePanicked)?
 }
+
+/// `--admin`'s fleet: the one `cfg` names, else every worker a member,
+/// ready from the start, with the default startup delay. One rank per
+/// worker: a fleet's members are schedulers, as replay's are.
+fn admin_fleet(cfg: &mut DeploymentConfig) -> Result<(), ServeError> {
+    if cfg.dp.dp_size() != 1 {
+        return Err(ServeError::Flag {
+            flag: "--admin".into(),
+            value: format!("--dp-size {}", cfg.dp.dp_size()),
+            expected: "--dp-size 1: an elastic fleet scales whole workers of one rank",
+        });
+    }
+    if cfg.faults.fleet.is_empty() {
+        let (p, d) = (cfg.prefill_workers, cfg.decode_workers);
+        cfg.faults.fleet = handoff_engine::scale::Fleet::pools(
+            p,
+            p,
+            d,
+            d,
+            handoff_core::Duration::from_secs(DEFAULT_STARTUP_DELAY_S),
+        );
+    }
+    Ok(())
+}
+
+/// A scale-up's startup delay (model load and warm-up) when the fleet is
+/// not given: replay's `--startup-delay` default.
+pub const DEFAULT_STARTUP_DELAY_S: u64 = 30;
 
 /// Binds `addr` (given as `flag`) and says where it listens.
 async fn bind(addr: &str, flag: &str) -> Result<(tokio::net::TcpListener, SocketAddr), ServeError> {

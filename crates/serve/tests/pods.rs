@@ -83,9 +83,10 @@ fn the_decode_engine_reads_from_the_prefill_engine_named_in_the_params() {
 
 #[test]
 fn a_prefill_engine_lost_mid_read_ends_the_decode_with_its_reason() {
-    // Reads take longer than the prefill engine lives after its answer.
+    // Reads take longer than the prefill engine's grace period (2 s): its
+    // drain waits for the read, then the grace period cuts it.
     let slow = DeploymentConfig {
-        transfer: TransferModel::Fixed(ModelDuration::from_millis(1500)),
+        transfer: TransferModel::Fixed(ModelDuration::from_millis(4000)),
         ..DeploymentConfig::default()
     };
     let p = Pod::start(Pool::Prefill, DeploymentConfig::default());

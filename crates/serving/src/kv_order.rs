@@ -48,8 +48,12 @@ impl Lane {
     fn release(&mut self, w: WorkerId, ev: KvEvent, at: Instant, out: &mut Vec<Released>) {
         let mut next = Some((ev, at));
         while let Some((mut ev, at)) = next.take() {
-            self.next = ev.event_id + 1;
-            ev.event_id += self.offset;
+            // Wrapping, as a release build computes it: a restarted
+            // worker's `Cleared` carries the id `u64::MAX`
+            // (`Worker::restart`), which waits here until the worker goes
+            // down again or the run ends.
+            self.next = ev.event_id.wrapping_add(1);
+            ev.event_id = ev.event_id.wrapping_add(self.offset);
             out.push((w, ev, at));
             if let Some(e) = self.waiting.first_entry() {
                 if *e.key() == self.next {

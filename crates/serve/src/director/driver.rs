@@ -128,9 +128,21 @@ pub enum Cmd {
     /// The client went away: cancel it (a leg still waiting for its
     /// partner just leaves its room).
     Cancel(RequestId),
+    /// `POST /admin/scale`: a scale operation on the fleet, applied now;
+    /// the answer says what it did or why not.
+    Scale {
+        /// The operation.
+        op: crate::director::fleet::ScaleOp,
+        /// Where the answer goes.
+        reply: tokio::sync::oneshot::Sender<ScaleAnswer>,
+    },
     /// Stop (the report is produced).
     Shutdown,
 }
+
+/// What a [`Cmd::Scale`] is answered with.
+pub type ScaleAnswer =
+    Result<crate::director::fleet::ScaleDone, crate::director::fleet::ScaleRefused>;
 
 /// Everything the engine thread needs.
 pub struct DriverConfig {
@@ -246,6 +258,16 @@ pub fn run(d: DriverConfig, rx: crossbeam_channel::Receiver<Cmd>) -> Result<Repo
         match cmd {
             Ok(Cmd::Shutdown) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            // Applied, then published before the answer, so a client that
+            // reads `/debug/workers` or `/metrics` after it sees the change.
+            Ok(Cmd::Scale { op, reply }) => {
+                let now = state.clock.now();
+                state.engine.advance_to(now);
+                let answer = crate::director::fleet::apply(&mut state.engine, op);
+                state.engine.advance_to(now);
+                publish(&mut state.engine, &pools, &metrics, &view, &mut state.ranks);
+                let _ = reply.send(answer);
+            }
             Ok(cmd) => state.handle(cmd),
         }
     }
@@ -410,7 +432,7 @@ impl Driver {
                     engine.inject_fault(Fault::Cancel { request });
                 }
             }
-            Cmd::Shutdown => {}
+            Cmd::Scale { .. } | Cmd::Shutdown => {}
         }
     }
 }
@@ -444,6 +466,14 @@ fn publish(
             worker_row(metrics, ranks, row, pool, &f)
         })
         .collect();
+    let fleet = engine.fleet();
+    let mut workers = workers;
+    if fleet.is_elastic() {
+        for w in &mut workers {
+            w.phase = Some(fleet.phase(WorkerId(w.worker)).name());
+        }
+        metrics.fleet_counts(&crate::director::fleet::counts(fleet));
+    }
     let d = engine.director();
     let v = EngineView {
         workers,

@@ -14,6 +14,7 @@
 
 pub(crate) mod dp_lb;
 pub(crate) mod driver;
+pub(crate) mod fleet;
 mod pairs;
 mod proxy;
 
@@ -444,6 +445,11 @@ impl Director for HttpDirector {
             FailureReason::from(handoff_core::CancelReason::Client),
         );
         roles
+    }
+
+    /// An elastic run's scaling (`serve --admin`) goes into the report.
+    fn on_fleet(&mut self, summary: &handoff_engine::scale::FleetSummary) {
+        self.inner.on_fleet(summary);
     }
 
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {

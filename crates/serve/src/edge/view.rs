@@ -25,6 +25,10 @@ pub struct WorkerView {
     pub listener_requests: Option<u64>,
     /// prefill, decode or aggregated.
     pub role: &'static str,
+    /// Its lifecycle phase (absent, provisioning, ready, draining, gone),
+    /// in an elastic deployment (`serve --admin`) only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<&'static str>,
     /// No request, role, step or output held.
     pub drained: bool,
     /// Handoff roles alive.
@@ -118,6 +122,7 @@ pub(crate) fn worker_row(
         dp_rank: row.split.then_some(row.dp_rank),
         listener_requests: row.split.then(|| picker.taken(row.s)),
         role: role_name(pool),
+        phase: None,
         drained: f.drained,
         live_handoffs: f.live_handoffs,
         capacity: f.capacity,

@@ -8,7 +8,9 @@
 //! the engine. Every request goes to the engine through [`submit::submit`].
 
 pub(crate) mod accept;
+pub(crate) mod admin;
 pub(crate) mod client_faults;
+pub mod drain;
 pub(crate) mod error;
 pub(crate) mod listener;
 pub(crate) mod offload;
@@ -81,6 +83,13 @@ async fn chat(
 }
 
 async fn ready(State(s): State<Arc<AppState>>) -> Response {
+    if s.drain.is_draining() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "draining"})),
+        )
+            .into_response();
+    }
     let up = !s.view.lock().map(|v| v.workers.is_empty()).unwrap_or(true);
     if up {
         Json(json!({"status": "ready"})).into_response()

@@ -288,6 +288,7 @@ mod tests {
             tx,
             armed: true,
             rid: None,
+            _open: None,
         };
         (g, rx)
     }

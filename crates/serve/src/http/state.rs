@@ -31,6 +31,9 @@ pub struct AppState {
     /// Whether requests' fault headers are obeyed
     /// ([`crate::http::client_faults`], `serve --client-faults`).
     pub client_faults: bool,
+    /// An engine process's drain after SIGTERM ([`crate::http::drain`]);
+    /// never started in one process.
+    pub drain: Arc<crate::http::drain::Drain>,
 }
 
 pub(crate) fn unix_secs() -> u64 {
@@ -46,6 +49,8 @@ pub struct CancelGuard {
     pub(crate) armed: bool,
     /// Its SGLang rid while it runs, if it named one.
     pub(crate) rid: Option<RidEntry>,
+    /// Its response, counted open until it ends (`None` in unit tests).
+    pub(crate) _open: Option<crate::http::drain::Open>,
 }
 
 impl CancelGuard {

@@ -46,6 +46,10 @@ where
         fault,
         rid,
     } = order;
+    // Draining after SIGTERM: refused, as vLLM's and SGLang's servers do.
+    let Some(open) = app.drain.enter() else {
+        return error(&crate::http::drain::refusal());
+    };
     let (tx, rx) = unbounded_channel();
     let rx = match fault {
         Some(fault) => {
@@ -67,6 +71,7 @@ where
         tx: app.tx.clone(),
         armed: true,
         rid,
+        _open: Some(open),
     };
     respond((rx, guard)).await
 }

@@ -36,6 +36,7 @@
 //! waited for its reservation (`Reserving` to `Reserved`); prefill-side
 //! queueing is not visible in worker events.
 
+pub(crate) mod fleet;
 mod gateway;
 pub(crate) mod info;
 pub(crate) mod nixl;
@@ -130,6 +131,8 @@ pub struct Metrics {
     gw: gateway::GatewaySeries,
     /// `--slo` / `--gpu-hour-usd` series ([`slo`]).
     slo: Option<slo::SloMetrics>,
+    /// The elastic fleet's gauge (`serve --admin`, [`fleet`]).
+    fleet: Option<fleet::FleetGauges>,
     /// vLLM's NIXL connector series ([`nixl`]); SGLang exports none.
     nixl: Option<nixl::NixlSeries>,
 }
@@ -208,6 +211,7 @@ impl Metrics {
             model: model.to_string(),
             failed: Family::default(),
             slo: None,
+            fleet: None,
             registry: Registry::default(),
             gw: gateway::GatewaySeries::new(sglang),
             nixl: (!sglang).then(nixl::NixlSeries::new),

@@ -321,7 +321,8 @@ impl PodDriver {
                 let _ = tx.send(StreamMsg::Failed(FailureReason::NoWorker));
             }
             Cmd::Cancel(id) => self.cancel(id),
-            Cmd::Shutdown => {}
+            // An engine process has no admin route: Kubernetes scales it.
+            Cmd::Scale { .. } | Cmd::Shutdown => {}
         }
     }
 

@@ -16,10 +16,13 @@
 //!   ([`driver`]); a lost or silent peer is seen by the transport's
 //!   liveness bound and ends the roles that depended on it.
 //!
-//! On SIGINT/SIGTERM the engine stops accepting connections, lets the
-//! responses in flight finish for the grace period, fails what is left
-//! with `shutdown`, tears its ranks down (telling its peers) and returns
-//! its [`PodSummary`].
+//! On SIGINT/SIGTERM the engine drains ([`crate::http::drain`]): `/ready`
+//! answers 503 and new requests are refused with a 503 while the
+//! responses in flight finish and its ranks let go of what they hold (a
+//! prefill's pinned KV until its decode has read it); once nothing is
+//! open, or the grace period ends (what is left then fails with
+//! `shutdown`), it stops accepting connections, tears its ranks down
+//! (telling its peers) and returns its [`PodSummary`].
 
 mod driver;
 pub mod ids;
@@ -214,7 +217,16 @@ async fn run(
     let end_engine = move || {
         let _ = tx.send(Cmd::Shutdown);
     };
-    serve_http(listener, routes, timeouts, (grace, end_engine), stop, force).await;
+    let drain = (engine.drain.clone(), engine.view.clone());
+    serve_http(
+        listener,
+        routes,
+        timeouts,
+        (grace, end_engine, drain),
+        stop,
+        force,
+    )
+    .await;
     let _ = engine.tx.send(Cmd::Shutdown);
     engine.driver.join().map_err(|_| ServeError::EnginePanicked)
 }
@@ -247,6 +259,8 @@ struct Engine {
     /// `--lora-modules` and the LoRA flags, as the one-process mode serves
     /// them (listed at `/v1/models`, answered as the `model`).
     loras: Arc<crate::vllm::lora::LoraRegistry>,
+    /// The drain SIGTERM starts.
+    drain: Arc<crate::http::drain::Drain>,
 }
 
 impl Engine {
@@ -358,6 +372,7 @@ impl Engine {
             view,
             kv_ep,
             loras: Arc::new(loras),
+            drain: Arc::default(),
         })
     }
 
@@ -382,6 +397,7 @@ impl Engine {
             created: crate::http::state::unix_secs(),
             rids: Arc::default(),
             client_faults: c.serve.client_faults,
+            drain: self.drain.clone(),
         });
         let info = Arc::new(InfoState {
             app: state.clone(),
@@ -411,16 +427,22 @@ impl Engine {
     }
 }
 
-/// Serves until `stop`, then lets open responses finish for `grace`. When
-/// it ends, `end_engine` runs: the driver fails every request still open
-/// with `shutdown` (counted in its summary), which each response writes
-/// (a stream's error event and `[DONE]`, a whole response's 503); what
-/// has not been written within [`FLUSH`] is cut. `force` cuts at once.
+/// What the drain watches: the open responses and the driver's view.
+type Draining = (Arc<crate::http::drain::Drain>, Arc<Mutex<EngineView>>);
+
+/// Serves until `stop`, then drains: readiness fails and new requests
+/// are refused while the open responses finish and the ranks let go of
+/// what they hold, for at most `grace`. Then the listener stops; if the
+/// grace period ran out, `end_engine` runs: the driver fails every request
+/// still open with `shutdown` (counted in its summary), which each
+/// response writes (a stream's error event and `[DONE]`, a whole
+/// response's 503); what has not been written within [`FLUSH`] is cut.
+/// `force` cuts at once.
 async fn serve_http(
     listener: tokio::net::TcpListener,
     routes: axum::Router,
     timeouts: HttpTimeouts,
-    (grace, end_engine): (std::time::Duration, impl FnOnce()),
+    (grace, end_engine, (drain, view)): (std::time::Duration, impl FnOnce(), Draining),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     force: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
@@ -430,18 +452,38 @@ async fn serve_http(
         () = stop => {}
         _ = &mut http => return,
     }
-    let _ = stop_tx.send(true);
+    drain.start();
     tokio::pin!(force);
-    tokio::select! {
-        _ = &mut http => return,
-        () = tokio::time::sleep(grace) => {}
+    let grace_over = tokio::select! {
+        () = quiet(&drain, &view) => false,
+        () = tokio::time::sleep(grace) => true,
         () = &mut force => return http.abort(),
+    };
+    let _ = stop_tx.send(true);
+    if grace_over {
+        end_engine();
     }
-    end_engine();
     tokio::select! {
         _ = &mut http => {}
         () = tokio::time::sleep(FLUSH) => http.abort(),
         () = force => http.abort(),
+    }
+}
+
+/// Until no response is open and every rank holds nothing (a prefill's
+/// pinned KV read, a decode's reservations ended), seen on two polls in a
+/// row: the view is the driver's after its last instant, so one poll may
+/// predate a request that has just ended its response.
+async fn quiet(drain: &crate::http::drain::Drain, view: &Mutex<EngineView>) {
+    const POLL: std::time::Duration = std::time::Duration::from_millis(20);
+    let mut seen = 0;
+    while seen < 2 {
+        let idle = drain.open() == 0
+            && view.lock().is_ok_and(|v| {
+                v.in_flight == 0 && v.open_streams == 0 && v.workers.iter().all(|w| w.drained)
+            });
+        seen = if idle { seen + 1 } else { 0 };
+        tokio::time::sleep(POLL).await;
     }
 }
 

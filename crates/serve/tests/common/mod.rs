@@ -40,6 +40,7 @@ pub fn loopback(cfg: DeploymentConfig, specs: Vec<EngineSpec>) -> ServeConfig {
         client_faults: false,
         load_balance_method: Default::default(),
         lora: None,
+        admin: false,
     }
 }
 

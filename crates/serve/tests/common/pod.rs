@@ -83,11 +83,21 @@ impl Pod {
         (status, v)
     }
 
-    /// SIGTERM's path: stop accepting, end, return the summary.
+    /// SIGTERM's path: drain, end, return the summary.
     pub fn stop(mut self) -> PodSummary {
+        self.term();
+        self.join()
+    }
+
+    /// SIGTERM, without waiting: the engine starts draining.
+    pub fn term(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
+    }
+
+    /// Waits for the engine to end; its summary.
+    pub fn join(mut self) -> PodSummary {
         let t = self.thread.take().expect("running");
         t.join().expect("no panic").expect("a clean stop")
     }
