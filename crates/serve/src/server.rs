@@ -295,6 +295,8 @@ async fn run(
         load_balance: c.load_balance_method,
     };
     let engine = spawn_engine(d, rx)?;
+    // The shutdown summary of the conformance report reads it.
+    let ledger = metrics.clone();
     let state = Arc::new(AppState {
         tx: tx.clone(),
         next_id: AtomicU64::new(0),
@@ -347,7 +349,9 @@ async fn run(
     )
     .await;
     let _ = tx.send(Cmd::Shutdown);
-    engine.join().map_err(|_| ServeError::EnginePanicked)?
+    let ended = engine.join().map_err(|_| ServeError::EnginePanicked)?;
+    ledger.conformance().print_summary();
+    ended
 }
 
 /// Binds `addr` (given as `flag`) and says where it listens.
