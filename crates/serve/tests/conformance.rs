@@ -133,7 +133,11 @@ fn count(at: SocketAddr, kind: &str) -> u64 {
 fn wait_count(at: SocketAddr, kind: &str, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while count(at, kind) < n {
-        assert!(Instant::now() < deadline, "{kind} never reached {n}: {}", report(at));
+        assert!(
+            Instant::now() < deadline,
+            "{kind} never reached {n}: {}",
+            report(at)
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -148,8 +152,10 @@ fn metric(at: SocketAddr, prefix: &str, kind: &str) -> Option<f64> {
 
 #[test]
 fn a_direct_clients_decode_without_params_is_counted_and_listed_in_both_modes() {
-    for (mode, pair) in [("one process", one_process(vllm(None))), ("engines", engines(vllm(None)))]
-    {
+    for (mode, pair) in [
+        ("one process", one_process(vllm(None))),
+        ("engines", engines(vllm(None))),
+    ] {
         assert_eq!(count(pair.report_d, "decode_without_params"), 0, "{mode}");
         let (status, v) = post(pair.decode, &plain(4));
         assert_eq!(status, 200, "{mode}: {v}");
@@ -159,7 +165,10 @@ fn a_direct_clients_decode_without_params_is_counted_and_listed_in_both_modes() 
         let ex = &k["examples"][0];
         assert!(ex["request_id"].is_u64(), "{mode}: {r}");
         assert!(ex["engine"].is_u64(), "{mode}: {r}");
-        assert!(ex["at_unix_s"].as_f64().is_some_and(|t| t > 0.0), "{mode}: {r}");
+        assert!(
+            ex["at_unix_s"].as_f64().is_some_and(|t| t > 0.0),
+            "{mode}: {r}"
+        );
         let m = metric(pair.report_d, "vllm", "decode_without_params");
         assert_eq!(m, Some(1.0), "{mode}");
         assert_eq!(r["max_examples"], 16);
@@ -170,8 +179,10 @@ fn a_direct_clients_decode_without_params_is_counted_and_listed_in_both_modes() 
 #[test]
 fn a_proxy_that_drops_the_params_recomputes_on_decode_and_strands_the_prefill() {
     let lease = Some(ModelDuration::from_millis(300));
-    for (mode, pair) in [("one process", one_process(vllm(lease))), ("engines", engines(vllm(lease)))]
-    {
+    for (mode, pair) in [
+        ("one process", one_process(vllm(lease))),
+        ("engines", engines(vllm(lease))),
+    ] {
         // The proxy's prefill call pins; its decode call drops the params.
         let params = prefill_params(pair.prefill);
         assert!(params.is_object(), "{mode}: {params}");
@@ -188,8 +199,10 @@ fn a_proxy_that_drops_the_params_recomputes_on_decode_and_strands_the_prefill() 
 #[test]
 fn a_prefill_only_client_is_a_lease_expired_unread_in_both_modes() {
     let lease = Some(ModelDuration::from_millis(200));
-    for (mode, pair) in [("one process", one_process(vllm(lease))), ("engines", engines(vllm(lease)))]
-    {
+    for (mode, pair) in [
+        ("one process", one_process(vllm(lease))),
+        ("engines", engines(vllm(lease))),
+    ] {
         prefill_params(pair.prefill);
         prefill_params(pair.prefill);
         wait_count(pair.report_p, "lease_expired_unread", 2);
@@ -217,7 +230,9 @@ fn smg_plain_mode_is_a_duplicate_prefill_with_the_prefill_pool_idle() {
     let r = report(pair.report_d);
     assert_eq!(r["kinds"]["duplicate_prefill"]["count"], 1, "{r}");
     assert_eq!(r["kinds"]["decode_without_params"]["count"], 1, "{r}");
-    let idle = r["kinds"]["idle_pool"]["examples"].as_array().expect("examples");
+    let idle = r["kinds"]["idle_pool"]["examples"]
+        .as_array()
+        .expect("examples");
     assert!(
         idle.iter().any(|e| e["detail"] == "idle pool: prefill"),
         "{r}"
@@ -231,7 +246,10 @@ fn smg_plain_mode_is_a_duplicate_prefill_with_the_prefill_pool_idle() {
     assert_eq!(status, 200, "{v}");
     let after = report(pair.report_d);
     for k in ["duplicate_prefill", "decode_without_params", "idle_pool"] {
-        assert_eq!(before["kinds"][k]["count"], after["kinds"][k]["count"], "{k}: {after}");
+        assert_eq!(
+            before["kinds"][k]["count"], after["kinds"][k]["count"],
+            "{k}: {after}"
+        );
     }
     (pair.stop)();
 }
@@ -288,7 +306,10 @@ fn an_sglang_leg_whose_partner_never_came_is_counted_in_both_modes() {
     let r = report(pair.report_d);
     let k = &r["kinds"]["unpaired_leg"];
     assert_eq!(k["count"], 2, "{r}");
-    assert_eq!(k["examples"][0]["detail"], "room 1, prefill leg only", "{r}");
+    assert_eq!(
+        k["examples"][0]["detail"], "room 1, prefill leg only",
+        "{r}"
+    );
     assert_eq!(k["examples"][1]["detail"], "room 2, decode leg only", "{r}");
     assert_eq!(metric(pair.report_d, "sglang", "unpaired_leg"), Some(2.0));
     (pair.stop)();
@@ -304,8 +325,10 @@ fn an_sglang_leg_whose_partner_never_came_is_counted_in_both_modes() {
 
 #[test]
 fn an_sglang_decode_without_bootstrap_fields_is_counted_in_both_modes() {
-    for (mode, pair) in [("one process", one_process(sglang(300.0))), ("engines", engines(sglang(300.0)))]
-    {
+    for (mode, pair) in [
+        ("one process", one_process(sglang(300.0))),
+        ("engines", engines(sglang(300.0))),
+    ] {
         let (status, v) = post(pair.decode, &plain(4));
         assert_eq!(status, 400, "{mode}: {v}");
         assert_eq!(count(pair.report_d, "decode_without_params"), 1, "{mode}");
@@ -347,7 +370,13 @@ fn debug_conformance_takes_query_strings_and_huge_headers_as_debug_workers_does(
         for q in ["", long_query.as_str()] {
             let workers = raw_status(at, &format!("/debug/workers{q}"), &headers);
             let conf = raw_status(at, &format!("/debug/conformance{q}"), &headers);
-            assert_eq!(conf, workers, "{} header bytes, query {}", headers.len(), q.len());
+            assert_eq!(
+                conf,
+                workers,
+                "{} header bytes, query {}",
+                headers.len(),
+                q.len()
+            );
         }
     }
     let (status, _) = common::call(at, "POST", "/debug/conformance", "{}");

@@ -84,7 +84,10 @@ impl Detector {
             };
             if let Some((at, first)) = other.take() {
                 if now.saturating_since(at) <= DUPLICATE_WINDOW {
-                    found.push((ConformanceKind::DuplicatePrefill, Detail::FirstPrefilledOn(first.0)));
+                    found.push((
+                        ConformanceKind::DuplicatePrefill,
+                        Detail::FirstPrefilledOn(first.0),
+                    ));
                 }
             }
             *seen.slot(pool) = Some((now, s));
@@ -135,7 +138,8 @@ impl Detector {
         })
     }
 
-    /// Prompts remembered and sources tracked (`/debug/workers`' sizes).
+    /// Prompts remembered and sources tracked.
+    #[cfg(test)]
     pub fn held(&self) -> (usize, usize) {
         (self.seen.len(), self.reading.len())
     }
@@ -160,7 +164,10 @@ mod tests {
         let f = d.computed(D, Pool::Decode, Some(9), t + Duration::from_secs(1));
         assert_eq!(
             kinds(&f),
-            [ConformanceKind::DecodeWithoutParams, ConformanceKind::DuplicatePrefill]
+            [
+                ConformanceKind::DecodeWithoutParams,
+                ConformanceKind::DuplicatePrefill
+            ]
         );
         assert_eq!(f[1].1, Detail::FirstPrefilledOn(0));
         // The pair is counted once: a third computation on the decode pool
@@ -174,7 +181,9 @@ mod tests {
         let mut d = Detector::default();
         let t = Instant::ZERO;
         d.computed(P, Pool::Prefill, Some(9), t);
-        assert!(d.computed(WorkerId(2), Pool::Prefill, Some(9), t).is_empty());
+        assert!(d
+            .computed(WorkerId(2), Pool::Prefill, Some(9), t)
+            .is_empty());
         let late = t + DUPLICATE_WINDOW + Duration::from_secs(1);
         let f = d.computed(D, Pool::Decode, Some(9), late);
         assert_eq!(kinds(&f), [ConformanceKind::DecodeWithoutParams]);

@@ -326,7 +326,11 @@ impl Ledger {
             .iter()
             .map(|k| {
                 let n = self.count(*k);
-                let tail = if n == 0 { "" } else { " (GET /debug/conformance)" };
+                let tail = if n == 0 {
+                    ""
+                } else {
+                    " (GET /debug/conformance)"
+                };
                 format!("handoff-mocker serve: conformance {}: {n}{tail}", k.name())
             })
             .collect()
@@ -381,7 +385,10 @@ mod tests {
         assert_eq!(k["examples"][1]["request_id"], 8);
         assert_eq!(k["examples"][1]["engine"], 1);
         assert_eq!(j["kinds"]["unpaired_leg"]["count"], 0);
-        assert_eq!(j["kinds"].as_object().unwrap().len(), ConformanceKind::ALL.len());
+        assert_eq!(
+            j["kinds"].as_object().unwrap().len(),
+            ConformanceKind::ALL.len()
+        );
     }
 
     #[test]
@@ -393,8 +400,14 @@ mod tests {
         let j = l.json();
         let ex = j["kinds"]["unpaired_leg"]["examples"].as_array().unwrap();
         assert_eq!(ex.len(), MAX_EXAMPLES);
-        assert_eq!(ex[MAX_EXAMPLES - 1]["request_id"], MAX_EXAMPLES as u64 * 3 - 1);
-        assert_eq!(l.count(ConformanceKind::UnpairedLeg), MAX_EXAMPLES as u64 * 3);
+        assert_eq!(
+            ex[MAX_EXAMPLES - 1]["request_id"],
+            MAX_EXAMPLES as u64 * 3 - 1
+        );
+        assert_eq!(
+            l.count(ConformanceKind::UnpairedLeg),
+            MAX_EXAMPLES as u64 * 3
+        );
     }
 
     #[test]
@@ -409,16 +422,26 @@ mod tests {
         assert!(l.pool_idle(Pool::Prefill));
         assert!(!l.pool_idle(Pool::Decode));
         l.load(99, Pool::Decode, false);
-        assert!(!l.pool_idle(Pool::Decode), "an unknown scheduler is ignored");
+        assert!(
+            !l.pool_idle(Pool::Decode),
+            "an unknown scheduler is ignored"
+        );
     }
 
     #[test]
     fn the_summary_names_every_kind_once() {
         let (l, _) = ledger();
-        l.note(ConformanceKind::IdlePool, None, None, Detail::IdlePool(Pool::Prefill));
+        l.note(
+            ConformanceKind::IdlePool,
+            None,
+            None,
+            Detail::IdlePool(Pool::Prefill),
+        );
         let lines = l.summary_lines();
         assert_eq!(lines.len(), ConformanceKind::ALL.len());
-        assert!(lines.iter().any(|s| s.ends_with("idle_pool: 1 (GET /debug/conformance)")));
+        assert!(lines
+            .iter()
+            .any(|s| s.ends_with("idle_pool: 1 (GET /debug/conformance)")));
         assert!(lines.iter().any(|s| s.ends_with("unpaired_leg: 0")));
     }
 

@@ -115,7 +115,11 @@ mod tests {
         e.started(WorkerId(1), RequestId(2));
         assert_eq!(l.count(ConformanceKind::DecodeWithoutParams), 1);
         assert_eq!(l.count(ConformanceKind::DuplicatePrefill), 1);
-        assert_eq!(l.count(ConformanceKind::IdlePool), 1, "the prefill pool idles");
+        assert_eq!(
+            l.count(ConformanceKind::IdlePool),
+            1,
+            "the prefill pool idles"
+        );
     }
 
     #[test]
@@ -143,11 +147,25 @@ mod tests {
     #[test]
     fn a_vllm_lease_expiry_is_noted_and_an_sglang_source_end_is_not() {
         let (mut e, m) = edge(Backend::Vllm);
-        e.observe(WorkerId(0), &ended(3, Some(CancelReason::LeaseExpired)), Instant::ZERO);
+        e.observe(
+            WorkerId(0),
+            &ended(3, Some(CancelReason::LeaseExpired)),
+            Instant::ZERO,
+        );
         e.observe(WorkerId(0), &ended(4, None), Instant::ZERO);
-        assert_eq!(m.conformance().count(ConformanceKind::LeaseExpiredUnread), 1);
+        assert_eq!(
+            m.conformance().count(ConformanceKind::LeaseExpiredUnread),
+            1
+        );
         let (mut e, m) = edge(Backend::Sglang);
-        e.observe(WorkerId(0), &ended(3, Some(CancelReason::LeaseExpired)), Instant::ZERO);
-        assert_eq!(m.conformance().count(ConformanceKind::LeaseExpiredUnread), 0);
+        e.observe(
+            WorkerId(0),
+            &ended(3, Some(CancelReason::LeaseExpired)),
+            Instant::ZERO,
+        );
+        assert_eq!(
+            m.conformance().count(ConformanceKind::LeaseExpiredUnread),
+            0
+        );
     }
 }
