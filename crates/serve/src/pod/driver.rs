@@ -372,6 +372,14 @@ impl PodDriver {
             return;
         };
         if let Err(e) = self.admissible(&remote, &host, tokens.len()) {
+            if let ProxyError::PeerNotAllowed { host } = &e {
+                self.edge.ledger().note(
+                    crate::conformance::ConformanceKind::UnknownPrefillEngine,
+                    rank.map(|r| u32::from(r.0)),
+                    Some(remote.request.0),
+                    crate::conformance::peer(host),
+                );
+            }
             let _ = tx.send(StreamMsg::Refused(e));
             return;
         }
