@@ -51,13 +51,19 @@ fn sglang(timeout_s: f64) -> ServeConfig {
         max_running: EngineSpec::default_max_running(Backend::Sglang, 16_384 * 16),
         ..EngineSpec::default()
     };
+    let base = DeploymentConfig::default();
     let cfg = DeploymentConfig {
         backend: Backend::Sglang,
         policy: HandoffPolicy::DestinationFirst,
         prefill_workers: 1,
         decode_workers: 1,
         block_size: spec.event_block_tokens(),
-        ..DeploymentConfig::default()
+        // A decode leg that reserved on arrival waits as long for its KV.
+        handoff: handoff_core::HandoffConfig {
+            reservation_ttl: ModelDuration::from_secs_f64(timeout_s),
+            ..handoff_core::HandoffConfig::for_backend(Backend::Sglang)
+        },
+        ..base
     };
     ServeConfig {
         bootstrap_timeout_s: timeout_s,
@@ -86,9 +92,9 @@ fn one_process(c: ServeConfig) -> Pair {
 
 /// `serve --engine prefill` and `serve --engine decode`, each reporting
 /// on its own port.
-fn engines(c: ServeConfig) -> Pair {
-    let p = Pod::run(common::pod::config(c.clone(), Pool::Prefill));
-    let d = Pod::run(common::pod::config(c, Pool::Decode));
+fn engines(c: impl Fn() -> ServeConfig) -> Pair {
+    let p = Pod::run(common::pod::config(c(), Pool::Prefill));
+    let d = Pod::run(common::pod::config(c(), Pool::Decode));
     Pair {
         prefill: p.l.http,
         decode: d.l.http,
@@ -154,7 +160,7 @@ fn metric(at: SocketAddr, prefix: &str, kind: &str) -> Option<f64> {
 fn a_direct_clients_decode_without_params_is_counted_and_listed_in_both_modes() {
     for (mode, pair) in [
         ("one process", one_process(vllm(None))),
-        ("engines", engines(vllm(None))),
+        ("engines", engines(|| vllm(None))),
     ] {
         assert_eq!(count(pair.report_d, "decode_without_params"), 0, "{mode}");
         let (status, v) = post(pair.decode, &plain(4));
@@ -181,7 +187,7 @@ fn a_proxy_that_drops_the_params_recomputes_on_decode_and_strands_the_prefill() 
     let lease = Some(ModelDuration::from_millis(300));
     for (mode, pair) in [
         ("one process", one_process(vllm(lease))),
-        ("engines", engines(vllm(lease))),
+        ("engines", engines(|| vllm(lease))),
     ] {
         // The proxy's prefill call pins; its decode call drops the params.
         let params = prefill_params(pair.prefill);
@@ -201,7 +207,7 @@ fn a_prefill_only_client_is_a_lease_expired_unread_in_both_modes() {
     let lease = Some(ModelDuration::from_millis(200));
     for (mode, pair) in [
         ("one process", one_process(vllm(lease))),
-        ("engines", engines(vllm(lease))),
+        ("engines", engines(|| vllm(lease))),
     ] {
         prefill_params(pair.prefill);
         prefill_params(pair.prefill);
@@ -237,19 +243,17 @@ fn smg_plain_mode_is_a_duplicate_prefill_with_the_prefill_pool_idle() {
         idle.iter().any(|e| e["detail"] == "idle pool: prefill"),
         "{r}"
     );
-    // The same two calls with params are no finding.
-    let before = report(pair.report_d);
+    (pair.stop)();
+    // The same two calls with params, on a fresh server, are no finding.
+    let pair = one_process(vllm(None));
     let params = prefill_params(pair.prefill);
     let body = json!({"model": "m", "prompt": PROMPT, "max_tokens": 4,
                       "kv_transfer_params": params});
     let (status, v) = post(pair.decode, &body);
     assert_eq!(status, 200, "{v}");
-    let after = report(pair.report_d);
+    let r = report(pair.report_d);
     for k in ["duplicate_prefill", "decode_without_params", "idle_pool"] {
-        assert_eq!(
-            before["kinds"][k]["count"], after["kinds"][k]["count"],
-            "{k}: {after}"
-        );
+        assert_eq!(r["kinds"][k]["count"], 0, "{k}: {r}");
     }
     (pair.stop)();
 }
@@ -272,7 +276,7 @@ fn a_decode_naming_a_prefill_engine_not_in_the_deployment_is_counted() {
     );
     (pair.stop)();
     // Engines: a host outside --kv-peer-allow, and a port nothing answers.
-    let pair = engines(vllm(None));
+    let pair = engines(|| vllm(None));
     let params = prefill_params(pair.prefill);
     let mut far = params.clone();
     far["remote_host"] = json!("192.0.2.1");
@@ -290,21 +294,21 @@ fn a_decode_naming_a_prefill_engine_not_in_the_deployment_is_counted() {
     (pair.stop)();
 }
 
-/// An SGLang leg of `room` naming the prefill at `host`.
-fn leg(room: u64, host: &str) -> Value {
+/// An SGLang leg of `room`.
+fn leg(room: u64) -> Value {
     json!({"model": "m", "prompt": PROMPT, "max_tokens": 4, "ignore_eos": true,
-           "bootstrap_host": host, "bootstrap_port": 8998, "bootstrap_room": room})
+           "bootstrap_host": "127.0.0.1", "bootstrap_port": 8998, "bootstrap_room": room})
 }
 
 #[test]
 fn an_sglang_leg_whose_partner_never_came_is_counted_in_both_modes() {
     // One process: a prefill leg and a decode leg, each alone in its room
-    // (the decode's names a prefill no leg registered, so it reserves
-    // nothing and waits as the prefill leg does).
+    // (the decode's reserves at once, its one prefill worker known, and
+    // waits for KV that never comes: SGLang's waiting timeout).
     let pair = one_process(sglang(0.3));
-    let (status, v) = post(pair.prefill, &leg(1, "127.0.0.1"));
+    let (status, v) = post(pair.prefill, &leg(1));
     assert!(status >= 400, "{status} {v}");
-    let (status, v) = post(pair.decode, &leg(2, "10.0.0.9"));
+    let (status, v) = post(pair.decode, &leg(2));
     assert!(status >= 400, "{status} {v}");
     let r = report(pair.report_d);
     let k = &r["kinds"]["unpaired_leg"];
@@ -317,8 +321,8 @@ fn an_sglang_leg_whose_partner_never_came_is_counted_in_both_modes() {
     assert_eq!(metric(pair.report_d, "sglang", "unpaired_leg"), Some(2.0));
     (pair.stop)();
     // Engines: the prefill engine's leg times out.
-    let pair = engines(sglang(0.3));
-    let (status, v) = post(pair.prefill, &leg(3, "127.0.0.1"));
+    let pair = engines(|| sglang(0.3));
+    let (status, v) = post(pair.prefill, &leg(3));
     assert!(status >= 400, "{status} {v}");
     assert_eq!(count(pair.report_p, "unpaired_leg"), 1);
     // SGLang has no lease: the timed-out source is not a lease expiry.
@@ -330,15 +334,24 @@ fn an_sglang_leg_whose_partner_never_came_is_counted_in_both_modes() {
 fn an_sglang_decode_without_bootstrap_fields_is_counted_in_both_modes() {
     for (mode, pair) in [
         ("one process", one_process(sglang(300.0))),
-        ("engines", engines(sglang(300.0))),
+        ("engines", engines(|| sglang(300.0))),
     ] {
         let (status, v) = post(pair.decode, &plain(4));
         assert_eq!(status, 400, "{mode}: {v}");
-        assert_eq!(count(pair.report_d, "decode_without_params"), 1, "{mode}");
+        assert_eq!(
+            count(pair.report_d, "decode_without_params"),
+            1,
+            "{mode}: {v}"
+        );
         // A prefill leg without them is refused too, but is no decode.
+        let before = count(pair.report_p, "decode_without_params");
         let (status, _) = post(pair.prefill, &plain(1));
         assert_eq!(status, 400, "{mode}");
-        assert_eq!(count(pair.report_p, "decode_without_params"), 1, "{mode}");
+        assert_eq!(
+            count(pair.report_p, "decode_without_params"),
+            before,
+            "{mode}"
+        );
         (pair.stop)();
     }
 }
