@@ -74,7 +74,7 @@ impl HttpDirector {
         tx: UnboundedSender<StreamMsg>,
     ) -> Result<(), ProxyError> {
         let named = self.dp().scheduler(remote.engine.at);
-        if !named.is_some_and(|s| self.pool(s) == Pool::Prefill) {
+        if named.is_none_or(|s| self.pool(s) != Pool::Prefill) {
             self.edge.ledger().note(
                 crate::conformance::ConformanceKind::UnknownPrefillEngine,
                 Some(worker.0),
