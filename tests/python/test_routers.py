@@ -484,6 +484,27 @@ def check_smg_loads(r: Router, fmap: dict[str, str]) -> None:
         assert got["worker_type"] == info["disaggregation_mode"], (got, info)
 
 
+def conformance(s: Server) -> dict[str, int]:
+    """Each kind's count in the server's P/D conformance report."""
+    status, body = http(s.url + "/debug/conformance")
+    assert status == 200, (status, body)
+    return {k: v["count"] for k, v in json.loads(body)["kinds"].items()}
+
+
+def check_conformance(before: dict[str, int], after: dict[str, int], plain: bool) -> None:
+    """smg's plain mode shows in the conformance report: every decode came
+    without kv_transfer_params and prefilled its prompt a second time; with
+    a registered NIXL connector, nothing."""
+    moved = {k: after[k] - before[k] for k in after}
+    print(f"     conformance: {moved}", flush=True)
+    if plain:
+        assert moved["decode_without_params"] >= REQUESTS, moved
+        assert moved["duplicate_prefill"] > 0, moved
+    else:
+        assert moved["decode_without_params"] == 0, moved
+        assert moved["duplicate_prefill"] == 0, moved
+
+
 def test_smg_vllm(log_dir: str, registered: bool) -> None:
     s, base, roles, ids = start_pd("vllm")
     name = "smg-vllm-" + ("post-workers" if registered else "cli")
@@ -514,12 +535,14 @@ def test_smg_vllm(log_dir: str, registered: bool) -> None:
         r = start(None, name)
         try:
             check_smg_runtime(r, "vllm")
+            before = conformance(s)
             # Command-line workers have no kv_connector in smg (it learns one
             # only from a registration or a discovery annotation), so smg runs
             # PD as a passthrough: the request with max_tokens 1 and no
             # kv_transfer_params to the prefill worker, then the plain request
             # to the decode worker; each serves its call whole.
             drive(s, r.url, ids, "vllm", prefill_whole=not registered)
+            check_conformance(before, conformance(s), plain=not registered)
         finally:
             r.stop()
     finally:

@@ -31,6 +31,8 @@
 //!   request streams, the prefix-cache lookup, KV-event publishing, the
 //!   worker-event to metric mapping, request-end accounting and the
 //!   `/debug/workers` view.
+//! - `conformance/`: the P/D conformance report (what the traffic did
+//!   that disaggregation did not intend, `/debug/conformance`).
 //! - `director/`: the engine thread on the wall clock (`driver.rs`), the
 //!   shared `handoff_serving::Serving` director with the edge tapping it,
 //!   data parallel rank choice.
@@ -41,6 +43,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod conformance;
 mod director;
 mod edge;
 mod error;

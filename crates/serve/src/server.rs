@@ -303,6 +303,8 @@ async fn run(
         load_balance: c.load_balance_method,
     };
     let engine = spawn_engine(d, rx)?;
+    // The shutdown summary of the conformance report reads it.
+    let ledger = metrics.clone();
     let state = Arc::new(AppState {
         tx: tx.clone(),
         next_id: AtomicU64::new(0),
@@ -359,7 +361,9 @@ async fn run(
     )
     .await;
     let _ = tx.send(Cmd::Shutdown);
-    engine.join().map_err(|_| ServeError::EnginePanicked)?
+    let ended = engine.join().map_err(|_| ServeError::EnginePanicked)?;
+    ledger.conformance().print_summary();
+    ended
 }
 
 /// `--admin`'s fleet: the one `cfg` names, else every worker a member,

@@ -279,11 +279,13 @@ impl HttpDirector {
         self.pairs.early.remove(&key);
         match msg {
             StreamMsg::Failed(FailureReason::Handoff(CancelReason::ReservationExpired)) => {
-                StreamMsg::Bootstrap(BootstrapError::WaitingTimeout {
+                let error = BootstrapError::WaitingTimeout {
                     request: r.0,
                     room: key.room,
                     after: self.pairs.waiting_timeout,
-                })
+                };
+                self.unpaired(None, r, &error);
+                StreamMsg::Bootstrap(error)
             }
             m => m,
         }
@@ -329,11 +331,29 @@ impl HttpDirector {
     }
 
     /// Legs whose partner did not come by `now` fail with the bootstrap
-    /// timeout's error; nothing was booked for them.
+    /// timeout's error; nothing was booked for them. Each is an unpaired
+    /// leg of the conformance report.
     pub fn expire_legs(&mut self, now: Instant) {
         for (leg, error) in self.pairs.rooms.expire(now) {
+            self.unpaired(Some(leg.worker), leg.id, &error);
             let _ = leg.payload.tx.send(StreamMsg::Bootstrap(error));
         }
+    }
+
+    /// Notes leg `id` on `worker` that failed with `error` as unpaired, if
+    /// its partner never came (the bootstrap or the waiting timeout).
+    fn unpaired(&self, worker: Option<WorkerId>, id: RequestId, error: &BootstrapError) {
+        let (room, side) = match error {
+            BootstrapError::Timeout { side, room, .. } => (*room, side.name()),
+            BootstrapError::WaitingTimeout { room, .. } => (*room, Side::Decode.name()),
+            _ => return,
+        };
+        self.edge.ledger().note(
+            crate::conformance::ConformanceKind::UnpairedLeg,
+            worker.map(|w| w.0),
+            Some(id.0),
+            crate::conformance::Detail::Room { room, side },
+        );
     }
 
     /// The engine stops: every leg still waiting for its partner fails

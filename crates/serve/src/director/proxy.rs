@@ -73,6 +73,15 @@ impl HttpDirector {
         now: Instant,
         tx: UnboundedSender<StreamMsg>,
     ) -> Result<(), ProxyError> {
+        let named = self.dp().scheduler(remote.engine.at);
+        if named.is_none_or(|s| self.pool(s) != Pool::Prefill) {
+            self.edge.ledger().note(
+                crate::conformance::ConformanceKind::UnknownPrefillEngine,
+                Some(worker.0),
+                Some(remote.request.0),
+                crate::conformance::peer(&remote.engine.to_string()),
+            );
+        }
         let p = match self.parked.get(&remote.handoff) {
             Some(p) if p.request == remote.request => *p,
             _ => return Err(ProxyError::UnknownHandoff),

@@ -39,6 +39,7 @@ impl Edge {
     ) -> Option<RequestId> {
         let si = s.0 as usize;
         self.nixl.observe(si, e, &self.metrics);
+        self.conformance_event(s, e);
         match e {
             WorkerEvent::Kv { event, at } => self.kv.event(s, event.clone(), *at),
             WorkerEvent::Tokens { emissions } => {

@@ -118,18 +118,20 @@ impl Edge {
 
     /// `r` was placed on scheduler `s` to prefill: its cached prompt
     /// tokens there (returned) are its prefix-cache hit, its prompt is
-    /// queried and counted there, its adapter waits there, and its client
-    /// hears `Started`.
+    /// queried and counted there, its adapter waits there, the conformance
+    /// report hears where it was computed, and its client hears `Started`.
     pub(crate) fn started(&mut self, s: WorkerId, r: RequestId) -> u32 {
         let si = s.0 as usize;
         let Some(f) = self.flows.get(&r) else {
             return 0;
         };
         let cached = self.kv.cached_on(s, &f.hashes, f.prompt_tokens);
+        let (last, at) = (f.hashes.last().copied(), f.arrival);
         if let Some(name) = f.lora.clone() {
             let w = self.lora.waiting(r, name, si);
             self.lora_changed(w);
         }
+        self.computed(s, r, last, at);
         if let Some(f) = self.flows.get(&r) {
             let q = u64::from(f.prompt_tokens);
             self.metrics.prefix_query(si, q, u64::from(cached));

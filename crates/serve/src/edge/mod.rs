@@ -16,13 +16,16 @@
 //! - KV-event publishing ([`kv`]: the reorder buffer, each block's token
 //!   ids and identity ([`blocks`]), the wire events per scheduler, the
 //!   Dynamo JSONL, the ZMQ flush);
-//! - the `/debug/workers` view and the capacity gauges ([`view`]).
+//! - the `/debug/workers` view and the capacity gauges ([`view`]);
+//! - the conformance hooks ([`conformance`]: prompts computed outside
+//!   disaggregation, leases that ran out, by their reader).
 //!
 //! A scheduler is named by its index among the edge's schedulers
 //! (`WorkerId(s)`): a worker's rank in one process, a rank in an engine
 //! process; the metrics are labelled by the same index.
 
 pub(crate) mod blocks;
+mod conformance;
 mod events;
 pub(crate) mod flows;
 pub(crate) mod kv;
@@ -60,6 +63,8 @@ pub(crate) struct Edge {
     reserving: FastMap<HandoffId, Instant>,
     /// Transfers in flight and live sources, for the NIXL series.
     nixl: nixl::NixlLoad,
+    /// The conformance report's engine-side state.
+    detector: conformance::Detector,
     kv: KvOut,
 }
 
@@ -90,6 +95,7 @@ impl Edge {
             lora: lora::LoraLoad::default(),
             reserving: FastMap::default(),
             nixl: nixl::NixlLoad::default(),
+            detector: conformance::Detector::default(),
             kv,
         }
     }

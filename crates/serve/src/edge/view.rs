@@ -116,6 +116,8 @@ pub(crate) fn worker_row(
     f: &HostFinal,
 ) -> WorkerView {
     metrics.capacity(row.s, &f.capacity);
+    let busy = f.capacity.running_requests + f.capacity.waiting_requests > 0;
+    metrics.conformance().load(row.s, pool, busy);
     picker.refresh(row.s, &f.capacity);
     WorkerView {
         worker: row.worker,

@@ -1,5 +1,6 @@
 //! The HTTP routes (axum on tokio): the OpenAI-compatible endpoints, health,
-//! readiness, Prometheus metrics and a debug view of the workers.
+//! readiness, Prometheus metrics, a debug view of the workers and the P/D
+//! conformance report (`/debug/conformance`).
 //!
 //! Every error is an OpenAI-style JSON body with a 4xx status (5xx only
 //! when the engine itself failed a request or is gone). A client that goes
@@ -50,6 +51,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/workers/{id}/metrics", get(worker_metrics))
         .route("/debug/workers", get(debug_workers))
+        .route("/debug/conformance", get(debug_conformance))
         .fallback(|| async { error(&ApiError::not_found(None, "no such route")) })
         .method_not_allowed_fallback(|| async { error(&ApiError::method_not_allowed()) })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -58,11 +60,12 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// What an engine process of its own (`serve --engine`) serves besides
 /// its worker listener's routes (`/metrics` among them): readiness and
-/// the debug view.
+/// the debug views.
 pub(crate) fn pod_routes(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/ready", get(ready))
         .route("/debug/workers", get(debug_workers))
+        .route("/debug/conformance", get(debug_conformance))
         .with_state(state)
 }
 
@@ -130,6 +133,12 @@ async fn debug_workers(State(s): State<Arc<AppState>>) -> Response {
         Ok(v) => Json(&*v).into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
+}
+
+/// The P/D conformance report ([`crate::conformance`]): per kind its count
+/// and last examples.
+async fn debug_conformance(State(s): State<Arc<AppState>>) -> Response {
+    Json(s.metrics.conformance().json()).into_response()
 }
 
 async fn generate(

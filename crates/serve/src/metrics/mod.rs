@@ -135,6 +135,8 @@ pub struct Metrics {
     fleet: Option<fleet::FleetGauges>,
     /// vLLM's NIXL connector series ([`nixl`]); SGLang exports none.
     nixl: Option<nixl::NixlSeries>,
+    /// The P/D conformance report's tally ([`crate::conformance`]).
+    conformance: crate::conformance::Ledger,
 }
 
 fn role(p: Pool) -> &'static str {
@@ -215,6 +217,7 @@ impl Metrics {
             registry: Registry::default(),
             gw: gateway::GatewaySeries::new(sglang),
             nixl: (!sglang).then(nixl::NixlSeries::new),
+            conformance: crate::conformance::Ledger::new(backend, model, workers.len()),
         };
         m.register_engine(&mut registry, p, sglang);
         m.register_handoff(&mut registry, p);
@@ -223,6 +226,7 @@ impl Metrics {
         if let Some(n) = &m.nixl {
             n.register(&mut registry);
         }
+        m.conformance.register(&mut registry, p);
         Metrics { registry, ..m }
     }
 
@@ -488,6 +492,11 @@ impl Metrics {
         if let Some(l) = self.l(w) {
             self.e2e.get_or_create(l).observe(secs);
         }
+    }
+
+    /// The P/D conformance report's tally.
+    pub(crate) fn conformance(&self) -> &crate::conformance::Ledger {
+        &self.conformance
     }
 
     /// A request failed for `reason`.

@@ -373,6 +373,14 @@ impl PodDriver {
             return;
         };
         if let Err(e) = self.admissible(&remote, &host, tokens.len()) {
+            if let ProxyError::PeerNotAllowed { host } = &e {
+                self.edge.ledger().note(
+                    crate::conformance::ConformanceKind::UnknownPrefillEngine,
+                    rank.map(|r| u32::from(r.0)),
+                    Some(remote.request.0),
+                    crate::conformance::peer(host),
+                );
+            }
             let _ = tx.send(StreamMsg::Refused(e));
             return;
         }
@@ -476,6 +484,7 @@ impl PodDriver {
             }
             Err(DialError::NotAllowed) => {
                 let host = peers::sanitize(&key.1);
+                self.unknown_peer(&key, &waiting);
                 for w in waiting {
                     let tx = match w {
                         Waiting::Decode(p) => p.tx,
@@ -492,6 +501,7 @@ impl PodDriver {
                     key.2,
                     peers::sanitize(&e.to_string())
                 );
+                self.unknown_peer(&key, &waiting);
                 for w in waiting {
                     self.unreachable(w);
                 }
@@ -499,10 +509,37 @@ impl PodDriver {
         }
     }
 
+    /// The decodes `waiting` for `key`'s peer named a prefill engine that
+    /// is not in the deployment: outside `--kv-peer-allow`, or nothing
+    /// answers there (the conformance report).
+    fn unknown_peer(&self, key: &DialKey, waiting: &[Waiting]) {
+        for w in waiting {
+            let (rank, request) = match w {
+                Waiting::Decode(p) => (p.rank, p.request.id),
+                Waiting::Leg(p) => (p.rank, p.request.id),
+            };
+            self.edge.ledger().note(
+                crate::conformance::ConformanceKind::UnknownPrefillEngine,
+                Some(rank as u32),
+                Some(request.0),
+                crate::conformance::peer(&format!("{}:{}", peers::sanitize(&key.1), key.2)),
+            );
+        }
+    }
+
     fn linked_to(&mut self, hello: PeerHello, w: Waiting) {
         match w {
             Waiting::Decode(p) if p.source == hello.worker => self.attach(p),
             Waiting::Decode(p) => {
+                self.edge.ledger().note(
+                    crate::conformance::ConformanceKind::UnknownPrefillEngine,
+                    Some(p.rank as u32),
+                    Some(p.request.id.0),
+                    crate::conformance::Detail::Peer(format!(
+                        "engine {} at the side channel of engine {}",
+                        p.source.0, hello.worker.0
+                    )),
+                );
                 let _ = p.tx.send(StreamMsg::Refused(ProxyError::WrongEngine));
             }
             Waiting::Leg(p) => self.leg_linked(p, hello),

@@ -228,7 +228,9 @@ async fn run(
     )
     .await;
     let _ = engine.tx.send(Cmd::Shutdown);
-    engine.driver.join().map_err(|_| ServeError::EnginePanicked)
+    let ended = engine.driver.join().map_err(|_| ServeError::EnginePanicked);
+    engine.metrics.conformance().print_summary();
+    ended
 }
 
 /// This engine's identity: the host it advertises, its id and the ids

@@ -54,9 +54,19 @@ fn side(s: &WorkerState) -> Result<Side, BootstrapError> {
 }
 
 /// What a request without a room gets from `s`'s listener, if it is a
-/// worker of an SGLang PD deployment (which serves only legs).
+/// worker of an SGLang PD deployment (which serves only legs); a decode
+/// worker's is noted in the conformance report ([`crate::conformance`]).
 pub(crate) fn needs_room(s: &WorkerState) -> Option<BootstrapError> {
-    side(s).ok().map(|side| BootstrapError::Missing { side })
+    let side = side(s).ok()?;
+    if side == Side::Decode {
+        s.app.metrics.conformance().note(
+            crate::conformance::ConformanceKind::DecodeWithoutParams,
+            Some(s.worker.0),
+            None,
+            crate::conformance::Detail::None,
+        );
+    }
+    Some(BootstrapError::Missing { side })
 }
 
 /// Sends one leg of room `key` (its prompt and output token counts) to

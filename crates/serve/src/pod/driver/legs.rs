@@ -317,6 +317,15 @@ impl PodDriver {
                 room: handoff.sequence(),
                 after: self.s.legs.timeout(),
             };
+            self.edge.ledger().note(
+                crate::conformance::ConformanceKind::UnpairedLeg,
+                Some(f.rank as u32),
+                Some(id.0),
+                crate::conformance::Detail::Room {
+                    room: handoff.sequence(),
+                    side: Side::Prefill.name(),
+                },
+            );
             self.end(id, StreamMsg::Bootstrap(error));
         }
     }
