@@ -2,8 +2,10 @@
 //! and GPU-hours, time spent provisioning and draining, and every scale
 //! event. Present only when the run scaled (a fleet in its fault plan).
 
+use super::scale_costs::{SloWindow, StrandedAndWindows, StrandedKv, Unwinds};
 use handoff_engine::scale::{FleetSummary, ScaleEvent};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// One change of the fleet's shape.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -55,6 +57,17 @@ pub struct ScalingReport {
     pub draining_s: f64,
     /// Workers removed at once (their handoffs unwound as on a kill).
     pub removals: u64,
+    /// Roles that ended early because of removals, by reason (the removed
+    /// workers' own and their peers'; `scale_costs.rs`).
+    pub unwound_by_removal: BTreeMap<&'static str, u64>,
+    /// KV held on draining workers for others, block·s.
+    pub stranded_kv: StrandedKv,
+    /// The length of [`ScalingReport::slo_windows`], s (with `--slo`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo_window_s: Option<f64>,
+    /// SLO attainment and goodput per window of arrivals (with `--slo`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo_windows: Option<Vec<SloWindow>>,
     /// Every scale event, in order.
     pub events: Vec<ScaleEventRow>,
     /// The planner that drove the fleet, if one did.
@@ -129,9 +142,25 @@ impl ScalingReport {
                 .iter()
                 .filter(|r| matches!(r.event, ScaleEvent::Removed { .. }))
                 .count() as u64,
+            unwound_by_removal: BTreeMap::new(),
+            stranded_kv: StrandedKv::default(),
+            slo_window_s: None,
+            slo_windows: None,
             events,
             planner: None,
         }
+    }
+
+    /// With the recorder's stranded KV and SLO windows and the director's
+    /// unwound roles.
+    pub fn with_costs(mut self, costs: Option<&StrandedAndWindows>, unwinds: &Unwinds) -> Self {
+        self.unwound_by_removal = unwinds.by_reason();
+        if let Some(c) = costs {
+            self.stranded_kv = c.stranded;
+            self.slo_window_s = c.slo_window_s;
+            self.slo_windows = c.windows.clone();
+        }
+        self
     }
 }
 
