@@ -617,4 +617,42 @@ mod tests {
         let back = Schedule::from_text(&line, "", &plain.trace_jsonl()).unwrap();
         assert_eq!(back.cfg.dp, DpLayout::SINGLE);
     }
+
+    /// Some seeds draw an elastic fleet with scale-ups, drains and
+    /// removals; such a schedule breaks no rule, and its fault plan's text
+    /// carries the fleet and the events back.
+    #[test]
+    fn elastic_schedules_are_drawn_break_no_rule_and_read_back() {
+        use handoff_engine::fault::Fault;
+        let all: Vec<Schedule> = (1..=300).map(Schedule::new).collect();
+        let elastic: Vec<&Schedule> = all
+            .iter()
+            .filter(|s| !s.cfg.faults.fleet.is_empty())
+            .collect();
+        assert!(elastic.len() >= 30, "{} elastic schedules", elastic.len());
+        let has = |f: fn(&Fault) -> bool| {
+            elastic
+                .iter()
+                .filter(|s| s.cfg.faults.timed.iter().any(|t| f(&t.fault)))
+                .count()
+        };
+        assert!(has(|f| matches!(f, Fault::ScaleUp { .. })) >= 5);
+        assert!(has(|f| matches!(f, Fault::Drain { .. })) >= 5);
+        assert!(has(|f| matches!(f, Fault::Remove { .. })) >= 5);
+        // A fleet needs one rank per worker.
+        assert!(elastic.iter().all(|s| !s.cfg.dp.is_split()));
+        for s in elastic.iter().take(40) {
+            let o = crate::dst::check(s);
+            assert!(
+                o.violations.is_empty(),
+                "seed {}: {:?}",
+                s.seed,
+                o.violations
+            );
+            let plan = s.cfg.faults.to_string();
+            let back = Schedule::from_text(&s.deployment(), &plan, &s.trace_jsonl()).unwrap();
+            assert_eq!(back.cfg.faults.fleet, s.cfg.faults.fleet, "seed {}", s.seed);
+            assert_eq!(back.cfg.faults.timed, s.cfg.faults.timed, "seed {}", s.seed);
+        }
+    }
 }

@@ -195,4 +195,50 @@ mod tests {
             .collect();
         assert_eq!(points, [(0.0, 1, 1), (60.0, 2, 0), (1800.0, 1, 0)]);
     }
+
+    #[test]
+    fn costs_join_the_section_and_windows_only_with_an_slo() {
+        use crate::report::{ScaleCosts, Unwinds};
+        use handoff_core::{CancelReason, HandoffId, OwnershipDelta};
+        let mut f = FleetState::new(Fleet::pools(2, 2, 1, 1, Duration::from_secs(1)));
+        let s1 = Instant(1_000_000_000);
+        let _ = f.drain(WorkerId(0), s1);
+        let _ = f.remove(WorkerId(1), s1);
+        let mut costs = ScaleCosts::new(Duration::from_secs(10));
+        let mut unwinds = Unwinds::default();
+        costs.transition(
+            WorkerId(0),
+            Instant::ZERO,
+            OwnershipDelta {
+                pinned: 8,
+                reserved: 0,
+                active: 0,
+            },
+        );
+        for r in f.events() {
+            costs.scale(r);
+            unwinds.scale(r);
+        }
+        unwinds.role_ended(WorkerId(1), HandoffId(5), CancelReason::Teardown);
+        unwinds.role_ended(WorkerId(2), HandoffId(5), CancelReason::PeerLost);
+        costs.arrived(Instant::ZERO);
+        let end = Instant(3_000_000_000);
+        let plain = ScalingReport::new(&f.summary(end), [1, 1])
+            .with_costs(Some(&costs.report(end, false)), &unwinds);
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(
+            json.contains(
+                r#""unwound_by_removal":{"peer-lost":1,"teardown":1},"stranded_kv":{"pinned_source_block_s":16.0,"reserved_destination_block_s":0.0,"total_block_s":16.0}"#
+            ),
+            "{json}"
+        );
+        assert!(!json.contains("slo_window"), "{json}");
+        let judged = ScalingReport::new(&f.summary(end), [1, 1])
+            .with_costs(Some(&costs.report(end, true)), &unwinds);
+        let json = serde_json::to_string(&judged).unwrap();
+        assert!(
+            json.contains(r#""slo_window_s":10.0,"slo_windows":[{"start_s":0.0,"arrived":1,"met_all":0"#),
+            "{json}"
+        );
+    }
 }
