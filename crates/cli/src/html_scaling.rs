@@ -18,6 +18,9 @@ const MARKS: [(&str, RGBColor, &str); 6] = [
     ("at_ceiling", RGBColor(0, 0, 0), "at ceiling"),
 ];
 
+/// One count of a fleet point.
+type Count = fn(&FleetCountPoint) -> u32;
+
 /// `points` as steps of `value` up to `end_s`.
 fn steps(
     points: &[FleetCountPoint],
@@ -47,7 +50,7 @@ fn fleet_chart(
         .unwrap_or(0)
         .max(1) as f64
         * 1.25;
-    let lines: [(&str, fn(&FleetCountPoint) -> u32); 4] = [
+    let lines: [(&str, Count); 4] = [
         ("prefill (ready)", |p| p.prefill),
         ("decode (ready)", |p| p.decode),
         ("provisioning", |p| p.provisioning),

@@ -205,14 +205,6 @@ fn slo_windows_follow_slo_window_and_need_a_fleet() {
     assert!(s["unwound_by_removal"].as_object().unwrap().is_empty());
     let e = replay(&["--requests", "5", "--slo-window", "10"]).unwrap_err();
     assert!(e.contains("--slo-window: needs an elastic fleet"), "{e}");
-    let e = replay(&[
-        "--requests",
-        "5",
-        "--max-decode",
-        "2",
-        "--slo-window",
-        "0",
-    ])
-    .unwrap_err();
+    let e = replay(&["--requests", "5", "--max-decode", "2", "--slo-window", "0"]).unwrap_err();
     assert!(e.contains("--slo-window: 0 is outside"), "{e}");
 }

@@ -76,10 +76,8 @@ impl Unwinds {
     /// same worker (a fresh incarnation) stops.
     pub fn scale(&mut self, r: &ScaleRecord) {
         match r.event {
-            ScaleEvent::Removed { worker, .. } => {
-                if !self.removed.contains(&worker) {
-                    self.removed.push(worker);
-                }
+            ScaleEvent::Removed { worker, .. } if !self.removed.contains(&worker) => {
+                self.removed.push(worker);
             }
             ScaleEvent::Provision { worker, .. } => self.removed.retain(|w| *w != worker),
             _ => {}

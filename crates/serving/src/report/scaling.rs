@@ -237,7 +237,9 @@ mod tests {
             .with_costs(Some(&costs.report(end, true)), &unwinds);
         let json = serde_json::to_string(&judged).unwrap();
         assert!(
-            json.contains(r#""slo_window_s":10.0,"slo_windows":[{"start_s":0.0,"arrived":1,"met_all":0"#),
+            json.contains(
+                r#""slo_window_s":10.0,"slo_windows":[{"start_s":0.0,"arrived":1,"met_all":0"#
+            ),
             "{json}"
         );
     }
