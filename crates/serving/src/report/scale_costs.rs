@@ -388,10 +388,11 @@ mod tests {
                 worker: WorkerId(3),
             },
         ));
+        // Nothing held from 2 s to 4 s, then 5 blocks to the end at 6 s.
         c.transition(WorkerId(3), s(4), delta(5, 0));
-        assert_eq!(c.report(s(6), false).stranded.pinned_source_block_s, 20.0);
+        assert_eq!(c.report(s(6), false).stranded.pinned_source_block_s, 10.0);
         // Reporting does not consume: the same figures again.
-        assert_eq!(c.report(s(6), false).stranded.total_block_s, 20.0);
+        assert_eq!(c.report(s(6), false).stranded.total_block_s, 10.0);
     }
 
     #[test]
