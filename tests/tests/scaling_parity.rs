@@ -57,6 +57,14 @@ fn replay_equals_virtual_live_with_scale_up_drain_and_remove() {
             kinds.contains(&"drained") && kinds.contains(&"removed"),
             "{kinds:?}"
         );
+        // The costs the drivers must agree on are there to agree on:
+        // decode 3's removal at 7 s unwinds the roles it held.
+        assert!(
+            s.unwound_by_removal.contains_key("teardown"),
+            "{} {:?}",
+            backend.name(),
+            s.unwound_by_removal
+        );
         assert_eq!(
             report.completed_requests + report.failed_requests,
             250,

@@ -2,7 +2,8 @@
 //! SVG drawn with `plotters`, inline CSS, a few lines of inline script that
 //! check the charts rendered) with the latency CDFs, the handoff phase
 //! durations, every worker's stacked active / pinned / reserved / cached KV
-//! blocks over time, the queue lengths, and the per-worker table.
+//! blocks over time, the queue lengths, and the per-worker table; an
+//! elastic run's scaling timeline first (`html_scaling.rs`).
 
 use handoff_serving::timeline::Point;
 use handoff_serving::{Details, Report};
@@ -256,6 +257,7 @@ fn sizing_section(body: &mut String, report: &Report) {
 pub fn render(report: &Report, details: &Details, title: &str) -> Result<String, String> {
     let mut body = String::new();
     summary(&mut body, report, title);
+    crate::html_scaling::section(&mut body, report)?;
     latencies(&mut body, report, details)?;
     phases(&mut body, report, details)?;
     timelines(&mut body, report, details)?;

@@ -28,6 +28,7 @@ mod args;
 mod experiment_cmd;
 mod hardware_args;
 mod html;
+mod html_scaling;
 mod limits;
 mod live_cmd;
 mod plan_aic;

@@ -209,6 +209,10 @@ pub fn simulate_workload(
 ) -> Result<Simulated, String> {
     let initial = deploy;
     let elastic = opts.scale.filter(|s| s.is_elastic());
+    let slo_window = match opts.scale {
+        Some(s) => s.slo_window()?,
+        None => None,
+    };
     let wide;
     let deploy = match elastic {
         Some(s) => {
@@ -277,6 +281,9 @@ pub fn simulate_workload(
     }
     if let Some((p, interval)) = planner {
         replay = replay.with_planner(p, interval);
+    }
+    if let Some(w) = slo_window {
+        replay = replay.with_slo_window(w);
     }
     let kv_out = match opts.kv_events_out {
         Some(p) => {

@@ -171,3 +171,40 @@ fn an_elastic_report_reruns_byte_for_byte() {
     let again = replay(&["--rerun", path.to_str().unwrap()]).expect("a rerun");
     assert_eq!(first, again);
 }
+
+#[test]
+fn slo_windows_follow_slo_window_and_need_a_fleet() {
+    let v = replay(&[
+        "--requests",
+        "200",
+        "--rate",
+        "20",
+        "--prefill",
+        "1",
+        "--decode",
+        "1",
+        "--max-decode",
+        "2",
+        "--scale-plan",
+        "t=1s:up:decode",
+        "--startup-delay",
+        "1",
+        "--slo",
+        "ttft:p90=1s",
+        "--slo-window",
+        "2.5",
+    ])
+    .expect("runs");
+    let s = &v["scaling"];
+    assert_eq!(s["slo_window_s"], 2.5);
+    let w = s["slo_windows"].as_array().expect("windows");
+    // 200 requests at 20/s: 10 s of arrivals, four windows of 2.5 s.
+    assert!((4..=5).contains(&w.len()), "{w:?}");
+    let arrived: u64 = w.iter().map(|x| x["arrived"].as_u64().unwrap()).sum();
+    assert_eq!(arrived, 200);
+    assert!(s["unwound_by_removal"].as_object().unwrap().is_empty());
+    let e = replay(&["--requests", "5", "--slo-window", "10"]).unwrap_err();
+    assert!(e.contains("--slo-window: needs an elastic fleet"), "{e}");
+    let e = replay(&["--requests", "5", "--max-decode", "2", "--slo-window", "0"]).unwrap_err();
+    assert!(e.contains("--slo-window: 0 is outside"), "{e}");
+}

@@ -460,6 +460,11 @@ impl FleetState {
         }
     }
 
+    /// Every scale event so far, in order.
+    pub fn events(&self) -> &[ScaleRecord] {
+        &self.events
+    }
+
     /// Workers draining now, in fleet order.
     pub fn draining(&self) -> impl Iterator<Item = WorkerId> + '_ {
         self.fleet

@@ -182,6 +182,13 @@ impl<'a, I: Iterator<Item = TraceItem>> Replay<'a, I> {
         self
     }
 
+    /// The window of the scaling section's per-window SLO attainment (an
+    /// elastic run with `--slo`; 60 s unless given).
+    pub fn with_slo_window(mut self, window: Duration) -> Self {
+        self.engine.director_mut().set_slo_window(window);
+        self
+    }
+
     /// Hands every KV event the workers report to `sink` (`--kv-events-out`).
     pub fn with_kv_sink(mut self, sink: handoff_serving::serving::KvSink) -> Self {
         self.engine.director_mut().set_kv_sink(sink);

@@ -289,3 +289,125 @@ fn the_throughput_planner_follows_a_step_curve_up_and_down() {
         serde_json::to_string(&again.report).unwrap()
     );
 }
+
+const FLEET_2P2D: &str = "fleet 0 prefill; fleet 1 prefill; fleet 2 decode; fleet 3 decode";
+
+#[test]
+fn a_draining_prefill_strands_its_pinned_sources_and_a_scale_up_strands_nothing() {
+    // vLLM source-first: what prefill 0 pinned before its drain waits there
+    // for its readers while it drains.
+    let plan = format!("{FLEET_2P2D}; drain 0 at 2s");
+    let (out, _) = run(
+        config(Backend::Vllm, 2, 2, &plan),
+        workload(200, 20.0),
+        None,
+    );
+    let s = out.report.scaling.as_ref().expect("scaling");
+    assert!(
+        s.stranded_kv.pinned_source_block_s > 0.0,
+        "{:?}",
+        s.stranded_kv
+    );
+    assert_eq!(
+        s.stranded_kv.reserved_destination_block_s, 0.0,
+        "a prefill reserves nothing"
+    );
+    assert!(s.unwound_by_removal.is_empty(), "a drain unwinds nothing");
+    // A decode draining under load holds reservations for KV on its way
+    // (slow transfers, so reservations last).
+    let plan = format!("{FLEET_2P2D}; drain 3 at 3s");
+    let mut cfg = config(Backend::Vllm, 2, 2, &plan);
+    cfg.transfer = TransferModel::Fixed(Duration::from_millis(400));
+    let (out, _) = run(cfg, workload(200, 40.0), None);
+    let s = out.report.scaling.as_ref().expect("scaling");
+    assert_eq!(s.stranded_kv.pinned_source_block_s, 0.0);
+    assert!(
+        s.stranded_kv.reserved_destination_block_s > 0.0,
+        "{:?}",
+        s.stranded_kv
+    );
+    // Without a drain nothing is stranded, however much is pinned.
+    let plan = format!("{FLEET_2X2}; scale-up prefill at 1s");
+    let (out, _) = run(
+        config(Backend::Vllm, 2, 2, &plan),
+        workload(100, 20.0),
+        None,
+    );
+    let s = out.report.scaling.as_ref().expect("scaling");
+    assert_eq!(s.stranded_kv.total_block_s, 0.0);
+    assert!(out
+        .report
+        .workers
+        .iter()
+        .any(|w| w.pinned_block_seconds > 0.0));
+}
+
+#[test]
+fn a_removal_unwinds_by_reason_every_early_end_it_causes() {
+    for backend in [Backend::Vllm, Backend::Sglang] {
+        for victim in [1, 2] {
+            let plan = format!("{FLEET_2P2D}; remove {victim} at 2s");
+            let (out, _) = run(config(backend, 2, 2, &plan), workload(150, 30.0), None);
+            let s = out.report.scaling.as_ref().expect("scaling");
+            // No other fault, lease or reservation runs out here: every role
+            // that ended early did so because of the removal.
+            let early = &out.report.lifecycle.early_ends;
+            assert_eq!(&s.unwound_by_removal, early, "{} {victim}", backend.name());
+            // The decode worker held roles when it went.
+            if victim == 2 {
+                assert!(s.unwound_by_removal.contains_key("teardown"), "{early:?}");
+            }
+        }
+    }
+    // The same kill as a fault is not a removal: no scaling section at all.
+    let (killed, _) = run(
+        config(Backend::Vllm, 2, 2, "kill 2 at 2s"),
+        workload(150, 30.0),
+        None,
+    );
+    assert!(killed.report.scaling.is_none());
+}
+
+#[test]
+fn slo_windows_add_up_to_the_runs_slo() {
+    let plan = format!("{FLEET_2X2}; scale-up decode at 2s; drain 3 at 9s");
+    let mut cfg = config(Backend::Vllm, 2, 2, &plan);
+    cfg.sizing = Some(handoff_deployment::ReportSizing {
+        slo: Some("ttft:p90=300ms,tpot:p90=40ms".parse().expect("slo")),
+        gpus_per_rank: 1,
+        decode_gpus_per_rank: None,
+        gpu_hour_usd: None,
+    });
+    let backend = cfg.backend;
+    let make = move |_w: WorkerId, _pool: Pool| {
+        make_core(&EngineSpec {
+            backend,
+            block_size: 16,
+            kv_tokens: 1 << 18,
+            ..EngineSpec::default()
+        })
+        .expect("core")
+    };
+    let out = Replay::new(cfg, workload(300, 25.0), make)
+        .expect("replay")
+        .with_slo_window(Duration::from_secs(4))
+        .run_all();
+    let r = &out.report;
+    let slo = r.slo.as_ref().expect("slo");
+    let s = r.scaling.as_ref().expect("scaling");
+    assert_eq!(s.slo_window_s, Some(4.0));
+    let w = s.slo_windows.as_ref().expect("windows");
+    // 300 requests at 25/s: 12 s of arrivals, 3 windows of 4 s.
+    assert!((3..=4).contains(&w.len()), "{w:?}");
+    assert_eq!(w.iter().map(|x| x.arrived).sum::<u64>(), r.num_requests);
+    assert_eq!(
+        w.iter().map(|x| x.met_all).sum::<u64>(),
+        slo.met_all_requests
+    );
+    assert!(w.iter().all(|x| x.attainment <= 1.0));
+    assert_eq!(w[1].start_s, 4.0);
+    // Without --slo the section has no windows.
+    let (plain, _) = run(config(Backend::Vllm, 2, 2, &plan), workload(50, 25.0), None);
+    let s = plain.report.scaling.as_ref().expect("scaling");
+    assert!(s.slo_windows.is_none() && s.slo_window_s.is_none());
+}

@@ -25,6 +25,54 @@ pub struct Schedule {
     pub items: Vec<TraceItem>,
 }
 
+/// A third of the time: makes `faults` elastic over `prefill` then `decode`
+/// workers (each pool's initial count at least one, the rest absent, the
+/// counts the ceilings) and adds one to four scale events within `span`,
+/// now and then a drain cut short by a removal (a Kubernetes grace period
+/// running out).
+fn draw_scale_plan(seed: u64, prefill: u32, decode: u32, span: Duration, faults: &mut FaultPlan) {
+    use handoff_engine::scale::{Fleet, ScalePool};
+    let mut e = Rng::seeded(seed ^ 0x5ca1_ab1e);
+    if e.below(3) != 0 || prefill == 0 {
+        return;
+    }
+    let initial_p = 1 + e.below(u64::from(prefill)) as u32;
+    let initial_d = if decode == 0 {
+        0
+    } else {
+        1 + e.below(u64::from(decode)) as u32
+    };
+    let span_ns = span.as_nanos() as u64;
+    let delay = [0, 1_000_000, 50_000_000, span_ns / 2][e.below(4) as usize];
+    faults.fleet = Fleet::pools(
+        prefill,
+        initial_p,
+        decode,
+        initial_d,
+        Duration::from_nanos(delay),
+    );
+    let workers = u64::from(prefill + decode);
+    for _ in 0..1 + e.below(4) {
+        let at = Instant(e.below(span_ns + 1));
+        let worker = handoff_core::WorkerId(e.below(workers) as u32);
+        let fault = match e.below(4) {
+            0 if decode > 0 => Fault::ScaleUp {
+                pool: ScalePool::Decode,
+            },
+            0 | 1 => Fault::ScaleUp {
+                pool: ScalePool::Prefill,
+            },
+            2 => Fault::Drain { worker },
+            _ => Fault::Remove { worker },
+        };
+        faults.push(at, fault);
+        if matches!(fault, Fault::Drain { .. }) && e.below(3) == 0 {
+            let grace = Duration::from_millis(1 + e.below(500));
+            faults.push(at + grace, Fault::Remove { worker });
+        }
+    }
+}
+
 /// The schedule of `seed`: every choice comes from it. Small enough that one
 /// costs a few milliseconds in release.
 pub fn schedule(seed: u64) -> (DeploymentConfig, Vec<EngineSpec>, Vec<TraceItem>) {
@@ -168,6 +216,14 @@ impl Schedule {
                     },
                 );
             }
+        }
+        // An elastic fleet a third of the time the ranks allow it (one per
+        // worker): scale-ups, drains and removals at random model times over
+        // the faults' span, under the deployment's worker counts as
+        // ceilings, so the exactly-once checks cover scaling. Drawn apart
+        // from the stream above, so every other choice stays as it was.
+        if dp_size == 1 {
+            draw_scale_plan(seed, prefill, decode, span, &mut faults);
         }
         let handoff = HandoffConfig {
             reservation_ttl: reservation,
@@ -560,5 +616,43 @@ mod tests {
         let line = line.join(" ");
         let back = Schedule::from_text(&line, "", &plain.trace_jsonl()).unwrap();
         assert_eq!(back.cfg.dp, DpLayout::SINGLE);
+    }
+
+    /// Some seeds draw an elastic fleet with scale-ups, drains and
+    /// removals; such a schedule breaks no rule, and its fault plan's text
+    /// carries the fleet and the events back.
+    #[test]
+    fn elastic_schedules_are_drawn_break_no_rule_and_read_back() {
+        use handoff_engine::fault::Fault;
+        let all: Vec<Schedule> = (1..=300).map(Schedule::new).collect();
+        let elastic: Vec<&Schedule> = all
+            .iter()
+            .filter(|s| !s.cfg.faults.fleet.is_empty())
+            .collect();
+        assert!(elastic.len() >= 30, "{} elastic schedules", elastic.len());
+        let has = |f: fn(&Fault) -> bool| {
+            elastic
+                .iter()
+                .filter(|s| s.cfg.faults.timed.iter().any(|t| f(&t.fault)))
+                .count()
+        };
+        assert!(has(|f| matches!(f, Fault::ScaleUp { .. })) >= 5);
+        assert!(has(|f| matches!(f, Fault::Drain { .. })) >= 5);
+        assert!(has(|f| matches!(f, Fault::Remove { .. })) >= 5);
+        // A fleet needs one rank per worker.
+        assert!(elastic.iter().all(|s| !s.cfg.dp.is_split()));
+        for s in elastic.iter().take(40) {
+            let o = crate::dst::check(s);
+            assert!(
+                o.violations.is_empty(),
+                "seed {}: {:?}",
+                s.seed,
+                o.violations
+            );
+            let plan = s.cfg.faults.to_string();
+            let back = Schedule::from_text(&s.deployment(), &plan, &s.trace_jsonl()).unwrap();
+            assert_eq!(back.cfg.faults.fleet, s.cfg.faults.fleet, "seed {}", s.seed);
+            assert_eq!(back.cfg.faults.timed, s.cfg.faults.timed, "seed {}", s.seed);
+        }
     }
 }

@@ -38,6 +38,11 @@ pub struct ScaleArgs {
     /// Seconds between planner ticks [default: 10].
     #[arg(long, value_name = "SECS")]
     pub planner_interval: Option<f64>,
+    /// Elastic fleet with --slo: the scaling section reports SLO
+    /// attainment and goodput per window of this many seconds of
+    /// arrivals [default: 60].
+    #[arg(long, value_name = "SECS")]
+    pub slo_window: Option<f64>,
 }
 
 /// A planner and the interval it is called at.
@@ -124,6 +129,20 @@ impl ScaleArgs {
             cfg.faults.push(t.at, t.fault);
         }
         Ok(())
+    }
+
+    /// `--slo-window`, checked (1 ms to a week).
+    pub fn slo_window(&self) -> Result<Option<Duration>, String> {
+        let Some(secs) = self.slo_window else {
+            return Ok(None);
+        };
+        if !self.is_elastic() {
+            return Err("--slo-window: needs an elastic fleet \
+                        (--max-prefill, --max-decode, --scale-plan or --planner)"
+                .into());
+        }
+        real("slo-window", secs, 0.001, 7.0 * 86_400.0)?;
+        Ok(Some(Duration::from_nanos((secs * 1e9).round() as u64)))
     }
 
     /// The built-in planner `--planner` names and its interval.

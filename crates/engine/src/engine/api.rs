@@ -183,6 +183,12 @@ pub trait Director {
     /// scaling did (counts over time, time per phase, scale events).
     fn on_fleet(&mut self, _summary: &crate::scale::FleetSummary) {}
 
+    /// A scale event happened, before the engine acts on it: a `Removed`
+    /// worker's handoffs unwind right after this call, a `Drain`ing
+    /// worker's held KV counts as stranded from now (the report's scaling
+    /// costs).
+    fn on_scale(&mut self, _record: &crate::scale::ScaleRecord) {}
+
     /// Which of worker `w`'s events this director takes in whatever order
     /// they come among other workers' events, without routing on them:
     /// those a run of passes on another host may overtake (module docs).

@@ -24,6 +24,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
     /// A scale event popped from the plan (or injected).
     pub(super) fn apply_scale(&mut self, fault: Fault) {
         let now = self.now;
+        let seen = self.fleet.events().len();
         let action = match fault {
             Fault::ScaleUp { pool } => self.fleet.scale_up(pool, now),
             Fault::Ready { worker } => self.fleet.ready(worker, now),
@@ -31,6 +32,7 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             Fault::Remove { worker } => self.fleet.remove(worker, now),
             _ => FleetAction::None,
         };
+        self.tell_scale(seen);
         self.act(action);
     }
 
@@ -99,10 +101,20 @@ impl<P: HostPort, D: Director> Engine<P, D> {
             })
             .collect();
         for &w in &done {
+            let seen = self.fleet.events().len();
             let a = self.fleet.drained(w, self.now);
+            self.tell_scale(seen);
             self.act(a);
         }
         !done.is_empty()
+    }
+
+    /// The director hears of the scale events recorded since the first
+    /// `seen`, before the engine acts on them.
+    fn tell_scale(&mut self, seen: usize) {
+        for r in self.fleet.events().get(seen..).unwrap_or(&[]) {
+            self.director.on_scale(r);
+        }
     }
 
     /// At the end of an elastic run: the director hears what scaling did.

@@ -7,6 +7,7 @@ mod recorder;
 mod records;
 mod run;
 mod samples;
+mod scale_costs;
 mod scaling;
 mod sections;
 mod slo;
@@ -20,6 +21,10 @@ pub use details::Details;
 pub use recorder::Recorder;
 pub use records::{HandoffTimes, RequestRecord, RequestSink};
 pub use run::{ModelReport, RunReport, WorkloadReport};
+pub use scale_costs::{
+    ScaleCosts, SloWindow, StrandedAndWindows, StrandedKv, Unwinds, DEFAULT_SLO_WINDOW,
+    MAX_SLO_WINDOWS,
+};
 pub use scaling::{FleetCountPoint, ScaleEventRow, ScalingReport};
 pub use sections::{
     BeyondGridReport, CudaGraphReport, EngineReport, FlatLatencies, Lifecycle, OverheadsReport,

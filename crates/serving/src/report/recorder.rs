@@ -62,6 +62,8 @@ pub struct Recorder {
     pub(super) sizing: Option<handoff_deployment::ReportSizing>,
     /// Requests meeting each SLO target, with `--slo`.
     pub(super) slo: Option<super::slo::SloTracker>,
+    /// An elastic run's stranded KV and SLO windows (`scale_costs.rs`).
+    pub(super) scale: Option<super::ScaleCosts>,
     /// Roles torn down at the end.
     pub unresolved_teardown: u64,
     /// Faults the engine injected.
@@ -117,6 +119,8 @@ impl Recorder {
                 .as_ref()
                 .and_then(|z| z.slo.as_ref())
                 .map(super::slo::SloTracker::new),
+            scale: (!cfg.faults.fleet.is_empty())
+                .then(|| super::ScaleCosts::new(super::DEFAULT_SLO_WINDOW)),
             unresolved_teardown: 0,
             faults: FaultCounts::default(),
         }
@@ -161,6 +165,9 @@ impl Recorder {
     /// A request arrived.
     pub fn arrival(&mut self, r: &Request) {
         self.num_requests += 1;
+        if let Some(c) = self.scale.as_mut() {
+            c.arrived(r.arrival);
+        }
         self.arrived_prompt_tokens += u64::from(r.prompt_tokens);
         self.first_arrival.get_or_insert(r.arrival);
         self.last_arrival = self.last_arrival.max(r.arrival);
@@ -208,6 +215,11 @@ impl Recorder {
             };
             t.judge(&sample, reason.is_none(), rec.tok.tokens)
         });
+        if let (Some(c), Some(t), Some(b)) = (self.scale.as_mut(), self.slo.as_ref(), bits) {
+            if reason.is_none() && t.all_met(b) {
+                c.good(rec.cold.arrival, rec.tok.tokens);
+            }
+        }
         let Some(sink) = self.sink.as_mut() else {
             return;
         };
@@ -511,6 +523,9 @@ impl Recorder {
     /// A role's transition: the worker's held and reserved block-time, and
     /// the request's handoff phase stamps (not for a voided attempt's).
     fn on_transition(&mut self, w: WorkerId, t: &handoff_core::Transition, stale: bool) {
+        if let Some(c) = self.scale.as_mut() {
+            c.transition(w, t.at, t.delta);
+        }
         if let Some(acc) = self.workers.get_mut(w) {
             acc.advance(t.at);
             acc.pinned += t.delta.pinned;

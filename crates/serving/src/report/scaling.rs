@@ -2,8 +2,10 @@
 //! and GPU-hours, time spent provisioning and draining, and every scale
 //! event. Present only when the run scaled (a fleet in its fault plan).
 
+use super::scale_costs::{SloWindow, StrandedAndWindows, StrandedKv, Unwinds};
 use handoff_engine::scale::{FleetSummary, ScaleEvent};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// One change of the fleet's shape.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -55,6 +57,17 @@ pub struct ScalingReport {
     pub draining_s: f64,
     /// Workers removed at once (their handoffs unwound as on a kill).
     pub removals: u64,
+    /// Roles that ended early because of removals, by reason (the removed
+    /// workers' own and their peers'; `scale_costs.rs`).
+    pub unwound_by_removal: BTreeMap<&'static str, u64>,
+    /// KV held on draining workers for others, block·s.
+    pub stranded_kv: StrandedKv,
+    /// The length of [`ScalingReport::slo_windows`], s (with `--slo`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo_window_s: Option<f64>,
+    /// SLO attainment and goodput per window of arrivals (with `--slo`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo_windows: Option<Vec<SloWindow>>,
     /// Every scale event, in order.
     pub events: Vec<ScaleEventRow>,
     /// The planner that drove the fleet, if one did.
@@ -129,9 +142,25 @@ impl ScalingReport {
                 .iter()
                 .filter(|r| matches!(r.event, ScaleEvent::Removed { .. }))
                 .count() as u64,
+            unwound_by_removal: BTreeMap::new(),
+            stranded_kv: StrandedKv::default(),
+            slo_window_s: None,
+            slo_windows: None,
             events,
             planner: None,
         }
+    }
+
+    /// With the recorder's stranded KV and SLO windows and the director's
+    /// unwound roles.
+    pub fn with_costs(mut self, costs: Option<&StrandedAndWindows>, unwinds: &Unwinds) -> Self {
+        self.unwound_by_removal = unwinds.by_reason();
+        if let Some(c) = costs {
+            self.stranded_kv = c.stranded;
+            self.slo_window_s = c.slo_window_s;
+            self.slo_windows = c.windows.clone();
+        }
+        self
     }
 }
 
@@ -165,5 +194,53 @@ mod tests {
             .map(|p| (p.t_s, p.decode, p.provisioning))
             .collect();
         assert_eq!(points, [(0.0, 1, 1), (60.0, 2, 0), (1800.0, 1, 0)]);
+    }
+
+    #[test]
+    fn costs_join_the_section_and_windows_only_with_an_slo() {
+        use crate::report::{ScaleCosts, Unwinds};
+        use handoff_core::{CancelReason, HandoffId, OwnershipDelta};
+        let mut f = FleetState::new(Fleet::pools(2, 2, 1, 1, Duration::from_secs(1)));
+        let s1 = Instant(1_000_000_000);
+        let _ = f.drain(WorkerId(0), s1);
+        let _ = f.remove(WorkerId(1), s1);
+        let mut costs = ScaleCosts::new(Duration::from_secs(10));
+        let mut unwinds = Unwinds::default();
+        costs.transition(
+            WorkerId(0),
+            Instant::ZERO,
+            OwnershipDelta {
+                pinned: 8,
+                reserved: 0,
+                active: 0,
+            },
+        );
+        for r in f.events() {
+            costs.scale(r);
+            unwinds.scale(r);
+        }
+        unwinds.role_ended(WorkerId(1), HandoffId(5), CancelReason::Teardown);
+        unwinds.role_ended(WorkerId(2), HandoffId(5), CancelReason::PeerLost);
+        costs.arrived(Instant::ZERO);
+        let end = Instant(3_000_000_000);
+        let plain = ScalingReport::new(&f.summary(end), [1, 1])
+            .with_costs(Some(&costs.report(end, false)), &unwinds);
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(
+            json.contains(
+                r#""unwound_by_removal":{"peer-lost":1,"teardown":1},"stranded_kv":{"pinned_source_block_s":16.0,"reserved_destination_block_s":0.0,"total_block_s":16.0}"#
+            ),
+            "{json}"
+        );
+        assert!(!json.contains("slo_window"), "{json}");
+        let judged = ScalingReport::new(&f.summary(end), [1, 1])
+            .with_costs(Some(&costs.report(end, true)), &unwinds);
+        let json = serde_json::to_string(&judged).unwrap();
+        assert!(
+            json.contains(
+                r#""slo_window_s":10.0,"slo_windows":[{"start_s":0.0,"arrived":1,"met_all":0"#
+            ),
+            "{json}"
+        );
     }
 }

@@ -109,6 +109,11 @@ impl SloTracker {
         bits
     }
 
+    /// Whether `bits` (from [`SloTracker::judge`]) meets every target.
+    pub(super) fn all_met(&self, bits: u32) -> bool {
+        bits == (1u32 << self.spec.targets.len()) - 1
+    }
+
     /// `bits` as a record's verdicts.
     pub(super) fn verdicts(&self, bits: u32) -> SloVerdicts {
         let met: Vec<(String, bool)> = self

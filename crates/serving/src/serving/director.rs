@@ -164,6 +164,14 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         if let Some(rec) = self.rec.as_mut() {
             rec.event(w, pool, e, stale);
         }
+        if let WorkerEvent::RoleEnded {
+            id,
+            reason: Some(reason),
+            ..
+        } = e
+        {
+            self.unwinds.role_ended(w, *id, *reason);
+        }
         if pool == Pool::Prefill {
             self.local_event(w, e);
         }
@@ -346,6 +354,22 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
         self.fleet = Some(summary.clone());
     }
 
+    fn on_scale(&mut self, r: &handoff_engine::scale::ScaleRecord) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.scale_event(r);
+        }
+        self.unwinds.scale(r);
+        if let handoff_engine::scale::ScaleEvent::Removed { worker, .. } = r.event {
+            // Attempts with a role there unwind now, whether or not the
+            // removed worker reports its roles' ends.
+            for f in self.flights.values() {
+                for &(_, id) in f.roles.iter().filter(|(rw, _)| *rw == worker) {
+                    self.unwinds.cut(id);
+                }
+            }
+        }
+    }
+
     fn finish(&mut self, end: Instant, finals: &[HostFinal], torn_down: u64, faults: FaultCounts) {
         if let Some(sink) = self.kv_sink.as_mut() {
             sink.finish();
@@ -356,6 +380,7 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
             }
         }
         if let Some(mut rec) = self.rec.take() {
+            let costs = rec.scale_costs(end);
             rec.unresolved_teardown += torn_down;
             rec.faults = faults;
             let pools = &self.pools;
@@ -372,10 +397,10 @@ impl<I: Iterator<Item = TraceItem>> Director for Serving<I> {
                 }),
             );
             report.sessions = self.session_log.as_ref().map(|l| l.summary().clone());
-            report.scaling = self
-                .fleet
-                .as_ref()
-                .map(|f| crate::report::ScalingReport::new(f, self.fleet_gpus));
+            report.scaling = self.fleet.as_ref().map(|f| {
+                crate::report::ScalingReport::new(f, self.fleet_gpus)
+                    .with_costs(costs.as_ref(), &self.unwinds)
+            });
             self.report = Some(report);
             self.details = details;
         }

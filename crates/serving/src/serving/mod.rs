@@ -142,6 +142,8 @@ pub struct Serving<I> {
     /// GPUs per prefill and decode worker.
     fleet: Option<handoff_engine::scale::FleetSummary>,
     fleet_gpus: [u32; 2],
+    /// Roles unwound by removals, by reason (the scaling section).
+    unwinds: crate::report::Unwinds,
     /// Closed loop: requests allowed in flight (`None`: open loop, at the
     /// workload's timestamps).
     concurrency: Option<usize>,
@@ -349,6 +351,7 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
             lost: Vec::new(),
             fleet: None,
             fleet_gpus: [1, 1],
+            unwinds: crate::report::Unwinds::default(),
             concurrency: None,
             sessions: None,
             session_log: None,
@@ -446,6 +449,13 @@ impl<I: Iterator<Item = TraceItem>> Serving<I> {
     /// GPU-hours (1 each unless set).
     pub fn set_fleet_gpus(&mut self, prefill: u32, decode: u32) {
         self.fleet_gpus = [prefill, decode];
+    }
+
+    /// See [`Recorder::set_slo_window`].
+    pub fn set_slo_window(&mut self, window: handoff_core::Duration) {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.set_slo_window(window);
+        }
     }
 
     /// See [`Recorder::keep_details`].
