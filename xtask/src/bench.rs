@@ -45,13 +45,17 @@
 //! `--dynamo TRACE` runs none of that: it times Dynamo's mocker 1.6.1
 //! against this one on TRACE with matched settings, `--runs` alternating
 //! runs each, disaggregated 4P+4D and aggregated 8 (`checks/dynamo-mocker/
-//! run.sh`, which builds both; Dynamo's tree takes minutes the first time).
+//! run.sh`, which builds both; Dynamo's tree takes minutes the first time),
+//! then the overlay rows: TRACE overlaid 4 and 8 times at 16P+16D and
+//! 32P+32D beside TRACE at 4P+4D, on both mockers (`bench/dynamo.rs`).
 //!
 //! The trace is the repository's `tests/data/conversation_trace.jsonl`
 //! (Mooncake's conversation trace, see `tests/data/NOTICE.md`), or
 //! `--trace FILE`. A trace that is not there is an error, and so is a run
 //! left with no workload to time: a bench never ends with a header and no
 //! rows.
+
+mod dynamo;
 
 use crate::{cargo, root, run};
 use std::path::{Path, PathBuf};
@@ -168,11 +172,14 @@ fn against_dynamo(trace: &Path, runs: usize) -> bool {
         return false;
     }
     let script = root().join("checks/dynamo-mocker/run.sh");
-    run(Command::new("bash")
+    let matched = run(Command::new("bash")
         .arg(script)
         .arg(trace)
         .arg(runs.to_string())
-        .current_dir(root()))
+        .current_dir(root()));
+    // The overlay rows run even when the script could not build or run
+    // Dynamo's mocker: this mocker's side is then printed alone.
+    dynamo::overlay_rows(trace, runs) && matched
 }
 
 /// One measured run.
@@ -211,6 +218,15 @@ struct Running {
 /// overlap apart. The report goes nowhere and stderr to a file, so neither
 /// run of a pair waits on a pipe the other's collection has not drained.
 fn start(bin: &Path, args: &[String], slot: usize) -> Result<Running, String> {
+    let mut full = vec!["replay".to_string()];
+    full.extend(args.iter().cloned());
+    full.push("--json".into());
+    start_program(bin, &full, slot)
+}
+
+/// Starts `program ARGS` as [`start`] does (timed, stdout discarded).
+fn start_program(program: &Path, args: &[String], slot: usize) -> Result<Running, String> {
+    let bin = program;
     let gnu_time = Path::new("/usr/bin/time");
     let file = |ext: &str| {
         std::env::temp_dir().join(format!("xtask-bench-{}-{slot}.{ext}", std::process::id()))
@@ -224,11 +240,9 @@ fn start(bin: &Path, args: &[String], slot: usize) -> Result<Running, String> {
     } else {
         Command::new(bin)
     };
-    let what = format!("{} replay {} --json", bin.display(), args.join(" "));
+    let what = format!("{} {}", bin.display(), args.join(" "));
     let err = std::fs::File::create(&stderr).map_err(|e| format!("{}: {e}", stderr.display()))?;
-    cmd.arg("replay")
-        .args(args)
-        .arg("--json")
+    cmd.args(args)
         .stdout(std::process::Stdio::null())
         .stderr(err);
     let started = std::time::Instant::now();
