@@ -47,7 +47,10 @@ fn run_with_records(threshold: u64) -> (handoff_replay::Report, Vec<RequestRecor
         turn: None,
         delay: None,
     };
-    let items = vec![item(0, 1024, vec![1, 2], 0), item(1, 1060, vec![1, 2, 3], 5)];
+    let items = vec![
+        item(0, 1024, vec![1, 2], 0),
+        item(1, 1060, vec![1, 2, 3], 5),
+    ];
     let spec = EngineSpec {
         kv_recompute_threshold: threshold,
         ..EngineSpec::default()
@@ -107,7 +110,10 @@ fn the_notice_takes_only_the_fixed_latency_and_still_frees_the_source() {
             .expect("request 1's record");
         let h = &rec.handoff;
         let (start, end) = (h.transfer_start_ms.unwrap(), h.transfer_end_ms.unwrap());
-        assert!(h.source_released_ms.is_some_and(|t| t >= end), "released by the notice");
+        assert!(
+            h.source_released_ms.is_some_and(|t| t >= end),
+            "released by the notice"
+        );
         end - start
     };
     let (pulled, notice) = (transfer_ms(0), transfer_ms(64));

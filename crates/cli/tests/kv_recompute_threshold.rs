@@ -59,7 +59,9 @@ fn the_default_recomputes_short_pulls_on_the_decode() {
     assert_eq!(r["completed_requests"], 4);
     assert_eq!(decode_prefill_tokens(&r), 4 * 40);
     // Upstream's default is not written.
-    assert!(r["config"]["engines"][1].get("kv_recompute_threshold").is_none());
+    assert!(r["config"]["engines"][1]
+        .get("kv_recompute_threshold")
+        .is_none());
 }
 
 #[test]
@@ -79,13 +81,21 @@ fn push_has_no_threshold() {
     let r = replay(&["--kv-transfer-mode", "push"]);
     assert_eq!(r["completed_requests"], 4);
     assert_eq!(decode_prefill_tokens(&r), 0);
-    assert!(r["config"]["engines"][1].get("kv_recompute_threshold").is_none());
+    assert!(r["config"]["engines"][1]
+        .get("kv_recompute_threshold")
+        .is_none());
 }
 
 #[test]
 fn a_bad_threshold_names_the_flag() {
     let out = Command::new(BIN)
-        .args(["replay", "--requests", "1", "--kv-recompute-threshold", "many"])
+        .args([
+            "replay",
+            "--requests",
+            "1",
+            "--kv-recompute-threshold",
+            "many",
+        ])
         .output()
         .expect("run");
     assert!(!out.status.success());

@@ -603,9 +603,17 @@ mod tests {
             .all(|s| threshold(s) == 0));
         for s in all.iter().filter(|s| threshold(s) > 0).take(6) {
             let o = crate::dst::check(s);
-            assert!(o.violations.is_empty(), "seed {}: {:?}", s.seed, o.violations);
+            assert!(
+                o.violations.is_empty(),
+                "seed {}: {:?}",
+                s.seed,
+                o.violations
+            );
             let back = Schedule::from_text(&s.deployment(), "", &s.trace_jsonl()).unwrap();
-            assert!(back.specs.iter().all(|e| e.kv_recompute_threshold == threshold(s)));
+            assert!(back
+                .specs
+                .iter()
+                .all(|e| e.kv_recompute_threshold == threshold(s)));
             let line = s.deployment();
             let old: Vec<&str> = line
                 .split_whitespace()
