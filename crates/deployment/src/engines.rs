@@ -124,6 +124,10 @@ pub struct EngineSpec {
     /// where the base model counts as one); `None`, no limit (no LoRA
     /// served).
     pub max_loras: Option<u32>,
+    /// vLLM's `kv_recompute_threshold` on a decode's pull
+    /// (`handoff_sched_vllm::VllmConfig::kv_recompute_threshold`, default
+    /// 64; 0 disables). Ignored by SGLang.
+    pub kv_recompute_threshold: u64,
 }
 
 impl Default for EngineSpec {
@@ -142,6 +146,7 @@ impl Default for EngineSpec {
             early_send_cached_prefix: true,
             sessions: handoff_sched_sglang::SessionConfig::default(),
             max_loras: None,
+            kv_recompute_threshold: handoff_sched_vllm::KV_RECOMPUTE_THRESHOLD,
         }
     }
 }
@@ -210,6 +215,7 @@ impl EngineSpec {
             refuse_destination_reservation: self.backend == Backend::TrtLlm,
             speedup_ratio: self.speedup_ratio,
             max_loras: self.max_loras,
+            kv_recompute_threshold: self.kv_recompute_threshold,
             source_lease_ttl: self
                 .source_lease_ttl
                 .unwrap_or(if self.backend == Backend::TrtLlm {

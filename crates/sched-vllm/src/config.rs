@@ -25,6 +25,20 @@ pub const KV_LEASE_DURATION: Duration = Duration::from_secs(30);
 /// the destination there ([`handoff_core::HandoffConfig::reservation_ttl`]).
 pub const PUSH_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(480);
 
+/// Default `kv_recompute_threshold` (`kv_connector_extra_config`, read in
+/// `nixl/base_scheduler.py` `NixlBaseConnectorScheduler.__init__`): a
+/// remote KV pull of fewer tokens than this is not made; the requesting
+/// engine computes them itself ([`should_recompute_remote_kv`]).
+pub const KV_RECOMPUTE_THRESHOLD: u64 = 64;
+
+/// Whether a pull of `count` remote tokens is replaced by local compute:
+/// vLLM's `NixlPullConnectorScheduler._should_recompute_remote_kv`
+/// (`nixl/pull_scheduler.py`, vLLM main at 0050936b), true when
+/// `threshold > 0` and `0 < count < threshold`. Zero disables it.
+pub fn should_recompute_remote_kv(threshold: u64, count: u64) -> bool {
+    threshold > 0 && count > 0 && count < threshold
+}
+
 /// Default running-batch limit: what vLLM's `EngineArgs.get_batch_defaults`
 /// (`vllm/engine/arg_utils.py`) picks for `vllm serve` (the OpenAI API
 /// server usage context) on the hardware this mocker assumes, a GPU with at
@@ -75,6 +89,11 @@ pub struct VllmConfig {
     /// when LoRA is enabled); `None`, the default, is no limit (vLLM
     /// without `--enable-lora`, where no request carries an adapter).
     pub max_loras: Option<u32>,
+    /// A decode's pull of fewer remote prompt tokens than this (beyond its
+    /// own prefix-cache hit) is replaced by computing them locally (vLLM's
+    /// `kv_recompute_threshold`, default [`KV_RECOMPUTE_THRESHOLD`]; 0
+    /// disables). Pull mode only: the caller sets 0 under push.
+    pub kv_recompute_threshold: u64,
 }
 
 impl Default for VllmConfig {
@@ -90,6 +109,7 @@ impl Default for VllmConfig {
             refuse_destination_reservation: false,
             speedup_ratio: 1.0,
             max_loras: None,
+            kv_recompute_threshold: KV_RECOMPUTE_THRESHOLD,
         }
     }
 }
@@ -145,5 +165,24 @@ mod tests {
         assert_eq!(c.watermark_blocks(), 0);
         c.block_size = 0;
         assert_eq!(c.block_tokens(), 1);
+    }
+}
+
+#[cfg(test)]
+mod threshold_tests {
+    use super::*;
+
+    #[test]
+    fn recompute_below_the_threshold_only() {
+        assert!(!should_recompute_remote_kv(64, 0), "nothing to pull");
+        assert!(should_recompute_remote_kv(64, 1));
+        assert!(should_recompute_remote_kv(64, 63));
+        assert!(
+            !should_recompute_remote_kv(64, 64),
+            "at the threshold: pull"
+        );
+        assert!(!should_recompute_remote_kv(64, 65));
+        assert!(!should_recompute_remote_kv(0, 1), "0 disables");
+        assert!(!should_recompute_remote_kv(0, 63));
     }
 }

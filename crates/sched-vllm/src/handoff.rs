@@ -30,8 +30,26 @@
 //! last prompt token is recomputed to sample the first output token) and
 //! the request becomes runnable in `skipped_waiting`, which the next
 //! waiting loop scans first (module `admit`).
+//!
+//! Recompute instead of pull (vLLM `nixl/pull_scheduler.py`,
+//! `NixlPullConnectorScheduler.get_num_new_matched_tokens` with
+//! `_should_recompute_remote_kv`): when the tokens to pull past the
+//! decode's own prefix hit number fewer than `kv_recompute_threshold`
+//! ([`crate::VllmConfig::kv_recompute_threshold`]), upstream answers `(0,
+//! False)` and the decode prefills them itself, while
+//! `update_state_after_alloc` still registers an empty receive so that the
+//! worker notifies the prefill to free its blocks (`_read_blocks` with no
+//! local blocks). Here the grant reports a transfer of zero tokens and
+//! blocks: the role machines run as for a read, so the source is released
+//! by the destination's `ReaderCompleted` after the transfer's fixed
+//! latency (the notice), no bytes move, and activation leaves the request
+//! with only its prefix hit computed, so its admission prefills the rest
+//! locally (and publishes those blocks as it computes them). Upstream the
+//! local prefill is scheduled in the step that made the choice; here it
+//! waits for that zero-byte notice first.
 
 use crate::block_pool::Owner;
+use crate::config::should_recompute_remote_kv;
 use crate::core::VllmCore;
 use crate::sequence::{Kind, Phase};
 use handoff_core::{
@@ -111,8 +129,11 @@ impl<P: PerfModel> VllmCore<P> {
         let matched = hits.len() as u64;
         let fresh = self.blocks_for(prompt) - matched;
         let table_cap = self.blocks_for(prompt + max_out);
+        let count = prompt - matched * bs;
+        let recompute = should_recompute_remote_kv(self.cfg.kv_recompute_threshold, count);
         {
             let seq = self.seqs.get_mut(s);
+            seq.recompute = recompute;
             seq.phase = Phase::Reserved;
             seq.owner = Owner::Reserved;
             seq.reservation = reservation;
@@ -135,8 +156,8 @@ impl<P: PerfModel> VllmCore<P> {
                 reservation: Some(reservation),
                 physical_blocks: fresh,
                 matched_prefix_tokens: matched * bs,
-                transfer_tokens: prompt - matched * bs,
-                transfer_blocks: fresh,
+                transfer_tokens: if recompute { 0 } else { count },
+                transfer_blocks: if recompute { 0 } else { fresh },
                 request_slot: false,
                 decode_headroom_tokens: 0,
             },
@@ -183,6 +204,18 @@ impl<P: PerfModel> VllmCore<P> {
                     seq.owner = Owner::Active;
                 }
                 let prompt = u64::from(self.seqs.get(s).prompt);
+                if self.seqs.get(s).recompute {
+                    // Nothing was read: its blocks are in place but only the
+                    // prefix hit is valid; the admission that runs it
+                    // computes and publishes the rest as a prefill.
+                    let bs = self.bs();
+                    let seq = self.seqs.get_mut(s);
+                    seq.computed = u64::from(seq.matched) * bs;
+                    seq.prebuilt = true;
+                    seq.decoding = false;
+                    seq.phase = Phase::Waiting;
+                    return CommandOutcome::Applied;
+                }
                 self.commit(s, prompt);
                 let seq = self.seqs.get_mut(s);
                 seq.computed = prompt.saturating_sub(1);

@@ -95,6 +95,10 @@ pub(crate) struct Seq {
     pub(crate) prompt_hashes: u32,
     /// A queued destination was already reported as not granted.
     pub(crate) reported_unavailable: bool,
+    /// A granted destination whose pull was below `kv_recompute_threshold`:
+    /// nothing is read, and on activation it prefills the tokens past its
+    /// prefix hit itself (module `handoff`).
+    pub(crate) recompute: bool,
     /// Its LoRA adapter's `lora_int_id`, 0 on the base model (vLLM counts
     /// only ids above 0 as adapters).
     pub(crate) lora: u32,
@@ -126,6 +130,7 @@ impl Seq {
             matched: 0,
             prompt_hashes: 0,
             reported_unavailable: false,
+            recompute: false,
             lora: 0,
         }
     }
@@ -184,6 +189,7 @@ impl Slab {
         s.matched = 0;
         s.prompt_hashes = 0;
         s.reported_unavailable = false;
+        s.recompute = false;
         s.lora = request.lora.as_ref().map_or(0, |l| l.id);
         idx
     }

@@ -277,14 +277,26 @@ impl Schedule {
         // choice of a seed stays as it was).
         let decode_radix =
             backend == Backend::Sglang && Rng::seeded(seed ^ 0x7ad1_c5ac).below(2) == 0;
+        // vLLM's pull runs with `kv_recompute_threshold` off, at upstream's
+        // 64 or far above most prompts (drawn apart from the stream above);
+        // push has no threshold upstream.
+        let recompute = if backend == Backend::Vllm && policy != HandoffPolicy::Push {
+            [0, 64, 64, 512][Rng::seeded(seed ^ 0x2ec0_4b7e).below(4) as usize]
+        } else {
+            0
+        };
         let ranks = u32::from(dp.dp_size());
         let specs = (0..schedulers)
             .map(|s| {
                 if s / ranks < prefill {
-                    spec(prefill_kv)
+                    EngineSpec {
+                        kv_recompute_threshold: recompute,
+                        ..spec(prefill_kv)
+                    }
                 } else {
                     EngineSpec {
                         decode_radix_cache: decode_radix,
+                        kv_recompute_threshold: recompute,
                         ..spec(decode_kv)
                     }
                 }
@@ -360,7 +372,7 @@ impl Schedule {
              page={} prefill_kv={} decode_kv={} max_running={} max_batched={} lease_ns={} \
              reservation_ns={} renew_ns={} early_ns={} tombstones={} transfer={transfer} \
              latency_ns={} multi_step={} decode_radix={} kv_load_failure={} stale_read={} \
-             heartbeat={} dp={} dp_lockstep={} cancel_frees={}",
+             heartbeat={} dp={} dp_lockstep={} cancel_frees={} recompute_threshold={}",
             c.seed,
             c.backend.name(),
             c.policy.name(),
@@ -390,7 +402,8 @@ impl Schedule {
             )),
             c.dp.dp_size(),
             c.dp.coupling() == DpCoupling::Lockstep,
-            c.handoff.cancel_frees.name()
+            c.handoff.cancel_frees.name(),
+            dec.kv_recompute_threshold
         )
     }
 
@@ -481,7 +494,15 @@ impl Schedule {
         let schedulers = (prefill + decode)
             .checked_mul(ranks)
             .ok_or("deployment: too many rank schedulers")?;
-        let (pre, mut dec) = (spec(num("prefill_kv")?)?, spec(num("decode_kv")?)?);
+        let (mut pre, mut dec) = (spec(num("prefill_kv")?)?, spec(num("decode_kv")?)?);
+        // Absent from lines written before the threshold existed, which
+        // pulled whatever the count.
+        let recompute = match kv.get("recompute_threshold") {
+            Some(_) => num("recompute_threshold")?,
+            None => 0,
+        };
+        pre.kv_recompute_threshold = recompute;
+        dec.kv_recompute_threshold = recompute;
         // Absent from lines written before the decode chunk cache existed,
         // which ran SGLang's decode with a radix cache.
         dec.decode_radix_cache = match kv.get("decode_radix") {
@@ -653,6 +674,47 @@ mod tests {
             let back = Schedule::from_text(&s.deployment(), &plan, &s.trace_jsonl()).unwrap();
             assert_eq!(back.cfg.faults.fleet, s.cfg.faults.fleet, "seed {}", s.seed);
             assert_eq!(back.cfg.faults.timed, s.cfg.faults.timed, "seed {}", s.seed);
+        }
+    }
+
+    /// vLLM pull schedules draw `kv_recompute_threshold` (off, upstream's
+    /// 64, 512); push and SGLang run without it; the line carries it back,
+    /// and a line written before it existed reads as off.
+    #[test]
+    fn recompute_thresholds_are_drawn_break_no_rule_and_read_back() {
+        let all: Vec<Schedule> = (1..=80).map(Schedule::new).collect();
+        let threshold = |s: &Schedule| s.specs.last().map_or(0, |e| e.kv_recompute_threshold);
+        for t in [0, 64, 512] {
+            assert!(
+                all.iter()
+                    .any(|s| s.cfg.policy == HandoffPolicy::SourceFirst && threshold(s) == t),
+                "no source-first schedule at {t}"
+            );
+        }
+        assert!(all
+            .iter()
+            .filter(|s| s.cfg.backend != Backend::Vllm || s.cfg.policy == HandoffPolicy::Push)
+            .all(|s| threshold(s) == 0));
+        for s in all.iter().filter(|s| threshold(s) > 0).take(6) {
+            let o = crate::dst::check(s);
+            assert!(
+                o.violations.is_empty(),
+                "seed {}: {:?}",
+                s.seed,
+                o.violations
+            );
+            let back = Schedule::from_text(&s.deployment(), "", &s.trace_jsonl()).unwrap();
+            assert!(back
+                .specs
+                .iter()
+                .all(|e| e.kv_recompute_threshold == threshold(s)));
+            let line = s.deployment();
+            let old: Vec<&str> = line
+                .split_whitespace()
+                .filter(|w| !w.starts_with("recompute_threshold="))
+                .collect();
+            let back = Schedule::from_text(&old.join(" "), "", &s.trace_jsonl()).unwrap();
+            assert!(back.specs.iter().all(|e| e.kv_recompute_threshold == 0));
         }
     }
 }

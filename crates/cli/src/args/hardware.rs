@@ -177,6 +177,7 @@ impl DeployArgs {
                 early_send_cached_prefix: true,
                 sessions: Default::default(),
                 max_loras: self.max_loras,
+                kv_recompute_threshold: self.kv_recompute_threshold(),
             })
         };
         let (early_send, warning) = early_send_cached_prefix(

@@ -157,6 +157,13 @@ pub struct DeployArgs {
     /// into them (the `push` ordering; vLLM only).
     #[arg(long, value_enum, default_value_t = KvTransferModeArg::Pull, value_name = "MODE")]
     pub kv_transfer_mode: KvTransferModeArg,
+    /// vLLM's `kv_recompute_threshold` (`kv_connector_extra_config`): a
+    /// decode's pull of fewer prompt tokens than this, past its own prefix
+    /// hit, reads nothing; the decode prefills them itself and the prefill's
+    /// KV is freed by the notice. 0 disables. Pull mode only (push ignores it,
+    /// as upstream's push scheduler does).
+    #[arg(long, default_value_t = handoff_sched_vllm::KV_RECOMPUTE_THRESHOLD, value_name = "N")]
+    pub kv_recompute_threshold: u64,
     /// Prefill workers (aggregated workers with --decode 0).
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub prefill: u32,
@@ -712,6 +719,18 @@ impl DeployArgs {
             );
         }
         Ok(())
+    }
+
+    /// The recompute threshold the decode's core runs with: the flag, 0
+    /// under push (`nixl/push_scheduler.py`
+    /// `NixlPushConnectorScheduler.get_num_new_matched_tokens` has no
+    /// threshold).
+    pub(crate) fn kv_recompute_threshold(&self) -> u64 {
+        if self.policy() == HandoffPolicy::Push {
+            0
+        } else {
+            self.kv_recompute_threshold
+        }
     }
 
     /// The source lease override: `--lease-ttl-s`, else vLLM's former

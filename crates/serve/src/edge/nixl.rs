@@ -102,7 +102,10 @@ impl NixlLoad {
                         | LifecycleEvent::Source(SourceEventKind::ReaderCompleted)
                 );
                 if done {
-                    if let Some(x) = self.xfers.remove(&(s, t.id)) {
+                    // A read of no blocks is the notice of a recompute
+                    // (`kv_recompute_threshold`): upstream's `_read_blocks`
+                    // only sends the notification and records no transfer.
+                    if let Some(x) = self.xfers.remove(&(s, t.id)).filter(|x| x.blocks > 0) {
                         let bytes = x.tokens.saturating_mul(series.kv_bytes_per_token());
                         let tel = XferTelemetry {
                             xfer_secs: (t.at - x.since).as_secs_f64(),
@@ -302,6 +305,21 @@ mod tests {
         );
         assert_eq!(sample(&m, "vllm:nixl_num_failed_transfers_total", 1), 1.0);
         assert_eq!(sample(&m, "vllm:nixl_xfer_time_seconds_count", 1), 1.0);
+        assert_eq!(n.len(), 0);
+    }
+
+    #[test]
+    fn a_recompute_notice_is_no_transfer() {
+        let m = metrics(Backend::Vllm);
+        m.set_kv_bytes_per_token(1000);
+        let mut n = NixlLoad::default();
+        n.observe(1, &start(1, 0, 0, 100), &m);
+        let done = LifecycleEvent::Destination(DestinationEventKind::ReceiveCompleted);
+        let active = RoleState::Destination(DestinationState::Active);
+        n.observe(1, &moved(1, Role::Destination, done, active, 120), &m);
+        // Not exported (-1) or at zero: nothing was observed.
+        assert!(sample(&m, "vllm:nixl_xfer_time_seconds_count", 1) <= 0.0);
+        assert!(sample(&m, "vllm:nixl_bytes_transferred_count", 1) <= 0.0);
         assert_eq!(n.len(), 0);
     }
 

@@ -5,7 +5,7 @@ use super::units::*;
 use crate::metrics::{Accuracy, Distribution, Summary};
 use handoff_core::FailureReason;
 use handoff_core::{Duration, WorkerId};
-use handoff_deployment::DeploymentConfig;
+use handoff_deployment::{DeploymentConfig, EngineSpec};
 use handoff_engine::fault::FaultCounts;
 use handoff_engine::TransferModel;
 use handoff_router::Pool;
@@ -170,6 +170,11 @@ pub struct EngineReport {
     /// when off.
     #[serde(skip_serializing_if = "is_true")]
     pub early_send_cached_prefix: bool,
+    /// vLLM's `kv_recompute_threshold` on a pulling decode (`--kv-recompute-threshold`);
+    /// written only when it is not upstream's 64 (none under push or on
+    /// other backends, which have no such rule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_recompute_threshold: Option<u64>,
 }
 
 fn is_true(b: &bool) -> bool {
@@ -387,6 +392,10 @@ fn engine_reports(cfg: &DeploymentConfig, workers: &[(WorkerId, Pool)]) -> Vec<E
                 && spec.backend == handoff_core::Backend::Sglang,
             early_send_cached_prefix: spec.early_send_cached_prefix
                 || spec.backend != handoff_core::Backend::Sglang,
+            kv_recompute_threshold: (spec.backend == handoff_core::Backend::Vllm
+                && cfg.policy != handoff_core::HandoffPolicy::Push
+                && spec.kv_recompute_threshold != EngineSpec::default().kv_recompute_threshold)
+                .then_some(spec.kv_recompute_threshold),
         };
         match engines.last_mut() {
             Some(last) if last.same_engine(&e) => {
