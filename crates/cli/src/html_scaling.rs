@@ -2,7 +2,7 @@
 //! worker count per pool over time with every scale event marked, SLO
 //! attainment per window of arrivals (with `--slo`), and what scaling cost.
 
-use crate::html::{err, escape, figure, svg, COLOURS};
+use handoff_plan::chart::{err, escape, figure, svg, COLOURS};
 use handoff_serving::report::{FleetCountPoint, ScaleEventRow, ScalingReport, SloWindow};
 use handoff_serving::Report;
 use plotters::prelude::*;
