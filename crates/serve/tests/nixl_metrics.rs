@@ -57,7 +57,12 @@ fn sum(text: &str, name: &str) -> f64 {
 /// the decode call the prefill's pending-send gauges are sampled.
 fn proxy(prefill: SocketAddr, decode: SocketAddr) {
     for i in 0..N {
-        let prompt = format!("a disaggregated request, number {i}, long enough to move");
+        // Past vLLM's `kv_recompute_threshold` (64 tokens): a shorter
+        // uncached prompt is computed by the decode, and nothing moves.
+        let prompt = format!(
+            "a disaggregated request, number {i}, {}",
+            "long enough to move past the recompute threshold ".repeat(12)
+        );
         let body = json!({"model": "m", "prompt": prompt, "max_tokens": 1,
                           "kv_transfer_params": {"do_remote_decode": true}});
         let (status, text) = common::call(prefill, "POST", "/v1/completions", &body.to_string());
