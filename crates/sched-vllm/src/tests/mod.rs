@@ -166,7 +166,13 @@ impl<P: PerfModel> VllmCore<P> {
                 *expected.entry((b, seq.owner as usize)).or_default() += 1;
             }
             let want_blocks = match seq.phase {
-                Phase::Waiting if seq.prebuilt => self.blocks_for(u64::from(seq.prompt)),
+                // A prebuilt prompt (an activated destination, or one whose
+                // tail it recomputes under `kv_recompute_threshold`, which
+                // may take several chunks) holds its whole prompt's blocks
+                // until its prefill completes.
+                Phase::Waiting | Phase::Running if seq.prebuilt => {
+                    self.blocks_for(u64::from(seq.prompt))
+                }
                 Phase::Reserved => self.blocks_for(u64::from(seq.prompt)),
                 Phase::Queued => 0,
                 Phase::Held => self.blocks_for(u64::from(seq.prompt)),
