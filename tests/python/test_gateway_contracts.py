@@ -150,10 +150,10 @@ def check_names(backend: str, fams: dict, engines: set) -> None:
         assert engines <= seen, f"{name}: engines {sorted(seen)}, want {sorted(engines)}"
 
 
-def one_request(s: Server, i: int = 0) -> None:
+def one_request(s: Server, i: int = 0, words: int = 40) -> None:
     """A completion of 8 tokens; `i` varies the prompt (new KV blocks)."""
     c = s.client()
-    r = c.completions.create(model="mock-model", prompt=f"request {i} " + "hello " * 40,
+    r = c.completions.create(model="mock-model", prompt=f"request {i} " + "hello " * words,
                              max_tokens=8,
                              extra_body={"ignore_eos": True})
     assert r.usage.completion_tokens == 8
@@ -162,7 +162,9 @@ def one_request(s: Server, i: int = 0) -> None:
 def test_front_metrics(backend: str) -> None:
     s = Server("--backend", backend, kv=False)
     try:
-        one_request(s)
+        # Past vLLM's kv_recompute_threshold (64 tokens), so the decode
+        # reads the prompt's KV instead of computing it.
+        one_request(s, words=100)
         s.wait_drained()
         status, text = s.get("/metrics")
         assert status == 200
